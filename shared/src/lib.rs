@@ -1,0 +1,1 @@
+//! The Flotilla operator runtime.

@@ -1,0 +1,292 @@
+//! Starting and stopping etcd, kube-apiserver, kube-controller-manager and
+//! kube-scheduler on loopback with free ports.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+
+use crate::assets::{Assets, fmt_elapsed};
+use crate::kubeconfig::{self, Credentials};
+use crate::pki::Pki;
+use crate::process::{Lifetime, Process, free_port};
+
+/// The Service ClusterIP ranges: dual-stack, so IPv6 records can be tested.
+pub const SERVICE_CIDRS: &str = "10.96.0.0/16,fd00:10:96::/112";
+
+/// How long start-up may take before it is declared failed.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("the test control plane did not become ready: {reason}\n{logs}")]
+    NotReady { reason: String, logs: String },
+}
+
+/// Options for [`ControlPlane::start`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Holds the PKI, etcd data, logs and kubeconfig. Created if missing.
+    pub dir: PathBuf,
+    pub lifetime: Lifetime,
+}
+
+/// A running control plane.
+#[derive(Debug)]
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    /// `https://127.0.0.1:<port>`
+    pub server: String,
+    /// Admin (system:masters) kubeconfig.
+    pub kubeconfig: PathBuf,
+    pub pki: Pki,
+    processes: Vec<Process>,
+}
+
+impl ControlPlane {
+    /// Starts a control plane; ready means `/readyz` answers `ok` and the
+    /// `default/default` ServiceAccount exists (so Pods can be created). A
+    /// start that loses a port race is retried with new ports.
+    pub async fn start(assets: &Assets, options: &Options) -> Result<Self, StartError> {
+        let mut last = None;
+        for _attempt in 0..3 {
+            match Self::start_once(assets, options).await {
+                Ok(cp) => return Ok(cp),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StartError::NotReady { reason: "no attempt made".into(), logs: String::new() }))
+    }
+
+    async fn start_once(assets: &Assets, options: &Options) -> Result<Self, StartError> {
+        let started = Instant::now();
+        let dir = options.dir.clone();
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |e| StartError::Io(what, e)
+        };
+        let _ = std::fs::remove_dir_all(dir.join("etcd-data"));
+        for sub in ["logs", "etcd-data"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(io(&format!("creating {}", dir.join(sub).display())))?;
+        }
+        let logs = dir.join("logs");
+        let pki = Pki::generate(&dir.join("pki"))?;
+        let port = || free_port().map_err(io("finding a free port"));
+
+        let mut cp = ControlPlane {
+            server: String::new(),
+            kubeconfig: dir.join("kubeconfig"),
+            dir: dir.clone(),
+            pki,
+            processes: Vec::new(),
+        };
+
+        // etcd
+        let (etcd_client, etcd_peer) = (port()?, port()?);
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        let peer_url = format!("http://127.0.0.1:{etcd_peer}");
+        let etcd_args = vec![
+            format!("--data-dir={}", dir.join("etcd-data").display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+            "--unsafe-no-fsync=true".into(),
+            "--log-level=warn".into(),
+        ];
+        cp.spawn(assets, "etcd", &etcd_args, &logs, options.lifetime)?;
+        cp.wait_tcp("etcd", etcd_client, started).await?;
+
+        // kube-apiserver
+        let api_port = port()?;
+        cp.server = format!("https://127.0.0.1:{api_port}");
+        let p = &cp.pki;
+        let api_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", dir.join("pki").display()),
+            format!("--tls-cert-file={}", p.server_cert.display()),
+            format!("--tls-private-key-file={}", p.server_key.display()),
+            format!("--client-ca-file={}", p.ca_cert.display()),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-issuer={}", cp.server),
+            format!("--service-account-key-file={}", p.sa_pub.display()),
+            format!("--service-account-signing-key-file={}", p.sa_key.display()),
+            format!("--service-cluster-ip-range={SERVICE_CIDRS}"),
+            "--endpoint-reconciler-type=none".into(),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ];
+        cp.spawn(assets, "kube-apiserver", &api_args, &logs, options.lifetime)?;
+        let admin = kubeconfig::render(
+            "flotilla-testenv",
+            &cp.server,
+            &cp.pki.ca_cert_pem,
+            Credentials::ClientCert { cert_pem: &cp.pki.admin_cert_pem, key_pem: &cp.pki.admin_key_pem },
+        );
+        std::fs::write(&cp.kubeconfig, &admin).map_err(io("writing the kubeconfig"))?;
+        let client = kubeconfig::client_from_yaml(&admin)
+            .await
+            .map_err(|e| cp.not_ready(format!("building a client: {e:#}")))?;
+        cp.wait_readyz(&client, started).await?;
+
+        // kube-controller-manager and kube-scheduler
+        let kcm_args = vec![
+            format!("--kubeconfig={}", cp.kubeconfig.display()),
+            format!("--authentication-kubeconfig={}", cp.kubeconfig.display()),
+            format!("--authorization-kubeconfig={}", cp.kubeconfig.display()),
+            "--leader-elect=false".into(),
+            "--controllers=*".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", port()?),
+            format!("--cert-dir={}", dir.join("pki").display()),
+            format!("--service-account-private-key-file={}", cp.pki.sa_key.display()),
+            format!("--root-ca-file={}", cp.pki.ca_cert.display()),
+            format!("--service-cluster-ip-range={SERVICE_CIDRS}"),
+            "--v=1".into(),
+        ];
+        cp.spawn(assets, "kube-controller-manager", &kcm_args, &logs, options.lifetime)?;
+        let sched_args = vec![
+            format!("--kubeconfig={}", cp.kubeconfig.display()),
+            format!("--authentication-kubeconfig={}", cp.kubeconfig.display()),
+            format!("--authorization-kubeconfig={}", cp.kubeconfig.display()),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", port()?),
+            format!("--cert-dir={}", dir.join("pki").display()),
+        ];
+        cp.spawn(assets, "kube-scheduler", &sched_args, &logs, options.lifetime)?;
+        cp.wait_default_service_account(&client, started).await?;
+        tracing::info!(server = %cp.server, elapsed = %fmt_elapsed(started.elapsed()), "test control plane ready");
+        Ok(cp)
+    }
+
+    fn spawn(
+        &mut self,
+        assets: &Assets,
+        name: &str,
+        args: &[String],
+        logs: &Path,
+        lifetime: Lifetime,
+    ) -> Result<(), StartError> {
+        let process = Process::spawn(name, &assets.bin(name), args, logs, lifetime)
+            .map_err(|e| StartError::Io(format!("starting {}", assets.bin(name).display()), e))?;
+        self.processes.push(process);
+        Ok(())
+    }
+
+    /// Fails fast when a component died (a port race, a bad flag).
+    fn check_alive(&mut self) -> Result<(), StartError> {
+        let dead: Vec<String> =
+            self.processes.iter_mut().filter_map(|p| p.exited().map(|s| format!("{} exited ({s})", p.name))).collect();
+        if dead.is_empty() { Ok(()) } else { Err(self.not_ready(dead.join(", "))) }
+    }
+
+    fn not_ready(&self, reason: String) -> StartError {
+        let logs = self
+            .processes
+            .iter()
+            .map(|p| format!("--- {} ({}), last lines:\n{}", p.name, p.log.display(), p.log_tail(25)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        StartError::NotReady { reason, logs }
+    }
+
+    async fn poll<F, Fut>(&mut self, what: &str, started: Instant, mut f: F) -> Result<(), StartError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<bool, String>>,
+    {
+        loop {
+            self.check_alive()?;
+            let last = match f().await {
+                Ok(true) => return Ok(()),
+                Ok(false) => "not yet".to_string(),
+                Err(e) => e,
+            };
+            if started.elapsed() > START_TIMEOUT {
+                return Err(
+                    self.not_ready(format!("timed out after {START_TIMEOUT:?} waiting for {what} (last: {last})"))
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_tcp(&mut self, what: &str, port: u16, started: Instant) -> Result<(), StartError> {
+        self.poll(what, started, || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map(|_| true).map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    async fn wait_readyz(&mut self, client: &kube::Client, started: Instant) -> Result<(), StartError> {
+        self.poll("kube-apiserver /readyz", started, || async {
+            let req = http_get("/readyz");
+            match client.request_text(req).await {
+                Ok(body) => Ok(body.trim() == "ok"),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await
+    }
+
+    async fn wait_default_service_account(
+        &mut self,
+        client: &kube::Client,
+        started: Instant,
+    ) -> Result<(), StartError> {
+        let api: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+        self.poll("the default/default ServiceAccount", started, || {
+            let api = api.clone();
+            async move { api.get_opt("default").await.map(|sa| sa.is_some()).map_err(|e| e.to_string()) }
+        })
+        .await
+    }
+
+    /// Admin client.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let yaml = std::fs::read_to_string(&self.kubeconfig)?;
+        kubeconfig::client_from_yaml(&yaml).await
+    }
+
+    /// Process ids of the components, in start order.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.processes.iter().map(|p| (p.name.clone(), p.child.id())).collect()
+    }
+
+    /// Stops the components in reverse start order.
+    pub fn stop(&mut self) {
+        while let Some(mut p) = self.processes.pop() {
+            p.stop(Duration::from_secs(5));
+        }
+    }
+
+    /// Forgets the processes without stopping them (they are detached and
+    /// `cargo xtask cluster down` stops them by pid).
+    pub fn detach(mut self) {
+        self.processes.clear();
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A GET request with an empty body.
+pub fn http_get(path: &str) -> http::Request<Vec<u8>> {
+    let mut req = http::Request::new(Vec::new());
+    *req.uri_mut() = path.parse::<http::Uri>().unwrap_or_default();
+    req
+}

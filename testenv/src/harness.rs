@@ -1,0 +1,239 @@
+//! What integration tests use: one control plane per test binary, started on
+//! first use and torn down when the binary exits, plus helpers.
+#![allow(unsafe_code)] // atexit(3)
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+use crate::assets::Assets;
+use crate::control_plane::{ControlPlane, Options};
+use crate::kubeconfig::{self, Credentials};
+use crate::process::{self, Lifetime};
+
+/// Label put on every namespace the harness creates.
+pub const TEST_NAMESPACE_LABEL: &str = "flotilla.dev/test";
+
+/// Handle on the shared control plane of this test binary.
+#[derive(Debug, Clone)]
+pub struct TestEnv {
+    pub server: String,
+    pub kubeconfig: PathBuf,
+    pub dir: PathBuf,
+    ca_pem: String,
+}
+
+/// Pids and directory to clean up at exit.
+static CLEANUP: Mutex<Option<(Vec<u32>, PathBuf)>> = Mutex::new(None);
+static SHARED: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+
+extern "C" fn cleanup_at_exit() {
+    if let Ok(mut guard) = CLEANUP.lock()
+        && let Some((pids, dir)) = guard.take()
+    {
+        for pid in pids.into_iter().rev() {
+            process::terminate_pid(pid, Duration::from_secs(3));
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// The control plane shared by every test in this binary. The first call
+/// starts it (about 10 s); a failure to start fails every test that asks,
+/// with the components' logs.
+///
+/// # Panics
+/// When the binaries are missing (the message says to run
+/// `cargo xtask setup`) or the control plane does not start.
+pub fn shared() -> TestEnv {
+    let result = SHARED.get_or_init(|| {
+        let assets = Assets::locate().map_err(|e| e.to_string())?;
+        let dir =
+            std::env::temp_dir().join(format!("flotilla-testenv-{}-{}", std::process::id(), rand::random::<u32>()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The components are spawned from a thread that lives as long as the
+        // process: PR_SET_PDEATHSIG fires when the *spawning thread* exits.
+        let spawn = std::thread::Builder::new().name("flotilla-testenv".into()).spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let options = Options { dir: dir.clone(), lifetime: Lifetime::DieWithParent };
+            match rt.block_on(ControlPlane::start(&assets, &options)) {
+                Ok(cp) => {
+                    let pids = cp.pids().into_iter().map(|(_, pid)| pid).collect();
+                    if let Ok(mut guard) = CLEANUP.lock() {
+                        *guard = Some((pids, dir.clone()));
+                    }
+                    // SAFETY: registering a plain extern "C" fn with atexit.
+                    unsafe { libc::atexit(cleanup_at_exit) };
+                    let env = TestEnv {
+                        server: cp.server.clone(),
+                        kubeconfig: cp.kubeconfig.clone(),
+                        dir: dir.clone(),
+                        ca_pem: cp.pki.ca_cert_pem.clone(),
+                    };
+                    let _ = tx.send(Ok(env));
+                    // Keep the processes (and this thread) alive until exit.
+                    std::mem::forget(cp);
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                }
+            }
+        });
+        if let Err(e) = spawn {
+            return Err(e.to_string());
+        }
+        rx.recv().map_err(|e| e.to_string())?
+    });
+    match result {
+        Ok(env) => env.clone(),
+        Err(e) => panic!("test control plane unavailable: {e}"),
+    }
+}
+
+impl TestEnv {
+    /// An admin (`system:masters`) client. Make one per test: a client is
+    /// bound to the tokio runtime it was made on.
+    pub async fn client(&self) -> Client {
+        match self.try_client().await {
+            Ok(c) => c,
+            Err(e) => panic!("building a client for {}: {e:#}", self.kubeconfig.display()),
+        }
+    }
+
+    async fn try_client(&self) -> anyhow::Result<Client> {
+        let yaml = std::fs::read_to_string(&self.kubeconfig)?;
+        kubeconfig::client_from_yaml(&yaml).await
+    }
+
+    /// Creates a fresh namespace `<prefix>-<random>` labelled
+    /// `flotilla.dev/test=true`, and returns its name.
+    pub async fn namespace(&self, prefix: &str) -> anyhow::Result<String> {
+        let name = format!("{prefix}-{:08x}", rand::random::<u32>());
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([(TEST_NAMESPACE_LABEL.to_string(), "true".to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client().await).create(&PostParams::default(), &ns).await?;
+        Ok(name)
+    }
+
+    /// A client authenticated as ServiceAccount `namespace/name` through a
+    /// TokenRequest (the account is created if missing). Its rights are
+    /// whatever RBAC grants it: nothing, until a binding says otherwise.
+    pub async fn service_account_client(&self, namespace: &str, name: &str) -> anyhow::Result<Client> {
+        let token = self.service_account_token(namespace, name).await?;
+        let yaml =
+            kubeconfig::render(&format!("{namespace}-{name}"), &self.server, &self.ca_pem, Credentials::Token(&token));
+        kubeconfig::client_from_yaml(&yaml).await
+    }
+
+    /// A kubeconfig file for ServiceAccount `namespace/name`, for running an
+    /// operator binary out of cluster with exactly that account's rights.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> anyhow::Result<PathBuf> {
+        let token = self.service_account_token(namespace, name).await?;
+        let yaml =
+            kubeconfig::render(&format!("{namespace}-{name}"), &self.server, &self.ca_pem, Credentials::Token(&token));
+        let path = self.dir.join(format!("kubeconfig-{namespace}-{name}"));
+        std::fs::write(&path, yaml)?;
+        Ok(path)
+    }
+
+    async fn service_account_token(&self, namespace: &str, name: &str) -> anyhow::Result<String> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client().await, namespace);
+        if api.get_opt(name).await?.is_none() {
+            let sa = ServiceAccount {
+                metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() },
+                ..Default::default()
+            };
+            api.create(&PostParams::default(), &sa).await?;
+        }
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
+            ..Default::default()
+        };
+        let response: TokenRequest = api.create_subresource("token", name, &PostParams::default(), &request).await?;
+        response
+            .status
+            .and_then(|s| s.token)
+            .ok_or_else(|| anyhow::anyhow!("TokenRequest for {namespace}/{name} returned no status"))
+    }
+}
+
+/// `wait_for` gave up.
+#[derive(Debug, thiserror::Error)]
+#[error("timed out after {timeout:?} waiting for {what}; last observation: {last}")]
+pub struct WaitTimeout {
+    pub what: String,
+    pub timeout: Duration,
+    pub last: String,
+}
+
+/// Polls `check` every 100 ms until it returns `Ok(Some(value))`, or fails
+/// after `timeout` with what was being waited for and the last observation
+/// (`Ok(None)` or the error's text).
+pub async fn wait_for<T, E, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T, WaitTimeout>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>, E>>,
+    E: std::fmt::Display,
+{
+    let started = Instant::now();
+    loop {
+        let last = match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => "condition not met".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if started.elapsed() >= timeout {
+            return Err(WaitTimeout { what: what.to_string(), timeout, last });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn wait_for_returns_the_value_once_ready() {
+        let mut n = 0;
+        let v = wait_for("n to reach 3", Duration::from_secs(5), || {
+            n += 1;
+            let n = n;
+            async move { Ok::<_, String>((n >= 3).then_some(n)) }
+        })
+        .await;
+        assert_eq!(v.ok(), Some(3));
+    }
+
+    #[tokio::test]
+    async fn wait_for_times_out_with_the_last_observation() {
+        let err = wait_for("never", Duration::from_millis(250), || async { Err::<Option<()>, _>("boom") })
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("waiting for never"), "{err}");
+        assert!(err.contains("boom"), "{err}");
+    }
+}

@@ -1,0 +1,32 @@
+//! A real local Kubernetes control plane for Flotilla's tests, demo and
+//! manual use — the idea of controller-runtime's envtest, built by our own
+//! tooling because our build machines cannot download release binaries.
+//!
+//! * [`assets`] builds etcd, kube-apiserver, kube-controller-manager,
+//!   kube-scheduler, kubectl and helm from the Go module proxy into
+//!   `~/.cache/flotilla/` (or uses `FLOTILLA_TEST_ASSETS`).
+//! * [`control_plane`] starts them on loopback with free ports, a CA of its
+//!   own, RBAC authorization and working ServiceAccount tokens.
+//! * [`harness`] is what tests use:
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let env = flotilla_testenv::shared();          // started once per test binary
+//! let client = env.client().await;               // admin client
+//! let ns = env.namespace("my-test").await?;      // fresh namespace
+//! let sa = env.service_account_client(&ns, "op").await?; // RBAC-limited client
+//! # Ok(()) }
+//! ```
+
+pub mod assets;
+pub mod control_plane;
+pub mod harness;
+pub mod kubeconfig;
+pub mod pki;
+pub mod process;
+pub mod versions;
+
+pub use assets::Assets;
+pub use control_plane::{ControlPlane, Options};
+pub use harness::{TestEnv, WaitTimeout, shared, wait_for};
+pub use process::Lifetime;

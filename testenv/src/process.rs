@@ -1,0 +1,116 @@
+//! Child processes of the control plane: spawning with a log file, free
+//! loopback ports, and stopping.
+#![allow(unsafe_code)] // pre_exec hooks (prctl, setsid) and kill(2)
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How a child's lifetime is tied to ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifetime {
+    /// Killed by the kernel when the spawning thread exits (PR_SET_PDEATHSIG),
+    /// so a crashed or killed test binary leaves nothing behind.
+    DieWithParent,
+    /// In its own session, outliving us (`cargo xtask cluster up`).
+    Detached,
+}
+
+/// A free TCP port on 127.0.0.1. The port is released before it is used, so
+/// another process could take it in between; callers retry start-up on that.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A running component with its log file.
+#[derive(Debug)]
+pub struct Process {
+    pub name: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Process {
+    pub fn spawn(name: &str, bin: &Path, args: &[String], log_dir: &Path, lifetime: Lifetime) -> std::io::Result<Self> {
+        let log = log_dir.join(format!("{name}.log"));
+        let out = File::create(&log)?;
+        let err = out.try_clone()?;
+        let mut cmd = Command::new(bin);
+        cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        // SAFETY: the closures only call async-signal-safe libc functions.
+        unsafe {
+            match lifetime {
+                Lifetime::DieWithParent => cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                }),
+                Lifetime::Detached => cmd.pre_exec(|| {
+                    if libc::setsid() < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                }),
+            };
+        }
+        let child = cmd.spawn()?;
+        Ok(Self { name: name.to_string(), child, log })
+    }
+
+    /// `Some(status)` when the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The last `lines` lines of the log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(&self.log, lines)
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; reaps the child.
+    pub fn stop(&mut self, grace: Duration) {
+        terminate_pid(self.child.id(), grace);
+        let _ = self.child.wait();
+    }
+}
+
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Whether a process with this pid exists (and is not a zombie we own).
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    // SAFETY: kill with signal 0 only checks for existence.
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    if !exists {
+        return false;
+    }
+    // A zombie still "exists"; treat it as gone.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// SIGTERM a pid, wait up to `grace`, then SIGKILL.
+pub fn terminate_pid(pid: u32, grace: Duration) {
+    let Ok(raw) = i32::try_from(pid) else { return };
+    // SAFETY: plain kill(2) on a pid we started.
+    unsafe { libc::kill(raw, libc::SIGTERM) };
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if !pid_alive(pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(raw, libc::SIGKILL) };
+}

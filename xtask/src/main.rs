@@ -1,0 +1,47 @@
+//! `cargo xtask`: the one entry point a newcomer needs.
+
+mod cluster;
+mod demo;
+mod test;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Flotilla developer tasks", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build/install every tool the tests and demo need (control plane, kubectl, helm). Idempotent.
+    Setup,
+    /// THE test command: setup if needed, fmt, clippy, every test, drift checks. Non-zero on any failure.
+    Test,
+    /// A background control plane for manual use (kubeconfig at target/flotilla-cluster/kubeconfig).
+    Cluster {
+        #[command(subcommand)]
+        action: cluster::Action,
+    },
+    /// Cluster, CRDs, every operator and the seeds' scenarios, until Ctrl-C.
+    Demo,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup => util::setup().map(|_| ()),
+        Command::Test => test::run(),
+        Command::Cluster { action } => cluster::run(action),
+        Command::Demo => demo::run(),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! `cargo xtask test`: every check, in order, with a summary.
+
+use std::time::{Duration, Instant};
+
+use crate::util::{cargo, run_cmd, say, setup};
+
+type Step = (&'static str, fn() -> anyhow::Result<()>);
+
+fn steps() -> Vec<Step> {
+    vec![
+        ("setup", || setup().map(|_| ())),
+        ("cargo fmt --check", || run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))),
+        ("cargo clippy -D warnings", || {
+            run_cmd(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))
+        }),
+        ("cargo test --workspace", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-fail-fast"]))),
+    ]
+}
+
+pub fn run_all(steps: Vec<Step>) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut results: Vec<(&str, Duration, Result<(), String>)> = Vec::new();
+    for (name, step) in steps {
+        say(&format!("test: {name}"));
+        let t = Instant::now();
+        let r = step().map_err(|e| format!("{e:#}"));
+        if let Err(e) = &r {
+            eprintln!("    FAILED: {e}");
+        }
+        results.push((name, t.elapsed(), r));
+        // Without the tools, nothing after setup can mean anything.
+        if name == "setup" && results.last().is_some_and(|r| r.2.is_err()) {
+            break;
+        }
+    }
+    say(&format!("test summary ({:.0?} in all):", started.elapsed()));
+    let mut failed = 0;
+    for (name, took, r) in &results {
+        let mark = if r.is_ok() { "ok  " } else { "FAIL" };
+        eprintln!("    {mark} {name:<28} {took:>8.1?}");
+        failed += usize::from(r.is_err());
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} steps failed", results.len());
+    }
+    Ok(())
+}
+
+pub fn run() -> anyhow::Result<()> {
+    run_all(steps())
+}

@@ -1,0 +1,51 @@
+//! Helpers shared by the xtask commands.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use flotilla_testenv::Assets;
+
+/// The workspace root (xtask lives one level below it).
+pub fn root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// `==> message`, for progress lines a person reads.
+pub fn say(msg: &str) {
+    eprintln!("==> {msg}");
+}
+
+pub fn progress(line: &str) {
+    eprintln!("    {line}");
+}
+
+/// Builds whatever is missing.
+pub fn setup() -> anyhow::Result<Assets> {
+    let started = Instant::now();
+    say("setup: checking tools (control plane, kubectl, helm)");
+    let assets = flotilla_testenv::assets::ensure_all(&progress).context("building the test tools")?;
+    say(&format!("setup: done in {:.0?}", started.elapsed()));
+    Ok(assets)
+}
+
+/// Runs a command in the workspace root, inheriting stdio.
+pub fn run_cmd(cmd: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.current_dir(root()).status().with_context(|| format!("running {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+pub fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// A tokio runtime for the async parts.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")
+}
