@@ -1,1 +1,84 @@
-//! The Flotilla operator runtime.
+//! # flotilla-shared: the runtime every Flotilla operator is built on
+//!
+//! An operator's `main.rs` parses its flags, names its controllers and hands
+//! them to [`Operator::run`]; everything the suite's conventions
+//! (`CONVENTIONS.md`) require of a process is done here:
+//!
+//! | concern | module |
+//! | --- | --- |
+//! | common flags/env, checked before touching the cluster (bad → exit 2) | [`config`] |
+//! | `text`/`json` logs, `RUST_LOG`, a span per reconcile | [`telemetry`], [`controller`] |
+//! | `/metrics`, `/healthz`, `/readyz` | [`server`], [`health`] |
+//! | controller-runtime reconcile metrics, process metrics, your own | [`metrics`] |
+//! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown | [`leader`] |
+//! | status by server-side apply, `metav1.Condition` semantics | [`status`], [`conditions`] |
+//! | Events as `flotilla-<operator>`, never blocking a reconcile | [`events`] |
+//! | SIGTERM: stop taking work, finish in-flight reconciles, release, exit 0 | [`operator`] |
+//! | CRD files generated from the Rust types, drift check | [`crd`] |
+//!
+//! ## A minimal operator
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use clap::Parser;
+//! use flotilla_shared::{CommonArgs, Context, Operator};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::runtime::controller::{Action, Controller};
+//! use kube::runtime::watcher;
+//! use kube::Api;
+//!
+//! #[derive(Parser)]
+//! #[command(version, about = "Does one thing well")]
+//! struct Args {
+//!     #[command(flatten)]
+//!     common: CommonArgs,
+//! }
+//!
+//! #[derive(Debug, thiserror::Error)]
+//! enum Error {
+//!     #[error("kubernetes: {0}")]
+//!     Kube(#[from] kube::Error),
+//! }
+//!
+//! async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Context>) -> Result<Action, Error> {
+//!     // ... make the world look like `cm` says ...
+//!     Ok(Action::await_change())
+//! }
+//!
+//! fn error_policy(_: Arc<ConfigMap>, _: &Error, _: Arc<Context>) -> Action {
+//!     Action::requeue(std::time::Duration::from_secs(30))
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     let args = Args::parse();
+//!     Operator::new("example", &args.common).run(|ctx| async move {
+//!         let api: Api<ConfigMap> = Api::all(ctx.client.clone());
+//!         let controller = Controller::new(api, watcher::Config::default());
+//!         ctx.run_controller("configmap", controller, reconcile, error_policy, Arc::new(ctx.clone())).await
+//!     })
+//! }
+//! ```
+//!
+//! `shared/examples/toy_operator.rs` is a complete one with a CRD, status
+//! conditions and Events; the crate's integration tests run it as a process.
+
+pub mod conditions;
+pub mod config;
+pub mod controller;
+pub mod crd;
+pub mod events;
+pub mod health;
+pub mod leader;
+pub mod metrics;
+pub mod operator;
+pub mod server;
+pub mod status;
+pub mod telemetry;
+
+pub use conditions::Conditions;
+pub use config::{CommonArgs, ConfigError, WatchNamespaceArgs};
+pub use controller::Context;
+pub use events::Events;
+pub use metrics::Metrics;
+pub use operator::Operator;
+pub use status::apply_status;

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the one entry point a newcomer needs.
 
 mod cluster;
+mod crds;
 mod demo;
 mod test;
 mod util;
@@ -27,6 +28,11 @@ enum Command {
     },
     /// Cluster, CRDs, every operator and the seeds' scenarios, until Ctrl-C.
     Demo,
+    /// Write crds/<plural>.<group>.yaml from the Rust types (--check: fail if they differ).
+    Crds {
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +42,7 @@ fn main() -> std::process::ExitCode {
         Command::Test => test::run(),
         Command::Cluster { action } => cluster::run(action),
         Command::Demo => demo::run(),
+        Command::Crds { check } => crds::run(check),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

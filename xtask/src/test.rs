@@ -13,6 +13,7 @@ fn steps() -> Vec<Step> {
         ("cargo clippy -D warnings", || {
             run_cmd(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))
         }),
+        ("CRD files match the types", || crate::crds::run(true)),
         ("cargo test --workspace", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-fail-fast"]))),
     ]
 }

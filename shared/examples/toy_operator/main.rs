@@ -1,0 +1,75 @@
+//! A complete, tiny operator on flotilla-shared: it reconciles `Widget`s by
+//! writing a `Ready` condition and a `Normal` Event. The shared crate's tests
+//! run it as a process (leader election, metrics, readiness, SIGTERM).
+//!
+//! `toy_operator --print-crd` prints its CRD.
+
+mod widget;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use flotilla_shared::{CommonArgs, Conditions, Context, Operator, apply_status};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, CustomResourceExt, Resource, ResourceExt};
+use widget::{Widget, WidgetStatus};
+
+#[derive(Parser)]
+#[command(about = "Toy operator: marks Widgets Ready (an example of flotilla-shared)")]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Print the Widget CRD as YAML and exit.
+    #[arg(long)]
+    print_crd: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("writing status: {0}")]
+    Status(#[source] kube::Error),
+    #[error("spec.fail is true")]
+    Asked,
+}
+
+async fn reconcile(widget: Arc<Widget>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let (ns, name) = (widget.namespace().unwrap_or_default(), widget.name_any());
+    if let Some(secs) = widget.spec.sleep_seconds {
+        tracing::info!(secs, "working slowly");
+        tokio::time::sleep(Duration::from_secs(u64::try_from(secs).unwrap_or(0))).await;
+    }
+    if widget.spec.fail {
+        ctx.events.warning(&widget.object_ref(&()), "Failed", "Reconcile", "spec.fail is true");
+        return Err(Error::Asked);
+    }
+    let existing = widget.status.as_ref().map(|s| s.conditions.as_slice());
+    let mut conditions = Conditions::new(existing, widget.metadata.generation);
+    conditions.set("Ready", true, "Reconciled", format!("message: {}", widget.spec.message));
+    let status = WidgetStatus { observed_generation: widget.metadata.generation, conditions: conditions.into_vec() };
+    let api: Api<Widget> = Api::namespaced(ctx.client.clone(), &ns);
+    apply_status(&api, &name, &ctx.field_manager, &status).await.map_err(Error::Status)?;
+    ctx.events.normal(&widget.object_ref(&()), "Reconciled", "Reconcile", format!("widget {name} is ready"));
+    Ok(Action::await_change())
+}
+
+fn error_policy(_: Arc<Widget>, _: &Error, _: Arc<Context>) -> Action {
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    if args.print_crd {
+        match serde_yaml::to_string(&Widget::crd()) {
+            Ok(yaml) => print!("{yaml}"),
+            Err(e) => eprintln!("error: {e}"),
+        }
+        return std::process::ExitCode::SUCCESS;
+    }
+    Operator::new("toy", &args.common).run(|ctx| async move {
+        let api: Api<Widget> = Api::all(ctx.client.clone());
+        let controller = Controller::new(api, watcher::Config::default());
+        ctx.run_controller("widget", controller, reconcile, error_policy, Arc::new(ctx.clone())).await
+    })
+}

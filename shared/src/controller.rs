@@ -1,0 +1,156 @@
+//! Running a kube-runtime `Controller` the Flotilla way: reconcile metrics,
+//! a `reconcile` span per call, readiness once its cache has synced, and a
+//! graceful stop on shutdown (in-flight reconciles finish, no new ones start).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use kube::runtime::controller::{Action, Controller};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::events::Events;
+use crate::health::Readiness;
+use crate::metrics::Metrics;
+
+/// What every reconcile needs from the runtime. Cheap to clone; put it in
+/// your own context struct next to your state.
+#[derive(Clone)]
+pub struct Context {
+    /// Client for the cluster (in-cluster config, else KUBECONFIG).
+    pub client: Client,
+    /// The registry behind `/metrics`: register your own metrics here.
+    pub metrics: Metrics,
+    /// Events as `flotilla-<operator>`.
+    pub events: Events,
+    /// `config-copier`, …
+    pub operator: &'static str,
+    /// `flotilla-<operator>`: the server-side apply field manager.
+    pub field_manager: String,
+    pub(crate) readiness: Readiness,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Context {
+    /// Cancelled when the process is asked to stop (or loses leadership).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Readiness gate for work that is not a `Controller` (a periodic sync
+    /// loop, say): register it, then mark it synced.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    /// Runs `controller` until shutdown. `name` is the `controller` label of
+    /// the `controller_runtime_*` metrics and of the reconcile span.
+    /// Returns when the controller has stopped (after shutdown, in-flight
+    /// reconciles finished).
+    pub async fn run_controller<K, D, E, F, Fut, P>(
+        &self,
+        name: &'static str,
+        controller: Controller<K>,
+        reconcile: F,
+        error_policy: P,
+        data: Arc<D>,
+    ) -> anyhow::Result<()>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        D: Send + Sync + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+        F: Fn(Arc<K>, Arc<D>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        P: Fn(Arc<K>, &E, Arc<D>) -> Action + Send + Sync + 'static,
+    {
+        let m = self.metrics.controller(name);
+        self.readiness.register(name);
+        let store = controller.store();
+        let readiness = self.readiness.clone();
+        tokio::spawn(async move {
+            // kube-runtime 5's store readiness is a oneshot receiver with a
+            // single waker slot: the controller's own wait can overwrite ours,
+            // which would then never wake. Polling again after a short timeout
+            // re-registers us; once anyone has seen the value it is memoized.
+            loop {
+                match tokio::time::timeout(std::time::Duration::from_millis(200), store.wait_until_ready()).await {
+                    Ok(Ok(())) => {
+                        tracing::info!(controller = name, "cache synced");
+                        readiness.set_synced(name);
+                        break;
+                    }
+                    Ok(Err(_)) => break,
+                    Err(_) => continue,
+                }
+            }
+        });
+
+        let reconcile = Arc::new(reconcile);
+        let wrapped = move |obj: Arc<K>, data: Arc<D>| -> BoxFuture<'static, Result<Action, E>> {
+            let m = m.clone();
+            let reconcile = reconcile.clone();
+            let span = tracing::info_span!(
+                "reconcile",
+                controller = name,
+                object = %obj.name_any(),
+                namespace = obj.namespace().as_deref().unwrap_or(""),
+            );
+            async move {
+                m.active.inc();
+                let started = Instant::now();
+                let result = reconcile(obj, data).await;
+                m.time.observe(started.elapsed().as_secs_f64());
+                m.active.dec();
+                match &result {
+                    Ok(action) if *action == Action::await_change() => m.success.inc(),
+                    Ok(_) => m.requeue_after.inc(),
+                    Err(e) => {
+                        m.error.inc();
+                        m.errors.inc();
+                        tracing::warn!(error = %DisplayChain(e), "reconcile failed");
+                    }
+                }
+                result
+            }
+            .instrument(span)
+            .boxed()
+        };
+
+        tracing::info!(controller = name, "starting controller");
+        controller
+            .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
+            .run(wrapped, error_policy, data)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    match e {
+                        // Already logged (with its span) by the wrapper.
+                        kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                        other => tracing::debug!(controller = name, error = %other, "controller event"),
+                    }
+                }
+            })
+            .await;
+        tracing::info!(controller = name, "controller stopped");
+        Ok(())
+    }
+}
+
+/// Displays an error with its sources: `outer: inner: root`.
+pub struct DisplayChain<'a, E: std::error::Error>(pub &'a E);
+
+impl<E: std::error::Error> std::fmt::Display for DisplayChain<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}

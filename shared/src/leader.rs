@@ -1,0 +1,277 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease with client-go /
+//! controller-runtime semantics:
+//!
+//! * A lease held by someone else is free once `leaseDurationSeconds` have
+//!   passed since *we observed* its last change (our clock, not theirs, so
+//!   clock skew between nodes does not matter).
+//! * The leader renews every retry period; when it has not renewed
+//!   successfully for the renew deadline, or sees another holder, it has lost.
+//! * Releasing (on shutdown) empties `holderIdentity`, so a standby takes over
+//!   at its next retry instead of waiting a whole lease duration.
+//!
+//! Updates use the lease's resourceVersion, so two candidates can never both
+//! believe they acquired it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::LeaseTimings;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error("lease {namespace}/{name}: {source}")]
+    Api { namespace: String, name: String, source: kube::Error },
+}
+
+/// What we last saw of the lease, and when (by our clock).
+#[derive(Debug, Clone)]
+struct Observed {
+    resource_version: Option<String>,
+    at: Instant,
+}
+
+/// Competes for one Lease.
+#[derive(Clone)]
+pub struct LeaderElector {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+    identity: String,
+    timings: LeaseTimings,
+    /// Whether the last attempt reached the API (a standby's health).
+    healthy: Arc<AtomicBool>,
+}
+
+/// `<pod or host name>_<random suffix>`, as controller-runtime does, so two
+/// processes on one host never share an identity.
+pub fn default_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "flotilla".to_string());
+    format!("{host}_{:08x}", rand::random::<u32>())
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+impl LeaderElector {
+    pub fn new(client: Client, namespace: &str, name: &str, identity: &str, timings: LeaseTimings) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            timings,
+            healthy: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    pub fn lease_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the last acquire attempt reached the API server.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    fn api_err(&self, source: kube::Error) -> LeaderError {
+        LeaderError::Api { namespace: self.namespace.clone(), name: self.name.clone(), source }
+    }
+
+    /// One client-go `tryAcquireOrRenew`: `Ok(true)` when we hold the lease
+    /// afterwards, `Ok(false)` when someone else validly does.
+    async fn try_acquire_or_renew(&self, observed: &mut Option<Observed>) -> Result<bool, LeaderError> {
+        let now = now_micro();
+        let lease_secs = i32::try_from(self.timings.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
+        let Some(mut lease) = self.api.get_opt(&self.name).await.map_err(|e| self.api_err(e))? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    namespace: Some(self.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.identity.clone()),
+                    lease_duration_seconds: Some(lease_secs),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(self.api_err(e)),
+            };
+        };
+
+        let rv = lease.metadata.resource_version.clone();
+        if observed.as_ref().map(|o| &o.resource_version) != Some(&rv) {
+            *observed = Some(Observed { resource_version: rv, at: Instant::now() });
+        }
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let held_by_us = holder == self.identity;
+        if !holder.is_empty() && !held_by_us {
+            let their_duration =
+                Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
+            let seen_at = observed.as_ref().map(|o| o.at).unwrap_or_else(Instant::now);
+            if seen_at + their_duration > Instant::now() {
+                return Ok(false);
+            }
+        }
+        if !held_by_us {
+            spec.acquire_time = Some(now.clone());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.holder_identity = Some(self.identity.clone());
+        spec.lease_duration_seconds = Some(lease_secs);
+        spec.renew_time = Some(now);
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(updated) => {
+                *observed = Some(Observed { resource_version: updated.metadata.resource_version, at: Instant::now() });
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(self.api_err(e)),
+        }
+    }
+
+    /// Waits until this candidate holds the lease, retrying every retry
+    /// period (jittered by up to 20 %, as client-go does). Cancel by dropping
+    /// the future (e.g. in a `select!` with shutdown).
+    pub async fn acquire(&self) -> Leadership {
+        let mut observed = None;
+        loop {
+            match self.try_acquire_or_renew(&mut observed).await {
+                Ok(true) => {
+                    self.healthy.store(true, Ordering::Relaxed);
+                    tracing::info!(lease = %self.name, identity = %self.identity, "acquired the leader lease");
+                    return self.start_renewing(observed);
+                }
+                Ok(false) => self.healthy.store(true, Ordering::Relaxed),
+                Err(e) => {
+                    self.healthy.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "could not read or acquire the leader lease; retrying");
+                }
+            }
+            let jitter = self.timings.retry_period.mul_f64(rand::random::<f64>() * 0.2);
+            tokio::time::sleep(self.timings.retry_period + jitter).await;
+        }
+    }
+
+    fn start_renewing(&self, observed: Option<Observed>) -> Leadership {
+        let (lost_tx, lost_rx) = watch::channel(false);
+        let elector = self.clone();
+        let task = tokio::spawn(async move {
+            let mut observed = observed;
+            let mut last_renewed = Instant::now();
+            loop {
+                tokio::time::sleep(elector.timings.retry_period).await;
+                let deadline = last_renewed + elector.timings.renew_deadline;
+                let attempt = tokio::time::timeout_at(deadline, elector.try_acquire_or_renew(&mut observed)).await;
+                match attempt {
+                    Ok(Ok(true)) => last_renewed = Instant::now(),
+                    Ok(Ok(false)) => {
+                        tracing::error!(lease = %elector.name, "another candidate holds the leader lease");
+                        break;
+                    }
+                    Ok(Err(e)) => tracing::warn!(error = %e, "renewing the leader lease failed; retrying"),
+                    Err(_) => {}
+                }
+                if Instant::now() >= deadline && last_renewed + elector.timings.renew_deadline <= Instant::now() {
+                    tracing::error!(
+                        lease = %elector.name,
+                        renew_deadline = ?elector.timings.renew_deadline,
+                        "could not renew the leader lease within the renew deadline"
+                    );
+                    break;
+                }
+            }
+            let _ = lost_tx.send(true);
+        });
+        Leadership { elector: self.clone(), lost: lost_rx, task }
+    }
+
+    /// Empties `holderIdentity` if we still hold the lease, so a standby takes
+    /// over at its next retry.
+    async fn release(&self) -> Result<bool, LeaderError> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await.map_err(|e| self.api_err(e))? else {
+            return Ok(false);
+        };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(false);
+        }
+        let now = now_micro();
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now.clone());
+        spec.acquire_time = Some(now);
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(self.api_err(e)),
+        }
+    }
+}
+
+/// Held leadership: renews in the background until lost or released.
+pub struct Leadership {
+    elector: LeaderElector,
+    lost: watch::Receiver<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Leadership {
+    /// Resolves when leadership is lost (renew deadline passed, or another
+    /// holder seen).
+    pub async fn lost(&mut self) {
+        let _ = self.lost.wait_for(|lost| *lost).await;
+    }
+
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Stops renewing and hands the lease back.
+    pub async fn release(self) -> Result<bool, LeaderError> {
+        self.task.abort();
+        let released = self.elector.release().await?;
+        if released {
+            tracing::info!(lease = %self.elector.name, "released the leader lease");
+        }
+        Ok(released)
+    }
+
+    /// Stops renewing without releasing (a crash, as far as others can tell).
+    pub fn abandon(self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

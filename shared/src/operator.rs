@@ -1,0 +1,263 @@
+//! The process around an operator's controllers: checked flags, logging,
+//! the HTTP endpoints, the cluster client, signals, leader election and a
+//! graceful shutdown. An operator's `main` hands its controllers to
+//! [`Operator::run`] and is done.
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{CommonArgs, CommonConfig};
+use crate::controller::Context;
+use crate::events::Events;
+use crate::health::Readiness;
+use crate::leader::{LeaderElector, default_identity};
+use crate::metrics::Metrics;
+use crate::server;
+
+/// Exit code when the process fails at run time (lost leadership, no
+/// cluster, a port already taken).
+pub const EXIT_FAILURE: u8 = 1;
+
+/// One operator process.
+pub struct Operator {
+    name: &'static str,
+    config: CommonConfig,
+}
+
+/// How the controllers ended.
+enum End {
+    Finished(anyhow::Result<()>),
+    LostLeadership,
+    ShutdownTimedOut,
+}
+
+impl Operator {
+    /// Checks the common flags; a bad one prints one line naming the flag and
+    /// exits 2, before anything touches the cluster. `name` is the operator's
+    /// name (`config-copier`).
+    pub fn new(name: &'static str, args: &CommonArgs) -> Self {
+        match args.validate(name) {
+            Ok(config) => Self { name, config },
+            Err(e) => e.exit(),
+        }
+    }
+
+    pub fn config(&self) -> &CommonConfig {
+        &self.config
+    }
+
+    /// Runs until SIGTERM/SIGINT (exit 0) or a failure (exit 1), on a new
+    /// multi-threaded tokio runtime.
+    pub fn run<F, Fut>(self, controllers: F) -> ExitCode
+    where
+        F: FnOnce(Context) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(self.run_async(controllers)),
+            Err(e) => {
+                eprintln!("error: starting the tokio runtime: {e}");
+                ExitCode::from(EXIT_FAILURE)
+            }
+        }
+    }
+
+    /// [`Operator::run`] on the caller's runtime.
+    pub async fn run_async<F, Fut>(self, controllers: F) -> ExitCode
+    where
+        F: FnOnce(Context) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        crate::telemetry::init(self.config.log_format);
+        match self.run_inner(controllers).await {
+            Ok(code) => code,
+            Err(e) => {
+                tracing::error!(error = format!("{e:#}"), "operator failed");
+                ExitCode::from(EXIT_FAILURE)
+            }
+        }
+    }
+
+    async fn run_inner<F, Fut>(self, controllers: F) -> anyhow::Result<ExitCode>
+    where
+        F: FnOnce(Context) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let cfg = &self.config;
+        let metrics = Metrics::new()?;
+        let readiness = Readiness::default();
+        let shutdown = CancellationToken::new();
+        let servers_stop = CancellationToken::new();
+        let _stop_servers = servers_stop.clone().drop_guard();
+
+        if let Some(addr) = cfg.metrics_address {
+            let bound = server::serve(
+                "metrics-bind-address",
+                addr,
+                server::metrics_router(metrics.clone()),
+                servers_stop.clone(),
+            )
+            .await?;
+            tracing::info!(address = %bound, "serving /metrics");
+        }
+        if let Some(addr) = cfg.health_address {
+            let bound = server::serve(
+                "health-probe-bind-address",
+                addr,
+                server::health_router(readiness.clone()),
+                servers_stop.clone(),
+            )
+            .await?;
+            tracing::info!(address = %bound, "serving /healthz and /readyz");
+        }
+        spawn_signal_handler(shutdown.clone(), readiness.clone());
+
+        let client = Client::try_default()
+            .await
+            .map_err(|e| anyhow::anyhow!("no cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config): {e}"))?;
+        let identity = default_identity();
+        let instance = identity.rsplit_once('_').map(|(host, _)| host.to_string()).unwrap_or_else(|| identity.clone());
+        let ctx = Context {
+            events: Events::new(client.clone(), self.name, &instance),
+            client: client.clone(),
+            metrics: metrics.clone(),
+            operator: self.name,
+            field_manager: format!("flotilla-{}", self.name),
+            readiness: readiness.clone(),
+            shutdown: shutdown.clone(),
+        };
+
+        let mut leadership = None;
+        let leader_gauge = metrics.leader_status(&cfg.lease_name);
+        if cfg.leader_elect {
+            leader_gauge.set(0);
+            let elector =
+                LeaderElector::new(client, &cfg.lease_namespace, &cfg.lease_name, &identity, cfg.lease_timings);
+            tracing::info!(lease = %cfg.lease_name, namespace = %cfg.lease_namespace, %identity, "waiting to become the leader");
+            let standby_health = {
+                let (elector, readiness) = (elector.clone(), readiness.clone());
+                tokio::spawn(async move {
+                    loop {
+                        readiness.set_standby(elector.healthy());
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                })
+            };
+            // Ready while standing by: the first attempt decides health.
+            readiness.set_standby(true);
+            let acquired = tokio::select! {
+                l = elector.acquire() => Some(l),
+                _ = shutdown.cancelled() => None,
+            };
+            standby_health.abort();
+            match acquired {
+                Some(l) => leadership = Some(l),
+                None => {
+                    tracing::info!("shut down while standing by");
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            leader_gauge.set(1);
+        }
+        readiness.set_active();
+
+        let end = {
+            let mut run = std::pin::pin!(controllers(ctx));
+            let mut deadline: Option<tokio::time::Instant> = None;
+            loop {
+                tokio::select! {
+                    r = &mut run => break End::Finished(r),
+                    _ = async { match leadership.as_mut() { Some(l) => l.lost().await, None => std::future::pending().await } } => {
+                        break End::LostLeadership;
+                    }
+                    _ = shutdown.cancelled(), if deadline.is_none() => {
+                        deadline = Some(tokio::time::Instant::now() + cfg.graceful_shutdown_timeout);
+                    }
+                    _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
+                        break End::ShutdownTimedOut;
+                    }
+                }
+            }
+        };
+
+        match end {
+            End::LostLeadership => {
+                leader_gauge.set(0);
+                shutdown.cancel();
+                tracing::error!("leader election lost: stopping so that a clean process can start");
+                Ok(ExitCode::from(EXIT_FAILURE))
+            }
+            End::Finished(result) => {
+                let requested = shutdown.is_cancelled();
+                release(leadership, &leader_gauge).await;
+                match result {
+                    Ok(()) if requested => {
+                        tracing::info!("shut down cleanly");
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Ok(()) => anyhow::bail!("the controllers stopped without being asked to"),
+                    Err(e) => Err(e.context("controllers failed")),
+                }
+            }
+            End::ShutdownTimedOut => {
+                tracing::warn!(timeout = ?cfg.graceful_shutdown_timeout, "in-flight reconciles did not finish in time; exiting anyway");
+                release(leadership, &leader_gauge).await;
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    }
+}
+
+async fn release(leadership: Option<crate::leader::Leadership>, gauge: &prometheus::IntGauge) {
+    if let Some(l) = leadership {
+        if let Err(e) = l.release().await {
+            tracing::warn!(error = %e, "could not release the leader lease; a standby takes over when it expires");
+        }
+        gauge.set(0);
+    }
+}
+
+/// First SIGTERM/SIGINT: graceful shutdown. Second: exit 1 at once.
+fn spawn_signal_handler(shutdown: CancellationToken, readiness: Readiness) {
+    tokio::spawn(async move {
+        let mut count = 0;
+        loop {
+            wait_for_signal().await;
+            count += 1;
+            if count == 1 {
+                tracing::info!("shutdown requested: finishing in-flight work");
+                readiness.set_shutting_down();
+                shutdown.cancel();
+            } else {
+                tracing::warn!("second signal: exiting now");
+                std::process::exit(i32::from(EXIT_FAILURE));
+            }
+        }
+    });
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,266 @@
+//! The toy operator (shared/examples/toy_operator) run as a process, as a
+//! user runs an operator: flags, metrics, readiness, leader election,
+//! shutdown. Timings are shortened with the leader-election flags.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{T, Toy, install_widget_crd, widget};
+use flotilla_testenv::{shared, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+
+fn le_flags<'a>(ns: &'a str, id: &'a str, lease: &'a str, renew: &'a str, retry: &'a str) -> Vec<String> {
+    vec![
+        "--leader-elect".into(),
+        format!("--leader-election-namespace={ns}"),
+        format!("--leader-election-id={id}"),
+        format!("--leader-elect-lease-duration={lease}"),
+        format!("--leader-elect-renew-deadline={renew}"),
+        format!("--leader-elect-retry-period={retry}"),
+    ]
+}
+
+fn start(kubeconfig: &std::path::Path, flags: &[String]) -> Toy {
+    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Toy::start(kubeconfig, &refs)
+}
+
+async fn wait_leader(toy: &Toy, id: &str, timeout: Duration) {
+    let series = format!("leader_election_master_status{{name=\"{id}\"}}");
+    wait_for(&format!("{series} == 1"), timeout, || async {
+        Ok::<_, String>((toy.metric(&series).await == Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+}
+
+async fn lease_holder(ns: &str, id: &str) -> Option<String> {
+    let api: Api<Lease> = Api::namespaced(shared().client().await, ns);
+    api.get(id).await.ok()?.spec?.holder_identity
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag_without_touching_the_cluster() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--leader-elect-lease-duration=5s"], "--leader-elect-lease-duration"),
+        (&["--metrics-bind-address=not-an-address"], "--metrics-bind-address"),
+        (&["--leader-election-id=Bad_Name"], "--leader-election-id"),
+        (&["--leader-elect-retry-period=soon"], "--leader-elect-retry-period"),
+        (&["--log-format=xml"], "--log-format"),
+    ];
+    for (args, flag) in cases {
+        let started = Instant::now();
+        let out = Command::new(common::toy_binary())
+            .args(*args)
+            // Unreachable on purpose: touching the cluster would fail differently (exit 1).
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("run toy");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: stderr should name {flag}: {stderr}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?} took {:?}", started.elapsed());
+    }
+}
+
+#[test]
+fn help_documents_every_flag_and_its_environment_variable() {
+    let out = Command::new(common::toy_binary()).arg("--help").output().expect("run toy");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for (flag, env) in [
+        ("--metrics-bind-address", "METRICS_BIND_ADDRESS"),
+        ("--health-probe-bind-address", "HEALTH_PROBE_BIND_ADDRESS"),
+        ("--leader-elect", "LEADER_ELECT"),
+        ("--leader-election-id", "LEADER_ELECTION_ID"),
+        ("--leader-election-namespace", "LEADER_ELECTION_NAMESPACE"),
+        ("--log-format", "LOG_FORMAT"),
+    ] {
+        assert!(
+            help.contains(flag) && help.contains(&format!("[env: {env}=")),
+            "{flag}/{env} missing from --help:\n{help}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn reconcile_metrics_count_successes_and_errors() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("metrics").await.unwrap();
+    let toy = Toy::start(&env.kubeconfig, &[]);
+    let api: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
+    api.create(&PostParams::default(), &widget("good", json!({"message": "hi"}))).await.unwrap();
+    api.create(&PostParams::default(), &widget("bad", json!({"fail": true}))).await.unwrap();
+
+    let ok = r#"controller_runtime_reconcile_total{controller="widget",result="success"}"#;
+    let err = r#"controller_runtime_reconcile_total{controller="widget",result="error"}"#;
+    let errors = r#"controller_runtime_reconcile_errors_total{controller="widget"}"#;
+    let count = r#"controller_runtime_reconcile_time_seconds_count{controller="widget"}"#;
+    wait_for("a success and an error in /metrics", T, || async {
+        let (s, e, n) = (toy.metric(ok).await, toy.metric(errors).await, toy.metric(count).await);
+        Ok::<_, String>((s >= Some(1.0) && e >= Some(1.0) && n >= Some(2.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    assert!(toy.metric(err).await >= Some(1.0));
+    assert_eq!(
+        toy.metric(r#"controller_runtime_reconcile_total{controller="widget",result="requeue"}"#).await,
+        Some(0.0)
+    );
+    assert!(toy.metric("process_resident_memory_bytes").await.is_some_and(|v| v > 0.0));
+    wait_for("/readyz to be 200 once the cache synced", T, || async {
+        Ok::<_, String>(toy.ready().await.then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    let (code, body) = common::get(&format!("{}/healthz", toy.health)).await.unwrap();
+    assert_eq!((code, body.as_str()), (200, "ok"));
+}
+
+#[tokio::test]
+async fn two_instances_one_leader_and_the_standby_takes_over_when_the_leader_dies() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("le-kill").await.unwrap();
+    let id = "toy-kill";
+    let flags = le_flags(&ns, id, "3s", "2s", "500ms");
+    let mut a = start(&env.kubeconfig, &flags);
+    wait_leader(&a, id, T).await;
+    let b = start(&env.kubeconfig, &flags);
+    let series = format!("leader_election_master_status{{name=\"{id}\"}}");
+    wait_for("the standby to be ready", T, || async { Ok::<_, String>(b.ready().await.then_some(())) })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", b.logs()));
+    assert!(a.ready().await, "the leader is ready");
+    // Several retry periods later, still exactly one leader.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(a.metric(&series).await, Some(1.0));
+    assert_eq!(b.metric(&series).await, Some(0.0));
+    assert!(b.ready().await, "a healthy standby is ready");
+
+    // Kill the leader without a chance to release.
+    a.child.kill().unwrap();
+    let _ = a.child.wait();
+    let killed = Instant::now();
+    wait_leader(&b, id, Duration::from_secs(15)).await;
+    let took = killed.elapsed();
+    eprintln!("standby took over {took:?} after the leader was killed (lease 3s, retry 500ms)");
+    // Not before the lease could have expired, and within lease + retry (+ jitter and scrape slack).
+    assert!(took >= Duration::from_millis(2500), "took over too early: {took:?}");
+    assert!(took <= Duration::from_millis(3000 + 600 + 1500), "took over too late: {took:?}");
+}
+
+#[tokio::test]
+async fn a_released_lease_is_taken_over_within_about_two_retry_periods() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("le-release").await.unwrap();
+    let id = "toy-release";
+    // A long lease: only a release explains a fast takeover.
+    let flags = le_flags(&ns, id, "20s", "4s", "500ms");
+    let mut a = start(&env.kubeconfig, &flags);
+    wait_leader(&a, id, T).await;
+    let b = start(&env.kubeconfig, &flags);
+    wait_for("the standby to be ready", T, || async { Ok::<_, String>(b.ready().await.then_some(())) }).await.unwrap();
+
+    a.signal(libc::SIGTERM);
+    let stopped = Instant::now();
+    let status = a.wait_exit(T).await;
+    assert_eq!(status.code(), Some(0), "logs:\n{}", a.logs());
+    wait_leader(&b, id, T).await;
+    let took = stopped.elapsed();
+    eprintln!("standby took over {took:?} after SIGTERM released the lease (retry 500ms, lease 20s)");
+    assert!(took <= Duration::from_millis(2 * 500 + 1500), "took over too late: {took:?}");
+    assert!(a.logs().contains("released the leader lease"), "{}", a.logs());
+}
+
+#[tokio::test]
+async fn a_leader_that_cannot_renew_past_the_deadline_stops_and_exits_non_zero() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("le-renew").await.unwrap();
+    let admin = env.client().await;
+    let id = "toy-renew";
+    // The toy runs as a ServiceAccount: widgets and events cluster-wide,
+    // leases through a RoleBinding the test then deletes.
+    let cr: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": format!("toy-{ns}")},
+        "rules": [
+            {"apiGroups": ["toy.flotilla.dev"], "resources": ["widgets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["toy.flotilla.dev"], "resources": ["widgets/status"], "verbs": ["patch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+        ]
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(admin.clone()).create(&PostParams::default(), &cr).await.unwrap();
+    let crb: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("toy-{ns}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("toy-{ns}")},
+        "subjects": [{"kind": "ServiceAccount", "name": "toy", "namespace": ns}]
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &crb).await.unwrap();
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "leases"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &role).await.unwrap();
+    let rb: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "leases"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "leases"},
+        "subjects": [{"kind": "ServiceAccount", "name": "toy", "namespace": ns}]
+    }))
+    .unwrap();
+    let rbs: Api<RoleBinding> = Api::namespaced(admin, &ns);
+    rbs.create(&PostParams::default(), &rb).await.unwrap();
+
+    let kubeconfig = env.service_account_kubeconfig(&ns, "toy").await.unwrap();
+    let mut toy = start(&kubeconfig, &le_flags(&ns, id, "3s", "2s", "500ms"));
+    wait_leader(&toy, id, T).await;
+
+    rbs.delete("leases", &DeleteParams::default()).await.unwrap();
+    let revoked = Instant::now();
+    let status = toy.wait_exit(Duration::from_secs(20)).await;
+    eprintln!("leader exited {:?} after its lease rights were revoked (renew deadline 2s)", revoked.elapsed());
+    assert_eq!(status.code(), Some(1), "logs:\n{}", toy.logs());
+    assert!(toy.logs().contains("leader election lost"), "{}", toy.logs());
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_reconcile_in_flight_finish_releases_the_lease_and_exits_0() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("sigterm").await.unwrap();
+    let id = "toy-sigterm";
+    let mut toy = start(&env.kubeconfig, &le_flags(&ns, id, "15s", "10s", "2s"));
+    wait_leader(&toy, id, T).await;
+    assert!(lease_holder(&ns, id).await.is_some_and(|h| !h.is_empty()));
+
+    let api: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
+    api.create(&PostParams::default(), &widget("slow", json!({"message": "slow", "sleepSeconds": 3}))).await.unwrap();
+    let active = r#"controller_runtime_active_workers{controller="widget"}"#;
+    wait_for("the slow reconcile to be in flight", T, || async {
+        Ok::<_, String>((toy.metric(active).await == Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+
+    toy.signal(libc::SIGTERM);
+    let status = toy.wait_exit(T).await;
+    assert_eq!(status.code(), Some(0), "logs:\n{}", toy.logs());
+
+    // The reconcile completed: it wrote Ready before the process exited.
+    let w = api.get("slow").await.unwrap();
+    let ready = w.status.and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"));
+    assert_eq!(ready.map(|c| c.status), Some("True".to_string()), "logs:\n{}", toy.logs());
+    assert_eq!(lease_holder(&ns, id).await.unwrap_or_default(), "", "the lease is released");
+}
