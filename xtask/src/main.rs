@@ -1,5 +1,6 @@
 //! `cargo xtask`: the one entry point a newcomer needs.
 
+mod bench;
 mod cluster;
 mod crds;
 mod demo;
@@ -33,6 +34,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier`.
+    Bench { operator: String },
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +46,7 @@ fn main() -> std::process::ExitCode {
         Command::Cluster { action } => cluster::run(action),
         Command::Demo => demo::run(),
         Command::Crds { check } => crds::run(check),
+        Command::Bench { operator } => bench::run(&operator),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,1 @@
+//! Flotilla operator `config-copier` (being built: see its issue).

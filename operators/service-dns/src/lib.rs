@@ -1,0 +1,1 @@
+//! Flotilla operator `service-dns` (being built: see its issue).
