@@ -24,6 +24,7 @@ pub mod harness;
 pub mod kubeconfig;
 pub mod pki;
 pub mod process;
+pub mod tools;
 pub mod versions;
 
 pub use assets::Assets;

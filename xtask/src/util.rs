@@ -27,6 +27,7 @@ pub fn setup() -> anyhow::Result<Assets> {
     let started = Instant::now();
     say("setup: checking tools (control plane, kubectl, helm)");
     let assets = flotilla_testenv::assets::ensure_all(&progress).context("building the test tools")?;
+    flotilla_testenv::tools::ensure_all(&progress).context("installing the packaging tools")?;
     say(&format!("setup: done in {:.0?}", started.elapsed()));
     Ok(assets)
 }

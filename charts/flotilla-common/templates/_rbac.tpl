@@ -1,0 +1,73 @@
+{{/*
+Least privilege: the operator's rules ("<chart>.rules") and events in a
+ClusterRole, or in a Role of that namespace when the chart has a
+watchNamespace value set; leader-election leases only in the release
+namespace.
+*/}}
+{{- define "flotilla.rbac" -}}
+{{- if .Values.rbac.create }}
+{{- $scoped := .Values.watchNamespace | default "" }}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ if $scoped }}Role{{ else }}ClusterRole{{ end }}
+metadata:
+  name: {{ include "flotilla.fullname" . }}
+  {{- if $scoped }}
+  namespace: {{ $scoped }}
+  {{- end }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+rules:
+  {{- include (printf "%s.rules" .Chart.Name) . | trim | nindent 2 }}
+  - apiGroups: ["events.k8s.io"]
+    resources: ["events"]
+    verbs: ["create", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ if $scoped }}RoleBinding{{ else }}ClusterRoleBinding{{ end }}
+metadata:
+  name: {{ include "flotilla.fullname" . }}
+  {{- if $scoped }}
+  namespace: {{ $scoped }}
+  {{- end }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: {{ if $scoped }}Role{{ else }}ClusterRole{{ end }}
+  name: {{ include "flotilla.fullname" . }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "flotilla.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
+{{- if .Values.leaderElection.enabled }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ include "flotilla.fullname" . }}-leader-election
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+rules:
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["get", "create", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ include "flotilla.fullname" . }}-leader-election
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ include "flotilla.fullname" . }}-leader-election
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "flotilla.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end }}
+{{- end }}
+{{- end -}}

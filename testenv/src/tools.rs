@@ -1,0 +1,153 @@
+//! The packaging checks' tools: Go programs installed with `go install` from
+//! the Go module proxy into `~/.cache/flotilla/<tool>-<version>/bin/`, and
+//! Prometheus from Debian's package. Each is looked up by the tests, which
+//! fail with a message naming `cargo xtask setup` when it is missing.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use crate::assets::{AssetsError, Progress, fmt_elapsed};
+use crate::versions::cache_root;
+
+/// A tool built with `go install <package>@<version>`.
+#[derive(Debug, Clone, Copy)]
+pub struct GoTool {
+    pub name: &'static str,
+    pub package: &'static str,
+    pub version: &'static str,
+}
+
+/// actionlint checks the GitHub workflows.
+pub const ACTIONLINT: GoTool =
+    GoTool { name: "actionlint", package: "github.com/rhysd/actionlint/cmd/actionlint", version: "v1.7.12" };
+/// helm-docs generates the charts' values tables.
+pub const HELM_DOCS: GoTool =
+    GoTool { name: "helm-docs", package: "github.com/norwoodj/helm-docs/cmd/helm-docs", version: "v1.14.2" };
+// buildx is not here: `go install` refuses its go.mod (replace and exclude
+// directives) and its newest releases need module versions the proxy does not
+// serve; docker-bake.hcl is checked with an HCL parser instead (e2e/tests).
+
+pub const GO_TOOLS: &[GoTool] = &[ACTIONLINT, HELM_DOCS];
+
+impl GoTool {
+    pub fn dir(&self) -> PathBuf {
+        cache_root().join(format!("{}-{}", self.name, self.version)).join("bin")
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir().join(self.name)
+    }
+
+    /// The installed binary, or an error saying how to get it.
+    pub fn locate(&self) -> Result<PathBuf, AssetsError> {
+        let path = self.path();
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(AssetsError::Missing { missing: self.name.to_string(), dir: self.dir() })
+        }
+    }
+
+    fn install(&self, progress: Progress<'_>) -> Result<PathBuf, AssetsError> {
+        let started = Instant::now();
+        progress(&format!("installing {} {} (go install)", self.name, self.version));
+        let dir = self.dir();
+        let tmp = dir.with_extension("tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|source| AssetsError::Io { path: tmp.clone(), source })?;
+        let out = Command::new("go")
+            .args(["install", "-trimpath", "-ldflags=-s -w", &format!("{}@{}", self.package, self.version)])
+            .env("GOBIN", &tmp)
+            .env("CGO_ENABLED", "0")
+            .env_remove("GOFLAGS")
+            .current_dir(std::env::temp_dir())
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|_| AssetsError::NoGo)?;
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stderr);
+            let detail: Vec<&str> = text.lines().filter(|l| !l.starts_with("go: downloading")).take(8).collect();
+            return Err(AssetsError::Build { what: format!("go install {}", self.name), detail: detail.join("\n") });
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir).map_err(|source| AssetsError::Io { path: dir.clone(), source })?;
+        progress(&format!("  {}: done in {}", self.name, fmt_elapsed(started.elapsed())));
+        Ok(self.path())
+    }
+}
+
+/// Prometheus from Debian's `prometheus` package.
+pub const PROMETHEUS: &str = "/usr/bin/prometheus";
+
+pub fn prometheus() -> Result<PathBuf, AssetsError> {
+    let path = PathBuf::from(PROMETHEUS);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(AssetsError::Missing {
+            missing:
+                "prometheus (Debian package `prometheus`: `apt-get install prometheus`, or `cargo xtask setup` as root)"
+                    .into(),
+            dir: PathBuf::from("/usr/bin"),
+        })
+    }
+}
+
+fn install_prometheus(progress: Progress<'_>) -> Result<(), AssetsError> {
+    // apt needs root.
+    let uid = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if uid.as_deref().ok() != Some("0") {
+        return Err(AssetsError::Build {
+            what: "installing prometheus".into(),
+            detail:
+                "not root: run `sudo apt-get install -y prometheus` (Debian/Ubuntu), then `cargo xtask setup` again"
+                    .into(),
+        });
+    }
+    let started = Instant::now();
+    progress("installing prometheus (apt-get, Debian package)");
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|source| AssetsError::Io { path: PathBuf::from("apt-get"), source })
+    };
+    let update = apt(&["update", "-qq"])?;
+    if !update.status.success() {
+        return Err(AssetsError::Build {
+            what: "apt-get update".into(),
+            detail: String::from_utf8_lossy(&update.stderr).into_owned(),
+        });
+    }
+    let out = apt(&["install", "-y", "-qq", "--no-install-recommends", "prometheus"])?;
+    if !out.status.success() {
+        return Err(AssetsError::Build {
+            what: "apt-get install prometheus".into(),
+            detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    progress(&format!("  prometheus: done in {}", fmt_elapsed(started.elapsed())));
+    Ok(())
+}
+
+/// Installs whatever packaging tool is missing.
+pub fn ensure_all(progress: Progress<'_>) -> Result<(), AssetsError> {
+    for tool in GO_TOOLS {
+        if tool.locate().is_err() {
+            tool.install(progress)?;
+        }
+    }
+    if prometheus().is_err() {
+        install_prometheus(progress)?;
+    }
+    for tool in GO_TOOLS {
+        if let Ok(p) = tool.locate() {
+            progress(&format!("{}: {}", tool.name, p.display()));
+        }
+    }
+    progress(&format!("prometheus: {PROMETHEUS}"));
+    Ok(())
+}
