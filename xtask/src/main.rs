@@ -1,9 +1,11 @@
 //! `cargo xtask`: the one entry point a newcomer needs.
 
 mod bench;
+mod charts;
 mod cluster;
 mod crds;
 mod demo;
+mod dist;
 mod test;
 mod util;
 
@@ -34,6 +36,13 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Build chart dependencies and write the charts' README values tables (--check: fail if they differ).
+    Charts {
+        #[arg(long)]
+        check: bool,
+    },
+    /// Build the release binary of every operator with the Dockerfile's command; check its libraries; print sizes.
+    Dist,
     /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier`.
     Bench { operator: String },
 }
@@ -46,6 +55,8 @@ fn main() -> std::process::ExitCode {
         Command::Cluster { action } => cluster::run(action),
         Command::Demo => demo::run(),
         Command::Crds { check } => crds::run(check),
+        Command::Charts { check } => charts::run(check),
+        Command::Dist => dist::run(),
         Command::Bench { operator } => bench::run(&operator),
     };
     match result {

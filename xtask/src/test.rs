@@ -14,6 +14,8 @@ fn steps() -> Vec<Step> {
             run_cmd(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))
         }),
         ("CRD files match the types", || crate::crds::run(true)),
+        ("chart dependencies and READMEs", || crate::charts::run(true)),
+        ("release binaries (Dockerfile command)", crate::dist::run),
         ("cargo test --workspace", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-fail-fast"]))),
     ]
 }

@@ -50,3 +50,5 @@ pub fn cargo() -> Command {
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")
 }
+
+pub use flotilla_e2e::operators;

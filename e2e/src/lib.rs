@@ -1,0 +1,149 @@
+//! Helpers for the packaging checks: where things are, helm, the operators'
+//! binaries, and running an operator process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use anyhow::{Context, bail};
+use flotilla_testenv::Assets;
+
+/// The umbrella chart.
+pub const UMBRELLA: &str = "flotilla";
+
+pub fn root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+pub fn charts_dir() -> PathBuf {
+    root().join("charts")
+}
+
+/// Every crate under `operators/`, sorted.
+pub fn operators() -> anyhow::Result<Vec<String>> {
+    let mut ops = Vec::new();
+    for entry in std::fs::read_dir(root().join("operators")).context("reading operators/")? {
+        let entry = entry?;
+        if entry.path().join("Cargo.toml").is_file() {
+            ops.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    ops.sort();
+    Ok(ops)
+}
+
+/// Runs helm (from `cargo xtask setup`) with `KUBECONFIG`, returning its output.
+pub fn helm(kubeconfig: Option<&Path>, args: &[&str]) -> anyhow::Result<Output> {
+    let bin = Assets::helm()?;
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    if let Some(k) = kubeconfig {
+        cmd.env("KUBECONFIG", k);
+    }
+    // helm's caches and config go to a temp dir, not the user's home.
+    let home = std::env::temp_dir().join("flotilla-helm-home");
+    cmd.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    cmd.output().with_context(|| format!("running helm {args:?}"))
+}
+
+/// helm, failing with its stderr when it fails.
+pub fn helm_ok(kubeconfig: Option<&Path>, args: &[&str]) -> anyhow::Result<String> {
+    let out = helm(kubeconfig, args)?;
+    if !out.status.success() {
+        bail!(
+            "helm {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `helm dependency build` for every operator chart (library inside), then
+/// the umbrella. Once per process; `cargo xtask charts` runs the same.
+pub fn build_chart_dependencies() -> anyhow::Result<()> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let mut charts = operators().map_err(|e| e.to_string())?;
+        charts.push(UMBRELLA.to_string());
+        for chart in charts {
+            let dir = charts_dir().join(&chart).display().to_string();
+            helm_ok(None, &["dependency", "build", "--skip-refresh", &dir]).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
+}
+
+/// Parses multi-document YAML (e.g. `helm template` output) into values.
+pub fn yaml_documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    Ok(docs)
+}
+
+/// The debug binary of an operator, built by `cargo test --workspace`.
+pub fn operator_binary(op: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let bin = dir.join(op);
+    if !bin.is_file() {
+        bail!("{} is missing: build it with `cargo build -p {op}` (cargo test --workspace builds it)", bin.display());
+    }
+    Ok(bin)
+}
+
+/// A running operator process, killed on drop; its stderr goes to a file.
+pub struct OperatorProcess {
+    pub child: Child,
+    pub log: PathBuf,
+    pub metrics_port: u16,
+    pub health_port: u16,
+}
+
+impl OperatorProcess {
+    /// Starts `op` with `args` (bind addresses are added on free loopback
+    /// ports) and `KUBECONFIG=kubeconfig`.
+    pub fn start(op: &str, kubeconfig: &Path, args: &[String], env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let (metrics_port, health_port) =
+            (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
+        let log = std::env::temp_dir().join(format!("{op}-{}-{metrics_port}.log", std::process::id()));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(operator_binary(op)?)
+            .args(args)
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health_port}"))
+            .envs(env.iter().copied())
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {op}"))?;
+        Ok(Self { child, log, metrics_port, health_port })
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn metrics_address(&self) -> String {
+        format!("127.0.0.1:{}", self.metrics_port)
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,287 @@
+//! The charts as users meet them: `helm lint --strict`, `helm template` with
+//! defaults and with every optional feature, `helm install` of the umbrella
+//! and of one operator chart alone into the real test control plane, and
+//! `helm uninstall` leaving only the CRDs. The commands are the README's.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+
+use flotilla_e2e::{UMBRELLA, build_chart_dependencies, charts_dir, helm, helm_ok, operators, yaml_documents};
+use flotilla_testenv::shared;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::Value;
+
+fn chart(name: &str) -> String {
+    build_chart_dependencies().unwrap();
+    charts_dir().join(name).display().to_string()
+}
+
+/// Values every chart needs to render a working configuration.
+fn required_values(chart: &str) -> Vec<&'static str> {
+    match chart {
+        "service-dns" => vec!["--set", "route53.hostedZoneId=Z0123456789ABC"],
+        UMBRELLA => vec!["--set", "service-dns.enabled=true", "--set", "service-dns.route53.domainName=example.com"],
+        _ => vec![],
+    }
+}
+
+fn kinds(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter().filter_map(|d| d["kind"].as_str().map(str::to_string)).collect()
+}
+
+#[test]
+fn every_chart_passes_helm_lint_strict() {
+    let mut charts = operators().unwrap();
+    charts.push(UMBRELLA.to_string());
+    for c in charts {
+        let mut args = vec!["lint", "--strict"];
+        let path = chart(&c);
+        args.push(&path);
+        args.extend(required_values(&c));
+        helm_ok(None, &args).unwrap_or_else(|e| panic!("{c}: {e}"));
+    }
+}
+
+#[test]
+fn defaults_render_a_hardened_deployment_with_probes_and_least_privilege() {
+    for op in operators().unwrap() {
+        let path = chart(&op);
+        let mut args = vec!["template", "rel", &path, "--namespace", "ops"];
+        args.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &args).unwrap()).unwrap();
+        let k = kinds(&docs);
+        for expected in
+            ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment"]
+        {
+            assert!(k.contains(expected), "{op}: no {expected} in {k:?}");
+        }
+        assert!(
+            !k.contains("ServiceMonitor") && !k.contains("PodDisruptionBudget"),
+            "{op}: optional objects are off by default"
+        );
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let pod = &d["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(d["spec"]["replicas"], 2, "{op}: a standby by default");
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+        assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+        let args: Vec<String> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
+        for flag in [
+            "--leader-elect=true",
+            "--leader-election-namespace=ops",
+            "--metrics-bind-address=0.0.0.0:8080",
+            "--health-probe-bind-address=0.0.0.0:8081",
+            "--log-format=json",
+        ] {
+            assert!(args.contains(&flag.to_string()), "{op}: {flag} not in {args:?}");
+        }
+        assert_eq!(c["image"], Value::from(format!("ghcr.io/flotilla-dev/flotilla-{op}:0.1.0")));
+        // The lease Role grants only leases, only in the release namespace.
+        let role = docs.iter().find(|d| d["kind"] == "Role").unwrap();
+        assert_eq!(role["metadata"]["namespace"], "ops");
+        assert_eq!(role["rules"][0]["resources"], serde_json::json!(["leases"]));
+        // No wildcard anywhere in the RBAC.
+        for r in docs.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role") {
+            assert!(!r["rules"].to_string().contains('*'), "{op}: wildcard in {}", r["rules"]);
+        }
+    }
+}
+
+#[test]
+fn every_optional_feature_renders() {
+    for op in operators().unwrap() {
+        let path = chart(&op);
+        let mut args = vec![
+            "template",
+            "rel",
+            &path,
+            "--namespace",
+            "ops",
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "metrics.serviceMonitor.labels.release=prom",
+            "--set",
+            "podDisruptionBudget.enabled=true",
+            "--set",
+            "imagePullSecrets[0]=regcred",
+            "--set",
+            "global.imagePullSecrets[0]=globalcred",
+            "--set",
+            "nodeSelector.kubernetes\\.io/os=linux",
+            "--set",
+            "tolerations[0].operator=Exists",
+            "--set",
+            "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
+            "--set",
+            "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey=kubernetes.io/hostname",
+            "--set",
+            "podAnnotations.team=platform",
+            "--set",
+            "podLabels.tier=ops",
+            "--set",
+            "extraArgs[0]=--graceful-shutdown-timeout=20s",
+            "--set",
+            "extraEnv[0].name=RUST_LOG",
+            "--set",
+            "extraEnv[0].value=debug",
+            "--set",
+            "serviceAccount.annotations.owner=me",
+            "--set",
+            "priorityClassName=system-cluster-critical",
+            "--set",
+            "global.image.registry=registry.example.com/mirror",
+            "--set",
+            "global.image.tag=v9.9.9",
+            "--set",
+            "global.logFormat=text",
+        ];
+        args.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &args).unwrap_or_else(|e| panic!("{op}: {e}"))).unwrap();
+        let k = kinds(&docs);
+        assert!(k.contains("ServiceMonitor") && k.contains("PodDisruptionBudget"), "{op}: {k:?}");
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let pod = &d["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(pod["imagePullSecrets"], serde_json::json!([{"name": "globalcred"}, {"name": "regcred"}]));
+        assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], "linux");
+        assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+        assert_eq!(c["image"], Value::from(format!("registry.example.com/mirror/flotilla-{op}:v9.9.9")));
+        assert!(c["args"].to_string().contains("--graceful-shutdown-timeout=20s"));
+        assert!(c["args"].to_string().contains("--log-format=text"));
+        assert!(c["env"].to_string().contains("RUST_LOG"));
+        assert_eq!(d["spec"]["template"]["metadata"]["annotations"]["team"], "platform");
+        let sm = docs.iter().find(|d| d["kind"] == "ServiceMonitor").unwrap();
+        assert_eq!(sm["metadata"]["labels"]["release"], "prom");
+        assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    }
+}
+
+#[test]
+fn a_watch_namespace_turns_the_cluster_role_into_a_role() {
+    let path = chart("service-dns");
+    let docs = yaml_documents(
+        &helm_ok(
+            None,
+            &[
+                "template",
+                "rel",
+                &path,
+                "--namespace",
+                "ops",
+                "--set",
+                "route53.hostedZoneId=Z1",
+                "--set",
+                "watchNamespace=team-a",
+            ],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(!kinds(&docs).contains("ClusterRole"), "{:?}", kinds(&docs));
+    let scoped =
+        docs.iter().find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "team-a").expect("a Role in team-a");
+    assert!(scoped["rules"].to_string().contains("services"));
+    let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert!(d["spec"]["template"]["spec"]["containers"][0]["args"].to_string().contains("--watch-namespace=team-a"));
+}
+
+#[test]
+fn bad_values_are_rejected_by_the_schema_with_a_clear_message() {
+    for op in operators().unwrap() {
+        let path = chart(&op);
+        let out = helm(None, &["template", "rel", &path, "--set", "logFormat=xml"]).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{op}: logFormat=xml accepted");
+        assert!(stderr.contains("logFormat"), "{op}: {stderr}");
+        let out = helm(None, &["template", "rel", &path, "--set", "replicasCount=3"]).unwrap();
+        assert!(!out.status.success(), "{op}: a misspelt key is accepted");
+    }
+}
+
+async fn objects_of_release(client: &kube::Client, ns: &str, release: &str) -> Vec<String> {
+    let lp = ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"));
+    let mut found = Vec::new();
+    macro_rules! collect {
+        ($api:expr, $kind:literal) => {
+            for o in $api.list(&lp).await.unwrap().items {
+                found.push(format!("{}/{}", $kind, o.metadata.name.unwrap_or_default()));
+            }
+        };
+    }
+    collect!(Api::<Deployment>::namespaced(client.clone(), ns), "Deployment");
+    collect!(Api::<ServiceAccount>::namespaced(client.clone(), ns), "ServiceAccount");
+    collect!(Api::<Service>::namespaced(client.clone(), ns), "Service");
+    collect!(Api::<Role>::namespaced(client.clone(), ns), "Role");
+    collect!(Api::<RoleBinding>::namespaced(client.clone(), ns), "RoleBinding");
+    collect!(Api::<ClusterRole>::all(client.clone()), "ClusterRole");
+    collect!(Api::<ClusterRoleBinding>::all(client.clone()), "ClusterRoleBinding");
+    found
+}
+
+#[tokio::test]
+async fn the_umbrella_installs_and_uninstalls_leaving_only_the_crds() {
+    let env = shared();
+    let ns = env.namespace("umbrella").await.unwrap();
+    let client = env.client().await;
+    let path = chart(UMBRELLA);
+    let mut args = vec!["install", "flotilla", &path, "--namespace", &ns];
+    args.extend(required_values(UMBRELLA));
+    helm_ok(Some(&env.kubeconfig), &args).unwrap();
+
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns).list(&ListParams::default()).await.unwrap();
+    let names: BTreeSet<String> = deployments.items.iter().filter_map(|d| d.metadata.name.clone()).collect();
+    for op in operators().unwrap() {
+        assert!(names.contains(&format!("flotilla-{op}")), "no Deployment flotilla-{op}: {names:?}");
+    }
+    for d in &deployments.items {
+        let c = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert!(c.args.as_ref().unwrap().contains(&format!("--leader-election-namespace={ns}")));
+        assert!(c.readiness_probe.is_some() && c.liveness_probe.is_some());
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let generated: Vec<String> = std::fs::read_dir(flotilla_e2e::root().join("crds"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().strip_suffix(".yaml").map(str::to_string))
+        .collect();
+    for name in &generated {
+        assert!(crds.get_opt(name).await.unwrap().is_some(), "CRD {name} not installed");
+    }
+    assert!(!objects_of_release(&client, &ns, "flotilla").await.is_empty());
+
+    helm_ok(Some(&env.kubeconfig), &["uninstall", "flotilla", "--namespace", &ns, "--wait"]).unwrap();
+    let left = objects_of_release(&client, &ns, "flotilla").await;
+    assert!(left.is_empty(), "left after uninstall: {left:?}");
+    for name in &generated {
+        assert!(crds.get_opt(name).await.unwrap().is_some(), "CRD {name} must survive uninstall (Helm keeps crds/)");
+    }
+}
+
+#[tokio::test]
+async fn one_operator_chart_installs_alone() {
+    let env = shared();
+    for op in operators().unwrap() {
+        let ns = env.namespace(&format!("alone-{op}")).await.unwrap();
+        let path = chart(&op);
+        let mut args = vec!["install", "alone", &path, "--namespace", &ns];
+        args.extend(required_values(&op));
+        helm_ok(Some(&env.kubeconfig), &args).unwrap_or_else(|e| panic!("{op}: {e}"));
+        let d = Api::<Deployment>::namespaced(env.client().await, &ns).get(&format!("alone-{op}")).await;
+        assert!(d.is_ok(), "{op}: {d:?}");
+        helm_ok(Some(&env.kubeconfig), &["uninstall", "alone", "--namespace", &ns]).unwrap();
+    }
+}

@@ -1,0 +1,125 @@
+//! `cargo xtask dist`: the release binary each image carries, built by the
+//! very command the Dockerfile runs, with what an image build would catch
+//! checked here (no Docker engine on our build machines):
+//! * the Dockerfile still runs that command;
+//! * the binary's dynamic dependencies are only what the runtime base
+//!   (gcr.io/distroless/cc-debian12) provides, and its glibc symbol versions
+//!   are not newer than Debian 12's glibc 2.36;
+//! * its size, reported.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+use crate::util::{cargo, operators, root, run_cmd, say};
+
+/// The Dockerfile's build command, with `${OPERATOR}` for the operator.
+pub const DOCKERFILE_BUILD: &str = r#"cargo build --release --locked --package "${OPERATOR}" --bin "${OPERATOR}""#;
+
+/// Shared libraries distroless/cc-debian12 has (glibc, libgcc).
+const RUNTIME_LIBS: &[&str] = &[
+    "libc.so.6",
+    "libm.so.6",
+    "libgcc_s.so.1",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "librt.so.1",
+    "ld-linux-x86-64.so.2",
+    "ld-linux-aarch64.so.1",
+];
+/// glibc of Debian 12 (bookworm), the runtime base.
+const MAX_GLIBC: (u32, u32) = (2, 36);
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
+fn tool_output(tool: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {tool} (binutils; `apt-get install binutils`)"))?;
+    if !out.status.success() {
+        bail!("{tool} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `NEEDED` entries of an ELF file.
+pub fn needed_libs(readelf_dynamic: &str) -> Vec<String> {
+    readelf_dynamic
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| l.split('[').nth(1).and_then(|r| r.split(']').next()).map(str::to_string))
+        .collect()
+}
+
+/// The newest `GLIBC_x.y` symbol version referenced.
+pub fn max_glibc(objdump_t: &str) -> Option<(u32, u32)> {
+    objdump_t
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|w| w.strip_prefix("GLIBC_"))
+        .filter_map(|v| {
+            let mut p = v.split('.');
+            Some((p.next()?.parse().ok()?, p.next().unwrap_or("0").parse().ok()?))
+        })
+        .max()
+}
+
+pub fn run() -> anyhow::Result<()> {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).context("reading Dockerfile")?;
+    if !dockerfile.contains(DOCKERFILE_BUILD) {
+        bail!("the Dockerfile no longer runs `{DOCKERFILE_BUILD}`: keep xtask/src/dist.rs and the Dockerfile in step");
+    }
+    let mut rows = Vec::new();
+    for op in operators()? {
+        let command = DOCKERFILE_BUILD.replace("\"${OPERATOR}\"", &op);
+        say(&format!("dist: {command}"));
+        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+        run_cmd(cargo().args(&args))?;
+        let bin = target_dir().join("release").join(&op);
+        let size = std::fs::metadata(&bin).with_context(|| format!("{} was not built", bin.display()))?.len();
+        let bin_s = bin.display().to_string();
+        let needed = needed_libs(&tool_output("readelf", &["-d", &bin_s])?);
+        let foreign: Vec<&String> = needed.iter().filter(|l| !RUNTIME_LIBS.contains(&l.as_str())).collect();
+        if !foreign.is_empty() {
+            bail!("{op} needs libraries distroless/cc-debian12 does not have: {foreign:?}");
+        }
+        let glibc = max_glibc(&tool_output("objdump", &["-T", &bin_s])?).unwrap_or((0, 0));
+        if glibc > MAX_GLIBC {
+            bail!(
+                "{op} needs glibc {}.{}, newer than the runtime base's {}.{}",
+                glibc.0,
+                glibc.1,
+                MAX_GLIBC.0,
+                MAX_GLIBC.1
+            );
+        }
+        rows.push(format!(
+            "    {op:<16} {:>6.1} MiB   needs {}   glibc >= {}.{}",
+            size as f64 / 1_048_576.0,
+            needed.join(" "),
+            glibc.0,
+            glibc.1
+        ));
+    }
+    say("dist: release binaries (what each image carries):");
+    for r in rows {
+        eprintln!("{r}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_needed_libraries_and_glibc_versions() {
+        let dynamic = " 0x0000000000000001 (NEEDED)             Shared library: [libgcc_s.so.1]\n 0x0000000000000001 (NEEDED)             Shared library: [libc.so.6]\n 0x000000000000000c (INIT) 0x1000\n";
+        assert_eq!(needed_libs(dynamic), vec!["libgcc_s.so.1", "libc.so.6"]);
+        let syms = "0000 DF *UND* 0000 (GLIBC_2.2.5) free\n0000 DF *UND* 0000 (GLIBC_2.34) __libc_start_main\n0000 w D *UND* 0000 GLIBC_2.28 x\n";
+        assert_eq!(max_glibc(syms), Some((2, 34)));
+    }
+}
