@@ -136,6 +136,14 @@ impl OperatorProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// SIGTERM (the operator finishes its work and releases its lease), then
+    /// SIGKILL after 15 s. Returns the exit status when it exited by itself.
+    pub fn stop(mut self) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id();
+        flotilla_testenv::process::terminate_pid(pid, std::time::Duration::from_secs(15));
+        self.child.wait().ok()
+    }
+
     pub fn metrics_address(&self) -> String {
         format!("127.0.0.1:{}", self.metrics_port)
     }
@@ -146,4 +154,31 @@ impl Drop for OperatorProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Installs every generated CRD (`crds/*.yaml`) with server-side apply and
+/// waits until each is established.
+pub async fn apply_crds(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    for entry in std::fs::read_dir(root().join("crds"))? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &PatchParams::apply("flotilla-e2e").force(), &Patch::Apply(&crd)).await?;
+        flotilla_testenv::wait_for(&format!("CRD {name} established"), std::time::Duration::from_secs(30), || {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                let crd = api.get(&name).await?;
+                let ok = crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+                Ok::<_, kube::Error>(ok.then_some(()))
+            }
+        })
+        .await?;
+    }
+    Ok(())
 }
