@@ -9,7 +9,9 @@ use crate::util::{root, say};
 
 /// Every operator's CRDs. Adding an operator with CRDs: add its `crds()` here.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    Vec::new()
+    let mut crds = Vec::new();
+    crds.extend(config_copier::crds());
+    crds
 }
 
 pub fn run(check: bool) -> anyhow::Result<()> {

@@ -1,1 +1,40 @@
-//! Flotilla operator `config-copier` (being built: see its issue).
+//! # config-copier
+//!
+//! A `CopyRule` (`flotilla.dev/v1alpha1`) copies the ConfigMaps or Secrets of
+//! its own namespace that match a label selector into other namespaces, and
+//! keeps the copies in sync: new namespaces, source changes, hand edits and
+//! deletions of copies, namespace relabelling, rule changes and rule deletion
+//! all converge within seconds. It never writes or deletes an object that
+//! does not carry its ownership label (unless told to adopt one), and a rule
+//! never reads sources outside its own namespace.
+//!
+//! | module | concern |
+//! | --- | --- |
+//! | [`crd`] | the CRD types, schema, CEL rules, printer columns |
+//! | [`selector`] | label selectors and namespace globs (pure) |
+//! | [`copy`] | what a copy looks like: content, ownership marks, hashes (pure) |
+//! | [`plan`] | which copies should exist and the diff against what exists (pure) |
+//! | [`cache`] | label-selected, reduced watches that trigger rules |
+//! | [`apply`] | the writes: create, server-side apply, delete, each proving ownership |
+//! | [`status`] | status and conditions (pure) |
+//! | [`metrics`] | `flotilla_config_copier_*` |
+//! | [`controller`] | the reconcile loop, finalizer and wiring |
+
+pub mod apply;
+pub mod cache;
+pub mod controller;
+pub mod copy;
+pub mod crd;
+pub mod error;
+pub mod metrics;
+pub mod plan;
+pub mod selector;
+pub mod status;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The operator's CRDs, for `cargo xtask crds`.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![crd::CopyRule::crd()]
+}

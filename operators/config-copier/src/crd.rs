@@ -1,0 +1,232 @@
+//! The `CopyRule` custom resource (`flotilla.dev/v1alpha1`). Every field's
+//! doc comment is its `kubectl explain` description; the schema and its CEL
+//! rules reject bad rules at admission.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Label-key syntax (`[prefix/]name`), as Kubernetes checks it.
+pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// Label-value syntax (may be empty).
+pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+
+/// Copies ConfigMaps or Secrets of this rule's own namespace into other
+/// namespaces and keeps the copies in sync with their sources.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "flotilla.dev",
+    version = "v1alpha1",
+    kind = "CopyRule",
+    doc = "A rule copying the ConfigMaps or Secrets of its own namespace that match a selector into other namespaces, keeping the copies in sync.",
+    namespaced,
+    status = "CopyRuleStatus",
+    shortname = "copyrule",
+    category = "flotilla",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
+    printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.sources"}"#,
+    printcolumn = r#"{"name":"Copies","type":"integer","jsonPath":".status.copies","description":"copies in sync"}"#,
+    printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflicts"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyRuleSpec {
+    /// Kind of object to copy: ConfigMap or Secret.
+    pub kind: SourceKind,
+    /// Which objects of that kind in this rule's own namespace are sources.
+    /// Sources never come from another namespace. An empty selector selects
+    /// every object of the kind (except copies made by config-copier).
+    pub selector: LabelSelector,
+    /// Where copies go. Omitted: every namespace except the rule's own.
+    /// The rule's own namespace is never a target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<NamespaceTargets>,
+    /// What to do when a target namespace already has an object of that
+    /// name which this rule does not own. Skip (default): leave it alone and
+    /// report it in status and as a Warning Event. Overwrite: adopt it (an
+    /// object owned by another existing CopyRule is never taken).
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+    /// Delete copies whose source, rule or namespace match went away
+    /// (default true). False leaves such copies in place, no longer updated.
+    #[serde(default = "default_true")]
+    #[schemars(default = "default_true")]
+    pub prune: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Kind of object a rule copies.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum SourceKind {
+    ConfigMap,
+    Secret,
+}
+
+impl SourceKind {
+    pub const ALL: [SourceKind; 2] = [SourceKind::ConfigMap, SourceKind::Secret];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::ConfigMap => "ConfigMap",
+            SourceKind::Secret => "Secret",
+        }
+    }
+
+    /// The resource's plural, for `ApiResource`s.
+    pub fn plural(self) -> &'static str {
+        match self {
+            SourceKind::ConfigMap => "configmaps",
+            SourceKind::Secret => "secrets",
+        }
+    }
+}
+
+/// What to do with an existing object the rule does not own.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnConflict {
+    /// Leave it alone; report it (status, Warning Event, metric).
+    #[default]
+    Skip,
+    /// Adopt it: write the copy over it and mark it as this rule's.
+    Overwrite,
+}
+
+/// A label selector (matchLabels AND matchExpressions); empty matches everything.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.matchLabels) || self.matchLabels.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))"
+).message("matchLabels keys must be valid label keys ([prefix/]name)"))]
+pub struct LabelSelector {
+    /// Labels that must all be present with exactly these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub match_labels: BTreeMap<LabelKey, LabelValue>,
+    /// Requirements that must all hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// A label key, `[prefix/]name`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(transparent)]
+pub struct LabelKey(#[schemars(length(min = 1, max = 317))] pub String);
+
+/// A label value: at most 63 characters, alphanumerics, '-', '_' and '.',
+/// starting and ending with an alphanumeric (or empty).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(transparent)]
+pub struct LabelValue(
+    #[schemars(length(max = 63), pattern(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"))] pub String,
+);
+
+/// One requirement of a label selector.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = kube::core::Rule::new(
+    "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)"
+).message("In and NotIn need at least one value; Exists and DoesNotExist take none"))]
+pub struct LabelSelectorRequirement {
+    /// The label key the requirement applies to.
+    #[schemars(length(min = 1, max = 317), pattern(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"))]
+    pub key: String,
+    /// In, NotIn, Exists or DoesNotExist.
+    pub operator: SelectorOperator,
+    /// The values for In and NotIn (at least one); empty for Exists and DoesNotExist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub values: Vec<LabelValue>,
+}
+
+/// A label selector requirement's operator.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// Where copies go: namespaces matching the selector AND any include glob,
+/// minus those matching an exclude glob.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceTargets {
+    /// Only namespaces whose labels match this selector. Omitted: any labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Only namespaces whose name matches one of these globs ('*' any run of
+    /// characters, '?' one character). Omitted or empty: any name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub include: Vec<NamespaceGlob>,
+    /// Never namespaces whose name matches one of these globs (applied last).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub exclude: Vec<NamespaceGlob>,
+}
+
+/// A namespace-name glob: lowercase letters, digits, '-', '*' and '?'.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct NamespaceGlob(#[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9*?-]+$"))] pub String);
+
+/// What config-copier observed and did for this rule.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyRuleStatus {
+    /// The rule generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready (all wanted copies in sync) and Conflicting (some targets are
+    /// held by objects this rule does not own).
+    #[serde(default)]
+    #[schemars(schema_with = "flotilla_shared::conditions::schema")]
+    pub conditions: Vec<Condition>,
+    /// Sources: objects in the rule's namespace matching its selector.
+    #[serde(default)]
+    pub sources: i32,
+    /// Target namespaces the rule currently selects.
+    #[serde(default)]
+    pub namespaces: i32,
+    /// Copies that should exist (sources × target namespaces).
+    #[serde(default)]
+    pub desired: i32,
+    /// Copies that exist with the sources' current content.
+    #[serde(default)]
+    pub copies: i32,
+    /// Targets held by an object this rule does not own (left alone).
+    #[serde(default)]
+    pub conflicts: i32,
+    /// The first conflicts (at most 20), by namespace and name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicting: Vec<ConflictEntry>,
+    /// When the rule last changed a copy or its status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+}
+
+/// A target this rule did not write, and why.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConflictEntry {
+    /// The target namespace.
+    pub namespace: String,
+    /// The object's name (the source's name).
+    pub name: String,
+    /// NotOwned (no ownership label) or OwnedByAnotherRule.
+    pub reason: String,
+    /// Details, e.g. which rule owns it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// At most this many entries in `status.conflicting`.
+pub const MAX_CONFLICTS_LISTED: usize = 20;

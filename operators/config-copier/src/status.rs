@@ -1,0 +1,184 @@
+//! A rule's status from what a reconcile found: counts, the conflicts (capped
+//! list) and the conditions `Ready` and `Conflicting`. Pure.
+
+use flotilla_shared::Conditions;
+
+use crate::crd::{ConflictEntry, CopyRuleStatus, MAX_CONFLICTS_LISTED};
+
+pub const CONFLICTING: &str = "Conflicting";
+
+/// What one reconcile found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub sources: usize,
+    pub namespaces: usize,
+    pub desired: usize,
+    pub in_sync: usize,
+    pub conflicts: Vec<ConflictEntry>,
+    /// Failed writes, as messages.
+    pub failures: Vec<String>,
+    /// The spec cannot be used (and why).
+    pub invalid: Option<String>,
+    /// The sources cannot be read (and why).
+    pub sources_unavailable: Option<String>,
+}
+
+fn n(v: usize) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+fn plural(v: usize, one: &str) -> String {
+    if v == 1 { format!("1 {one}") } else { format!("{v} {one}s") }
+}
+
+/// The new status (its `lastSyncTime` is the previous one; the caller moves it).
+pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Summary) -> CopyRuleStatus {
+    let mut c = Conditions::new(previous.map(|p| p.conditions.as_slice()), generation);
+    let mut conflicts = s.conflicts.clone();
+    conflicts.sort();
+    if let Some(why) = &s.invalid {
+        c.set("Ready", false, "InvalidSpec", why.clone());
+    } else if let Some(why) = &s.sources_unavailable {
+        c.set("Ready", false, "SourcesUnavailable", format!("cannot watch the sources: {why}"));
+    } else if let Some(first) = s.failures.first() {
+        c.set(
+            "Ready",
+            false,
+            "SyncFailed",
+            format!("{} failed; first: {first}", plural(s.failures.len(), "copy write")),
+        );
+    } else if !conflicts.is_empty() {
+        c.set(
+            "Ready",
+            false,
+            "Conflicts",
+            format!(
+                "{} of {} in sync; {} held by objects this rule does not own",
+                s.in_sync,
+                plural(s.desired, "copy"),
+                plural(conflicts.len(), "target")
+            ),
+        );
+    } else {
+        c.set(
+            "Ready",
+            true,
+            "Synced",
+            format!(
+                "{} of {} in sync across {}",
+                plural(s.in_sync, "copy"),
+                plural(s.sources, "source"),
+                plural(s.namespaces, "namespace")
+            ),
+        );
+    }
+    if s.invalid.is_none() {
+        if conflicts.is_empty() {
+            c.set(CONFLICTING, false, "NoConflicts", "every target is free or owned by this rule");
+        } else {
+            let first = &conflicts[0];
+            c.set(
+                CONFLICTING,
+                true,
+                "TargetsNotOwned",
+                format!(
+                    "{} left alone, e.g. {}/{}: {}",
+                    plural(conflicts.len(), "target"),
+                    first.namespace,
+                    first.name,
+                    first.message
+                ),
+            );
+        }
+    }
+    let count = conflicts.len();
+    conflicts.truncate(MAX_CONFLICTS_LISTED);
+    CopyRuleStatus {
+        observed_generation: generation,
+        conditions: c.into_vec(),
+        sources: n(s.sources),
+        namespaces: n(s.namespaces),
+        desired: n(s.desired),
+        copies: n(s.in_sync),
+        conflicts: n(count),
+        conflicting: conflicts,
+        last_sync_time: previous.and_then(|p| p.last_sync_time.clone()),
+    }
+}
+
+/// Whether two statuses say the same (ignoring times), so that an
+/// unchanged status is not written again.
+pub fn same(a: &CopyRuleStatus, b: &CopyRuleStatus) -> bool {
+    let strip = |s: &CopyRuleStatus| {
+        let mut s = s.clone();
+        s.last_sync_time = None;
+        let mut conditions: Vec<_> = s
+            .conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone(), c.observed_generation))
+            .collect();
+        conditions.sort();
+        s.conditions.clear();
+        (s, conditions)
+    };
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn cond<'a>(s: &'a CopyRuleStatus, t: &str) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn ready_when_all_in_sync() {
+        let s =
+            build(None, Some(3), &Summary { sources: 1, namespaces: 2, desired: 2, in_sync: 2, ..Default::default() });
+        assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(cond(&s, "Ready").observed_generation, Some(3));
+        assert_eq!(cond(&s, CONFLICTING).status, "False");
+        assert_eq!((s.sources, s.copies, s.conflicts), (1, 2, 0));
+    }
+
+    #[test]
+    fn conflicts_are_counted_listed_capped_and_not_ready() {
+        let conflicts: Vec<ConflictEntry> = (0..30)
+            .map(|i| ConflictEntry {
+                namespace: format!("ns-{i:02}"),
+                name: "cfg".into(),
+                reason: "NotOwned".into(),
+                message: "x".into(),
+            })
+            .collect();
+        let s = build(None, Some(1), &Summary { desired: 30, conflicts, ..Default::default() });
+        assert_eq!(s.conflicts, 30);
+        assert_eq!(s.conflicting.len(), MAX_CONFLICTS_LISTED);
+        assert_eq!(s.conflicting[0].namespace, "ns-00");
+        assert_eq!(cond(&s, "Ready").reason, "Conflicts");
+        assert_eq!(cond(&s, CONFLICTING).status, "True");
+    }
+
+    #[test]
+    fn invalid_and_failures_have_reasons() {
+        let s = build(None, None, &Summary { invalid: Some("bad glob".into()), ..Default::default() });
+        assert_eq!(cond(&s, "Ready").reason, "InvalidSpec");
+        let s = build(None, None, &Summary { failures: vec!["boom".into()], ..Default::default() });
+        assert_eq!(cond(&s, "Ready").reason, "SyncFailed");
+        assert!(cond(&s, "Ready").message.contains("boom"));
+    }
+
+    #[test]
+    fn same_ignores_times_only() {
+        let sum = Summary { sources: 1, namespaces: 1, desired: 1, in_sync: 1, ..Default::default() };
+        let a = build(None, Some(1), &sum);
+        let mut b = build(Some(&a), Some(1), &sum);
+        b.last_sync_time =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        assert!(same(&a, &b));
+        let c = build(Some(&a), Some(1), &Summary { in_sync: 0, ..sum });
+        assert!(!same(&a, &c));
+    }
+}

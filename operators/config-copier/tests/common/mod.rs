@@ -1,0 +1,359 @@
+//! Helpers for config-copier's tests against the real control plane: the
+//! CRD, the operator binary (one per test binary, running as a
+//! ServiceAccount with exactly the RBAC rules the README lists), objects.
+#![allow(dead_code, unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use flotilla_testenv::{TestEnv, wait_for};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+pub use config_copier::crd::CopyRule;
+
+pub const T: Duration = Duration::from_secs(40);
+
+/// The RBAC rules config-copier needs (the README and chart list the same).
+pub fn rbac_rules() -> Vec<PolicyRule> {
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    vec![
+        rule(&["flotilla.dev"], &["copyrules"], &["get", "list", "watch", "patch", "update"]),
+        rule(&["flotilla.dev"], &["copyrules/status"], &["get", "patch", "update"]),
+        rule(&[""], &["namespaces"], &["get", "list", "watch"]),
+        rule(&[""], &["configmaps", "secrets"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+        rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update"]),
+    ]
+}
+
+/// Installs the CopyRule CRD (once per control plane) and waits until served.
+pub async fn install_crd(env: &TestEnv) {
+    let client = env.client().await;
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    for crd in config_copier::crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(&name, &PatchParams::apply("config-copier-tests").force(), &Patch::Apply(&crd)).await.unwrap();
+        wait_for("the CopyRule CRD to be established", T, || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await?;
+                let ok = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok::<_, kube::Error>(ok.then_some(()))
+            }
+        })
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+/// The operator binary as a user runs it.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_config-copier"))
+}
+
+pub fn free_port() -> u16 {
+    flotilla_testenv::process::free_port().expect("a free port")
+}
+
+/// The shared operator process of this test binary.
+pub struct Running {
+    pub pid: u32,
+    pub metrics: String,
+    pub health: String,
+    pub log: PathBuf,
+}
+
+static OPERATOR: OnceLock<Running> = OnceLock::new();
+
+/// Starts (once) the operator binary as ServiceAccount
+/// `config-copier-system/config-copier` bound to [`rbac_rules`] only, and
+/// waits until it is ready.
+pub async fn operator(env: &TestEnv) -> &'static Running {
+    install_crd(env).await;
+    if let Some(r) = OPERATOR.get() {
+        return r;
+    }
+    let client = env.client().await;
+    let ns = "config-copier-system";
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &Namespace { metadata: meta(ns, &[]), ..Default::default() })
+        .await;
+    let role =
+        ClusterRole { metadata: meta("flotilla-config-copier", &[]), rules: Some(rbac_rules()), ..Default::default() };
+    Api::<ClusterRole>::all(client.clone())
+        .patch("flotilla-config-copier", &PatchParams::apply("tests").force(), &Patch::Apply(&role))
+        .await
+        .unwrap();
+    let binding = ClusterRoleBinding {
+        metadata: meta("flotilla-config-copier", &[]),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "flotilla-config-copier".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "config-copier".into(),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch("flotilla-config-copier", &PatchParams::apply("tests").force(), &Patch::Apply(&binding))
+        .await
+        .unwrap();
+    let kubeconfig = env.service_account_kubeconfig(ns, "config-copier").await.unwrap();
+
+    let running = OPERATOR.get_or_init(|| {
+        let (mp, hp) = (free_port(), free_port());
+        let log = std::env::temp_dir().join(format!("config-copier-{}-{mp}.log", std::process::id()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log2 = log.clone();
+        // Spawned from a thread that lives as long as the test binary, so
+        // PR_SET_PDEATHSIG ends the operator with it (not with one test).
+        std::thread::spawn(move || {
+            let out = std::fs::File::create(&log2).expect("log file");
+            let mut cmd = Command::new(binary());
+            cmd.arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
+                .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
+                .arg("--log-format=json")
+                .env("KUBECONFIG", &kubeconfig)
+                .env("RUST_LOG", "info,config_copier=debug")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(out);
+            // SAFETY: prctl is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let child = cmd.spawn().expect("spawning config-copier");
+            let _ = tx.send(child.id());
+            let _child = child;
+            loop {
+                std::thread::park();
+            }
+        });
+        let pid = rx.recv().expect("operator pid");
+        Running {
+            pid,
+            metrics: format!("http://127.0.0.1:{mp}/metrics"),
+            health: format!("http://127.0.0.1:{hp}"),
+            log,
+        }
+    });
+    let url = format!("{}/readyz", running.health);
+    wait_for("config-copier to be ready", T, || {
+        let url = url.clone();
+        async move { Ok::<_, String>(matches!(get(&url).await, Ok((200, _))).then_some(())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", std::fs::read_to_string(&running.log).unwrap_or_default()));
+    running
+}
+
+/// `(status, body)` of a GET.
+pub async fn get(url: &str) -> Result<(u16, String), reqwest::Error> {
+    let r = reqwest::Client::new().get(url).timeout(Duration::from_secs(5)).send().await?;
+    let code = r.status().as_u16();
+    Ok((code, r.text().await?))
+}
+
+pub fn meta(name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        labels: (!labels.is_empty()).then(|| labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        ..Default::default()
+    }
+}
+
+pub fn rand_suffix() -> String {
+    format!("{:06x}", rand_u32() & 0xff_ffff)
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() as u32
+}
+
+/// Creates a namespace with exactly this name and labels (plus the test label).
+pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) -> String {
+    let mut m = meta(name, labels);
+    m.labels.get_or_insert_with(BTreeMap::new).insert("flotilla.dev/test".into(), "true".into());
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &Namespace { metadata: m, ..Default::default() })
+        .await
+        .unwrap();
+    name.to_string()
+}
+
+pub async fn label_namespace(client: &Client, name: &str, key: &str, value: Option<&str>) {
+    Api::<Namespace>::all(client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {key: value}}})))
+        .await
+        .unwrap();
+}
+
+pub async fn configmap(client: &Client, ns: &str, name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) {
+    let cm = ConfigMap {
+        metadata: meta(name, labels),
+        data: Some(data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), ns).create(&PostParams::default(), &cm).await.unwrap();
+}
+
+/// Creates a CopyRule from a JSON spec.
+pub async fn rule(client: &Client, ns: &str, name: &str, spec: Value) -> Result<CopyRule, kube::Error> {
+    let r: CopyRule = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "CopyRule",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    Api::<CopyRule>::namespaced(client.clone(), ns).create(&PostParams::default(), &r).await
+}
+
+/// Creates a CopyRule from raw JSON (to test what admission rejects).
+pub async fn raw_rule(client: &Client, ns: &str, name: &str, spec: Value) -> Result<Value, kube::Error> {
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &kube::api::ApiResource::erase::<CopyRule>(&()));
+    let obj: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "CopyRule",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    let pp = PatchParams::apply("config-copier-tests").validation_strict();
+    let created = api.patch(name, &pp, &Patch::Apply(&obj)).await?;
+    serde_json::to_value(created).map_err(kube::Error::SerdeError)
+}
+
+/// Waits until `ns/name` exists (as a ConfigMap) and `check` holds.
+pub async fn wait_cm(client: &Client, ns: &str, name: &str, check: impl Fn(&ConfigMap) -> bool) -> ConfigMap {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let check = &check;
+    wait_for(&format!("ConfigMap {ns}/{name}"), T, || {
+        let api = api.clone();
+        async move { Ok::<_, kube::Error>(api.get_opt(name).await?.filter(|c| check(c))) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log tail:\n{}", log_tail()))
+}
+
+pub async fn wait_secret(client: &Client, ns: &str, name: &str, check: impl Fn(&Secret) -> bool) -> Secret {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let check = &check;
+    wait_for(&format!("Secret {ns}/{name}"), T, || {
+        let api = api.clone();
+        async move { Ok::<_, kube::Error>(api.get_opt(name).await?.filter(|c| check(c))) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log tail:\n{}", log_tail()))
+}
+
+/// Waits until ConfigMap `ns/name` does not exist.
+pub async fn wait_cm_gone(client: &Client, ns: &str, name: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("ConfigMap {ns}/{name} to be gone"), T, || {
+        let api = api.clone();
+        async move { Ok::<_, kube::Error>(api.get_opt(name).await?.is_none().then_some(())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log tail:\n{}", log_tail()));
+}
+
+/// Asserts ConfigMap `ns/name` stays absent for a while (the operator has
+/// had time to act: callers wait for a positive signal first).
+pub async fn assert_cm_absent(client: &Client, ns: &str, name: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for _ in 0..10 {
+        assert!(api.get_opt(name).await.unwrap().is_none(), "ConfigMap {ns}/{name} should not exist");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the rule's status satisfies `check`.
+pub async fn wait_rule(client: &Client, ns: &str, name: &str, check: impl Fn(&CopyRule) -> bool) -> CopyRule {
+    let api: Api<CopyRule> = Api::namespaced(client.clone(), ns);
+    let check = &check;
+    wait_for(&format!("CopyRule {ns}/{name}"), T, || {
+        let api = api.clone();
+        async move { Ok::<_, kube::Error>(api.get_opt(name).await?.filter(|r| check(r))) }
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!("{e}\noperator log tail:\n{}", log_tail());
+    })
+}
+
+pub fn condition<'a>(
+    r: &'a CopyRule,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+pub fn ready(r: &CopyRule) -> Option<&str> {
+    condition(r, "Ready").map(|c| c.status.as_str())
+}
+
+/// Waits for an Event with `reason` about CopyRule `ns/name`.
+pub async fn wait_event(client: &Client, ns: &str, rule: &str, reason: &str) -> Event {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("a {reason} event on {ns}/{rule}"), T, || {
+        let api = api.clone();
+        async move {
+            let list = api.list(&ListParams::default()).await?;
+            Ok::<_, kube::Error>(list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(rule)
+            }))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log tail:\n{}", log_tail()))
+}
+
+pub fn log_tail() -> String {
+    let Some(r) = OPERATOR.get() else { return String::new() };
+    let text = std::fs::read_to_string(&r.log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+pub fn label<'a>(m: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    m.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+pub fn data<'a>(cm: &'a ConfigMap, key: &str) -> Option<&'a str> {
+    cm.data.as_ref()?.get(key).map(String::as_str)
+}
