@@ -22,6 +22,7 @@ pub mod assets;
 pub mod control_plane;
 pub mod harness;
 pub mod kubeconfig;
+pub mod moto;
 pub mod pki;
 pub mod process;
 pub mod tools;

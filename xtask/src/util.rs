@@ -28,6 +28,7 @@ pub fn setup() -> anyhow::Result<Assets> {
     say("setup: checking tools (control plane, kubectl, helm)");
     let assets = flotilla_testenv::assets::ensure_all(&progress).context("building the test tools")?;
     flotilla_testenv::tools::ensure_all(&progress).context("installing the packaging tools")?;
+    flotilla_testenv::moto::ensure(&progress).context("installing moto (the Route53 emulator)")?;
     say(&format!("setup: done in {:.0?}", started.elapsed()));
     Ok(assets)
 }

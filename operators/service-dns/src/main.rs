@@ -1,4 +1,19 @@
+//! `service-dns`: a Route53 record for every Service. See the README.
+use clap::Parser;
+use flotilla_shared::Operator;
+use service_dns::{Args, Error};
+
 fn main() -> std::process::ExitCode {
-    eprintln!("service-dns is not implemented yet");
-    std::process::ExitCode::FAILURE
+    let args = Args::parse();
+    let cfg = match args.validate() {
+        Ok(cfg) => cfg,
+        Err(e) => e.exit(),
+    };
+    Operator::new("service-dns", &args.common).run(|ctx| async move {
+        match service_dns::run(ctx, cfg).await {
+            Ok(()) => Ok(()),
+            Err(Error::Config(e)) => e.exit(),
+            Err(e) => Err(anyhow::Error::new(e)),
+        }
+    })
 }

@@ -1,0 +1,354 @@
+//! Desired state: which records each Service asks for (its ClusterIPs, or its
+//! load balancer's ingress, at its hostnames), or why it asks for none.
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Service, ServiceSpec, ServiceStatus};
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
+
+use crate::hostname::{self, Template, Vars};
+use crate::model::{RecordSet, RecordType};
+
+pub const ANNOTATION_HOSTNAME: &str = "flotilla.dev/hostname";
+pub const ANNOTATION_TTL: &str = "flotilla.dev/ttl";
+pub const ANNOTATION_DNS: &str = "flotilla.dev/dns";
+pub const ANNOTATION_TARGET: &str = "flotilla.dev/target";
+
+/// Route53's largest TTL.
+pub const MAX_TTL: i64 = 2_147_483_647;
+
+/// How hostnames are made.
+#[derive(Debug, Clone)]
+pub struct Naming {
+    pub template: Template,
+    pub prefix: String,
+    /// The zone's name (normalized), `{domain}`.
+    pub domain: String,
+    pub default_ttl: i64,
+}
+
+/// What one Service wants: records (grouped by nothing; the plan groups by
+/// name) and who it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// `service/<namespace>/<name>`, written into the ownership TXT.
+    pub resource: String,
+    /// Older Services win a contested name: (creation time, resource).
+    pub order: (i64, String),
+    pub records: Vec<RecordSet>,
+}
+
+/// The outcome of reading one Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Desired {
+    Publish(Claim),
+    /// Nothing to publish, said with a Normal event (reason, message).
+    Skip {
+        reason: &'static str,
+        message: String,
+    },
+    /// Bad input, said with a Warning event (reason, message).
+    Invalid {
+        reason: &'static str,
+        message: String,
+    },
+    /// Nothing to publish and nothing worth saying (opted out, no IP yet,
+    /// ExternalName).
+    Quiet,
+}
+
+pub fn resource_id(namespace: &str, name: &str) -> String {
+    format!("service/{namespace}/{name}")
+}
+
+/// The records a Service asks for.
+pub fn desired(svc: &Service, naming: &Naming) -> Desired {
+    let namespace = svc.namespace().unwrap_or_default();
+    let name = svc.name_any();
+    let annotations = svc.annotations();
+    if annotations.get(ANNOTATION_DNS).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
+        return Desired::Quiet;
+    }
+    let spec = svc.spec.clone().unwrap_or_default();
+
+    let ttl = match annotations.get(ANNOTATION_TTL) {
+        None => naming.default_ttl,
+        Some(v) => match v.trim().parse::<i64>() {
+            Ok(t) if (0..=MAX_TTL).contains(&t) => t,
+            _ => {
+                return Desired::Invalid {
+                    reason: "InvalidAnnotation",
+                    message: format!(
+                        "{ANNOTATION_TTL}={v:?} is not a TTL (whole seconds, 0..={MAX_TTL}); no record published"
+                    ),
+                };
+            }
+        },
+    };
+
+    let hostnames: Vec<String> = match annotations.get(ANNOTATION_HOSTNAME) {
+        Some(v) => v.split(',').map(hostname::normalize).filter(|h| !h.is_empty()).collect(),
+        None => vec![naming.template.render(Vars {
+            name: &name,
+            namespace: &namespace,
+            prefix: &naming.prefix,
+            domain: &naming.domain,
+        })],
+    };
+    if hostnames.is_empty() {
+        return Desired::Invalid {
+            reason: "InvalidHostname",
+            message: format!("{ANNOTATION_HOSTNAME} names no hostname; no record published"),
+        };
+    }
+    for h in &hostnames {
+        if let Err(e) = hostname::validate(h, &naming.domain) {
+            return Desired::Invalid { reason: "InvalidHostname", message: format!("{e}; no record published") };
+        }
+    }
+
+    let targets = match annotations.get(ANNOTATION_TARGET).map(|s| s.trim()) {
+        None | Some("") | Some("cluster-ip") => match cluster_ip_targets(&spec) {
+            Ok(t) => t,
+            Err(skip) => return skip,
+        },
+        Some("load-balancer") => load_balancer_targets(svc.status.as_ref()),
+        Some(other) => {
+            return Desired::Invalid {
+                reason: "InvalidAnnotation",
+                message: format!(
+                    "{ANNOTATION_TARGET}={other:?} is not a target (cluster-ip or load-balancer); no record published"
+                ),
+            };
+        }
+    };
+    if targets.is_empty() {
+        return Desired::Quiet;
+    }
+
+    let mut records = Vec::new();
+    for h in &hostnames {
+        for (rtype, values) in &targets {
+            records.push(RecordSet::new(h.clone(), *rtype, ttl, values.clone()));
+        }
+    }
+    records.sort();
+    records.dedup();
+    let created = svc.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(i64::MAX);
+    let resource = resource_id(&namespace, &name);
+    Desired::Publish(Claim { order: (created, resource.clone()), resource, records })
+}
+
+type Targets = Vec<(RecordType, Vec<String>)>;
+
+fn cluster_ip_targets(spec: &ServiceSpec) -> Result<Targets, Desired> {
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Err(Desired::Quiet);
+    }
+    let mut ips: Vec<String> = spec.cluster_ips.clone().unwrap_or_default();
+    if ips.is_empty()
+        && let Some(ip) = &spec.cluster_ip
+    {
+        ips.push(ip.clone());
+    }
+    if ips.iter().any(|ip| ip == "None") {
+        return Err(Desired::Skip {
+            reason: "DnsRecordSkipped",
+            message: "headless Service (clusterIP: None): no ClusterIP to publish".to_string(),
+        });
+    }
+    Ok(split_ips(ips.iter().filter_map(|s| s.parse::<IpAddr>().ok())))
+}
+
+fn split_ips(ips: impl Iterator<Item = IpAddr>) -> Targets {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for ip in ips {
+        match ip {
+            IpAddr::V4(a) => v4.push(a.to_string()),
+            IpAddr::V6(a) => v6.push(a.to_string()),
+        }
+    }
+    let mut out = Vec::new();
+    if !v4.is_empty() {
+        out.push((RecordType::A, v4));
+    }
+    if !v6.is_empty() {
+        out.push((RecordType::Aaaa, v6));
+    }
+    out
+}
+
+/// IPs → A/AAAA; else the first hostname → CNAME (a CNAME has one value).
+fn load_balancer_targets(status: Option<&ServiceStatus>) -> Targets {
+    let ingress = status.and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.clone()).unwrap_or_default();
+    let ips = split_ips(ingress.iter().filter_map(|i| i.ip.as_deref()).filter_map(|s| s.parse::<IpAddr>().ok()));
+    if !ips.is_empty() {
+        return ips;
+    }
+    let mut hosts: Vec<String> = ingress
+        .iter()
+        .filter_map(|i| i.hostname.as_deref())
+        .map(hostname::normalize)
+        .filter(|h| !h.is_empty())
+        .collect();
+    hosts.sort();
+    match hosts.into_iter().next() {
+        Some(h) => vec![(RecordType::Cname, vec![h])],
+        None => Vec::new(),
+    }
+}
+
+/// Keeps only what service-dns reads, so that the cache stays small: no
+/// managedFields, no other annotations, no ports, labels or selectors.
+pub fn strip(svc: Service) -> Service {
+    let m = svc.metadata;
+    let annotations = m.annotations.map(|a| {
+        a.into_iter().filter(|(k, _)| k.starts_with("flotilla.dev/")).collect::<std::collections::BTreeMap<_, _>>()
+    });
+    let spec = svc.spec.map(|s| ServiceSpec {
+        type_: s.type_,
+        cluster_ip: s.cluster_ip,
+        cluster_ips: s.cluster_ips,
+        ..Default::default()
+    });
+    let status = svc.status.map(|s| ServiceStatus { load_balancer: s.load_balancer, ..Default::default() });
+    Service {
+        metadata: ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            creation_timestamp: m.creation_timestamp,
+            annotations: annotations.filter(|a| !a.is_empty()),
+            ..Default::default()
+        },
+        spec,
+        status,
+    }
+}
+
+/// The Service as the object of an Event.
+pub fn object_ref(namespace: &str, name: &str, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Service".into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus};
+
+    fn naming() -> Naming {
+        Naming {
+            template: Template::parse("{prefix}-{name}.{domain}").unwrap(),
+            prefix: "kube".into(),
+            domain: "vipmind.me".into(),
+            default_ttl: 300,
+        }
+    }
+
+    fn svc(name: &str, ips: &[&str], annotations: &[(&str, &str)]) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("test".into()),
+                annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                managed_fields: Some(vec![Default::default()]),
+                labels: Some([("app".to_string(), "x".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some("NodePort".into()),
+                cluster_ip: ips.first().map(|s| s.to_string()),
+                cluster_ips: Some(ips.iter().map(|s| s.to_string()).collect()),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn records(d: Desired) -> Vec<RecordSet> {
+        match d {
+            Desired::Publish(c) => c.records,
+            other => panic!("expected records, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn seed_service_gets_an_a_record() {
+        let r = records(desired(&svc("hello-world", &["10.108.222.86"], &[]), &naming()));
+        assert_eq!(
+            r,
+            vec![RecordSet::new("kube-hello-world.vipmind.me", RecordType::A, 300, vec!["10.108.222.86".into()])]
+        );
+    }
+
+    #[test]
+    fn dual_stack_gets_a_and_aaaa() {
+        let r = records(desired(&svc("x", &["10.0.0.1", "fd00:10:96::1"], &[]), &naming()));
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].rtype, RecordType::A);
+        assert_eq!(r[1].rtype, RecordType::Aaaa);
+        assert_eq!(r[1].values, vec!["fd00:10:96::1".to_string()]);
+    }
+
+    #[test]
+    fn annotations() {
+        let r = records(desired(
+            &svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.vipmind.me, B.vipmind.me."), (ANNOTATION_TTL, "60")]),
+            &naming(),
+        ));
+        assert_eq!(r.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a.vipmind.me", "b.vipmind.me"]);
+        assert!(r.iter().all(|r| r.ttl == 60));
+        assert_eq!(desired(&svc("x", &["10.0.0.1"], &[(ANNOTATION_DNS, "false")]), &naming()), Desired::Quiet);
+        let bad = desired(&svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.example.com")]), &naming());
+        assert!(matches!(bad, Desired::Invalid { reason: "InvalidHostname", .. }), "{bad:?}");
+        let bad = desired(&svc("x", &["10.0.0.1"], &[(ANNOTATION_TTL, "-1")]), &naming());
+        assert!(matches!(bad, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{bad:?}");
+        let bad = desired(&svc("x", &["10.0.0.1"], &[(ANNOTATION_TARGET, "node")]), &naming());
+        assert!(matches!(bad, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{bad:?}");
+    }
+
+    #[test]
+    fn headless_is_skipped_with_a_reason() {
+        assert!(matches!(desired(&svc("x", &["None"], &[]), &naming()), Desired::Skip { .. }));
+    }
+
+    #[test]
+    fn load_balancer_target() {
+        let mut s = svc("x", &["10.0.0.1"], &[(ANNOTATION_TARGET, "load-balancer")]);
+        assert_eq!(desired(&s, &naming()), Desired::Quiet, "no ingress yet: nothing");
+        s.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    hostname: Some("lb.aws.example".into()),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        });
+        let r = records(desired(&s, &naming()));
+        assert_eq!(r[0].rtype, RecordType::Cname);
+        assert_eq!(r[0].values, vec!["lb.aws.example".to_string()]);
+    }
+
+    #[test]
+    fn strip_keeps_only_what_is_read() {
+        let s = strip(svc(
+            "x",
+            &["10.0.0.1"],
+            &[("kubectl.kubernetes.io/last-applied-configuration", "{}"), (ANNOTATION_TTL, "5")],
+        ));
+        assert!(s.metadata.managed_fields.is_none());
+        assert!(s.metadata.labels.is_none());
+        assert_eq!(s.annotations().len(), 1);
+        assert_eq!(s.spec.unwrap().cluster_ip.as_deref(), Some("10.0.0.1"));
+    }
+}

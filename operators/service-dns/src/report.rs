@@ -1,0 +1,89 @@
+//! Events on Services. Actions (created/updated/deleted) are published as
+//! they happen; standing situations (a conflict, an invalid annotation, a
+//! skipped headless Service, a failing change) once when they appear or
+//! change, not at every sync.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use flotilla_shared::Events;
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::desired::object_ref;
+
+pub const CREATED: &str = "DnsRecordCreated";
+pub const UPDATED: &str = "DnsRecordUpdated";
+pub const DELETED: &str = "DnsRecordDeleted";
+pub const CONFLICT: &str = "DnsRecordConflict";
+pub const INVALID_HOSTNAME: &str = "InvalidHostname";
+pub const ROUTE53_ERROR: &str = "Route53Error";
+pub const DRY_RUN: &str = "DnsRecordDryRun";
+
+/// Where Events go: the Services we know (uid for the reference).
+pub struct Reporter {
+    events: Option<Events>,
+    /// (resource, reason, key) → message of a standing situation.
+    standing: BTreeMap<(String, &'static str, String), String>,
+    seen: BTreeSet<(String, &'static str, String)>,
+}
+
+/// `service/<ns>/<name>` → (ns, name).
+pub fn split_resource(resource: &str) -> Option<(&str, &str)> {
+    resource.strip_prefix("service/").and_then(|r| r.split_once('/'))
+}
+
+impl Reporter {
+    pub fn new(events: Option<Events>) -> Self {
+        Self { events, standing: BTreeMap::new(), seen: BTreeSet::new() }
+    }
+
+    fn reference(resource: &str, uid: Option<String>) -> Option<ObjectReference> {
+        split_resource(resource).map(|(ns, name)| object_ref(ns, name, uid))
+    }
+
+    /// Something done: always published.
+    pub fn action(&self, resource: &str, uid: Option<String>, reason: &str, note: String) {
+        tracing::info!(%resource, %reason, "{note}");
+        if let (Some(events), Some(r)) = (&self.events, Self::reference(resource, uid)) {
+            events.normal(&r, reason, "Sync", note);
+        }
+    }
+
+    /// A standing situation: published when new or changed. `key`
+    /// distinguishes several of one reason on one Service (e.g. the name).
+    pub fn standing(
+        &mut self,
+        resource: &str,
+        uid: Option<String>,
+        warning: bool,
+        reason: &'static str,
+        key: &str,
+        note: String,
+    ) -> bool {
+        let k = (resource.to_string(), reason, key.to_string());
+        self.seen.insert(k.clone());
+        if self.standing.get(&k) == Some(&note) {
+            return false;
+        }
+        if warning {
+            tracing::warn!(%resource, %reason, "{note}");
+        } else {
+            tracing::info!(%resource, %reason, "{note}");
+        }
+        if let (Some(events), Some(r)) = (&self.events, Self::reference(resource, uid)) {
+            if warning {
+                events.warning(&r, reason, "Sync", note.clone());
+            } else {
+                events.normal(&r, reason, "Sync", note.clone());
+            }
+        }
+        self.standing.insert(k, note);
+        true
+    }
+
+    /// Ends a sync: situations not reported again are over (so that they
+    /// are reported anew if they come back).
+    pub fn end_sync(&mut self, keep_reason: impl Fn(&str) -> bool) {
+        let seen = std::mem::take(&mut self.seen);
+        self.standing.retain(|k, _| seen.contains(k) || keep_reason(k.1));
+    }
+}

@@ -1,0 +1,384 @@
+//! Route53: the zone's current records (ListResourceRecordSets, paginated),
+//! change batches, GetChange polling; a client-side rate limit and jittered
+//! retries on throttling. Credentials and endpoint come from the standard
+//! AWS chain (env, profile, web identity/IRSA, container/instance metadata;
+//! `AWS_ENDPOINT_URL_ROUTE_53` / `AWS_ENDPOINT_URL`).
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::Region;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_route53::Client;
+use aws_sdk_route53::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_route53::types::{self as r53, ChangeStatus, RrType};
+use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::hostname::normalize;
+use crate::metrics::DnsMetrics;
+use crate::model::{Action, RecordSet, RecordType};
+use crate::plan::ChangeGroup;
+
+/// Attempts of one request when Route53 throttles.
+const THROTTLE_ATTEMPTS: u32 = 6;
+
+/// A failed Route53 request.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("route53 {operation}: {code}: {message}")]
+pub struct Route53Error {
+    pub operation: &'static str,
+    /// Route53's error code (`InvalidChangeBatch`, `Throttling`, …) or
+    /// `Unreachable` when no answer came.
+    pub code: String,
+    pub message: String,
+}
+
+impl Route53Error {
+    fn from_sdk<E, R>(operation: &'static str, e: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        match e.code() {
+            Some(code) => {
+                Self { operation, code: code.to_string(), message: e.message().unwrap_or_default().to_string() }
+            }
+            None => Self { operation, code: "Unreachable".into(), message: DisplayErrorContext(&e).to_string() },
+        }
+    }
+
+    pub fn is_throttling(&self) -> bool {
+        matches!(self.code.as_str(), "Throttling" | "ThrottlingException" | "PriorRequestNotComplete")
+    }
+}
+
+/// One request per `1/rps` seconds, across every caller.
+#[derive(Debug)]
+struct RateLimiter {
+    interval: Duration,
+    next: Mutex<Instant>,
+}
+
+impl RateLimiter {
+    fn new(rps: f64) -> Self {
+        Self { interval: Duration::from_secs_f64(1.0 / rps), next: Mutex::new(Instant::now()) }
+    }
+
+    async fn acquire(&self) {
+        let at = {
+            let mut next = self.next.lock().await;
+            let now = Instant::now();
+            let at = (*next).max(now);
+            *next = at + self.interval;
+            at
+        };
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+/// A hosted zone found by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneInfo {
+    pub id: String,
+    /// Normalized (lowercase, no trailing dot).
+    pub name: String,
+}
+
+/// Route53 for one zone.
+#[derive(Clone)]
+pub struct Route53 {
+    client: Client,
+    limiter: Arc<RateLimiter>,
+    metrics: DnsMetrics,
+}
+
+impl Route53 {
+    /// A client from the standard AWS configuration chain. Route53 is a
+    /// global service: the region defaults to us-east-1 when none is set.
+    pub async fn from_env(rps: f64, metrics: DnsMetrics) -> Self {
+        let http =
+            aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
+        let config = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http)
+            // Throttling is retried here with our own jittered backoff; the
+            // SDK's retries would hide requests from the metrics and the limiter.
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .operation_attempt_timeout(Duration::from_secs(30))
+                    .build(),
+            )
+            .load()
+            .await;
+        let mut conf = aws_sdk_route53::config::Builder::from(&config);
+        if config.region().is_none() {
+            conf = conf.region(Region::new("us-east-1"));
+        }
+        Self { client: Client::from_conf(conf.build()), limiter: Arc::new(RateLimiter::new(rps)), metrics }
+    }
+
+    /// Runs one request under the rate limit, retrying throttling with
+    /// jittered exponential backoff, counting every attempt.
+    async fn call<T, E, R, F, Fut>(&self, operation: &'static str, f: F) -> Result<T, Route53Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, R>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        let mut attempt = 0;
+        loop {
+            self.limiter.acquire().await;
+            match f().await {
+                Ok(v) => {
+                    self.metrics.requests.with_label_values(&[operation, "success"]).inc();
+                    return Ok(v);
+                }
+                Err(e) => {
+                    let e = Route53Error::from_sdk(operation, e);
+                    attempt += 1;
+                    if e.is_throttling() && attempt < THROTTLE_ATTEMPTS {
+                        self.metrics.requests.with_label_values(&[operation, "throttled"]).inc();
+                        let backoff = jittered_backoff(attempt, Duration::from_millis(200), Duration::from_secs(10));
+                        tracing::debug!(%operation, ?backoff, "route53 throttled; retrying");
+                        tokio::time::sleep(backoff).await;
+                        continue;
+                    }
+                    self.metrics.requests.with_label_values(&[operation, "error"]).inc();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The zones named exactly `domain`.
+    pub async fn zones_named(&self, domain: &str) -> Result<Vec<ZoneInfo>, Route53Error> {
+        let want = normalize(domain);
+        let mut out = Vec::new();
+        let (mut dns_name, mut zone_id): (Option<String>, Option<String>) = (Some(want.clone()), None);
+        loop {
+            let page = self
+                .call("ListHostedZonesByName", || {
+                    self.client
+                        .list_hosted_zones_by_name()
+                        .set_dns_name(dns_name.clone())
+                        .set_hosted_zone_id(zone_id.clone())
+                        .send()
+                })
+                .await?;
+            let mut past = false;
+            for z in page.hosted_zones() {
+                if normalize(z.name()) == want {
+                    out.push(ZoneInfo { id: short_zone_id(z.id()), name: want.clone() });
+                } else {
+                    past = true;
+                }
+            }
+            if past || !page.is_truncated() {
+                break;
+            }
+            dns_name = page.next_dns_name().map(str::to_string);
+            zone_id = page.next_hosted_zone_id().map(str::to_string);
+        }
+        Ok(out)
+    }
+
+    /// The name of zone `id`.
+    pub async fn zone_name(&self, id: &str) -> Result<String, Route53Error> {
+        let out = self.call("GetHostedZone", || self.client.get_hosted_zone().id(id).send()).await?;
+        Ok(out.hosted_zone().map(|z| normalize(z.name())).unwrap_or_default())
+    }
+
+    /// Every record set of the zone, following pagination.
+    pub async fn list(&self, zone_id: &str) -> Result<Vec<RecordSet>, Route53Error> {
+        let mut out = Vec::new();
+        let mut start: Option<(String, RrType, Option<String>)> = None;
+        loop {
+            let page = self
+                .call("ListResourceRecordSets", || {
+                    let mut req = self.client.list_resource_record_sets().hosted_zone_id(zone_id).max_items(300);
+                    if let Some((name, rtype, ident)) = &start {
+                        req = req
+                            .start_record_name(name)
+                            .start_record_type(rtype.clone())
+                            .set_start_record_identifier(ident.clone());
+                    }
+                    req.send()
+                })
+                .await?;
+            out.extend(page.resource_record_sets().iter().map(from_route53));
+            match (page.is_truncated(), page.next_record_name(), page.next_record_type()) {
+                (true, Some(name), Some(rtype)) => {
+                    let next = (name.to_string(), rtype.clone(), page.next_record_identifier().map(str::to_string));
+                    if start.as_ref() == Some(&next) {
+                        break; // a server that does not advance: stop rather than loop
+                    }
+                    start = Some(next);
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends one change batch; returns the change id.
+    pub async fn change(&self, zone_id: &str, groups: &[&ChangeGroup]) -> Result<String, Route53Error> {
+        let mut changes = Vec::new();
+        for g in groups {
+            for c in &g.changes {
+                changes.push(to_route53(c.action, &c.record).map_err(|m| Route53Error {
+                    operation: "ChangeResourceRecordSets",
+                    code: "InvalidChange".into(),
+                    message: m,
+                })?);
+            }
+        }
+        let comment = match groups {
+            [one] => format!("flotilla service-dns: {} for {}", one.name, one.resource),
+            _ => format!("flotilla service-dns: {} names", groups.len()),
+        };
+        let batch = r53::ChangeBatch::builder().set_changes(Some(changes)).comment(comment).build().map_err(|e| {
+            Route53Error { operation: "ChangeResourceRecordSets", code: "InvalidChange".into(), message: e.to_string() }
+        })?;
+        let out = self
+            .call("ChangeResourceRecordSets", || {
+                self.client.change_resource_record_sets().hosted_zone_id(zone_id).change_batch(batch.clone()).send()
+            })
+            .await?;
+        Ok(out.change_info().map(|c| c.id().to_string()).unwrap_or_default())
+    }
+
+    /// Polls GetChange until INSYNC or `timeout`; `Ok(true)` when in sync.
+    pub async fn wait_insync(&self, change_id: &str, timeout: Duration) -> Result<bool, Route53Error> {
+        let deadline = Instant::now() + timeout;
+        let mut wait = Duration::from_millis(500);
+        loop {
+            let out = self.call("GetChange", || self.client.get_change().id(change_id).send()).await?;
+            if out.change_info().map(|c| c.status()) == Some(&ChangeStatus::Insync) {
+                return Ok(true);
+            }
+            if Instant::now() + wait > deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(10));
+        }
+    }
+}
+
+/// `/hostedzone/Z123` → `Z123`.
+pub fn short_zone_id(id: &str) -> String {
+    id.rsplit('/').next().unwrap_or(id).to_string()
+}
+
+/// Exponential backoff with full jitter: uniform in [base, min(cap, base·2^attempt)].
+pub fn jittered_backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    let ceiling = base.saturating_mul(1u32 << attempt.min(16)).min(cap);
+    let span = ceiling.saturating_sub(base).as_millis() as u64;
+    base + Duration::from_millis(if span == 0 { 0 } else { rand::random::<u64>() % (span + 1) })
+}
+
+fn canonical_ip(v: &str) -> String {
+    v.parse::<IpAddr>().map(|ip| ip.to_string()).unwrap_or_else(|_| v.to_string())
+}
+
+/// Route53's record set in our model. Alias records, routing policies and
+/// other types are `foreign`: never written, only in the way.
+pub fn from_route53(r: &r53::ResourceRecordSet) -> RecordSet {
+    let name = normalize(r.name());
+    let ttl = r.ttl().unwrap_or(0);
+    let raw: Vec<String> = r.resource_records().iter().map(|v| v.value().to_string()).collect();
+    let (rtype, values) = match r.r#type() {
+        RrType::A => (RecordType::A, raw.iter().map(|v| canonical_ip(v)).collect()),
+        RrType::Aaaa => (RecordType::Aaaa, raw.iter().map(|v| canonical_ip(v)).collect()),
+        RrType::Cname => (RecordType::Cname, raw.iter().map(|v| normalize(v)).collect()),
+        RrType::Txt => (RecordType::Txt, raw),
+        _ => (RecordType::Other, raw),
+    };
+    let mut rs = RecordSet::new(name, rtype, ttl, values);
+    if rtype == RecordType::Other {
+        rs.foreign = Some(r.r#type().as_str().to_string());
+    } else if r.alias_target().is_some() {
+        rs.foreign = Some(format!("{} alias", r.r#type().as_str()));
+    } else if let Some(id) = r.set_identifier() {
+        rs.foreign = Some(format!("{} set {id}", r.r#type().as_str()));
+    }
+    rs
+}
+
+fn to_route53(action: Action, r: &RecordSet) -> Result<r53::Change, String> {
+    let rtype = match r.rtype {
+        RecordType::A => RrType::A,
+        RecordType::Aaaa => RrType::Aaaa,
+        RecordType::Cname => RrType::Cname,
+        RecordType::Txt => RrType::Txt,
+        RecordType::Other => return Err(format!("refusing to write a foreign record {}", r.name)),
+    };
+    if r.foreign.is_some() {
+        return Err(format!("refusing to write a foreign record {}", r.name));
+    }
+    let mut records = Vec::new();
+    for v in &r.values {
+        records.push(r53::ResourceRecord::builder().value(v).build().map_err(|e| e.to_string())?);
+    }
+    let set = r53::ResourceRecordSet::builder()
+        .name(format!("{}.", r.name))
+        .r#type(rtype)
+        .ttl(r.ttl)
+        .set_resource_records(Some(records))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let action = match action {
+        Action::Create => r53::ChangeAction::Create,
+        Action::Upsert => r53::ChangeAction::Upsert,
+        Action::Delete => r53::ChangeAction::Delete,
+    };
+    r53::Change::builder().action(action).resource_record_set(set).build().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_in_bounds() {
+        for attempt in 0..40 {
+            let b = jittered_backoff(attempt, Duration::from_millis(200), Duration::from_secs(10));
+            assert!(b >= Duration::from_millis(200) && b <= Duration::from_secs(10), "{b:?}");
+        }
+    }
+
+    #[test]
+    fn zone_ids() {
+        assert_eq!(short_zone_id("/hostedzone/Z123"), "Z123");
+        assert_eq!(short_zone_id("Z123"), "Z123");
+    }
+
+    #[test]
+    fn foreign_records_are_marked() {
+        let alias = r53::ResourceRecordSet::builder()
+            .name("x.example.com.")
+            .r#type(RrType::A)
+            .alias_target(
+                r53::AliasTarget::builder()
+                    .hosted_zone_id("Z1")
+                    .dns_name("lb.example")
+                    .evaluate_target_health(false)
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+            .unwrap();
+        let r = from_route53(&alias);
+        assert_eq!(r.name, "x.example.com");
+        assert!(r.foreign.is_some());
+        assert!(to_route53(Action::Delete, &r).is_err());
+    }
+}

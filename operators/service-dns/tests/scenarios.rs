@@ -1,0 +1,735 @@
+//! service-dns end to end: the binary as a process, the real control plane,
+//! a real moto server. Every test asserts on the zone's final contents.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_route53::types::RrType;
+use common::*;
+use flotilla_testenv::wait_for;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use service_dns::model::RecordType;
+
+/// The seed: namespace `test`, NodePort Service `hello-world` on port 8000 →
+/// `kube-hello-world.<domain>` A ClusterIP, Events on the Service, metrics;
+/// delete → gone.
+#[tokio::test]
+async fn seed_scenario_create_and_delete() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "seed").await;
+    ensure_namespace(&client, "test").await;
+    let mut op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec!["--watch-namespace=test".into()]].concat(),
+    );
+    op.wait_ready().await;
+
+    let svc = create_service(&client, "test", &service("hello-world", "NodePort", &[])).await;
+    let ip = cluster_ip(&svc);
+    let name = format!("kube-hello-world.{domain}");
+    let a = wait_record(&r53, &zone, &name, RecordType::A, &[&ip]).await;
+    assert_eq!(a.ttl, 300);
+    let txt = find(&r53, &zone, &format!("_flotilla-owner.{name}"), RecordType::Txt).await.expect("ownership TXT");
+    assert_eq!(txt.values, vec!["\"heritage=flotilla,owner=default,resource=service/test/hello-world\"".to_string()]);
+    let note =
+        wait_event(&client, "test", "hello-world", "DnsRecordCreated", &format!("created dns {name} → {ip}")).await;
+    assert!(note.contains("INSYNC"), "{note}");
+
+    // Metrics: one managed record, successful Route53 calls, shared reconcile metrics.
+    wait_for("managed_records = 1", T, || async {
+        Ok::<_, String>((op.metric("flotilla_service_dns_managed_records").await == Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap();
+    let text = op.scrape().await;
+    assert!(
+        metric_value(
+            &text,
+            "flotilla_service_dns_route53_requests_total{operation=\"ChangeResourceRecordSets\",result=\"success\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    assert!(
+        metric_value(&text, "flotilla_service_dns_route53_changes_total{action=\"create\"}").unwrap_or(0.0) >= 2.0,
+        "{text}"
+    );
+    assert!(
+        metric_value(&text, "controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+            .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    assert!(
+        metric_value(&text, "flotilla_service_dns_last_successful_sync_timestamp_seconds").unwrap_or(0.0) > 1.0e9,
+        "{text}"
+    );
+
+    // An unchanged zone costs no write: a few resyncs later, no new change call.
+    let writes = |t: &str| {
+        metric_value(
+            t,
+            "flotilla_service_dns_route53_requests_total{operation=\"ChangeResourceRecordSets\",result=\"success\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    let before = writes(&op.scrape().await);
+    let syncs = metric_value(
+        &op.scrape().await,
+        "controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}",
+    )
+    .unwrap_or(0.0);
+    wait_for("two more resyncs", T, || async {
+        let n = op
+            .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+            .await
+            .unwrap_or(0.0);
+        Ok::<_, String>((n >= syncs + 2.0).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(writes(&op.scrape().await), before, "an unchanged zone must cost zero write calls");
+
+    Api::<Service>::namespaced(client.clone(), "test")
+        .delete("hello-world", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_gone(&r53, &zone, &name).await;
+    wait_event(&client, "test", "hello-world", "DnsRecordDeleted", &format!("deleted dns {name} → {ip}")).await;
+    assert!(user_records(&r53, &zone).await.is_empty());
+    assert_eq!(op.stop().await.code(), Some(0), "SIGTERM: clean exit\n{}", op.logs());
+}
+
+/// A Service deleted while the operator is down is cleaned up after restart.
+#[tokio::test]
+async fn service_deleted_while_stopped_is_removed_after_restart() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "restart").await;
+    let ns = env.namespace("restart").await.expect("namespace");
+    let args = [zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat();
+    let mut op = Operator::start(&env, &moto.endpoint, &args);
+    let keep = create_service(&client, &ns, &service("keep", "ClusterIP", &[])).await;
+    let gone = create_service(&client, &ns, &service("gone", "ClusterIP", &[])).await;
+    wait_record(&r53, &zone, &format!("kube-keep.{domain}"), RecordType::A, &[&cluster_ip(&keep)]).await;
+    wait_record(&r53, &zone, &format!("kube-gone.{domain}"), RecordType::A, &[&cluster_ip(&gone)]).await;
+    assert_eq!(op.stop().await.code(), Some(0));
+
+    Api::<Service>::namespaced(client.clone(), &ns).delete("gone", &DeleteParams::default()).await.expect("delete");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(find(&r53, &zone, &format!("kube-gone.{domain}"), RecordType::A).await.is_some(), "nobody deleted it yet");
+
+    let _op = Operator::start(&env, &moto.endpoint, &args);
+    wait_gone(&r53, &zone, &format!("kube-gone.{domain}")).await;
+    let left = user_records(&r53, &zone).await;
+    assert_eq!(left.len(), 2, "only keep's A and TXT remain: {left:?}");
+    assert!(left.iter().any(|r| r.name == format!("kube-keep.{domain}") && r.values == vec![cluster_ip(&keep)]));
+}
+
+/// A record we do not own is never changed; the Service gets a conflict Event
+/// and the metric counts it; other Services are published.
+#[tokio::test]
+async fn unowned_record_is_untouched_and_reported() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "unowned").await;
+    let ns = env.namespace("unowned").await.expect("namespace");
+    let taken = format!("kube-taken.{domain}");
+    put_records(&r53, &zone, &[(taken.clone(), RrType::A, vec!["192.0.2.1".into()])]).await;
+    let before = user_records(&r53, &zone).await;
+
+    let op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
+    );
+    create_service(&client, &ns, &service("taken", "ClusterIP", &[])).await;
+    let free = create_service(&client, &ns, &service("free", "ClusterIP", &[])).await;
+    wait_record(&r53, &zone, &format!("kube-free.{domain}"), RecordType::A, &[&cluster_ip(&free)]).await;
+    let note = wait_event(&client, &ns, "taken", "DnsRecordConflict", &taken).await;
+    assert!(note.contains("does not own"), "{note}");
+    wait_for("the conflict metric", T, || async {
+        Ok::<_, String>((op.metric("flotilla_service_dns_conflicts_total").await >= Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap();
+    // Several syncs later, still untouched and no TXT of ours beside it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = user_records(&r53, &zone).await;
+    for r in &before {
+        assert!(after.contains(r), "{r:?} was changed: {after:?}");
+    }
+    assert!(find(&r53, &zone, &format!("_flotilla-owner.{taken}"), RecordType::Txt).await.is_none());
+    // Deleting the Service does not delete the record it never owned.
+    Api::<Service>::namespaced(client.clone(), &ns).delete("taken", &DeleteParams::default()).await.expect("delete");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(find(&r53, &zone, &taken, RecordType::A).await.map(|r| r.values), Some(vec!["192.0.2.1".to_string()]));
+}
+
+/// The same name from two namespaces: the older Service keeps it, the other
+/// gets a conflict; when the holder goes, the other takes over.
+#[tokio::test]
+async fn same_name_in_two_namespaces() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "twons").await;
+    let (ns1, ns2) = (env.namespace("twons-a").await.expect("ns"), env.namespace("twons-b").await.expect("ns"));
+    let label = format!("t{:08x}", rand::random::<u32>());
+    let labelled = |mut s: Service| {
+        s.metadata.labels = Some([("dns-test".to_string(), label.clone())].into());
+        s
+    };
+    let first = create_service(&client, &ns1, &labelled(service("api", "ClusterIP", &[]))).await;
+    // creationTimestamp has 1 s resolution: make the order unambiguous.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let second = create_service(&client, &ns2, &labelled(service("api", "ClusterIP", &[]))).await;
+    let _op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--service-selector=dns-test={label}")]].concat(),
+    );
+    let name = format!("kube-api.{domain}");
+    wait_record(&r53, &zone, &name, RecordType::A, &[&cluster_ip(&first)]).await;
+    let note = wait_event(&client, &ns2, "api", "DnsRecordConflict", &name).await;
+    assert!(note.contains(&format!("service/{ns1}/api")), "{note}");
+    let txt = find(&r53, &zone, &format!("_flotilla-owner.{name}"), RecordType::Txt).await.expect("TXT");
+    assert!(txt.values[0].contains(&format!("resource=service/{ns1}/api")), "{txt:?}");
+
+    Api::<Service>::namespaced(client.clone(), &ns1).delete("api", &DeleteParams::default()).await.expect("delete");
+    wait_record(&r53, &zone, &name, RecordType::A, &[&cluster_ip(&second)]).await;
+    let txt = find(&r53, &zone, &format!("_flotilla-owner.{name}"), RecordType::Txt).await.expect("TXT");
+    assert!(txt.values[0].contains(&format!("resource=service/{ns2}/api")), "{txt:?}");
+    assert_eq!(user_records(&r53, &zone).await.len(), 2);
+}
+
+/// flotilla.dev/hostname (several names), /ttl, /dns=false, /target=load-balancer.
+#[tokio::test]
+async fn annotations() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "annot").await;
+    let ns = env.namespace("annot").await.expect("namespace");
+    let _op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
+    );
+    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
+
+    let hosts = format!("www.{domain}, API.{domain}.");
+    let multi = create_service(
+        &client,
+        &ns,
+        &service("multi", "ClusterIP", &[("flotilla.dev/hostname", &hosts), ("flotilla.dev/ttl", "60")]),
+    )
+    .await;
+    let ip = cluster_ip(&multi);
+    for n in [format!("www.{domain}"), format!("api.{domain}")] {
+        let r = wait_record(&r53, &zone, &n, RecordType::A, &[&ip]).await;
+        assert_eq!(r.ttl, 60);
+    }
+    create_service(&client, &ns, &service("optout", "ClusterIP", &[("flotilla.dev/dns", "false")])).await;
+
+    // TTL change → update + Event.
+    api.patch(
+        "multi",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"flotilla.dev/ttl": "120"}}})),
+    )
+    .await
+    .expect("patch");
+    wait_for("ttl 120", T, || async {
+        Ok::<_, String>(find(&r53, &zone, &format!("www.{domain}"), RecordType::A).await.filter(|r| r.ttl == 120))
+    })
+    .await
+    .unwrap();
+    wait_event(&client, &ns, "multi", "DnsRecordUpdated", &format!("updated dns www.{domain}")).await;
+
+    // Load balancer: an IP → A, a hostname → CNAME.
+    let lb =
+        create_service(&client, &ns, &service("lb", "LoadBalancer", &[("flotilla.dev/target", "load-balancer")])).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        find(&r53, &zone, &format!("kube-lb.{domain}"), RecordType::A).await.is_none(),
+        "no ingress yet, no record (not the ClusterIP {})",
+        cluster_ip(&lb)
+    );
+    api.patch_status(
+        "lb",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}})),
+    )
+    .await
+    .expect("status");
+    wait_record(&r53, &zone, &format!("kube-lb.{domain}"), RecordType::A, &["203.0.113.7"]).await;
+    api.patch_status(
+        "lb",
+        &PatchParams::default(),
+        &Patch::Merge(
+            serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": "abc.elb.amazonaws.com"}]}}}),
+        ),
+    )
+    .await
+    .expect("status");
+    wait_record(&r53, &zone, &format!("kube-lb.{domain}"), RecordType::Cname, &["abc.elb.amazonaws.com"]).await;
+    assert!(find(&r53, &zone, &format!("kube-lb.{domain}"), RecordType::A).await.is_none(), "A replaced by the CNAME");
+
+    // Opting out later removes what was published.
+    api.patch(
+        "multi",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"flotilla.dev/dns": "false"}}})),
+    )
+    .await
+    .expect("patch");
+    wait_gone(&r53, &zone, &format!("www.{domain}")).await;
+    wait_gone(&r53, &zone, &format!("api.{domain}")).await;
+    let left = user_records(&r53, &zone).await;
+    let names: Vec<&str> = left.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(left.len(), 2, "only lb's CNAME and TXT: {names:?}");
+    assert!(!names.iter().any(|n| n.contains("optout")));
+}
+
+/// Dual-stack Services get A and AAAA from spec.clusterIPs.
+#[tokio::test]
+async fn dual_stack_gets_a_and_aaaa() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "dual").await;
+    let ns = env.namespace("dual").await.expect("namespace");
+    let _op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
+    );
+    let mut s = service("dual", "ClusterIP", &[]);
+    if let Some(spec) = s.spec.as_mut() {
+        spec.ip_family_policy = Some("RequireDualStack".into());
+        spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+    }
+    let s = create_service(&client, &ns, &s).await;
+    let ips = s.spec.and_then(|s| s.cluster_ips).unwrap_or_default();
+    assert_eq!(ips.len(), 2, "{ips:?}");
+    let v6: std::net::Ipv6Addr = ips[1].parse().expect("IPv6");
+    let name = format!("kube-dual.{domain}");
+    wait_record(&r53, &zone, &name, RecordType::A, &[&ips[0]]).await;
+    wait_record(&r53, &zone, &name, RecordType::Aaaa, &[&v6.to_string()]).await;
+}
+
+/// Invalid annotations: Warning Event, that Service skipped, others go on;
+/// a headless Service is skipped with a Normal Event.
+#[tokio::test]
+async fn invalid_annotations_are_reported_and_skipped() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "invalid").await;
+    let ns = env.namespace("invalid").await.expect("namespace");
+    let op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
+    );
+    let long_label = format!("{}.{domain}", "a".repeat(64));
+    let long_name = format!("{}{domain}", "abcdefghi.".repeat(25));
+    let cases = [
+        ("outside", "flotilla.dev/hostname", "x.not-our-zone.org".to_string(), "InvalidHostname"),
+        ("longlabel", "flotilla.dev/hostname", long_label, "InvalidHostname"),
+        ("longname", "flotilla.dev/hostname", long_name, "InvalidHostname"),
+        ("badchars", "flotilla.dev/hostname", format!("under_score.{domain}"), "InvalidHostname"),
+        ("badttl", "flotilla.dev/ttl", "soon".to_string(), "InvalidAnnotation"),
+        ("badtarget", "flotilla.dev/target", "node".to_string(), "InvalidAnnotation"),
+    ];
+    for (name, key, value, _) in &cases {
+        create_service(&client, &ns, &service(name, "ClusterIP", &[(key, value)])).await;
+    }
+    let mut headless = service("headless", "ClusterIP", &[]);
+    if let Some(spec) = headless.spec.as_mut() {
+        spec.cluster_ip = Some("None".into());
+    }
+    create_service(&client, &ns, &headless).await;
+    let good = create_service(&client, &ns, &service("good", "ClusterIP", &[])).await;
+    wait_record(&r53, &zone, &format!("kube-good.{domain}"), RecordType::A, &[&cluster_ip(&good)]).await;
+    for (name, _, _, reason) in &cases {
+        wait_event(&client, &ns, name, reason, "no record published").await;
+    }
+    wait_event(&client, &ns, "headless", "DnsRecordSkipped", "headless").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let left = user_records(&r53, &zone).await;
+    assert_eq!(left.len(), 2, "only good's A and TXT: {left:?}");
+    // Reported once, not at every resync.
+    assert_eq!(
+        events(&client, &ns, "outside", "InvalidHostname")
+            .await
+            .iter()
+            .map(|e| e.deprecated_count.unwrap_or(1).max(e.series.as_ref().map(|s| s.count).unwrap_or(1)))
+            .sum::<i32>(),
+        1
+    );
+    let mut op = op;
+    assert!(op.exited().is_none(), "still running");
+}
+
+/// Route53 unreachable: errors counted, no crash; converges when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route53_down_then_back() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "outage").await;
+    let ns = env.namespace("outage").await.expect("namespace");
+    let proxy = FaultyProxy::start(&moto.endpoint).await;
+    let mut op = Operator::start(
+        &env,
+        &proxy.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
+    );
+    let one = create_service(&client, &ns, &service("one", "ClusterIP", &[])).await;
+    wait_record(&r53, &zone, &format!("kube-one.{domain}"), RecordType::A, &[&cluster_ip(&one)]).await;
+
+    proxy.set_down(true);
+    let two = create_service(&client, &ns, &service("two", "ClusterIP", &[])).await;
+    Api::<Service>::namespaced(client.clone(), &ns).delete("one", &DeleteParams::default()).await.expect("delete");
+    wait_for("Route53 errors to be counted", T, || async {
+        let text = op.scrape().await;
+        let errors = metric_value(&text, "flotilla_service_dns_sync_errors_total").unwrap_or(0.0);
+        let reqs = metric_value(
+            &text,
+            "flotilla_service_dns_route53_requests_total{operation=\"ListResourceRecordSets\",result=\"error\"}",
+        )
+        .unwrap_or(0.0);
+        Ok::<_, String>((errors >= 2.0 && reqs >= 2.0).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert!(op.exited().is_none(), "no crash while Route53 is down\n{}", op.logs());
+    assert!(find(&r53, &zone, &format!("kube-two.{domain}"), RecordType::A).await.is_none());
+
+    proxy.set_down(false);
+    wait_record(&r53, &zone, &format!("kube-two.{domain}"), RecordType::A, &[&cluster_ip(&two)]).await;
+    wait_gone(&r53, &zone, &format!("kube-one.{domain}")).await;
+    assert_eq!(user_records(&r53, &zone).await.len(), 2);
+}
+
+/// --policy upsert-only never deletes; create-only never updates; --dry-run changes nothing.
+#[tokio::test]
+async fn policies_and_dry_run() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+
+    // upsert-only
+    let (zone, domain) = create_zone(&r53, "upsert").await;
+    let ns = env.namespace("upsert").await.expect("namespace");
+    let op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}"), "--policy=upsert-only".into()]].concat(),
+    );
+    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let s = create_service(&client, &ns, &service("s", "ClusterIP", &[])).await;
+    let name = format!("kube-s.{domain}");
+    wait_record(&r53, &zone, &name, RecordType::A, &[&cluster_ip(&s)]).await;
+    api.patch(
+        "s",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"flotilla.dev/ttl": "77"}}})),
+    )
+    .await
+    .expect("patch");
+    wait_for("ttl 77 (update allowed)", T, || async {
+        Ok::<_, String>(find(&r53, &zone, &name, RecordType::A).await.filter(|r| r.ttl == 77))
+    })
+    .await
+    .unwrap();
+    api.delete("s", &DeleteParams::default()).await.expect("delete");
+    let syncs = op
+        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+        .await
+        .unwrap_or(0.0);
+    wait_for("two more syncs", T, || async {
+        Ok::<_, String>(
+            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+                .await
+                .unwrap_or(0.0)
+                >= syncs + 2.0)
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(find(&r53, &zone, &name, RecordType::A).await.is_some(), "upsert-only never deletes");
+    drop(op);
+
+    // create-only
+    let (zone, domain) = create_zone(&r53, "createonly").await;
+    let ns = env.namespace("createonly").await.expect("namespace");
+    let op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}"), "--policy=create-only".into()]].concat(),
+    );
+    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let s = create_service(&client, &ns, &service("c", "ClusterIP", &[])).await;
+    let name = format!("kube-c.{domain}");
+    wait_record(&r53, &zone, &name, RecordType::A, &[&cluster_ip(&s)]).await;
+    api.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"flotilla.dev/ttl": "77"}}})),
+    )
+    .await
+    .expect("patch");
+    api.delete("c", &DeleteParams::default()).await.ok();
+    let syncs = op
+        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+        .await
+        .unwrap_or(0.0);
+    wait_for("two more syncs", T, || async {
+        Ok::<_, String>(
+            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+                .await
+                .unwrap_or(0.0)
+                >= syncs + 2.0)
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+    let r = find(&r53, &zone, &name, RecordType::A).await.expect("create-only never deletes");
+    assert_eq!(r.ttl, 300, "create-only never updates");
+    drop(op);
+
+    // dry run
+    let (zone, domain) = create_zone(&r53, "dryrun").await;
+    let ns = env.namespace("dryrun").await.expect("namespace");
+    let op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}"), "--dry-run".into()]].concat(),
+    );
+    let s = create_service(&client, &ns, &service("d", "ClusterIP", &[])).await;
+    let note = wait_event(&client, &ns, "d", "DnsRecordDryRun", "would create").await;
+    assert!(note.contains(&cluster_ip(&s)), "{note}");
+    let syncs = op
+        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+        .await
+        .unwrap_or(0.0);
+    wait_for("two more syncs", T, || async {
+        Ok::<_, String>(
+            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+                .await
+                .unwrap_or(0.0)
+                >= syncs + 2.0)
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(user_records(&r53, &zone).await.is_empty(), "dry run changes nothing");
+    assert_eq!(
+        op.metric(
+            "flotilla_service_dns_route53_requests_total{operation=\"ChangeResourceRecordSets\",result=\"success\"}"
+        )
+        .await
+        .unwrap_or(0.0),
+        0.0
+    );
+}
+
+/// A zone with more records than one ListResourceRecordSets page (300): our
+/// records beyond the first page are found, kept, and deleted when due.
+#[tokio::test]
+async fn zone_larger_than_one_page() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "paged").await;
+    let ns = env.namespace("paged").await.expect("namespace");
+    // 700 records of someone else's, sorting before ours.
+    let theirs: Vec<_> =
+        (0..700).map(|i| (format!("aaa-{i:04}.{domain}"), RrType::A, vec![format!("192.0.2.{}", i % 250)])).collect();
+    put_records(&r53, &zone, &theirs).await;
+    // And one of theirs at a name a Service wants, past the first pages.
+    put_records(&r53, &zone, &[(format!("kube-zz-taken.{domain}"), RrType::A, vec!["198.51.100.1".into()])]).await;
+    assert!(records(&r53, &zone).await.len() > 700);
+
+    let op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
+    );
+    let s = create_service(&client, &ns, &service("zz-mine", "ClusterIP", &[])).await;
+    create_service(&client, &ns, &service("zz-taken", "ClusterIP", &[])).await;
+    let name = format!("kube-zz-mine.{domain}");
+    wait_record(&r53, &zone, &name, RecordType::A, &[&cluster_ip(&s)]).await;
+    wait_event(&client, &ns, "zz-taken", "DnsRecordConflict", "kube-zz-taken").await;
+    // Resyncs see our record on a later page: no rewrite.
+    let writes = op
+        .metric(
+            "flotilla_service_dns_route53_requests_total{operation=\"ChangeResourceRecordSets\",result=\"success\"}",
+        )
+        .await
+        .unwrap_or(0.0);
+    let syncs = op
+        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+        .await
+        .unwrap_or(0.0);
+    wait_for("two more syncs", T, || async {
+        Ok::<_, String>(
+            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+                .await
+                .unwrap_or(0.0)
+                >= syncs + 2.0)
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        op.metric(
+            "flotilla_service_dns_route53_requests_total{operation=\"ChangeResourceRecordSets\",result=\"success\"}"
+        )
+        .await
+        .unwrap_or(0.0),
+        writes
+    );
+    assert!(
+        op.metric(
+            "flotilla_service_dns_route53_requests_total{operation=\"ListResourceRecordSets\",result=\"success\"}"
+        )
+        .await
+        .unwrap_or(0.0)
+            >= 3.0
+    );
+
+    Api::<Service>::namespaced(client.clone(), &ns).delete("zz-mine", &DeleteParams::default()).await.expect("delete");
+    wait_gone(&r53, &zone, &name).await;
+    let after = user_records(&r53, &zone).await;
+    assert_eq!(after.len(), 701, "all of theirs, untouched");
+    assert_eq!(
+        find(&r53, &zone, &format!("kube-zz-taken.{domain}"), RecordType::A).await.map(|r| r.values),
+        Some(vec!["198.51.100.1".to_string()])
+    );
+}
+
+/// Bad configuration: one line naming the flag, exit 2, before the cluster is touched.
+#[tokio::test]
+async fn bad_configuration_exits_2() {
+    let env = flotilla_testenv::shared();
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let run = |args: Vec<String>| {
+        let out = std::process::Command::new(binary())
+            .args(args)
+            .env("KUBECONFIG", &env.kubeconfig)
+            .env("AWS_ENDPOINT_URL_ROUTE_53", &moto.endpoint)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_REGION", "us-east-1")
+            .env("METRICS_BIND_ADDRESS", "0")
+            .env("HEALTH_PROBE_BIND_ADDRESS", "0")
+            .output()
+            .expect("running service-dns");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (code, err) = run(vec![]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--hosted-zone-id") && err.lines().count() == 1, "{err}");
+    let (code, err) = run(vec!["--domain-name=example.com".into(), "--hostname-template={nope}.{domain}".into()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--hostname-template"), "{err}");
+
+    // Zone discovery: none, or more than one, with that name.
+    let missing = format!("missing-{:08x}.example.com", rand::random::<u32>());
+    let (code, err) = run(vec![format!("--domain-name={missing}")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no hosted zone is named"), "{err}");
+    let (_, domain) = create_zone(&r53, "dup").await;
+    r53.create_hosted_zone()
+        .name(&domain)
+        .caller_reference(format!("dup2-{}", rand::random::<u64>()))
+        .send()
+        .await
+        .expect("second zone");
+    let (code, err) = run(vec![format!("--domain-name={domain}")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("2 hosted zones are named"), "{err}");
+    // Exactly one: found, runs (ready) and stops cleanly.
+    let (zone, domain) = create_zone(&r53, "found").await;
+    let mut op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[format!("--domain-name={domain}"), "--watch-namespace=kube-system".into()],
+    );
+    op.wait_ready().await;
+    assert!(op.logs().contains(&zone), "the discovered zone is logged\n{}", op.logs());
+    assert_eq!(op.stop().await.code(), Some(0));
+}
+
+/// A TCP proxy in front of moto that can drop every connection (Route53
+/// unreachable) and come back.
+struct FaultyProxy {
+    endpoint: String,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FaultyProxy {
+    async fn start(upstream: &str) -> FaultyProxy {
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = down.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let flag = flag.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await {
+                        // Pooled connections die when the proxy goes down.
+                        let copy = tokio::io::copy_bidirectional(&mut inbound, &mut out);
+                        let watch = async {
+                            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                        };
+                        tokio::select! { _ = copy => {}, _ = watch => {} }
+                    }
+                });
+            }
+        });
+        FaultyProxy { endpoint, down }
+    }
+
+    fn set_down(&self, down: bool) {
+        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
+    }
+}

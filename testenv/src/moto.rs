@@ -1,0 +1,253 @@
+//! A Route53 emulator for tests, the demo and benchmarks: moto's standalone
+//! server (`moto[server]` from PyPI), installed by `cargo xtask setup` into a
+//! virtualenv in the cache and started on a free loopback port.
+//!
+//! ```no_run
+//! let moto = flotilla_testenv::moto::shared(); // one server per test binary
+//! // AWS_ENDPOINT_URL_ROUTE_53=moto.endpoint, dummy credentials
+//! ```
+//!
+//! moto is not AWS: it accepts a duplicate CREATE with other values, answers
+//! a DELETE of a missing record with `InvalidInput`, applies a failing batch
+//! partly and always answers INSYNC. Assert on a zone's final contents.
+#![allow(unsafe_code)] // atexit(3)
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::assets::Progress;
+use crate::process::{self, Lifetime, Process};
+use crate::versions::cache_root;
+
+/// The moto release installed and tested against.
+pub const MOTO_VERSION: &str = "5.2.5";
+
+/// Why moto is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum MotoError {
+    #[error(
+        "moto {MOTO_VERSION} is not installed at {0}: run `cargo xtask setup` (it installs moto[server] into a venv there)"
+    )]
+    Missing(PathBuf),
+    #[error("installing moto failed: {0}")]
+    Install(String),
+    #[error("moto_server did not start: {0}")]
+    Start(String),
+}
+
+/// The virtualenv moto lives in.
+pub fn venv_dir() -> PathBuf {
+    cache_root().join(format!("moto-{MOTO_VERSION}"))
+}
+
+/// `moto_server` in the venv, when installed (never installs).
+pub fn locate() -> Result<PathBuf, MotoError> {
+    let bin = venv_dir().join("bin").join("moto_server");
+    if bin.is_file() && venv_dir().join(".installed").is_file() { Ok(bin) } else { Err(MotoError::Missing(venv_dir())) }
+}
+
+/// Installs moto into [`venv_dir`] unless it is there (idempotent):
+/// `python3 -m venv`, then `pip install moto[server]==MOTO_VERSION`.
+pub fn ensure(progress: Progress<'_>) -> Result<PathBuf, MotoError> {
+    if let Ok(bin) = locate() {
+        progress(&format!("moto {MOTO_VERSION}: {} (cached)", bin.display()));
+        return Ok(bin);
+    }
+    let dir = venv_dir();
+    let started = Instant::now();
+    progress(&format!("moto {MOTO_VERSION}: creating a venv at {}", dir.display()));
+    let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    run(Command::new(&python).args(["-m", "venv", "--clear"]).arg(&dir), "python3 -m venv")?;
+    progress(&format!("moto {MOTO_VERSION}: pip install moto[server]=={MOTO_VERSION} (about a minute)"));
+    let pip = dir.join("bin").join("pip");
+    run(
+        Command::new(&pip).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            &format!("moto[server]=={MOTO_VERSION}"),
+        ]),
+        "pip install moto[server]",
+    )?;
+    std::fs::write(dir.join(".installed"), MOTO_VERSION).map_err(|e| MotoError::Install(e.to_string()))?;
+    let bin = locate()?;
+    progress(&format!("moto {MOTO_VERSION}: installed in {:.0?}", started.elapsed()));
+    Ok(bin)
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<(), MotoError> {
+    let out = cmd.output().map_err(|e| MotoError::Install(format!("{what}: {e} (is python3 installed?)")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(MotoError::Install(format!(
+            "{what} exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// A running moto server.
+#[derive(Debug)]
+pub struct MotoServer {
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+    pub process: Process,
+}
+
+impl MotoServer {
+    /// Starts `moto_server` on a free loopback port, logging to
+    /// `log_dir/moto.log`, and waits until it answers.
+    pub fn start(log_dir: &Path, lifetime: Lifetime) -> Result<Self, MotoError> {
+        let bin = locate()?;
+        std::fs::create_dir_all(log_dir).map_err(|e| MotoError::Start(e.to_string()))?;
+        let mut last = String::new();
+        // The free port may be taken between choosing and binding: retry.
+        for _ in 0..3 {
+            let port = process::free_port().map_err(|e| MotoError::Start(e.to_string()))?;
+            let args = vec!["-H".to_string(), "127.0.0.1".to_string(), "-p".to_string(), port.to_string()];
+            let mut p = Process::spawn("moto", &bin, &args, log_dir, lifetime)
+                .map_err(|e| MotoError::Start(format!("{}: {e}", bin.display())))?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some(status) = p.exited() {
+                    last = format!("exited with {status}: {}", p.log_tail(20));
+                    break;
+                }
+                if http_ok(port) {
+                    return Ok(Self { endpoint: format!("http://127.0.0.1:{port}"), process: p });
+                }
+                if Instant::now() > deadline {
+                    last = format!("not answering on port {port} after 30s: {}", p.log_tail(20));
+                    p.stop(Duration::from_secs(2));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Err(MotoError::Start(last))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
+
+    /// Forgets every resource (`POST /moto-api/reset`).
+    pub fn reset(&self) -> Result<(), MotoError> {
+        let port = self.endpoint.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        request(port, "POST", "/moto-api/reset").map(|_| ()).map_err(MotoError::Start)
+    }
+
+    pub fn stop(&mut self) {
+        self.process.stop(Duration::from_secs(3));
+    }
+}
+
+/// A minimal HTTP/1.1 request on loopback; returns the status line.
+fn request(port: u16, method: &str, path: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+    let status = String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or("").to_string();
+    if status.starts_with("HTTP/1.") && status.contains(" 200") {
+        Ok(status)
+    } else {
+        Err(format!("{method} {path}: {status:?}"))
+    }
+}
+
+fn http_ok(port: u16) -> bool {
+    request(port, "GET", "/moto-api/").is_ok()
+}
+
+/// The moto server shared by the tests of one binary.
+#[derive(Debug, Clone)]
+pub struct SharedMoto {
+    /// `http://127.0.0.1:<port>`: the value for `AWS_ENDPOINT_URL_ROUTE_53`.
+    pub endpoint: String,
+}
+
+impl SharedMoto {
+    /// Environment for an AWS client (or an operator process) talking to
+    /// this server with dummy credentials.
+    pub fn aws_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL_ROUTE_53", self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "testing".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".to_string()),
+            ("AWS_REGION", "us-east-1".to_string()),
+        ]
+    }
+}
+
+static CLEANUP: Mutex<Option<(u32, PathBuf)>> = Mutex::new(None);
+static SHARED: OnceLock<Result<SharedMoto, String>> = OnceLock::new();
+
+extern "C" fn cleanup_at_exit() {
+    if let Ok(mut guard) = CLEANUP.lock()
+        && let Some((pid, dir)) = guard.take()
+    {
+        process::terminate_pid(pid, Duration::from_secs(3));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// The moto server of this test binary, started on first use and killed
+/// when the binary exits (or dies: PR_SET_PDEATHSIG from a thread that
+/// lives as long as the process).
+///
+/// # Panics
+/// When moto is not installed (the message says to run `cargo xtask setup`)
+/// or does not start. Tests that need Route53 fail; they are never skipped.
+pub fn shared() -> SharedMoto {
+    let result = SHARED.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("flotilla-moto-{}-{}", std::process::id(), rand::random::<u32>()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawn = std::thread::Builder::new().name("flotilla-moto".into()).spawn(move || {
+            match MotoServer::start(&dir, Lifetime::DieWithParent) {
+                Ok(server) => {
+                    if let Ok(mut guard) = CLEANUP.lock() {
+                        *guard = Some((server.pid(), dir.clone()));
+                    }
+                    // SAFETY: registering a plain extern "C" fn with atexit.
+                    unsafe { libc::atexit(cleanup_at_exit) };
+                    let _ = tx.send(Ok(SharedMoto { endpoint: server.endpoint.clone() }));
+                    std::mem::forget(server);
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                }
+            }
+        });
+        if let Err(e) = spawn {
+            return Err(e.to_string());
+        }
+        rx.recv().map_err(|e| e.to_string())?
+    });
+    match result {
+        Ok(m) => m.clone(),
+        Err(e) => panic!("Route53 emulator unavailable: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_moto_says_how_to_install_it() {
+        let msg = MotoError::Missing(PathBuf::from("/nowhere")).to_string();
+        assert!(msg.contains("cargo xtask setup"), "{msg}");
+    }
+}

@@ -1,0 +1,31 @@
+//! The Route53 emulator helper: installed by `cargo xtask setup`, started once
+//! per test binary on loopback, answering moto's API.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flotilla_testenv::moto;
+
+#[test]
+fn shared_moto_answers_and_resets() {
+    let m = moto::shared();
+    assert!(m.endpoint.starts_with("http://127.0.0.1:"), "{}", m.endpoint);
+    // A second call gives the same server.
+    assert_eq!(moto::shared().endpoint, m.endpoint);
+    let port: u16 = m.endpoint.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to moto");
+    use std::io::{Read, Write};
+    write!(s, "POST /moto-api/reset HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let env = m.aws_env();
+    assert!(env.iter().any(|(k, v)| *k == "AWS_ENDPOINT_URL_ROUTE_53" && *v == m.endpoint));
+}
+
+#[test]
+fn install_is_idempotent() {
+    let lines = std::sync::Mutex::new(Vec::new());
+    let bin = moto::ensure(&|l: &str| lines.lock().unwrap().push(l.to_string())).expect("moto installed");
+    assert!(bin.ends_with("bin/moto_server"));
+    let lines = lines.into_inner().unwrap();
+    assert!(lines.iter().any(|l| l.contains("(cached)")), "{lines:?}");
+}
