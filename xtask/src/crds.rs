@@ -1,26 +1,30 @@
-//! `cargo xtask crds [--check]`: the CRD files in `crds/`, generated from the
-//! operators' Rust types. `--check` (run by `cargo xtask test`) fails when a
-//! committed file differs from what the types generate.
+//! `cargo xtask crds [--check]`: the CRD files, generated from the operators'
+//! Rust types, in `crds/` and in the chart of the operator that owns them
+//! (`charts/<operator>/crds/`, byte-identical). `--check` (run by `cargo xtask
+//! test`) fails when a committed file differs from what the types generate.
 
 use flotilla_shared::crd::{self, Mode};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::util::{root, say};
 
-/// Every operator's CRDs. Adding an operator with CRDs: add its `crds()` here.
-pub fn all() -> Vec<CustomResourceDefinition> {
-    let mut crds = Vec::new();
-    crds.extend(config_copier::crds());
-    crds
+/// Every operator's CRDs, by operator. Adding an operator with CRDs: add its
+/// `crds()` here.
+pub fn by_operator() -> Vec<(&'static str, Vec<CustomResourceDefinition>)> {
+    vec![("config-copier", config_copier::crds())]
 }
 
 pub fn run(check: bool) -> anyhow::Result<()> {
-    let dir = root().join("crds");
-    let crds = all();
     let mode = if check { Mode::Check } else { Mode::Write };
-    let changed = crd::sync_dir(&dir, &crds, mode)?;
+    let owned = by_operator();
+    let all: Vec<CustomResourceDefinition> = owned.iter().flat_map(|(_, c)| c.iter().cloned()).collect();
+    let mut changed = crd::sync_dir(&root().join("crds"), &all, mode)?;
+    for (operator, crds) in &owned {
+        let dir = root().join("charts").join(operator).join("crds");
+        changed.extend(crd::sync_dir(&dir, crds, mode)?.into_iter().map(|f| format!("charts/{operator}/crds/{f}")));
+    }
     if check {
-        say(&format!("crds: {} file(s) in crds/ match the Rust types", crds.len()));
+        say(&format!("crds: {} CRD(s) in crds/ and the charts match the Rust types", all.len()));
     } else if changed.is_empty() {
         say("crds: already up to date");
     } else {
