@@ -1,7 +1,8 @@
 {{/*
-What config-copier needs of the API: its CopyRules (with status and the
-finalizer that prunes copies when a rule is deleted), the ConfigMaps and
+What config-copier needs of the API: its CopyRules (patch adds the finalizer
+that prunes copies when a rule is deleted; status), the ConfigMaps and
 Secrets it copies from and to, and namespaces (metadata) to copy into.
+e2e/tests/rbac.rs proves each rule is needed.
 */}}
 {{- define "config-copier.rules" -}}
 - apiGroups: ["flotilla.dev"]
@@ -10,9 +11,6 @@ Secrets it copies from and to, and namespaces (metadata) to copy into.
 - apiGroups: ["flotilla.dev"]
   resources: ["copyrules/status"]
   verbs: ["get", "patch", "update"]
-- apiGroups: ["flotilla.dev"]
-  resources: ["copyrules/finalizers"]
-  verbs: ["update"]
 - apiGroups: [""]
   resources: ["configmaps", "secrets"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]

@@ -1,0 +1,226 @@
+//! Each chart's RBAC is proven sufficient and minimal with the operator's real
+//! binary: the chart is installed into the test control plane, the binary runs
+//! out of cluster with the Deployment's own arguments, authenticated as the
+//! chart-created ServiceAccount (a TokenRequest token), and drives the
+//! operator's main scenario with no `forbidden` anywhere. Then each rule is
+//! removed in turn: the scenario must fail or the operator must hit a
+//! `forbidden` — a rule nothing needs would be caught here.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use flotilla_e2e::{OperatorProcess, apply_crds, build_chart_dependencies, charts_dir, helm_ok};
+use flotilla_testenv::{TestEnv, shared, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+type Scenario = fn(Client, String, usize, Duration) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Which object a rule lives in.
+#[derive(Clone, Debug)]
+enum RuleHome {
+    ClusterRole(String),
+    Role(String, String),
+}
+
+async fn rules(client: &Client, home: &RuleHome) -> Vec<PolicyRule> {
+    match home {
+        RuleHome::ClusterRole(n) => {
+            Api::<ClusterRole>::all(client.clone()).get(n).await.unwrap().rules.unwrap_or_default()
+        }
+        RuleHome::Role(ns, n) => {
+            Api::<Role>::namespaced(client.clone(), ns).get(n).await.unwrap().rules.unwrap_or_default()
+        }
+    }
+}
+
+async fn set_rules(client: &Client, home: &RuleHome, rules: &[PolicyRule]) {
+    let patch = Patch::Merge(json!({ "rules": rules }));
+    match home {
+        RuleHome::ClusterRole(n) => {
+            Api::<ClusterRole>::all(client.clone()).patch(n, &PatchParams::default(), &patch).await.unwrap();
+        }
+        RuleHome::Role(ns, n) => {
+            Api::<Role>::namespaced(client.clone(), ns).patch(n, &PatchParams::default(), &patch).await.unwrap();
+        }
+    }
+}
+
+/// The Deployment's args, minus the bind addresses (the test picks free
+/// loopback ports), and its literal env values.
+async fn deployment_command(client: &Client, ns: &str, name: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.unwrap();
+    let c = d.spec.unwrap().template.spec.unwrap().containers.remove(0);
+    let args = c
+        .args
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| !a.starts_with("--metrics-bind-address") && !a.starts_with("--health-probe-bind-address"))
+        .collect();
+    let env = c.env.unwrap_or_default().into_iter().filter_map(|e| Some((e.name, e.value?))).collect();
+    (args, env)
+}
+
+async fn until_forbidden(operator: &OperatorProcess) {
+    while !forbidden(&operator.logs()) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn forbidden(logs: &str) -> bool {
+    let l = logs.to_lowercase();
+    l.contains("forbidden") || l.contains("\"code\":403") || l.contains(" 403")
+}
+
+/// Installs `op`'s chart, proves the scenario works with exactly its RBAC,
+/// then that removing any single rule breaks it.
+async fn prove(env: &TestEnv, op: &str, values: &[&str], extra_env: &[(&str, &str)], scenario: Scenario) {
+    build_chart_dependencies().unwrap();
+    let admin = env.client().await;
+    apply_crds(&admin).await.unwrap();
+    let ns = env.namespace(&format!("rbac-{op}")).await.unwrap();
+    let release = "rbac";
+    let fullname = format!("{release}-{op}");
+    let chart = charts_dir().join(op).display().to_string();
+    let mut args = vec!["install", release, &chart, "--namespace", &ns];
+    args.extend_from_slice(values);
+    helm_ok(Some(&env.kubeconfig), &args).unwrap();
+
+    let kubeconfig = env.service_account_kubeconfig(&ns, &fullname).await.unwrap();
+    let (op_args, mut op_env) = deployment_command(&admin, &ns, &fullname).await;
+    op_env.push(("POD_NAMESPACE".into(), ns.clone()));
+    op_env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let env_refs: Vec<(&str, &str)> = op_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+
+    // Sufficient: the scenario converges and nothing is forbidden.
+    let operator = OperatorProcess::start(op, &kubeconfig, &op_args, &env_refs).unwrap();
+    let result = scenario(admin.clone(), ns.clone(), 0, Duration::from_secs(60)).await;
+    // Give background work (events, status) a moment to hit any wall.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let logs = operator.logs();
+    operator.stop();
+    assert!(result.is_ok(), "{op}: the scenario failed with the chart's RBAC: {result:?}\nlogs:\n{logs}");
+    assert!(!forbidden(&logs), "{op}: forbidden with the chart's RBAC:\n{logs}");
+
+    // Minimal: every rule is needed.
+    let homes =
+        [RuleHome::ClusterRole(fullname.clone()), RuleHome::Role(ns.clone(), format!("{fullname}-leader-election"))];
+    let mut round = 0;
+    for home in homes {
+        let all = rules(&admin, &home).await;
+        assert!(!all.is_empty(), "{op}: {home:?} has no rules");
+        for i in 0..all.len() {
+            round += 1;
+            let mut fewer = all.clone();
+            let removed = fewer.remove(i);
+            set_rules(&admin, &home, &fewer).await;
+            // RBAC changes apply at once; a fresh process sees only the new rules.
+            let operator = OperatorProcess::start(op, &kubeconfig, &op_args, &env_refs).unwrap();
+            // The round ends at the first `forbidden` or when the scenario settles.
+            let result = tokio::select! {
+                r = scenario(admin.clone(), ns.clone(), round, Duration::from_secs(20)) => r,
+                () = until_forbidden(&operator) => Err("forbidden".to_string()),
+            };
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let logs = operator.logs();
+            operator.stop();
+            set_rules(&admin, &home, &all).await;
+            assert!(
+                result.is_err() || forbidden(&logs),
+                "{op}: removing {:?} {:?} {:?} from {home:?} broke nothing: the rule is not needed",
+                removed.api_groups,
+                removed.resources,
+                removed.verbs
+            );
+            let outcome = match &result {
+                Err(e) if e == "forbidden" => "forbidden at once".to_string(),
+                Err(e) => format!("scenario failed: {}", e.chars().take(120).collect::<String>()),
+                Ok(()) => "forbidden logged".to_string(),
+            };
+            eprintln!("{op}: without {:?} {:?}: {outcome}", removed.resources, removed.verbs);
+        }
+    }
+    helm_ok(Some(&env.kubeconfig), &["uninstall", release, "--namespace", &ns]).unwrap();
+}
+
+/// config-copier: a CopyRule copies a labelled ConfigMap and a labelled
+/// Secret from the rule's namespace into a namespace made for the round.
+fn config_copier_scenario(
+    admin: Client,
+    ns: String,
+    round: usize,
+    timeout: Duration,
+) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    Box::pin(async move {
+        let target = format!("{ns}-t{round}");
+        let label = format!("rbac-round-{round}");
+        let ns_api: Api<Namespace> = Api::all(admin.clone());
+        let target_ns: Namespace = serde_json::from_value(json!({"metadata": {"name": target}})).unwrap();
+        ns_api.create(&PostParams::default(), &target_ns).await.map_err(|e| e.to_string())?;
+        let cm: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": format!("src-{round}"), "labels": {label.clone(): "yes"}}, "data": {"k": "v"}}),
+        )
+        .unwrap();
+        Api::<ConfigMap>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &cm)
+            .await
+            .map_err(|e| e.to_string())?;
+        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": format!("sec-{round}"), "labels": {label.clone(): "yes"}}, "stringData": {"k": "v"}})).unwrap();
+        Api::<Secret>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .map_err(|e| e.to_string())?;
+        let copyrules = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+            admin.clone(),
+            &ns,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "flotilla.dev",
+                "v1alpha1",
+                "CopyRule",
+            )),
+        );
+        for (kind, name) in [("ConfigMap", "cm"), ("Secret", "sec")] {
+            let rule: kube::api::DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "flotilla.dev/v1alpha1", "kind": "CopyRule",
+                "metadata": {"name": format!("{name}-{round}")},
+                "spec": {"kind": kind, "selector": {"matchLabels": {label.clone(): "yes"}}, "namespaces": {"include": [target]}}
+            }))
+            .unwrap();
+            copyrules.create(&PostParams::default(), &rule).await.map_err(|e| e.to_string())?;
+        }
+        let (cms, secrets) =
+            (Api::<ConfigMap>::namespaced(admin.clone(), &target), Api::<Secret>::namespaced(admin.clone(), &target));
+        wait_for("both copies in the target namespace", timeout, || async {
+            let cm = cms.get_opt(&format!("src-{round}")).await?;
+            let sec = secrets.get_opt(&format!("sec-{round}")).await?;
+            Ok::<_, kube::Error>((cm.is_some() && sec.is_some()).then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        // Status is part of the contract: Ready=True on both rules.
+        wait_for("both rules Ready", timeout, || async {
+            let mut ready = 0;
+            for name in [format!("cm-{round}"), format!("sec-{round}")] {
+                let r = copyrules.get(&name).await?;
+                let ok = r.data["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+                ready += usize::from(ok);
+            }
+            Ok::<_, kube::Error>((ready == 2).then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
+
+#[tokio::test]
+async fn config_copier_rbac_is_sufficient_and_minimal() {
+    prove(&shared(), "config-copier", &[], &[], config_copier_scenario).await;
+}
