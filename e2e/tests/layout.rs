@@ -47,7 +47,7 @@ fn every_operator_has_a_chart_an_image_target_and_an_umbrella_entry() {
 
         let dep = umbrella["dependencies"]
             .as_array()
-            .and_then(|d| d.iter().find(|d| d["name"] == Value::from(op.clone())).cloned())
+            .and_then(|d| d.iter().find(|d| d["name"] == op.as_str()).cloned())
             .unwrap_or_else(|| panic!("charts/{UMBRELLA} has no dependency {op}"));
         assert_eq!(dep["repository"], Value::from(format!("file://../{op}")));
         assert_eq!(dep["condition"], Value::from(format!("{op}.enabled")));
