@@ -168,6 +168,126 @@ fn http_ok(port: u16) -> bool {
     request(port, "GET", "/moto-api/").is_ok()
 }
 
+/// Route53 REST calls to moto without an AWS SDK (moto does not check
+/// signatures; the Authorization header only tells it the service), for the
+/// demo and benchmarks. Tests use the real SDK.
+pub mod route53 {
+    use super::*;
+
+    /// One record set: (name without trailing dot, type, values).
+    pub type Rrset = (String, String, Vec<String>);
+
+    fn port_of(endpoint: &str) -> Result<u16, MotoError> {
+        endpoint
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| MotoError::Start(format!("{endpoint} is not http://127.0.0.1:PORT")))
+    }
+
+    /// `(status, body)` of one request.
+    pub fn call(endpoint: &str, method: &str, path: &str, body: &str) -> Result<(u16, String), MotoError> {
+        let port = port_of(endpoint)?;
+        let err = |e: std::io::Error| MotoError::Start(format!("{method} {path}: {e}"));
+        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(err)?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(err)?;
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/route53/aws4_request, SignedHeaders=host, Signature=0\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .map_err(err)?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).map_err(err)?;
+        let text = String::from_utf8_lossy(&out).to_string();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        Ok((status, body.to_string()))
+    }
+
+    fn between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while let Some(i) = rest.find(open) {
+            let after = &rest[i + open.len()..];
+            match after.find(close) {
+                Some(j) => {
+                    out.push(&after[..j]);
+                    rest = &after[j + close.len()..];
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// Creates a hosted zone; returns its id (without `/hostedzone/`).
+    pub fn create_hosted_zone(endpoint: &str, domain: &str) -> Result<String, MotoError> {
+        let body = format!(
+            "<CreateHostedZoneRequest xmlns=\"https://route53.amazonaws.com/doc/2013-04-01/\"><Name>{domain}.</Name><CallerReference>{domain}-{}</CallerReference></CreateHostedZoneRequest>",
+            rand::random::<u64>()
+        );
+        let (status, text) = call(endpoint, "POST", "/2013-04-01/hostedzone", &body)?;
+        let id = between(&text, "<Id>", "</Id>").into_iter().find(|i| i.contains("hostedzone"));
+        match (status, id) {
+            (201, Some(id)) => Ok(id.rsplit('/').next().unwrap_or(id).to_string()),
+            _ => Err(MotoError::Start(format!("CreateHostedZone {domain}: HTTP {status}: {text}"))),
+        }
+    }
+
+    /// Every record set of a zone, following pagination.
+    pub fn list_record_sets(endpoint: &str, zone: &str) -> Result<Vec<Rrset>, MotoError> {
+        let mut out = Vec::new();
+        let mut start = String::new();
+        loop {
+            let (status, text) =
+                call(endpoint, "GET", &format!("/2013-04-01/hostedzone/{zone}/rrset?maxitems=300{start}"), "")?;
+            if status != 200 {
+                return Err(MotoError::Start(format!("ListResourceRecordSets {zone}: HTTP {status}: {text}")));
+            }
+            for set in between(&text, "<ResourceRecordSet>", "</ResourceRecordSet>") {
+                let name = between(set, "<Name>", "</Name>").first().map(|n| n.trim_end_matches('.').to_string());
+                let rtype = between(set, "<Type>", "</Type>").first().map(|t| t.to_string());
+                let values =
+                    between(set, "<Value>", "</Value>").into_iter().map(|v| v.replace("&quot;", "\"")).collect();
+                if let (Some(name), Some(rtype)) = (name, rtype) {
+                    out.push((name, rtype, values));
+                }
+            }
+            let truncated = between(&text, "<IsTruncated>", "</IsTruncated>").first() == Some(&"true");
+            let next_name = between(&text, "<NextRecordName>", "</NextRecordName>").first().map(|s| s.to_string());
+            let next_type = between(&text, "<NextRecordType>", "</NextRecordType>").first().map(|s| s.to_string());
+            match (truncated, next_name, next_type) {
+                (true, Some(n), Some(t)) => start = format!("&name={n}&type={t}"),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The values of `name`/`rtype` if that record set exists (one request).
+    pub fn find(endpoint: &str, zone: &str, name: &str, rtype: &str) -> Result<Option<Vec<String>>, MotoError> {
+        let (status, text) = call(
+            endpoint,
+            "GET",
+            &format!("/2013-04-01/hostedzone/{zone}/rrset?name={name}&type={rtype}&maxitems=1"),
+            "",
+        )?;
+        if status != 200 {
+            return Err(MotoError::Start(format!("ListResourceRecordSets {zone}: HTTP {status}: {text}")));
+        }
+        for set in between(&text, "<ResourceRecordSet>", "</ResourceRecordSet>") {
+            let n = between(set, "<Name>", "</Name>").first().map(|n| n.trim_end_matches('.').to_string());
+            let t = between(set, "<Type>", "</Type>").first().map(|t| t.to_string());
+            if n.as_deref() == Some(name) && t.as_deref() == Some(rtype) {
+                return Ok(Some(between(set, "<Value>", "</Value>").into_iter().map(str::to_string).collect()));
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// The moto server shared by the tests of one binary.
 #[derive(Debug, Clone)]
 pub struct SharedMoto {

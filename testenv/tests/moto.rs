@@ -29,3 +29,20 @@ fn install_is_idempotent() {
     let lines = lines.into_inner().unwrap();
     assert!(lines.iter().any(|l| l.contains("(cached)")), "{lines:?}");
 }
+
+#[test]
+fn rest_helpers_create_a_zone_and_list_it() {
+    let m = moto::shared();
+    let domain = format!("rest-{:08x}.example.com", rand_suffix());
+    let zone = moto::route53::create_hosted_zone(&m.endpoint, &domain).expect("zone");
+    let sets = moto::route53::list_record_sets(&m.endpoint, &zone).expect("list");
+    // A new zone holds its SOA and NS.
+    assert!(sets.iter().any(|(n, t, _)| n == &domain && t == "SOA"), "{sets:?}");
+    assert!(sets.iter().any(|(n, t, _)| n == &domain && t == "NS"), "{sets:?}");
+    assert!(moto::route53::find(&m.endpoint, &zone, &domain, "NS").expect("find").is_some());
+    assert!(moto::route53::find(&m.endpoint, &zone, &format!("nope.{domain}"), "A").expect("find").is_none());
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0)
+}

@@ -109,6 +109,18 @@ impl Plan {
 /// Computes the changes that make `current` hold exactly the claimed records
 /// we may hold (as far as `policy` allows), touching nothing we do not own.
 pub fn plan(claims: &[Claim], current: &[RecordSet], owner_id: &str, policy: Policy) -> Plan {
+    plan_keeping(claims, &BTreeSet::new(), current, owner_id, policy)
+}
+
+/// [`plan`], where the names held by the Services in `keep` (skipped for
+/// bad input) stay as they are: neither deleted nor handed to another.
+pub fn plan_keeping(
+    claims: &[Claim],
+    keep: &BTreeSet<String>,
+    current: &[RecordSet],
+    owner_id: &str,
+    policy: Policy,
+) -> Plan {
     // Records at each name, and the ownership TXTs.
     let mut at: BTreeMap<&str, Vec<&RecordSet>> = BTreeMap::new();
     let mut txt_at: BTreeMap<&str, &RecordSet> = BTreeMap::new();
@@ -145,6 +157,19 @@ pub fn plan(claims: &[Claim], current: &[RecordSet], owner_id: &str, policy: Pol
             holds(b).cmp(&holds(a)).then_with(|| a.order.cmp(&b.order))
         });
         let existing: Vec<&RecordSet> = at.get(name).cloned().unwrap_or_default();
+        if let Some((o, _)) = ours.filter(|(o, _)| keep.contains(&o.resource))
+            && !claimants.iter().any(|(c, _)| c.resource == o.resource)
+        {
+            for (c, _) in &claimants {
+                out.conflicts.push(Conflict {
+                    resource: c.resource.clone(),
+                    name: name.to_string(),
+                    cause: ConflictCause::OtherService(o.resource.clone()),
+                });
+            }
+            out.managed_records += existing.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none()).count();
+            continue;
+        }
         let mut claimants = claimants.into_iter();
         let Some((winner, want)) = claimants.next() else { continue };
         for (loser, _) in claimants {
@@ -238,7 +263,7 @@ pub fn plan(claims: &[Claim], current: &[RecordSet], owner_id: &str, policy: Pol
             .get(name)
             .map(|rs| rs.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none()).map(|r| (*r).clone()).collect())
             .unwrap_or_default();
-        if policy != Policy::Sync {
+        if policy != Policy::Sync || keep.contains(&o.resource) {
             out.managed_records += before.len();
             continue;
         }
@@ -348,6 +373,19 @@ pub(crate) mod tests {
         let p = plan(&claims, &zone, ME, Policy::Sync);
         assert!(p.is_empty());
         assert_eq!(p.conflicts[0].resource, "service/a/x");
+    }
+
+    #[test]
+    fn a_service_skipped_for_bad_input_keeps_its_records() {
+        let zone = vec![a("x.z", "1.1.1.1"), txt("x.z", ME, "service/a/x")];
+        let keep: BTreeSet<String> = ["service/a/x".to_string()].into();
+        assert!(plan_keeping(&[], &keep, &zone, ME, Policy::Sync).is_empty());
+        let other = vec![claim("service/b/y", 0, vec![a("x.z", "2.2.2.2")])];
+        let p = plan_keeping(&other, &keep, &zone, ME, Policy::Sync);
+        assert!(p.is_empty());
+        assert_eq!(p.conflicts[0].resource, "service/b/y");
+        // Without the keep, the records go.
+        assert_eq!(plan(&[], &zone, ME, Policy::Sync).groups[0].kind, ChangeKind::Deleted);
     }
 
     #[test]
@@ -496,6 +534,25 @@ pub(crate) mod tests {
             // Idempotent: a second plan writes nothing.
             let again = plan(&claims, &after, ME, Policy::Sync);
             prop_assert!(again.is_empty(), "second plan not empty: {:?}", again.groups);
+        }
+
+        /// Names held by Services skipped for bad input are neither deleted
+        /// nor handed over.
+        #[test]
+        fn kept_services_keep_their_names(zone in arb_zone(), claims in arb_claims(), kept in proptest::collection::btree_set(0u8..3, 0..3)) {
+            let keep: BTreeSet<String> = kept.iter().map(|i| format!("service/ns/s{i}")).collect();
+            let claims: Vec<Claim> = claims.into_iter().filter(|c| !keep.contains(&c.resource)).collect();
+            let p = plan_keeping(&claims, &keep, &zone, ME, Policy::Sync);
+            let after = apply(&zone, &p).map_err(TestCaseError::fail)?;
+            for r in &zone {
+                if let Some(o) = registry::ownership_of(r).filter(|o| o.owner == ME && keep.contains(&o.resource)) {
+                    prop_assert!(after.contains(r), "TXT of kept {} changed", o.resource);
+                    let name = owned_name_of_txt(&r.name).unwrap_or_default();
+                    for held in zone.iter().filter(|x| x.name == name) {
+                        prop_assert!(after.contains(held), "record of kept {} changed: {held:?}", o.resource);
+                    }
+                }
+            }
         }
 
         #[test]

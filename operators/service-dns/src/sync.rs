@@ -19,7 +19,7 @@ use crate::config::{Config, ZoneSource};
 use crate::desired::{Claim, Desired, Naming, desired, strip};
 use crate::metrics::DnsMetrics;
 use crate::model::{Action, RecordSet};
-use crate::plan::{ChangeGroup, ChangeKind, Plan, plan};
+use crate::plan::{ChangeGroup, ChangeKind, Plan, plan_keeping};
 use crate::report::{self, Reporter};
 use crate::route53::{Route53, Route53Error, jittered_backoff};
 
@@ -279,6 +279,8 @@ impl Syncer {
         let services = self.store.state();
         let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut claims: Vec<Claim> = Vec::new();
+        // Services skipped for bad input keep what they have.
+        let mut keep: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         for svc in &services {
             let resource = crate::desired::resource_id(&svc.namespace().unwrap_or_default(), &svc.name_any());
             let uid = svc.uid();
@@ -289,6 +291,7 @@ impl Syncer {
                     self.reporter.standing(&resource, uid, false, reason, "", message);
                 }
                 Desired::Invalid { reason, message } => {
+                    keep.insert(resource.clone());
                     self.reporter.standing(&resource, uid, true, reason, "", message);
                 }
                 Desired::Quiet => {}
@@ -303,7 +306,7 @@ impl Syncer {
                 return Err(e.into());
             }
         };
-        let p: Plan = plan(&claims, &current, &self.cfg.owner_id, self.cfg.policy);
+        let p: Plan = plan_keeping(&claims, &keep, &current, &self.cfg.owner_id, self.cfg.policy);
         tracing::debug!(
             services = services.len(),
             records = current.len(),

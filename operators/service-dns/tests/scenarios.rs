@@ -377,6 +377,32 @@ async fn invalid_annotations_are_reported_and_skipped() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let left = user_records(&r53, &zone).await;
     assert_eq!(left.len(), 2, "only good's A and TXT: {left:?}");
+    // A published Service whose annotation turns bad keeps its record.
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .patch(
+            "good",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"flotilla.dev/ttl": "-1"}}})),
+        )
+        .await
+        .expect("patch");
+    wait_event(&client, &ns, "good", "InvalidAnnotation", "no record published").await;
+    let syncs = op
+        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+        .await
+        .unwrap_or(0.0);
+    wait_for("two more syncs", T, || async {
+        Ok::<_, String>(
+            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
+                .await
+                .unwrap_or(0.0)
+                >= syncs + 2.0)
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(user_records(&r53, &zone).await, left, "kept as it was while the annotation is bad");
     // Reported once, not at every resync.
     assert_eq!(
         events(&client, &ns, "outside", "InvalidHostname")

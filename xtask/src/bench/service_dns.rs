@@ -1,5 +1,312 @@
-//! `cargo xtask bench service-dns`: see the operator's issue for what it measures.
+//! `cargo xtask bench service-dns`: the issue's figures, on a control plane
+//! and a moto server of its own, with the operator binary as a process:
+//!
+//! 1. latency: Services created one at a time (default 200); for each, the
+//!    time from the create call until its A record exists in the zone
+//!    (p50/p99, debounce included);
+//! 2. burst: Services created at once (default 5,000): time until the
+//!    operator manages all of them, and how many ChangeResourceRecordSets
+//!    (and other Route53) calls it took; then a restart against the
+//!    converged zone (time to its first sync, write calls: should be 0);
+//! 3. peak RSS (VmHWM) of the operator.
+//!
+//! `SERVICE_DNS_BENCH_LATENCY` and `SERVICE_DNS_BENCH_SERVICES` pick a
+//! smaller scale for a quick run; `SERVICE_DNS_BENCH_PROFILE=debug` uses the
+//! debug binary instead of building the release one. Nothing here asserts a
+//! time: it prints.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use flotilla_testenv::moto::{MotoServer, route53};
+use flotilla_testenv::{ControlPlane, Lifetime, Options};
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+use crate::util::{cargo, root, run_cmd, runtime, say, setup};
+
+const DOMAIN: &str = "bench.example";
+const TIMEOUT: Duration = Duration::from_secs(900);
+
+fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
+    match std::env::var(name) {
+        Ok(v) => v.parse().with_context(|| format!("{name}={v:?} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+struct Operator {
+    child: Child,
+    metrics_port: u16,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Operator {
+    fn start(binary: &Path, kubeconfig: &Path, endpoint: &str, zone: &str, log: &Path) -> anyhow::Result<Operator> {
+        let (mp, hp) = (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
+        let child = Command::new(binary)
+            .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
+            .arg("--log-format=json")
+            .arg(format!("--hosted-zone-id={zone}"))
+            .arg(format!("--domain-name={DOMAIN}"))
+            .env("KUBECONFIG", kubeconfig)
+            .env("AWS_ENDPOINT_URL_ROUTE_53", endpoint)
+            .env("AWS_ACCESS_KEY_ID", "bench")
+            .env("AWS_SECRET_ACCESS_KEY", "bench")
+            .env("AWS_REGION", "us-east-1")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).with_context(|| log.display().to_string())?)
+            .spawn()
+            .context("starting service-dns")?;
+        Ok(Operator { child, metrics_port: mp })
+    }
+
+    /// The value of one series in /metrics (0 when absent).
+    fn metric(&self, series: &str) -> f64 {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.metrics_port)) else { return 0.0 };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        if write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").is_err() {
+            return 0.0;
+        }
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0.0)
+    }
+
+    fn vm_hwm_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+}
+
+const WRITES: &str =
+    "flotilla_service_dns_route53_requests_total{operation=\"ChangeResourceRecordSets\",result=\"success\"}";
+const LISTS: &str =
+    "flotilla_service_dns_route53_requests_total{operation=\"ListResourceRecordSets\",result=\"success\"}";
+const MANAGED: &str = "flotilla_service_dns_managed_records";
+const SYNCS: &str = "controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}";
+
+fn service(name: &str) -> Service {
+    Service {
+        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+        spec: Some(k8s_openapi::api::core::v1::ServiceSpec {
+            selector: Some([("app".to_string(), name.to_string())].into()),
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort { port: 80, ..Default::default() }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn binary() -> anyhow::Result<PathBuf> {
+    let profile = std::env::var("SERVICE_DNS_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
+    match profile.as_str() {
+        "release" => {
+            say("building service-dns (release)");
+            run_cmd(cargo().args(["build", "--release", "--locked", "-p", "service-dns", "--bin", "service-dns"]))?;
+        }
+        "debug" => {
+            say("building service-dns (debug)");
+            run_cmd(cargo().args(["build", "--locked", "-p", "service-dns", "--bin", "service-dns"]))?;
+        }
+        other => bail!("SERVICE_DNS_BENCH_PROFILE={other:?}: release or debug"),
+    }
+    Ok(root().join("target").join(profile).join("service-dns"))
+}
 
 pub fn run() -> anyhow::Result<()> {
-    anyhow::bail!("no benchmark for service-dns yet")
+    let latency_n = env_usize("SERVICE_DNS_BENCH_LATENCY", 200)?;
+    let burst_n = env_usize("SERVICE_DNS_BENCH_SERVICES", 5000)?;
+    let assets = setup()?;
+    let binary = binary()?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let dir = root().join("target").join("flotilla-bench-service-dns");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        say("starting a control plane and moto");
+        let mut cp = ControlPlane::start(&assets, &Options { dir: dir.join("cp"), lifetime: Lifetime::DieWithParent })
+            .await
+            .context("starting the control plane")?;
+        let mut moto = MotoServer::start(&dir, Lifetime::DieWithParent).context("starting moto")?;
+        let zone = route53::create_hosted_zone(&moto.endpoint, DOMAIN)?;
+        let client = flotilla_testenv::kubeconfig::client_from_yaml(&std::fs::read_to_string(&cp.kubeconfig)?).await?;
+        let result = bench(&client, &binary, &cp.kubeconfig, &moto.endpoint, &zone, &dir, latency_n, burst_n).await;
+        moto.stop();
+        cp.stop();
+        result
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn bench(
+    client: &Client,
+    binary: &Path,
+    kubeconfig: &Path,
+    endpoint: &str,
+    zone: &str,
+    dir: &Path,
+    latency_n: usize,
+    burst_n: usize,
+) -> anyhow::Result<()> {
+    let op = Operator::start(binary, kubeconfig, endpoint, zone, &dir.join("service-dns.log"))?;
+    // Wait for the first sync (the cluster's own `kubernetes` Service).
+    let started = Instant::now();
+    while op.metric(SYNCS) < 1.0 {
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("service-dns did not sync within 60s; see {}", dir.join("service-dns.log").display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let base_managed = op.metric(MANAGED);
+
+    // 1. Latency, one at a time.
+    say(&format!("latency: {latency_n} Services, one at a time"));
+    create_namespace(client, "bench-latency").await?;
+    let api: Api<Service> = Api::namespaced(client.clone(), "bench-latency");
+    let mut latencies = Vec::with_capacity(latency_n);
+    for i in 0..latency_n {
+        let name = format!("lat-{i:04}");
+        let record = format!("kube-{name}.{DOMAIN}");
+        let t0 = Instant::now();
+        api.create(&PostParams::default(), &service(&name)).await.with_context(|| format!("creating {name}"))?;
+        loop {
+            if route53::find(endpoint, zone, &record, "A")?.is_some() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                bail!("{record} did not appear within 60s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        latencies.push(t0.elapsed());
+    }
+    latencies.sort();
+    let p50 = percentile(&latencies, 50.0);
+    let p99 = percentile(&latencies, 99.0);
+    let writes_after_latency = op.metric(WRITES);
+
+    // 2. Burst: N Services at once.
+    say(&format!("burst: {burst_n} Services created at once"));
+    create_namespace(client, "bench-burst").await?;
+    let api: Api<Service> = Api::namespaced(client.clone(), "bench-burst");
+    let (w0, l0) = (op.metric(WRITES), op.metric(LISTS));
+    let target = base_managed + latency_n as f64 + burst_n as f64;
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let workers = 16usize;
+    for w in 0..workers {
+        let api = api.clone();
+        tasks.spawn(async move {
+            let mut i = w;
+            while i < burst_n {
+                let name = format!("svc-{i:05}");
+                api.create(&PostParams::default(), &service(&name))
+                    .await
+                    .with_context(|| format!("creating {name}"))?;
+                i += workers;
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.context("a create task")??;
+    }
+    let created_in = t0.elapsed();
+    loop {
+        if op.metric(MANAGED) >= target {
+            break;
+        }
+        if t0.elapsed() > TIMEOUT {
+            bail!("not converged after {TIMEOUT:?}: {} of {target} records", op.metric(MANAGED));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let converged_in = t0.elapsed();
+    let (writes, lists) = (op.metric(WRITES) - w0, op.metric(LISTS) - l0);
+    // Check the zone itself, not only the operator's word.
+    let sets = route53::list_record_sets(endpoint, zone)?;
+    let burst_records = sets.iter().filter(|(n, t, _)| t == "A" && n.starts_with("kube-svc-")).count();
+    let rss_kib = op.vm_hwm_kib();
+    drop(op);
+
+    // 3. Restart against the converged zone.
+    say("restart against the converged zone");
+    let op = Operator::start(binary, kubeconfig, endpoint, zone, &dir.join("service-dns-restart.log"))?;
+    let t1 = Instant::now();
+    while op.metric(SYNCS) < 1.0 {
+        if t1.elapsed() > Duration::from_secs(300) {
+            bail!("restarted service-dns did not sync within 300s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let restart_sync = t1.elapsed();
+    let restart_writes = op.metric(WRITES);
+    let restart_rss = op.vm_hwm_kib();
+    drop(op);
+
+    println!();
+    println!("service-dns benchmark (moto on loopback, local control plane, 2 cores shared)");
+    println!("  latency, {latency_n} Services one at a time (create call -> A record in the zone, debounce included):");
+    println!(
+        "    p50 {:>8.0?}   p99 {:>8.0?}   min {:>8.0?}   max {:>8.0?}",
+        p50,
+        p99,
+        latencies[0],
+        latencies[latencies.len() - 1]
+    );
+    println!("    ChangeResourceRecordSets calls: {writes_after_latency}");
+    println!("  burst, {burst_n} Services created at once ({workers} concurrent creates):");
+    println!("    created in {created_in:.1?}; all {burst_n} managed {converged_in:.1?} after the first create");
+    println!("    Route53 calls during the burst: ChangeResourceRecordSets {writes}, ListResourceRecordSets {lists}");
+    println!("    A records of the burst found in the zone: {burst_records} of {burst_n}");
+    println!(
+        "  restart against the converged zone: first sync in {restart_sync:.1?}, ChangeResourceRecordSets {restart_writes}"
+    );
+    let mib = |k: Option<u64>| k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0)).unwrap_or_else(|| "n/a".into());
+    println!(
+        "  peak RSS (VmHWM): {} during the run, {} after a restart with {burst_n} Services",
+        mib(rss_kib),
+        mib(restart_rss)
+    );
+    println!(
+        "  targets (issue): p50 <= 1.5 s, {burst_n} Services <= 30 s with <= 15 ChangeResourceRecordSets, RSS <= 40 MiB"
+    );
+    Ok(())
+}
+
+async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    Ok(())
 }
