@@ -62,18 +62,20 @@ impl Writer<'_> {
         Outcome::Failed { key: key.clone(), action, error: e.to_string() }
     }
 
-    /// A wanted copy that the cache does not show as this rule's: look first.
+    /// A wanted copy that the cache does not show as this rule's: create it;
+    /// if something is already there, look at it before anything else.
     pub async fn ensure_missing(&self, key: &CopyKey, source: &Source) -> Outcome {
         for _ in 0..2 {
+            match self.create(key, source).await {
+                Ok(()) => return Outcome::Created,
+                Err(e) if is_status(&e, 409) => {}
+                Err(e) => return self.failed(key, "create", e),
+            }
             self.caches.metrics().request("get");
             match self.api(key).get_opt(&key.name).await {
                 Err(e) => return self.failed(key, "create", e),
-                Ok(None) => match self.create(key, source).await {
-                    Ok(()) => return Outcome::Created,
-                    // Someone created it between our look and our write: look again.
-                    Err(e) if is_status(&e, 409) => continue,
-                    Err(e) => return self.failed(key, "create", e),
-                },
+                // Gone between our create and our look: try again.
+                Ok(None) => continue,
                 Ok(Some(obj)) => return self.existing(key, source, &obj).await,
             }
         }
@@ -135,6 +137,16 @@ impl Writer<'_> {
                         Err(e) => self.failed(key, "create", e),
                     },
                     Err(e) => self.failed(key, "update", e),
+                }
+            }
+            // A Secret's type cannot change in place: replace our own copy.
+            Err(e) if is_status(&e, 422) && key.kind == crate::crd::SourceKind::Secret => {
+                match self.delete(seen).await {
+                    Outcome::Deleted => match self.create(key, source).await {
+                        Ok(()) => Outcome::Updated,
+                        Err(e) => self.failed(key, "create", e),
+                    },
+                    _ => self.failed(key, "update", e),
                 }
             }
             Err(e) => self.failed(key, "update", e),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_shared::Context;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -135,6 +136,24 @@ async fn run_op(w: &Writer<'_>, op: Op<'_>) -> Outcome {
     }
 }
 
+/// Runs `ops` with at most `limit` in flight. Futures are made as slots free
+/// up (not all up front: a request future is several KiB, times thousands).
+async fn run_ops<'a>(w: &Writer<'_>, ops: Vec<Op<'a>>, limit: usize) -> Vec<Outcome> {
+    let mut outcomes = Vec::with_capacity(ops.len());
+    let mut ops = ops.into_iter();
+    let mut pending = FuturesUnordered::new();
+    for op in ops.by_ref().take(limit.max(1)) {
+        pending.push(run_op(w, op));
+    }
+    while let Some(outcome) = pending.next().await {
+        outcomes.push(outcome);
+        if let Some(op) = ops.next() {
+            pending.push(run_op(w, op));
+        }
+    }
+    outcomes
+}
+
 /// Converges one rule.
 async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     let id = rule_id(rule)?;
@@ -192,9 +211,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     ops.extend(plan.missing.iter().map(|(k, s)| Op::Missing(k, s)));
     ops.extend(plan.update.iter().filter_map(|(k, s)| owned.get(k).map(|e| Op::Update(k, s, e))));
     ops.extend(plan.delete.iter().map(Op::Delete));
-    let futs: Vec<_> = ops.into_iter().map(|op| run_op(&writer, op).boxed()).collect();
-    let outcomes: Vec<Outcome> =
-        futures::stream::iter(futs).buffer_unordered(data.options.concurrency.max(1)).collect().await;
+    let outcomes = run_ops(&writer, ops, data.options.concurrency).await;
 
     let mut summary = Summary {
         sources: source_count,
@@ -316,9 +333,7 @@ async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
                 .filter(|e| e.owned_by(&id)),
         );
     }
-    let futs: Vec<_> = copies.iter().map(|e| writer.delete(e).boxed()).collect();
-    let outcomes: Vec<Outcome> =
-        futures::stream::iter(futs).buffer_unordered(data.options.concurrency.max(1)).collect().await;
+    let outcomes = run_ops(&writer, copies.iter().map(Op::Delete).collect(), data.options.concurrency).await;
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|o| match o {

@@ -105,6 +105,39 @@ async fn secrets_are_copied_with_their_type() {
     wait_rule(&client, &src, "secrets", |r| r.status.as_ref().is_some_and(|s| s.copies == 1 && s.sources == 1)).await;
 }
 
+/// A Secret's type is immutable: when the source comes back with another
+/// type, the copy is replaced (prune: false keeps the copy in between, so
+/// the in-place update path is what is exercised).
+#[tokio::test]
+async fn secret_type_change_replaces_the_copy() {
+    let (client, src) = setup("stype-src").await;
+    let dst = shared().namespace("stype-dst").await.unwrap();
+    let secret = |type_: &str| Secret {
+        metadata: meta("creds", &[("share", "yes")]),
+        type_: Some(type_.into()),
+        string_data: Some(BTreeMap::from([("k".to_string(), type_.to_string())])),
+        ..Default::default()
+    };
+    let api: Api<Secret> = Api::namespaced(client.clone(), &src);
+    api.create(&PostParams::default(), &secret("example.com/one")).await.unwrap();
+    rule(
+        &client,
+        &src,
+        "r",
+        json!({"kind": "Secret", "selector": {"matchLabels": {"share": "yes"}}, "namespaces": {"include": [dst]}, "prune": false}),
+    )
+    .await
+    .unwrap();
+    let first = wait_secret(&client, &dst, "creds", |s| s.type_.as_deref() == Some("example.com/one")).await;
+    api.delete("creds", &DeleteParams::default()).await.unwrap();
+    wait_rule(&client, &src, "r", |r| r.status.as_ref().is_some_and(|s| s.sources == 0)).await;
+    api.create(&PostParams::default(), &secret("example.com/two")).await.unwrap();
+    let second = wait_secret(&client, &dst, "creds", |s| s.type_.as_deref() == Some("example.com/two")).await;
+    assert_ne!(first.metadata.uid, second.metadata.uid, "replaced, not updated in place");
+    assert_eq!(second.data.unwrap().get("k").map(|b| b.0.clone()), Some(b"example.com/two".to_vec()));
+    assert_eq!(label(&second.metadata, RULE_LABEL), Some(format!("{src}.r").as_str()));
+}
+
 async fn simple_rule(client: &Client, src: &str, dst: &str, name: &str) {
     configmap(client, src, "cfg", &[("copy", "yes")], &[("k", "v")]).await;
     rule(

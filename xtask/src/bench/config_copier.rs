@@ -1,5 +1,303 @@
-//! `cargo xtask bench config-copier`: see the operator's issue for what it measures.
+//! `cargo xtask bench config-copier`: figures for the issue's benchmark, on a
+//! control plane of its own with the operator binary as a process:
+//!
+//! 1. one source → N namespaces (default 1,000): time until every copy exists;
+//! 2. a source update → time until every copy carries it;
+//! 3. N namespaces × S sources (default 10): peak RSS (VmHWM) of the operator;
+//! 4. API requests the operator's reconciles issued for each converge (its
+//!    `flotilla_config_copier_api_requests_total`).
+//!
+//! `CONFIG_COPIER_BENCH_NAMESPACES` and `CONFIG_COPIER_BENCH_SOURCES` pick a
+//! smaller scale for a quick run. Nothing here asserts a time: it prints.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use config_copier::crd::{
+    CopyRule, CopyRuleSpec, LabelKey, LabelSelector, LabelValue, NamespaceTargets, OnConflict, SourceKind,
+};
+use flotilla_testenv::{ControlPlane, Lifetime, Options};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+
+use crate::util::{cargo, root, run_cmd, runtime, say, setup};
+
+const SRC_NS: &str = "bench-src";
+const RULE: &str = "bench";
+const HASH: &str = "flotilla.dev/content-hash";
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
+    match std::env::var(name) {
+        Ok(v) => v.parse().with_context(|| format!("{name}={v:?} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+struct Operator {
+    child: Child,
+    metrics: String,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Operator {
+    fn status_kib(&self, field: &str) -> Option<u64> {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// The sum of a metric's series on the operator's /metrics.
+    fn metric_sum(&self, name: &str) -> anyhow::Result<f64> {
+        let mut s = TcpStream::connect(&self.metrics)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics)?;
+        let mut body = String::new();
+        s.read_to_string(&mut body)?;
+        Ok(body
+            .lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum())
+    }
+
+    fn requests(&self) -> f64 {
+        self.metric_sum("flotilla_config_copier_api_requests_total").unwrap_or(f64::NAN)
+    }
+}
 
 pub fn run() -> anyhow::Result<()> {
-    anyhow::bail!("no benchmark for config-copier yet")
+    let namespaces = env_usize("CONFIG_COPIER_BENCH_NAMESPACES", 1000)?;
+    let sources = env_usize("CONFIG_COPIER_BENCH_SOURCES", 10)?.max(1);
+    let assets = setup()?;
+    let profile = std::env::var("CONFIG_COPIER_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
+    say(&format!("building config-copier ({profile})"));
+    let mut build = cargo();
+    build.args(["build", "-p", "config-copier", "--bin", "config-copier"]);
+    if profile == "release" {
+        build.arg("--release");
+    }
+    run_cmd(&mut build)?;
+    let binary =
+        root().join("target").join(if profile == "release" { "release" } else { "debug" }).join("config-copier");
+
+    let rt = runtime()?;
+    rt.block_on(async {
+        let dir = root().join("target").join("flotilla-bench-config-copier");
+        let _ = std::fs::remove_dir_all(&dir);
+        say("starting a control plane for the benchmark");
+        let mut cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent }).await?;
+        let result = bench(&cp, &binary, namespaces, sources).await;
+        cp.stop();
+        result
+    })
+}
+
+async fn bench(cp: &ControlPlane, binary: &std::path::Path, n: usize, sources: usize) -> anyhow::Result<()> {
+    let client = cp.client().await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in config_copier::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&crd)).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    say(&format!("creating {n} namespaces"));
+    let started = Instant::now();
+    create_namespaces(&client, n).await?;
+    create_namespace(&client, SRC_NS, false).await?;
+    eprintln!("    {n} namespaces created in {:.1?}", started.elapsed());
+
+    let (mp, hp) = (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
+    let log = cp.dir.join("config-copier.log");
+    let child = Command::new(binary)
+        .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
+        .arg("--log-format=json")
+        .env("KUBECONFIG", &cp.kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("starting config-copier")?;
+    let op = Operator { child, metrics: format!("127.0.0.1:{mp}") };
+    wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
+        .await?;
+    let idle_rss = op.status_kib("VmRSS:").unwrap_or(0);
+
+    // 1. One source to every namespace.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), SRC_NS);
+    cms.create(&PostParams::default(), &source("src-0", "v1")).await?;
+    let before = op.requests();
+    let started = Instant::now();
+    let rules: Api<CopyRule> = Api::namespaced(client.clone(), SRC_NS);
+    rules.create(&PostParams::default(), &rule()).await?;
+    let copies: Api<ConfigMap> = Api::all(client.clone());
+    let label = format!("flotilla.dev/copy-rule={SRC_NS}.{RULE}");
+    wait_copies(&copies, &label, n, |_| true).await?;
+    let create_time = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let create_requests = op.requests() - before;
+
+    // 2. Update the source: every copy follows.
+    let before = op.requests();
+    let started = Instant::now();
+    let old_hash = copies
+        .list_metadata(&ListParams::default().labels(&label).limit(1))
+        .await?
+        .items
+        .first()
+        .and_then(|c| c.metadata.annotations.as_ref()?.get(HASH).cloned())
+        .context("a copy with a content hash")?;
+    cms.patch("src-0", &PatchParams::default(), &Patch::Merge(&source("src-0", "v2"))).await?;
+    wait_copies(&copies, &label, n, |m| {
+        m.annotations.as_ref().and_then(|a| a.get(HASH)).is_some_and(|h| *h != old_hash)
+    })
+    .await?;
+    let update_time = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let update_requests = op.requests() - before;
+
+    // 3. Steady state: nothing to do.
+    let before = op.requests();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_requests = op.requests() - before;
+
+    // 4. More sources: N x S copies, then the peak RSS.
+    let started = Instant::now();
+    for i in 1..sources {
+        cms.create(&PostParams::default(), &source(&format!("src-{i}"), "v1")).await?;
+    }
+    wait_copies(&copies, &label, n * sources, |_| true).await?;
+    let many_time = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let hwm = op.status_kib("VmHWM:").unwrap_or(0);
+    let rss = op.status_kib("VmRSS:").unwrap_or(0);
+
+    say("config-copier benchmark");
+    println!("namespaces                         {n}");
+    println!(
+        "one source -> all copies           {:.2} s  ({} API requests by reconciles)",
+        create_time.as_secs_f64(),
+        create_requests
+    );
+    println!(
+        "source update -> all copies        {:.2} s  ({} API requests by reconciles)",
+        update_time.as_secs_f64(),
+        update_requests
+    );
+    println!("idle for 3 s                       {idle_requests} API requests");
+    println!("{sources} sources -> {} copies        {:.2} s", n * sources, many_time.as_secs_f64());
+    println!("RSS idle (before the rule)         {:.1} MiB", idle_rss as f64 / 1024.0);
+    println!("RSS now / peak (VmHWM)             {:.1} MiB / {:.1} MiB", rss as f64 / 1024.0, hwm as f64 / 1024.0);
+    println!("targets                            create <= 10 s, propagate <= 10 s, RSS <= 64 MiB");
+    Ok(())
+}
+
+fn source(name: &str, value: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([("bench".to_string(), "source".to_string())])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            ("value".to_string(), value.to_string()),
+            ("payload".to_string(), "x".repeat(256)),
+        ])),
+        ..Default::default()
+    }
+}
+
+fn rule() -> CopyRule {
+    let sel = |k: &str, v: &str| LabelSelector {
+        match_labels: BTreeMap::from([(LabelKey(k.into()), LabelValue(v.into()))]),
+        match_expressions: vec![],
+    };
+    CopyRule::new(
+        RULE,
+        CopyRuleSpec {
+            kind: SourceKind::ConfigMap,
+            selector: sel("bench", "source"),
+            namespaces: Some(NamespaceTargets { selector: Some(sel("bench", "target")), ..Default::default() }),
+            on_conflict: OnConflict::Skip,
+            prune: true,
+        },
+    )
+}
+
+async fn create_namespace(client: &Client, name: &str, target: bool) -> anyhow::Result<()> {
+    let labels = target.then(|| BTreeMap::from([("bench".to_string(), "target".to_string())]));
+    let ns = Namespace {
+        metadata: ObjectMeta { name: Some(name.into()), labels, ..Default::default() },
+        ..Default::default()
+    };
+    match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn create_namespaces(client: &Client, n: usize) -> anyhow::Result<()> {
+    let limit = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (client, limit) = (client.clone(), Arc::clone(&limit));
+        set.spawn(async move {
+            let _permit = limit.acquire_owned().await?;
+            create_namespace(&client, &format!("bench-{i:05}"), true).await
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
+async fn wait<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let started = Instant::now();
+    loop {
+        if check().await.unwrap_or(false) {
+            return Ok(());
+        }
+        if started.elapsed() > TIMEOUT {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits until `want` copies carry the label and satisfy `check`.
+async fn wait_copies(
+    api: &Api<ConfigMap>,
+    label: &str,
+    want: usize,
+    check: impl Fn(&ObjectMeta) -> bool,
+) -> anyhow::Result<()> {
+    let check = &check;
+    wait(&format!("{want} copies"), || async move {
+        let list = api.list_metadata(&ListParams::default().labels(label)).await?;
+        Ok(list.items.iter().filter(|c| check(&c.metadata)).count() >= want)
+    })
+    .await
 }
