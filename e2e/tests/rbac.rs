@@ -12,9 +12,10 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use flotilla_e2e::{OperatorProcess, apply_crds, build_chart_dependencies, charts_dir, helm_ok};
+use flotilla_testenv::moto::{self, route53};
 use flotilla_testenv::{TestEnv, shared, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -223,4 +224,57 @@ fn config_copier_scenario(
 #[tokio::test]
 async fn config_copier_rbac_is_sufficient_and_minimal() {
     prove(&shared(), "config-copier", &[], &[], config_copier_scenario).await;
+}
+
+/// The Route53 zone of the service-dns proof (moto): endpoint, zone id, domain.
+static ZONE: std::sync::OnceLock<(String, String, String)> = std::sync::OnceLock::new();
+
+/// service-dns: a Service made for the round (its own name, so no earlier
+/// round's record can satisfy it) gets its A record with its ClusterIP.
+fn service_dns_scenario(
+    admin: Client,
+    ns: String,
+    round: usize,
+    timeout: Duration,
+) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    Box::pin(async move {
+        let (endpoint, zone, domain) = ZONE.get().cloned().ok_or("no zone")?;
+        let name = format!("web-{round}");
+        let svc: Service =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}})).unwrap();
+        let svc = Api::<Service>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &svc)
+            .await
+            .map_err(|e| e.to_string())?;
+        let ip = svc.spec.and_then(|s| s.cluster_ip).ok_or("no ClusterIP")?;
+        let record = format!("kube-{name}.{domain}");
+        wait_for(&format!("A {record} -> {ip}"), timeout, || {
+            let (endpoint, zone, record, ip) = (endpoint.clone(), zone.clone(), record.clone(), ip.clone());
+            async move {
+                let found = tokio::task::spawn_blocking(move || route53::find(&endpoint, &zone, &record, "A"))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(found.filter(|v| v.contains(&ip)).map(|_| ()))
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
+
+#[tokio::test]
+async fn service_dns_rbac_is_sufficient_and_minimal() {
+    let moto = moto::shared();
+    let domain = "rbac.flotilla.test";
+    let endpoint = moto.endpoint.clone();
+    let zone =
+        tokio::task::spawn_blocking(move || route53::create_hosted_zone(&endpoint, domain)).await.unwrap().unwrap();
+    ZONE.set((moto.endpoint.clone(), zone.clone(), domain.to_string())).unwrap();
+    let zone_flag = format!("route53.hostedZoneId={zone}");
+    let endpoint_flag = format!("aws.endpointUrl={}", moto.endpoint);
+    let values = ["--set", &zone_flag, "--set", "route53.interval=2s", "--set", &endpoint_flag];
+    // The chart reads static credentials from a Secret; moto takes any.
+    let creds = [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")];
+    prove(&shared(), "service-dns", &values, &creds, service_dns_scenario).await;
 }
