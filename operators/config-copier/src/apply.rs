@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::{Value, json};
 
 use crate::cache::{Caches, api_resource};
-use crate::copy::{CopyKey, Existing, RuleId, Source};
+use crate::copy::{CopyKey, Existing, RuleId, Source, stale_marks};
 use crate::crd::{ConflictEntry, OnConflict};
 
 /// What happened to one copy.
@@ -184,31 +184,45 @@ impl Writer<'_> {
     async fn settle(&self, key: &CopyKey, source: &Source, obj: &DynamicObject) -> Result<(), kube::Error> {
         let value = serde_json::to_value(obj).map_err(kube::Error::SerdeError)?;
         let Some(mut e) = Existing::from_json(key.kind, &value) else { return Ok(()) };
+        let nulls = |keys: Vec<String>| -> serde_json::Map<String, Value> {
+            keys.into_iter().map(|k| (k, Value::Null)).collect()
+        };
+        let stray = |field: &str, keep: &BTreeMap<String, String>| -> Vec<String> {
+            value
+                .get(field)
+                .and_then(Value::as_object)
+                .map(|m| m.keys().filter(|k| !keep.contains_key(*k)).cloned().collect())
+                .unwrap_or_default()
+        };
+        let desired = source.copy_manifest(self.rule, &key.namespace);
+        let (labels, annotations) = stale_marks(&value, self.field_manager, &desired);
+        let mut patch = serde_json::Map::new();
+        let mut meta = serde_json::Map::new();
+        meta.insert("resourceVersion".into(), json!(e.resource_version));
+        if !labels.is_empty() {
+            meta.insert("labels".into(), Value::Object(nulls(labels)));
+        }
+        if !annotations.is_empty() {
+            meta.insert("annotations".into(), Value::Object(nulls(annotations)));
+        }
+        let mut needed = meta.len() > 1;
+        patch.insert("metadata".into(), Value::Object(meta));
         if !e.in_sync_with(source) {
-            let stray = |field: &str, keep: &BTreeMap<String, String>| -> serde_json::Map<String, Value> {
-                value
-                    .get(field)
-                    .and_then(Value::as_object)
-                    .map(|m| m.keys().filter(|k| !keep.contains_key(*k)).map(|k| (k.clone(), Value::Null)).collect())
-                    .unwrap_or_default()
-            };
-            let mut patch = json!({"metadata": {"resourceVersion": e.resource_version}});
-            let data = stray("data", &source.content.data);
-            let binary = stray("binaryData", &source.content.binary_data);
-            if !data.is_empty() {
-                patch["data"] = Value::Object(data);
-            }
-            if !binary.is_empty() {
-                patch["binaryData"] = Value::Object(binary);
-            }
-            if patch.get("data").is_some() || patch.get("binaryData").is_some() {
-                self.caches.metrics().request("patch");
-                let pp = PatchParams { field_manager: Some(self.field_manager.to_string()), ..Default::default() };
-                let patched = self.api(key).patch(&key.name, &pp, &Patch::Merge(&patch)).await?;
-                let v = serde_json::to_value(&patched).map_err(kube::Error::SerdeError)?;
-                if let Some(p) = Existing::from_json(key.kind, &v) {
-                    e = p;
+            for (field, keep) in [("data", &source.content.data), ("binaryData", &source.content.binary_data)] {
+                let keys = stray(field, keep);
+                if !keys.is_empty() {
+                    patch.insert(field.into(), Value::Object(nulls(keys)));
+                    needed = true;
                 }
+            }
+        }
+        if needed {
+            self.caches.metrics().request("patch");
+            let pp = PatchParams { field_manager: Some(self.field_manager.to_string()), ..Default::default() };
+            let patched = self.api(key).patch(&key.name, &pp, &Patch::Merge(&Value::Object(patch))).await?;
+            let v = serde_json::to_value(&patched).map_err(kube::Error::SerdeError)?;
+            if let Some(p) = Existing::from_json(key.kind, &v) {
+                e = p;
             }
         }
         self.caches.record_copy(e);

@@ -293,6 +293,36 @@ impl Existing {
     }
 }
 
+/// Labels and annotations that `field_manager` set with a plain create or
+/// update (not apply) and that `desired` (an apply body) no longer has: left
+/// over from when the copy was created, to be removed. Keys other managers
+/// set are never listed.
+pub fn stale_marks(obj: &Value, field_manager: &str, desired: &Value) -> (Vec<String>, Vec<String>) {
+    let mut labels = Vec::new();
+    let mut annotations = Vec::new();
+    let entries = obj.pointer("/metadata/managedFields").and_then(Value::as_array).cloned().unwrap_or_default();
+    for entry in entries {
+        let ours = entry.get("manager").and_then(Value::as_str) == Some(field_manager)
+            && entry.get("operation").and_then(Value::as_str) == Some("Update");
+        if !ours {
+            continue;
+        }
+        for (section, out) in [("labels", &mut labels), ("annotations", &mut annotations)] {
+            let owned = entry.pointer(&format!("/fieldsV1/f:metadata/f:{section}")).and_then(Value::as_object);
+            let want = desired.pointer(&format!("/metadata/{section}")).and_then(Value::as_object);
+            let present = obj.pointer(&format!("/metadata/{section}")).and_then(Value::as_object);
+            for key in owned.into_iter().flat_map(|m| m.keys()).filter_map(|k| k.strip_prefix("f:")) {
+                let wanted = want.is_some_and(|w| w.contains_key(key));
+                let there = present.is_some_and(|p| p.contains_key(key));
+                if !wanted && there && !out.iter().any(|k: &String| k == key) {
+                    out.push(key.to_string());
+                }
+            }
+        }
+    }
+    (labels, annotations)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -396,5 +426,29 @@ mod tests {
         assert_ne!(a.hash, b.hash);
         assert_eq!(a.hash, t.hash);
         assert_eq!(a.content_hash, b.content_hash);
+    }
+
+    #[test]
+    fn stale_marks_are_only_our_own_leftovers() {
+        let src =
+            Source::new(SourceKind::ConfigMap, "d", "n", &m(&[("keep", "1")]), &BTreeMap::new(), Content::default());
+        let desired = src.copy_manifest(&RuleId::new("d", "r"), "x");
+        let obj = json!({
+            "metadata": {
+                "labels": {"keep": "1", "gone": "1", "theirs": "1"},
+                "annotations": {"old-note": "x"},
+                "managedFields": [
+                    {"manager": "flotilla-config-copier", "operation": "Update", "fieldsV1": {"f:metadata": {
+                        "f:labels": {"f:keep": {}, "f:gone": {}}, "f:annotations": {"f:old-note": {}}}}},
+                    {"manager": "flotilla-config-copier", "operation": "Apply", "fieldsV1": {"f:metadata": {
+                        "f:labels": {"f:applied": {}}}}},
+                    {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:metadata": {
+                        "f:labels": {"f:theirs": {}}}}}
+                ]
+            }
+        });
+        let (labels, annotations) = stale_marks(&obj, "flotilla-config-copier", &desired);
+        assert_eq!(labels, ["gone"]);
+        assert_eq!(annotations, ["old-note"]);
     }
 }

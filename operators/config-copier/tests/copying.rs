@@ -591,3 +591,53 @@ fn bad_flags_exit_2() {
     let out = std::process::Command::new(binary()).arg("--watch-namespace=Bad_NS").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Labels and annotations follow the source: added ones appear on the copies,
+/// removed ones disappear; a label someone else put on a copy stays.
+#[tokio::test]
+async fn source_labels_and_annotations_follow_the_source() {
+    let (client, src) = setup("marks-src").await;
+    let dst = shared().namespace("marks-dst").await.unwrap();
+    configmap(&client, &src, "cfg", &[("copy", "yes"), ("tier", "gold")], &[("k", "v")]).await;
+    let sources: Api<ConfigMap> = Api::namespaced(client.clone(), &src);
+    sources
+        .patch("cfg", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"note": "hi"}}})))
+        .await
+        .unwrap();
+    rule(
+        &client,
+        &src,
+        "r",
+        json!({"kind": "ConfigMap", "selector": {"matchLabels": {"copy": "yes"}}, "namespaces": {"include": [dst]}}),
+    )
+    .await
+    .unwrap();
+    let note = |c: &ConfigMap| c.metadata.annotations.as_ref().and_then(|a| a.get("note")).cloned();
+    wait_cm(&client, &dst, "cfg", |c| label(&c.metadata, "tier") == Some("gold") && note(c).as_deref() == Some("hi"))
+        .await;
+    // Someone else labels the copy.
+    Api::<ConfigMap>::namespaced(client.clone(), &dst)
+        .patch(
+            "cfg",
+            &PatchParams::apply("someone-else"),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "labels": {"theirs": "x"}}
+            })),
+        )
+        .await
+        .unwrap();
+    sources
+        .patch(
+            "cfg",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": null, "fresh": "1"}, "annotations": {"note": null}}})),
+        )
+        .await
+        .unwrap();
+    let copy = wait_cm(&client, &dst, "cfg", |c| {
+        label(&c.metadata, "fresh") == Some("1") && label(&c.metadata, "tier").is_none() && note(c).is_none()
+    })
+    .await;
+    assert_eq!(label(&copy.metadata, "theirs"), Some("x"), "another manager's label stays");
+    assert_eq!(label(&copy.metadata, RULE_LABEL), Some(format!("{src}.r").as_str()));
+}
