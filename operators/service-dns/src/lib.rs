@@ -10,10 +10,12 @@
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests) |
 //! | [`batch`] | splitting a plan into requests within Route53's limits |
+//! | [`apply`] | sending the batches; a failed one is retried name by name |
 //! | [`registry`] | the ownership TXT records |
 //! | [`hostname`] | the hostname template and name checks |
 //! | [`metrics`], [`report`] | `flotilla_service_dns_*` metrics; Events on Services |
 
+pub mod apply;
 pub mod batch;
 pub mod config;
 pub mod desired;

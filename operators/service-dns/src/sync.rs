@@ -14,7 +14,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::batch::{Limits, batches};
+use crate::apply::{Applied, apply, update_zone};
+use crate::batch::Limits;
 use crate::config::{Config, ZoneSource};
 use crate::desired::{Claim, Desired, Naming, desired, strip};
 use crate::metrics::DnsMetrics;
@@ -25,6 +26,11 @@ use crate::route53::{Route53, Route53Error, jittered_backoff};
 
 /// The controller label of the shared reconcile metrics and readiness gate.
 pub const CONTROLLER: &str = "service-dns";
+
+/// During a stream of Service events, a sync waits at most this many
+/// `--debounce` periods (5 s by default) so that a burst of creations is
+/// written in few, full requests.
+pub const BURST_DEBOUNCES: u32 = 25;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -173,6 +179,8 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         metrics,
         reporter: Reporter::new(Some(ctx.events.clone())),
         store,
+        zone_cache: None,
+        listed: false,
     };
     let reconcile = ctx.metrics.controller(CONTROLLER);
     let mut failures: u32 = 0;
@@ -187,8 +195,8 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 _ = shutdown.cancelled() => break,
             }
         }
-        // Debounce: gather a burst, but never wait more than 10 debounces.
-        let burst_end = tokio::time::Instant::now() + cfg.debounce * 10;
+        // Debounce: gather a burst, but never wait more than BURST_DEBOUNCES debounces.
+        let burst_end = tokio::time::Instant::now() + cfg.debounce * BURST_DEBOUNCES;
         loop {
             let quiet = tokio::time::Instant::now() + cfg.debounce;
             tokio::select! {
@@ -203,7 +211,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         pending = false;
         reconcile.active.inc();
         let started = Instant::now();
-        let result = syncer.sync().await;
+        let full = tokio::time::Instant::now() >= next_full;
+        syncer.listed = false;
+        let result = syncer.sync(full).await;
         let took = started.elapsed();
         reconcile.time.observe(took.as_secs_f64());
         syncer.metrics.sync_duration.observe(took.as_secs_f64());
@@ -213,7 +223,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
             Ok(()) => {
                 failures = 0;
                 reconcile.success.inc();
-                next_full = tokio::time::Instant::now() + cfg.interval;
+                if syncer.listed {
+                    next_full = tokio::time::Instant::now() + cfg.interval;
+                }
             }
             Err(e) => {
                 failures += 1;
@@ -244,6 +256,10 @@ struct Syncer {
     metrics: DnsMetrics,
     reporter: Reporter,
     store: Store<Service>,
+    /// The zone as of the last sync (None: list it next time).
+    zone_cache: Option<Vec<RecordSet>>,
+    /// Whether the last sync listed the zone in full.
+    listed: bool,
 }
 
 fn describe(records: &[RecordSet]) -> String {
@@ -275,7 +291,7 @@ fn note(g: &ChangeGroup, dry_run: bool) -> (&'static str, String) {
 }
 
 impl Syncer {
-    async fn sync(&mut self) -> Result<(), Error> {
+    async fn sync(&mut self, full: bool) -> Result<(), Error> {
         let services = self.store.state();
         let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut claims: Vec<Claim> = Vec::new();
@@ -299,12 +315,20 @@ impl Syncer {
         }
         let uid_of = |r: &str| uids.get(r).cloned().flatten();
 
-        let current = match self.r53.list(&self.zone.id).await {
-            Ok(c) => c,
-            Err(e) => {
-                self.reporter.end_sync(|reason| reason != report::DRY_RUN);
-                return Err(e.into());
-            }
+        // The zone: listed in full at every resync (and after any failure);
+        // in between, the copy kept up to date with our own changes.
+        let current = match self.zone_cache.take() {
+            Some(c) if !full => c,
+            _ => match self.r53.list(&self.zone.id).await {
+                Ok(c) => {
+                    self.listed = true;
+                    c
+                }
+                Err(e) => {
+                    self.reporter.end_sync(|reason| reason != report::DRY_RUN);
+                    return Err(e.into());
+                }
+            },
         };
         let p: Plan = plan_keeping(&claims, &keep, &current, &self.cfg.owner_id, self.cfg.policy);
         tracing::debug!(
@@ -328,27 +352,14 @@ impl Syncer {
             self.metrics.managed_records.set(count_owned(&current, &self.cfg.owner_id) as i64);
             self.reporter.end_sync(|_| false);
             self.metrics.last_success.set(unix_now());
+            self.zone_cache = Some(current);
             return Ok(());
         }
 
         // Apply: whole batches; a failed batch is retried name by name.
-        let mut done: Vec<(String, Vec<&ChangeGroup>)> = Vec::new();
-        let mut failed: Vec<(&ChangeGroup, Route53Error)> = Vec::new();
-        for batch in batches(&p.groups, Limits::default()) {
-            match self.r53.change(&self.zone.id, &batch).await {
-                Ok(id) => done.push((id, batch)),
-                Err(e) if batch.len() > 1 => {
-                    tracing::warn!(error = %e, names = batch.len(), "change batch failed; retrying name by name");
-                    for g in batch {
-                        match self.r53.change(&self.zone.id, &[g]).await {
-                            Ok(id) => done.push((id, vec![g])),
-                            Err(e) => failed.push((g, e)),
-                        }
-                    }
-                }
-                Err(e) => failed.push((batch[0], e)),
-            }
-        }
+        let (r53, zone_id) = (&self.r53, self.zone.id.as_str());
+        let Applied { done, failed } =
+            apply(&p.groups, Limits::default(), |batch| async move { r53.change(zone_id, &batch).await }).await;
         let mut applied_records = 0i64;
         for (_, groups) in &done {
             for g in groups {
@@ -403,6 +414,10 @@ impl Syncer {
             }
         }
         self.reporter.end_sync(|_| false);
+        if failed.is_empty() {
+            let applied: Vec<&ChangeGroup> = done.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+            self.zone_cache = Some(update_zone(current, &applied));
+        }
         match failed.into_iter().next() {
             Some((_, first)) => {
                 let total = p.groups.len();
