@@ -174,7 +174,12 @@ pub async fn apply_crds(client: &kube::Client) -> anyhow::Result<()> {
             let (api, name) = (api.clone(), name.clone());
             async move {
                 let crd = api.get(&name).await?;
-                let ok = crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+                let ok = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
                 Ok::<_, kube::Error>(ok.then_some(()))
             }
         })
