@@ -20,6 +20,10 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{- end -}}
 
 {{- define "config-copier.args" -}}
+{{- if .Values.ruleNamespace }}
+- {{ printf "--watch-namespace=%v" .Values.ruleNamespace | quote }}
+{{- end }}
+- {{ printf "--copy-concurrency=%v" .Values.copyConcurrency | quote }}
 {{- end -}}
 
 {{- define "config-copier.env" -}}
