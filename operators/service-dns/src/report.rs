@@ -4,9 +4,11 @@
 //! change, not at every sync.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use flotilla_shared::Events;
 use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::mpsc;
 
 use crate::desired::object_ref;
 
@@ -18,9 +20,49 @@ pub const INVALID_HOSTNAME: &str = "InvalidHostname";
 pub const ROUTE53_ERROR: &str = "Route53Error";
 pub const DRY_RUN: &str = "DnsRecordDryRun";
 
+/// Events are handed to the API at most this often: a sync that creates
+/// 5,000 records must not open 5,000 concurrent requests (and connections)
+/// to the API server.
+const EVENT_SPACING: Duration = Duration::from_millis(5);
+
+/// One Event to publish.
+struct Pending {
+    on: ObjectReference,
+    warning: bool,
+    reason: String,
+    note: String,
+}
+
+/// Publishes Events in order, paced by [`EVENT_SPACING`].
+#[derive(Clone)]
+struct Publisher {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl Publisher {
+    fn start(events: Events) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+        tokio::spawn(async move {
+            while let Some(p) = rx.recv().await {
+                if p.warning {
+                    events.warning(&p.on, &p.reason, "Sync", p.note);
+                } else {
+                    events.normal(&p.on, &p.reason, "Sync", p.note);
+                }
+                tokio::time::sleep(EVENT_SPACING).await;
+            }
+        });
+        Self { tx }
+    }
+
+    fn send(&self, on: ObjectReference, warning: bool, reason: &str, note: String) {
+        let _ = self.tx.send(Pending { on, warning, reason: reason.to_string(), note });
+    }
+}
+
 /// Where Events go: the Services we know (uid for the reference).
 pub struct Reporter {
-    events: Option<Events>,
+    events: Option<Publisher>,
     /// (resource, reason, key) → message of a standing situation.
     standing: BTreeMap<(String, &'static str, String), String>,
     seen: BTreeSet<(String, &'static str, String)>,
@@ -33,7 +75,7 @@ pub fn split_resource(resource: &str) -> Option<(&str, &str)> {
 
 impl Reporter {
     pub fn new(events: Option<Events>) -> Self {
-        Self { events, standing: BTreeMap::new(), seen: BTreeSet::new() }
+        Self { events: events.map(Publisher::start), standing: BTreeMap::new(), seen: BTreeSet::new() }
     }
 
     fn reference(resource: &str, uid: Option<String>) -> Option<ObjectReference> {
@@ -44,7 +86,7 @@ impl Reporter {
     pub fn action(&self, resource: &str, uid: Option<String>, reason: &str, note: String) {
         tracing::info!(%resource, %reason, "{note}");
         if let (Some(events), Some(r)) = (&self.events, Self::reference(resource, uid)) {
-            events.normal(&r, reason, "Sync", note);
+            events.send(r, false, reason, note);
         }
     }
 
@@ -70,11 +112,7 @@ impl Reporter {
             tracing::info!(%resource, %reason, "{note}");
         }
         if let (Some(events), Some(r)) = (&self.events, Self::reference(resource, uid)) {
-            if warning {
-                events.warning(&r, reason, "Sync", note.clone());
-            } else {
-                events.normal(&r, reason, "Sync", note.clone());
-            }
+            events.send(r, warning, reason, note.clone());
         }
         self.standing.insert(k, note);
         true

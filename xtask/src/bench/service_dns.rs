@@ -6,8 +6,10 @@
 //!    (p50/p99, debounce included);
 //! 2. burst: Services created at once (default 5,000): time until the
 //!    operator manages all of them, and how many ChangeResourceRecordSets
-//!    (and other Route53) calls it took; then a restart against the
-//!    converged zone (time to its first sync, write calls: should be 0);
+//!    (and other Route53) calls it took; then the same Services "all at
+//!    once" for a fresh operator on a new, empty zone of the same name (time,
+//!    calls); then a restart against the converged zone (time to its first
+//!    sync, write calls: should be 0);
 //! 3. peak RSS (VmHWM) of the operator.
 //!
 //! `SERVICE_DNS_BENCH_LATENCY` and `SERVICE_DNS_BENCH_SERVICES` pick a
@@ -257,6 +259,27 @@ async fn bench(
     let rss_kib = op.vm_hwm_kib();
     drop(op);
 
+    // 2b. The same Services all at once from the operator's point of view:
+    // a fresh operator on a new, empty zone of the same name.
+    say(&format!("all at once: a new operator, {} Services, an empty zone", target as usize));
+    let zone2 = route53::create_hosted_zone(endpoint, DOMAIN)?;
+    let op = Operator::start(binary, kubeconfig, endpoint, &zone2, &dir.join("service-dns-cold.log"))?;
+    let t2 = Instant::now();
+    loop {
+        if op.metric(MANAGED) >= target {
+            break;
+        }
+        if t2.elapsed() > TIMEOUT {
+            bail!("cold start not converged after {TIMEOUT:?}: {} of {target} records", op.metric(MANAGED));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cold_in = t2.elapsed();
+    let (cold_writes, cold_lists) = (op.metric(WRITES), op.metric(LISTS));
+    let cold_records = route53::list_record_sets(endpoint, &zone2)?.iter().filter(|(_, t, _)| t == "A").count();
+    let cold_rss = op.vm_hwm_kib();
+    drop(op);
+
     // 3. Restart against the converged zone.
     say("restart against the converged zone");
     let op = Operator::start(binary, kubeconfig, endpoint, zone, &dir.join("service-dns-restart.log"))?;
@@ -287,10 +310,18 @@ async fn bench(
     println!("    created in {created_in:.1?}; all {burst_n} managed {converged_in:.1?} after the first create");
     println!("    Route53 calls during the burst: ChangeResourceRecordSets {writes}, ListResourceRecordSets {lists}");
     println!("    A records of the burst found in the zone: {burst_records} of {burst_n}");
+    let mib = |k: Option<u64>| k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0)).unwrap_or_else(|| "n/a".into());
+    println!(
+        "  all at once ({} Services, fresh operator, empty zone): converged in {cold_in:.1?} (process start included)",
+        target as usize
+    );
+    println!(
+        "    ChangeResourceRecordSets {cold_writes}, ListResourceRecordSets {cold_lists}, A records in the zone {cold_records}, peak RSS {}",
+        mib(cold_rss)
+    );
     println!(
         "  restart against the converged zone: first sync in {restart_sync:.1?}, ChangeResourceRecordSets {restart_writes}"
     );
-    let mib = |k: Option<u64>| k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0)).unwrap_or_else(|| "n/a".into());
     println!(
         "  peak RSS (VmHWM): {} during the run, {} after a restart with {burst_n} Services",
         mib(rss_kib),
