@@ -19,7 +19,7 @@ pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output 
 }
 
 async fn run(env: &DemoEnv) -> anyhow::Result<Vec<Running>> {
-    let binary = env.root.join("target").join("debug").join("config-copier");
+    let binary = env.operator_binary("config-copier");
     if !binary.is_file() {
         bail!("{} is missing (cargo build --workspace --bins)", binary.display());
     }

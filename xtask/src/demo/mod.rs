@@ -13,20 +13,28 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 
 use anyhow::Context;
-use flotilla_testenv::{Assets, ControlPlane, Lifetime, Options};
+use flotilla_testenv::{ControlPlane, Lifetime, Options};
 
 use crate::util::{root, run_cmd, runtime, say, setup};
 
 /// What an operator's demo part gets.
-#[allow(dead_code)] // fields are there for the operator parts as they land
 pub struct DemoEnv {
     pub kubeconfig: PathBuf,
     pub kubectl: PathBuf,
     pub root: PathBuf,
-    pub assets: Assets,
 }
 
 impl DemoEnv {
+    /// An operator's debug binary, built by `cargo build --workspace --bins`
+    /// (honours `CARGO_TARGET_DIR`).
+    pub fn operator_binary(&self, op: &str) -> PathBuf {
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.root.join("target"))
+            .join("debug")
+            .join(op)
+    }
+
     /// `kubectl …` against the demo cluster, output shown.
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<()> {
         run_cmd(Command::new(&self.kubectl).args(args).env("KUBECONFIG", &self.kubeconfig))

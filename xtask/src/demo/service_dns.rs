@@ -21,7 +21,7 @@ pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output 
 }
 
 async fn run(env: &DemoEnv) -> anyhow::Result<Vec<Running>> {
-    let binary = env.root.join("target").join("debug").join("service-dns");
+    let binary = env.operator_binary("service-dns");
     if !binary.is_file() {
         bail!("{} is missing (cargo build --workspace --bins)", binary.display());
     }
