@@ -65,12 +65,7 @@ pub fn run() -> anyhow::Result<()> {
         let mut cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent })
             .await
             .context("starting the demo control plane")?;
-        let env = DemoEnv {
-            kubeconfig: cp.kubeconfig.clone(),
-            kubectl: assets.bin("kubectl"),
-            root: root(),
-            assets: assets.clone(),
-        };
+        let env = DemoEnv { kubeconfig: cp.kubeconfig.clone(), kubectl: assets.bin("kubectl"), root: root() };
         if root()
             .join("crds")
             .read_dir()
