@@ -125,3 +125,21 @@ impl Reporter {
         self.standing.retain(|k, _| seen.contains(k) || keep_reason(k.1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standing_situations_are_reported_once_until_they_end() {
+        let mut r = Reporter::new(None);
+        assert!(r.standing("service/a/x", None, true, CONFLICT, "n", "taken".into()));
+        r.end_sync(|_| false);
+        assert!(!r.standing("service/a/x", None, true, CONFLICT, "n", "taken".into()), "same: not again");
+        assert!(r.standing("service/a/x", None, true, CONFLICT, "n", "taken by y".into()), "changed: again");
+        r.end_sync(|_| false);
+        r.end_sync(|_| false); // a sync where it did not happen: over
+        assert!(r.standing("service/a/x", None, true, CONFLICT, "n", "taken by y".into()), "back: again");
+        assert_eq!(split_resource("service/ns/name"), Some(("ns", "name")));
+    }
+}
