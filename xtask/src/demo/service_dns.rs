@@ -88,6 +88,8 @@ async fn run(env: &DemoEnv) -> anyhow::Result<Vec<Running>> {
         eprintln!("    {n} removed in {took:.1?}");
     }
     print_zone(&endpoint, &zone)?;
+    // Events are published in the background, after GetChange says INSYNC.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     kubectl(&[
         "get",
         "events.events.k8s.io",
