@@ -23,6 +23,10 @@ fn shared_moto_answers_and_resets() {
 
 #[test]
 fn install_is_idempotent() {
+    // Installed by `cargo xtask setup`; a missing moto fails here, saying so.
+    if let Err(e) = moto::locate() {
+        panic!("{e}");
+    }
     let lines = std::sync::Mutex::new(Vec::new());
     let bin = moto::ensure(&|l: &str| lines.lock().unwrap().push(l.to_string())).expect("moto installed");
     assert!(bin.ends_with("bin/moto_server"));
