@@ -1,10 +1,9 @@
 //! What integration tests use: one control plane per test binary, started on
 //! first use and torn down when the binary exits, plus helpers.
-#![allow(unsafe_code)] // atexit(3)
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -29,20 +28,7 @@ pub struct TestEnv {
     ca_pem: String,
 }
 
-/// Pids and directory to clean up at exit.
-static CLEANUP: Mutex<Option<(Vec<u32>, PathBuf)>> = Mutex::new(None);
 static SHARED: OnceLock<Result<TestEnv, String>> = OnceLock::new();
-
-extern "C" fn cleanup_at_exit() {
-    if let Ok(mut guard) = CLEANUP.lock()
-        && let Some((pids, dir)) = guard.take()
-    {
-        for pid in pids.into_iter().rev() {
-            process::terminate_pid(pid, Duration::from_secs(3));
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
 
 /// The control plane shared by every test in this binary. The first call
 /// starts it (about 10 s); a failure to start fails every test that asks,
@@ -56,48 +42,19 @@ pub fn shared() -> TestEnv {
         let assets = Assets::locate().map_err(|e| e.to_string())?;
         let dir =
             std::env::temp_dir().join(format!("flotilla-testenv-{}-{}", std::process::id(), rand::random::<u32>()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        // The components are spawned from a thread that lives as long as the
-        // process: PR_SET_PDEATHSIG fires when the *spawning thread* exits.
-        let spawn = std::thread::Builder::new().name("flotilla-testenv".into()).spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
-                    return;
-                }
+        process::run_until_exit("flotilla-testenv", dir, move |dir| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+            let options = Options { dir: dir.to_path_buf(), lifetime: Lifetime::DieWithParent };
+            let cp = rt.block_on(ControlPlane::start(&assets, &options)).map_err(|e| e.to_string())?;
+            let env = TestEnv {
+                server: cp.server.clone(),
+                kubeconfig: cp.kubeconfig.clone(),
+                dir: dir.to_path_buf(),
+                ca_pem: cp.pki.ca_cert_pem.clone(),
             };
-            let options = Options { dir: dir.clone(), lifetime: Lifetime::DieWithParent };
-            match rt.block_on(ControlPlane::start(&assets, &options)) {
-                Ok(cp) => {
-                    let pids = cp.pids().into_iter().map(|(_, pid)| pid).collect();
-                    if let Ok(mut guard) = CLEANUP.lock() {
-                        *guard = Some((pids, dir.clone()));
-                    }
-                    // SAFETY: registering a plain extern "C" fn with atexit.
-                    unsafe { libc::atexit(cleanup_at_exit) };
-                    let env = TestEnv {
-                        server: cp.server.clone(),
-                        kubeconfig: cp.kubeconfig.clone(),
-                        dir: dir.clone(),
-                        ca_pem: cp.pki.ca_cert_pem.clone(),
-                    };
-                    let _ = tx.send(Ok(env));
-                    // Keep the processes (and this thread) alive until exit.
-                    std::mem::forget(cp);
-                    loop {
-                        std::thread::park();
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
-                }
-            }
-        });
-        if let Err(e) = spawn {
-            return Err(e.to_string());
-        }
-        rx.recv().map_err(|e| e.to_string())?
+            let pids = cp.pids().into_iter().map(|(_, pid)| pid).collect();
+            Ok((env, pids, (cp, rt)))
+        })
     });
     match result {
         Ok(env) => env.clone(),

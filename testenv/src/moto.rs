@@ -10,13 +10,12 @@
 //! moto is not AWS: it accepts a duplicate CREATE with other values, answers
 //! a DELETE of a missing record with `InvalidInput`, applies a failing batch
 //! partly and always answers INSYNC. Assert on a zone's final contents.
-#![allow(unsafe_code)] // atexit(3)
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::assets::Progress;
@@ -308,17 +307,7 @@ impl SharedMoto {
     }
 }
 
-static CLEANUP: Mutex<Option<(u32, PathBuf)>> = Mutex::new(None);
 static SHARED: OnceLock<Result<SharedMoto, String>> = OnceLock::new();
-
-extern "C" fn cleanup_at_exit() {
-    if let Ok(mut guard) = CLEANUP.lock()
-        && let Some((pid, dir)) = guard.take()
-    {
-        process::terminate_pid(pid, Duration::from_secs(3));
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
 
 /// The moto server of this test binary, started on first use and killed
 /// when the binary exits (or dies: PR_SET_PDEATHSIG from a thread that
@@ -330,30 +319,12 @@ extern "C" fn cleanup_at_exit() {
 pub fn shared() -> SharedMoto {
     let result = SHARED.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("flotilla-moto-{}-{}", std::process::id(), rand::random::<u32>()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let spawn = std::thread::Builder::new().name("flotilla-moto".into()).spawn(move || {
-            match MotoServer::start(&dir, Lifetime::DieWithParent) {
-                Ok(server) => {
-                    if let Ok(mut guard) = CLEANUP.lock() {
-                        *guard = Some((server.pid(), dir.clone()));
-                    }
-                    // SAFETY: registering a plain extern "C" fn with atexit.
-                    unsafe { libc::atexit(cleanup_at_exit) };
-                    let _ = tx.send(Ok(SharedMoto { endpoint: server.endpoint.clone() }));
-                    std::mem::forget(server);
-                    loop {
-                        std::thread::park();
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
-                }
-            }
-        });
-        if let Err(e) = spawn {
-            return Err(e.to_string());
-        }
-        rx.recv().map_err(|e| e.to_string())?
+        process::run_until_exit("flotilla-moto", dir, |dir| {
+            let server = MotoServer::start(dir, Lifetime::DieWithParent).map_err(|e| e.to_string())?;
+            let shared = SharedMoto { endpoint: server.endpoint.clone() };
+            let pid = server.pid();
+            Ok((shared, vec![pid], server))
+        })
     });
     match result {
         Ok(m) => m.clone(),

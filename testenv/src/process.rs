@@ -114,3 +114,59 @@ pub fn terminate_pid(pid: u32, grace: Duration) {
     // SAFETY: as above.
     unsafe { libc::kill(raw, libc::SIGKILL) };
 }
+
+/// Processes (and their directories) to remove when the test binary exits.
+static AT_EXIT: std::sync::Mutex<Vec<(Vec<u32>, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+static REGISTER_AT_EXIT: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn cleanup_at_exit() {
+    let all = match AT_EXIT.lock() {
+        Ok(mut guard) => std::mem::take(&mut *guard),
+        Err(_) => return,
+    };
+    for (pids, dir) in all.into_iter().rev() {
+        for pid in pids.into_iter().rev() {
+            terminate_pid(pid, Duration::from_secs(3));
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Starts long-lived test servers for the rest of this process: `start`
+/// runs on a thread that then parks forever, so children spawned with
+/// [`Lifetime::DieWithParent`] (PR_SET_PDEATHSIG fires when the *spawning
+/// thread* exits) die with the process even if it crashes, and an `atexit`
+/// hook stops `pids` and removes `dir` on a normal exit. `start` returns the
+/// value to hand back, the pids, and whatever must stay alive (kept on the
+/// parked thread, never dropped).
+pub fn run_until_exit<T, K, F>(thread_name: &str, dir: PathBuf, start: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    K: 'static,
+    F: FnOnce(&Path) -> Result<(T, Vec<u32>, K), String> + Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(thread_name.to_string())
+        .spawn(move || match start(&dir) {
+            Ok((value, pids, keep)) => {
+                if let Ok(mut guard) = AT_EXIT.lock() {
+                    guard.push((pids, dir));
+                }
+                // SAFETY: registering a plain extern "C" fn with atexit, once.
+                REGISTER_AT_EXIT.call_once(|| unsafe {
+                    libc::atexit(cleanup_at_exit);
+                });
+                let _ = tx.send(Ok(value));
+                let _keep = keep;
+                loop {
+                    std::thread::park();
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    rx.recv().map_err(|e| e.to_string())?
+}
