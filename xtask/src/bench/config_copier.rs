@@ -11,9 +11,6 @@
 //! smaller scale for a quick run. Nothing here asserts a time: it prints.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +24,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+use super::{Measured, env_usize};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
 const SRC_NS: &str = "bench-src";
@@ -34,50 +32,8 @@ const RULE: &str = "bench";
 const HASH: &str = "flotilla.dev/content-hash";
 const TIMEOUT: Duration = Duration::from_secs(600);
 
-fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
-    match std::env::var(name) {
-        Ok(v) => v.parse().with_context(|| format!("{name}={v:?} is not a number")),
-        Err(_) => Ok(default),
-    }
-}
-
-struct Operator {
-    child: Child,
-    metrics: String,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Operator {
-    fn status_kib(&self, field: &str) -> Option<u64> {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-    }
-
-    /// The sum of a metric's series on the operator's /metrics.
-    fn metric_sum(&self, name: &str) -> anyhow::Result<f64> {
-        let mut s = TcpStream::connect(&self.metrics)?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics)?;
-        let mut body = String::new();
-        s.read_to_string(&mut body)?;
-        Ok(body
-            .lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum())
-    }
-
-    fn requests(&self) -> f64 {
-        self.metric_sum("flotilla_config_copier_api_requests_total").unwrap_or(f64::NAN)
-    }
+fn requests(op: &Measured) -> f64 {
+    op.metric_sum("flotilla_config_copier_api_requests_total").unwrap_or(f64::NAN)
 }
 
 pub fn run() -> anyhow::Result<()> {
@@ -122,20 +78,9 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, n: usize, sources: u
     create_namespace(&client, SRC_NS, false).await?;
     eprintln!("    {n} namespaces created in {:.1?}", started.elapsed());
 
-    let (mp, hp) = (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
     let log = cp.dir.join("config-copier.log");
-    let child = Command::new(binary)
-        .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
-        .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
-        .arg("--log-format=json")
-        .env("KUBECONFIG", &cp.kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .context("starting config-copier")?;
-    let op = Operator { child, metrics: format!("127.0.0.1:{mp}") };
+    let kubeconfig = cp.kubeconfig.display().to_string();
+    let op = Measured::start(&binary, &[], &[("KUBECONFIG", &kubeconfig), ("RUST_LOG", "warn")], &log)?;
     wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
         .await?;
     let idle_rss = op.status_kib("VmRSS:").unwrap_or(0);
@@ -143,7 +88,7 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, n: usize, sources: u
     // 1. One source to every namespace.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), SRC_NS);
     cms.create(&PostParams::default(), &source("src-0", "v1")).await?;
-    let before = op.requests();
+    let before = requests(&op);
     let started = Instant::now();
     let rules: Api<CopyRule> = Api::namespaced(client.clone(), SRC_NS);
     rules.create(&PostParams::default(), &rule()).await?;
@@ -152,10 +97,10 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, n: usize, sources: u
     wait_copies(&copies, &label, n, |_| true).await?;
     let create_time = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let create_requests = op.requests() - before;
+    let create_requests = requests(&op) - before;
 
     // 2. Update the source: every copy follows.
-    let before = op.requests();
+    let before = requests(&op);
     let started = Instant::now();
     let old_hash = copies
         .list_metadata(&ListParams::default().labels(&label).limit(1))
@@ -171,12 +116,12 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, n: usize, sources: u
     .await?;
     let update_time = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let update_requests = op.requests() - before;
+    let update_requests = requests(&op) - before;
 
     // 3. Steady state: nothing to do.
-    let before = op.requests();
+    let before = requests(&op);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle_requests = op.requests() - before;
+    let idle_requests = requests(&op) - before;
 
     // 4. More sources: N x S copies, then the peak RSS.
     let started = Instant::now();

@@ -17,10 +17,7 @@
 //! debug binary instead of building the release one. Nothing here asserts a
 //! time: it prints.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -30,74 +27,35 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
+use super::{Measured, env_usize};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
 const DOMAIN: &str = "bench.example";
 const TIMEOUT: Duration = Duration::from_secs(900);
 
-fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
-    match std::env::var(name) {
-        Ok(v) => v.parse().with_context(|| format!("{name}={v:?} is not a number")),
-        Err(_) => Ok(default),
-    }
+fn start_operator(
+    binary: &Path,
+    kubeconfig: &Path,
+    endpoint: &str,
+    zone: &str,
+    log: &Path,
+) -> anyhow::Result<Measured> {
+    let kubeconfig = kubeconfig.display().to_string();
+    let args = [format!("--hosted-zone-id={zone}"), format!("--domain-name={DOMAIN}")];
+    let env = [
+        ("KUBECONFIG", kubeconfig.as_str()),
+        ("AWS_ENDPOINT_URL_ROUTE_53", endpoint),
+        ("AWS_ACCESS_KEY_ID", "bench"),
+        ("AWS_SECRET_ACCESS_KEY", "bench"),
+        ("AWS_REGION", "us-east-1"),
+        ("RUST_LOG", "info"),
+    ];
+    Measured::start(binary, &args, &env, log)
 }
 
-struct Operator {
-    child: Child,
-    metrics_port: u16,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Operator {
-    fn start(binary: &Path, kubeconfig: &Path, endpoint: &str, zone: &str, log: &Path) -> anyhow::Result<Operator> {
-        let (mp, hp) = (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
-        let child = Command::new(binary)
-            .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
-            .arg("--log-format=json")
-            .arg(format!("--hosted-zone-id={zone}"))
-            .arg(format!("--domain-name={DOMAIN}"))
-            .env("KUBECONFIG", kubeconfig)
-            .env("AWS_ENDPOINT_URL_ROUTE_53", endpoint)
-            .env("AWS_ACCESS_KEY_ID", "bench")
-            .env("AWS_SECRET_ACCESS_KEY", "bench")
-            .env("AWS_REGION", "us-east-1")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).with_context(|| log.display().to_string())?)
-            .spawn()
-            .context("starting service-dns")?;
-        Ok(Operator { child, metrics_port: mp })
-    }
-
-    /// The value of one series in /metrics (0 when absent).
-    fn metric(&self, series: &str) -> f64 {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.metrics_port)) else { return 0.0 };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        if write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").is_err() {
-            return 0.0;
-        }
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        text.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or(0.0)
-    }
-
-    fn vm_hwm_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    }
+/// The value of one series in /metrics (0 when absent).
+fn metric(op: &Measured, series: &str) -> f64 {
+    op.metric_sum(series).unwrap_or(0.0)
 }
 
 const WRITES: &str =
@@ -178,16 +136,16 @@ async fn bench(
     latency_n: usize,
     burst_n: usize,
 ) -> anyhow::Result<()> {
-    let op = Operator::start(binary, kubeconfig, endpoint, zone, &dir.join("service-dns.log"))?;
+    let op = start_operator(binary, kubeconfig, endpoint, zone, &dir.join("service-dns.log"))?;
     // Wait for the first sync (the cluster's own `kubernetes` Service).
     let started = Instant::now();
-    while op.metric(SYNCS) < 1.0 {
+    while metric(&op, SYNCS) < 1.0 {
         if started.elapsed() > Duration::from_secs(60) {
             bail!("service-dns did not sync within 60s; see {}", dir.join("service-dns.log").display());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let base_managed = op.metric(MANAGED);
+    let base_managed = metric(&op, MANAGED);
 
     // 1. Latency, one at a time.
     say(&format!("latency: {latency_n} Services, one at a time"));
@@ -213,13 +171,13 @@ async fn bench(
     latencies.sort();
     let p50 = percentile(&latencies, 50.0);
     let p99 = percentile(&latencies, 99.0);
-    let writes_after_latency = op.metric(WRITES);
+    let writes_after_latency = metric(&op, WRITES);
 
     // 2. Burst: N Services at once.
     say(&format!("burst: {burst_n} Services created at once"));
     create_namespace(client, "bench-burst").await?;
     let api: Api<Service> = Api::namespaced(client.clone(), "bench-burst");
-    let (w0, l0) = (op.metric(WRITES), op.metric(LISTS));
+    let (w0, l0) = (metric(&op, WRITES), metric(&op, LISTS));
     let target = base_managed + latency_n as f64 + burst_n as f64;
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -243,56 +201,56 @@ async fn bench(
     }
     let created_in = t0.elapsed();
     loop {
-        if op.metric(MANAGED) >= target {
+        if metric(&op, MANAGED) >= target {
             break;
         }
         if t0.elapsed() > TIMEOUT {
-            bail!("not converged after {TIMEOUT:?}: {} of {target} records", op.metric(MANAGED));
+            bail!("not converged after {TIMEOUT:?}: {} of {target} records", metric(&op, MANAGED));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let converged_in = t0.elapsed();
-    let (writes, lists) = (op.metric(WRITES) - w0, op.metric(LISTS) - l0);
+    let (writes, lists) = (metric(&op, WRITES) - w0, metric(&op, LISTS) - l0);
     // Check the zone itself, not only the operator's word.
     let sets = route53::list_record_sets(endpoint, zone)?;
     let burst_records = sets.iter().filter(|(n, t, _)| t == "A" && n.starts_with("kube-svc-")).count();
-    let rss_kib = op.vm_hwm_kib();
+    let rss_kib = op.status_kib("VmHWM:");
     drop(op);
 
     // 2b. The same Services all at once from the operator's point of view:
     // a fresh operator on a new, empty zone of the same name.
     say(&format!("all at once: a new operator, {} Services, an empty zone", target as usize));
     let zone2 = route53::create_hosted_zone(endpoint, DOMAIN)?;
-    let op = Operator::start(binary, kubeconfig, endpoint, &zone2, &dir.join("service-dns-cold.log"))?;
+    let op = start_operator(binary, kubeconfig, endpoint, &zone2, &dir.join("service-dns-cold.log"))?;
     let t2 = Instant::now();
     loop {
-        if op.metric(MANAGED) >= target {
+        if metric(&op, MANAGED) >= target {
             break;
         }
         if t2.elapsed() > TIMEOUT {
-            bail!("cold start not converged after {TIMEOUT:?}: {} of {target} records", op.metric(MANAGED));
+            bail!("cold start not converged after {TIMEOUT:?}: {} of {target} records", metric(&op, MANAGED));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let cold_in = t2.elapsed();
-    let (cold_writes, cold_lists) = (op.metric(WRITES), op.metric(LISTS));
+    let (cold_writes, cold_lists) = (metric(&op, WRITES), metric(&op, LISTS));
     let cold_records = route53::list_record_sets(endpoint, &zone2)?.iter().filter(|(_, t, _)| t == "A").count();
-    let cold_rss = op.vm_hwm_kib();
+    let cold_rss = op.status_kib("VmHWM:");
     drop(op);
 
     // 3. Restart against the converged zone.
     say("restart against the converged zone");
-    let op = Operator::start(binary, kubeconfig, endpoint, zone, &dir.join("service-dns-restart.log"))?;
+    let op = start_operator(binary, kubeconfig, endpoint, zone, &dir.join("service-dns-restart.log"))?;
     let t1 = Instant::now();
-    while op.metric(SYNCS) < 1.0 {
+    while metric(&op, SYNCS) < 1.0 {
         if t1.elapsed() > Duration::from_secs(300) {
             bail!("restarted service-dns did not sync within 300s");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let restart_sync = t1.elapsed();
-    let restart_writes = op.metric(WRITES);
-    let restart_rss = op.vm_hwm_kib();
+    let restart_writes = metric(&op, WRITES);
+    let restart_rss = op.status_kib("VmHWM:");
     drop(op);
 
     println!();
