@@ -80,7 +80,7 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, n: usize, sources: u
 
     let log = cp.dir.join("config-copier.log");
     let kubeconfig = cp.kubeconfig.display().to_string();
-    let op = Measured::start(&binary, &[], &[("KUBECONFIG", &kubeconfig), ("RUST_LOG", "warn")], &log)?;
+    let op = Measured::start(binary, &[], &[("KUBECONFIG", &kubeconfig), ("RUST_LOG", "warn")], &log)?;
     wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
         .await?;
     let idle_rss = op.status_kib("VmRSS:").unwrap_or(0);
