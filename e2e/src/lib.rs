@@ -2,7 +2,7 @@
 //! binaries, and running an operator process.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
@@ -102,58 +102,16 @@ pub fn operator_binary(op: &str) -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-/// A running operator process, killed on drop; its stderr goes to a file.
-pub struct OperatorProcess {
-    pub child: Child,
-    pub log: PathBuf,
-    pub metrics_port: u16,
-    pub health_port: u16,
-}
+pub use flotilla_testenv::process::OperatorProcess;
 
-impl OperatorProcess {
-    /// Starts `op` with `args` (bind addresses are added on free loopback
-    /// ports) and `KUBECONFIG=kubeconfig`.
-    pub fn start(op: &str, kubeconfig: &Path, args: &[String], env: &[(&str, &str)]) -> anyhow::Result<Self> {
-        let (metrics_port, health_port) =
-            (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
-        let log = std::env::temp_dir().join(format!("{op}-{}-{metrics_port}.log", std::process::id()));
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(operator_binary(op)?)
-            .args(args)
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health_port}"))
-            .envs(env.iter().copied())
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {op}"))?;
-        Ok(Self { child, log, metrics_port, health_port })
-    }
-
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM (the operator finishes its work and releases its lease), then
-    /// SIGKILL after 15 s. Returns the exit status when it exited by itself.
-    pub fn stop(mut self) -> Option<std::process::ExitStatus> {
-        let pid = self.child.id();
-        flotilla_testenv::process::terminate_pid(pid, std::time::Duration::from_secs(15));
-        self.child.wait().ok()
-    }
-
-    pub fn metrics_address(&self) -> String {
-        format!("127.0.0.1:{}", self.metrics_port)
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts operator `op`'s debug binary (see [`operator_binary`]).
+pub fn start_operator(
+    op: &str,
+    kubeconfig: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> anyhow::Result<OperatorProcess> {
+    OperatorProcess::start(&operator_binary(op)?, kubeconfig, args, env).with_context(|| format!("starting {op}"))
 }
 
 /// Installs every generated CRD (`crds/*.yaml`) with server-side apply and

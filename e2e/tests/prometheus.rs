@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use flotilla_e2e::{OperatorProcess, apply_crds};
+use flotilla_e2e::{apply_crds, start_operator};
 use flotilla_testenv::{shared, tools, wait_for};
 use serde_json::Value;
 
@@ -38,7 +38,7 @@ async fn prometheus_scrapes_the_operator_metrics() {
     let env = shared();
     apply_crds(&env.client().await).await.unwrap();
     let op = "config-copier";
-    let operator = OperatorProcess::start(op, &env.kubeconfig, &["--log-format=json".to_string()], &[]).unwrap();
+    let operator = start_operator(op, &env.kubeconfig, &["--log-format=json".to_string()], &[]).unwrap();
 
     let dir = std::env::temp_dir().join(format!("flotilla-prometheus-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

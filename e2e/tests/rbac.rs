@@ -11,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use flotilla_e2e::{OperatorProcess, apply_crds, build_chart_dependencies, charts_dir, helm_ok};
+use flotilla_e2e::{OperatorProcess, apply_crds, build_chart_dependencies, charts_dir, helm_ok, start_operator};
 use flotilla_testenv::moto::{self, route53};
 use flotilla_testenv::{TestEnv, shared, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -100,7 +100,7 @@ async fn prove(env: &TestEnv, op: &str, values: &[&str], extra_env: &[(&str, &st
     let env_refs: Vec<(&str, &str)> = op_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
 
     // Sufficient: the scenario converges and nothing is forbidden.
-    let operator = OperatorProcess::start(op, &kubeconfig, &op_args, &env_refs).unwrap();
+    let operator = start_operator(op, &kubeconfig, &op_args, &env_refs).unwrap();
     let result = scenario(admin.clone(), ns.clone(), 0, Duration::from_secs(60)).await;
     // Give background work (events, status) a moment to hit any wall.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -122,7 +122,7 @@ async fn prove(env: &TestEnv, op: &str, values: &[&str], extra_env: &[(&str, &st
             let removed = fewer.remove(i);
             set_rules(&admin, &home, &fewer).await;
             // RBAC changes apply at once; a fresh process sees only the new rules.
-            let operator = OperatorProcess::start(op, &kubeconfig, &op_args, &env_refs).unwrap();
+            let operator = start_operator(op, &kubeconfig, &op_args, &env_refs).unwrap();
             // The round ends at the first `forbidden` or when the scenario settles.
             let result = tokio::select! {
                 r = scenario(admin.clone(), ns.clone(), round, Duration::from_secs(20)) => r,

@@ -170,3 +170,88 @@ where
         .map_err(|e| e.to_string())?;
     rx.recv().map_err(|e| e.to_string())?
 }
+
+/// An operator binary run as a process by tests and benchmarks, as a user
+/// runs it: `KUBECONFIG`, its endpoints on free loopback ports, stderr in a
+/// log file. Killed (and its log removed) when dropped.
+#[derive(Debug)]
+pub struct OperatorProcess {
+    pub child: Child,
+    pub log: PathBuf,
+    pub metrics_port: u16,
+    pub health_port: u16,
+}
+
+impl OperatorProcess {
+    /// Starts `binary` with `args`, `env` and `KUBECONFIG=kubeconfig`;
+    /// `--metrics-bind-address` and `--health-probe-bind-address` are added.
+    pub fn start(binary: &Path, kubeconfig: &Path, args: &[String], env: &[(&str, &str)]) -> std::io::Result<Self> {
+        if !binary.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} is missing: build it first (`cargo build --workspace --all-targets`)", binary.display()),
+            ));
+        }
+        let (metrics_port, health_port) = (free_port()?, free_port()?);
+        let name = binary.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let log = std::env::temp_dir().join(format!("{name}-{}-{metrics_port}.log", std::process::id()));
+        let child = Command::new(binary)
+            .args(args)
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health_port}"))
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&log)?)
+            .spawn()?;
+        Ok(Self { child, log, metrics_port, health_port })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`).
+    pub fn signal(&self, signal: i32) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+
+    /// Everything it has logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM (the operator finishes its work and releases its lease), then
+    /// SIGKILL after 15 s; the exit status.
+    pub fn stop(mut self) -> Option<std::process::ExitStatus> {
+        terminate_pid(self.child.id(), Duration::from_secs(15));
+        self.child.wait().ok()
+    }
+
+    /// `127.0.0.1:<port>` of `/metrics`.
+    pub fn metrics_address(&self) -> String {
+        format!("127.0.0.1:{}", self.metrics_port)
+    }
+
+    pub fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.metrics_port)
+    }
+
+    /// `http://127.0.0.1:<port>` of `/healthz` and `/readyz`.
+    pub fn health_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.health_port)
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}

@@ -6,9 +6,9 @@
 pub mod widget;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use flotilla_testenv::process::OperatorProcess;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::PostParams;
@@ -29,58 +29,39 @@ pub fn toy_binary() -> PathBuf {
     path
 }
 
-pub fn free_port() -> u16 {
-    flotilla_testenv::process::free_port().expect("a free port")
+/// A running toy operator (the shared test process type, plus HTTP checks).
+pub struct Toy {
+    process: OperatorProcess,
+    pub health: String,
 }
 
-/// A running toy operator.
-pub struct Toy {
-    pub child: Child,
-    pub metrics: String,
-    pub health: String,
-    pub log: PathBuf,
+impl std::ops::Deref for Toy {
+    type Target = OperatorProcess;
+    fn deref(&self) -> &OperatorProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Toy {
+    fn deref_mut(&mut self) -> &mut OperatorProcess {
+        &mut self.process
+    }
 }
 
 impl Toy {
-    /// Starts the toy with `kubeconfig` and extra flags; logs go to a file.
+    /// Starts the toy with `kubeconfig` and extra flags, JSON logs.
     pub fn start(kubeconfig: &Path, extra: &[&str]) -> Toy {
-        let (mp, hp) = (free_port(), free_port());
-        let log = std::env::temp_dir().join(format!("toy-{}-{mp}.log", std::process::id()));
-        let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(toy_binary())
-            .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
-            .arg("--log-format=json")
-            .args(extra)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .expect("spawning the toy operator");
-        Toy { child, metrics: format!("http://127.0.0.1:{mp}/metrics"), health: format!("http://127.0.0.1:{hp}"), log }
-    }
-
-    pub fn pid(&self) -> i32 {
-        i32::try_from(self.child.id()).expect("pid")
-    }
-
-    pub fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
-    }
-
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        let mut args = vec!["--log-format=json".to_string()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let process = OperatorProcess::start(&toy_binary(), kubeconfig, &args, &[]).expect("starting the toy operator");
+        let health = process.health_url();
+        Toy { process, health }
     }
 
     /// Waits for the process to exit, up to `timeout`.
     pub async fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
         let logs = self.logs();
-        let child = &mut self.child;
+        let child = &mut self.process.child;
         match wait_for("the toy operator to exit", timeout, || {
             let r = child.try_wait().map_err(|e| e.to_string());
             async move { r }
@@ -93,19 +74,11 @@ impl Toy {
     }
 
     pub async fn metric(&self, series: &str) -> Option<f64> {
-        metric_value(&get(&self.metrics).await.ok()?.1, series)
+        metric_value(&get(&self.metrics_url()).await.ok()?.1, series)
     }
 
     pub async fn ready(&self) -> bool {
         matches!(get(&format!("{}/readyz", self.health)).await, Ok((200, _)))
-    }
-}
-
-impl Drop for Toy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
     }
 }
 
