@@ -114,34 +114,17 @@ pub fn start_operator(
     OperatorProcess::start(&operator_binary(op)?, kubeconfig, args, env).with_context(|| format!("starting {op}"))
 }
 
-/// Installs every generated CRD (`crds/*.yaml`) with server-side apply and
-/// waits until each is established.
+/// Installs every generated CRD (`crds/*.yaml`) and waits until each is
+/// established.
 pub async fn apply_crds(client: &kube::Client) -> anyhow::Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{Patch, PatchParams};
-    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let mut crds = Vec::new();
     for entry in std::fs::read_dir(root().join("crds"))? {
         let path = entry?.path();
-        if path.extension().is_none_or(|e| e != "yaml") {
-            continue;
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+            crds.push(crd);
         }
-        let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &PatchParams::apply("flotilla-e2e").force(), &Patch::Apply(&crd)).await?;
-        flotilla_testenv::wait_for(&format!("CRD {name} established"), std::time::Duration::from_secs(30), || {
-            let (api, name) = (api.clone(), name.clone());
-            async move {
-                let crd = api.get(&name).await?;
-                let ok = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                Ok::<_, kube::Error>(ok.then_some(()))
-            }
-        })
-        .await?;
     }
-    Ok(())
+    flotilla_testenv::harness::install_crds(client, &crds).await
 }

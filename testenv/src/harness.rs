@@ -167,6 +167,36 @@ where
     }
 }
 
+/// Server-side-applies CRDs (field manager `flotilla-tests`) and waits until
+/// each is Established, so the next request for its kind is served.
+pub async fn install_crds(
+    client: &Client,
+    crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &PatchParams::apply("flotilla-tests").force(), &Patch::Apply(crd)).await?;
+        wait_for(&format!("CRD {name} to be established"), Duration::from_secs(30), || {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                let crd = api.get(&name).await?;
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok::<_, kube::Error>(established.then_some(()))
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

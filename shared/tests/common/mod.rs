@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use flotilla_testenv::process::OperatorProcess;
 use flotilla_testenv::{TestEnv, wait_for};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::PostParams;
-use kube::{Api, CustomResourceExt};
+use kube::CustomResourceExt;
 
 pub const T: Duration = Duration::from_secs(30);
 
@@ -96,32 +94,11 @@ pub fn metric_value(text: &str, series: &str) -> Option<f64> {
     })
 }
 
-/// Installs the Widget CRD (once per control plane) and waits until it serves.
+/// Installs the Widget CRD and waits until it serves.
 pub async fn install_widget_crd(env: &TestEnv) {
-    let api: Api<CustomResourceDefinition> = Api::all(env.client().await);
-    let crd = widget::Widget::crd();
-    match api.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("installing the Widget CRD: {e}"),
-    }
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    wait_for("the Widget CRD to be established", T, || {
-        let api = api.clone();
-        let name = name.clone();
-        async move {
-            let crd = api.get(&name).await?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            Ok::<_, kube::Error>(established.then_some(()))
-        }
-    })
-    .await
-    .expect("CRD established");
+    flotilla_testenv::harness::install_crds(&env.client().await, &[widget::Widget::crd()])
+        .await
+        .expect("Widget CRD installed");
     // The discovery cache of a fresh client needs the new API; give it a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
 }

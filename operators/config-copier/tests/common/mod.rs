@@ -14,7 +14,6 @@ use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -41,30 +40,9 @@ pub fn rbac_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// Installs the CopyRule CRD (once per control plane) and waits until served.
+/// Installs the CopyRule CRD and waits until served.
 pub async fn install_crd(env: &TestEnv) {
-    let client = env.client().await;
-    let api: Api<CustomResourceDefinition> = Api::all(client);
-    for crd in config_copier::crds() {
-        let name = crd.metadata.name.clone().unwrap();
-        api.patch(&name, &PatchParams::apply("config-copier-tests").force(), &Patch::Apply(&crd)).await.unwrap();
-        wait_for("the CopyRule CRD to be established", T, || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                let crd = api.get(&name).await?;
-                let ok = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                Ok::<_, kube::Error>(ok.then_some(()))
-            }
-        })
-        .await
-        .unwrap();
-    }
+    flotilla_testenv::harness::install_crds(&env.client().await, &config_copier::crds()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
