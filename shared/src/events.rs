@@ -1,63 +1,183 @@
 //! Kubernetes Events (events.k8s.io/v1) on the object concerned, reported as
-//! `flotilla-<operator>` by the pod that acted. The events API aggregates
-//! repeats (kube's recorder keeps a series count), and publishing never blocks
-//! a reconcile: events are sent in the background and a failure is logged.
+//! `flotilla-<operator>` by the pod that acted.
+//!
+//! Repeats are aggregated, not spammed: an Event identical to one published
+//! in the last few minutes (same object, type, reason, action *and* message)
+//! bumps that Event's `series.count` instead of creating another. The message
+//! is part of the identity on purpose: kube-runtime's `Recorder` leaves it out,
+//! so a second "updated dns a.example" after "updated dns b.example" would only
+//! bump the first Event's count and the user would never see the new message.
+//!
+//! Publishing never blocks a reconcile: Events are sent in the background
+//! with a timeout, and a failure is logged.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
 
-/// How long one event may take before it is given up (and logged).
+/// How long one Event may take before it is given up (and logged).
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 /// The API's limit on `note`.
 const MAX_NOTE: usize = 1024;
+/// How long a published Event is remembered for aggregation (as kube's recorder).
+const AGGREGATE_FOR: Duration = Duration::from_secs(6 * 60);
 
-/// Publishes events for one operator. Cheap to clone.
+/// What makes two Events the same Event.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    namespace: String,
+    kind: String,
+    name: String,
+    uid: String,
+    warning: bool,
+    reason: String,
+    action: String,
+    note: String,
+}
+
+/// A published Event: its name and how often it happened.
+struct Published {
+    name: String,
+    count: i32,
+    at: Instant,
+}
+
+/// Publishes events for one operator. Cheap to clone: clones share one
+/// background worker, which sends Events in order (so repeats aggregate
+/// reliably, and a burst never opens a request per Event at once).
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
+    queue: tokio::sync::mpsc::UnboundedSender<(ObjectReference, Key)>,
+}
+
+/// The background worker's state.
+struct Sender {
+    client: Client,
+    controller: String,
+    instance: String,
+    published: HashMap<Key, Published>,
+}
+
+fn cut(mut note: String) -> String {
+    if note.len() > MAX_NOTE {
+        let mut at = MAX_NOTE - 3;
+        while !note.is_char_boundary(at) {
+            at -= 1;
+        }
+        note.truncate(at);
+        note.push_str("...");
+    }
+    note
+}
+
+/// The object's name, cut so that `<name>.<16 hex>` stays a valid name.
+fn event_name_prefix(name: &str) -> &str {
+    let name = if name.is_empty() { "flotilla" } else { name };
+    let mut end = name.len().min(253 - 17);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].trim_end_matches(['.', '-'])
 }
 
 impl Events {
-    /// `operator` is e.g. `config-copier`; `instance` the pod's name.
+    /// `operator` is e.g. `config-copier`; `instance` the pod's name. Must be
+    /// called inside a tokio runtime (it starts the worker).
     pub fn new(client: Client, operator: &str, instance: &str) -> Self {
-        let reporter = Reporter { controller: format!("flotilla-{operator}"), instance: Some(instance.to_string()) };
-        Self { recorder: Recorder::new(client, reporter) }
+        let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<(ObjectReference, Key)>();
+        let mut sender = Sender {
+            client,
+            controller: format!("flotilla-{operator}"),
+            instance: instance.to_string(),
+            published: HashMap::new(),
+        };
+        tokio::spawn(async move {
+            while let Some((on, key)) = rx.recv().await {
+                let what = format!("{} on {}/{}", key.reason, key.namespace, key.name);
+                match tokio::time::timeout(PUBLISH_TIMEOUT, sender.send(&on, &key)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, event = %what, "could not publish an event"),
+                    Err(_) => tracing::warn!(event = %what, "publishing an event timed out"),
+                }
+            }
+        });
+        Self { queue }
     }
 
     /// A `Normal` event: something the operator did.
     pub fn normal(&self, on: &ObjectReference, reason: &str, action: &str, note: impl Into<String>) {
-        self.publish(on, EventType::Normal, reason, action, note.into());
+        self.publish(on, false, reason, action, note.into());
     }
 
     /// A `Warning` event: something refused or failed.
     pub fn warning(&self, on: &ObjectReference, reason: &str, action: &str, note: impl Into<String>) {
-        self.publish(on, EventType::Warning, reason, action, note.into());
+        self.publish(on, true, reason, action, note.into());
     }
 
-    fn publish(&self, on: &ObjectReference, type_: EventType, reason: &str, action: &str, mut note: String) {
-        if note.len() > MAX_NOTE {
-            let mut cut = MAX_NOTE - 3;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-            note.push_str("...");
+    fn publish(&self, on: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
+        let key = Key {
+            namespace: on.namespace.clone().unwrap_or_else(|| "default".to_string()),
+            kind: on.kind.clone().unwrap_or_default(),
+            name: on.name.clone().unwrap_or_default(),
+            uid: on.uid.clone().unwrap_or_default(),
+            warning,
+            reason: reason.to_string(),
+            action: action.to_string(),
+            note: cut(note),
+        };
+        if self.queue.send((on.clone(), key)).is_err() {
+            tracing::warn!(reason, "the event worker has stopped; event dropped");
         }
-        let event =
-            Event { type_, reason: reason.to_string(), note: Some(note), action: action.to_string(), secondary: None };
-        let recorder = self.recorder.clone();
-        let on = on.clone();
-        tokio::spawn(async move {
-            match tokio::time::timeout(PUBLISH_TIMEOUT, recorder.publish(&event, &on)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, reason = %event.reason, object = ?on.name, "could not publish an event")
-                }
-                Err(_) => tracing::warn!(reason = %event.reason, object = ?on.name, "publishing an event timed out"),
-            }
+    }
+}
+
+impl Sender {
+    /// Creates the Event, or bumps the series of the identical one.
+    async fn send(&mut self, on: &ObjectReference, key: &Key) -> Result<(), kube::Error> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
+        let now = MicroTime(Timestamp::now());
+        self.published.retain(|_, p| p.at.elapsed() < AGGREGATE_FOR);
+        let repeat = self.published.get_mut(key).map(|p| {
+            p.count += 1;
+            p.at = Instant::now();
+            (p.name.clone(), p.count)
         });
+        if let Some((name, count)) = repeat {
+            let series = EventSeries { count, last_observed_time: now.clone() };
+            let patch = serde_json::json!({ "series": series });
+            match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => return Ok(()),
+                // Gone (expired or deleted): publish it afresh below.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let event = Event {
+            metadata: ObjectMeta {
+                // `<object>.<random hex>`, as kubelet names its events.
+                name: Some(format!("{}.{:016x}", event_name_prefix(&key.name), rand::random::<u64>())),
+                namespace: Some(key.namespace.clone()),
+                ..Default::default()
+            },
+            event_time: Some(now),
+            type_: Some(if key.warning { "Warning" } else { "Normal" }.to_string()),
+            reason: Some(key.reason.clone()),
+            action: Some(key.action.clone()),
+            note: Some(key.note.clone()),
+            regarding: Some(on.clone()),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        let created = api.create(&PostParams::default(), &event).await?;
+        let name = created.metadata.name.unwrap_or_default();
+        self.published.insert(key.clone(), Published { name, count: 1, at: Instant::now() });
+        Ok(())
     }
 }

@@ -139,7 +139,9 @@ async fn two_instances_one_leader_and_the_standby_takes_over_when_the_leader_die
     wait_for("the standby to be ready", T, || async { Ok::<_, String>(b.ready().await.then_some(())) })
         .await
         .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", b.logs()));
-    assert!(a.ready().await, "the leader is ready");
+    wait_for("the leader to be ready (cache synced)", T, || async { Ok::<_, String>(a.ready().await.then_some(())) })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", a.logs()));
     // Several retry periods later, still exactly one leader.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(a.metric(&series).await, Some(1.0));

@@ -126,4 +126,29 @@ async fn events_are_published_as_the_operator_without_blocking() {
     }
     let warning = found.iter().find(|e| e.reason.as_deref() == Some("Refused")).unwrap();
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
+
+    // The three identical events are one Event with a series of three.
+    let series = wait_for("the repeats to be aggregated", T, || async {
+        let list = ev_api.list(&ListParams::default()).await?;
+        let same: Vec<Event> = list.items.into_iter().filter(|e| e.reason.as_deref() == Some("Reconciled")).collect();
+        let count = same.first().and_then(|e| e.series.as_ref()).map(|s| s.count);
+        Ok::<_, kube::Error>((same.len() == 1 && count == Some(3)).then_some(count))
+    })
+    .await;
+    assert!(series.is_ok(), "{series:?}");
+
+    // Same reason, another message: a new Event, never hidden in the first one's count.
+    events.normal(&w.object_ref(&()), "Reconciled", "Reconcile", "widget w changed");
+    wait_for("the second message", T, || async {
+        let list = ev_api.list(&ListParams::default()).await?;
+        let notes: Vec<String> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Reconciled"))
+            .filter_map(|e| e.note)
+            .collect();
+        Ok::<_, kube::Error>((notes.len() == 2 && notes.iter().any(|n| n == "widget w changed")).then_some(()))
+    })
+    .await
+    .unwrap();
 }
