@@ -116,12 +116,15 @@ impl TestEnv {
 
     async fn service_account_token(&self, namespace: &str, name: &str) -> anyhow::Result<String> {
         let api: Api<ServiceAccount> = Api::namespaced(self.client().await, namespace);
-        if api.get_opt(name).await?.is_none() {
-            let sa = ServiceAccount {
-                metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() },
-                ..Default::default()
-            };
-            api.create(&PostParams::default(), &sa).await?;
+        let sa = ServiceAccount {
+            metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() },
+            ..Default::default()
+        };
+        // Create it unless it exists; two tests may ask for one account at once.
+        match api.create(&PostParams::default(), &sa).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
         }
         let request = TokenRequest {
             spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
