@@ -43,6 +43,18 @@ pub struct Writer<'a> {
     pub on_conflict: OnConflict,
 }
 
+impl<'a> Writer<'a> {
+    /// The writer for one rule's reconcile.
+    pub fn new(
+        ctx: &'a flotilla_shared::Context,
+        caches: &'a Caches,
+        rule: &'a RuleId,
+        on_conflict: OnConflict,
+    ) -> Self {
+        Self { client: &ctx.client, field_manager: &ctx.field_manager, caches, rule, on_conflict }
+    }
+}
+
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }

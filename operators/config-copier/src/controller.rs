@@ -200,13 +200,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         update = plan.update.len(), delete = plan.delete.len(), "plan"
     );
 
-    let writer = Writer {
-        client: &data.ctx.client,
-        field_manager: &data.ctx.field_manager,
-        caches,
-        rule: &id,
-        on_conflict: rule.spec.on_conflict,
-    };
+    let writer = Writer::new(&data.ctx, caches, &id, rule.spec.on_conflict);
     let mut ops: Vec<Op<'_>> = Vec::with_capacity(plan.writes());
     ops.extend(plan.missing.iter().map(|(k, s)| Op::Missing(k, s)));
     ops.extend(plan.update.iter().filter_map(|(k, s)| owned.get(k).map(|e| Op::Update(k, s, e))));
@@ -309,13 +303,7 @@ async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     if !rule.spec.prune {
         return Ok(Action::await_change());
     }
-    let writer = Writer {
-        client: &data.ctx.client,
-        field_manager: &data.ctx.field_manager,
-        caches,
-        rule: &id,
-        on_conflict: rule.spec.on_conflict,
-    };
+    let writer = Writer::new(&data.ctx, caches, &id, rule.spec.on_conflict);
     // Ask the API, not the cache: a copy written a moment ago is pruned too.
     let mut copies = Vec::new();
     for kind in SourceKind::ALL {

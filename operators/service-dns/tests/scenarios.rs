@@ -83,20 +83,7 @@ async fn seed_scenario_create_and_delete() {
         .unwrap_or(0.0)
     };
     let before = writes(&op.scrape().await);
-    let syncs = metric_value(
-        &op.scrape().await,
-        "controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}",
-    )
-    .unwrap_or(0.0);
-    wait_for("two more resyncs", T, || async {
-        let n = op
-            .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-            .await
-            .unwrap_or(0.0);
-        Ok::<_, String>((n >= syncs + 2.0).then_some(()))
-    })
-    .await
-    .unwrap();
+    op.wait_more_syncs(2).await;
     assert_eq!(writes(&op.scrape().await), before, "an unchanged zone must cost zero write calls");
 
     Api::<Service>::namespaced(client.clone(), "test")
@@ -387,21 +374,7 @@ async fn invalid_annotations_are_reported_and_skipped() {
         .await
         .expect("patch");
     wait_event(&client, &ns, "good", "InvalidAnnotation", "no record published").await;
-    let syncs = op
-        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-        .await
-        .unwrap_or(0.0);
-    wait_for("two more syncs", T, || async {
-        Ok::<_, String>(
-            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-                .await
-                .unwrap_or(0.0)
-                >= syncs + 2.0)
-                .then_some(()),
-        )
-    })
-    .await
-    .unwrap();
+    op.wait_more_syncs(2).await;
     assert_eq!(user_records(&r53, &zone).await, left, "kept as it was while the annotation is bad");
     // Reported once, not at every resync.
     assert_eq!(
@@ -491,21 +464,7 @@ async fn policies_and_dry_run() {
     .await
     .unwrap();
     api.delete("s", &DeleteParams::default()).await.expect("delete");
-    let syncs = op
-        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-        .await
-        .unwrap_or(0.0);
-    wait_for("two more syncs", T, || async {
-        Ok::<_, String>(
-            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-                .await
-                .unwrap_or(0.0)
-                >= syncs + 2.0)
-                .then_some(()),
-        )
-    })
-    .await
-    .unwrap();
+    op.wait_more_syncs(2).await;
     assert!(find(&r53, &zone, &name, RecordType::A).await.is_some(), "upsert-only never deletes");
     drop(op);
 
@@ -529,21 +488,7 @@ async fn policies_and_dry_run() {
     .await
     .expect("patch");
     api.delete("c", &DeleteParams::default()).await.ok();
-    let syncs = op
-        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-        .await
-        .unwrap_or(0.0);
-    wait_for("two more syncs", T, || async {
-        Ok::<_, String>(
-            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-                .await
-                .unwrap_or(0.0)
-                >= syncs + 2.0)
-                .then_some(()),
-        )
-    })
-    .await
-    .unwrap();
+    op.wait_more_syncs(2).await;
     let r = find(&r53, &zone, &name, RecordType::A).await.expect("create-only never deletes");
     assert_eq!(r.ttl, 300, "create-only never updates");
     drop(op);
@@ -559,21 +504,7 @@ async fn policies_and_dry_run() {
     let s = create_service(&client, &ns, &service("d", "ClusterIP", &[])).await;
     let note = wait_event(&client, &ns, "d", "DnsRecordDryRun", "would create").await;
     assert!(note.contains(&cluster_ip(&s)), "{note}");
-    let syncs = op
-        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-        .await
-        .unwrap_or(0.0);
-    wait_for("two more syncs", T, || async {
-        Ok::<_, String>(
-            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-                .await
-                .unwrap_or(0.0)
-                >= syncs + 2.0)
-                .then_some(()),
-        )
-    })
-    .await
-    .unwrap();
+    op.wait_more_syncs(2).await;
     assert!(user_records(&r53, &zone).await.is_empty(), "dry run changes nothing");
     assert_eq!(
         op.metric(
@@ -620,21 +551,7 @@ async fn zone_larger_than_one_page() {
         )
         .await
         .unwrap_or(0.0);
-    let syncs = op
-        .metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-        .await
-        .unwrap_or(0.0);
-    wait_for("two more syncs", T, || async {
-        Ok::<_, String>(
-            (op.metric("controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}")
-                .await
-                .unwrap_or(0.0)
-                >= syncs + 2.0)
-                .then_some(()),
-        )
-    })
-    .await
-    .unwrap();
+    op.wait_more_syncs(2).await;
     assert_eq!(
         op.metric(
             "flotilla_service_dns_route53_requests_total{operation=\"ChangeResourceRecordSets\",result=\"success\"}"

@@ -228,6 +228,18 @@ impl Operator {
         }
     }
 
+    /// Waits until `n` more syncs succeeded than when called (a few
+    /// resyncs later: what has not happened by then will not happen).
+    pub async fn wait_more_syncs(&self, n: u32) {
+        let series = "controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}";
+        let start = self.metric(series).await.unwrap_or(0.0);
+        wait_for(&format!("{n} more successful syncs"), T, || async {
+            Ok::<_, String>((self.metric(series).await.unwrap_or(0.0) >= start + f64::from(n)).then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
     pub async fn metric(&self, series: &str) -> Option<f64> {
         metric_value(&self.scrape().await, series)
     }
