@@ -51,12 +51,14 @@ impl Operator {
     }
 
     /// Runs until SIGTERM/SIGINT (exit 0) or a failure (exit 1), on a new
-    /// multi-threaded tokio runtime.
+    /// multi-threaded tokio runtime, with the allocator tuned for a
+    /// long-running process ([`crate::memory`]).
     pub fn run<F, Fut>(self, controllers: F) -> ExitCode
     where
         F: FnOnce(Context) -> Fut + Send + 'static,
         Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
+        crate::memory::tune_allocator();
         match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(rt) => rt.block_on(self.run_async(controllers)),
             Err(e) => {

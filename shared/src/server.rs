@@ -14,7 +14,8 @@ use crate::health::Readiness;
 use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {address} (--{flag}): {source}")]
+// The io error is the source (shown by `{:#}` after this), not repeated here.
+#[error("cannot listen on {address} (--{flag})")]
 pub struct BindError {
     pub flag: &'static str,
     pub address: SocketAddr,

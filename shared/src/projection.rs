@@ -1,0 +1,185 @@
+//! A watch cache that keeps a small projection of each object instead of the
+//! object itself.
+//!
+//! kube-runtime's reflector stores the full k8s-openapi struct: even with
+//! every unused field emptied, a `Service` or `Pod` costs a kilobyte or more
+//! of wide option-filled structs. An operator that reads five fields keeps
+//! those five here, keyed by a string of its choosing, with the reflector's
+//! semantics: a relist (`Init` … `InitDone`) replaces the contents at once,
+//! so objects deleted while the watch was down disappear, and readiness is
+//! the first complete list.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) {
+//! use flotilla_shared::projection;
+//! use futures::StreamExt;
+//! use k8s_openapi::api::core::v1::Service;
+//! use kube::runtime::watcher;
+//! use kube::{Api, ResourceExt};
+//!
+//! // Keep each Service's ClusterIP, keyed by namespace/name.
+//! let (store, mut writer) = projection::store::<Option<String>>();
+//! let watch = watcher(Api::<Service>::all(client), watcher::Config::default());
+//! tokio::spawn(async move {
+//!     let mut watch = std::pin::pin!(watch);
+//!     while let Some(Ok(event)) = watch.next().await {
+//!         writer.apply(event, |svc| {
+//!             (format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any()), svc.spec.and_then(|s| s.cluster_ip))
+//!         });
+//!     }
+//! });
+//! if store.wait_until_ready().await.is_ok() {
+//!     for ip in store.state() {
+//!         println!("{ip:?}");
+//!     }
+//! }
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+struct State<T> {
+    items: HashMap<String, Arc<T>>,
+    /// A relist in progress: the new contents, swapped in at `InitDone`.
+    relist: Option<HashMap<String, Arc<T>>>,
+}
+
+/// The read side; cheap to clone.
+pub struct Store<T> {
+    state: Arc<Mutex<State<T>>>,
+    ready: watch::Receiver<bool>,
+}
+
+impl<T> Clone for Store<T> {
+    fn clone(&self) -> Self {
+        Self { state: self.state.clone(), ready: self.ready.clone() }
+    }
+}
+
+/// The write side, fed with the watcher's events.
+pub struct Writer<T> {
+    state: Arc<Mutex<State<T>>>,
+    ready: watch::Sender<bool>,
+}
+
+/// An empty store and its writer.
+pub fn store<T>() -> (Store<T>, Writer<T>) {
+    let state = Arc::new(Mutex::new(State { items: HashMap::new(), relist: None }));
+    let (tx, rx) = watch::channel(false);
+    (Store { state: state.clone(), ready: rx }, Writer { state, ready: tx })
+}
+
+impl<T> Writer<T> {
+    /// Applies one watcher event; `project` turns an object into its key and
+    /// projection (for a deletion only the key is used).
+    pub fn apply<K>(&mut self, event: watcher::Event<K>, project: impl Fn(K) -> (String, T)) {
+        // A poisoned lock only means another thread panicked mid-update of a
+        // map; the map itself is still a map.
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Init => state.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(obj) => {
+                let (key, value) = project(obj);
+                state.relist.get_or_insert_with(HashMap::new).insert(key, Arc::new(value));
+            }
+            watcher::Event::InitDone => {
+                if let Some(items) = state.relist.take() {
+                    state.items = items;
+                }
+                drop(state);
+                self.ready.send_replace(true);
+            }
+            watcher::Event::Apply(obj) => {
+                let (key, value) = project(obj);
+                state.items.insert(key, Arc::new(value));
+            }
+            watcher::Event::Delete(obj) => {
+                let (key, _) = project(obj);
+                state.items.remove(&key);
+            }
+        }
+    }
+}
+
+impl<T> Store<T> {
+    /// Every projection, in no particular order.
+    pub fn state(&self) -> Vec<Arc<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).items.values().cloned().collect()
+    }
+
+    /// The projection under `key`.
+    pub fn get(&self, key: &str) -> Option<Arc<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).items.get(key).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the first complete list has been applied.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Waits for the first complete list; `Err` when the writer is gone
+    /// before that.
+    pub async fn wait_until_ready(&self) -> Result<(), WriterDropped> {
+        let mut rx = self.ready.clone();
+        rx.wait_for(|ready| *ready).await.map(|_| ()).map_err(|_| WriterDropped)
+    }
+}
+
+/// The writer was dropped before the store became ready.
+#[derive(Debug, thiserror::Error)]
+#[error("the watch feeding this store ended before its first complete list")]
+pub struct WriterDropped;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use watcher::Event;
+
+    fn project(s: &'static str) -> (String, usize) {
+        (s.to_string(), s.len())
+    }
+
+    #[tokio::test]
+    async fn relist_replaces_and_readiness_follows_the_first_list() {
+        let (store, mut w) = store::<usize>();
+        assert!(!store.is_ready());
+        w.apply(Event::Init, project);
+        w.apply(Event::InitApply("a"), project);
+        w.apply(Event::InitApply("bb"), project);
+        assert!(store.is_empty(), "a list in progress is not visible");
+        w.apply(Event::InitDone, project);
+        store.wait_until_ready().await.unwrap();
+        assert_eq!(store.len(), 2);
+        w.apply(Event::Apply("ccc"), project);
+        w.apply(Event::Delete("a"), project);
+        assert_eq!(store.get("ccc").as_deref(), Some(&3));
+        assert!(store.get("a").is_none());
+        // A relist (after a lost watch) drops what was deleted meanwhile.
+        w.apply(Event::Init, project);
+        w.apply(Event::InitApply("bb"), project);
+        assert_eq!(store.len(), 2, "the old contents stay until the relist is done");
+        w.apply(Event::InitDone, project);
+        let mut keys: Vec<usize> = store.state().iter().map(|v| **v).collect();
+        keys.sort();
+        assert_eq!(keys, vec![2]);
+    }
+
+    #[tokio::test]
+    async fn a_writer_dropped_before_ready_is_an_error() {
+        let (store, w) = store::<usize>();
+        drop(w);
+        assert!(store.wait_until_ready().await.is_err());
+    }
+}
