@@ -1,6 +1,9 @@
 //! Splitting a plan into ChangeResourceRecordSets requests within Route53's
 //! limits, never separating a name's records from its ownership TXT.
 
+use std::collections::HashMap;
+use std::time::Instant;
+
 use crate::plan::ChangeGroup;
 
 /// Route53's per-request limits (UPSERT counted twice, as Route53 does).
@@ -42,6 +45,28 @@ pub fn batches(groups: &[ChangeGroup], limits: Limits) -> Vec<Vec<&ChangeGroup>>
     out
 }
 
+/// How many of `groups`, from the front, fill whole requests: all but the
+/// last request, which may still have room for changes yet to come.
+pub fn full_batches(groups: &[ChangeGroup], limits: Limits) -> usize {
+    let batches = batches(groups, limits);
+    batches.iter().rev().skip(1).map(Vec::len).sum()
+}
+
+/// Orders `groups` oldest first — by when each name's change was first
+/// planned (`first_planned`; new ones at `now`), then by name — so that a
+/// change held back for a fuller request goes out in the next one. Returns
+/// those times.
+pub fn oldest_first(
+    groups: &mut [ChangeGroup],
+    first_planned: &HashMap<String, Instant>,
+    now: Instant,
+) -> HashMap<String, Instant> {
+    let since: HashMap<String, Instant> =
+        groups.iter().map(|g| (g.name.clone(), first_planned.get(&g.name).copied().unwrap_or(now))).collect();
+    groups.sort_by_cached_key(|g| (since.get(&g.name).copied(), g.name.clone()));
+    since
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +104,45 @@ mod tests {
     #[test]
     fn empty_plan_no_request() {
         assert!(batches(&[], Limits::default()).is_empty());
+        assert_eq!(full_batches(&[], Limits::default()), 0);
+    }
+
+    fn groups(names: &[&str]) -> Vec<ChangeGroup> {
+        let claims: Vec<Claim> = names
+            .iter()
+            .map(|n| {
+                let resource = format!("service/ns/{n}");
+                Claim {
+                    order: (0, resource.clone()),
+                    records: vec![RecordSet::new(format!("{n}.z"), RecordType::A, 300, vec!["10.0.0.1".into()])],
+                    resource,
+                }
+            })
+            .collect();
+        plan(&claims, &[], "me", Policy::Sync).groups
+    }
+
+    #[test]
+    fn only_whole_requests_are_full() {
+        let gs = groups(&["a", "b", "c", "d", "e"]);
+        let limits = Limits { max_records: 4, max_chars: 10_000 }; // 2 names (A + TXT each) per request
+        assert_eq!(full_batches(&gs, limits), 4, "a+b, c+d full; e waits");
+        assert_eq!(full_batches(&gs[..4], limits), 2, "the last request is never counted full");
+        assert_eq!(full_batches(&gs[..1], limits), 0);
+        // Sending the full prefix makes exactly the full requests.
+        assert_eq!(batches(&gs[..4], limits).len(), 2);
+    }
+
+    #[test]
+    fn held_changes_go_first() {
+        let t0 = Instant::now();
+        let later = t0 + std::time::Duration::from_secs(5);
+        let mut gs = groups(&["a", "b", "c"]);
+        let first: HashMap<String, Instant> = [("c.z".to_string(), t0)].into();
+        let since = oldest_first(&mut gs, &first, later);
+        let order: Vec<&str> = gs.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(order, ["c.z", "a.z", "b.z"], "c was held: it goes first; then by name");
+        assert_eq!(since["c.z"], t0);
+        assert_eq!(since["a.z"], later);
     }
 }

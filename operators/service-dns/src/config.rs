@@ -74,6 +74,11 @@ pub struct Args {
     #[arg(long, env = "DEBOUNCE", default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
     pub debounce: Duration,
 
+    /// During a continuous stream of Service changes, how long a change may wait to be sent in a fuller
+    /// Route53 request (full requests go at once; the stream's end is sent after --debounce).
+    #[arg(long, env = "MAX_BATCH_DELAY", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub max_batch_delay: Duration,
+
     /// How long to poll GetChange for INSYNC after a change before reporting it as submitted.
     #[arg(long, env = "INSYNC_TIMEOUT", default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
     pub insync_timeout: Duration,
@@ -109,6 +114,7 @@ pub struct Config {
     pub service_selector: Option<String>,
     pub watch_namespace: Option<String>,
     pub debounce: Duration,
+    pub max_batch_delay: Duration,
     pub insync_timeout: Duration,
 }
 
@@ -178,6 +184,12 @@ impl Args {
         if self.debounce > Duration::from_secs(60) {
             return Err(ConfigError::new("debounce", "must be at most 1m"));
         }
+        if self.max_batch_delay < self.debounce || self.max_batch_delay > Duration::from_secs(600) {
+            return Err(ConfigError::new(
+                "max-batch-delay",
+                format!("must be between --debounce ({:?}) and 10m", self.debounce),
+            ));
+        }
         Ok(Config {
             zone,
             prefix: self.domain_prefix.clone(),
@@ -191,6 +203,7 @@ impl Args {
             service_selector: service_selector.map(str::to_string),
             watch_namespace: self.namespace.namespace().map(str::to_string),
             debounce: self.debounce,
+            max_batch_delay: self.max_batch_delay,
             insync_timeout: self.insync_timeout,
         })
     }
@@ -303,6 +316,11 @@ mod tests {
         assert_eq!(parse(&["--domain-name=a.b", "--service-selector=a=(b"]).unwrap_err().flag, "service-selector");
         assert_eq!(parse(&["--domain-name=a.b", "--domain-prefix=Kube_"]).unwrap_err().flag, "domain-prefix");
         assert_eq!(parse(&["--domain-name=a.b", "--watch-namespace=Bad"]).unwrap_err().flag, "watch-namespace");
+        assert_eq!(
+            parse(&["--domain-name=a.b", "--debounce=2s", "--max-batch-delay=1s"]).unwrap_err().flag,
+            "max-batch-delay"
+        );
+        assert_eq!(parse(&["--domain-name=a.b", "--max-batch-delay=1h"]).unwrap_err().flag, "max-batch-delay");
     }
 
     #[test]

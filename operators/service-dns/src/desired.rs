@@ -3,12 +3,11 @@
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Service, ServiceSpec, ServiceStatus};
-use kube::ResourceExt;
-use kube::api::ObjectMeta;
+use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::hostname::{self, Template, Vars};
 use crate::model::{RecordSet, RecordType};
+use crate::service::ServiceInfo;
 
 pub const ANNOTATION_HOSTNAME: &str = "flotilla.dev/hostname";
 pub const ANNOTATION_TTL: &str = "flotilla.dev/ttl";
@@ -63,16 +62,13 @@ pub fn resource_id(namespace: &str, name: &str) -> String {
 }
 
 /// The records a Service asks for.
-pub fn desired(svc: &Service, naming: &Naming) -> Desired {
-    let namespace = svc.namespace().unwrap_or_default();
-    let name = svc.name_any();
-    let annotations = svc.annotations();
-    if annotations.get(ANNOTATION_DNS).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
+pub fn desired(svc: &ServiceInfo, naming: &Naming) -> Desired {
+    let (namespace, name) = (svc.namespace.as_str(), svc.name.as_str());
+    if svc.annotation(ANNOTATION_DNS).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
         return Desired::Quiet;
     }
-    let spec = svc.spec.clone().unwrap_or_default();
 
-    let ttl = match annotations.get(ANNOTATION_TTL) {
+    let ttl = match svc.annotation(ANNOTATION_TTL) {
         None => naming.default_ttl,
         Some(v) => match v.trim().parse::<i64>() {
             Ok(t) if (0..=MAX_TTL).contains(&t) => t,
@@ -87,14 +83,9 @@ pub fn desired(svc: &Service, naming: &Naming) -> Desired {
         },
     };
 
-    let hostnames: Vec<String> = match annotations.get(ANNOTATION_HOSTNAME) {
+    let hostnames: Vec<String> = match svc.annotation(ANNOTATION_HOSTNAME) {
         Some(v) => v.split(',').map(hostname::normalize).filter(|h| !h.is_empty()).collect(),
-        None => vec![naming.template.render(Vars {
-            name: &name,
-            namespace: &namespace,
-            prefix: &naming.prefix,
-            domain: &naming.domain,
-        })],
+        None => vec![naming.template.render(Vars { name, namespace, prefix: &naming.prefix, domain: &naming.domain })],
     };
     if hostnames.is_empty() {
         return Desired::Invalid {
@@ -108,12 +99,12 @@ pub fn desired(svc: &Service, naming: &Naming) -> Desired {
         }
     }
 
-    let targets = match annotations.get(ANNOTATION_TARGET).map(|s| s.trim()) {
-        None | Some("") | Some("cluster-ip") => match cluster_ip_targets(&spec) {
+    let targets = match svc.annotation(ANNOTATION_TARGET).map(|s| s.trim()) {
+        None | Some("") | Some("cluster-ip") => match cluster_ip_targets(svc) {
             Ok(t) => t,
             Err(skip) => return skip,
         },
-        Some("load-balancer") => load_balancer_targets(svc.status.as_ref()),
+        Some("load-balancer") => load_balancer_targets(svc),
         Some(other) => {
             return Desired::Invalid {
                 reason: "InvalidAnnotation",
@@ -135,23 +126,17 @@ pub fn desired(svc: &Service, naming: &Naming) -> Desired {
     }
     records.sort();
     records.dedup();
-    let created = svc.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(i64::MAX);
-    let resource = resource_id(&namespace, &name);
-    Desired::Publish(Claim { order: (created, resource.clone()), resource, records })
+    let resource = resource_id(namespace, name);
+    Desired::Publish(Claim { order: (svc.created, resource.clone()), resource, records })
 }
 
 type Targets = Vec<(RecordType, Vec<String>)>;
 
-fn cluster_ip_targets(spec: &ServiceSpec) -> Result<Targets, Desired> {
-    if spec.type_.as_deref() == Some("ExternalName") {
+fn cluster_ip_targets(svc: &ServiceInfo) -> Result<Targets, Desired> {
+    if svc.external_name {
         return Err(Desired::Quiet);
     }
-    let mut ips: Vec<String> = spec.cluster_ips.clone().unwrap_or_default();
-    if ips.is_empty()
-        && let Some(ip) = &spec.cluster_ip
-    {
-        ips.push(ip.clone());
-    }
+    let ips = &svc.cluster_ips;
     if ips.iter().any(|ip| ip == "None") {
         return Err(Desired::Skip {
             reason: "DnsRecordSkipped",
@@ -180,51 +165,17 @@ fn split_ips(ips: impl Iterator<Item = IpAddr>) -> Targets {
 }
 
 /// IPs → A/AAAA; else the first hostname → CNAME (a CNAME has one value).
-fn load_balancer_targets(status: Option<&ServiceStatus>) -> Targets {
-    let ingress = status.and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.clone()).unwrap_or_default();
-    let ips = split_ips(ingress.iter().filter_map(|i| i.ip.as_deref()).filter_map(|s| s.parse::<IpAddr>().ok()));
+fn load_balancer_targets(svc: &ServiceInfo) -> Targets {
+    let ips = split_ips(svc.ingress_ips.iter().filter_map(|s| s.parse::<IpAddr>().ok()));
     if !ips.is_empty() {
         return ips;
     }
-    let mut hosts: Vec<String> = ingress
-        .iter()
-        .filter_map(|i| i.hostname.as_deref())
-        .map(hostname::normalize)
-        .filter(|h| !h.is_empty())
-        .collect();
+    let mut hosts: Vec<String> =
+        svc.ingress_hostnames.iter().map(|h| hostname::normalize(h)).filter(|h| !h.is_empty()).collect();
     hosts.sort();
     match hosts.into_iter().next() {
         Some(h) => vec![(RecordType::Cname, vec![h])],
         None => Vec::new(),
-    }
-}
-
-/// Keeps only what service-dns reads, so that the cache stays small: no
-/// managedFields, no other annotations, no ports, labels or selectors.
-pub fn strip(svc: Service) -> Service {
-    let m = svc.metadata;
-    let annotations = m.annotations.map(|a| {
-        a.into_iter().filter(|(k, _)| k.starts_with("flotilla.dev/")).collect::<std::collections::BTreeMap<_, _>>()
-    });
-    let spec = svc.spec.map(|s| ServiceSpec {
-        type_: s.type_,
-        cluster_ip: s.cluster_ip,
-        cluster_ips: s.cluster_ips,
-        ..Default::default()
-    });
-    let status = svc.status.map(|s| ServiceStatus { load_balancer: s.load_balancer, ..Default::default() });
-    Service {
-        metadata: ObjectMeta {
-            name: m.name,
-            namespace: m.namespace,
-            uid: m.uid,
-            resource_version: m.resource_version,
-            creation_timestamp: m.creation_timestamp,
-            annotations: annotations.filter(|a| !a.is_empty()),
-            ..Default::default()
-        },
-        spec,
-        status,
     }
 }
 
@@ -243,7 +194,8 @@ pub fn object_ref(namespace: &str, name: &str, uid: Option<String>) -> ObjectRef
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus};
+    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Service, ServiceSpec, ServiceStatus};
+    use kube::api::ObjectMeta;
 
     fn naming() -> Naming {
         Naming {
@@ -274,6 +226,10 @@ mod tests {
         }
     }
 
+    fn want(s: Service, naming: &Naming) -> Desired {
+        desired(&ServiceInfo::from(s), naming)
+    }
+
     fn records(d: Desired) -> Vec<RecordSet> {
         match d {
             Desired::Publish(c) => c.records,
@@ -283,7 +239,7 @@ mod tests {
 
     #[test]
     fn seed_service_gets_an_a_record() {
-        let r = records(desired(&svc("hello-world", &["10.108.222.86"], &[]), &naming()));
+        let r = records(want(svc("hello-world", &["10.108.222.86"], &[]), &naming()));
         assert_eq!(
             r,
             vec![RecordSet::new("kube-hello-world.vipmind.me", RecordType::A, 300, vec!["10.108.222.86".into()])]
@@ -292,7 +248,7 @@ mod tests {
 
     #[test]
     fn dual_stack_gets_a_and_aaaa() {
-        let r = records(desired(&svc("x", &["10.0.0.1", "fd00:10:96::1"], &[]), &naming()));
+        let r = records(want(svc("x", &["10.0.0.1", "fd00:10:96::1"], &[]), &naming()));
         assert_eq!(r.len(), 2);
         assert_eq!(r[0].rtype, RecordType::A);
         assert_eq!(r[1].rtype, RecordType::Aaaa);
@@ -301,30 +257,30 @@ mod tests {
 
     #[test]
     fn annotations() {
-        let r = records(desired(
-            &svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.vipmind.me, B.vipmind.me."), (ANNOTATION_TTL, "60")]),
+        let r = records(want(
+            svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.vipmind.me, B.vipmind.me."), (ANNOTATION_TTL, "60")]),
             &naming(),
         ));
         assert_eq!(r.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a.vipmind.me", "b.vipmind.me"]);
         assert!(r.iter().all(|r| r.ttl == 60));
-        assert_eq!(desired(&svc("x", &["10.0.0.1"], &[(ANNOTATION_DNS, "false")]), &naming()), Desired::Quiet);
-        let bad = desired(&svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.example.com")]), &naming());
+        assert_eq!(want(svc("x", &["10.0.0.1"], &[(ANNOTATION_DNS, "false")]), &naming()), Desired::Quiet);
+        let bad = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.example.com")]), &naming());
         assert!(matches!(bad, Desired::Invalid { reason: "InvalidHostname", .. }), "{bad:?}");
-        let bad = desired(&svc("x", &["10.0.0.1"], &[(ANNOTATION_TTL, "-1")]), &naming());
+        let bad = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_TTL, "-1")]), &naming());
         assert!(matches!(bad, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{bad:?}");
-        let bad = desired(&svc("x", &["10.0.0.1"], &[(ANNOTATION_TARGET, "node")]), &naming());
+        let bad = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_TARGET, "node")]), &naming());
         assert!(matches!(bad, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{bad:?}");
     }
 
     #[test]
     fn headless_is_skipped_with_a_reason() {
-        assert!(matches!(desired(&svc("x", &["None"], &[]), &naming()), Desired::Skip { .. }));
+        assert!(matches!(want(svc("x", &["None"], &[]), &naming()), Desired::Skip { .. }));
     }
 
     #[test]
     fn load_balancer_target() {
         let mut s = svc("x", &["10.0.0.1"], &[(ANNOTATION_TARGET, "load-balancer")]);
-        assert_eq!(desired(&s, &naming()), Desired::Quiet, "no ingress yet: nothing");
+        assert_eq!(want(s.clone(), &naming()), Desired::Quiet, "no ingress yet: nothing");
         s.status = Some(ServiceStatus {
             load_balancer: Some(LoadBalancerStatus {
                 ingress: Some(vec![LoadBalancerIngress {
@@ -334,21 +290,8 @@ mod tests {
             }),
             ..Default::default()
         });
-        let r = records(desired(&s, &naming()));
+        let r = records(want(s.clone(), &naming()));
         assert_eq!(r[0].rtype, RecordType::Cname);
         assert_eq!(r[0].values, vec!["lb.aws.example".to_string()]);
-    }
-
-    #[test]
-    fn strip_keeps_only_what_is_read() {
-        let s = strip(svc(
-            "x",
-            &["10.0.0.1"],
-            &[("kubectl.kubernetes.io/last-applied-configuration", "{}"), (ANNOTATION_TTL, "5")],
-        ));
-        assert!(s.metadata.managed_fields.is_none());
-        assert!(s.metadata.labels.is_none());
-        assert_eq!(s.annotations().len(), 1);
-        assert_eq!(s.spec.unwrap().cluster_ip.as_deref(), Some("10.0.0.1"));
     }
 }

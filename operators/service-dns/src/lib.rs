@@ -7,6 +7,7 @@
 //! | [`config`] | flags/env and their checks (bad → exit 2) |
 //! | [`sync`] | the Service cache and the level-triggered sync loop |
 //! | [`desired`] | desired state: the records a Service asks for |
+//! | [`service`] | the few fields of a Service that are kept in the cache |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests) |
 //! | [`batch`] | splitting a plan into requests within Route53's limits |
@@ -26,6 +27,7 @@ pub mod plan;
 pub mod registry;
 pub mod report;
 pub mod route53;
+pub mod service;
 pub mod sync;
 
 pub use config::{Args, Config};

@@ -1,6 +1,6 @@
 //! `flotilla_service_dns_*` metrics.
 
-use prometheus::{Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts};
+use prometheus::{Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts};
 
 /// The operator's own metrics (the shared reconcile metrics are recorded
 /// around each sync under `controller="service-dns"`).
@@ -10,6 +10,8 @@ pub struct DnsMetrics {
     pub managed_records: IntGauge,
     /// Route53 API requests by `operation` and `result` (success|error|throttled).
     pub requests: IntCounterVec,
+    /// Time Route53 took to answer, by `operation` (rate-limit waits excluded).
+    pub request_duration: HistogramVec,
     /// Record changes applied, by `action` (create|upsert|delete).
     pub changes: IntCounterVec,
     /// Conflicts newly seen (a name wanted twice, or taken by a record we do not own).
@@ -36,6 +38,14 @@ impl DnsMetrics {
                 Opts::new(format!("{p}route53_requests_total"), "Route53 API requests by operation and result"),
                 &["operation", "result"],
             )?,
+            request_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    format!("{p}route53_request_duration_seconds"),
+                    "Time Route53 took to answer a request, by operation (rate-limit waits excluded)",
+                )
+                .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+                &["operation"],
+            )?,
             changes: IntCounterVec::new(
                 Opts::new(format!("{p}route53_changes_total"), "Record set changes applied, by action"),
                 &["action"],
@@ -61,6 +71,7 @@ impl DnsMetrics {
     pub fn register(&self, m: &flotilla_shared::Metrics) -> Result<(), prometheus::Error> {
         m.register(self.managed_records.clone())?;
         m.register(self.requests.clone())?;
+        m.register(self.request_duration.clone())?;
         m.register(self.changes.clone())?;
         m.register(self.conflicts_total.clone())?;
         m.register(self.conflicts.clone())?;

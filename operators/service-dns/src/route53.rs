@@ -136,7 +136,10 @@ impl Route53 {
         let mut attempt = 0;
         loop {
             self.limiter.acquire().await;
-            match f().await {
+            let sent = std::time::Instant::now();
+            let answer = f().await;
+            self.metrics.request_duration.with_label_values(&[operation]).observe(sent.elapsed().as_secs_f64());
+            match answer {
                 Ok(v) => {
                     self.metrics.requests.with_label_values(&[operation, "success"]).inc();
                     return Ok(v);

@@ -3,34 +3,35 @@
 //! Service events (debounced) and every `--interval`. A failed sync is
 //! retried with backoff, however many events arrive meanwhile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
 use flotilla_shared::Context;
-use futures::{StreamExt, TryStreamExt};
+use flotilla_shared::projection::{self, Store};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
-use kube::runtime::reflector::{self, Store};
+use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::apply::{Applied, apply, update_zone};
-use crate::batch::Limits;
+use crate::batch::{Limits, full_batches, oldest_first};
 use crate::config::{Config, ZoneSource};
-use crate::desired::{Claim, Desired, Naming, desired, strip};
+use crate::desired::{Claim, Desired, Naming, desired, resource_id};
 use crate::metrics::DnsMetrics;
 use crate::model::{Action, RecordSet};
 use crate::plan::{ChangeGroup, ChangeKind, Plan, plan_keeping};
 use crate::report::{self, Reporter};
 use crate::route53::{Route53, Route53Error, jittered_backoff};
+use crate::service::ServiceInfo;
 
 /// The controller label of the shared reconcile metrics and readiness gate.
 pub const CONTROLLER: &str = "service-dns";
 
-/// During a stream of Service events, a sync waits at most this many
-/// `--debounce` periods (5 s by default) so that a burst of creations is
-/// written in few, full requests.
-pub const BURST_DEBOUNCES: u32 = 25;
+/// During a stream of Service events, how often the requests that are
+/// already full are sent (at least `--debounce`): a burst of creations goes
+/// out in full requests as it arrives, and only its end in a partial one.
+pub const BATCH_CHECK: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -129,12 +130,10 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     if let Some(sel) = &cfg.service_selector {
         wc = wc.labels(sel);
     }
-    let (store, writer) = reflector::store::<Service>();
+    // The cache keeps a ServiceInfo per Service, not the Service.
+    let (store, mut writer) = projection::store::<ServiceInfo>();
     let (tx, mut rx) = mpsc::channel::<()>(1);
-    let watch = watcher(api, wc)
-        .default_backoff()
-        .map_ok(|ev| ev.modify(|svc| *svc = strip(std::mem::take(svc))))
-        .reflect(writer);
+    let watch = watcher(api, wc).default_backoff();
     let watch_shutdown = shutdown.clone();
     let watch_task = tokio::spawn(async move {
         let mut watch = std::pin::pin!(watch);
@@ -144,7 +143,11 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 _ = watch_shutdown.cancelled() => break,
             };
             match ev {
-                Some(Ok(_)) => {
+                Some(Ok(ev)) => {
+                    writer.apply(ev, |svc| {
+                        let info = ServiceInfo::from(svc);
+                        (resource_id(&info.namespace, &info.name), info)
+                    });
                     let _ = tx.try_send(());
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "watching Services"),
@@ -154,14 +157,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     });
 
     // Never plan from an unsynced cache: an empty one would delete everything.
-    loop {
-        tokio::select! {
-            r = tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()) => {
-                if matches!(r, Ok(Ok(()))) { break }
-                if matches!(r, Ok(Err(_))) { return Ok(()) }
-            }
-            _ = shutdown.cancelled() => return Ok(()),
-        }
+    tokio::select! {
+        r = store.wait_until_ready() => if r.is_err() { return Ok(()) },
+        _ = shutdown.cancelled() => return Ok(()),
     }
     tracing::info!("Service cache synced");
 
@@ -181,44 +179,81 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         store,
         zone_cache: None,
         listed: false,
+        first_planned: HashMap::new(),
+        held_since: None,
     };
     let reconcile = ctx.metrics.controller(CONTROLLER);
     let mut failures: u32 = 0;
     let mut next_full = tokio::time::Instant::now();
-    let mut pending = true;
+    // The first Service event not yet seen by a sync (startup counts as one).
+    let mut dirty_since = Some(Instant::now());
+    let mut last_event = tokio::time::Instant::now();
+    let mut last_sync = tokio::time::Instant::now();
+    let check_every = cfg.debounce.max(BATCH_CHECK);
     loop {
-        // Wait for an event or the resync tick.
-        if !pending {
+        // Idle: wait for an event or the resync tick.
+        if dirty_since.is_none() && syncer.held_since.is_none() {
             tokio::select! {
                 _ = tokio::time::sleep_until(next_full) => {}
-                got = rx.recv() => if got.is_none() { break },
+                got = rx.recv() => match got {
+                    Some(()) => {
+                        dirty_since = Some(Instant::now());
+                        last_event = tokio::time::Instant::now();
+                    }
+                    None => break,
+                },
                 _ = shutdown.cancelled() => break,
             }
         }
-        // Debounce: gather a burst, but never wait more than BURST_DEBOUNCES debounces.
-        let burst_end = tokio::time::Instant::now() + cfg.debounce * BURST_DEBOUNCES;
-        loop {
-            let quiet = tokio::time::Instant::now() + cfg.debounce;
+        // An event that arrived during the last sync: the stream's last
+        // event is now, not before that sync (else a sync longer than the
+        // debounce would look like the stream's end).
+        if rx.try_recv().is_ok() {
+            dirty_since.get_or_insert_with(Instant::now);
+            last_event = tokio::time::Instant::now();
+        }
+        // Gather the burst: sync everything once the stream pauses for a
+        // `--debounce` or its oldest unsent change has waited
+        // `--max-batch-delay`; meanwhile, every `check_every`, send the
+        // requests that are full (`hold`).
+        let hold = loop {
+            let oldest = [dirty_since, syncer.held_since].into_iter().flatten().min();
+            let cap = oldest.map_or(tokio::time::Instant::now(), |t| (t + cfg.max_batch_delay).into());
+            // Inside a stream (changes held), a pause of one debounce is not
+            // its end: a loaded API server stalls creations that long.
+            let quiet = if syncer.held_since.is_some() { check_every } else { cfg.debounce };
+            let due = (last_event + quiet).min(cap);
+            let check = last_sync + check_every;
             tokio::select! {
-                _ = tokio::time::sleep_until(quiet.min(burst_end)) => break,
-                got = rx.recv() => if got.is_none() { break },
-                _ = shutdown.cancelled() => break,
+                got = rx.recv() => match got {
+                    Some(()) => {
+                        dirty_since.get_or_insert_with(Instant::now);
+                        last_event = tokio::time::Instant::now();
+                    }
+                    None => break false,
+                },
+                _ = tokio::time::sleep_until(due) => break false,
+                _ = tokio::time::sleep_until(check), if check < due => break true,
+                _ = shutdown.cancelled() => break false,
             }
-        }
+        };
         if shutdown.is_cancelled() {
             break;
         }
-        pending = false;
+        dirty_since = None;
         reconcile.active.inc();
         let started = Instant::now();
         let full = tokio::time::Instant::now() >= next_full;
         syncer.listed = false;
-        let result = syncer.sync(full).await;
+        let result = syncer.sync(full, hold).await;
         let took = started.elapsed();
+        last_sync = tokio::time::Instant::now();
         reconcile.time.observe(took.as_secs_f64());
         syncer.metrics.sync_duration.observe(took.as_secs_f64());
         reconcile.active.dec();
         ctx.readiness().set_synced(CONTROLLER);
+        // A sync of thousands of records frees megabytes: give them back.
+        flotilla_shared::memory::release_free_memory();
         match result {
             Ok(()) => {
                 failures = 0;
@@ -239,7 +274,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                     _ = tokio::time::sleep(wait) => {}
                     _ = shutdown.cancelled() => break,
                 }
-                pending = true;
+                dirty_since = Some(Instant::now());
             }
         }
     }
@@ -255,11 +290,16 @@ struct Syncer {
     r53: Route53,
     metrics: DnsMetrics,
     reporter: Reporter,
-    store: Store<Service>,
+    store: Store<ServiceInfo>,
     /// The zone as of the last sync (None: list it next time).
     zone_cache: Option<Vec<RecordSet>>,
     /// Whether the last sync listed the zone in full.
     listed: bool,
+    /// When each unsent change (by name) was first planned: changes are
+    /// sent oldest first.
+    first_planned: HashMap<String, Instant>,
+    /// The oldest change the last sync held back for a fuller request.
+    held_since: Option<Instant>,
 }
 
 fn describe(records: &[RecordSet]) -> String {
@@ -291,15 +331,17 @@ fn note(g: &ChangeGroup, dry_run: bool) -> (&'static str, String) {
 }
 
 impl Syncer {
-    async fn sync(&mut self, full: bool) -> Result<(), Error> {
+    /// One sync. `hold`: send only full requests and keep the rest for later
+    /// (a stream of changes is still arriving).
+    async fn sync(&mut self, full: bool, hold: bool) -> Result<(), Error> {
         let services = self.store.state();
         let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut claims: Vec<Claim> = Vec::new();
         // Services skipped for bad input keep what they have.
         let mut keep: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         for svc in &services {
-            let resource = crate::desired::resource_id(&svc.namespace().unwrap_or_default(), &svc.name_any());
-            let uid = svc.uid();
+            let resource = resource_id(&svc.namespace, &svc.name);
+            let uid = svc.uid.clone();
             uids.insert(resource.clone(), uid.clone());
             match desired(svc, &self.naming) {
                 Desired::Publish(c) => claims.push(c),
@@ -330,7 +372,8 @@ impl Syncer {
                 }
             },
         };
-        let p: Plan = plan_keeping(&claims, &keep, &current, &self.cfg.owner_id, self.cfg.policy);
+        let mut p: Plan = plan_keeping(&claims, &keep, &current, &self.cfg.owner_id, self.cfg.policy);
+        let since = oldest_first(&mut p.groups, &self.first_planned, Instant::now());
         tracing::debug!(
             services = services.len(),
             records = current.len(),
@@ -357,9 +400,22 @@ impl Syncer {
         }
 
         // Apply: whole batches; a failed batch is retried name by name.
+        let limits = Limits::default();
+        let sending = if hold { full_batches(&p.groups, limits) } else { p.groups.len() };
+        let (to_send, held) = p.groups.split_at(sending);
+        self.held_since = held.iter().filter_map(|g| since.get(&g.name)).min().copied();
+        if !held.is_empty() {
+            tracing::debug!(sending = to_send.len(), held = held.len(), "holding a partial request for more changes");
+        }
         let (r53, zone_id) = (&self.r53, self.zone.id.as_str());
         let Applied { done, failed } =
-            apply(&p.groups, Limits::default(), |batch| async move { r53.change(zone_id, &batch).await }).await;
+            apply(to_send, limits, |batch| async move { r53.change(zone_id, &batch).await }).await;
+        self.first_planned = since;
+        for (_, groups) in &done {
+            for g in groups {
+                self.first_planned.remove(&g.name);
+            }
+        }
         let mut applied_records = 0i64;
         for (_, groups) in &done {
             for g in groups {
@@ -420,7 +476,7 @@ impl Syncer {
         }
         match failed.into_iter().next() {
             Some((_, first)) => {
-                let total = p.groups.len();
+                let total = to_send.len();
                 let failed = total - done.iter().map(|(_, g)| g.len()).sum::<usize>();
                 Err(Error::Changes { failed, total, first })
             }

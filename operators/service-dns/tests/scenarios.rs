@@ -204,6 +204,60 @@ async fn same_name_in_two_namespaces() {
     assert_eq!(user_records(&r53, &zone).await.len(), 2);
 }
 
+/// A continuous stream of new Services (events closer together than
+/// `--debounce`, so the stream never pauses) does not hold records back
+/// past `--max-batch-delay`: the first one is written while the stream is
+/// still going, and all of them once it ends.
+#[tokio::test]
+async fn a_continuous_stream_is_written_within_max_batch_delay() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "stream").await;
+    let ns = env.namespace("stream").await.expect("ns");
+    let mut op = Operator::start(
+        &env,
+        &moto.endpoint,
+        &[
+            zone_args(&zone, &domain),
+            vec![format!("--watch-namespace={ns}"), "--debounce=1s".into(), "--max-batch-delay=3s".into()],
+        ]
+        .concat(),
+    );
+    op.wait_ready().await;
+
+    // One Service every 250 ms for 12 s.
+    const COUNT: usize = 48;
+    let created = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stream = tokio::spawn({
+        let (client, ns, created) = (client.clone(), ns.clone(), created.clone());
+        async move {
+            let mut ips = Vec::new();
+            for i in 0..COUNT {
+                let svc = create_service(&client, &ns, &service(&format!("s{i:02}"), "ClusterIP", &[])).await;
+                ips.push(cluster_ip(&svc));
+                created.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            ips
+        }
+    });
+    let first = format!("kube-s00.{domain}");
+    wait_for("the first record, while the stream goes on", T, || async {
+        Ok::<_, String>(find(&r53, &zone, &first, RecordType::A).await.map(|_| ()))
+    })
+    .await
+    .unwrap();
+    let so_far = created.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(so_far < COUNT, "the first record appeared only after the whole stream ({so_far} Services created)");
+    let ips = stream.await.expect("the stream");
+    for (i, ip) in ips.iter().enumerate() {
+        wait_record(&r53, &zone, &format!("kube-s{i:02}.{domain}"), RecordType::A, &[ip]).await;
+    }
+    assert_eq!(op.stop().await.code(), Some(0), "{}", op.logs());
+}
+
 /// flotilla.dev/hostname (several names), /ttl, /dns=false, /target=load-balancer.
 #[tokio::test]
 async fn annotations() {

@@ -62,6 +62,8 @@ const WRITES: &str =
     "flotilla_service_dns_route53_requests_total{operation=\"ChangeResourceRecordSets\",result=\"success\"}";
 const LISTS: &str =
     "flotilla_service_dns_route53_requests_total{operation=\"ListResourceRecordSets\",result=\"success\"}";
+/// Seconds the Route53 endpoint (here moto) spent answering, all operations.
+const ROUTE53_SECONDS: &str = "flotilla_service_dns_route53_request_duration_seconds_sum";
 const MANAGED: &str = "flotilla_service_dns_managed_records";
 const SYNCS: &str = "controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}";
 
@@ -177,7 +179,7 @@ async fn bench(
     say(&format!("burst: {burst_n} Services created at once"));
     create_namespace(client, "bench-burst").await?;
     let api: Api<Service> = Api::namespaced(client.clone(), "bench-burst");
-    let (w0, l0) = (metric(&op, WRITES), metric(&op, LISTS));
+    let (w0, l0, s0) = (metric(&op, WRITES), metric(&op, LISTS), metric(&op, ROUTE53_SECONDS));
     let target = base_managed + latency_n as f64 + burst_n as f64;
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -211,6 +213,7 @@ async fn bench(
     }
     let converged_in = t0.elapsed();
     let (writes, lists) = (metric(&op, WRITES) - w0, metric(&op, LISTS) - l0);
+    let r53_secs = metric(&op, ROUTE53_SECONDS) - s0;
     // Check the zone itself, not only the operator's word.
     let sets = route53::list_record_sets(endpoint, zone)?;
     let burst_records = sets.iter().filter(|(n, t, _)| t == "A" && n.starts_with("kube-svc-")).count();
@@ -234,6 +237,7 @@ async fn bench(
     }
     let cold_in = t2.elapsed();
     let (cold_writes, cold_lists) = (metric(&op, WRITES), metric(&op, LISTS));
+    let cold_r53_secs = metric(&op, ROUTE53_SECONDS);
     let cold_records = route53::list_record_sets(endpoint, &zone2)?.iter().filter(|(_, t, _)| t == "A").count();
     let cold_rss = op.status_kib("VmHWM:");
     drop(op);
@@ -267,6 +271,7 @@ async fn bench(
     println!("  burst, {burst_n} Services created at once ({workers} concurrent creates):");
     println!("    created in {created_in:.1?}; all {burst_n} managed {converged_in:.1?} after the first create");
     println!("    Route53 calls during the burst: ChangeResourceRecordSets {writes}, ListResourceRecordSets {lists}");
+    println!("    time the Route53 endpoint (moto) took to answer them: {r53_secs:.1} s");
     println!("    A records of the burst found in the zone: {burst_records} of {burst_n}");
     let mib = |k: Option<u64>| k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0)).unwrap_or_else(|| "n/a".into());
     println!(
@@ -277,6 +282,7 @@ async fn bench(
         "    ChangeResourceRecordSets {cold_writes}, ListResourceRecordSets {cold_lists}, A records in the zone {cold_records}, peak RSS {}",
         mib(cold_rss)
     );
+    println!("    of which the Route53 endpoint (moto) answering: {cold_r53_secs:.1} s");
     println!(
         "  restart against the converged zone: first sync in {restart_sync:.1?}, ChangeResourceRecordSets {restart_writes}"
     );
