@@ -20,23 +20,28 @@ const MMAP_THRESHOLD: i32 = 64 * 1024;
 /// Free memory above this at the top of a heap is given back.
 const TRIM_THRESHOLD: i32 = 128 * 1024;
 
-/// Applies the settings. Call it first thing in `main`, before any thread
-/// is started ([`crate::Operator::run`] does).
-pub fn tune_allocator() {
+/// Applies the settings and returns the environment variables of those
+/// applied (the others were set by the user, or refused). Call it first
+/// thing in `main`, before any thread is started ([`crate::Operator::run`]
+/// does).
+pub fn tune_allocator() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut applied = Vec::new();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let tunables = std::env::var_os("GLIBC_TUNABLES").is_some();
-        let unset = |var: &str| !tunables && std::env::var_os(var).is_none();
-        if unset("MALLOC_ARENA_MAX") {
-            glibc::mallopt(glibc::M_ARENA_MAX, ARENA_MAX);
-        }
-        if unset("MALLOC_MMAP_THRESHOLD_") {
-            glibc::mallopt(glibc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-        }
-        if unset("MALLOC_TRIM_THRESHOLD_") {
-            glibc::mallopt(glibc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+        let settings = [
+            ("MALLOC_ARENA_MAX", glibc::M_ARENA_MAX, ARENA_MAX),
+            ("MALLOC_MMAP_THRESHOLD_", glibc::M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            ("MALLOC_TRIM_THRESHOLD_", glibc::M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        ];
+        for (var, param, value) in settings {
+            if !tunables && std::env::var_os(var).is_none() && glibc::mallopt(param, value) {
+                applied.push(var);
+            }
         }
     }
+    applied
 }
 
 /// Gives free heap memory back to the kernel (after a large piece of work,
@@ -51,13 +56,15 @@ pub fn release_free_memory() {
 mod glibc {
     pub use libc::{M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD};
 
-    pub fn mallopt(param: i32, value: i32) {
+    /// Whether glibc took the setting.
+    pub fn mallopt(param: i32, value: i32) -> bool {
         // SAFETY: mallopt only changes allocator parameters; any value is
         // accepted or refused (returns 0), never undefined behaviour.
-        let ok = unsafe { libc::mallopt(param, value) };
-        if ok == 0 {
+        let ok = unsafe { libc::mallopt(param, value) } != 0;
+        if !ok {
             eprintln!("warning: mallopt({param}, {value}) was refused; keeping glibc's default");
         }
+        ok
     }
 
     pub fn malloc_trim() {
@@ -72,6 +79,17 @@ mod glibc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn glibc_takes_every_setting_the_environment_leaves_open() {
+        let tunables = std::env::var_os("GLIBC_TUNABLES").is_some();
+        let open: Vec<&str> = ["MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
+            .into_iter()
+            .filter(|v| !tunables && std::env::var_os(v).is_none())
+            .collect();
+        assert_eq!(tune_allocator(), open);
+    }
 
     #[test]
     fn tuning_and_trimming_leave_the_allocator_working() {

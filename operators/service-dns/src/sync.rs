@@ -185,21 +185,18 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     let reconcile = ctx.metrics.controller(CONTROLLER);
     let mut failures: u32 = 0;
     let mut next_full = tokio::time::Instant::now();
-    // The first Service event not yet seen by a sync (startup counts as one).
-    let mut dirty_since = Some(Instant::now());
-    let mut last_event = tokio::time::Instant::now();
+    // Startup counts as an event: the first sync covers every Service.
+    let mut events = Unsynced::default();
+    events.saw_one();
     let mut last_sync = tokio::time::Instant::now();
     let check_every = cfg.debounce.max(BATCH_CHECK);
     loop {
         // Idle: wait for an event or the resync tick.
-        if dirty_since.is_none() && syncer.held_since.is_none() {
+        if events.first.is_none() && syncer.held_since.is_none() {
             tokio::select! {
                 _ = tokio::time::sleep_until(next_full) => {}
                 got = rx.recv() => match got {
-                    Some(()) => {
-                        dirty_since = Some(Instant::now());
-                        last_event = tokio::time::Instant::now();
-                    }
+                    Some(()) => events.saw_one(),
                     None => break,
                 },
                 _ = shutdown.cancelled() => break,
@@ -209,27 +206,23 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // event is now, not before that sync (else a sync longer than the
         // debounce would look like the stream's end).
         if rx.try_recv().is_ok() {
-            dirty_since.get_or_insert_with(Instant::now);
-            last_event = tokio::time::Instant::now();
+            events.saw_one();
         }
         // Gather the burst: sync everything once the stream pauses for a
         // `--debounce` or its oldest unsent change has waited
         // `--max-batch-delay`; meanwhile, every `check_every`, send the
         // requests that are full (`hold`).
         let hold = loop {
-            let oldest = [dirty_since, syncer.held_since].into_iter().flatten().min();
+            let oldest = [events.first, syncer.held_since].into_iter().flatten().min();
             let cap = oldest.map_or(tokio::time::Instant::now(), |t| (t + cfg.max_batch_delay).into());
             // Inside a stream (changes held), a pause of one debounce is not
             // its end: a loaded API server stalls creations that long.
             let quiet = if syncer.held_since.is_some() { check_every } else { cfg.debounce };
-            let due = (last_event + quiet).min(cap);
+            let due = (events.last + quiet).min(cap);
             let check = last_sync + check_every;
             tokio::select! {
                 got = rx.recv() => match got {
-                    Some(()) => {
-                        dirty_since.get_or_insert_with(Instant::now);
-                        last_event = tokio::time::Instant::now();
-                    }
+                    Some(()) => events.saw_one(),
                     None => break false,
                 },
                 _ = tokio::time::sleep_until(due) => break false,
@@ -240,7 +233,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         if shutdown.is_cancelled() {
             break;
         }
-        dirty_since = None;
+        events.first = None;
         reconcile.active.inc();
         let started = Instant::now();
         let full = tokio::time::Instant::now() >= next_full;
@@ -274,13 +267,34 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                     _ = tokio::time::sleep(wait) => {}
                     _ = shutdown.cancelled() => break,
                 }
-                dirty_since = Some(Instant::now());
+                events.saw_one();
             }
         }
     }
     watch_task.abort();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The Service events not yet covered by a sync.
+struct Unsynced {
+    /// When the first of them came (None: there are none).
+    first: Option<Instant>,
+    /// When the last one came: the stream has paused when this is old.
+    last: tokio::time::Instant,
+}
+
+impl Default for Unsynced {
+    fn default() -> Self {
+        Self { first: None, last: tokio::time::Instant::now() }
+    }
+}
+
+impl Unsynced {
+    fn saw_one(&mut self) {
+        self.first.get_or_insert_with(Instant::now);
+        self.last = tokio::time::Instant::now();
+    }
 }
 
 struct Syncer {
