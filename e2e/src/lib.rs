@@ -128,3 +128,24 @@ pub async fn apply_crds(client: &kube::Client) -> anyhow::Result<()> {
     }
     flotilla_testenv::harness::install_crds(client, &crds).await
 }
+
+/// The image reference operator `op`'s chart renders by default:
+/// `<image.registry>/<image.repository>:<appVersion>`. `cargo xtask images`
+/// names the local image exactly so; a test checks `helm template` agrees.
+pub fn chart_image_reference(op: &str) -> anyhow::Result<String> {
+    let dir = charts_dir().join(op);
+    let values: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("values.yaml")).context("reading values.yaml")?)?;
+    let chart: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("Chart.yaml")).context("reading Chart.yaml")?)?;
+    let registry = values["image"]["registry"].as_str().unwrap_or_default();
+    let repository = values["image"]["repository"].as_str().unwrap_or_default();
+    let tag = match values["image"]["tag"].as_str().filter(|t| !t.is_empty()) {
+        Some(t) => t.to_string(),
+        None => chart["appVersion"].as_str().unwrap_or_default().to_string(),
+    };
+    if registry.is_empty() || repository.is_empty() || tag.is_empty() {
+        bail!("charts/{op}: image.registry, image.repository and appVersion must be set");
+    }
+    Ok(format!("{registry}/{repository}:{tag}"))
+}

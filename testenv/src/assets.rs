@@ -21,6 +21,11 @@ use crate::versions;
 pub const CONTROL_PLANE_BINARIES: &[&str] =
     &["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"];
 
+/// The node's Kubernetes binaries, built with the control plane into the same
+/// directory. Not required when `FLOTILLA_TEST_ASSETS` is set (node-less tests
+/// run without them); the node asks for them itself.
+pub const NODE_BINARIES: &[&str] = &["kubelet", "kube-proxy"];
+
 /// Why the binaries are not usable.
 #[derive(Debug, thiserror::Error)]
 pub enum AssetsError {
@@ -63,7 +68,9 @@ impl Assets {
             Some(d) => PathBuf::from(d),
             None => versions::kubernetes_bin_dir(&version),
         };
-        let missing: Vec<&str> = CONTROL_PLANE_BINARIES.iter().copied().filter(|b| !dir.join(b).is_file()).collect();
+        let from_env = std::env::var_os(versions::ENV_TEST_ASSETS).is_some_and(|d| !d.is_empty());
+        let required = CONTROL_PLANE_BINARIES.iter().chain(if from_env { &[][..] } else { NODE_BINARIES });
+        let missing: Vec<&str> = required.copied().filter(|b| !dir.join(b).is_file()).collect();
         if !missing.is_empty() {
             return Err(AssetsError::Missing { missing: missing.join(", "), dir });
         }
@@ -344,6 +351,10 @@ pub fn build_kubernetes(version: &str, progress: Progress<'_>) -> Result<PathBuf
         "k8s.io/kubernetes/cmd/kube-controller-manager",
         "k8s.io/kubernetes/cmd/kube-scheduler",
         "k8s.io/kubernetes/cmd/kubectl",
+        // The node's components come from the same build, so they share its
+        // package cache (about two extra minutes cold).
+        "k8s.io/kubernetes/cmd/kubelet",
+        "k8s.io/kubernetes/cmd/kube-proxy",
     ];
     write(&k8s_dir.join("go.mod"), &kubernetes_wrapper_go_mod(version, &upstream))?;
     write(&k8s_dir.join("tools.go"), &tools_go(&cmds))?;
@@ -357,7 +368,12 @@ pub fn build_kubernetes(version: &str, progress: Progress<'_>) -> Result<PathBuf
         format!("{}/", staging_bin.display()),
     ];
     args.extend(cmds.iter().map(|c| c.to_string()));
-    build_with_progress("kube-apiserver, kube-controller-manager, kube-scheduler, kubectl", &k8s_dir, &args, progress)?;
+    build_with_progress(
+        "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy",
+        &k8s_dir,
+        &args,
+        progress,
+    )?;
 
     // etcd: its module root is package main, and its go.mod has replace
     // lines too, so it also gets a wrapper module.

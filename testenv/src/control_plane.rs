@@ -53,9 +53,30 @@ impl ControlPlane {
     /// `default/default` ServiceAccount exists (so Pods can be created). A
     /// start that loses a port race is retried with new ports.
     pub async fn start(assets: &Assets, options: &Options) -> Result<Self, StartError> {
+        Self::start_with(assets, options, None).await
+    }
+
+    /// A control plane for the one-node cluster: the API server listens on
+    /// the node's bridge address `node_ip` (which must exist), publishes it
+    /// as the `kubernetes` Service's endpoint so pods reach it, authorizes
+    /// kubelets with the Node authorizer and talks to them with a client
+    /// certificate.
+    pub async fn start_for_node(
+        assets: &Assets,
+        options: &Options,
+        node_ip: std::net::Ipv4Addr,
+    ) -> Result<Self, StartError> {
+        Self::start_with(assets, options, Some(node_ip)).await
+    }
+
+    async fn start_with(
+        assets: &Assets,
+        options: &Options,
+        node_ip: Option<std::net::Ipv4Addr>,
+    ) -> Result<Self, StartError> {
         let mut last = None;
         for _attempt in 0..3 {
-            match Self::start_once(assets, options).await {
+            match Self::start_once(assets, options, node_ip).await {
                 Ok(cp) => return Ok(cp),
                 Err(e) => last = Some(e),
             }
@@ -63,7 +84,11 @@ impl ControlPlane {
         Err(last.unwrap_or_else(|| StartError::NotReady { reason: "no attempt made".into(), logs: String::new() }))
     }
 
-    async fn start_once(assets: &Assets, options: &Options) -> Result<Self, StartError> {
+    async fn start_once(
+        assets: &Assets,
+        options: &Options,
+        node_ip: Option<std::net::Ipv4Addr>,
+    ) -> Result<Self, StartError> {
         let started = Instant::now();
         let dir = options.dir.clone();
         let io = |what: &str| {
@@ -105,27 +130,38 @@ impl ControlPlane {
 
         // kube-apiserver
         let api_port = port()?;
-        cp.server = format!("https://127.0.0.1:{api_port}");
+        let api_ip = node_ip.map(|ip| ip.to_string()).unwrap_or_else(|| "127.0.0.1".into());
+        cp.server = format!("https://{api_ip}:{api_port}");
         let p = &cp.pki;
-        let api_args = vec![
+        let mut api_args = vec![
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--bind-address={api_ip}"),
+            format!("--advertise-address={api_ip}"),
             format!("--secure-port={api_port}"),
             format!("--cert-dir={}", dir.join("pki").display()),
             format!("--tls-cert-file={}", p.server_cert.display()),
             format!("--tls-private-key-file={}", p.server_key.display()),
             format!("--client-ca-file={}", p.ca_cert.display()),
-            "--authorization-mode=RBAC".into(),
+            format!("--authorization-mode={}", if node_ip.is_some() { "Node,RBAC" } else { "RBAC" }),
             format!("--service-account-issuer={}", cp.server),
             format!("--service-account-key-file={}", p.sa_pub.display()),
             format!("--service-account-signing-key-file={}", p.sa_key.display()),
             format!("--service-cluster-ip-range={SERVICE_CIDRS}"),
-            "--endpoint-reconciler-type=none".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
             "--v=1".into(),
         ];
+        if node_ip.is_some() {
+            api_args.extend([
+                "--enable-admission-plugins=NodeRestriction".to_string(),
+                format!("--kubelet-client-certificate={}", p.kubelet_client_cert.display()),
+                format!("--kubelet-client-key={}", p.kubelet_client_key.display()),
+                "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+            ]);
+        } else {
+            // No node: nothing can reach a published endpoint anyway.
+            api_args.push("--endpoint-reconciler-type=none".into());
+        }
         cp.spawn(assets, "kube-apiserver", &api_args, &logs, options.lifetime)?;
         let admin = kubeconfig::render(
             "flotilla-testenv",

@@ -62,6 +62,52 @@ pub fn shared() -> TestEnv {
     }
 }
 
+static NODE: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+
+/// The machine's one-node cluster (control plane + a real node: containerd,
+/// kubelet, kube-proxy, CoreDNS), for tests about pods. It attaches to the
+/// running one (`cargo xtask test` and `cargo xtask cluster up` start it
+/// before the tests) or, when none runs, brings one up and takes it down
+/// again when this test binary exits. Tests share it: each works in its own
+/// namespaces.
+///
+/// # Panics
+/// When it cannot be brought up (not root, tools missing: the message says
+/// what to do) — a test about pods cannot mean anything without it.
+pub fn node() -> TestEnv {
+    let result = NODE.get_or_init(|| {
+        let progress = |line: &str| eprintln!("[flotilla-testenv node] {line}");
+        let exe = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        let owner = format!("test binary {exe} (pid {})", std::process::id());
+        let up = crate::node::up(&owner, &progress).map_err(|e| e.to_string())?;
+        if let crate::node::Up::Started(_) = &up {
+            process::at_exit(stop_node_at_exit);
+        }
+        let info = up.info();
+        Ok(TestEnv {
+            server: info.server.clone(),
+            kubeconfig: info.kubeconfig.clone(),
+            dir: info.dir.clone(),
+            ca_pem: info.ca_pem.clone(),
+        })
+    });
+    match result {
+        Ok(env) => env.clone(),
+        Err(e) => panic!("one-node cluster unavailable: {e}"),
+    }
+}
+
+extern "C" fn stop_node_at_exit() {
+    match crate::node::down(&|_| {}) {
+        Ok(left) if left.is_clean() => {}
+        Ok(left) => eprintln!("[flotilla-testenv node] left on the machine after stopping the node: {left}"),
+        Err(e) => eprintln!("[flotilla-testenv node] stopping the node: {e}"),
+    }
+}
+
 impl TestEnv {
     /// An admin (`system:masters`) client. Make one per test: a client is
     /// bound to the tokio runtime it was made on.
@@ -70,6 +116,25 @@ impl TestEnv {
             Ok(c) => c,
             Err(e) => panic!("building a client for {}: {e:#}", self.kubeconfig.display()),
         }
+    }
+
+    /// Runs the cluster's `kubectl` as admin; its stdout, or an error with
+    /// its stderr.
+    pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.kubectl_output(args)?;
+        if !out.status.success() {
+            anyhow::bail!("kubectl {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs the cluster's `kubectl` as admin, whatever its exit status.
+    pub fn kubectl_output(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
+        let kubectl = Assets::locate()?.bin("kubectl");
+        Ok(std::process::Command::new(kubectl)
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args)
+            .output()?)
     }
 
     async fn try_client(&self) -> anyhow::Result<Client> {

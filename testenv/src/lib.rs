@@ -21,8 +21,11 @@
 pub mod assets;
 pub mod control_plane;
 pub mod harness;
+pub mod images;
 pub mod kubeconfig;
 pub mod moto;
+pub mod node;
+pub mod node_assets;
 pub mod pki;
 pub mod process;
 pub mod tools;
@@ -30,5 +33,5 @@ pub mod versions;
 
 pub use assets::Assets;
 pub use control_plane::{ControlPlane, Options};
-pub use harness::{TestEnv, WaitTimeout, shared, wait_for};
+pub use harness::{TestEnv, WaitTimeout, node, shared, wait_for};
 pub use process::Lifetime;

@@ -31,6 +31,30 @@ pub struct Pki {
     pub ca_cert_pem: String,
     pub admin_cert_pem: String,
     pub admin_key_pem: String,
+    /// The API server's client certificate towards kubelets (logs, exec).
+    pub kubelet_client_cert: PathBuf,
+    pub kubelet_client_key: PathBuf,
+    /// The node's kubelet (`system:node:<name>` in `system:nodes`, so the
+    /// Node authorizer and NodeRestriction treat it as a kubelet).
+    pub node_cert_pem: String,
+    pub node_key_pem: String,
+    /// kube-proxy (`system:kube-proxy`, bound to `system:node-proxier`).
+    pub kube_proxy_cert_pem: String,
+    pub kube_proxy_key_pem: String,
+}
+
+/// A client certificate signed by the CA: (certificate PEM, key PEM).
+fn client_cert(issuer: &Issuer<'_, &KeyPair>, cn: &str, org: Option<&str>) -> Result<(String, String), PkiError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(DnType::CommonName, cn);
+    if let Some(o) = org {
+        params.distinguished_name.push(DnType::OrganizationName, o);
+    }
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 fn write(path: PathBuf, text: &str) -> Result<PathBuf, PkiError> {
@@ -60,6 +84,14 @@ impl Pki {
             "kubernetes.default.svc".to_string(),
         ])?;
         server_params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        // In the one-node cluster pods reach the API server through the
+        // `kubernetes` Service and the node's bridge address.
+        for ip in [crate::node::paths::KUBERNETES_SERVICE_IP, crate::node::paths::NODE_IP] {
+            server_params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(ip)));
+        }
+        for dns in ["kubernetes.default", "kubernetes.default.svc.cluster.local"] {
+            server_params.subject_alt_names.push(SanType::DnsName(dns.try_into()?));
+        }
         server_params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
         server_params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -74,6 +106,11 @@ impl Pki {
         let admin_cert = admin_params.signed_by(&admin_key, &issuer)?;
 
         let sa_key = KeyPair::generate()?;
+        let (kubelet_client_pem, kubelet_client_key_pem) =
+            client_cert(&issuer, "kube-apiserver-kubelet-client", Some("system:masters"))?;
+        let (node_cert_pem, node_key_pem) =
+            client_cert(&issuer, &format!("system:node:{}", crate::node::paths::NODE_NAME), Some("system:nodes"))?;
+        let (kube_proxy_cert_pem, kube_proxy_key_pem) = client_cert(&issuer, "system:kube-proxy", None)?;
 
         Ok(Self {
             ca_cert: write(dir.join("ca.crt"), &ca_cert_pem)?,
@@ -85,6 +122,12 @@ impl Pki {
             ca_cert_pem,
             admin_cert_pem: admin_cert.pem(),
             admin_key_pem: admin_key.serialize_pem(),
+            kubelet_client_cert: write(dir.join("kubelet-client.crt"), &kubelet_client_pem)?,
+            kubelet_client_key: write(dir.join("kubelet-client.key"), &kubelet_client_key_pem)?,
+            node_cert_pem,
+            node_key_pem,
+            kube_proxy_cert_pem,
+            kube_proxy_key_pem,
         })
     }
 }

@@ -35,11 +35,23 @@ pub struct Process {
 
 impl Process {
     pub fn spawn(name: &str, bin: &Path, args: &[String], log_dir: &Path, lifetime: Lifetime) -> std::io::Result<Self> {
+        Self::spawn_with_env(name, bin, args, log_dir, lifetime, &[])
+    }
+
+    /// [`Process::spawn`] with extra environment variables.
+    pub fn spawn_with_env(
+        name: &str,
+        bin: &Path,
+        args: &[String],
+        log_dir: &Path,
+        lifetime: Lifetime,
+        env: &[(&str, &str)],
+    ) -> std::io::Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log)?;
         let err = out.try_clone()?;
         let mut cmd = Command::new(bin);
-        cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        cmd.args(args).envs(env.iter().copied()).stdin(Stdio::null()).stdout(out).stderr(err);
         // SAFETY: the closures only call async-signal-safe libc functions.
         unsafe {
             match lifetime {
@@ -129,6 +141,15 @@ extern "C" fn cleanup_at_exit() {
             terminate_pid(pid, Duration::from_secs(3));
         }
         let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Runs `hook` when the process exits normally (after `main` returns or
+/// `exit` is called), like C's `atexit`.
+pub fn at_exit(hook: extern "C" fn()) {
+    // SAFETY: registering a plain extern "C" fn with atexit.
+    unsafe {
+        libc::atexit(hook);
     }
 }
 

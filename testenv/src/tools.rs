@@ -94,19 +94,44 @@ pub fn prometheus() -> Result<PathBuf, AssetsError> {
     }
 }
 
-fn install_prometheus(progress: Progress<'_>) -> Result<(), AssetsError> {
-    // apt needs root.
-    let uid = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    if uid.as_deref().ok() != Some("0") {
+/// Debian packages the tests and the one-node cluster use, each with a file
+/// that shows it is installed.
+pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
+    ("prometheus", PROMETHEUS),
+    ("prometheus-alertmanager", "/usr/bin/prometheus-alertmanager"),
+    // The one-node cluster: the OCI runtime, CNI plugins, kube-proxy's
+    // iptables and conntrack, and the toolbox image's busybox.
+    ("runc", "/usr/sbin/runc"),
+    ("containernetworking-plugins", "/usr/lib/cni/bridge"),
+    ("iptables", "/usr/sbin/iptables"),
+    ("conntrack", "/usr/sbin/conntrack"),
+    ("busybox-static", "/bin/busybox"),
+    ("ca-certificates", "/etc/ssl/certs/ca-certificates.crt"),
+];
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+/// `apt-get install` of every package in [`DEBIAN_PACKAGES`] that is missing
+/// (one call; needs root).
+pub fn ensure_debian_packages(progress: Progress<'_>) -> Result<(), AssetsError> {
+    let missing: Vec<&str> =
+        DEBIAN_PACKAGES.iter().filter(|(_, file)| !std::path::Path::new(file).exists()).map(|(p, _)| *p).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
         return Err(AssetsError::Build {
-            what: "installing prometheus".into(),
-            detail:
-                "not root: run `sudo apt-get install -y prometheus` (Debian/Ubuntu), then `cargo xtask setup` again"
-                    .into(),
+            what: format!("installing Debian packages {}", missing.join(" ")),
+            detail: format!(
+                "not root: run `sudo apt-get install -y {}` (Debian/Ubuntu), then `cargo xtask setup` again",
+                missing.join(" ")
+            ),
         });
     }
     let started = Instant::now();
-    progress("installing prometheus (apt-get, Debian package)");
+    progress(&format!("installing Debian packages: {} (apt-get)", missing.join(" ")));
     let apt = |args: &[&str]| {
         Command::new("apt-get")
             .args(args)
@@ -122,14 +147,16 @@ fn install_prometheus(progress: Progress<'_>) -> Result<(), AssetsError> {
             detail: String::from_utf8_lossy(&update.stderr).into_owned(),
         });
     }
-    let out = apt(&["install", "-y", "-qq", "--no-install-recommends", "prometheus"])?;
+    let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+    args.extend(&missing);
+    let out = apt(&args)?;
     if !out.status.success() {
         return Err(AssetsError::Build {
-            what: "apt-get install prometheus".into(),
+            what: format!("apt-get install {}", missing.join(" ")),
             detail: String::from_utf8_lossy(&out.stderr).into_owned(),
         });
     }
-    progress(&format!("  prometheus: done in {}", fmt_elapsed(started.elapsed())));
+    progress(&format!("  Debian packages: done in {}", fmt_elapsed(started.elapsed())));
     Ok(())
 }
 
@@ -140,9 +167,7 @@ pub fn ensure_all(progress: Progress<'_>) -> Result<(), AssetsError> {
             tool.install(progress)?;
         }
     }
-    if prometheus().is_err() {
-        install_prometheus(progress)?;
-    }
+    ensure_debian_packages(progress)?;
     for tool in GO_TOOLS {
         if let Ok(p) = tool.locate() {
             progress(&format!("{}: {}", tool.name, p.display()));

@@ -6,6 +6,7 @@ mod cluster;
 mod crds;
 mod demo;
 mod dist;
+mod images;
 mod test;
 mod util;
 
@@ -24,7 +25,7 @@ enum Command {
     Setup,
     /// THE test command: setup if needed, fmt, clippy, every test, drift checks. Non-zero on any failure.
     Test,
-    /// A background control plane for manual use (kubeconfig at target/flotilla-cluster/kubeconfig).
+    /// The one-node cluster (control plane + containerd, kubelet, kube-proxy, CoreDNS; needs root) for manual use.
     Cluster {
         #[command(subcommand)]
         action: cluster::Action,
@@ -43,6 +44,8 @@ enum Command {
     },
     /// Build the release binary of every operator with the Dockerfile's command; check its libraries; print sizes.
     Dist,
+    /// OCI images (operators from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster.
+    Images,
     /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier`.
     Bench { operator: String },
 }
@@ -57,6 +60,7 @@ fn main() -> std::process::ExitCode {
         Command::Crds { check } => crds::run(check),
         Command::Charts { check } => charts::run(check),
         Command::Dist => dist::run(),
+        Command::Images => images::run(),
         Command::Bench { operator } => bench::run(&operator),
     };
     match result {

@@ -25,9 +25,10 @@ pub fn progress(line: &str) {
 /// Builds whatever is missing.
 pub fn setup() -> anyhow::Result<Assets> {
     let started = Instant::now();
-    say("setup: checking tools (control plane, kubectl, helm)");
+    say("setup: checking tools (control plane, node, kubectl, helm, Debian packages)");
     let assets = flotilla_testenv::assets::ensure_all(&progress).context("building the test tools")?;
     flotilla_testenv::tools::ensure_all(&progress).context("installing the packaging tools")?;
+    flotilla_testenv::node_assets::ensure(&progress).context("building the node's tools (containerd, CoreDNS)")?;
     flotilla_testenv::moto::ensure(&progress).context("installing moto (the Route53 emulator)")?;
     say(&format!("setup: done in {:.0?}", started.elapsed()));
     Ok(assets)

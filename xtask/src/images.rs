@@ -1,0 +1,50 @@
+//! `cargo xtask images`: OCI images without Docker. Each operator's image is
+//! its release binary (built by `cargo xtask dist`, the Dockerfile's
+//! command) on a distroless-equivalent base, named exactly as its chart
+//! renders it by default; plus the node's own images (pause, CoreDNS, the
+//! toolbox). Archives go to `~/.cache/flotilla/images/`; the one-node
+//! cluster imports every one when it starts, and this command imports them
+//! into a running one. Prints each reference, one per line, on stdout.
+
+use anyhow::Context;
+use flotilla_testenv::node::images::{build, build_system_images, import, operator_spec};
+use flotilla_testenv::node::{self, NodePaths};
+use flotilla_testenv::node_assets::NodeAssets;
+
+use crate::util::{operators, say};
+
+pub fn run() -> anyhow::Result<()> {
+    crate::dist::run()?;
+    let mut built = Vec::new();
+    for op in operators()? {
+        let reference = flotilla_e2e::chart_image_reference(&op)?;
+        let version = reference.rsplit(':').next().unwrap_or_default().to_string();
+        let binary = crate::dist::target_dir().join("release").join(&op);
+        let spec = operator_spec(&op, &binary, &reference, &version)?;
+        built.push(build(&spec).with_context(|| format!("building the image of {op}"))?);
+    }
+    let node_assets = NodeAssets::locate().context("the node's tools are missing: run `cargo xtask setup`")?;
+    built.extend(build_system_images(&node_assets)?);
+    for image in &built {
+        say(&format!(
+            "image {} ({:.1} MiB, {})",
+            image.references.join(", "),
+            image.size as f64 / 1_048_576.0,
+            image.manifest_digest
+        ));
+    }
+    let paths = NodePaths::default();
+    if node::running(&paths).is_some() {
+        let archives: Vec<_> = built.iter().map(|i| i.archive.clone()).collect();
+        import(&node_assets.bin("ctr"), &paths.containerd_socket(), &archives)?;
+        say("imported into the running one-node cluster's containerd (namespace k8s.io)");
+    } else {
+        say("no one-node cluster runs: `cargo xtask cluster up` imports these when it starts");
+    }
+    for image in &built {
+        for r in &image.references {
+            println!("{r}");
+        }
+    }
+    Ok(())
+}
