@@ -149,3 +149,91 @@ pub fn chart_image_reference(op: &str) -> anyhow::Result<String> {
     }
     Ok(format!("{registry}/{repository}:{tag}"))
 }
+
+/// A real Prometheus (Debian's package) scraping static targets on this
+/// machine, queried through its HTTP API. Killed (its data removed) on drop.
+pub struct Prometheus {
+    child: std::process::Child,
+    dir: PathBuf,
+    pub port: u16,
+}
+
+impl Prometheus {
+    /// Starts Prometheus with one scrape job per `(job, targets)`, scraping
+    /// every second.
+    pub fn start(jobs: &[(&str, Vec<String>)]) -> anyhow::Result<Self> {
+        use std::fmt::Write as _;
+        let bin = flotilla_testenv::tools::prometheus()?;
+        let port = flotilla_testenv::process::free_port()?;
+        let dir = std::env::temp_dir().join(format!("flotilla-prometheus-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let mut config = String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n");
+        for (job, targets) in jobs {
+            let list = targets.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(", ");
+            let _ = write!(config, "  - job_name: {job}\n    static_configs:\n      - targets: [{list}]\n");
+        }
+        std::fs::write(dir.join("prometheus.yml"), config)?;
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log"))?)
+            .spawn()
+            .context("starting prometheus")?;
+        Ok(Self { child, dir, port })
+    }
+
+    /// An instant query's result vector.
+    pub async fn query(&self, q: &str) -> Result<Vec<serde_json::Value>, String> {
+        let url = format!("http://127.0.0.1:{}/api/v1/query", self.port);
+        let r = reqwest::Client::new()
+            .get(url)
+            .query(&[("query", q)])
+            .timeout(std::time::Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let body: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+        Ok(body["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every object a Helm release made (by `app.kubernetes.io/instance`), as
+/// `Kind/name`: what must be gone after `helm uninstall`.
+pub async fn objects_of_release(client: &kube::Client, ns: &str, release: &str) -> anyhow::Result<Vec<String>> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use kube::Api;
+    use kube::api::ListParams;
+    let lp = ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"));
+    let mut found = Vec::new();
+    macro_rules! collect {
+        ($api:expr, $kind:literal) => {
+            for o in $api.list(&lp).await?.items {
+                found.push(format!("{}/{}", $kind, o.metadata.name.unwrap_or_default()));
+            }
+        };
+    }
+    collect!(Api::<Deployment>::namespaced(client.clone(), ns), "Deployment");
+    collect!(Api::<ServiceAccount>::namespaced(client.clone(), ns), "ServiceAccount");
+    collect!(Api::<Service>::namespaced(client.clone(), ns), "Service");
+    collect!(Api::<Role>::namespaced(client.clone(), ns), "Role");
+    collect!(Api::<RoleBinding>::namespaced(client.clone(), ns), "RoleBinding");
+    collect!(Api::<ClusterRole>::all(client.clone()), "ClusterRole");
+    collect!(Api::<ClusterRoleBinding>::all(client.clone()), "ClusterRoleBinding");
+    Ok(found)
+}

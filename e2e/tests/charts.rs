@@ -6,11 +6,11 @@
 
 use std::collections::BTreeSet;
 
-use flotilla_e2e::{UMBRELLA, build_chart_dependencies, charts_dir, helm, helm_ok, operators, yaml_documents};
+use flotilla_e2e::{
+    UMBRELLA, build_chart_dependencies, charts_dir, helm, helm_ok, objects_of_release, operators, yaml_documents,
+};
 use flotilla_testenv::shared;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::ListParams;
@@ -210,26 +210,6 @@ fn bad_values_are_rejected_by_the_schema_with_a_clear_message() {
     }
 }
 
-async fn objects_of_release(client: &kube::Client, ns: &str, release: &str) -> Vec<String> {
-    let lp = ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"));
-    let mut found = Vec::new();
-    macro_rules! collect {
-        ($api:expr, $kind:literal) => {
-            for o in $api.list(&lp).await.unwrap().items {
-                found.push(format!("{}/{}", $kind, o.metadata.name.unwrap_or_default()));
-            }
-        };
-    }
-    collect!(Api::<Deployment>::namespaced(client.clone(), ns), "Deployment");
-    collect!(Api::<ServiceAccount>::namespaced(client.clone(), ns), "ServiceAccount");
-    collect!(Api::<Service>::namespaced(client.clone(), ns), "Service");
-    collect!(Api::<Role>::namespaced(client.clone(), ns), "Role");
-    collect!(Api::<RoleBinding>::namespaced(client.clone(), ns), "RoleBinding");
-    collect!(Api::<ClusterRole>::all(client.clone()), "ClusterRole");
-    collect!(Api::<ClusterRoleBinding>::all(client.clone()), "ClusterRoleBinding");
-    found
-}
-
 #[tokio::test]
 async fn the_umbrella_installs_and_uninstalls_leaving_only_the_crds() {
     let env = shared();
@@ -261,10 +241,10 @@ async fn the_umbrella_installs_and_uninstalls_leaving_only_the_crds() {
     for name in &generated {
         assert!(crds.get_opt(name).await.unwrap().is_some(), "CRD {name} not installed");
     }
-    assert!(!objects_of_release(&client, &ns, "flotilla").await.is_empty());
+    assert!(!objects_of_release(&client, &ns, "flotilla").await.unwrap().is_empty());
 
     helm_ok(Some(&env.kubeconfig), &["uninstall", "flotilla", "--namespace", &ns, "--wait"]).unwrap();
-    let left = objects_of_release(&client, &ns, "flotilla").await;
+    let left = objects_of_release(&client, &ns, "flotilla").await.unwrap();
     assert!(left.is_empty(), "left after uninstall: {left:?}");
     for name in &generated {
         assert!(crds.get_opt(name).await.unwrap().is_some(), "CRD {name} must survive uninstall (Helm keeps crds/)");

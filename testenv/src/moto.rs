@@ -103,13 +103,19 @@ impl MotoServer {
     /// Starts `moto_server` on a free loopback port, logging to
     /// `log_dir/moto.log`, and waits until it answers.
     pub fn start(log_dir: &Path, lifetime: Lifetime) -> Result<Self, MotoError> {
+        Self::start_on(log_dir, lifetime, "127.0.0.1")
+    }
+
+    /// [`MotoServer::start`] on `host` (e.g. the one-node cluster's node
+    /// address, where pods reach it).
+    pub fn start_on(log_dir: &Path, lifetime: Lifetime, host: &str) -> Result<Self, MotoError> {
         let bin = locate()?;
         std::fs::create_dir_all(log_dir).map_err(|e| MotoError::Start(e.to_string()))?;
         let mut last = String::new();
         // The free port may be taken between choosing and binding: retry.
         for _ in 0..3 {
             let port = process::free_port().map_err(|e| MotoError::Start(e.to_string()))?;
-            let args = vec!["-H".to_string(), "127.0.0.1".to_string(), "-p".to_string(), port.to_string()];
+            let args = vec!["-H".to_string(), host.to_string(), "-p".to_string(), port.to_string()];
             let mut p = Process::spawn("moto", &bin, &args, log_dir, lifetime)
                 .map_err(|e| MotoError::Start(format!("{}: {e}", bin.display())))?;
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -118,8 +124,8 @@ impl MotoServer {
                     last = format!("exited with {status}: {}", p.log_tail(20));
                     break;
                 }
-                if http_ok(port) {
-                    return Ok(Self { endpoint: format!("http://127.0.0.1:{port}"), process: p });
+                if http_ok(host, port) {
+                    return Ok(Self { endpoint: format!("http://{host}:{port}"), process: p });
                 }
                 if Instant::now() > deadline {
                     last = format!("not answering on port {port} after 30s: {}", p.log_tail(20));
@@ -138,8 +144,8 @@ impl MotoServer {
 
     /// Forgets every resource (`POST /moto-api/reset`).
     pub fn reset(&self) -> Result<(), MotoError> {
-        let port = self.endpoint.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        request(port, "POST", "/moto-api/reset").map(|_| ()).map_err(MotoError::Start)
+        let (host, port) = route53::host_port(&self.endpoint)?;
+        request(&host, port, "POST", "/moto-api/reset").map(|_| ()).map_err(MotoError::Start)
     }
 
     pub fn stop(&mut self) {
@@ -147,11 +153,11 @@ impl MotoServer {
     }
 }
 
-/// A minimal HTTP/1.1 request on loopback; returns the status line.
-fn request(port: u16, method: &str, path: &str) -> Result<String, String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+/// A minimal HTTP/1.1 request; returns the status line.
+fn request(host: &str, port: u16, method: &str, path: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect((host, port)).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         .map_err(|e| e.to_string())?;
     let mut buf = [0u8; 64];
     let n = s.read(&mut buf).map_err(|e| e.to_string())?;
@@ -163,8 +169,8 @@ fn request(port: u16, method: &str, path: &str) -> Result<String, String> {
     }
 }
 
-fn http_ok(port: u16) -> bool {
-    request(port, "GET", "/moto-api/").is_ok()
+fn http_ok(host: &str, port: u16) -> bool {
+    request(host, port, "GET", "/moto-api/").is_ok()
 }
 
 /// Route53 REST calls to moto without an AWS SDK (moto does not check
@@ -176,24 +182,25 @@ pub mod route53 {
     /// One record set: (name without trailing dot, type, values).
     pub type Rrset = (String, String, Vec<String>);
 
-    fn port_of(endpoint: &str) -> Result<u16, MotoError> {
+    /// `(host, port)` of `http://HOST:PORT`.
+    pub(crate) fn host_port(endpoint: &str) -> Result<(String, u16), MotoError> {
         endpoint
             .trim_end_matches('/')
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| MotoError::Start(format!("{endpoint} is not http://127.0.0.1:PORT")))
+            .strip_prefix("http://")
+            .and_then(|hp| hp.rsplit_once(':'))
+            .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
+            .ok_or_else(|| MotoError::Start(format!("{endpoint} is not http://HOST:PORT")))
     }
 
     /// `(status, body)` of one request.
     pub fn call(endpoint: &str, method: &str, path: &str, body: &str) -> Result<(u16, String), MotoError> {
-        let port = port_of(endpoint)?;
+        let (host, port) = host_port(endpoint)?;
         let err = |e: std::io::Error| MotoError::Start(format!("{method} {path}: {e}"));
-        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(err)?;
+        let mut s = TcpStream::connect((host.as_str(), port)).map_err(err)?;
         s.set_read_timeout(Some(Duration::from_secs(30))).map_err(err)?;
         write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/route53/aws4_request, SignedHeaders=host, Signature=0\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/route53/aws4_request, SignedHeaders=host, Signature=0\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         )
         .map_err(err)?;

@@ -15,9 +15,39 @@ fn steps() -> Vec<Step> {
         }),
         ("CRD files match the types", || crate::crds::run(true)),
         ("chart dependencies and READMEs", || crate::charts::run(true)),
-        ("release binaries (Dockerfile command)", crate::dist::run),
+        ("release binaries and images", crate::images::run),
+        ("one-node cluster up", node_up),
         ("cargo test --workspace", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-fail-fast"]))),
+        ("one-node cluster down leaves nothing", node_down),
     ]
+}
+
+/// Whether `cargo xtask test` started the one-node cluster (then it stops it
+/// again); a cluster the user already runs is used and left running.
+static STARTED_NODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Brings the one-node cluster up before the tests, so every test binary
+/// that needs pods attaches to it instead of starting its own.
+fn node_up() -> anyhow::Result<()> {
+    let started = crate::cluster::up_node("cargo xtask test")?;
+    STARTED_NODE.store(started, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Stops the one-node cluster (when this run started it) and fails when
+/// anything of it is left on the machine: processes, mounts, network
+/// namespaces and links, iptables chains, cgroups.
+fn node_down() -> anyhow::Result<()> {
+    if !STARTED_NODE.load(std::sync::atomic::Ordering::SeqCst) {
+        say("the one-node cluster was running before the tests: left running");
+        return Ok(());
+    }
+    let left = flotilla_testenv::node::down(&crate::util::progress)?;
+    if !left.is_clean() {
+        anyhow::bail!("the one-node cluster left things on the machine: {left}");
+    }
+    say("the one-node cluster is down; nothing left on the machine");
+    Ok(())
 }
 
 pub fn run_all(steps: Vec<Step>) -> anyhow::Result<()> {

@@ -3,42 +3,21 @@
 //! ConfigMap into the namespaces that exist, then into one created
 //! afterwards, then a source update reaches every copy. Prints each step.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 
-use super::{DemoEnv, Running};
+use super::DemoEnv;
 
 const TEAMS: [&str; 2] = ["team-a", "team-b"];
 
-pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Vec<Running>>> + '_>> {
+pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + '_>> {
     Box::pin(run(env))
 }
 
-async fn run(env: &DemoEnv) -> anyhow::Result<Vec<Running>> {
-    let binary = env.operator_binary("config-copier");
-    if !binary.is_file() {
-        bail!("{} is missing (cargo build --workspace --bins)", binary.display());
-    }
-    let (mp, hp) = (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
-    let log = env.root.join("target").join("flotilla-demo").join("config-copier.log");
-    let child = Command::new(&binary)
-        .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
-        .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
-        .arg("--log-format=text")
-        .env("KUBECONFIG", &env.kubeconfig)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).with_context(|| log.display().to_string())?)
-        .spawn()
-        .context("starting config-copier")?;
-    let running = vec![Running { name: "config-copier".into(), child }];
-    eprintln!("    config-copier running: metrics http://127.0.0.1:{mp}/metrics, log {}", log.display());
-
+async fn run(env: &DemoEnv) -> anyhow::Result<()> {
     let client = flotilla_testenv::kubeconfig::client_from_yaml(&std::fs::read_to_string(&env.kubeconfig)?).await?;
     let examples = env.root.join("examples").join("config-copier");
     let apply = |file: &str| {
@@ -67,7 +46,7 @@ async fn run(env: &DemoEnv) -> anyhow::Result<Vec<Running>> {
     show(env, &["get", "copyrules", "-n", "default"])?;
     show(env, &["get", "configmaps", "-A", "-l", "flotilla.dev/copy-rule=default.main-rule", "-L", "copyrator"])?;
     show(env, &["explain", "copyrule.spec.onConflict"])?;
-    Ok(running)
+    Ok(())
 }
 
 /// Waits until `ns/app-config` is a copy with `greeting` = `want`.

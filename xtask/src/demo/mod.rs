@@ -1,105 +1,128 @@
-//! `cargo xtask demo`: a control plane with the CRDs, every operator and the
-//! seeds' scenarios from `examples/`, printed as they happen, until Ctrl-C.
+//! `cargo xtask demo`: the one-node cluster, the umbrella chart installed
+//! with helm (every operator running as pods, with the images `cargo xtask
+//! images` built), and the seeds' scenarios from `examples/`, printed as
+//! they happen, until Ctrl-C.
 //!
-//! Each operator has a module here with `start(&DemoEnv)`: it starts whatever
-//! the operator needs (an emulator, say), runs the operator binary against
-//! the demo cluster, applies its `examples/<operator>/` resources and prints
-//! what the operator did. It returns the processes to stop at the end.
+//! Each operator has a module here with `start(&DemoEnv)`: it applies its
+//! `examples/<operator>/` resources and prints what the operator did.
 
 mod config_copier;
 mod service_dns;
 
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Command;
 
 use anyhow::Context;
-use flotilla_testenv::{ControlPlane, Lifetime, Options};
+use flotilla_testenv::moto::{self, MotoServer, route53};
+use flotilla_testenv::node::paths::NODE_IP;
+use flotilla_testenv::{Assets, Lifetime};
 
-use crate::util::{root, run_cmd, runtime, say, setup};
+use crate::util::{root, run_cmd, say};
 
 /// What an operator's demo part gets.
 pub struct DemoEnv {
     pub kubeconfig: PathBuf,
     pub kubectl: PathBuf,
     pub root: PathBuf,
+    /// moto (the Route53 emulator) on the node's address, reachable from pods.
+    pub moto_endpoint: String,
+    /// The hosted zone of [`service_dns::DOMAIN`] in moto.
+    pub zone: String,
 }
 
 impl DemoEnv {
-    /// An operator's debug binary, built by `cargo build --workspace --bins`
-    /// (honours `CARGO_TARGET_DIR`).
-    pub fn operator_binary(&self, op: &str) -> PathBuf {
-        std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| self.root.join("target"))
-            .join("debug")
-            .join(op)
-    }
-
     /// `kubectl …` against the demo cluster, output shown.
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<()> {
         run_cmd(Command::new(&self.kubectl).args(args).env("KUBECONFIG", &self.kubeconfig))
     }
-}
 
-/// A process the demo started; killed when dropped.
-pub struct Running {
-    pub name: String,
-    pub child: Child,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn helm(&self, args: &[&str]) -> anyhow::Result<()> {
+        eprintln!("    helm {}", args.join(" "));
+        flotilla_e2e::helm_ok(Some(&self.kubeconfig), args).map(|out| eprint!("{out}"))
     }
 }
 
+const RELEASE_NAMESPACE: &str = "flotilla-system";
+
 pub fn run() -> anyhow::Result<()> {
-    let assets = setup()?;
-    say("building the operators");
-    run_cmd(crate::util::cargo().args(["build", "--workspace", "--bins"]))?;
-    let rt = runtime()?;
+    say("building the operator images (release binaries, as the Dockerfile builds them)");
+    crate::images::run()?;
+    let started = crate::cluster::up_node("cargo xtask demo")?;
+    let info = flotilla_testenv::node::running(&flotilla_testenv::node::NodePaths::default())
+        .context("the one-node cluster is not running")?;
+    let assets = Assets::locate()?;
+    let dir = root().join("target").join("flotilla-demo");
+    moto::locate().context("the Route53 emulator")?;
+    let moto = MotoServer::start_on(&dir, Lifetime::DieWithParent, &NODE_IP.to_string()).context("starting moto")?;
+    let zone = route53::create_hosted_zone(&moto.endpoint, service_dns::DOMAIN).context("creating the hosted zone")?;
+    eprintln!("    moto on {} (pods reach it there): hosted zone {zone} ({})", moto.endpoint, service_dns::DOMAIN);
+    let env = DemoEnv {
+        kubeconfig: info.kubeconfig.clone(),
+        kubectl: assets.bin("kubectl"),
+        root: root(),
+        moto_endpoint: moto.endpoint.clone(),
+        zone: zone.clone(),
+    };
+
+    say("installing the umbrella chart with helm (every operator as pods)");
+    flotilla_e2e::build_chart_dependencies()?;
+    env.kubectl(&["create", "namespace", RELEASE_NAMESPACE])?;
+    env.kubectl(&[
+        "-n",
+        RELEASE_NAMESPACE,
+        "create",
+        "secret",
+        "generic",
+        "aws",
+        "--from-literal=AWS_ACCESS_KEY_ID=demo",
+        "--from-literal=AWS_SECRET_ACCESS_KEY=demo",
+    ])?;
+    let chart = root().join("charts").join(flotilla_e2e::UMBRELLA).display().to_string();
+    let zone_value = format!("service-dns.route53.hostedZoneId={zone}");
+    let domain_value = format!("service-dns.route53.domainName={}", service_dns::DOMAIN);
+    let endpoint_value = format!("service-dns.aws.endpointUrl={}", moto.endpoint);
+    #[rustfmt::skip]
+    env.helm(&[
+        "install", "flotilla", &chart, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "5m",
+        "--set", "service-dns.enabled=true",
+        "--set", &zone_value,
+        "--set", &domain_value,
+        "--set", "service-dns.aws.region=us-east-1",
+        "--set", "service-dns.aws.credentialsSecret=aws",
+        "--set", &endpoint_value,
+    ])?;
+    eprintln!("    kubectl get pods -A");
+    env.kubectl(&["get", "pods", "-A", "-o", "wide"])?;
+
+    let rt = crate::util::runtime()?;
     rt.block_on(async {
-        say("starting the demo control plane on 127.0.0.1");
-        let dir = root().join("target").join("flotilla-demo");
-        let mut cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent })
-            .await
-            .context("starting the demo control plane")?;
-        let env = DemoEnv { kubeconfig: cp.kubeconfig.clone(), kubectl: assets.bin("kubectl"), root: root() };
-        if root()
-            .join("crds")
-            .read_dir()
-            .map(|mut d| d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "yaml"))))
-            .unwrap_or(false)
-        {
-            say("installing the CRDs from crds/");
-            env.kubectl(&["apply", "--server-side", "-f", &root().join("crds").display().to_string()])?;
-        }
-        let mut running: Vec<Running> = Vec::new();
         for (name, part) in
             [("service-dns", service_dns::start as Part), ("config-copier", config_copier::start as Part)]
         {
             say(&format!("demo: {name}"));
-            match part(&env).await {
-                Ok(mut r) => running.append(&mut r),
-                Err(e) => eprintln!("    {name}: demo part failed: {e:#}"),
+            if let Err(e) = part(&env).await {
+                eprintln!("    {name}: demo part failed: {e:#}");
             }
         }
         say("the demo cluster is up. In another terminal:");
-        eprintln!("    export KUBECONFIG={}", cp.kubeconfig.display());
+        eprintln!("    export KUBECONFIG={}", env.kubeconfig.display());
         eprintln!("    alias kubectl={}", env.kubectl.display());
-        eprintln!("    kubectl get namespaces,services -A");
+        eprintln!("    kubectl get pods -A");
+        eprintln!("    kubectl -n {RELEASE_NAMESPACE} logs deploy/flotilla-service-dns");
         eprintln!("    kubectl api-resources --api-group=flotilla.dev");
-        for r in &running {
-            eprintln!("    running: {} (pid {})", r.name, r.child.id());
-        }
-        say("press Ctrl-C to stop and remove the demo cluster");
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
-        say("stopping");
-        drop(running);
-        cp.stop();
-        Ok(())
-    })
+        say("press Ctrl-C to stop");
+        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")
+    })?;
+    say("stopping");
+    let _ = env.helm(&["uninstall", "flotilla", "--namespace", RELEASE_NAMESPACE, "--wait"]);
+    drop(moto);
+    if started {
+        let left = flotilla_testenv::node::down(&crate::util::progress)?;
+        say(&format!("the one-node cluster is down: {left}"));
+    } else {
+        say("the one-node cluster was running before the demo: left running");
+    }
+    Ok(())
 }
 
-type Part = fn(&DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Vec<Running>>> + '_>>;
+type Part = fn(&DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + '_>>;

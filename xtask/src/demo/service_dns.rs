@@ -1,60 +1,25 @@
-//! The service-dns part of `cargo xtask demo`: moto (the Route53 emulator)
-//! with a hosted zone `demo.example`, the operator running against the demo
-//! cluster, and the seed's scenario from `examples/service-dns/`: the
+//! The service-dns part of `cargo xtask demo`: with the operator running as
+//! a pod (installed by the umbrella chart) against moto's hosted zone
+//! `demo.example`, the seed's scenario from `examples/service-dns/`: the
 //! NodePort Service `hello-world` in namespace `test` gets
 //! `kube-hello-world.demo.example` → its ClusterIP; an annotated Service gets
 //! two names; deleting it removes them. Prints the zone and the Events.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use flotilla_testenv::Lifetime;
-use flotilla_testenv::moto::{self, MotoServer, route53};
+use anyhow::bail;
+use flotilla_testenv::moto::route53;
 
-use super::{DemoEnv, Running};
+use super::DemoEnv;
 
-const DOMAIN: &str = "demo.example";
+pub const DOMAIN: &str = "demo.example";
 
-pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Vec<Running>>> + '_>> {
+pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + '_>> {
     Box::pin(run(env))
 }
 
-async fn run(env: &DemoEnv) -> anyhow::Result<Vec<Running>> {
-    let binary = env.operator_binary("service-dns");
-    if !binary.is_file() {
-        bail!("{} is missing (cargo build --workspace --bins)", binary.display());
-    }
-    let dir = env.root.join("target").join("flotilla-demo");
-    moto::locate().context("the Route53 emulator")?;
-    let server = MotoServer::start(&dir, Lifetime::DieWithParent).context("starting moto")?;
-    let endpoint = server.endpoint.clone();
-    let mut running = vec![Running { name: "moto (Route53 emulator)".into(), child: server.process.child }];
-    let zone = route53::create_hosted_zone(&endpoint, DOMAIN).context("creating the hosted zone")?;
-    eprintln!("    moto on {endpoint}: hosted zone {zone} ({DOMAIN})");
-
-    let (mp, hp) = (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
-    let log = dir.join("service-dns.log");
-    let child = Command::new(&binary)
-        .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
-        .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
-        .arg("--log-format=text")
-        .env("KUBECONFIG", &env.kubeconfig)
-        .env("HOSTED_ZONE_ID", &zone)
-        .env("DOMAIN_NAME", DOMAIN)
-        .env("DOMAIN_PREFIX", "kube")
-        .env("AWS_ENDPOINT_URL_ROUTE_53", &endpoint)
-        .env("AWS_ACCESS_KEY_ID", "demo")
-        .env("AWS_SECRET_ACCESS_KEY", "demo")
-        .env("AWS_REGION", "us-east-1")
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).with_context(|| log.display().to_string())?)
-        .spawn()
-        .context("starting service-dns")?;
-    running.push(Running { name: "service-dns".into(), child });
-    eprintln!("    service-dns running: metrics http://127.0.0.1:{mp}/metrics, log {}", log.display());
+async fn run(env: &DemoEnv) -> anyhow::Result<()> {
+    let (endpoint, zone) = (env.moto_endpoint.clone(), env.zone.clone());
     eprintln!(
         "    (by hand: AWS_ENDPOINT_URL_ROUTE_53={endpoint} AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x aws route53 list-resource-record-sets --hosted-zone-id {zone})"
     );
@@ -98,7 +63,7 @@ async fn run(env: &DemoEnv) -> anyhow::Result<Vec<Running>> {
         "-o",
         "custom-columns=TYPE:.type,REASON:.reason,OBJECT:.regarding.name,NOTE:.note",
     ])?;
-    Ok(running)
+    Ok(())
 }
 
 /// Waits until `name` has an A record (`present`) or has none.
