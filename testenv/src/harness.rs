@@ -82,7 +82,11 @@ pub fn node() -> TestEnv {
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_default();
         let owner = format!("test binary {exe} (pid {})", std::process::id());
-        let up = crate::node::up(&owner, &progress).map_err(|e| e.to_string())?;
+        // On a thread of its own: `up` runs a runtime, and tests call this
+        // from inside theirs.
+        let up = std::thread::spawn(move || crate::node::up(&owner, &progress).map_err(|e| e.to_string()))
+            .join()
+            .map_err(|_| "bringing the one-node cluster up panicked".to_string())??;
         if let crate::node::Up::Started(_) = &up {
             process::at_exit(stop_node_at_exit);
         }

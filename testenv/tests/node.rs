@@ -48,6 +48,16 @@ async fn status_of(api: &Api<Pod>, name: &str) -> anyhow::Result<Option<Containe
     Ok(p.status.and_then(|s| s.container_statuses).and_then(|c| c.into_iter().next()))
 }
 
+/// Waits until the pod's first container is running.
+async fn wait_running(pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
+    wait_for(&format!("{name} to run"), T, || async move {
+        let s = status_of(pods, name).await?;
+        Ok::<_, anyhow::Error>(s.filter(|s| s.state.as_ref().is_some_and(|st| st.running.is_some())).map(|_| ()))
+    })
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn deployment_runs_logs_exec_and_reaches_a_service_by_dns_name() -> anyhow::Result<()> {
     let env = node();
@@ -217,14 +227,7 @@ async fn seed_style_busybox_pod_runs_offline() -> anyhow::Result<()> {
         "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "echo seed-ran; sleep 3600"]}]},
     }));
     pods.create(&PostParams::default(), &p).await?;
-    wait_for("the busybox pod to run", T, || {
-        let pods = pods.clone();
-        async move {
-            let s = status_of(&pods, "seed").await?;
-            Ok::<_, anyhow::Error>(s.filter(|s| s.state.as_ref().is_some_and(|st| st.running.is_some())).map(|_| ()))
-        }
-    })
-    .await?;
+    wait_running(&pods, "seed").await?;
     let logs = env.kubectl(&["-n", &ns, "logs", "seed"])?;
     assert!(logs.contains("seed-ran"), "{logs}");
     Ok(())
@@ -261,14 +264,7 @@ async fn kubectl_debug_adds_an_ephemeral_container_that_sees_the_target() -> any
     let ns = env.namespace("node-debug").await?;
     let pods: Api<Pod> = Api::namespaced(env.client().await, &ns);
     pods.create(&PostParams::default(), &pod("target", "exec sleep 31337", json!({}))).await?;
-    wait_for("the target to run", T, || {
-        let pods = pods.clone();
-        async move {
-            let s = status_of(&pods, "target").await?;
-            Ok::<_, anyhow::Error>(s.filter(|s| s.state.as_ref().is_some_and(|st| st.running.is_some())).map(|_| ()))
-        }
-    })
-    .await?;
+    wait_running(&pods, "target").await?;
     env.kubectl(&[
         "-n",
         &ns,
@@ -328,16 +324,7 @@ async fn pods_cannot_reach_outside_the_machine() -> anyhow::Result<()> {
     );
     pods.create(&PostParams::default(), &routed).await?;
     for name in ["plain", "routed"] {
-        wait_for(&format!("{name} to run"), T, || {
-            let pods = pods.clone();
-            async move {
-                let s = status_of(&pods, name).await?;
-                Ok::<_, anyhow::Error>(
-                    s.filter(|s| s.state.as_ref().is_some_and(|st| st.running.is_some())).map(|_| ()),
-                )
-            }
-        })
-        .await?;
+        wait_running(&pods, name).await?;
     }
     let outside = "http://198.51.100.7/";
     let plain = env.kubectl_output(&["-n", &ns, "exec", "plain", "--", "wget", "-q", "-T", "3", "-O", "-", outside])?;

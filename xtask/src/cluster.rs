@@ -23,7 +23,11 @@ pub enum Action {
         control_plane_only: bool,
     },
     /// Stop every component and remove what the node made (mounts, network, iptables, cgroups).
-    Down,
+    Down {
+        /// Only the control plane started with `up --control-plane-only`; the one-node cluster is left alone.
+        #[arg(long)]
+        control_plane_only: bool,
+    },
     /// Show whether each component runs. Exit code 1 when none is running.
     Status,
 }
@@ -57,7 +61,15 @@ pub fn run(action: Action) -> anyhow::Result<()> {
     match action {
         Action::Up { control_plane_only: true } => up_control_plane(),
         Action::Up { control_plane_only: false } => up_node("cargo xtask cluster up").map(|_| ()),
-        Action::Down => down(),
+        Action::Down { control_plane_only: true } => {
+            if recorded_pids().is_empty() {
+                say("no control plane recorded; nothing to stop");
+                Ok(())
+            } else {
+                down_control_plane()
+            }
+        }
+        Action::Down { control_plane_only: false } => down(),
         Action::Status => status(),
     }
 }
