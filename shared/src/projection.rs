@@ -105,10 +105,74 @@ impl<T> Writer<T> {
     }
 }
 
+/// A key whose projection changed (added: `old` is None; removed: `new` is None).
+#[derive(Debug)]
+pub struct Change<T> {
+    pub key: String,
+    pub old: Option<Arc<T>>,
+    pub new: Option<Arc<T>>,
+}
+
+impl<T: PartialEq> Writer<T> {
+    /// [`Writer::apply`], reporting the keys whose projection changed: what
+    /// a controller triggers work on. A relist reports, at `InitDone`, what
+    /// it added, removed or changed; an unchanged object reports nothing.
+    pub fn apply_changes<K>(&mut self, event: watcher::Event<K>, project: impl Fn(K) -> (String, T)) -> Vec<Change<T>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut changes = Vec::new();
+        match event {
+            watcher::Event::Init => state.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(obj) => {
+                let (key, value) = project(obj);
+                state.relist.get_or_insert_with(HashMap::new).insert(key, Arc::new(value));
+            }
+            watcher::Event::InitDone => {
+                if let Some(items) = state.relist.take() {
+                    let old = std::mem::replace(&mut state.items, items);
+                    for (key, new) in &state.items {
+                        match old.get(key) {
+                            Some(o) if **o == **new => {}
+                            o => changes.push(Change { key: key.clone(), old: o.cloned(), new: Some(Arc::clone(new)) }),
+                        }
+                    }
+                    for (key, o) in old {
+                        if !state.items.contains_key(&key) {
+                            changes.push(Change { key, old: Some(o), new: None });
+                        }
+                    }
+                }
+                drop(state);
+                self.ready.send_replace(true);
+            }
+            watcher::Event::Apply(obj) => {
+                let (key, value) = project(obj);
+                let new = Arc::new(value);
+                let old = state.items.insert(key.clone(), Arc::clone(&new));
+                if old.as_ref().is_none_or(|o| **o != *new) {
+                    changes.push(Change { key, old, new: Some(new) });
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                let (key, _) = project(obj);
+                if let Some(old) = state.items.remove(&key) {
+                    changes.push(Change { key, old: Some(old), new: None });
+                }
+            }
+        }
+        changes
+    }
+}
+
 impl<T> Store<T> {
     /// Every projection, in no particular order.
     pub fn state(&self) -> Vec<Arc<T>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).items.values().cloned().collect()
+    }
+
+    /// Every key with its projection, in no particular order.
+    pub fn entries(&self) -> Vec<(String, Arc<T>)> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.items.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect()
     }
 
     /// The projection under `key`.
@@ -174,6 +238,29 @@ mod tests {
         let mut keys: Vec<usize> = store.state().iter().map(|v| **v).collect();
         keys.sort();
         assert_eq!(keys, vec![2]);
+    }
+
+    #[test]
+    fn changes_are_reported_once_including_across_a_relist() {
+        let (_store, mut w) = store::<usize>();
+        let keys = |c: Vec<Change<usize>>| -> Vec<(String, Option<usize>, Option<usize>)> {
+            let mut v: Vec<_> = c.into_iter().map(|c| (c.key, c.old.map(|o| *o), c.new.map(|n| *n))).collect();
+            v.sort();
+            v
+        };
+        assert!(w.apply_changes(Event::Init, project).is_empty());
+        assert!(w.apply_changes(Event::InitApply("a"), project).is_empty());
+        assert_eq!(keys(w.apply_changes(Event::InitDone, project)), [("a".to_string(), None, Some(1))]);
+        assert!(w.apply_changes(Event::Apply("a"), project).is_empty(), "unchanged");
+        assert_eq!(keys(w.apply_changes(Event::Apply("bb"), project)), [("bb".to_string(), None, Some(2))]);
+        w.apply_changes(Event::Init, project);
+        w.apply_changes(Event::InitApply("bb"), project);
+        w.apply_changes(Event::InitApply("ccc"), project);
+        assert_eq!(
+            keys(w.apply_changes(Event::InitDone, project)),
+            [("a".to_string(), Some(1), None), ("ccc".to_string(), None, Some(3))]
+        );
+        assert_eq!(keys(w.apply_changes(Event::Delete("bb"), project)), [("bb".to_string(), Some(2), None)]);
     }
 
     #[tokio::test]

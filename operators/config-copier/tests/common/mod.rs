@@ -182,10 +182,24 @@ fn rand_u32() -> u32 {
     h.finish() as u32
 }
 
-/// Creates a namespace with exactly this name and labels (plus the test label).
+/// The namespace label by which a namespace accepts copies.
+pub const ACCEPT: &str = "flotilla.dev/accept-copies";
+
+/// A fresh namespace `<prefix>-<random>` that accepts copies from everyone.
+pub async fn target(prefix: &str) -> String {
+    let env = flotilla_testenv::shared();
+    let ns = env.namespace(prefix).await.unwrap();
+    label_namespace(&env.client().await, &ns, ACCEPT, Some("true")).await;
+    ns
+}
+
+/// Creates a namespace with exactly this name and labels (plus the test
+/// label and, unless the labels say otherwise, consent to copies).
 pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) -> String {
     let mut m = meta(name, labels);
-    m.labels.get_or_insert_with(BTreeMap::new).insert("flotilla.dev/test".into(), "true".into());
+    let l = m.labels.get_or_insert_with(BTreeMap::new);
+    l.insert("flotilla.dev/test".into(), "true".into());
+    l.entry(ACCEPT.into()).or_insert_with(|| "true".into());
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &Namespace { metadata: m, ..Default::default() })
         .await
