@@ -56,8 +56,10 @@ pub fn run() -> anyhow::Result<()> {
         build.arg("--release");
     }
     run_cmd(&mut build)?;
-    let binary =
-        root().join("target").join(if profile == "release" { "release" } else { "debug" }).join("config-copier");
+    // Where cargo put it: CARGO_TARGET_DIR when set, else the workspace's target/.
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| root().join("target"));
+    let binary = target.join(if profile == "release" { "release" } else { "debug" }).join("config-copier");
 
     let rt = runtime()?;
     rt.block_on(async {
