@@ -77,47 +77,19 @@ impl<T> Writer<T> {
     /// Applies one watcher event; `project` turns an object into its key and
     /// projection (for a deletion only the key is used).
     pub fn apply<K>(&mut self, event: watcher::Event<K>, project: impl Fn(K) -> (String, T)) {
+        self.apply_with(event, project, |_, _| true);
+    }
+
+    /// The one place events are applied; `differ` decides what counts as a
+    /// change for the report.
+    fn apply_with<K>(
+        &mut self,
+        event: watcher::Event<K>,
+        project: impl Fn(K) -> (String, T),
+        differ: impl Fn(&T, &T) -> bool,
+    ) -> Vec<Change<T>> {
         // A poisoned lock only means another thread panicked mid-update of a
         // map; the map itself is still a map.
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match event {
-            watcher::Event::Init => state.relist = Some(HashMap::new()),
-            watcher::Event::InitApply(obj) => {
-                let (key, value) = project(obj);
-                state.relist.get_or_insert_with(HashMap::new).insert(key, Arc::new(value));
-            }
-            watcher::Event::InitDone => {
-                if let Some(items) = state.relist.take() {
-                    state.items = items;
-                }
-                drop(state);
-                self.ready.send_replace(true);
-            }
-            watcher::Event::Apply(obj) => {
-                let (key, value) = project(obj);
-                state.items.insert(key, Arc::new(value));
-            }
-            watcher::Event::Delete(obj) => {
-                let (key, _) = project(obj);
-                state.items.remove(&key);
-            }
-        }
-    }
-}
-
-/// A key whose projection changed (added: `old` is None; removed: `new` is None).
-#[derive(Debug)]
-pub struct Change<T> {
-    pub key: String,
-    pub old: Option<Arc<T>>,
-    pub new: Option<Arc<T>>,
-}
-
-impl<T: PartialEq> Writer<T> {
-    /// [`Writer::apply`], reporting the keys whose projection changed: what
-    /// a controller triggers work on. A relist reports, at `InitDone`, what
-    /// it added, removed or changed; an unchanged object reports nothing.
-    pub fn apply_changes<K>(&mut self, event: watcher::Event<K>, project: impl Fn(K) -> (String, T)) -> Vec<Change<T>> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut changes = Vec::new();
         match event {
@@ -131,7 +103,7 @@ impl<T: PartialEq> Writer<T> {
                     let old = std::mem::replace(&mut state.items, items);
                     for (key, new) in &state.items {
                         match old.get(key) {
-                            Some(o) if **o == **new => {}
+                            Some(o) if !differ(o, new) => {}
                             o => changes.push(Change { key: key.clone(), old: o.cloned(), new: Some(Arc::clone(new)) }),
                         }
                     }
@@ -148,7 +120,7 @@ impl<T: PartialEq> Writer<T> {
                 let (key, value) = project(obj);
                 let new = Arc::new(value);
                 let old = state.items.insert(key.clone(), Arc::clone(&new));
-                if old.as_ref().is_none_or(|o| **o != *new) {
+                if old.as_ref().is_none_or(|o| differ(o, &new)) {
                     changes.push(Change { key, old, new: Some(new) });
                 }
             }
@@ -160,6 +132,23 @@ impl<T: PartialEq> Writer<T> {
             }
         }
         changes
+    }
+}
+
+/// A key whose projection changed (added: `old` is None; removed: `new` is None).
+#[derive(Debug)]
+pub struct Change<T> {
+    pub key: String,
+    pub old: Option<Arc<T>>,
+    pub new: Option<Arc<T>>,
+}
+
+impl<T: PartialEq> Writer<T> {
+    /// [`Writer::apply`], reporting the keys whose projection changed: what
+    /// a controller triggers work on. A relist reports, at `InitDone`, what
+    /// it added, removed or changed; an unchanged object reports nothing.
+    pub fn apply_changes<K>(&mut self, event: watcher::Event<K>, project: impl Fn(K) -> (String, T)) -> Vec<Change<T>> {
+        self.apply_with(event, project, |a, b| a != b)
     }
 }
 

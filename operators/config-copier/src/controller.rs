@@ -63,6 +63,20 @@ pub struct Data {
     pub budget: Arc<Semaphore>,
 }
 
+impl Data {
+    /// The writer of one rule's copies.
+    fn writer<'a>(&'a self, rule: &'a RuleRef) -> Writer<'a> {
+        Writer {
+            client: &self.ctx.client,
+            field_manager: &self.ctx.field_manager,
+            caches: &self.caches,
+            rule,
+            budget: &self.budget,
+            budget_kib: self.options.max_kib_in_flight,
+        }
+    }
+}
+
 /// Runs the controller until shutdown.
 pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     let metrics = CopierMetrics::new()?;
@@ -151,27 +165,23 @@ fn rule_ref(rule: &CopyRule) -> Result<RuleRef, Error> {
     })
 }
 
+/// One copy's decided action, to carry out.
+type Job = (CopyKey, Option<Arc<Source>>, PlanAction, CopyContext);
+
 /// Runs `jobs` with at most `limit` in flight. Futures are made as slots
 /// free up (not all up front: a request future is several KiB, times thousands).
-async fn run_jobs<'a, F, Fut>(
-    jobs: Vec<(CopyKey, Option<Arc<Source>>, PlanAction, CopyContext)>,
-    limit: usize,
-    f: F,
-) -> Vec<Outcome>
-where
-    F: Fn(CopyKey, Option<Arc<Source>>, PlanAction, CopyContext) -> Fut,
-    Fut: std::future::Future<Output = Outcome> + 'a,
-{
+async fn run_jobs(writer: &Writer<'_>, jobs: Vec<Job>, limit: usize) -> Vec<Outcome> {
+    let run = |(k, s, a, c): Job| async move { writer.execute(&k, s.as_ref(), a, &c).await };
     let mut outcomes = Vec::with_capacity(jobs.len());
     let mut jobs = jobs.into_iter();
     let mut pending = FuturesUnordered::new();
-    for (k, s, a, c) in jobs.by_ref().take(limit.max(1)) {
-        pending.push(f(k, s, a, c));
+    for job in jobs.by_ref().take(limit.max(1)) {
+        pending.push(run(job));
     }
     while let Some(outcome) = pending.next().await {
         outcomes.push(outcome);
-        if let Some((k, s, a, c)) = jobs.next() {
-            pending.push(f(k, s, a, c));
+        if let Some(job) = jobs.next() {
+            pending.push(run(job));
         }
     }
     outcomes
@@ -244,14 +254,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     );
 
     // Decide for every wanted copy and every copy of ours.
-    let writer = Writer {
-        client: &data.ctx.client,
-        field_manager: &data.ctx.field_manager,
-        caches,
-        rule: &me,
-        budget: &data.budget,
-        budget_kib: data.options.max_kib_in_flight,
-    };
+    let writer = data.writer(&me);
     let mut keys: BTreeMap<CopyKey, (Option<Arc<Source>>, Option<Observed>)> =
         desired.iter().map(|(k, s)| (k.clone(), (Some(Arc::clone(s)), None))).collect();
     for o in caches.copies_of(id) {
@@ -292,14 +295,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         }
     }
     tracing::debug!(rule = %id, desired = desired.len(), in_sync = summary.in_sync, jobs = jobs.len(), "plan");
-    let writer = &writer;
-    let outcomes =
-        run_jobs(
-            jobs,
-            data.options.concurrency,
-            |k, s, a, c| async move { writer.execute(&k, s.as_ref(), a, &c).await },
-        )
-        .await;
+    let outcomes = run_jobs(&writer, jobs, data.options.concurrency).await;
 
     let (mut created, mut updated, mut deleted, mut adopted) = (0, 0, 0, Vec::new());
     for o in outcomes {
@@ -401,14 +397,7 @@ async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         caches.metrics().forget_rule(&me.id);
         return Ok(Action::await_change());
     }
-    let writer = Writer {
-        client: &data.ctx.client,
-        field_manager: &data.ctx.field_manager,
-        caches,
-        rule: &me,
-        budget: &data.budget,
-        budget_kib: data.options.max_kib_in_flight,
-    };
+    let writer = data.writer(&me);
     // Ask the API, not the cache: a copy written a moment ago is pruned too.
     let mut jobs = Vec::new();
     for kind in SourceKind::ALL {
@@ -433,14 +422,7 @@ async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         }
     }
     let pruned = jobs.len();
-    let writer = &writer;
-    let outcomes =
-        run_jobs(
-            jobs,
-            data.options.concurrency,
-            |k, s, a, c| async move { writer.execute(&k, s.as_ref(), a, &c).await },
-        )
-        .await;
+    let outcomes = run_jobs(&writer, jobs, data.options.concurrency).await;
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|o| match o {

@@ -89,6 +89,12 @@ fn copied_labels(m: &BTreeMap<String, String>, strip: &StripLabels) -> BTreeMap<
         .collect()
 }
 
+/// The hash of payload, labels and annotations: the copy's hash annotation.
+fn full_hash(content_hash: &str, labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) -> String {
+    let full = json!({"content": content_hash, "labels": labels, "annotations": annotations});
+    format!("sha256:{}", hex::encode(Sha256::digest(full.to_string().as_bytes())))
+}
+
 /// A CopyRule as its copies name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleRef {
@@ -216,25 +222,12 @@ impl Source {
         annotations: &BTreeMap<String, String>,
         content: Content,
     ) -> Self {
-        Self::with_strip(kind, namespace, name, labels, annotations, content, &StripLabels::default())
-    }
-
-    pub fn with_strip(
-        kind: SourceKind,
-        namespace: &str,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
-        content: Content,
-        strip: &StripLabels,
-    ) -> Self {
         let helm_release =
             labels.get("owner").is_some_and(|v| v == "helm") || content.type_.as_deref() == Some("helm.sh/release.v1");
-        let labels = copied_labels(labels, strip);
+        let labels = copied_labels(labels, &StripLabels::default());
         let annotations = without_tracking(annotations);
         let content_hash = content.hash();
-        let full = json!({"content": content_hash, "labels": labels, "annotations": annotations});
-        let hash = format!("sha256:{}", hex::encode(Sha256::digest(full.to_string().as_bytes())));
+        let hash = full_hash(&content_hash, &labels, &annotations);
         Self {
             kind,
             namespace: namespace.to_string(),
@@ -247,6 +240,13 @@ impl Source {
             controller: None,
             helm_release,
         }
+    }
+
+    /// Without the labels `strip` names (`--strip-labels`).
+    pub fn stripped(mut self, strip: &StripLabels) -> Self {
+        self.labels.retain(|k, _| !strip.strips(k));
+        self.hash = full_hash(&self.content_hash, &self.labels, &self.annotations);
+        self
     }
 
     /// Payload bytes (what a write of this copy carries, roughly).
@@ -276,7 +276,7 @@ impl Source {
             return None;
         }
         let content = Content::from_json(kind, obj);
-        let mut source = Self::with_strip(kind, namespace, name, &labels, &strings("annotations"), content, strip);
+        let mut source = Self::new(kind, namespace, name, &labels, &strings("annotations"), content).stripped(strip);
         source.controller = meta.get("ownerReferences").and_then(Value::as_array).and_then(|refs| {
             refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)).map(|r| {
                 let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("?");

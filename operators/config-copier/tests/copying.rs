@@ -19,14 +19,6 @@ use serde_json::json;
 
 const RULE_LABEL: &str = "flotilla.dev/copy-rule";
 
-async fn setup(prefix: &str) -> (Client, String) {
-    let env = shared();
-    operator(&env).await;
-    let client = env.client().await;
-    let ns = target(prefix).await;
-    (client, ns)
-}
-
 /// The seed's scenario: a rule in `default`, a labelled ConfigMap copied to
 /// every namespace that accepts copies, existing or created afterwards
 /// (never to a protected one like kube-public), then a source update

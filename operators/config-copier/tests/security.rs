@@ -20,13 +20,6 @@ use serde_json::json;
 
 const RULE_LABEL: &str = "flotilla.dev/copy-rule";
 
-async fn setup(prefix: &str) -> (Client, String) {
-    let env = shared();
-    operator(&env).await;
-    let client = env.client().await;
-    (client, target(prefix).await)
-}
-
 async fn secret(client: &Client, ns: &str, name: &str, type_: &str, labels: &[(&str, &str)]) {
     let s = Secret {
         metadata: meta(name, labels),
@@ -121,14 +114,7 @@ async fn overwrite_without_consent_adopts_nothing() {
     let dst = target("ovr-dst").await;
     configmap(&client, &dst, "coredns", &[], &[("Corefile", "theirs")]).await;
     configmap(&client, &src, "coredns", &[("copy", "yes")], &[("Corefile", "ours")]).await;
-    rule(
-        &client,
-        &src,
-        "r",
-        json!({"kind": "ConfigMap", "selector": {"matchLabels": {"copy": "yes"}}, "namespaces": {"include": [dst]}, "onConflict": "Overwrite"}),
-    )
-    .await
-    .unwrap();
+    copy_rule(&client, &src, "r", "ConfigMap", &[&dst], json!({"onConflict": "Overwrite"})).await;
     let r = wait_rule(&client, &src, "r", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 1)).await;
     assert_eq!(r.status.unwrap().conflicting[0].reason, "NotOwned");
     let theirs = Api::<ConfigMap>::namespaced(client.clone(), &dst).get("coredns").await.unwrap();
@@ -151,14 +137,7 @@ async fn a_relabelled_copy_is_still_ours_and_repaired() {
     let (client, src) = setup("relbl-src").await;
     let dst = target("relbl-dst").await;
     configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "v")]).await;
-    rule(
-        &client,
-        &src,
-        "r",
-        json!({"kind": "ConfigMap", "selector": {"matchLabels": {"copy": "yes"}}, "namespaces": {"include": [dst]}}),
-    )
-    .await
-    .unwrap();
+    copy_rule(&client, &src, "r", "ConfigMap", &[&dst], json!({})).await;
     wait_cm(&client, &dst, "cfg", |_| true).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &dst);
     let managed = "app.kubernetes.io/managed-by";
@@ -192,14 +171,7 @@ async fn a_422_on_an_immutable_copy_deletes_nothing() {
     let (client, src) = setup("imm-src").await;
     let dst = target("imm-dst").await;
     secret(&client, &src, "creds", "Opaque", &[("copy", "yes")]).await;
-    rule(
-        &client,
-        &src,
-        "r",
-        json!({"kind": "Secret", "selector": {"matchLabels": {"copy": "yes"}}, "namespaces": {"include": [dst]}}),
-    )
-    .await
-    .unwrap();
+    copy_rule(&client, &src, "r", "Secret", &[&dst], json!({})).await;
     let first = wait_secret(&client, &dst, "creds", |_| true).await;
     Api::<Secret>::namespaced(client.clone(), &dst)
         .patch("creds", &PatchParams::default(), &Patch::Merge(json!({"immutable": true})))
@@ -314,14 +286,7 @@ async fn a_stuck_finalizer_has_a_tested_escape() {
     let (client, src) = setup("fin-src").await;
     let dst = target("fin-dst").await;
     configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "v")]).await;
-    rule(
-        &client,
-        &src,
-        "r",
-        json!({"kind": "ConfigMap", "selector": {"matchLabels": {"copy": "yes"}}, "namespaces": {"include": [dst.clone()]}}),
-    )
-    .await
-    .unwrap();
+    copy_rule(&client, &src, "r", "ConfigMap", &[&dst], json!({})).await;
     wait_cm(&client, &dst, "cfg", |_| true).await;
     deny_configmap_deletes(&client, &dst).await;
     let rules: Api<CopyRule> = Api::namespaced(client.clone(), &src);

@@ -167,7 +167,7 @@ fn default_exclusions_are_lifted_by_naming_but_secret_types_are_not() {
 
 #[test]
 fn helm_owner_and_stripped_labels_are_not_copied() {
-    let src = Source::with_strip(
+    let src = Source::new(
         SourceKind::ConfigMap,
         "team-a",
         "cfg",
@@ -179,8 +179,8 @@ fn helm_owner_and_stripped_labels_are_not_copied() {
         ]),
         &BTreeMap::new(),
         Content::default(),
-        &crate::copy::StripLabels(vec!["example.com/".into()]),
-    );
+    )
+    .stripped(&crate::copy::StripLabels(vec!["example.com/".into()]));
     assert_eq!(src.labels, labels(&[("keep", "1")]));
 }
 

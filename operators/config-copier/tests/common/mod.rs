@@ -182,6 +182,15 @@ fn rand_u32() -> u32 {
     h.finish() as u32
 }
 
+/// The shared operator running, an admin client and a fresh namespace that
+/// accepts copies (a test's source namespace).
+pub async fn setup(prefix: &str) -> (Client, String) {
+    let env = flotilla_testenv::shared();
+    operator(&env).await;
+    let client = env.client().await;
+    (client, target(prefix).await)
+}
+
 /// The namespace label by which a namespace accepts copies.
 pub const ACCEPT: &str = "flotilla.dev/accept-copies";
 
@@ -232,6 +241,17 @@ pub async fn rule(client: &Client, ns: &str, name: &str, spec: Value) -> Result<
     }))
     .map_err(kube::Error::SerdeError)?;
     Api::<CopyRule>::namespaced(client.clone(), ns).create(&PostParams::default(), &r).await
+}
+
+/// A rule copying the `copy=yes` objects of `kind` into `targets`, with
+/// `extra` spec fields.
+pub async fn copy_rule(client: &Client, ns: &str, name: &str, kind: &str, targets: &[&str], extra: Value) {
+    let mut spec =
+        json!({"kind": kind, "selector": {"matchLabels": {"copy": "yes"}}, "namespaces": {"include": targets}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    rule(client, ns, name, spec).await.unwrap();
 }
 
 /// Creates a CopyRule from raw JSON (to test what admission rejects).
