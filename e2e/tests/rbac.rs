@@ -162,7 +162,11 @@ fn config_copier_scenario(
         let target = format!("{ns}-t{round}");
         let label = format!("rbac-round-{round}");
         let ns_api: Api<Namespace> = Api::all(admin.clone());
-        let target_ns: Namespace = serde_json::from_value(json!({"metadata": {"name": target}})).unwrap();
+        // The target consents to copies (the chart's default --target-consent=label).
+        let target_ns: Namespace = serde_json::from_value(
+            json!({"metadata": {"name": target, "labels": {"flotilla.dev/accept-copies": "true"}}}),
+        )
+        .unwrap();
         ns_api.create(&PostParams::default(), &target_ns).await.map_err(|e| e.to_string())?;
         let cm: ConfigMap = serde_json::from_value(
             json!({"metadata": {"name": format!("src-{round}"), "labels": {label.clone(): "yes"}}, "data": {"k": "v"}}),

@@ -77,9 +77,21 @@ impl<T> Writer<T> {
     /// Applies one watcher event; `project` turns an object into its key and
     /// projection (for a deletion only the key is used).
     pub fn apply<K>(&mut self, event: watcher::Event<K>, project: impl Fn(K) -> (String, T)) {
+        self.apply_with(event, project, |_, _| true);
+    }
+
+    /// The one place events are applied; `differ` decides what counts as a
+    /// change for the report.
+    fn apply_with<K>(
+        &mut self,
+        event: watcher::Event<K>,
+        project: impl Fn(K) -> (String, T),
+        differ: impl Fn(&T, &T) -> bool,
+    ) -> Vec<Change<T>> {
         // A poisoned lock only means another thread panicked mid-update of a
         // map; the map itself is still a map.
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut changes = Vec::new();
         match event {
             watcher::Event::Init => state.relist = Some(HashMap::new()),
             watcher::Event::InitApply(obj) => {
@@ -88,20 +100,55 @@ impl<T> Writer<T> {
             }
             watcher::Event::InitDone => {
                 if let Some(items) = state.relist.take() {
-                    state.items = items;
+                    let old = std::mem::replace(&mut state.items, items);
+                    for (key, new) in &state.items {
+                        match old.get(key) {
+                            Some(o) if !differ(o, new) => {}
+                            o => changes.push(Change { key: key.clone(), old: o.cloned(), new: Some(Arc::clone(new)) }),
+                        }
+                    }
+                    for (key, o) in old {
+                        if !state.items.contains_key(&key) {
+                            changes.push(Change { key, old: Some(o), new: None });
+                        }
+                    }
                 }
                 drop(state);
                 self.ready.send_replace(true);
             }
             watcher::Event::Apply(obj) => {
                 let (key, value) = project(obj);
-                state.items.insert(key, Arc::new(value));
+                let new = Arc::new(value);
+                let old = state.items.insert(key.clone(), Arc::clone(&new));
+                if old.as_ref().is_none_or(|o| differ(o, &new)) {
+                    changes.push(Change { key, old, new: Some(new) });
+                }
             }
             watcher::Event::Delete(obj) => {
                 let (key, _) = project(obj);
-                state.items.remove(&key);
+                if let Some(old) = state.items.remove(&key) {
+                    changes.push(Change { key, old: Some(old), new: None });
+                }
             }
         }
+        changes
+    }
+}
+
+/// A key whose projection changed (added: `old` is None; removed: `new` is None).
+#[derive(Debug)]
+pub struct Change<T> {
+    pub key: String,
+    pub old: Option<Arc<T>>,
+    pub new: Option<Arc<T>>,
+}
+
+impl<T: PartialEq> Writer<T> {
+    /// [`Writer::apply`], reporting the keys whose projection changed: what
+    /// a controller triggers work on. A relist reports, at `InitDone`, what
+    /// it added, removed or changed; an unchanged object reports nothing.
+    pub fn apply_changes<K>(&mut self, event: watcher::Event<K>, project: impl Fn(K) -> (String, T)) -> Vec<Change<T>> {
+        self.apply_with(event, project, |a, b| a != b)
     }
 }
 
@@ -109,6 +156,12 @@ impl<T> Store<T> {
     /// Every projection, in no particular order.
     pub fn state(&self) -> Vec<Arc<T>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).items.values().cloned().collect()
+    }
+
+    /// Every key with its projection, in no particular order.
+    pub fn entries(&self) -> Vec<(String, Arc<T>)> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.items.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect()
     }
 
     /// The projection under `key`.
@@ -174,6 +227,29 @@ mod tests {
         let mut keys: Vec<usize> = store.state().iter().map(|v| **v).collect();
         keys.sort();
         assert_eq!(keys, vec![2]);
+    }
+
+    #[test]
+    fn changes_are_reported_once_including_across_a_relist() {
+        let (_store, mut w) = store::<usize>();
+        let keys = |c: Vec<Change<usize>>| -> Vec<(String, Option<usize>, Option<usize>)> {
+            let mut v: Vec<_> = c.into_iter().map(|c| (c.key, c.old.map(|o| *o), c.new.map(|n| *n))).collect();
+            v.sort();
+            v
+        };
+        assert!(w.apply_changes(Event::Init, project).is_empty());
+        assert!(w.apply_changes(Event::InitApply("a"), project).is_empty());
+        assert_eq!(keys(w.apply_changes(Event::InitDone, project)), [("a".to_string(), None, Some(1))]);
+        assert!(w.apply_changes(Event::Apply("a"), project).is_empty(), "unchanged");
+        assert_eq!(keys(w.apply_changes(Event::Apply("bb"), project)), [("bb".to_string(), None, Some(2))]);
+        w.apply_changes(Event::Init, project);
+        w.apply_changes(Event::InitApply("bb"), project);
+        w.apply_changes(Event::InitApply("ccc"), project);
+        assert_eq!(
+            keys(w.apply_changes(Event::InitDone, project)),
+            [("a".to_string(), Some(1), None), ("ccc".to_string(), None, Some(3))]
+        );
+        assert_eq!(keys(w.apply_changes(Event::Delete("bb"), project)), [("bb".to_string(), Some(2), None)]);
     }
 
     #[tokio::test]

@@ -146,6 +146,19 @@ impl TestEnv {
         kubeconfig::client_from_yaml(&yaml).await
     }
 
+    /// A client acting as `user` (in `groups`) by impersonation: what that
+    /// user may do is whatever RBAC and admission grant them, so policies
+    /// can be tested without minting credentials.
+    pub async fn impersonating(&self, user: &str, groups: &[&str]) -> anyhow::Result<Client> {
+        let yaml = std::fs::read_to_string(&self.kubeconfig)?;
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml)?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+        config.auth_info.impersonate = Some(user.to_string());
+        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+        Ok(Client::try_from(config)?)
+    }
+
     /// Creates a fresh namespace `<prefix>-<random>` labelled
     /// `flotilla.dev/test=true`, and returns its name.
     pub async fn namespace(&self, prefix: &str) -> anyhow::Result<String> {

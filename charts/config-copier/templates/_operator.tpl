@@ -24,6 +24,15 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--watch-namespace=%v" .Values.ruleNamespace | quote }}
 {{- end }}
 - {{ printf "--copy-concurrency=%v" .Values.copyConcurrency | quote }}
+- {{ printf "--max-bytes-in-flight=%v" .Values.maxBytesInFlight | quote }}
+- {{ printf "--target-consent=%v" .Values.targetConsent | quote }}
+- {{ printf "--secret-types=%v" (join "," .Values.secretTypes) | quote }}
+{{- with .Values.protectedNamespaces }}
+- {{ printf "--protected-namespaces=%v" (join "," .) | quote }}
+{{- end }}
+{{- with .Values.stripLabels }}
+- {{ printf "--strip-labels=%v" (join "," .) | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "config-copier.env" -}}

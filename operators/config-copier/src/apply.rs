@@ -1,35 +1,40 @@
-//! Writing copies. The only place that changes ConfigMaps and Secrets, and
-//! it proves ownership before every write:
+//! Carrying out [`plan::decide`]'s actions: the only place that writes
+//! ConfigMaps and Secrets. Every write proves ownership on the server: a
+//! create fails rather than overwrite, an apply carries the
+//! `resourceVersion` the decision was made at, a delete carries `uid` and
+//! `resourceVersion`. When the server says the world differs from what the
+//! decision saw (409), the one object concerned is read and decided again.
 //!
-//! * a new copy is created with a plain create (POST), which fails instead of
-//!   overwriting when an object of that name appeared meanwhile;
-//! * an existing copy is updated with server-side apply (field manager
-//!   `flotilla-config-copier`, forced over fields another manager took by a
-//!   hand edit) carrying the `resourceVersion` at which it was seen carrying
-//!   this rule's ownership label, so an object changed since is not written;
-//! * a copy is deleted with a `uid` and `resourceVersion` precondition;
-//! * an object without this rule's label is only written with
-//!   `onConflict: Overwrite` (adoption), never when another existing rule
-//!   owns it.
+//! Responses are asked for as metadata only (`as=PartialObjectMetadata`):
+//! a write of a 1 MiB copy does not bring 1 MiB back. Writes in flight are
+//! bounded by bytes (a semaphore of KiB), not only by count.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 use crate::cache::{Caches, api_resource};
-use crate::copy::{CopyKey, Existing, RuleId, Source, stale_marks};
-use crate::crd::{ConflictEntry, OnConflict};
+use crate::copy::{CopyKey, Observed, RuleRef, Source, stray_fields};
+use crate::crd::{ConflictEntry, SourceKind};
+use crate::plan::{self, Action, ConflictReason, CopyContext, Desired, Ownership};
+
+const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+/// Decisions per copy at most (a 409 or a read leads to another).
+const ROUNDS: usize = 4;
 
 /// What happened to one copy.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
+    Nothing,
     InSync,
     Created,
     Updated,
     Adopted(CopyKey),
     Deleted,
+    Kept,
     Conflict(ConflictEntry),
     Failed { key: CopyKey, action: &'static str, error: String },
 }
@@ -39,20 +44,10 @@ pub struct Writer<'a> {
     pub client: &'a Client,
     pub field_manager: &'a str,
     pub caches: &'a Caches,
-    pub rule: &'a RuleId,
-    pub on_conflict: OnConflict,
-}
-
-impl<'a> Writer<'a> {
-    /// The writer for one rule's reconcile.
-    pub fn new(
-        ctx: &'a flotilla_shared::Context,
-        caches: &'a Caches,
-        rule: &'a RuleId,
-        on_conflict: OnConflict,
-    ) -> Self {
-        Self { client: &ctx.client, field_manager: &ctx.field_manager, caches, rule, on_conflict }
-    }
+    pub rule: &'a RuleRef,
+    /// KiB of writes in flight, shared by every reconcile.
+    pub budget: &'a Arc<Semaphore>,
+    pub budget_kib: u32,
 }
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
@@ -64,119 +59,184 @@ impl Writer<'_> {
         Api::namespaced_with(self.client.clone(), &key.namespace, &api_resource(key.kind))
     }
 
-    fn count(&self, action: &'static str, ok: bool) {
-        let result = if ok { "success" } else { "error" };
+    fn count(&self, action: &'static str, result: &'static str) {
         self.caches.metrics().operations.with_label_values(&[action, result]).inc();
     }
 
     fn failed(&self, key: &CopyKey, action: &'static str, e: impl std::fmt::Display) -> Outcome {
-        self.count(action, false);
+        self.count(action, "error");
         Outcome::Failed { key: key.clone(), action, error: e.to_string() }
     }
 
-    /// A wanted copy that the cache does not show as this rule's: create it;
-    /// if something is already there, look at it before anything else.
-    pub async fn ensure_missing(&self, key: &CopyKey, source: &Source) -> Outcome {
-        for _ in 0..2 {
-            match self.create(key, source).await {
-                Ok(()) => return Outcome::Created,
-                Err(e) if is_status(&e, 409) => {}
-                Err(e) => return self.failed(key, "create", e),
+    fn conflict(&self, key: &CopyKey, reason: &ConflictReason) -> Outcome {
+        self.count("create", "conflict");
+        let message = match reason {
+            ConflictReason::NotOwned => format!(
+                "{key} exists and was not created by this rule (onConflict: Overwrite adopts it only where the namespace is labelled {}=true)",
+                plan::ACCEPT_OVERWRITE
+            ),
+            ConflictReason::OwnedByAnotherRule(r) => format!("copied by CopyRule {r}"),
+            ConflictReason::OwnedByAnotherInstallation(r) => {
+                format!("copied by CopyRule {r}, of another config-copier installation")
             }
-            self.caches.metrics().request("get");
-            match self.api(key).get_opt(&key.name).await {
-                Err(e) => return self.failed(key, "create", e),
-                // Gone between our create and our look: try again.
-                Ok(None) => continue,
-                Ok(Some(obj)) => return self.existing(key, source, &obj).await,
-            }
-        }
-        self.failed(key, "create", "the object kept appearing and disappearing")
+            ConflictReason::ClaimedByAnotherRule(r) => format!("CopyRule {r} wants it too and is older"),
+        };
+        Outcome::Conflict(ConflictEntry {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            reason: reason.reason().to_string(),
+            message,
+        })
     }
 
-    async fn existing(&self, key: &CopyKey, source: &Source, obj: &DynamicObject) -> Outcome {
-        let Some(e) = serde_json::to_value(obj).ok().and_then(|v| Existing::from_json(key.kind, &v)) else {
-            return self.failed(key, "update", "unreadable object");
+    /// Whose `o` is, for this rule.
+    pub fn ownership(&self, o: &Observed) -> Ownership {
+        plan::ownership(o.owner.as_ref(), self.rule, |label| self.caches.owner_state(label, &self.rule.id, &o.key))
+    }
+
+    /// Carries out `action` for `key`, deciding again after a read.
+    pub async fn execute(
+        &self,
+        key: &CopyKey,
+        source: Option<&Arc<Source>>,
+        mut action: Action,
+        ctx: &CopyContext,
+    ) -> Outcome {
+        let desired = source.map(|s| Desired::of(s));
+        let cost =
+            source.map_or(4, |s| u32::try_from(s.size() * 3 / 1024).unwrap_or(u32::MAX) + 4).min(self.budget_kib);
+        let Ok(_permit) = self.budget.acquire_many(cost).await else {
+            return self.failed(key, "write", "shutting down");
         };
-        if e.owned_by(self.rule) {
-            if e.in_sync_with(source) {
-                self.caches.record_copy(e);
-                return Outcome::InSync;
-            }
-            return self.update(key, source, &e).await;
-        }
-        let conflict = |reason: &str, message: String| {
-            self.caches.metrics().operations.with_label_values(&["create", "conflict"]).inc();
-            Outcome::Conflict(ConflictEntry {
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-                reason: reason.to_string(),
-                message,
-            })
-        };
-        match &e.owner {
-            Some(o) if self.caches.rule_exists(&o.label) => {
-                let who = o.rule.as_ref().map(ToString::to_string).unwrap_or_else(|| o.label.clone());
-                conflict("OwnedByAnotherRule", format!("copied by CopyRule {who}"))
-            }
-            _ if self.on_conflict == OnConflict::Skip => {
-                conflict("NotOwned", format!("{} exists and was not created by this rule (onConflict: Skip)", key))
-            }
-            _ => match self.apply(key, source, e.resource_version.as_deref()).await {
-                Ok(()) => {
-                    self.count("adopt", true);
-                    Outcome::Adopted(key.clone())
+        for _ in 0..ROUNDS {
+            action = match action {
+                Action::Nothing => return Outcome::Nothing,
+                Action::InSync => return Outcome::InSync,
+                Action::Keep => return Outcome::Kept,
+                Action::Conflict(reason) => return self.conflict(key, &reason),
+                Action::Read => match self.read(key, desired.as_ref(), ctx).await {
+                    Ok((a, _)) => a,
+                    Err(e) => return self.failed(key, "get", e),
+                },
+                Action::Create => {
+                    let Some(s) = source else { return Outcome::Nothing };
+                    match self.create(key, s).await {
+                        Ok(()) => {
+                            self.count("create", "success");
+                            return Outcome::Created;
+                        }
+                        Err(e) if is_status(&e, 409) => match self.read(key, desired.as_ref(), ctx).await {
+                            Ok((a, _)) => a,
+                            Err(e) => return self.failed(key, "get", e),
+                        },
+                        Err(e) => return self.failed(key, "create", e),
+                    }
                 }
-                Err(err) => self.failed(key, "adopt", err),
-            },
+                Action::Update { resource_version } => {
+                    let Some(s) = source else { return Outcome::Nothing };
+                    match self.write(key, s, resource_version.as_deref(), ctx, "update").await {
+                        Ok(o) => return o.unwrap_or(Outcome::Updated),
+                        Err(next) => next,
+                    }
+                }
+                Action::Adopt { resource_version } => {
+                    let Some(s) = source else { return Outcome::Nothing };
+                    match self.write(key, s, resource_version.as_deref(), ctx, "adopt").await {
+                        Ok(o) => return o.unwrap_or(Outcome::Adopted(key.clone())),
+                        Err(next) => next,
+                    }
+                }
+                Action::Delete { uid, resource_version } => return self.delete(key, uid, resource_version).await,
+            };
         }
+        self.failed(key, "write", "the object kept changing under us")
     }
 
-    /// A copy of this rule that differs from its source.
-    pub async fn update(&self, key: &CopyKey, source: &Source, seen: &Existing) -> Outcome {
-        match self.apply(key, source, seen.resource_version.as_deref()).await {
+    /// Applies the copy over what was decided on; `Ok(Some)` for an outcome
+    /// other than the plain one, `Err(action)` to decide again.
+    async fn write(
+        &self,
+        key: &CopyKey,
+        source: &Source,
+        resource_version: Option<&str>,
+        ctx: &CopyContext,
+        what: &'static str,
+    ) -> Result<Option<Outcome>, Action> {
+        let desired = Desired::of(source);
+        match self.apply(key, source, resource_version).await {
             Ok(()) => {
-                self.count("update", true);
-                Outcome::Updated
+                self.count(what, "success");
+                Ok(None)
             }
             // Changed since we saw it (maybe no longer ours): look again.
-            Err(e) if is_status(&e, 409) => {
-                self.caches.metrics().request("get");
-                match self.api(key).get_opt(&key.name).await {
-                    Ok(Some(obj)) => Box::pin(self.existing(key, source, &obj)).await,
-                    Ok(None) => match self.create(key, source).await {
-                        Ok(()) => Outcome::Created,
-                        Err(e) => self.failed(key, "create", e),
-                    },
-                    Err(e) => self.failed(key, "update", e),
+            Err(e) if is_status(&e, 409) => match self.read(key, Some(&desired), ctx).await {
+                Ok((a, _)) => Err(a),
+                Err(e) => Ok(Some(self.failed(key, "get", e))),
+            },
+            // Invalid: only a Secret whose type must change is replaced;
+            // anything else (a policy, `immutable` set by hand) is reported.
+            Err(e) if is_status(&e, 422) => {
+                let seen = match self.get(key).await {
+                    Ok(Some(o)) => o,
+                    Ok(None) => return Err(Action::Create),
+                    Err(g) => return Ok(Some(self.failed(key, "get", g))),
+                };
+                let owner = self.ownership(&seen);
+                if key.kind == SourceKind::Secret && plan::replace_after_invalid(&seen, &owner, &desired) {
+                    return match self.delete(key, seen.uid.clone(), seen.resource_version.clone()).await {
+                        Outcome::Deleted => Err(Action::Create),
+                        other => Ok(Some(other)),
+                    };
                 }
+                Ok(Some(self.failed(key, what, e)))
             }
-            // A Secret's type cannot change in place: replace our own copy.
-            Err(e) if is_status(&e, 422) && key.kind == crate::crd::SourceKind::Secret => {
-                match self.delete(seen).await {
-                    Outcome::Deleted => match self.create(key, source).await {
-                        Ok(()) => Outcome::Updated,
-                        Err(e) => self.failed(key, "create", e),
-                    },
-                    _ => self.failed(key, "update", e),
-                }
-            }
-            Err(e) => self.failed(key, "update", e),
+            Err(e) => Ok(Some(self.failed(key, what, e))),
         }
+    }
+
+    /// Reads the object and decides again with its payload known.
+    async fn read(
+        &self,
+        key: &CopyKey,
+        desired: Option<&Desired>,
+        ctx: &CopyContext,
+    ) -> Result<(Action, Option<Observed>), kube::Error> {
+        let seen = self.get(key).await?;
+        let action = match &seen {
+            None => plan::decide(desired, None, ctx),
+            Some(o) => {
+                let owner = self.ownership(o);
+                let a = plan::decide(desired, Some((o, &owner)), ctx);
+                if a == Action::InSync {
+                    // Verified: this version holds what it should.
+                    self.caches.record_version(key, o.resource_version.clone());
+                }
+                a
+            }
+        };
+        Ok((action, seen))
+    }
+
+    async fn get(&self, key: &CopyKey) -> Result<Option<Observed>, kube::Error> {
+        self.caches.metrics().request("get");
+        let obj = self.api(key).get_opt(&key.name).await?;
+        Ok(obj
+            .and_then(|o| serde_json::to_value(o).ok())
+            .and_then(|v| Observed::from_json(key.kind, &v, true, self.field_manager)))
     }
 
     async fn create(&self, key: &CopyKey, source: &Source) -> Result<(), kube::Error> {
         let manifest = source.copy_manifest(self.rule, &key.namespace);
-        let obj: DynamicObject = serde_json::from_value(manifest).map_err(kube::Error::SerdeError)?;
-        self.caches.metrics().request("create");
+        let body = serde_json::to_vec(&manifest).map_err(kube::Error::SerdeError)?;
+        drop(manifest);
         let pp = PostParams { dry_run: false, field_manager: Some(self.field_manager.to_string()) };
-        match self.api(key).create(&pp, &obj).await {
-            Ok(created) => {
-                self.count("create", true);
-                self.settle(key, source, &created).await
-            }
-            Err(e) => Err(e),
-        }
+        let mut req = kube::core::Request::new(self.api(key).resource_url())
+            .create(&pp, body)
+            .map_err(kube::Error::BuildRequest)?;
+        req.headers_mut().insert(http::header::ACCEPT, http::HeaderValue::from_static(METADATA_ONLY));
+        self.caches.metrics().request("create");
+        let created: Value = self.client.request(req).await?;
+        self.settle(key, source, &created, false).await
     }
 
     /// Server-side apply of the copy, with a resourceVersion precondition.
@@ -187,80 +247,59 @@ impl Writer<'_> {
         }
         self.caches.metrics().request("apply");
         let pp = PatchParams::apply(self.field_manager).force();
-        let applied = self.api(key).patch(&key.name, &pp, &Patch::Apply(&manifest)).await?;
-        self.settle(key, source, &applied).await
+        let applied = self.api(key).patch_metadata(&key.name, &pp, &Patch::Apply(&manifest)).await?;
+        drop(manifest);
+        let value = serde_json::to_value(&applied).map_err(kube::Error::SerdeError)?;
+        self.settle(key, source, &value, true).await
     }
 
-    /// Removes data keys that another field manager keeps on the object (a
-    /// key added by hand), then records what the copy now is.
-    async fn settle(&self, key: &CopyKey, source: &Source, obj: &DynamicObject) -> Result<(), kube::Error> {
-        let value = serde_json::to_value(obj).map_err(kube::Error::SerdeError)?;
-        let Some(mut e) = Existing::from_json(key.kind, &value) else { return Ok(()) };
-        let nulls = |keys: Vec<String>| -> serde_json::Map<String, Value> {
-            keys.into_iter().map(|k| (k, Value::Null)).collect()
-        };
-        let stray = |field: &str, keep: &BTreeMap<String, String>| -> Vec<String> {
-            value
-                .get(field)
-                .and_then(Value::as_object)
-                .map(|m| m.keys().filter(|k| !keep.contains_key(*k)).cloned().collect())
-                .unwrap_or_default()
-        };
-        let desired = source.copy_manifest(self.rule, &key.namespace);
-        let (labels, annotations) = stale_marks(&value, self.field_manager, &desired);
-        let mut patch = serde_json::Map::new();
-        let mut meta = serde_json::Map::new();
-        meta.insert("resourceVersion".into(), json!(e.resource_version));
-        if !labels.is_empty() {
-            meta.insert("labels".into(), Value::Object(nulls(labels)));
+    /// Removes what should not be on the copy any more (leftovers of the
+    /// create, payload keys added by hand), read from managedFields, then
+    /// records the version we leave it at.
+    async fn settle(&self, key: &CopyKey, source: &Source, meta: &Value, repair: bool) -> Result<(), kube::Error> {
+        let rv = meta.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+        let desired = source.copy_manifest_marks(self.rule, &key.namespace);
+        let strays = stray_fields(meta, self.field_manager, &desired, repair);
+        if strays.is_empty() {
+            self.caches.record_version(key, rv);
+            return Ok(());
         }
-        if !annotations.is_empty() {
-            meta.insert("annotations".into(), Value::Object(nulls(annotations)));
-        }
-        let mut needed = meta.len() > 1;
-        patch.insert("metadata".into(), Value::Object(meta));
-        if !e.in_sync_with(source) {
-            for (field, keep) in [("data", &source.content.data), ("binaryData", &source.content.binary_data)] {
-                let keys = stray(field, keep);
-                if !keys.is_empty() {
-                    patch.insert(field.into(), Value::Object(nulls(keys)));
-                    needed = true;
-                }
+        let nulls =
+            |keys: &[String]| -> Value { Value::Object(keys.iter().map(|k| (k.clone(), Value::Null)).collect()) };
+        let mut patch = json!({"metadata": {"resourceVersion": rv}});
+        for (field, keys) in [("labels", &strays.labels), ("annotations", &strays.annotations)] {
+            if !keys.is_empty() {
+                patch["metadata"][field] = nulls(keys);
             }
         }
-        if needed {
-            self.caches.metrics().request("patch");
-            let pp = PatchParams { field_manager: Some(self.field_manager.to_string()), ..Default::default() };
-            let patched = self.api(key).patch(&key.name, &pp, &Patch::Merge(&Value::Object(patch))).await?;
-            let v = serde_json::to_value(&patched).map_err(kube::Error::SerdeError)?;
-            if let Some(p) = Existing::from_json(key.kind, &v) {
-                e = p;
+        for (field, keys) in [("data", &strays.data), ("binaryData", &strays.binary_data)] {
+            if !keys.is_empty() {
+                patch[field] = nulls(keys);
             }
         }
-        self.caches.record_copy(e);
+        self.caches.metrics().request("patch");
+        let pp = PatchParams { field_manager: Some(self.field_manager.to_string()), ..Default::default() };
+        let patched = self.api(key).patch_metadata(&key.name, &pp, &Patch::Merge(&patch)).await?;
+        self.caches.record_version(key, patched.metadata.resource_version.clone());
         Ok(())
     }
 
     /// Deletes a copy this rule owns (as last seen: same uid and version).
-    pub async fn delete(&self, e: &Existing) -> Outcome {
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions { uid: e.uid.clone(), resource_version: e.resource_version.clone() }),
-            ..Default::default()
-        };
+    pub async fn delete(&self, key: &CopyKey, uid: Option<String>, resource_version: Option<String>) -> Outcome {
+        let dp = DeleteParams { preconditions: Some(Preconditions { uid, resource_version }), ..Default::default() };
         self.caches.metrics().request("delete");
-        match self.api(&e.key).delete(&e.key.name, &dp).await {
+        match self.api(key).delete(&key.name, &dp).await {
             Ok(_) => {
-                self.count("delete", true);
-                self.caches.forget_copy(&e.key);
+                self.count("delete", "success");
+                self.caches.forget_copy(key);
                 Outcome::Deleted
             }
             Err(err) if is_status(&err, 404) => {
-                self.caches.forget_copy(&e.key);
+                self.caches.forget_copy(key);
                 Outcome::Deleted
             }
             // Changed since we saw it: the watch brings the new version and another reconcile.
-            Err(err) if is_status(&err, 409) => self.failed(&e.key, "delete", err),
-            Err(err) => self.failed(&e.key, "delete", err),
+            Err(err) => self.failed(key, "delete", err),
         }
     }
 }

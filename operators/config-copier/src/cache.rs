@@ -1,13 +1,17 @@
-//! What config-copier watches, kept small: namespaces (metadata only),
-//! copies (selected by the ownership labels) and each rule's sources
-//! (selected server-side by the rule's selector, in the rule's namespace
-//! only). Objects are reduced on arrival (no managedFields, no payload for
-//! copies: only hashes), and every change triggers the rules concerned.
+//! What config-copier watches, kept small, each on a
+//! [`flotilla_shared::projection`] store: namespaces (metadata only), copies
+//! (metadata only, selected by the ownership label: no payload is ever held
+//! for a copy) and each rule's sources (in the rule's namespace only). Every
+//! change triggers the rules concerned. Beside the stores: the
+//! resourceVersions config-copier wrote or verified (a copy at another
+//! version was changed by someone else), the rules' claims (who wins a name
+//! two rules want) and the conflicts already reported.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use flotilla_shared::projection::{self, Change};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -15,20 +19,18 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
-use crate::copy::{COPIES_SELECTOR, CopyKey, Existing, NOT_A_COPY, RuleId, Source};
+use crate::copy::{COPIES_SELECTOR, CopyKey, NOT_A_COPY, Observed, Payload, RuleId, Source, StripLabels};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
-use crate::plan::NamespaceInfo;
+use crate::plan::{Claim, NamespaceInfo, OwnerState};
 
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(PoisonError::into_inner)
-}
-fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 pub fn api_resource(kind: SourceKind) -> ApiResource {
@@ -38,54 +40,45 @@ pub fn api_resource(kind: SourceKind) -> ApiResource {
     }
 }
 
+fn copy_key_str(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
 /// Everything the reconciler reads instead of asking the API.
 pub struct Caches {
     client: Client,
+    field_manager: String,
+    /// Rules outside this namespace are another installation's.
+    scope: Option<String>,
+    strip: StripLabels,
     trigger: UnboundedSender<ObjectRef<CopyRule>>,
     rules: Store<CopyRule>,
     metrics: CopierMetrics,
-    namespaces: RwLock<Option<HashMap<String, NamespaceInfo>>>,
-    copies: RwLock<CopyIndex>,
+    namespaces: projection::Store<NamespaceInfo>,
+    /// `None` for an object whose metadata could not be read (never seen in practice).
+    copies: HashMap<SourceKind, projection::Store<Option<Observed>>>,
+    /// The stores' writers until their watches take them.
+    writers: Mutex<Writers>,
+    /// resourceVersion of each copy as config-copier last wrote or read it.
+    known: Mutex<HashMap<CopyKey, String>>,
     sources: Mutex<HashMap<RuleId, SourceWatch>>,
+    claims: Mutex<HashMap<RuleId, Claim>>,
+    reported: Mutex<HashMap<RuleId, BTreeSet<(String, String)>>>,
+    backoff: Mutex<HashMap<RuleId, Duration>>,
 }
 
 #[derive(Default)]
-struct CopyIndex {
-    /// Kinds whose initial list has been seen.
-    ready: HashSet<SourceKind>,
-    by_key: HashMap<CopyKey, Existing>,
-    /// Ownership label value → keys.
-    by_owner: HashMap<String, HashSet<CopyKey>>,
-}
-
-impl CopyIndex {
-    fn insert(&mut self, e: Existing) {
-        self.remove(&e.key);
-        if let Some(o) = &e.owner {
-            self.by_owner.entry(o.label.clone()).or_default().insert(e.key.clone());
-        }
-        self.by_key.insert(e.key.clone(), e);
-    }
-
-    fn remove(&mut self, key: &CopyKey) -> Option<Existing> {
-        let old = self.by_key.remove(key)?;
-        if let Some(o) = &old.owner
-            && let Some(set) = self.by_owner.get_mut(&o.label)
-        {
-            set.remove(key);
-            if set.is_empty() {
-                self.by_owner.remove(&o.label);
-            }
-        }
-        Some(old)
-    }
+struct Writers {
+    namespaces: Option<projection::Writer<NamespaceInfo>>,
+    copies: HashMap<SourceKind, projection::Writer<Option<Observed>>>,
 }
 
 /// One rule's source watch.
 struct SourceWatch {
-    kind: SourceKind,
-    query: String,
-    state: Arc<RwLock<SourceSet>>,
+    /// Kind, server-side selector and names: a change starts a new watch.
+    ident: String,
+    store: projection::Store<Option<Arc<Source>>>,
+    last_error: Arc<Mutex<Option<String>>>,
     task: JoinHandle<()>,
 }
 
@@ -95,18 +88,19 @@ impl Drop for SourceWatch {
     }
 }
 
-#[derive(Default)]
-struct SourceSet {
-    ready: bool,
-    last_error: Option<String>,
-    items: BTreeMap<String, Arc<Source>>,
-}
-
 /// A rule's sources as last seen.
 pub enum Sources {
     /// The initial list has not arrived yet (`Some`: why the watch fails).
     NotReady(Option<String>),
     Ready(Vec<Arc<Source>>),
+}
+
+/// Settings of the caches.
+pub struct CacheOptions {
+    pub field_manager: String,
+    /// `--watch-namespace`: copies of rules elsewhere belong to another installation.
+    pub scope: Option<String>,
+    pub strip: StripLabels,
 }
 
 impl Caches {
@@ -115,16 +109,37 @@ impl Caches {
         rules: Store<CopyRule>,
         trigger: UnboundedSender<ObjectRef<CopyRule>>,
         metrics: CopierMetrics,
+        options: CacheOptions,
     ) -> Arc<Self> {
+        let (namespaces, nw) = projection::store();
+        let mut writers = Writers { namespaces: Some(nw), copies: HashMap::new() };
+        let mut copies = HashMap::new();
+        for kind in SourceKind::ALL {
+            let (s, w) = projection::store();
+            copies.insert(kind, s);
+            writers.copies.insert(kind, w);
+        }
         Arc::new(Self {
             client,
+            field_manager: options.field_manager,
+            scope: options.scope,
+            strip: options.strip,
             trigger,
             rules,
             metrics,
-            namespaces: RwLock::new(None),
-            copies: RwLock::new(CopyIndex::default()),
+            namespaces,
+            copies,
+            writers: Mutex::new(writers),
+            known: Mutex::new(HashMap::new()),
             sources: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
+            reported: Mutex::new(HashMap::new()),
+            backoff: Mutex::new(HashMap::new()),
         })
+    }
+
+    pub fn metrics(&self) -> &CopierMetrics {
+        &self.metrics
     }
 
     fn trigger(&self, rule: &RuleId) {
@@ -139,160 +154,253 @@ impl Caches {
         }
     }
 
-    /// The rule owning copies labelled `label`, from its annotation or the
-    /// known rules.
-    fn trigger_owner(&self, e: &Existing) {
-        if let Some(o) = &e.owner {
-            if let Some(rule) = &o.rule {
-                self.trigger(rule);
-            } else if let Some(r) = self
-                .rules
-                .find(|r| r.namespace().is_some_and(|ns| RuleId::new(ns, r.name_any()).label_value() == o.label))
-                && let Some(ns) = r.namespace()
-            {
-                self.trigger(&RuleId::new(ns, r.name_any()));
-            }
+    fn live_rule(&self, label: &str) -> Option<Arc<CopyRule>> {
+        self.rules.find(|r| r.namespace().is_some_and(|ns| RuleId::new(ns, r.name_any()).label_value() == label))
+    }
+
+    /// Triggers the rule an observed copy's marks name.
+    fn trigger_owner(&self, o: &Observed) {
+        let Some(owner) = &o.owner else { return };
+        if let Some(rule) = &owner.rule {
+            self.trigger(rule);
+        } else if let Some(label) = owner.label_value()
+            && let Some(r) = self.live_rule(&label)
+            && let Some(ns) = r.namespace()
+        {
+            self.trigger(&RuleId::new(ns, r.name_any()));
+        }
+    }
+
+    /// What config-copier knows of the rule behind ownership label `label`,
+    /// for `me` deciding about `key`.
+    pub fn owner_state(&self, label: &str, me: &RuleId, key: &CopyKey) -> OwnerState {
+        if let Some(r) = self.live_rule(label) {
+            let Some(ns) = r.namespace() else { return OwnerState::Gone };
+            let id = RuleId::new(ns, r.name_any());
+            let claims = lock(&self.claims);
+            let theirs = claims.get(&id).filter(|c| c.wants(key));
+            let loses_to_us = match (theirs, claims.get(me)) {
+                (Some(t), Some(m)) => m.rank < t.rank,
+                _ => false,
+            };
+            return OwnerState::Live { uid: r.uid().unwrap_or_default(), loses_to_us };
+        }
+        match &self.scope {
+            // The label is `<namespace>.<name>` (or a hash): a rule of ours starts with our namespace.
+            Some(scope) if !label.starts_with(&format!("{scope}.")) => OwnerState::OutOfScope,
+            _ => OwnerState::Gone,
         }
     }
 
     /// A snapshot of the namespaces, once listed.
     pub fn namespaces(&self) -> Option<HashMap<String, NamespaceInfo>> {
-        read(&self.namespaces).clone()
+        self.namespaces
+            .is_ready()
+            .then(|| self.namespaces.entries().into_iter().map(|(k, v)| (k, (*v).clone())).collect())
     }
 
     /// Whether both copy watches have listed.
     pub fn copies_ready(&self) -> bool {
-        read(&self.copies).ready.len() == SourceKind::ALL.len()
+        self.copies.values().all(projection::Store::is_ready)
     }
 
-    /// The copies carrying `rule`'s ownership label.
-    pub fn owned_copies(&self, rule: &RuleId) -> HashMap<CopyKey, Existing> {
-        let idx = read(&self.copies);
-        idx.by_owner
-            .get(&rule.label_value())
-            .map(|keys| keys.iter().filter_map(|k| idx.by_key.get(k)).map(|e| (e.key.clone(), e.clone())).collect())
-            .unwrap_or_default()
+    /// The object at `key` as the copy watch saw it, with what we know of
+    /// its payload: a version we wrote or read is trusted; another version
+    /// of an object we knew was changed by someone else.
+    pub fn observed(&self, key: &CopyKey) -> Option<Observed> {
+        let o = self.copies.get(&key.kind)?.get(&copy_key_str(&key.namespace, &key.name))?;
+        o.as_ref().clone().map(|o| self.with_knowledge(o))
     }
 
-    /// Whether a rule (by ownership label value) exists.
-    pub fn rule_exists(&self, label: &str) -> bool {
-        self.rules
-            .find(|r| r.namespace().is_some_and(|ns| RuleId::new(ns, r.name_any()).label_value() == label))
-            .is_some()
+    fn with_knowledge(&self, mut o: Observed) -> Observed {
+        if o.payload == Payload::Trusted {
+            match lock(&self.known).get(&o.key) {
+                Some(rv) if Some(rv) != o.resource_version.as_ref() => o.payload = Payload::Unexplained,
+                _ => {}
+            }
+        }
+        o
     }
 
-    /// Records a copy just written (the watch will confirm it).
-    pub fn record_copy(&self, e: Existing) {
-        write(&self.copies).insert(e);
+    /// Every copy whose marks name `rule` (by label value or annotation).
+    pub fn copies_of(&self, rule: &RuleId) -> Vec<Observed> {
+        let label = rule.label_value();
+        let mut out = Vec::new();
+        for store in self.copies.values() {
+            for o in store.state().iter().filter_map(|o| o.as_ref().as_ref()) {
+                if o.owner.as_ref().is_some_and(|w| w.label_value().as_deref() == Some(label.as_str())) {
+                    out.push(self.with_knowledge(o.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Records the version of a copy config-copier just wrote or read.
+    pub fn record_version(&self, key: &CopyKey, resource_version: Option<String>) {
+        let mut known = lock(&self.known);
+        match resource_version {
+            Some(rv) => known.insert(key.clone(), rv),
+            None => known.remove(key),
+        };
     }
 
     /// Forgets a copy just deleted.
     pub fn forget_copy(&self, key: &CopyKey) {
-        write(&self.copies).remove(key);
+        lock(&self.known).remove(key);
     }
 
-    /// Starts (or keeps) the source watch for `rule`: objects of `kind` in
-    /// the rule's namespace matching `query` (and not copies themselves).
-    pub fn sources(self: &Arc<Self>, rule: &RuleId, kind: SourceKind, query: &str) -> Sources {
-        let mut watches = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = watches.get(rule).filter(|w| w.kind == kind && w.query == query);
-        let state = match current {
-            Some(w) => Arc::clone(&w.state),
-            None => {
-                let state = Arc::new(RwLock::new(SourceSet::default()));
-                let task = tokio::spawn(Arc::clone(self).watch_sources(
-                    rule.clone(),
-                    kind,
-                    query.to_string(),
-                    Arc::clone(&state),
-                ));
-                watches.insert(
-                    rule.clone(),
-                    SourceWatch { kind, query: query.to_string(), state: Arc::clone(&state), task },
-                );
-                state
-            }
+    /// Publishes what `rule` wants; when it changed, the other rules of the
+    /// kind are triggered (one of them may now win or lose a name).
+    pub fn set_claim(&self, rule: &RuleId, claim: Option<Claim>) {
+        let mut claims = lock(&self.claims);
+        let changed = claims.get(rule) != claim.as_ref();
+        let kind = claim.as_ref().map(|c| c.kind).or_else(|| claims.get(rule).map(|c| c.kind));
+        match claim {
+            Some(c) => claims.insert(rule.clone(), c),
+            None => claims.remove(rule),
         };
-        drop(watches);
-        let set = read(&state);
-        if set.ready {
-            Sources::Ready(set.items.values().cloned().collect())
-        } else {
-            Sources::NotReady(set.last_error.clone())
+        let others: Vec<RuleId> =
+            claims.iter().filter(|(id, c)| *id != rule && Some(c.kind) == kind).map(|(id, _)| id.clone()).collect();
+        drop(claims);
+        if changed {
+            for other in others {
+                self.trigger(&other);
+            }
         }
     }
 
-    /// Stops a rule's source watch (rule deleted or invalid).
-    pub fn stop_sources(&self, rule: &RuleId) {
-        self.sources.lock().unwrap_or_else(PoisonError::into_inner).remove(rule);
+    /// The rule ranking above `rule` that wants `key`, if any.
+    pub fn claimed_by(&self, rule: &RuleId, key: &CopyKey) -> Option<RuleId> {
+        let claims = lock(&self.claims);
+        let mine = claims.get(rule)?;
+        crate::plan::winner(key, claims.values()).filter(|w| *w != rule && claims[*w].rank < mine.rank).cloned()
+    }
+
+    /// Of `conflicts`, those not reported before for `rule`; remembers them all.
+    pub fn new_conflicts(&self, rule: &RuleId, conflicts: BTreeSet<(String, String)>) -> Vec<(String, String)> {
+        let mut reported = lock(&self.reported);
+        let before = reported.get(rule);
+        let new = conflicts.iter().filter(|c| !before.is_some_and(|b| b.contains(*c))).cloned().collect();
+        reported.insert(rule.clone(), conflicts);
+        new
+    }
+
+    /// The next retry delay of a failing rule: 1 s, doubling up to 5 min.
+    pub fn backoff(&self, rule: &RuleId) -> Duration {
+        let mut b = lock(&self.backoff);
+        let next = b.get(rule).map_or(Duration::from_secs(1), |d| (*d * 2).min(Duration::from_secs(300)));
+        b.insert(rule.clone(), next);
+        next
+    }
+
+    /// A rule reconciled without error: its next failure starts over.
+    pub fn reset_backoff(&self, rule: &RuleId) {
+        lock(&self.backoff).remove(rule);
+    }
+
+    /// Forgets a rule (deleted or invalid): its source watch, claim and reports.
+    pub fn forget_rule(&self, rule: &RuleId) {
+        lock(&self.sources).remove(rule);
+        lock(&self.reported).remove(rule);
+        self.set_claim(rule, None);
+    }
+
+    /// Starts (or keeps) the source watch for `rule`: objects of `kind` in
+    /// the rule's namespace, selected server-side by `query` when given, and
+    /// never copies themselves. `keep` says which objects are held (with
+    /// their payload); the others are held as a name only.
+    pub fn sources(
+        self: &Arc<Self>,
+        rule: &RuleId,
+        kind: SourceKind,
+        query: Option<String>,
+        ident: String,
+        keep: impl Fn(&str, &std::collections::BTreeMap<String, String>) -> bool + Send + Sync + 'static,
+    ) -> Sources {
+        let mut watches = lock(&self.sources);
+        let (store, last_error) = match watches.get(rule).filter(|w| w.ident == ident) {
+            Some(w) => (w.store.clone(), Arc::clone(&w.last_error)),
+            None => {
+                let (store, writer) = projection::store();
+                let last_error = Arc::new(Mutex::new(None));
+                let task = tokio::spawn(Arc::clone(self).watch_sources(
+                    rule.clone(),
+                    kind,
+                    query,
+                    writer,
+                    Arc::clone(&last_error),
+                    Box::new(keep),
+                ));
+                watches.insert(
+                    rule.clone(),
+                    SourceWatch { ident, store: store.clone(), last_error: Arc::clone(&last_error), task },
+                );
+                (store, last_error)
+            }
+        };
+        drop(watches);
+        if store.is_ready() {
+            Sources::Ready(store.state().iter().filter_map(|s| s.as_ref().clone()).collect())
+        } else {
+            Sources::NotReady(lock(&last_error).clone())
+        }
     }
 
     /// Stops the source watches of rules that no longer exist.
     pub fn collect_garbage(&self) {
         let live: HashSet<RuleId> =
             self.rules.state().iter().filter_map(|r| r.namespace().map(|ns| RuleId::new(ns, r.name_any()))).collect();
-        self.sources.lock().unwrap_or_else(PoisonError::into_inner).retain(|id, _| live.contains(id));
+        lock(&self.sources).retain(|id, _| live.contains(id));
+        lock(&self.claims).retain(|id, _| live.contains(id));
     }
 
     pub fn source_watch_count(&self) -> usize {
-        self.sources.lock().unwrap_or_else(PoisonError::into_inner).len()
+        lock(&self.sources).len()
     }
 
+    #[allow(clippy::type_complexity)]
     async fn watch_sources(
         self: Arc<Self>,
         rule: RuleId,
         kind: SourceKind,
-        query: String,
-        state: Arc<RwLock<SourceSet>>,
+        query: Option<String>,
+        mut writer: projection::Writer<Option<Arc<Source>>>,
+        last_error: Arc<Mutex<Option<String>>>,
+        keep: Box<dyn Fn(&str, &std::collections::BTreeMap<String, String>) -> bool + Send + Sync>,
     ) {
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &rule.namespace, &api_resource(kind));
-        let full = if query.is_empty() { NOT_A_COPY.to_string() } else { format!("{query},{NOT_A_COPY}") };
+        let full = match &query {
+            Some(q) if !q.is_empty() => format!("{q},{NOT_A_COPY}"),
+            _ => NOT_A_COPY.to_string(),
+        };
         let cfg = watcher::Config::default().labels(&full).any_semantic();
         let mut stream = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
-        let mut buffer: Option<BTreeMap<String, Arc<Source>>> = None;
-        let parse = |o: &DynamicObject| serde_json::to_value(o).ok().and_then(|v| Source::from_json(kind, &v));
+        let strip = self.strip.clone();
+        // Objects not selected are held as their name only: no payload.
+        let project = |o: DynamicObject| {
+            let name = o.name_any();
+            let held = keep(&name, o.labels())
+                .then(|| serde_json::to_value(&o).ok().and_then(|v| Source::from_json_strip(kind, &v, &strip)))
+                .flatten()
+                .map(Arc::new);
+            (name, held)
+        };
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(Event::Init) => buffer = Some(BTreeMap::new()),
-                Ok(Event::InitApply(o)) => {
-                    if let (Some(b), Some(s)) = (buffer.as_mut(), parse(&o)) {
-                        b.insert(s.name.clone(), Arc::new(s));
+                Ok(ev) => {
+                    let init_done = matches!(ev, watcher::Event::InitDone);
+                    let changes = writer.apply_changes(ev, project);
+                    if init_done {
+                        *lock(&last_error) = None;
                     }
-                }
-                Ok(Event::InitDone) => {
-                    let mut set = write(&state);
-                    set.items = buffer.take().unwrap_or_default();
-                    set.ready = true;
-                    set.last_error = None;
-                    drop(set);
-                    self.trigger(&rule);
-                }
-                Ok(Event::Apply(o)) => {
-                    let changed = match parse(&o) {
-                        Some(s) => {
-                            let mut set = write(&state);
-                            let same = set.items.get(&s.name).is_some_and(|old| **old == s);
-                            set.items.insert(s.name.clone(), Arc::new(s));
-                            !same
-                        }
-                        None => write(&state).items.remove(&o.name_any()).is_some(),
-                    };
-                    if changed {
+                    if init_done || !changes.is_empty() {
                         self.trigger(&rule);
                     }
                 }
-                Ok(Event::Delete(o)) => {
-                    write(&state).items.remove(&o.name_any());
-                    self.trigger(&rule);
-                }
                 Err(e) => {
                     tracing::warn!(rule = %rule, error = %e, "watching sources");
-                    let first = {
-                        let mut set = write(&state);
-                        let first = set.last_error.is_none();
-                        set.last_error = Some(e.to_string());
-                        first
-                    };
+                    let first = lock(&last_error).replace(e.to_string()).is_none();
                     if first {
                         self.trigger(&rule);
                     }
@@ -303,104 +411,65 @@ impl Caches {
 
     /// Watches namespaces (metadata only) until the stream ends.
     pub async fn watch_namespaces(self: Arc<Self>, on_synced: impl Fn()) {
+        let Some(mut writer) = lock(&self.writers).namespaces.take() else { return };
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
-        let mut stream =
-            std::pin::pin!(watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff());
-        let info = |o: &PartialObjectMeta<Namespace>| NamespaceInfo {
-            labels: o.labels().clone(),
-            terminating: o.metadata.deletion_timestamp.is_some(),
+        let cfg = watcher::Config::default().any_semantic();
+        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
+        let project = |o: PartialObjectMeta<Namespace>| {
+            let info =
+                NamespaceInfo { labels: o.labels().clone(), terminating: o.metadata.deletion_timestamp.is_some() };
+            (o.name_any(), info)
         };
-        let mut buffer: Option<HashMap<String, NamespaceInfo>> = None;
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(Event::Init) => buffer = Some(HashMap::new()),
-                Ok(Event::InitApply(o)) => {
-                    if let Some(b) = buffer.as_mut() {
-                        b.insert(o.name_any(), info(&o));
+                Ok(ev) => {
+                    let init_done = matches!(ev, watcher::Event::InitDone);
+                    let changes = writer.apply_changes(ev, project);
+                    if init_done {
+                        on_synced();
                     }
-                }
-                Ok(Event::InitDone) => {
-                    *write(&self.namespaces) = Some(buffer.take().unwrap_or_default());
-                    on_synced();
-                    self.trigger_all();
-                }
-                Ok(Event::Apply(o)) => {
-                    let new = info(&o);
-                    let changed = {
-                        let mut guard = write(&self.namespaces);
-                        let map = guard.get_or_insert_with(HashMap::new);
-                        map.insert(o.name_any(), new.clone()).is_none_or(|old| old != new)
-                    };
-                    if changed {
+                    if init_done || !changes.is_empty() {
                         self.trigger_all();
                     }
-                }
-                Ok(Event::Delete(o)) => {
-                    if let Some(map) = write(&self.namespaces).as_mut() {
-                        map.remove(&o.name_any());
-                    }
-                    self.trigger_all();
                 }
                 Err(e) => tracing::warn!(error = %e, "watching namespaces"),
             }
         }
     }
 
-    /// Watches the copies of one kind (by the ownership labels only).
+    /// Watches the copies of one kind: metadata only, by the ownership label.
     pub async fn watch_copies(self: Arc<Self>, kind: SourceKind, on_synced: impl Fn()) {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &api_resource(kind));
+        match kind {
+            SourceKind::ConfigMap => self.watch_copies_of::<ConfigMap>(kind, on_synced).await,
+            SourceKind::Secret => self.watch_copies_of::<Secret>(kind, on_synced).await,
+        }
+    }
+
+    async fn watch_copies_of<K>(self: Arc<Self>, kind: SourceKind, on_synced: impl Fn())
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let Some(mut writer) = lock(&self.writers).copies.remove(&kind) else { return };
+        let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
         let mut stream = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
-        let parse = |o: &DynamicObject| serde_json::to_value(o).ok().and_then(|v| Existing::from_json(kind, &v));
-        let mut buffer: Option<Vec<Existing>> = None;
+        let fm = self.field_manager.clone();
+        let project = |o: PartialObjectMeta<K>| {
+            let key = copy_key_str(&o.namespace().unwrap_or_default(), &o.name_any());
+            let observed = serde_json::to_value(&o).ok().and_then(|v| Observed::from_json(kind, &v, false, &fm));
+            (key, observed)
+        };
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(Event::Init) => buffer = Some(Vec::new()),
-                Ok(Event::InitApply(o)) => {
-                    if let (Some(b), Some(e)) = (buffer.as_mut(), parse(&o)) {
-                        b.push(e);
+                Ok(ev) => {
+                    let init_done = matches!(ev, watcher::Event::InitDone);
+                    let changes = writer.apply_changes(ev, project);
+                    for c in &changes {
+                        self.copy_changed(c);
                     }
-                }
-                Ok(Event::InitDone) => {
-                    let items = buffer.take().unwrap_or_default();
-                    {
-                        let mut idx = write(&self.copies);
-                        let stale: Vec<CopyKey> = idx.by_key.keys().filter(|k| k.kind == kind).cloned().collect();
-                        for k in stale {
-                            idx.remove(&k);
-                        }
-                        for e in items {
-                            idx.insert(e);
-                        }
-                        idx.ready.insert(kind);
-                    }
-                    on_synced();
-                    self.trigger_all();
-                }
-                Ok(Event::Apply(o)) => {
-                    if let Some(e) = parse(&o) {
-                        let old = write(&self.copies).by_key.get(&e.key).cloned();
-                        let changed = old.as_ref() != Some(&e)
-                            && !old.as_ref().is_some_and(|old| {
-                                old.owner == e.owner
-                                    && old.annotated_hash == e.annotated_hash
-                                    && old.content_hash == e.content_hash
-                            });
-                        if let Some(old) = &old
-                            && old.owner != e.owner
-                        {
-                            self.trigger_owner(old);
-                        }
-                        write(&self.copies).insert(e.clone());
-                        if changed {
-                            self.trigger_owner(&e);
-                        }
-                    }
-                }
-                Ok(Event::Delete(o)) => {
-                    if let Some(e) = parse(&o) {
-                        write(&self.copies).remove(&e.key);
-                        self.trigger_owner(&e);
+                    if init_done {
+                        on_synced();
+                        self.trigger_all();
                     }
                 }
                 Err(e) => tracing::warn!(kind = kind.as_str(), error = %e, "watching copies"),
@@ -408,8 +477,23 @@ impl Caches {
         }
     }
 
-    pub fn metrics(&self) -> &CopierMetrics {
-        &self.metrics
+    /// A copy changed: its owner (old and new) reconciles, unless it is the
+    /// echo of our own write.
+    fn copy_changed(&self, c: &Change<Option<Observed>>) {
+        let old = c.old.as_deref().and_then(Option::as_ref);
+        if let Some(new) = c.new.as_deref().and_then(Option::as_ref) {
+            let ours = lock(&self.known).get(&new.key) == new.resource_version.as_ref();
+            if !ours {
+                self.trigger_owner(new);
+            }
+            if let Some(old) = old
+                && old.owner != new.owner
+            {
+                self.trigger_owner(old);
+            }
+        } else if let Some(old) = old {
+            self.trigger_owner(old);
+        }
     }
 }
 

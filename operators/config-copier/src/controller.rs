@@ -3,7 +3,7 @@
 //! the rules concerned on every change. A finalizer prunes a deleted rule's
 //! copies.
 
-use std::collections::HashSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,13 +18,18 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
+use tokio::sync::Semaphore;
+
 use crate::apply::{Outcome, Writer};
-use crate::cache::{Caches, GC_INTERVAL, Sources, api_resource, trigger_channel};
-use crate::copy::{CopyKey, Existing, RULE_LABEL, RuleId, Source};
-use crate::crd::{CopyRule, SourceKind};
+use crate::cache::{CacheOptions, Caches, GC_INTERVAL, Sources, api_resource, trigger_channel};
+use crate::copy::{CopyKey, Observed, RULE_LABEL, RuleId, RuleRef, Source, StripLabels};
+use crate::crd::{CopyRule, SkippedSource, SourceKind};
 use crate::error::Error;
 use crate::metrics::CopierMetrics;
-use crate::plan::{RulePlan, desired_copies, diff, target_namespaces};
+use crate::plan::{
+    Action as PlanAction, Claim, CopyContext, Desired, Policy, Rank, RulePlan, SourceSelection, decide, desired_copies,
+    target_namespaces,
+};
 use crate::selector::{Selector, TargetFilter};
 use crate::status::{self, Summary};
 
@@ -44,6 +49,10 @@ pub struct Options {
     pub watch_namespace: Option<String>,
     /// Copy writes in flight per reconcile.
     pub concurrency: usize,
+    /// KiB of copy writes in flight, all reconciles together.
+    pub max_kib_in_flight: u32,
+    pub policy: Policy,
+    pub strip: StripLabels,
 }
 
 /// What every reconcile shares.
@@ -51,6 +60,21 @@ pub struct Data {
     pub ctx: Context,
     pub caches: Arc<Caches>,
     pub options: Options,
+    pub budget: Arc<Semaphore>,
+}
+
+impl Data {
+    /// The writer of one rule's copies.
+    fn writer<'a>(&'a self, rule: &'a RuleRef) -> Writer<'a> {
+        Writer {
+            client: &self.ctx.client,
+            field_manager: &self.ctx.field_manager,
+            caches: &self.caches,
+            rule,
+            budget: &self.budget,
+            budget_kib: self.options.max_kib_in_flight,
+        }
+    }
 }
 
 /// Runs the controller until shutdown.
@@ -65,7 +89,12 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     let controller = Controller::new(rules, watcher::Config::default().any_semantic())
         .with_config(controller::Config::default().debounce(Duration::from_millis(200)).concurrency(8))
         .reconcile_on(rx);
-    let caches = Caches::new(ctx.client.clone(), controller.store(), tx, metrics);
+    let cache_options = CacheOptions {
+        field_manager: ctx.field_manager.clone(),
+        scope: options.watch_namespace.clone(),
+        strip: options.strip.clone(),
+    };
+    let caches = Caches::new(ctx.client.clone(), controller.store(), tx, metrics, cache_options);
 
     let readiness = ctx.readiness().clone();
     let mut tasks = Vec::new();
@@ -92,7 +121,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
             }
         }));
     }
-    let data = Arc::new(Data { ctx: ctx.clone(), caches, options });
+    let budget = Arc::new(Semaphore::new(options.max_kib_in_flight as usize));
+    let data = Arc::new(Data { ctx: ctx.clone(), caches, options, budget });
     let result = ctx.run_controller("copyrule", controller, reconcile, error_policy, data).await;
     for t in tasks {
         t.abort();
@@ -100,55 +130,58 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     result
 }
 
-pub fn error_policy(rule: Arc<CopyRule>, error: &Error, _: Arc<Data>) -> Action {
-    tracing::debug!(rule = %rule.name_any(), error = error.metric_label(), "will retry");
-    Action::requeue(Duration::from_secs(10))
+/// Failures back off per rule (1 s doubling to 5 min): a rule whose copies
+/// the API keeps refusing (a policy, a denied delete) never slows the others
+/// nor loops hot.
+pub fn error_policy(rule: Arc<CopyRule>, error: &Error, data: Arc<Data>) -> Action {
+    let id = RuleId::new(rule.namespace().unwrap_or_default(), rule.name_any());
+    let delay = data.caches.backoff(&id);
+    tracing::debug!(rule = %id, error = error.metric_label(), ?delay, "will retry");
+    Action::requeue(delay)
 }
 
 pub async fn reconcile(rule: Arc<CopyRule>, data: Arc<Data>) -> Result<Action, Error> {
     let ns = rule.namespace().ok_or(Error::NoNamespace)?;
+    let id = RuleId::new(ns.clone(), rule.name_any());
     let api: Api<CopyRule> = Api::namespaced(data.ctx.client.clone(), &ns);
-    finalizer(&api, FINALIZER, rule, |event| async {
+    let result = finalizer(&api, FINALIZER, rule, |event| async {
         match event {
             Finalizer::Apply(r) => sync(&r, &data).await,
             Finalizer::Cleanup(r) => cleanup(&r, &data).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-fn rule_id(rule: &CopyRule) -> Result<RuleId, Error> {
-    Ok(RuleId::new(rule.namespace().ok_or(Error::NoNamespace)?, rule.name_any()))
-}
-
-enum Op<'a> {
-    Missing(&'a CopyKey, &'a Source),
-    Update(&'a CopyKey, &'a Source, &'a Existing),
-    Delete(&'a Existing),
-}
-
-async fn run_op(w: &Writer<'_>, op: Op<'_>) -> Outcome {
-    match op {
-        Op::Missing(k, s) => w.ensure_missing(k, s).await,
-        Op::Update(k, s, e) => w.update(k, s, e).await,
-        Op::Delete(e) => w.delete(e).await,
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    if result.is_ok() {
+        data.caches.reset_backoff(&id);
     }
+    result
 }
 
-/// Runs `ops` with at most `limit` in flight. Futures are made as slots free
-/// up (not all up front: a request future is several KiB, times thousands).
-async fn run_ops<'a>(w: &Writer<'_>, ops: Vec<Op<'a>>, limit: usize) -> Vec<Outcome> {
-    let mut outcomes = Vec::with_capacity(ops.len());
-    let mut ops = ops.into_iter();
+fn rule_ref(rule: &CopyRule) -> Result<RuleRef, Error> {
+    Ok(RuleRef {
+        id: RuleId::new(rule.namespace().ok_or(Error::NoNamespace)?, rule.name_any()),
+        uid: rule.uid().unwrap_or_default(),
+    })
+}
+
+/// One copy's decided action, to carry out.
+type Job = (CopyKey, Option<Arc<Source>>, PlanAction, CopyContext);
+
+/// Runs `jobs` with at most `limit` in flight. Futures are made as slots
+/// free up (not all up front: a request future is several KiB, times thousands).
+async fn run_jobs(writer: &Writer<'_>, jobs: Vec<Job>, limit: usize) -> Vec<Outcome> {
+    let run = |(k, s, a, c): Job| async move { writer.execute(&k, s.as_ref(), a, &c).await };
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    let mut jobs = jobs.into_iter();
     let mut pending = FuturesUnordered::new();
-    for op in ops.by_ref().take(limit.max(1)) {
-        pending.push(run_op(w, op));
+    for job in jobs.by_ref().take(limit.max(1)) {
+        pending.push(run(job));
     }
     while let Some(outcome) = pending.next().await {
         outcomes.push(outcome);
-        if let Some(op) = ops.next() {
-            pending.push(run_op(w, op));
+        if let Some(job) = jobs.next() {
+            pending.push(run(job));
         }
     }
     outcomes
@@ -156,17 +189,24 @@ async fn run_ops<'a>(w: &Writer<'_>, ops: Vec<Op<'a>>, limit: usize) -> Vec<Outc
 
 /// Converges one rule.
 async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
-    let id = rule_id(rule)?;
+    let me = rule_ref(rule)?;
+    let id = &me.id;
     let caches = &data.caches;
+    let policy = &data.options.policy;
     let oref = rule.object_ref(&());
     let previous = rule.status.as_ref();
 
-    let checked =
-        Selector::new(&rule.spec.selector).and_then(|s| Ok((s, TargetFilter::new(rule.spec.namespaces.as_ref())?)));
+    let checked = rule
+        .spec
+        .selector
+        .as_ref()
+        .map(Selector::new)
+        .transpose()
+        .and_then(|s| Ok((s, TargetFilter::new(rule.spec.namespaces.as_ref())?)));
     let (selector, targets) = match checked {
         Ok(v) => v,
         Err(e) => {
-            caches.stop_sources(&id);
+            caches.forget_rule(id);
             let was = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"));
             if !was.is_some_and(|c| c.reason == "InvalidSpec" && c.message == e.0) {
                 data.ctx.events.warning(&oref, "InvalidSpec", "Validate", format!("rule not applied: {e}"));
@@ -176,10 +216,17 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             return Ok(Action::await_change());
         }
     };
+    let selection = SourceSelection { selector, names: rule.spec.names.iter().map(|n| n.0.clone()).collect() };
     let (Some(namespaces), true) = (caches.namespaces(), caches.copies_ready()) else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let sources = match caches.sources(&id, rule.spec.kind, &selector.to_query()) {
+    let query = selection.server_query();
+    let ident = format!("{}|{:?}|{:?}", rule.spec.kind.as_str(), query, selection.names);
+    let keep = {
+        let selection = selection.clone();
+        move |name: &str, labels: &std::collections::BTreeMap<String, String>| selection.selects(name, labels)
+    };
+    let sources = match caches.sources(id, rule.spec.kind, query, ident, keep) {
         Sources::Ready(s) => s,
         Sources::NotReady(None) => return Ok(Action::requeue(Duration::from_secs(2))),
         Sources::NotReady(Some(why)) => {
@@ -189,35 +236,72 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         }
     };
 
-    let plan_rule = RulePlan { id: &id, kind: rule.spec.kind, selector: &selector, targets: &targets };
-    let target_count = target_namespaces(&plan_rule, &namespaces).len();
-    let source_count = crate::plan::rule_sources(&plan_rule, &sources).len();
-    let desired = desired_copies(&plan_rule, &sources, &namespaces);
-    let owned = caches.owned_copies(&id);
-    let plan = diff(&id, &desired, &owned, rule.spec.prune);
-    tracing::debug!(
-        rule = %id, desired = desired.len(), in_sync = plan.in_sync, missing = plan.missing.len(),
-        update = plan.update.len(), delete = plan.delete.len(), "plan"
+    let plan_rule = RulePlan { rule: &me, kind: rule.spec.kind, sources: &selection, targets: &targets };
+    let target_set = target_namespaces(&plan_rule, &namespaces, policy);
+    let rule_sources = crate::plan::rule_sources(&plan_rule, &sources, policy);
+    let desired = desired_copies(&rule_sources, &target_set, rule.spec.kind);
+    caches.set_claim(
+        id,
+        Some(Claim {
+            rank: Rank {
+                created: rule.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+                rule: id.clone(),
+            },
+            kind: rule.spec.kind,
+            names: rule_sources.copied.iter().map(|s| s.name.clone()).collect(),
+            namespaces: target_set.accepted.iter().map(|s| s.to_string()).collect(),
+        }),
     );
 
-    let writer = Writer::new(&data.ctx, caches, &id, rule.spec.on_conflict);
-    let mut ops: Vec<Op<'_>> = Vec::with_capacity(plan.writes());
-    ops.extend(plan.missing.iter().map(|(k, s)| Op::Missing(k, s)));
-    ops.extend(plan.update.iter().filter_map(|(k, s)| owned.get(k).map(|e| Op::Update(k, s, e))));
-    ops.extend(plan.delete.iter().map(Op::Delete));
-    let outcomes = run_ops(&writer, ops, data.options.concurrency).await;
-
+    // Decide for every wanted copy and every copy of ours.
+    let writer = data.writer(&me);
+    let mut keys: BTreeMap<CopyKey, (Option<Arc<Source>>, Option<Observed>)> =
+        desired.iter().map(|(k, s)| (k.clone(), (Some(Arc::clone(s)), None))).collect();
+    for o in caches.copies_of(id) {
+        let key = o.key.clone();
+        keys.entry(key).or_default().1 = Some(o);
+    }
+    let mut jobs = Vec::new();
     let mut summary = Summary {
-        sources: source_count,
-        namespaces: target_count,
+        sources: rule_sources.copied.len(),
+        namespaces: target_set.accepted.len(),
         desired: desired.len(),
-        in_sync: plan.in_sync,
+        protected: target_set.protected.iter().map(|s| s.to_string()).collect(),
+        skipped: rule_sources
+            .skipped
+            .iter()
+            .map(|(name, why)| SkippedSource {
+                name: name.clone(),
+                reason: why.reason().into(),
+                message: why.message(),
+            })
+            .collect(),
         ..Default::default()
     };
+    for (key, (source, observed)) in keys {
+        let observed = observed.or_else(|| caches.observed(&key));
+        let ctx = CopyContext {
+            on_conflict: rule.spec.on_conflict,
+            prune: rule.spec.prune,
+            accepts_overwrite: namespaces.get(&key.namespace).is_some_and(|n| n.accepts_overwrite()),
+            claimed_by: source.as_ref().and_then(|_| caches.claimed_by(id, &key)),
+        };
+        let owner = observed.as_ref().map(|o| writer.ownership(o));
+        let action = decide(source.as_deref().map(Desired::of).as_ref(), observed.as_ref().zip(owner.as_ref()), &ctx);
+        match action {
+            PlanAction::InSync => summary.in_sync += 1,
+            PlanAction::Nothing | PlanAction::Keep => {}
+            a => jobs.push((key, source, a, ctx)),
+        }
+    }
+    tracing::debug!(rule = %id, desired = desired.len(), in_sync = summary.in_sync, jobs = jobs.len(), "plan");
+    let outcomes = run_jobs(&writer, jobs, data.options.concurrency).await;
+
     let (mut created, mut updated, mut deleted, mut adopted) = (0, 0, 0, Vec::new());
     for o in outcomes {
         match o {
             Outcome::InSync => summary.in_sync += 1,
+            Outcome::Nothing | Outcome::Kept => {}
             Outcome::Created => {
                 created += 1;
                 summary.in_sync += 1;
@@ -235,12 +319,11 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             Outcome::Failed { key, action, error } => summary.failures.push(format!("{action} {key}: {error}")),
         }
     }
-    // Events: new conflicts, what was written, failures.
-    let known: HashSet<(String, String)> = previous
-        .map(|p| p.conflicting.iter().map(|c| (c.namespace.clone(), c.name.clone())).collect())
-        .unwrap_or_default();
-    for c in
-        summary.conflicts.iter().filter(|c| !known.contains(&(c.namespace.clone(), c.name.clone()))).take(MAX_EVENTS)
+    // Events: conflicts not reported before (however many there are), what
+    // was written, failures.
+    let current = summary.conflicts.iter().map(|c| (c.namespace.clone(), c.name.clone())).collect();
+    let new = caches.new_conflicts(id, current);
+    for c in summary.conflicts.iter().filter(|c| new.contains(&(c.namespace.clone(), c.name.clone()))).take(MAX_EVENTS)
     {
         data.ctx.events.warning(
             &oref,
@@ -249,12 +332,20 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             format!("{} {}/{} left alone ({}): {}", rule.spec.kind.as_str(), c.namespace, c.name, c.reason, c.message),
         );
     }
+    if new.len() > MAX_EVENTS {
+        data.ctx.events.warning(
+            &oref,
+            "Conflict",
+            "Copy",
+            format!("{} more targets left alone; see status.conflicting", new.len() - MAX_EVENTS),
+        );
+    }
     for k in adopted.iter().take(MAX_EVENTS) {
         data.ctx.events.normal(
             &oref,
             "Adopted",
             "Copy",
-            format!("{k} had no ownership label and was adopted (onConflict: Overwrite)"),
+            format!("{k} had no ownership marks and was adopted (onConflict: Overwrite)"),
         );
     }
     let writes = created + updated + deleted + adopted.len();
@@ -269,7 +360,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     if let Some(first) = summary.failures.first() {
         data.ctx.events.warning(&oref, "SyncFailed", "Copy", first.clone());
     }
-    caches.metrics().set_rule(&id, summary.sources, summary.desired, summary.in_sync, summary.conflicts.len());
+    caches.metrics().set_rule(id, summary.sources, summary.desired, summary.in_sync, summary.conflicts.len());
 
     write_status(rule, data, &summary, writes > 0).await?;
     if !summary.failures.is_empty() {
@@ -294,34 +385,44 @@ async fn write_status(rule: &CopyRule, data: &Data, summary: &Summary, wrote: bo
     Ok(())
 }
 
-/// The rule is being deleted: prune its copies (when `prune`), stop its watches.
+/// The rule is being deleted: prune its copies (when `prune`), forget it.
+/// A copy whose deletion is denied keeps the finalizer (status and a
+/// Warning say so, retried with backoff); the escape is `prune: false` on
+/// the rule, or removing the finalizer by hand.
 async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
-    let id = rule_id(rule)?;
+    let me = rule_ref(rule)?;
     let caches = &data.caches;
-    caches.stop_sources(&id);
-    caches.metrics().forget_rule(&id);
     if !rule.spec.prune {
+        caches.forget_rule(&me.id);
+        caches.metrics().forget_rule(&me.id);
         return Ok(Action::await_change());
     }
-    let writer = Writer::new(&data.ctx, caches, &id, rule.spec.on_conflict);
+    let writer = data.writer(&me);
     // Ask the API, not the cache: a copy written a moment ago is pruned too.
-    let mut copies = Vec::new();
+    let mut jobs = Vec::new();
     for kind in SourceKind::ALL {
         let api: Api<DynamicObject> = Api::all_with(data.ctx.client.clone(), &api_resource(kind));
         caches.metrics().request("list");
         let list = api
-            .list_metadata(&ListParams::default().labels(&format!("{RULE_LABEL}={}", id.label_value())))
+            .list_metadata(&ListParams::default().labels(&format!("{RULE_LABEL}={}", me.id.label_value())))
             .await
             .map_err(Error::List)?;
-        copies.extend(
-            list.items
-                .iter()
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .filter_map(|v| Existing::from_json(kind, &v))
-                .filter(|e| e.owned_by(&id)),
-        );
+        for o in list.items.iter().filter_map(|o| serde_json::to_value(o).ok()) {
+            let Some(o) = Observed::from_json(kind, &o, false, &data.ctx.field_manager) else { continue };
+            if writer.ownership(&o) == crate::plan::Ownership::Mine {
+                let action = PlanAction::Delete { uid: o.uid.clone(), resource_version: o.resource_version.clone() };
+                let ctx = CopyContext {
+                    on_conflict: rule.spec.on_conflict,
+                    prune: true,
+                    accepts_overwrite: false,
+                    claimed_by: None,
+                };
+                jobs.push((o.key.clone(), None, action, ctx));
+            }
+        }
     }
-    let outcomes = run_ops(&writer, copies.iter().map(Op::Delete).collect(), data.options.concurrency).await;
+    let pruned = jobs.len();
+    let outcomes = run_jobs(&writer, jobs, data.options.concurrency).await;
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|o| match o {
@@ -330,9 +431,19 @@ async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         })
         .collect();
     if let Some(first) = failures.first() {
-        data.ctx.events.warning(&rule.object_ref(&()), "PruneFailed", "Delete", first.clone());
+        let oref = rule.object_ref(&());
+        data.ctx.events.warning(
+            &oref,
+            "PruneFailed",
+            "Delete",
+            format!("{first} (set prune: false on the rule to delete it without its copies)"),
+        );
+        let summary = Summary { prune_failed: Some(first.clone()), ..Default::default() };
+        write_status(rule, data, &summary, false).await?;
         return Err(Error::Writes { failed: failures.len(), first: first.clone() });
     }
-    tracing::info!(rule = %id, pruned = copies.len(), "rule deleted: copies pruned");
+    caches.forget_rule(&me.id);
+    caches.metrics().forget_rule(&me.id);
+    tracing::info!(rule = %me.id, pruned, "rule deleted: copies pruned");
     Ok(Action::await_change())
 }

@@ -5,7 +5,10 @@
 //! label `flotilla.dev/copy-rule` (who owns it), label
 //! `app.kubernetes.io/managed-by: flotilla-config-copier`, and annotations
 //! `flotilla.dev/copy-rule` (`namespace/name` of the rule),
-//! `flotilla.dev/source` (`namespace/name`) and `flotilla.dev/content-hash`.
+//! `flotilla.dev/source` (`namespace/name`), `flotilla.dev/copy-rule-uid`
+//! (the rule's UID: two installations, or a rule and its deleted
+//! predecessor, never take each other's copies) and
+//! `flotilla.dev/content-hash`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,16 +24,37 @@ pub const RULE_LABEL: &str = "flotilla.dev/copy-rule";
 pub const RULE_ANNOTATION: &str = "flotilla.dev/copy-rule";
 /// The source's `namespace/name`.
 pub const SOURCE_ANNOTATION: &str = "flotilla.dev/source";
+/// The owning rule's UID.
+pub const RULE_UID_ANNOTATION: &str = "flotilla.dev/copy-rule-uid";
 /// `sha256:<hex>` of the content, labels and annotations the copy was written with.
 pub const HASH_ANNOTATION: &str = "flotilla.dev/content-hash";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "flotilla-config-copier";
 /// Selects every copy config-copier made (for its label-selected watches).
-pub const COPIES_SELECTOR: &str = "app.kubernetes.io/managed-by=flotilla-config-copier,flotilla.dev/copy-rule";
+/// Only the ownership label: a copy whose `app.kubernetes.io/managed-by` is
+/// rewritten by hand stays in the watch and is repaired.
+pub const COPIES_SELECTOR: &str = "flotilla.dev/copy-rule";
 /// Added to every source selector: a copy is never a source.
 pub const NOT_A_COPY: &str = "!flotilla.dev/copy-rule";
 /// Secrets of this type are never copied (the token controller owns them).
 pub const SA_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
+/// Field manager names are compared against this when reading managedFields.
+const PAYLOAD_FIELDS: [&str; 4] = ["f:data", "f:binaryData", "f:type", "f:immutable"];
+
+/// Labels, beyond the built-in tracking ones, that are never copied
+/// (`--strip-labels`): exact keys, or prefixes ending in `/` or `*`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StripLabels(pub Vec<String>);
+
+impl StripLabels {
+    fn strips(&self, key: &str) -> bool {
+        self.0.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => key.starts_with(prefix),
+            None if p.ends_with('/') => key.starts_with(p.as_str()),
+            None => key == p,
+        })
+    }
+}
 
 /// Annotations and labels that track another tool's ownership and must not
 /// be copied (they would make Helm/Argo CD/kubectl think they own the copy).
@@ -51,6 +75,31 @@ pub fn is_tracking_key(key: &str) -> bool {
 
 fn without_tracking(m: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     m.iter().filter(|(k, _)| !is_tracking_key(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// Labels to copy: no tracking ones, not Helm's `owner=helm` (Helm finds its
+/// release objects by it), none of `strip`.
+fn copied_labels(m: &BTreeMap<String, String>, strip: &StripLabels) -> BTreeMap<String, String> {
+    m.iter()
+        .filter(|(k, v)| {
+            let helm_owner = k.as_str() == "owner" && v.as_str() == "helm";
+            !(is_tracking_key(k) || helm_owner || strip.strips(k))
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The hash of payload, labels and annotations: the copy's hash annotation.
+fn full_hash(content_hash: &str, labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) -> String {
+    let full = json!({"content": content_hash, "labels": labels, "annotations": annotations});
+    format!("sha256:{}", hex::encode(Sha256::digest(full.to_string().as_bytes())))
+}
+
+/// A CopyRule as its copies name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleRef {
+    pub id: RuleId,
+    pub uid: String,
 }
 
 /// A rule's identity.
@@ -158,6 +207,10 @@ pub struct Source {
     pub content_hash: String,
     /// Hash of payload, labels and annotations: the copy's annotation.
     pub hash: String,
+    /// `Kind/name` of the controller (ownerReference with `controller: true`), if any.
+    pub controller: Option<String>,
+    /// Labelled `owner=helm` or a `helm.sh/release.v1` Secret: a Helm release record.
+    pub helm_release: bool,
 }
 
 impl Source {
@@ -169,11 +222,12 @@ impl Source {
         annotations: &BTreeMap<String, String>,
         content: Content,
     ) -> Self {
-        let labels = without_tracking(labels);
+        let helm_release =
+            labels.get("owner").is_some_and(|v| v == "helm") || content.type_.as_deref() == Some("helm.sh/release.v1");
+        let labels = copied_labels(labels, &StripLabels::default());
         let annotations = without_tracking(annotations);
         let content_hash = content.hash();
-        let full = json!({"content": content_hash, "labels": labels, "annotations": annotations});
-        let hash = format!("sha256:{}", hex::encode(Sha256::digest(full.to_string().as_bytes())));
+        let hash = full_hash(&content_hash, &labels, &annotations);
         Self {
             kind,
             namespace: namespace.to_string(),
@@ -183,12 +237,31 @@ impl Source {
             content,
             content_hash,
             hash,
+            controller: None,
+            helm_release,
         }
     }
 
+    /// Without the labels `strip` names (`--strip-labels`).
+    pub fn stripped(mut self, strip: &StripLabels) -> Self {
+        self.labels.retain(|k, _| !strip.strips(k));
+        self.hash = full_hash(&self.content_hash, &self.labels, &self.annotations);
+        self
+    }
+
+    /// Payload bytes (what a write of this copy carries, roughly).
+    pub fn size(&self) -> usize {
+        let m = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        m(&self.content.data) + m(&self.content.binary_data)
+    }
+
     /// Parses a ConfigMap or Secret as returned by the API; `None` for
-    /// objects that are never sources (copies, service-account tokens).
+    /// objects that are never sources (copies).
     pub fn from_json(kind: SourceKind, obj: &Value) -> Option<Self> {
+        Self::from_json_strip(kind, obj, &StripLabels::default())
+    }
+
+    pub fn from_json_strip(kind: SourceKind, obj: &Value, strip: &StripLabels) -> Option<Self> {
         let meta = obj.get("metadata")?;
         let namespace = meta.get("namespace")?.as_str()?;
         let name = meta.get("name")?.as_str()?;
@@ -203,20 +276,38 @@ impl Source {
             return None;
         }
         let content = Content::from_json(kind, obj);
-        if content.type_.as_deref() == Some(SA_TOKEN_TYPE) {
-            return None;
-        }
-        Some(Self::new(kind, namespace, name, &labels, &strings("annotations"), content))
+        let mut source = Self::new(kind, namespace, name, &labels, &strings("annotations"), content).stripped(strip);
+        source.controller = meta.get("ownerReferences").and_then(Value::as_array).and_then(|refs| {
+            refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)).map(|r| {
+                let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("?");
+                format!("{}/{}", s("kind"), s("name"))
+            })
+        });
+        Some(source)
     }
 
     /// The copy of this source in `namespace` for `rule`, as a server-side
     /// apply body: exactly the fields config-copier owns.
-    pub fn copy_manifest(&self, rule: &RuleId, namespace: &str) -> Value {
+    pub fn copy_manifest(&self, rule: &RuleRef, namespace: &str) -> Value {
+        self.manifest(rule, namespace, true)
+    }
+
+    /// The copy's manifest with empty payload values: its marks and key
+    /// names, without carrying the payload around.
+    pub fn copy_manifest_marks(&self, rule: &RuleRef, namespace: &str) -> Value {
+        self.manifest(rule, namespace, false)
+    }
+
+    fn manifest(&self, rule: &RuleRef, namespace: &str, values: bool) -> Value {
+        let payload = |m: &BTreeMap<String, String>| -> Value {
+            if values { json!(m) } else { Value::Object(m.keys().map(|k| (k.clone(), json!(""))).collect()) }
+        };
         let mut labels = self.labels.clone();
-        labels.insert(RULE_LABEL.to_string(), rule.label_value());
+        labels.insert(RULE_LABEL.to_string(), rule.id.label_value());
         labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string());
         let mut annotations = self.annotations.clone();
-        annotations.insert(RULE_ANNOTATION.to_string(), rule.to_string());
+        annotations.insert(RULE_ANNOTATION.to_string(), rule.id.to_string());
+        annotations.insert(RULE_UID_ANNOTATION.to_string(), rule.uid.clone());
         annotations.insert(SOURCE_ANNOTATION.to_string(), format!("{}/{}", self.namespace, self.name));
         annotations.insert(HASH_ANNOTATION.to_string(), self.hash.clone());
         let mut obj = json!({
@@ -225,10 +316,10 @@ impl Source {
             "metadata": {"name": self.name, "namespace": namespace, "labels": labels, "annotations": annotations},
         });
         if !self.content.data.is_empty() {
-            obj["data"] = json!(self.content.data);
+            obj["data"] = payload(&self.content.data);
         }
         if !self.content.binary_data.is_empty() {
-            obj["binaryData"] = json!(self.content.binary_data);
+            obj["binaryData"] = payload(&self.content.binary_data);
         }
         if let Some(t) = &self.content.type_ {
             obj["type"] = json!(t);
@@ -237,37 +328,80 @@ impl Source {
     }
 }
 
-/// An existing object at a copy's place, as far as ownership goes.
+/// What is known of a copy's payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Existing {
+pub enum Payload {
+    /// Read in full: the hash of what it holds now, and its Secret type.
+    Read { content_hash: String, type_: Option<String> },
+    /// Metadata only, and nothing says it was edited: it holds what its hash
+    /// annotation says (a version we wrote or verified, or no other field
+    /// manager owns a payload field).
+    Trusted,
+    /// Metadata only: another field manager owns payload fields (edited by hand).
+    Edited,
+    /// Metadata only: changed by someone else since we last knew it, and
+    /// managedFields do not say how. Read it before deciding.
+    Unexplained,
+}
+
+/// An object at a copy's place, as far as ownership and drift go. Built
+/// from metadata (the copy watch) or from the full object (a GET).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
     pub key: CopyKey,
-    /// The rule named by the ownership label (and annotation), if any.
+    /// The rule its ownership marks name, if any.
     pub owner: Option<Owner>,
     /// The hash annotation it was last written with.
     pub annotated_hash: Option<String>,
-    /// The hash of what it holds now.
-    pub content_hash: String,
+    /// `app.kubernetes.io/managed-by` says config-copier.
+    pub managed_by_ours: bool,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    pub payload: Payload,
 }
 
-/// Who an object's ownership marks name.
+/// Who an object's ownership marks name. A copy is known as ours by the
+/// label or, when a hand edit removed it, by the annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     /// The `flotilla.dev/copy-rule` label value.
-    pub label: String,
+    pub label: Option<String>,
     /// The rule from the annotation, when present and parseable.
     pub rule: Option<RuleId>,
+    /// The rule's UID from the annotation.
+    pub uid: Option<String>,
 }
 
-impl Existing {
-    pub fn from_json(kind: SourceKind, obj: &Value) -> Option<Self> {
+impl Owner {
+    /// The ownership label value these marks stand for.
+    pub fn label_value(&self) -> Option<String> {
+        self.label.clone().or_else(|| self.rule.as_ref().map(RuleId::label_value))
+    }
+}
+
+impl Observed {
+    /// From an object's JSON: `full` when it carries its payload (a GET),
+    /// else metadata only, where managedFields tell whether another field
+    /// manager than `field_manager` owns payload fields.
+    pub fn from_json(kind: SourceKind, obj: &Value, full: bool, field_manager: &str) -> Option<Self> {
         let meta = obj.get("metadata")?;
         let s = |section: &str, key: &str| {
             meta.get(section).and_then(|m| m.get(key)).and_then(Value::as_str).map(str::to_string)
         };
-        let owner = s("labels", RULE_LABEL)
-            .map(|label| Owner { label, rule: s("annotations", RULE_ANNOTATION).and_then(|a| RuleId::parse(&a)) });
+        let (label, rule, uid) = (
+            s("labels", RULE_LABEL),
+            s("annotations", RULE_ANNOTATION).and_then(|a| RuleId::parse(&a)),
+            s("annotations", RULE_UID_ANNOTATION),
+        );
+        let owner = (label.is_some() || uid.is_some()).then_some(Owner { label, rule, uid });
+        let payload = if full {
+            let content = Content::from_json(kind, obj);
+            Payload::Read { content_hash: content.hash(), type_: content.type_ }
+        } else if foreign_payload(obj, field_manager) {
+            Payload::Edited
+        } else {
+            Payload::Trusted
+        };
         Some(Self {
             key: CopyKey {
                 kind,
@@ -276,51 +410,91 @@ impl Existing {
             },
             owner,
             annotated_hash: s("annotations", HASH_ANNOTATION),
-            content_hash: Content::from_json(kind, obj).hash(),
+            managed_by_ours: s("labels", MANAGED_BY_LABEL).as_deref() == Some(MANAGED_BY),
             uid: meta.get("uid").and_then(Value::as_str).map(str::to_string),
             resource_version: meta.get("resourceVersion").and_then(Value::as_str).map(str::to_string),
+            payload,
         })
-    }
-
-    /// Whether `rule` owns it: the ownership label carries the rule's value.
-    pub fn owned_by(&self, rule: &RuleId) -> bool {
-        self.owner.as_ref().is_some_and(|o| o.label == rule.label_value())
-    }
-
-    /// Whether it holds `source`'s current content, labels and annotations.
-    pub fn in_sync_with(&self, source: &Source) -> bool {
-        self.annotated_hash.as_deref() == Some(source.hash.as_str()) && self.content_hash == source.content_hash
     }
 }
 
-/// Labels and annotations that `field_manager` set with a plain create or
-/// update (not apply) and that `desired` (an apply body) no longer has: left
-/// over from when the copy was created, to be removed. Keys other managers
-/// set are never listed.
-pub fn stale_marks(obj: &Value, field_manager: &str, desired: &Value) -> (Vec<String>, Vec<String>) {
-    let mut labels = Vec::new();
-    let mut annotations = Vec::new();
+/// Whether a field manager other than `ours` owns a payload field (`data`,
+/// `binaryData`, `type`, `immutable`): the trace a hand edit leaves.
+pub fn foreign_payload(obj: &Value, ours: &str) -> bool {
+    let entries = obj.pointer("/metadata/managedFields").and_then(Value::as_array);
+    entries.into_iter().flatten().any(|e| {
+        e.get("manager").and_then(Value::as_str) != Some(ours)
+            && e.pointer("/fieldsV1")
+                .and_then(Value::as_object)
+                .is_some_and(|f| PAYLOAD_FIELDS.iter().any(|p| f.contains_key(*p)))
+    })
+}
+
+/// Fields to remove after a write, found in managedFields (so a
+/// metadata-only response is enough).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Strays {
+    pub labels: Vec<String>,
+    pub annotations: Vec<String>,
+    /// `data` and `binaryData` keys.
+    pub data: Vec<String>,
+    pub binary_data: Vec<String>,
+}
+
+impl Strays {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty() && self.data.is_empty() && self.binary_data.is_empty()
+    }
+}
+
+/// What to remove from a copy after a write of `desired` (an apply body):
+/// labels, annotations and payload keys that `field_manager` set with a
+/// plain create or update (not apply) and that `desired` no longer has;
+/// with `repair`, also payload keys another manager added by hand. Labels
+/// and annotations of other managers are never listed (coexistence).
+pub fn stray_fields(obj: &Value, field_manager: &str, desired: &Value, repair: bool) -> Strays {
+    let mut out = Strays::default();
     let entries = obj.pointer("/metadata/managedFields").and_then(Value::as_array).cloned().unwrap_or_default();
-    for entry in entries {
-        let ours = entry.get("manager").and_then(Value::as_str) == Some(field_manager)
-            && entry.get("operation").and_then(Value::as_str) == Some("Update");
-        if !ours {
-            continue;
+    let keys = |entry: &Value, path: &str| -> Vec<String> {
+        entry
+            .pointer(path)
+            .and_then(Value::as_object)
+            .map(|m| m.keys().filter_map(|k| k.strip_prefix("f:")).map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let push = |out: &mut Vec<String>, key: String| {
+        if !out.contains(&key) {
+            out.push(key);
         }
-        for (section, out) in [("labels", &mut labels), ("annotations", &mut annotations)] {
-            let owned = entry.pointer(&format!("/fieldsV1/f:metadata/f:{section}")).and_then(Value::as_object);
-            let want = desired.pointer(&format!("/metadata/{section}")).and_then(Value::as_object);
-            let present = obj.pointer(&format!("/metadata/{section}")).and_then(Value::as_object);
-            for key in owned.into_iter().flat_map(|m| m.keys()).filter_map(|k| k.strip_prefix("f:")) {
-                let wanted = want.is_some_and(|w| w.contains_key(key));
-                let there = present.is_some_and(|p| p.contains_key(key));
-                if !wanted && there && !out.iter().any(|k: &String| k == key) {
-                    out.push(key.to_string());
+    };
+    for entry in entries {
+        let ours = entry.get("manager").and_then(Value::as_str) == Some(field_manager);
+        let update = entry.get("operation").and_then(Value::as_str) == Some("Update");
+        if ours && update {
+            for (section, out) in [("labels", &mut out.labels), ("annotations", &mut out.annotations)] {
+                let want = desired.pointer(&format!("/metadata/{section}")).and_then(Value::as_object);
+                let present = obj.pointer(&format!("/metadata/{section}")).and_then(Value::as_object);
+                for key in keys(&entry, &format!("/fieldsV1/f:metadata/f:{section}")) {
+                    let wanted = want.is_some_and(|w| w.contains_key(&key));
+                    let there = present.is_some_and(|p| p.contains_key(&key));
+                    if !wanted && there {
+                        push(out, key);
+                    }
+                }
+            }
+        }
+        if (ours && update) || (!ours && repair) {
+            for (field, out) in [("data", &mut out.data), ("binaryData", &mut out.binary_data)] {
+                let want = desired.get(field).and_then(Value::as_object);
+                for key in keys(&entry, &format!("/fieldsV1/f:{field}")) {
+                    if !want.is_some_and(|w| w.contains_key(&key)) {
+                        push(out, key);
+                    }
                 }
             }
         }
     }
-    (labels, annotations)
+    out
 }
 
 #[cfg(test)]
@@ -346,7 +520,7 @@ mod tests {
             ]),
             Content { data: m(&[("k", "v")]), ..Default::default() },
         );
-        let obj = src.copy_manifest(&RuleId::new("default", "main-rule"), "team-a");
+        let obj = src.copy_manifest(&rref("default", "main-rule"), "team-a");
         let labels = obj["metadata"]["labels"].as_object().unwrap();
         assert_eq!(labels.len(), 3, "{labels:?}");
         assert_eq!(labels["copyrator"], "true");
@@ -362,8 +536,12 @@ mod tests {
         assert_eq!(obj["data"]["k"], "v");
     }
 
+    fn rref(ns: &str, name: &str) -> RuleRef {
+        RuleRef { id: RuleId::new(ns, name), uid: format!("uid-{name}") }
+    }
+
     #[test]
-    fn a_written_copy_reads_back_in_sync_and_drift_is_seen() {
+    fn a_written_copy_reads_back_with_its_marks_and_drift_is_seen() {
         let src = Source::new(
             SourceKind::Secret,
             "default",
@@ -372,25 +550,49 @@ mod tests {
             &BTreeMap::new(),
             Content { data: m(&[("k", "dg==")]), type_: Some("Opaque".into()), ..Default::default() },
         );
-        let rule = RuleId::new("default", "r");
+        let rule = rref("default", "r");
         let mut obj = src.copy_manifest(&rule, "x");
-        let existing = Existing::from_json(SourceKind::Secret, &obj).unwrap();
-        assert!(existing.owned_by(&rule));
-        assert!(!existing.owned_by(&RuleId::new("default", "other")));
-        assert!(existing.in_sync_with(&src));
+        let read = Observed::from_json(SourceKind::Secret, &obj, true, "me").unwrap();
+        let owner = read.owner.clone().unwrap();
+        assert_eq!(owner.label.as_deref(), Some("default.r"));
+        assert_eq!(owner.uid.as_deref(), Some("uid-r"));
+        assert_eq!(owner.rule, Some(rule.id.clone()));
+        assert!(read.managed_by_ours);
+        assert_eq!(read.annotated_hash.as_deref(), Some(src.hash.as_str()));
+        assert_eq!(
+            read.payload,
+            Payload::Read { content_hash: src.content_hash.clone(), type_: Some("Opaque".into()) }
+        );
         obj["data"]["k"] = json!("ZWRpdGVk");
-        assert!(!Existing::from_json(SourceKind::Secret, &obj).unwrap().in_sync_with(&src));
-        obj["data"]["k"] = json!("dg==");
-        obj["data"]["extra"] = json!("eA==");
-        assert!(!Existing::from_json(SourceKind::Secret, &obj).unwrap().in_sync_with(&src));
+        let edited = Observed::from_json(SourceKind::Secret, &obj, true, "me").unwrap();
+        assert_ne!(edited.payload, read.payload);
+        // Metadata only: managedFields tell whether someone else owns payload fields.
+        obj["metadata"]["managedFields"] =
+            json!([{"manager": "me", "operation": "Apply", "fieldsV1": {"f:data": {"f:k": {}}}}]);
+        assert_eq!(Observed::from_json(SourceKind::Secret, &obj, false, "me").unwrap().payload, Payload::Trusted);
+        let ours = obj["metadata"]["managedFields"][0].clone();
+        obj["metadata"]["managedFields"] =
+            json!([ours, {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:data": {"f:k": {}}}}]);
+        assert_eq!(Observed::from_json(SourceKind::Secret, &obj, false, "me").unwrap().payload, Payload::Edited);
+        obj["metadata"]["managedFields"][1] = json!({"manager": "kubectl-label", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {"f:x": {}}}}});
+        assert_eq!(Observed::from_json(SourceKind::Secret, &obj, false, "me").unwrap().payload, Payload::Trusted);
+        // The label edited away: still known by the annotations.
+        obj["metadata"]["labels"] = json!({});
+        let unlabelled = Observed::from_json(SourceKind::Secret, &obj, false, "me").unwrap();
+        assert_eq!(unlabelled.owner.unwrap().label_value().as_deref(), Some("default.r"));
+        assert!(!unlabelled.managed_by_ours);
     }
 
     #[test]
-    fn copies_and_service_account_tokens_are_never_sources() {
+    fn copies_are_never_sources_and_tokens_are_left_to_the_policy() {
         let copy = json!({"metadata": {"namespace": "a", "name": "x", "labels": {RULE_LABEL: "b.r"}}});
         assert!(Source::from_json(SourceKind::ConfigMap, &copy).is_none());
         let token = json!({"metadata": {"namespace": "a", "name": "t"}, "type": SA_TOKEN_TYPE});
-        assert!(Source::from_json(SourceKind::Secret, &token).is_none());
+        // Parsed (so that status can say why it is skipped); plan::admit_source refuses it.
+        assert_eq!(
+            Source::from_json(SourceKind::Secret, &token).unwrap().content.type_.as_deref(),
+            Some(SA_TOKEN_TYPE)
+        );
         let ok = json!({"metadata": {"namespace": "a", "name": "t"}, "type": "Opaque", "data": {"k": "dg=="}});
         assert_eq!(Source::from_json(SourceKind::Secret, &ok).unwrap().content.type_.as_deref(), Some("Opaque"));
     }
@@ -429,26 +631,38 @@ mod tests {
     }
 
     #[test]
-    fn stale_marks_are_only_our_own_leftovers() {
-        let src =
-            Source::new(SourceKind::ConfigMap, "d", "n", &m(&[("keep", "1")]), &BTreeMap::new(), Content::default());
-        let desired = src.copy_manifest(&RuleId::new("d", "r"), "x");
+    fn strays_are_our_own_leftovers_and_with_repair_keys_added_by_hand() {
+        let src = Source::new(
+            SourceKind::ConfigMap,
+            "d",
+            "n",
+            &m(&[("keep", "1")]),
+            &BTreeMap::new(),
+            Content { data: m(&[("k", "v")]), ..Default::default() },
+        );
+        let desired = src.copy_manifest_marks(&rref("d", "r"), "x");
+        assert_eq!(desired["data"]["k"], "", "marks carry key names, not the payload");
         let obj = json!({
             "metadata": {
                 "labels": {"keep": "1", "gone": "1", "theirs": "1"},
                 "annotations": {"old-note": "x"},
                 "managedFields": [
-                    {"manager": "flotilla-config-copier", "operation": "Update", "fieldsV1": {"f:metadata": {
-                        "f:labels": {"f:keep": {}, "f:gone": {}}, "f:annotations": {"f:old-note": {}}}}},
+                    {"manager": "flotilla-config-copier", "operation": "Update", "fieldsV1": {
+                        "f:metadata": {"f:labels": {"f:keep": {}, "f:gone": {}}, "f:annotations": {"f:old-note": {}}},
+                        "f:data": {"f:k": {}, "f:old": {}}}},
                     {"manager": "flotilla-config-copier", "operation": "Apply", "fieldsV1": {"f:metadata": {
                         "f:labels": {"f:applied": {}}}}},
-                    {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:metadata": {
-                        "f:labels": {"f:theirs": {}}}}}
+                    {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {
+                        "f:metadata": {"f:labels": {"f:theirs": {}}}, "f:data": {"f:extra": {}, "f:k": {}}}}
                 ]
             }
         });
-        let (labels, annotations) = stale_marks(&obj, "flotilla-config-copier", &desired);
-        assert_eq!(labels, ["gone"]);
-        assert_eq!(annotations, ["old-note"]);
+        let s = stray_fields(&obj, "flotilla-config-copier", &desired, false);
+        assert_eq!(
+            (s.labels, s.annotations, s.data),
+            (vec!["gone".to_string()], vec!["old-note".to_string()], vec!["old".to_string()])
+        );
+        let s = stray_fields(&obj, "flotilla-config-copier", &desired, true);
+        assert_eq!(s.data, ["old", "extra"]);
     }
 }

@@ -16,7 +16,10 @@ pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-
 
 /// Copies ConfigMaps or Secrets of this rule's own namespace into other
 /// namespaces and keeps the copies in sync with their sources.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = kube::core::Rule::new(
+    "has(self.selector) || (has(self.names) && size(self.names) > 0)"
+).message("a rule needs a selector, names, or both"))]
 #[kube(
     group = "flotilla.dev",
     version = "v1alpha1",
@@ -28,6 +31,7 @@ pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-
     category = "flotilla",
     printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
     printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.sources"}"#,
+    printcolumn = r#"{"name":"Namespaces","type":"integer","jsonPath":".status.namespaces","description":"consenting target namespaces"}"#,
     printcolumn = r#"{"name":"Copies","type":"integer","jsonPath":".status.copies","description":"copies in sync"}"#,
     printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflicts"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -37,17 +41,35 @@ pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-
 pub struct CopyRuleSpec {
     /// Kind of object to copy: ConfigMap or Secret.
     pub kind: SourceKind,
-    /// Which objects of that kind in this rule's own namespace are sources.
-    /// Sources never come from another namespace. An empty selector selects
-    /// every object of the kind (except copies made by config-copier).
-    pub selector: LabelSelector,
+    /// Which objects of that kind in this rule's own namespace are sources,
+    /// by label. Sources never come from another namespace. An empty
+    /// selector selects every object of the kind, except copies made by
+    /// config-copier and the default-excluded ones (kube-root-ca.crt, Helm
+    /// release objects, objects controlled by another controller, Secrets of
+    /// a type the operator does not copy). A selector, names, or both are
+    /// required; with both, an object is a source when it matches either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Sources by name, in this rule's own namespace: for objects other
+    /// tools make that cannot carry a label (cert-manager, external-secrets).
+    /// A named object is copied even when it is controlled by another
+    /// controller, is kube-root-ca.crt or looks like a Helm release; the
+    /// Secret-type allow-list still applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub names: Vec<ObjectName>,
     /// Where copies go. Omitted: every namespace except the rule's own.
-    /// The rule's own namespace is never a target.
+    /// Whatever this says, a namespace receives copies only when it
+    /// consents (label flotilla.dev/accept-copies, unless the operator runs
+    /// with --target-consent=none), and never the rule's own namespace,
+    /// kube-system, kube-public, kube-node-lease, the operator's namespace or
+    /// the operator's --protected-namespaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<NamespaceTargets>,
     /// What to do when a target namespace already has an object of that
     /// name which this rule does not own. Skip (default): leave it alone and
-    /// report it in status and as a Warning Event. Overwrite: adopt it (an
+    /// report it in status and as a Warning Event. Overwrite: adopt it, only
+    /// in target namespaces labelled flotilla.dev/accept-overwrite=true (an
     /// object owned by another existing CopyRule is never taken).
     #[serde(default)]
     pub on_conflict: OnConflict,
@@ -173,6 +195,17 @@ pub struct NamespaceTargets {
     pub exclude: Vec<NamespaceGlob>,
 }
 
+/// An object's name (a DNS subdomain).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(transparent)]
+pub struct ObjectName(
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub String,
+);
+
 /// A namespace-name glob: lowercase letters, digits, '-', '*' and '?'.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(transparent)]
@@ -205,6 +238,15 @@ pub struct CopyRuleStatus {
     /// Targets held by an object this rule does not own (left alone).
     #[serde(default)]
     pub conflicts: i32,
+    /// Protected namespaces the rule's namespace selection matched; they
+    /// never receive copies (kube-system, kube-public, kube-node-lease, the
+    /// operator's namespace, --protected-namespaces).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected_namespaces: Vec<String>,
+    /// Objects in the rule's namespace the rule selected but does not copy,
+    /// and why (at most 20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedSource>,
     /// The first conflicts (at most 20), by namespace and name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicting: Vec<ConflictEntry>,
@@ -221,9 +263,23 @@ pub struct ConflictEntry {
     pub namespace: String,
     /// The object's name (the source's name).
     pub name: String,
-    /// NotOwned (no ownership label) or OwnedByAnotherRule.
+    /// NotOwned (no ownership marks), OwnedByAnotherRule, ClaimedByAnotherRule
+    /// (an older rule wants the same object) or Invalid (the API refused the write).
     pub reason: String,
     /// Details, e.g. which rule owns it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// A selected object that is not copied.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedSource {
+    /// The object's name (in the rule's namespace).
+    pub name: String,
+    /// SecretTypeNotAllowed, KubeRootCa, HelmRelease or ControlledByAnotherController.
+    pub reason: String,
+    /// Details, e.g. the Secret type or the controller.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 }

@@ -2,6 +2,8 @@
 
 use clap::Parser;
 use config_copier::controller::{self, Options};
+use config_copier::copy::StripLabels;
+use config_copier::plan::{Consent, DEFAULT_SECRET_TYPES, NEVER_COPIED_TYPES, Policy};
 use flotilla_shared::{CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
 
 #[derive(Parser)]
@@ -17,6 +19,27 @@ struct Args {
     /// Copy writes in flight per reconcile (1-256).
     #[arg(long, env = "COPY_CONCURRENCY", default_value_t = 32, value_name = "N")]
     copy_concurrency: usize,
+    /// Namespaces that never receive copies, besides kube-system,
+    /// kube-public, kube-node-lease and the operator's own (comma-separated).
+    #[arg(long, env = "PROTECTED_NAMESPACES", value_delimiter = ',', value_name = "NS,...")]
+    protected_namespaces: Vec<String>,
+    /// `label`: only namespaces labelled flotilla.dev/accept-copies receive
+    /// copies. `none`: every unprotected namespace does — every CopyRule
+    /// author can then write into every unprotected namespace.
+    #[arg(long, env = "TARGET_CONSENT", default_value = "label", value_name = "label|none")]
+    target_consent: String,
+    /// Secret types that are copied (comma-separated). Service-account
+    /// tokens, bootstrap tokens and Helm release records never are.
+    #[arg(long, env = "SECRET_TYPES", value_delimiter = ',', default_values_t = DEFAULT_SECRET_TYPES.map(String::from), value_name = "TYPE,...")]
+    secret_types: Vec<String>,
+    /// Labels never copied, besides Helm's owner=helm, app.kubernetes.io/managed-by
+    /// and other tools' tracking labels (comma-separated; `prefix/` or `prefix*` match many).
+    #[arg(long, env = "STRIP_LABELS", value_delimiter = ',', value_name = "KEY,...")]
+    strip_labels: Vec<String>,
+    /// Bytes of copy writes in flight, all rules together (e.g. 16Mi, 512Ki):
+    /// what bounds memory with large payloads.
+    #[arg(long, env = "MAX_BYTES_IN_FLIGHT", default_value = "16Mi", value_name = "SIZE")]
+    max_bytes_in_flight: String,
     /// Print the CopyRule CRD as YAML and exit.
     #[arg(long)]
     print_crd: bool,
@@ -42,11 +65,56 @@ fn main() -> std::process::ExitCode {
     if !(1..=256).contains(&args.copy_concurrency) {
         ConfigError::new("copy-concurrency", format!("{} is not between 1 and 256", args.copy_concurrency)).exit();
     }
-    let options =
-        Options { watch_namespace: args.watch.namespace().map(str::to_string), concurrency: args.copy_concurrency };
+    let consent = match args.target_consent.as_str() {
+        "label" => Consent::Label,
+        "none" => Consent::None,
+        other => ConfigError::new("target-consent", format!("{other:?} is neither label nor none")).exit(),
+    };
+    for t in &args.secret_types {
+        if NEVER_COPIED_TYPES.contains(&t.as_str()) {
+            ConfigError::new("secret-types", format!("{t} is never copied")).exit();
+        }
+    }
+    for ns in &args.protected_namespaces {
+        if let Err(e) = flotilla_shared::config::check_dns_label(ns) {
+            ConfigError::new("protected-namespaces", format!("{ns:?}: {e}")).exit();
+        }
+    }
+    let Some(max_kib) = parse_kib(&args.max_bytes_in_flight).filter(|k| (64..=1 << 22).contains(k)) else {
+        ConfigError::new(
+            "max-bytes-in-flight",
+            format!("{:?} is not a size between 64Ki and 4Gi", args.max_bytes_in_flight),
+        )
+        .exit()
+    };
+    let policy = Policy::new(
+        flotilla_shared::config::pod_namespace().as_deref(),
+        &args.protected_namespaces,
+        consent,
+        args.secret_types.iter().filter(|t| !t.is_empty()).cloned().collect(),
+    );
+    let options = Options {
+        watch_namespace: args.watch.namespace().map(str::to_string),
+        concurrency: args.copy_concurrency,
+        max_kib_in_flight: max_kib,
+        policy,
+        strip: StripLabels(args.strip_labels.into_iter().filter(|l| !l.is_empty()).collect()),
+    };
     Operator::new("config-copier", &args.common).run(move |ctx| controller::run(ctx, options))
 }
 
 fn serde_yaml_crd() -> Result<String, flotilla_shared::crd::CrdError> {
     config_copier::crds().iter().map(flotilla_shared::crd::render).collect()
+}
+
+/// `16Mi`, `512Ki` or plain bytes, in KiB.
+fn parse_kib(s: &str) -> Option<u32> {
+    let (n, unit) = if let Some(n) = s.strip_suffix("Mi") {
+        (n, 1024)
+    } else if let Some(n) = s.strip_suffix("Ki") {
+        (n, 1)
+    } else {
+        return s.parse::<u64>().ok().and_then(|b| u32::try_from(b / 1024).ok());
+    };
+    n.parse::<u32>().ok()?.checked_mul(unit)
 }

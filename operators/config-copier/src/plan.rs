@@ -1,13 +1,83 @@
-//! Which copies should exist, and what to do about the ones that do. Pure:
-//! everything here is computed from the caches, so it is unit- and
-//! property-tested without a cluster.
+//! Every write decision, as pure functions: which namespaces may receive a
+//! rule's copies (protection and consent), which selected objects may be
+//! copied (Secret types, default exclusions), which copies should exist,
+//! who wins a name two rules want, and — for one copy — what to do from
+//! the desired copy, the observed object's metadata and the policy
+//! ([`decide`]). `apply.rs` only carries the [`Action`] out.
+//!
+//! The properties tested below: ownership is never lost (a copy of ours is
+//! only deleted by us when unwanted, never handed to a foreign object) and
+//! nothing this rule does not own is ever written without the namespace's
+//! consent and `onConflict: Overwrite` with `accept-overwrite`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::copy::{CopyKey, Existing, RuleId, Source};
-use crate::crd::SourceKind;
+use crate::copy::{CopyKey, Observed, Owner, Payload, RuleId, RuleRef, SA_TOKEN_TYPE, Source};
+use crate::crd::{OnConflict, SourceKind};
 use crate::selector::{Selector, TargetFilter};
+
+/// Namespace label: the namespace accepts copies (`true`, or the source
+/// namespaces it accepts from, separated by `.` or `_`).
+pub const ACCEPT_COPIES: &str = "flotilla.dev/accept-copies";
+/// Namespace label: `true` lets `onConflict: Overwrite` adopt objects there.
+pub const ACCEPT_OVERWRITE: &str = "flotilla.dev/accept-overwrite";
+/// Never targets, whatever the flags say.
+pub const ALWAYS_PROTECTED: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+/// The Secret types copied unless `--secret-types` says otherwise.
+pub const DEFAULT_SECRET_TYPES: [&str; 6] = [
+    "Opaque",
+    "kubernetes.io/tls",
+    "kubernetes.io/dockerconfigjson",
+    "kubernetes.io/dockercfg",
+    "kubernetes.io/basic-auth",
+    "kubernetes.io/ssh-auth",
+];
+/// Never copied, even when listed in `--secret-types`: credentials of the
+/// cluster itself, or another tool's records.
+pub const NEVER_COPIED_TYPES: [&str; 3] = [SA_TOKEN_TYPE, "bootstrap.kubernetes.io/token", "helm.sh/release.v1"];
+
+/// Whether namespaces must consent to receive copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Consent {
+    /// Only namespaces labelled `flotilla.dev/accept-copies` receive copies.
+    #[default]
+    Label,
+    /// Every unprotected namespace does (every CopyRule author can write
+    /// into every unprotected namespace).
+    None,
+}
+
+/// The operator-wide policy (from flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Never targets: the built-in ones, the operator's namespace, `--protected-namespaces`.
+    pub protected: BTreeSet<String>,
+    pub consent: Consent,
+    /// Secret types that are copied.
+    pub secret_types: BTreeSet<String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self::new(None, &[], Consent::Label, DEFAULT_SECRET_TYPES.iter().map(|s| s.to_string()).collect())
+    }
+}
+
+impl Policy {
+    pub fn new(
+        operator_namespace: Option<&str>,
+        protected: &[String],
+        consent: Consent,
+        secret_types: BTreeSet<String>,
+    ) -> Self {
+        let mut all: BTreeSet<String> = ALWAYS_PROTECTED.iter().map(|s| s.to_string()).collect();
+        all.extend(operator_namespace.map(str::to_string));
+        all.extend(protected.iter().cloned());
+        let secret_types = secret_types.into_iter().filter(|t| !NEVER_COPIED_TYPES.contains(&t.as_str())).collect();
+        Self { protected: all, consent, secret_types }
+    }
+}
 
 /// A namespace as the metadata-only watch sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -17,299 +87,409 @@ pub struct NamespaceInfo {
     pub terminating: bool,
 }
 
+impl NamespaceInfo {
+    /// Whether it accepts copies from rules in `source_namespace`.
+    pub fn accepts_from(&self, source_namespace: &str, consent: Consent) -> bool {
+        if consent == Consent::None {
+            return true;
+        }
+        self.labels
+            .get(ACCEPT_COPIES)
+            .is_some_and(|v| v == "true" || v.split(['.', '_']).any(|n| n == source_namespace))
+    }
+
+    /// Whether objects there may be adopted.
+    pub fn accepts_overwrite(&self) -> bool {
+        self.labels.get(ACCEPT_OVERWRITE).is_some_and(|v| v == "true")
+    }
+}
+
+/// How a rule selects its sources.
+#[derive(Debug, Clone, Default)]
+pub struct SourceSelection {
+    pub selector: Option<Selector>,
+    pub names: BTreeSet<String>,
+}
+
+impl SourceSelection {
+    /// Selected by name or by label.
+    pub fn selects(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.names.contains(name) || self.selector.as_ref().is_some_and(|s| s.matches(labels))
+    }
+
+    /// The label selector the source watch can send to the API server:
+    /// `Some` only when it alone decides (no names).
+    pub fn server_query(&self) -> Option<String> {
+        match &self.selector {
+            Some(s) if self.names.is_empty() => Some(s.to_query()),
+            _ => None,
+        }
+    }
+}
+
 /// A checked rule: what the planner needs.
 #[derive(Debug, Clone)]
 pub struct RulePlan<'a> {
-    pub id: &'a RuleId,
+    pub rule: &'a RuleRef,
     pub kind: SourceKind,
-    pub selector: &'a Selector,
+    pub sources: &'a SourceSelection,
     pub targets: &'a TargetFilter,
 }
 
-/// The namespaces a rule copies into: selected, not terminating, and never
-/// the rule's own. Sorted.
-pub fn target_namespaces<'n>(rule: &RulePlan<'_>, namespaces: &'n HashMap<String, NamespaceInfo>) -> Vec<&'n str> {
-    let mut out: Vec<&str> = namespaces
-        .iter()
-        .filter(|(name, ns)| {
-            !ns.terminating && name.as_str() != rule.id.namespace && rule.targets.selects(name, &ns.labels)
-        })
-        .map(|(name, _)| name.as_str())
-        .collect();
-    out.sort_unstable();
-    out
+/// Where a rule's copies go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Targets<'n> {
+    /// Selected, consenting, unprotected, not terminating, not the rule's
+    /// own namespace. Sorted.
+    pub accepted: Vec<&'n str>,
+    /// Protected namespaces the selection matched (reported in status).
+    pub protected: Vec<&'n str>,
+}
+
+/// The namespaces a rule copies into. Namespaces that did not consent are
+/// neither targets nor reported: status must not reveal them.
+pub fn target_namespaces<'n>(
+    rule: &RulePlan<'_>,
+    namespaces: &'n HashMap<String, NamespaceInfo>,
+    policy: &Policy,
+) -> Targets<'n> {
+    let own = rule.rule.id.namespace.as_str();
+    let mut t = Targets::default();
+    for (name, ns) in namespaces {
+        if ns.terminating || name == own || !rule.targets.selects(name, &ns.labels) {
+            continue;
+        }
+        if policy.protected.contains(name) {
+            t.protected.push(name);
+        } else if ns.accepts_from(own, policy.consent) {
+            t.accepted.push(name);
+        }
+    }
+    t.accepted.sort_unstable();
+    t.protected.sort_unstable();
+    t
+}
+
+/// Why a selected object is not copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    SecretTypeNotAllowed(String),
+    KubeRootCa,
+    HelmRelease,
+    ControlledByAnotherController(String),
+}
+
+impl SkipReason {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SkipReason::SecretTypeNotAllowed(_) => "SecretTypeNotAllowed",
+            SkipReason::KubeRootCa => "KubeRootCa",
+            SkipReason::HelmRelease => "HelmRelease",
+            SkipReason::ControlledByAnotherController(_) => "ControlledByAnotherController",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            SkipReason::SecretTypeNotAllowed(t) => format!("Secrets of type {t} are not copied"),
+            SkipReason::KubeRootCa => "kube-root-ca.crt is in every namespace already; name it to copy it".into(),
+            SkipReason::HelmRelease => "a Helm release record; name it to copy it".into(),
+            SkipReason::ControlledByAnotherController(c) => format!("controlled by {c}; name it to copy it"),
+        }
+    }
+}
+
+/// Whether a selected object may be copied. The Secret-type allow-list
+/// always applies; the other exclusions are lifted by naming the object.
+pub fn admit_source(source: &Source, named: bool, policy: &Policy) -> Result<(), SkipReason> {
+    if source.kind == SourceKind::Secret {
+        let t = source.content.type_.as_deref().unwrap_or("Opaque");
+        if !policy.secret_types.contains(t) || NEVER_COPIED_TYPES.contains(&t) {
+            return Err(SkipReason::SecretTypeNotAllowed(t.to_string()));
+        }
+    }
+    if named {
+        return Ok(());
+    }
+    if source.kind == SourceKind::ConfigMap && source.name == "kube-root-ca.crt" {
+        return Err(SkipReason::KubeRootCa);
+    }
+    if source.helm_release {
+        return Err(SkipReason::HelmRelease);
+    }
+    if let Some(c) = &source.controller {
+        return Err(SkipReason::ControlledByAnotherController(c.clone()));
+    }
+    Ok(())
+}
+
+/// A rule's sources, sorted by name: those copied, and those selected but skipped.
+#[derive(Debug, Clone, Default)]
+pub struct RuleSources {
+    pub copied: Vec<Arc<Source>>,
+    pub skipped: Vec<(String, SkipReason)>,
 }
 
 /// The sources a rule copies: of its kind, in its own namespace (whatever
-/// the caller passed), matching its selector. Sorted by name.
-pub fn rule_sources<'s>(rule: &RulePlan<'_>, sources: &'s [Arc<Source>]) -> Vec<&'s Arc<Source>> {
-    let mut out: Vec<&Arc<Source>> = sources
+/// the caller passed), selected, and admitted by the policy.
+pub fn rule_sources(rule: &RulePlan<'_>, sources: &[Arc<Source>], policy: &Policy) -> RuleSources {
+    let mut out = RuleSources::default();
+    let mut seen = BTreeSet::new();
+    let mut sorted: Vec<&Arc<Source>> = sources
         .iter()
-        .filter(|s| s.kind == rule.kind && s.namespace == rule.id.namespace && rule.selector.matches(&s.labels))
+        .filter(|s| s.kind == rule.kind && s.namespace == rule.rule.id.namespace)
+        .filter(|s| rule.sources.selects(&s.name, &s.labels))
         .collect();
-    out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    out.dedup_by(|a, b| a.name == b.name);
+    sorted.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    for s in sorted {
+        if !seen.insert(s.name.clone()) {
+            continue;
+        }
+        match admit_source(s, rule.sources.names.contains(&s.name), policy) {
+            Ok(()) => out.copied.push(Arc::clone(s)),
+            Err(why) => out.skipped.push((s.name.clone(), why)),
+        }
+    }
     out
 }
 
-/// Every copy that should exist: each source in each target namespace.
+/// Every copy that should exist: each copied source in each target namespace.
 pub fn desired_copies(
-    rule: &RulePlan<'_>,
-    sources: &[Arc<Source>],
-    namespaces: &HashMap<String, NamespaceInfo>,
+    sources: &RuleSources,
+    targets: &Targets<'_>,
+    kind: SourceKind,
 ) -> BTreeMap<CopyKey, Arc<Source>> {
-    let targets = target_namespaces(rule, namespaces);
     let mut out = BTreeMap::new();
-    for source in rule_sources(rule, sources) {
-        for ns in &targets {
-            out.insert(
-                CopyKey { kind: rule.kind, namespace: (*ns).to_string(), name: source.name.clone() },
-                Arc::clone(source),
-            );
+    for source in &sources.copied {
+        for ns in &targets.accepted {
+            out.insert(CopyKey { kind, namespace: (*ns).to_string(), name: source.name.clone() }, Arc::clone(source));
         }
     }
     out
 }
 
-/// What to do, from the desired copies and the copies this rule owns.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Plan {
-    /// Wanted but not among the rule's copies: look at what is there (maybe
-    /// nothing, maybe someone else's object) before writing.
-    pub missing: Vec<(CopyKey, Arc<Source>)>,
-    /// The rule's copy exists but differs from its source (source changed or
-    /// copy edited): rewrite.
-    pub update: Vec<(CopyKey, Arc<Source>)>,
-    /// The rule's copies nobody wants any more (only when pruning).
-    pub delete: Vec<Existing>,
-    /// The rule's copies that are not wanted but kept (prune: false).
-    pub orphaned: usize,
-    /// Wanted and already right.
-    pub in_sync: usize,
+/// A rule's precedence when two want the same object: the oldest rule,
+/// then the smallest `namespace/name`. Smaller wins.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank {
+    /// Creation time (RFC 3339 sorts as text; a missing one sorts last).
+    pub created: Option<String>,
+    pub rule: RuleId,
 }
 
-impl Plan {
-    /// How many API writes the plan asks for at most.
-    pub fn writes(&self) -> usize {
-        self.missing.len() + self.update.len() + self.delete.len()
+/// What one rule wants, published for the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub rank: Rank,
+    pub kind: SourceKind,
+    pub names: BTreeSet<String>,
+    pub namespaces: BTreeSet<String>,
+}
+
+impl Claim {
+    pub fn wants(&self, key: &CopyKey) -> bool {
+        self.kind == key.kind && self.names.contains(&key.name) && self.namespaces.contains(&key.namespace)
     }
 }
 
-/// Compares `desired` with `owned` (the copies carrying this rule's
-/// ownership label). Objects without the label never appear in `owned`, so
-/// nothing here can delete or overwrite them: `missing` entries are checked
-/// against the live object before any write.
-pub fn diff(
-    rule: &RuleId,
-    desired: &BTreeMap<CopyKey, Arc<Source>>,
-    owned: &HashMap<CopyKey, Existing>,
-    prune: bool,
-) -> Plan {
-    let mut plan = Plan::default();
-    for (key, source) in desired {
-        match owned.get(key) {
-            Some(e) if e.owned_by(rule) && e.in_sync_with(source) => plan.in_sync += 1,
-            Some(e) if e.owned_by(rule) => plan.update.push((key.clone(), Arc::clone(source))),
-            _ => plan.missing.push((key.clone(), Arc::clone(source))),
+/// The rule that wins `key` among `claims` (the best rank wanting it).
+pub fn winner<'c>(key: &CopyKey, claims: impl IntoIterator<Item = &'c Claim>) -> Option<&'c RuleId> {
+    claims.into_iter().filter(|c| c.wants(key)).min_by(|a, b| a.rank.cmp(&b.rank)).map(|c| &c.rank.rule)
+}
+
+/// Whose an observed object is, from this rule's point of view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// Ours: our label (and our UID, or none: written before UIDs were) or,
+    /// the label being gone, our annotations with our UID.
+    Mine,
+    /// Another live rule of this installation's; `loses_to_us` when it
+    /// wants the object too but ranks below this rule.
+    OtherRule { rule: String, loses_to_us: bool },
+    /// Marked by a rule outside this installation's scope (another
+    /// `--watch-namespace` installation): never taken.
+    OtherInstallation(String),
+    /// No ownership marks, or those of a rule that no longer exists.
+    Unowned,
+}
+
+/// What the caller knows about the rule an object's marks name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerState {
+    /// A live rule of ours (its UID), and whether it wants this object but ranks below us.
+    Live { uid: String, loses_to_us: bool },
+    /// Its namespace is outside this installation's scope.
+    OutOfScope,
+    /// No such rule.
+    Gone,
+}
+
+/// Classifies `owner` for `me`; `lookup` tells about another rule by its label value.
+pub fn ownership(owner: Option<&Owner>, me: &RuleRef, lookup: impl Fn(&str) -> OwnerState) -> Ownership {
+    let Some(owner) = owner else { return Ownership::Unowned };
+    let my_label = me.id.label_value();
+    let label = owner.label_value();
+    let uid_is_mine = owner.uid.as_deref() == Some(me.uid.as_str());
+    // Our UID is proof enough (the label may have been edited away); our
+    // label without a UID is a copy from before UIDs were written; our
+    // label with another UID is our deleted predecessor's (same namespace
+    // and name, so the same author): ours to take back.
+    if uid_is_mine || label.as_deref() == Some(my_label.as_str()) {
+        return Ownership::Mine;
+    }
+    let Some(label) = label else { return Ownership::Unowned };
+    let name = owner.rule.as_ref().map(ToString::to_string).unwrap_or_else(|| label.clone());
+    match lookup(&label) {
+        OwnerState::OutOfScope => Ownership::OtherInstallation(name),
+        OwnerState::Gone => Ownership::Unowned,
+        // The marks name a live rule but another incarnation of it: the
+        // copy of a deleted rule with the same name; nobody's now.
+        OwnerState::Live { uid, .. } if owner.uid.as_ref().is_some_and(|u| *u != uid) => Ownership::Unowned,
+        OwnerState::Live { loses_to_us, .. } => Ownership::OtherRule { rule: name, loses_to_us },
+    }
+}
+
+/// The desired copy, as far as deciding goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    /// Hash of payload, labels and annotations (the copy's annotation).
+    pub hash: String,
+    /// Hash of the payload alone.
+    pub content_hash: String,
+    pub type_: Option<String>,
+}
+
+impl Desired {
+    pub fn of(s: &Source) -> Self {
+        Self { hash: s.hash.clone(), content_hash: s.content_hash.clone(), type_: s.content.type_.clone() }
+    }
+}
+
+/// What surrounds one copy's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyContext {
+    pub on_conflict: OnConflict,
+    pub prune: bool,
+    /// The target namespace carries `flotilla.dev/accept-overwrite=true`.
+    pub accepts_overwrite: bool,
+    /// A rule ranking above this one wants the same object.
+    pub claimed_by: Option<RuleId>,
+}
+
+/// Why a target is left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConflictReason {
+    NotOwned,
+    OwnedByAnotherRule(String),
+    OwnedByAnotherInstallation(String),
+    ClaimedByAnotherRule(RuleId),
+}
+
+impl ConflictReason {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ConflictReason::NotOwned => "NotOwned",
+            ConflictReason::OwnedByAnotherRule(_) | ConflictReason::OwnedByAnotherInstallation(_) => {
+                "OwnedByAnotherRule"
+            }
+            ConflictReason::ClaimedByAnotherRule(_) => "ClaimedByAnotherRule",
         }
     }
-    let mut unwanted: Vec<&Existing> =
-        owned.iter().filter(|(k, e)| e.owned_by(rule) && !desired.contains_key(*k)).map(|(_, e)| e).collect();
-    unwanted.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-    if prune {
-        plan.delete = unwanted.into_iter().cloned().collect();
-    } else {
-        plan.orphaned = unwanted.len();
+}
+
+/// What to do about one copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing to do: in sync, or not ours and not wanted.
+    Nothing,
+    /// Ours and right.
+    InSync,
+    /// Nothing there (as far as the cache knows): create it (a create
+    /// fails rather than overwrite something that appeared meanwhile).
+    Create,
+    /// Ours (or a losing rule's) and stale, edited or with broken marks:
+    /// apply at this resourceVersion.
+    Update { resource_version: Option<String> },
+    /// Not ours, and the namespace and the rule allow adoption.
+    Adopt { resource_version: Option<String> },
+    /// Ours, but changed by someone and managedFields do not say how: read it.
+    Read,
+    /// Ours and unwanted: delete at this uid and resourceVersion.
+    Delete { uid: Option<String>, resource_version: Option<String> },
+    /// Ours and unwanted, but `prune: false`, or wanted by a rule that ranks above us.
+    Keep,
+    /// Wanted, but left alone.
+    Conflict(ConflictReason),
+}
+
+impl Action {
+    /// Whether the action writes to the object.
+    pub fn writes(&self) -> bool {
+        matches!(self, Action::Create | Action::Update { .. } | Action::Adopt { .. } | Action::Delete { .. })
     }
-    plan
+}
+
+/// The decision for one copy: `desired` (None: not wanted), what is
+/// observed there (None: nothing, as far as we know) and whose it is.
+pub fn decide(desired: Option<&Desired>, observed: Option<(&Observed, &Ownership)>, ctx: &CopyContext) -> Action {
+    let Some((o, owner)) = observed else {
+        return match (desired, &ctx.claimed_by) {
+            (None, _) => Action::Nothing,
+            (Some(_), Some(by)) => Action::Conflict(ConflictReason::ClaimedByAnotherRule(by.clone())),
+            (Some(_), None) => Action::Create,
+        };
+    };
+    let rv = || o.resource_version.clone();
+    let Some(d) = desired else {
+        return match owner {
+            Ownership::Mine if ctx.prune => Action::Delete { uid: o.uid.clone(), resource_version: rv() },
+            Ownership::Mine => Action::Keep,
+            _ => Action::Nothing,
+        };
+    };
+    if let Some(by) = &ctx.claimed_by {
+        // A better rule wants it: hands off (it takes our copy over, so
+        // deleting it here would only open a gap).
+        return match owner {
+            Ownership::Mine => Action::Keep,
+            _ => Action::Conflict(ConflictReason::ClaimedByAnotherRule(by.clone())),
+        };
+    }
+    match owner {
+        Ownership::Mine => {
+            let marks = o.managed_by_ours && o.annotated_hash.as_deref() == Some(d.hash.as_str());
+            let payload = match &o.payload {
+                Payload::Read { content_hash, .. } => Some(*content_hash == d.content_hash),
+                Payload::Trusted => Some(true),
+                Payload::Edited => Some(false),
+                Payload::Unexplained => None,
+            };
+            match payload {
+                None if marks => Action::Read,
+                Some(true) if marks && o.owner.as_ref().is_some_and(|ow| ow.label.is_some()) => Action::InSync,
+                _ => Action::Update { resource_version: rv() },
+            }
+        }
+        Ownership::OtherRule { loses_to_us: true, .. } => Action::Update { resource_version: rv() },
+        Ownership::OtherRule { rule, .. } => Action::Conflict(ConflictReason::OwnedByAnotherRule(rule.clone())),
+        Ownership::OtherInstallation(rule) => {
+            Action::Conflict(ConflictReason::OwnedByAnotherInstallation(rule.clone()))
+        }
+        Ownership::Unowned if ctx.on_conflict == OnConflict::Overwrite && ctx.accepts_overwrite => {
+            Action::Adopt { resource_version: rv() }
+        }
+        Ownership::Unowned => Action::Conflict(ConflictReason::NotOwned),
+    }
+}
+
+/// After the API refused an update of our copy as invalid (422): replace
+/// the copy (delete, then create) only when its Secret `type` differs from
+/// the source's, the one field that cannot change in place. Anything else
+/// (an admission policy, `immutable: true` set by hand) deletes nothing.
+pub fn replace_after_invalid(observed: &Observed, owner: &Ownership, desired: &Desired) -> bool {
+    matches!(owner, Ownership::Mine)
+        && matches!(&observed.payload, Payload::Read { type_, .. } if *type_ != desired.type_)
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::type_complexity)]
-    use super::*;
-    use crate::copy::{Content, Owner};
-    use crate::crd::{LabelKey, LabelSelector, LabelValue, NamespaceGlob, NamespaceTargets};
-    use proptest::prelude::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-
-    fn source(ns: &str, name: &str, l: &[(&str, &str)], value: &str) -> Arc<Source> {
-        Arc::new(Source::new(
-            SourceKind::ConfigMap,
-            ns,
-            name,
-            &labels(l),
-            &BTreeMap::new(),
-            Content { data: labels(&[("k", value)]), ..Default::default() },
-        ))
-    }
-
-    fn copy_of(rule: &RuleId, key: &CopyKey, s: &Source) -> Existing {
-        Existing::from_json(key.kind, &s.copy_manifest(rule, &key.namespace)).unwrap()
-    }
-
-    fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
-        LabelSelector {
-            match_labels: pairs.iter().map(|(k, v)| (LabelKey(k.to_string()), LabelValue(v.to_string()))).collect(),
-            match_expressions: vec![],
-        }
-    }
-
-    fn nss(items: &[(&str, &[(&str, &str)], bool)]) -> HashMap<String, NamespaceInfo> {
-        items.iter().map(|(n, l, t)| (n.to_string(), NamespaceInfo { labels: labels(l), terminating: *t })).collect()
-    }
-
-    #[test]
-    fn the_seed_scenario() {
-        let id = RuleId::new("default", "main-rule");
-        let sel = Selector::new(&selector(&[("copyrator", "true")])).unwrap();
-        let targets = TargetFilter::default();
-        let rule = RulePlan { id: &id, kind: SourceKind::ConfigMap, selector: &sel, targets: &targets };
-        let sources = vec![
-            source("default", "cfg", &[("copyrator", "true")], "1"),
-            source("default", "other", &[], "1"),
-            source("elsewhere", "foreign", &[("copyrator", "true")], "1"),
-        ];
-        let namespaces = nss(&[("default", &[], false), ("a", &[], false), ("b", &[], false), ("gone", &[], true)]);
-        let desired = desired_copies(&rule, &sources, &namespaces);
-        let keys: Vec<String> = desired.keys().map(|k| format!("{}/{}", k.namespace, k.name)).collect();
-        assert_eq!(keys, ["a/cfg", "b/cfg"], "own namespace, terminating ones and foreign sources excluded");
-
-        let plan = diff(&id, &desired, &HashMap::new(), true);
-        assert_eq!(plan.missing.len(), 2);
-        // After the writes the copies are in sync; an update of the source makes them stale.
-        let owned: HashMap<CopyKey, Existing> = desired.iter().map(|(k, s)| (k.clone(), copy_of(&id, k, s))).collect();
-        assert_eq!(diff(&id, &desired, &owned, true).in_sync, 2);
-        let updated = vec![source("default", "cfg", &[("copyrator", "true")], "2")];
-        let desired2 = desired_copies(&rule, &updated, &namespaces);
-        let plan = diff(&id, &desired2, &owned, true);
-        assert_eq!((plan.update.len(), plan.in_sync, plan.missing.len()), (2, 0, 0));
-    }
-
-    #[test]
-    fn unwanted_copies_are_pruned_only_with_prune() {
-        let id = RuleId::new("default", "r");
-        let s = source("default", "cfg", &[], "1");
-        let key = CopyKey { kind: SourceKind::ConfigMap, namespace: "a".into(), name: "cfg".into() };
-        let owned = HashMap::from([(key.clone(), copy_of(&id, &key, &s))]);
-        assert_eq!(diff(&id, &BTreeMap::new(), &owned, true).delete.len(), 1);
-        let kept = diff(&id, &BTreeMap::new(), &owned, false);
-        assert_eq!((kept.delete.len(), kept.orphaned), (0, 1));
-    }
-
-    #[test]
-    fn another_rules_copy_is_never_updated_or_deleted() {
-        let me = RuleId::new("default", "me");
-        let other = RuleId::new("default", "other");
-        let s = source("default", "cfg", &[], "1");
-        let key = CopyKey { kind: SourceKind::ConfigMap, namespace: "a".into(), name: "cfg".into() };
-        let theirs = copy_of(&other, &key, &s);
-        let owned = HashMap::from([(key.clone(), theirs)]);
-        let desired = BTreeMap::from([(key.clone(), s.clone())]);
-        let plan = diff(&me, &desired, &owned, true);
-        assert_eq!(plan.missing.len(), 1, "looked at before writing, not updated");
-        assert!(diff(&me, &BTreeMap::new(), &owned, true).delete.is_empty());
-    }
-
-    #[test]
-    fn namespace_selector_and_globs() {
-        let id = RuleId::new("src", "r");
-        let sel = Selector::new(&LabelSelector::default()).unwrap();
-        let targets = TargetFilter::new(Some(&NamespaceTargets {
-            selector: Some(selector(&[("team", "a")])),
-            include: vec![NamespaceGlob("team-*".into())],
-            exclude: vec![NamespaceGlob("team-x*".into())],
-        }))
-        .unwrap();
-        let rule = RulePlan { id: &id, kind: SourceKind::ConfigMap, selector: &sel, targets: &targets };
-        let namespaces = nss(&[
-            ("team-1", &[("team", "a")], false),
-            ("team-2", &[("team", "b")], false),
-            ("team-x1", &[("team", "a")], false),
-            ("other", &[("team", "a")], false),
-        ]);
-        assert_eq!(target_namespaces(&rule, &namespaces), ["team-1"]);
-    }
-
-    fn arb_world()
-    -> impl Strategy<Value = (Vec<(String, bool, bool)>, Vec<(String, bool, u8)>, Vec<(usize, usize, u8, bool)>)> {
-        (
-            // namespaces: name, labelled team=a, terminating
-            proptest::collection::vec(("[a-f]{1,2}", any::<bool>(), proptest::bool::weighted(0.1)), 0..8),
-            // sources: name, matches the selector, content version
-            proptest::collection::vec(("[p-s]{1,2}", any::<bool>(), 0u8..3), 0..5),
-            // existing copies: ns index, source index, content version, owned by us
-            proptest::collection::vec((0usize..8, 0usize..5, 0u8..3, any::<bool>()), 0..12),
-        )
-    }
-
-    proptest! {
-        /// Whatever exists, the plan: covers every desired copy exactly once,
-        /// never touches objects of other owners, only deletes unwanted
-        /// copies of this rule (and only when pruning), and after carrying it
-        /// out the next plan has nothing left to do.
-        #[test]
-        fn plans_are_complete_safe_and_converge((ns_in, src_in, ex_in) in arb_world(), prune in any::<bool>()) {
-            let id = RuleId::new("home", "r");
-            let other = RuleId::new("home", "other");
-            let sel = Selector::new(&selector(&[("copy", "yes")])).unwrap();
-            let targets = TargetFilter::new(Some(&NamespaceTargets {
-                selector: Some(selector(&[("team", "a")])), ..Default::default()
-            })).unwrap();
-            let rule = RulePlan { id: &id, kind: SourceKind::ConfigMap, selector: &sel, targets: &targets };
-            let mut namespaces: HashMap<String, NamespaceInfo> = ns_in.iter().map(|(n, team, term)| {
-                let l = if *team { labels(&[("team", "a")]) } else { BTreeMap::new() };
-                (n.clone(), NamespaceInfo { labels: l, terminating: *term })
-            }).collect();
-            namespaces.insert("home".into(), NamespaceInfo { labels: labels(&[("team", "a")]), terminating: false });
-            let sources: Vec<Arc<Source>> = src_in.iter().map(|(n, m, v)| {
-                source("home", n, if *m { &[("copy", "yes")] } else { &[] }, &v.to_string())
-            }).collect();
-            let ns_names: Vec<String> = ns_in.iter().map(|(n, ..)| n.clone()).collect();
-            let mut owned: HashMap<CopyKey, Existing> = HashMap::new();
-            for (ni, si, v, mine) in &ex_in {
-                let (Some(ns), Some((sname, ..))) = (ns_names.get(*ni), src_in.get(*si)) else { continue };
-                let key = CopyKey { kind: SourceKind::ConfigMap, namespace: ns.clone(), name: sname.clone() };
-                let s = source("home", sname, &[("copy", "yes")], &v.to_string());
-                owned.insert(key.clone(), copy_of(if *mine { &id } else { &other }, &key, &s));
-            }
-
-            let desired = desired_copies(&rule, &sources, &namespaces);
-            for key in desired.keys() {
-                prop_assert_ne!(&key.namespace, "home");
-                prop_assert!(!namespaces[&key.namespace].terminating);
-                prop_assert_eq!(namespaces[&key.namespace].labels.get("team").map(String::as_str), Some("a"));
-            }
-            let plan = diff(&id, &desired, &owned, prune);
-            prop_assert_eq!(plan.in_sync + plan.update.len() + plan.missing.len(), desired.len());
-            for (key, _) in &plan.update {
-                prop_assert!(owned[key].owned_by(&id));
-            }
-            for e in &plan.delete {
-                prop_assert!(prune);
-                prop_assert!(e.owned_by(&id));
-                prop_assert!(!desired.contains_key(&e.key));
-            }
-
-            // Carry the plan out: missing ones are written unless someone else holds them.
-            let mut after = owned.clone();
-            for (key, s) in plan.missing.iter().chain(&plan.update) {
-                if after.get(key).is_none_or(|e| e.owned_by(&id)) {
-                    after.insert(key.clone(), copy_of(&id, key, s));
-                }
-            }
-            for e in &plan.delete {
-                after.remove(&e.key);
-            }
-            let again = diff(&id, &desired, &after, prune);
-            prop_assert!(again.update.is_empty() && again.delete.is_empty());
-            // Only conflicts (objects of the other owner) remain "missing".
-            for (key, _) in &again.missing {
-                prop_assert!(after[key].owner.as_ref().is_some_and(|o: &Owner| o.label == other.label_value()));
-            }
-        }
-    }
-}
+mod tests;

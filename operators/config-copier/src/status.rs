@@ -3,7 +3,7 @@
 
 use flotilla_shared::Conditions;
 
-use crate::crd::{ConflictEntry, CopyRuleStatus, MAX_CONFLICTS_LISTED};
+use crate::crd::{ConflictEntry, CopyRuleStatus, MAX_CONFLICTS_LISTED, SkippedSource};
 
 pub const CONFLICTING: &str = "Conflicting";
 
@@ -21,6 +21,12 @@ pub struct Summary {
     pub invalid: Option<String>,
     /// The sources cannot be read (and why).
     pub sources_unavailable: Option<String>,
+    /// Protected namespaces the selection matched.
+    pub protected: Vec<String>,
+    /// Selected objects that are not copied.
+    pub skipped: Vec<SkippedSource>,
+    /// The rule is being deleted and a copy could not be (why).
+    pub prune_failed: Option<String>,
 }
 
 fn n(v: usize) -> i32 {
@@ -36,7 +42,14 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
     let mut c = Conditions::new(previous.map(|p| p.conditions.as_slice()), generation);
     let mut conflicts = s.conflicts.clone();
     conflicts.sort();
-    if let Some(why) = &s.invalid {
+    if let Some(why) = &s.prune_failed {
+        c.set(
+            "Ready",
+            false,
+            "PruneFailed",
+            format!("deleting the rule's copies failed ({why}); retried with backoff. Set prune: false to delete the rule without its copies"),
+        );
+    } else if let Some(why) = &s.invalid {
         c.set("Ready", false, "InvalidSpec", why.clone());
     } else if let Some(why) = &s.sources_unavailable {
         c.set("Ready", false, "SourcesUnavailable", format!("cannot watch the sources: {why}"));
@@ -72,7 +85,7 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
             ),
         );
     }
-    if s.invalid.is_none() {
+    if s.invalid.is_none() && s.prune_failed.is_none() {
         if conflicts.is_empty() {
             c.set(CONFLICTING, false, "NoConflicts", "every target is free or owned by this rule");
         } else {
@@ -93,6 +106,9 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
     }
     let count = conflicts.len();
     conflicts.truncate(MAX_CONFLICTS_LISTED);
+    let mut skipped = s.skipped.clone();
+    skipped.sort();
+    skipped.truncate(MAX_CONFLICTS_LISTED);
     CopyRuleStatus {
         observed_generation: generation,
         conditions: c.into_vec(),
@@ -102,6 +118,8 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
         copies: n(s.in_sync),
         conflicts: n(count),
         conflicting: conflicts,
+        protected_namespaces: s.protected.clone(),
+        skipped,
         last_sync_time: previous.and_then(|p| p.last_sync_time.clone()),
     }
 }

@@ -19,17 +19,10 @@ use serde_json::json;
 
 const RULE_LABEL: &str = "flotilla.dev/copy-rule";
 
-async fn setup(prefix: &str) -> (Client, String) {
-    let env = shared();
-    operator(&env).await;
-    let client = env.client().await;
-    let ns = env.namespace(prefix).await.unwrap();
-    (client, ns)
-}
-
 /// The seed's scenario: a rule in `default`, a labelled ConfigMap copied to
-/// every existing namespace and to one created afterwards, then a source
-/// update propagated to every copy.
+/// every namespace that accepts copies, existing or created afterwards
+/// (never to a protected one like kube-public), then a source update
+/// propagated to every copy.
 #[tokio::test]
 async fn seed_scenario_copies_to_every_namespace_and_propagates_updates() {
     let (client, existing) = setup("seed").await;
@@ -47,11 +40,11 @@ async fn seed_scenario_copies_to_every_namespace_and_propagates_updates() {
     let ann = copy.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(ann.get("flotilla.dev/source").map(String::as_str), Some(format!("default/{name}").as_str()));
     assert!(ann.get("flotilla.dev/content-hash").is_some_and(|h| h.starts_with("sha256:")));
-    wait_cm(&client, "kube-public", &name, |_| true).await;
     assert_cm_absent(&client, &existing, &format!("{name}-unlabelled")).await;
+    assert_cm_absent(&client, "kube-public", &name).await;
 
     // A namespace created afterwards gets its copy.
-    let later = shared().namespace("seed-later").await.unwrap();
+    let later = target("seed-later").await;
     wait_cm(&client, &later, &name, |c| data(c, "greeting") == Some("hello")).await;
 
     // The source changes: every copy follows.
@@ -59,19 +52,20 @@ async fn seed_scenario_copies_to_every_namespace_and_propagates_updates() {
         .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"data": {"greeting": "bonjour"}})))
         .await
         .unwrap();
-    for ns in [existing.as_str(), later.as_str(), "kube-public"] {
+    for ns in [existing.as_str(), later.as_str()] {
         wait_cm(&client, ns, &name, |c| data(c, "greeting") == Some("bonjour")).await;
     }
     let r = wait_rule(&client, "default", &name, |r| ready(r) == Some("True")).await;
     let st = r.status.unwrap();
     assert_eq!(st.sources, 1);
-    assert!(st.copies >= 3 && st.copies == st.desired, "{st:?}");
+    assert!(st.copies >= 2 && st.copies == st.desired, "{st:?}");
     assert!(st.last_sync_time.is_some());
+    assert!(st.protected_namespaces.iter().any(|n| n == "kube-public"), "{st:?}");
 
     // Clean up: the rule's deletion prunes its copies everywhere.
     Api::<CopyRule>::namespaced(client.clone(), "default").delete(&name, &DeleteParams::default()).await.unwrap();
     wait_cm_gone(&client, &later, &name).await;
-    wait_cm_gone(&client, "kube-public", &name).await;
+    wait_cm_gone(&client, &existing, &name).await;
     assert!(
         Api::<ConfigMap>::namespaced(client.clone(), "default").get_opt(&name).await.unwrap().is_some(),
         "the source stays"
@@ -82,11 +76,11 @@ async fn seed_scenario_copies_to_every_namespace_and_propagates_updates() {
 #[tokio::test]
 async fn secrets_are_copied_with_their_type() {
     let (client, src) = setup("secret-src").await;
-    let dst = shared().namespace("secret-dst").await.unwrap();
+    let dst = target("secret-dst").await;
     let secret = Secret {
         metadata: meta("creds", &[("share", "yes")]),
-        type_: Some("example.com/token".into()),
-        data: Some(BTreeMap::from([("token".to_string(), ByteString(b"s3cr3t".to_vec()))])),
+        type_: Some("kubernetes.io/basic-auth".into()),
+        data: Some(BTreeMap::from([("password".to_string(), ByteString(b"s3cr3t".to_vec()))])),
         ..Default::default()
     };
     Api::<Secret>::namespaced(client.clone(), &src).create(&PostParams::default(), &secret).await.unwrap();
@@ -99,8 +93,8 @@ async fn secrets_are_copied_with_their_type() {
     .await
     .unwrap();
     let copy = wait_secret(&client, &dst, "creds", |_| true).await;
-    assert_eq!(copy.type_.as_deref(), Some("example.com/token"));
-    assert_eq!(copy.data.unwrap().get("token").map(|b| b.0.clone()), Some(b"s3cr3t".to_vec()));
+    assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/basic-auth"));
+    assert_eq!(copy.data.unwrap().get("password").map(|b| b.0.clone()), Some(b"s3cr3t".to_vec()));
     assert_eq!(label(&copy.metadata, RULE_LABEL), Some(format!("{src}.secrets").as_str()));
     wait_rule(&client, &src, "secrets", |r| r.status.as_ref().is_some_and(|s| s.copies == 1 && s.sources == 1)).await;
 }
@@ -111,15 +105,15 @@ async fn secrets_are_copied_with_their_type() {
 #[tokio::test]
 async fn secret_type_change_replaces_the_copy() {
     let (client, src) = setup("stype-src").await;
-    let dst = shared().namespace("stype-dst").await.unwrap();
+    let dst = target("stype-dst").await;
     let secret = |type_: &str| Secret {
         metadata: meta("creds", &[("share", "yes")]),
         type_: Some(type_.into()),
-        string_data: Some(BTreeMap::from([("k".to_string(), type_.to_string())])),
+        string_data: Some(BTreeMap::from([("password".to_string(), type_.to_string())])),
         ..Default::default()
     };
     let api: Api<Secret> = Api::namespaced(client.clone(), &src);
-    api.create(&PostParams::default(), &secret("example.com/one")).await.unwrap();
+    api.create(&PostParams::default(), &secret("Opaque")).await.unwrap();
     rule(
         &client,
         &src,
@@ -128,13 +122,13 @@ async fn secret_type_change_replaces_the_copy() {
     )
     .await
     .unwrap();
-    let first = wait_secret(&client, &dst, "creds", |s| s.type_.as_deref() == Some("example.com/one")).await;
+    let first = wait_secret(&client, &dst, "creds", |s| s.type_.as_deref() == Some("Opaque")).await;
     api.delete("creds", &DeleteParams::default()).await.unwrap();
     wait_rule(&client, &src, "r", |r| r.status.as_ref().is_some_and(|s| s.sources == 0)).await;
-    api.create(&PostParams::default(), &secret("example.com/two")).await.unwrap();
-    let second = wait_secret(&client, &dst, "creds", |s| s.type_.as_deref() == Some("example.com/two")).await;
+    api.create(&PostParams::default(), &secret("kubernetes.io/basic-auth")).await.unwrap();
+    let second = wait_secret(&client, &dst, "creds", |s| s.type_.as_deref() == Some("kubernetes.io/basic-auth")).await;
     assert_ne!(first.metadata.uid, second.metadata.uid, "replaced, not updated in place");
-    assert_eq!(second.data.unwrap().get("k").map(|b| b.0.clone()), Some(b"example.com/two".to_vec()));
+    assert_eq!(second.data.unwrap().get("password").map(|b| b.0.clone()), Some(b"kubernetes.io/basic-auth".to_vec()));
     assert_eq!(label(&second.metadata, RULE_LABEL), Some(format!("{src}.r").as_str()));
 }
 
@@ -155,7 +149,7 @@ async fn simple_rule(client: &Client, src: &str, dst: &str, name: &str) {
 #[tokio::test]
 async fn drift_repair_after_an_edit() {
     let (client, src) = setup("edit-src").await;
-    let dst = shared().namespace("edit-dst").await.unwrap();
+    let dst = target("edit-dst").await;
     simple_rule(&client, &src, &dst, "r").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &dst);
     api.patch("cfg", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "hacked", "extra": "x"}})))
@@ -169,7 +163,7 @@ async fn drift_repair_after_an_edit() {
 #[tokio::test]
 async fn drift_repair_after_a_delete() {
     let (client, src) = setup("del-src").await;
-    let dst = shared().namespace("del-dst").await.unwrap();
+    let dst = target("del-dst").await;
     simple_rule(&client, &src, &dst, "r").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &dst);
     let uid = api.get("cfg").await.unwrap().metadata.uid;
@@ -233,7 +227,7 @@ async fn namespace_relabel_adds_and_prunes_copies() {
 #[tokio::test]
 async fn source_deleted_or_unlabelled_prunes_its_copies() {
     let (client, src) = setup("srcdel-src").await;
-    let dst = shared().namespace("srcdel-dst").await.unwrap();
+    let dst = target("srcdel-dst").await;
     configmap(&client, &src, "one", &[("copy", "yes")], &[("k", "1")]).await;
     configmap(&client, &src, "two", &[("copy", "yes")], &[("k", "2")]).await;
     rule(
@@ -260,7 +254,7 @@ async fn source_deleted_or_unlabelled_prunes_its_copies() {
 #[tokio::test]
 async fn prune_false_keeps_copies() {
     let (client, src) = setup("keep-src").await;
-    let dst = shared().namespace("keep-dst").await.unwrap();
+    let dst = target("keep-dst").await;
     configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "v")]).await;
     rule(
         &client,
@@ -280,7 +274,7 @@ async fn prune_false_keeps_copies() {
 #[tokio::test]
 async fn rule_delete_prunes_its_copies() {
     let (client, src) = setup("ruledel-src").await;
-    let dst = shared().namespace("ruledel-dst").await.unwrap();
+    let dst = target("ruledel-dst").await;
     simple_rule(&client, &src, &dst, "r").await;
     let rules: Api<CopyRule> = Api::namespaced(client.clone(), &src);
     let r = rules.get("r").await.unwrap();
@@ -304,7 +298,7 @@ async fn rule_delete_prunes_its_copies() {
 #[tokio::test]
 async fn rule_spec_change_converges() {
     let (client, src) = setup("spec-src").await;
-    let dst = shared().namespace("spec-dst").await.unwrap();
+    let dst = target("spec-dst").await;
     simple_rule(&client, &src, &dst, "r").await;
     let secret = Secret {
         metadata: meta("cfg", &[("copy", "yes")]),
@@ -330,7 +324,7 @@ async fn rule_spec_change_converges() {
 #[tokio::test]
 async fn conflict_with_skip_leaves_the_object_alone() {
     let (client, src) = setup("skip-src").await;
-    let dst = shared().namespace("skip-dst").await.unwrap();
+    let dst = target("skip-dst").await;
     configmap(&client, &dst, "cfg", &[], &[("k", "theirs")]).await;
     configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "ours")]).await;
     rule(
@@ -370,7 +364,8 @@ async fn conflict_with_skip_leaves_the_object_alone() {
 #[tokio::test]
 async fn conflict_with_overwrite_adopts_the_object() {
     let (client, src) = setup("adopt-src").await;
-    let dst = shared().namespace("adopt-dst").await.unwrap();
+    let dst = target("adopt-dst").await;
+    label_namespace(&client, &dst, "flotilla.dev/accept-overwrite", Some("true")).await;
     configmap(&client, &dst, "cfg", &[("mine", "yes")], &[("k", "theirs"), ("old", "x")]).await;
     configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "ours")]).await;
     rule(
@@ -393,7 +388,7 @@ async fn conflict_with_overwrite_adopts_the_object() {
 #[tokio::test]
 async fn two_rules_one_target_first_keeps_it() {
     let (client, src) = setup("two-src").await;
-    let dst = shared().namespace("two-dst").await.unwrap();
+    let dst = target("two-dst").await;
     configmap(&client, &src, "cfg", &[("a", "1"), ("b", "1")], &[("k", "v")]).await;
     rule(
         &client,
@@ -414,7 +409,7 @@ async fn two_rules_one_target_first_keeps_it() {
     .unwrap();
     let r = wait_rule(&client, &src, "second", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 1)).await;
     let st = r.status.unwrap();
-    assert_eq!(st.conflicting[0].reason, "OwnedByAnotherRule");
+    assert_eq!(st.conflicting[0].reason, "ClaimedByAnotherRule");
     assert!(st.conflicting[0].message.contains(&format!("{src}/first")), "{:?}", st.conflicting);
     let copy = Api::<ConfigMap>::namespaced(client.clone(), &dst).get("cfg").await.unwrap();
     assert_eq!(label(&copy.metadata, RULE_LABEL), Some(format!("{src}.first").as_str()));
@@ -476,8 +471,8 @@ async fn invalid_rules_are_rejected_at_admission() {
 #[tokio::test]
 async fn a_rule_cannot_copy_from_another_namespace() {
     let (client, x) = setup("xns-x").await;
-    let y = shared().namespace("xns-y").await.unwrap();
-    let dst = shared().namespace("xns-dst").await.unwrap();
+    let y = target("xns-y").await;
+    let dst = target("xns-dst").await;
     let secret = Secret {
         metadata: meta("stolen", &[("share", "yes")]),
         string_data: Some(BTreeMap::from([("password".to_string(), "hunter2".to_string())])),
@@ -546,7 +541,7 @@ async fn terminating_namespaces_are_skipped() {
 #[tokio::test]
 async fn metrics_are_exposed() {
     let (client, src) = setup("metrics-src").await;
-    let dst = shared().namespace("metrics-dst").await.unwrap();
+    let dst = target("metrics-dst").await;
     simple_rule(&client, &src, &dst, "r").await;
     wait_rule(&client, &src, "r", |r| ready(r) == Some("True")).await;
     let running = operator(&shared()).await;
@@ -597,7 +592,7 @@ fn bad_flags_exit_2() {
 #[tokio::test]
 async fn source_labels_and_annotations_follow_the_source() {
     let (client, src) = setup("marks-src").await;
-    let dst = shared().namespace("marks-dst").await.unwrap();
+    let dst = target("marks-dst").await;
     configmap(&client, &src, "cfg", &[("copy", "yes"), ("tier", "gold")], &[("k", "v")]).await;
     let sources: Api<ConfigMap> = Api::namespaced(client.clone(), &src);
     sources

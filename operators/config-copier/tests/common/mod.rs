@@ -182,10 +182,33 @@ fn rand_u32() -> u32 {
     h.finish() as u32
 }
 
-/// Creates a namespace with exactly this name and labels (plus the test label).
+/// The shared operator running, an admin client and a fresh namespace that
+/// accepts copies (a test's source namespace).
+pub async fn setup(prefix: &str) -> (Client, String) {
+    let env = flotilla_testenv::shared();
+    operator(&env).await;
+    let client = env.client().await;
+    (client, target(prefix).await)
+}
+
+/// The namespace label by which a namespace accepts copies.
+pub const ACCEPT: &str = "flotilla.dev/accept-copies";
+
+/// A fresh namespace `<prefix>-<random>` that accepts copies from everyone.
+pub async fn target(prefix: &str) -> String {
+    let env = flotilla_testenv::shared();
+    let ns = env.namespace(prefix).await.unwrap();
+    label_namespace(&env.client().await, &ns, ACCEPT, Some("true")).await;
+    ns
+}
+
+/// Creates a namespace with exactly this name and labels (plus the test
+/// label and, unless the labels say otherwise, consent to copies).
 pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) -> String {
     let mut m = meta(name, labels);
-    m.labels.get_or_insert_with(BTreeMap::new).insert("flotilla.dev/test".into(), "true".into());
+    let l = m.labels.get_or_insert_with(BTreeMap::new);
+    l.insert("flotilla.dev/test".into(), "true".into());
+    l.entry(ACCEPT.into()).or_insert_with(|| "true".into());
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &Namespace { metadata: m, ..Default::default() })
         .await
@@ -218,6 +241,17 @@ pub async fn rule(client: &Client, ns: &str, name: &str, spec: Value) -> Result<
     }))
     .map_err(kube::Error::SerdeError)?;
     Api::<CopyRule>::namespaced(client.clone(), ns).create(&PostParams::default(), &r).await
+}
+
+/// A rule copying the `copy=yes` objects of `kind` into `targets`, with
+/// `extra` spec fields.
+pub async fn copy_rule(client: &Client, ns: &str, name: &str, kind: &str, targets: &[&str], extra: Value) {
+    let mut spec =
+        json!({"kind": kind, "selector": {"matchLabels": {"copy": "yes"}}, "namespaces": {"include": targets}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    rule(client, ns, name, spec).await.unwrap();
 }
 
 /// Creates a CopyRule from raw JSON (to test what admission rejects).

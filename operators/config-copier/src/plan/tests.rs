@@ -1,0 +1,444 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use super::*;
+use crate::copy::{Content, Observed, Owner, Payload, RuleId, RuleRef, Source};
+use crate::crd::{LabelKey, LabelSelector, LabelValue, NamespaceGlob, NamespaceTargets};
+use proptest::prelude::*;
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn me() -> RuleRef {
+    RuleRef { id: RuleId::new("team-a", "r"), uid: "uid-me".into() }
+}
+
+fn source(kind: SourceKind, name: &str, l: &[(&str, &str)], type_: Option<&str>) -> Arc<Source> {
+    Arc::new(Source::new(
+        kind,
+        "team-a",
+        name,
+        &labels(l),
+        &BTreeMap::new(),
+        Content { data: labels(&[("k", "v")]), type_: type_.map(str::to_string), ..Default::default() },
+    ))
+}
+
+fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: pairs.iter().map(|(k, v)| (LabelKey(k.to_string()), LabelValue(v.to_string()))).collect(),
+        match_expressions: vec![],
+    }
+}
+
+fn ns(l: &[(&str, &str)]) -> NamespaceInfo {
+    NamespaceInfo { labels: labels(l), terminating: false }
+}
+
+fn observed(owner: Option<Owner>, hash: &str, payload: Payload) -> Observed {
+    Observed {
+        key: CopyKey { kind: SourceKind::ConfigMap, namespace: "b".into(), name: "cfg".into() },
+        owner,
+        annotated_hash: Some(hash.into()),
+        managed_by_ours: true,
+        uid: Some("u1".into()),
+        resource_version: Some("7".into()),
+        payload,
+    }
+}
+
+fn mine() -> Option<Owner> {
+    Some(Owner { label: Some(me().id.label_value()), rule: Some(me().id), uid: Some(me().uid) })
+}
+
+fn ctx() -> CopyContext {
+    CopyContext { on_conflict: OnConflict::Skip, prune: true, accepts_overwrite: false, claimed_by: None }
+}
+
+fn desired() -> Desired {
+    Desired { hash: "h".into(), content_hash: "c".into(), type_: None }
+}
+
+/// The attack of the issue: `selector: {}` from team-a, a bootstrap token
+/// and a service-account token among the sources, every namespace a target.
+#[test]
+fn a_namespace_user_cannot_reach_kube_system_nor_copy_cluster_credentials() {
+    let rule = me();
+    let sel =
+        SourceSelection { selector: Some(Selector::new(&LabelSelector::default()).unwrap()), names: BTreeSet::new() };
+    let targets = TargetFilter::default();
+    let plan = RulePlan { rule: &rule, kind: SourceKind::Secret, sources: &sel, targets: &targets };
+    let policy = Policy::new(
+        Some("flotilla"),
+        &["payments".to_string()],
+        Consent::Label,
+        DEFAULT_SECRET_TYPES.iter().map(|s| s.to_string()).collect(),
+    );
+    let namespaces: HashMap<String, NamespaceInfo> = [
+        ("kube-system", ns(&[(ACCEPT_COPIES, "true")])),
+        ("kube-public", ns(&[(ACCEPT_COPIES, "true")])),
+        ("kube-node-lease", ns(&[])),
+        ("flotilla", ns(&[(ACCEPT_COPIES, "true")])),
+        ("payments", ns(&[(ACCEPT_COPIES, "true")])),
+        ("team-a", ns(&[(ACCEPT_COPIES, "true")])),
+        ("quiet", ns(&[])),
+        ("team-b", ns(&[(ACCEPT_COPIES, "true")])),
+        ("team-c", ns(&[(ACCEPT_COPIES, "team-x.team-a")])),
+        ("team-d", ns(&[(ACCEPT_COPIES, "team-x_team-y")])),
+    ]
+    .into_iter()
+    .map(|(n, i)| (n.to_string(), i))
+    .collect();
+    let t = target_namespaces(&plan, &namespaces, &policy);
+    assert_eq!(t.accepted, ["team-b", "team-c"]);
+    assert_eq!(t.protected, ["flotilla", "kube-node-lease", "kube-public", "kube-system", "payments"]);
+
+    let sources = vec![
+        source(SourceKind::Secret, "bootstrap-token-abcdef", &[], Some("bootstrap.kubernetes.io/token")),
+        source(SourceKind::Secret, "sa-token", &[], Some(SA_TOKEN_TYPE)),
+        source(SourceKind::Secret, "sh.helm.release.v1.x.v1", &[("owner", "helm")], Some("helm.sh/release.v1")),
+        source(SourceKind::Secret, "creds", &[], Some("Opaque")),
+        source(SourceKind::Secret, "odd", &[], Some("example.com/x")),
+    ];
+    let s = rule_sources(&plan, &sources, &policy);
+    let copied: Vec<&str> = s.copied.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(copied, ["creds"]);
+    let skipped: Vec<(&str, &str)> = s.skipped.iter().map(|(n, r)| (n.as_str(), r.reason())).collect();
+    assert_eq!(
+        skipped,
+        [
+            ("bootstrap-token-abcdef", "SecretTypeNotAllowed"),
+            ("odd", "SecretTypeNotAllowed"),
+            ("sa-token", "SecretTypeNotAllowed"),
+            ("sh.helm.release.v1.x.v1", "SecretTypeNotAllowed"),
+        ]
+    );
+    // Even listed in --secret-types, the cluster's credentials are never copied.
+    let lax = Policy::new(None, &[], Consent::None, NEVER_COPIED_TYPES.iter().map(|s| s.to_string()).collect());
+    assert!(lax.secret_types.is_empty());
+    let keys = desired_copies(&s, &t, SourceKind::Secret);
+    assert!(keys.keys().all(|k| k.name == "creds" && !k.namespace.starts_with("kube-")));
+}
+
+#[test]
+fn consent_none_opens_every_unprotected_namespace() {
+    let rule = me();
+    let sel =
+        SourceSelection { selector: Some(Selector::new(&LabelSelector::default()).unwrap()), names: BTreeSet::new() };
+    let targets = TargetFilter::default();
+    let plan = RulePlan { rule: &rule, kind: SourceKind::ConfigMap, sources: &sel, targets: &targets };
+    let policy = Policy { consent: Consent::None, ..Policy::default() };
+    let namespaces: HashMap<String, NamespaceInfo> =
+        [("kube-system", ns(&[])), ("quiet", ns(&[])), ("team-a", ns(&[]))]
+            .into_iter()
+            .map(|(n, i)| (n.to_string(), i))
+            .collect();
+    assert_eq!(target_namespaces(&plan, &namespaces, &policy).accepted, ["quiet"]);
+}
+
+#[test]
+fn default_exclusions_are_lifted_by_naming_but_secret_types_are_not() {
+    let rule = me();
+    let mut helm = (*source(SourceKind::ConfigMap, "release", &[("owner", "helm")], None)).clone();
+    helm.helm_release = true;
+    let mut cert = (*source(SourceKind::Secret, "tls", &[], Some("kubernetes.io/tls"))).clone();
+    cert.controller = Some("Certificate/web".into());
+    let root = source(SourceKind::ConfigMap, "kube-root-ca.crt", &[], None);
+    let policy = Policy::default();
+    assert_eq!(admit_source(&helm, false, &policy), Err(SkipReason::HelmRelease));
+    assert_eq!(admit_source(&root, false, &policy), Err(SkipReason::KubeRootCa));
+    assert!(matches!(admit_source(&cert, false, &policy), Err(SkipReason::ControlledByAnotherController(_))));
+    assert_eq!(admit_source(&cert, true, &policy), Ok(()));
+    assert_eq!(admit_source(&root, true, &policy), Ok(()));
+    let token = source(SourceKind::Secret, "t", &[], Some("bootstrap.kubernetes.io/token"));
+    assert!(admit_source(&token, true, &policy).is_err());
+
+    // Selection by names alone, or names or labels.
+    let sel = SourceSelection { selector: None, names: ["tls".to_string()].into() };
+    let targets = TargetFilter::default();
+    let plan = RulePlan { rule: &rule, kind: SourceKind::Secret, sources: &sel, targets: &targets };
+    let all = vec![Arc::new(cert), source(SourceKind::Secret, "other", &[("share", "yes")], Some("Opaque"))];
+    assert_eq!(rule_sources(&plan, &all, &policy).copied.len(), 1);
+    assert_eq!(sel.server_query(), None, "names need a namespace-wide watch");
+    let both =
+        SourceSelection { selector: Some(Selector::new(&selector(&[("share", "yes")])).unwrap()), ..sel.clone() };
+    let plan = RulePlan { sources: &both, ..plan };
+    assert_eq!(rule_sources(&plan, &all, &policy).copied.len(), 2);
+}
+
+#[test]
+fn helm_owner_and_stripped_labels_are_not_copied() {
+    let src = Source::new(
+        SourceKind::ConfigMap,
+        "team-a",
+        "cfg",
+        &labels(&[
+            ("owner", "helm"),
+            ("keep", "1"),
+            ("example.com/tool", "x"),
+            ("app.kubernetes.io/managed-by", "Helm"),
+        ]),
+        &BTreeMap::new(),
+        Content::default(),
+    )
+    .stripped(&crate::copy::StripLabels(vec!["example.com/".into()]));
+    assert_eq!(src.labels, labels(&[("keep", "1")]));
+}
+
+#[test]
+fn decisions_for_one_copy() {
+    let d = desired();
+    let o = |owner, hash: &str, p| observed(owner, hash, p);
+    let mine_ok = o(mine(), "h", Payload::Trusted);
+    assert_eq!(decide(Some(&d), Some((&mine_ok, &Ownership::Mine)), &ctx()), Action::InSync);
+    assert_eq!(decide(Some(&d), None, &ctx()), Action::Create);
+    assert_eq!(decide(None, None, &ctx()), Action::Nothing);
+    // Source changed; copy edited; marks broken; changed unexplained.
+    let stale = o(mine(), "old", Payload::Trusted);
+    assert!(matches!(decide(Some(&d), Some((&stale, &Ownership::Mine)), &ctx()), Action::Update { .. }));
+    let edited = o(mine(), "h", Payload::Edited);
+    assert!(matches!(decide(Some(&d), Some((&edited, &Ownership::Mine)), &ctx()), Action::Update { .. }));
+    let mut relabelled = mine_ok.clone();
+    relabelled.managed_by_ours = false;
+    assert!(matches!(decide(Some(&d), Some((&relabelled, &Ownership::Mine)), &ctx()), Action::Update { .. }));
+    let unexplained = o(mine(), "h", Payload::Unexplained);
+    assert_eq!(decide(Some(&d), Some((&unexplained, &Ownership::Mine)), &ctx()), Action::Read);
+    let read_ok = o(mine(), "h", Payload::Read { content_hash: "c".into(), type_: None });
+    assert_eq!(decide(Some(&d), Some((&read_ok, &Ownership::Mine)), &ctx()), Action::InSync);
+    let read_bad = o(mine(), "h", Payload::Read { content_hash: "x".into(), type_: None });
+    assert_eq!(
+        decide(Some(&d), Some((&read_bad, &Ownership::Mine)), &ctx()),
+        Action::Update { resource_version: Some("7".into()) }
+    );
+    // Unwanted: pruned with its uid and version, or kept.
+    assert_eq!(
+        decide(None, Some((&mine_ok, &Ownership::Mine)), &ctx()),
+        Action::Delete { uid: Some("u1".into()), resource_version: Some("7".into()) }
+    );
+    assert_eq!(decide(None, Some((&mine_ok, &Ownership::Mine)), &CopyContext { prune: false, ..ctx() }), Action::Keep);
+    // Unowned: Skip, or Overwrite without the namespace's accept-overwrite, leave it.
+    let theirs = o(None, "x", Payload::Trusted);
+    let unowned = Ownership::Unowned;
+    assert_eq!(decide(Some(&d), Some((&theirs, &unowned)), &ctx()), Action::Conflict(ConflictReason::NotOwned));
+    let overwrite = CopyContext { on_conflict: OnConflict::Overwrite, ..ctx() };
+    assert_eq!(decide(Some(&d), Some((&theirs, &unowned)), &overwrite), Action::Conflict(ConflictReason::NotOwned));
+    let consented = CopyContext { accepts_overwrite: true, ..overwrite };
+    assert!(matches!(decide(Some(&d), Some((&theirs, &unowned)), &consented), Action::Adopt { .. }));
+    assert_eq!(decide(None, Some((&theirs, &unowned)), &consented), Action::Nothing);
+}
+
+#[test]
+fn ownership_follows_the_uid() {
+    let me = me();
+    let live = |_: &str| OwnerState::Live { uid: "uid-other".into(), loses_to_us: false };
+    // Label edited away: our annotations with our UID still say ours.
+    let by_annotation = Owner { label: None, rule: Some(me.id.clone()), uid: Some(me.uid.clone()) };
+    assert_eq!(ownership(Some(&by_annotation), &me, live), Ownership::Mine);
+    // A copy from before UIDs were written.
+    let legacy = Owner { label: Some(me.id.label_value()), rule: None, uid: None };
+    assert_eq!(ownership(Some(&legacy), &me, live), Ownership::Mine);
+    let other =
+        Owner { label: Some("team-b.r".into()), rule: Some(RuleId::new("team-b", "r")), uid: Some("uid-other".into()) };
+    assert_eq!(
+        ownership(Some(&other), &me, live),
+        Ownership::OtherRule { rule: "team-b/r".into(), loses_to_us: false }
+    );
+    assert_eq!(
+        ownership(Some(&other), &me, |_| OwnerState::OutOfScope),
+        Ownership::OtherInstallation("team-b/r".into())
+    );
+    assert_eq!(ownership(Some(&other), &me, |_| OwnerState::Gone), Ownership::Unowned);
+    // A live rule of that name, but another incarnation.
+    let recreated = |_: &str| OwnerState::Live { uid: "uid-new".into(), loses_to_us: false };
+    assert_eq!(ownership(Some(&other), &me, recreated), Ownership::Unowned);
+    assert_eq!(ownership(None, &me, live), Ownership::Unowned);
+}
+
+#[test]
+fn two_rules_one_name_the_oldest_wins_and_the_other_hands_off() {
+    let key = CopyKey { kind: SourceKind::ConfigMap, namespace: "b".into(), name: "cfg".into() };
+    let claim = |created: &str, ns: &str, name: &str| Claim {
+        rank: Rank { created: Some(created.into()), rule: RuleId::new(ns, name) },
+        kind: SourceKind::ConfigMap,
+        names: ["cfg".to_string()].into(),
+        namespaces: ["b".to_string()].into(),
+    };
+    let claims = [
+        claim("2026-01-02T00:00:00Z", "a", "young"),
+        claim("2026-01-01T00:00:00Z", "z", "old"),
+        claim("2026-01-01T00:00:00Z", "y", "old"),
+    ];
+    assert_eq!(winner(&key, &claims), Some(&RuleId::new("y", "old")), "oldest, then namespace/name");
+    // The loser keeps its copy in place (the winner takes it over) and reports the claim.
+    let d = desired();
+    let lost = CopyContext { claimed_by: Some(RuleId::new("y", "old")), ..ctx() };
+    let ours = observed(mine(), "h", Payload::Trusted);
+    assert_eq!(decide(Some(&d), Some((&ours, &Ownership::Mine)), &lost), Action::Keep);
+    assert!(matches!(decide(Some(&d), None, &lost), Action::Conflict(ConflictReason::ClaimedByAnotherRule(_))));
+    // The winner takes a losing rule's copy over, never a winning one's.
+    let loser = Ownership::OtherRule { rule: "a/young".into(), loses_to_us: true };
+    assert!(matches!(decide(Some(&d), Some((&ours, &loser)), &ctx()), Action::Update { .. }));
+    let holder = Ownership::OtherRule { rule: "y/old".into(), loses_to_us: false };
+    assert!(matches!(decide(Some(&d), Some((&ours, &holder)), &ctx()), Action::Conflict(_)));
+}
+
+#[test]
+fn only_a_type_change_replaces_a_copy_after_a_422() {
+    let d = Desired { type_: Some("kubernetes.io/tls".into()), ..desired() };
+    let same =
+        observed(mine(), "h", Payload::Read { content_hash: "x".into(), type_: Some("kubernetes.io/tls".into()) });
+    let other = observed(mine(), "h", Payload::Read { content_hash: "x".into(), type_: Some("Opaque".into()) });
+    assert!(!replace_after_invalid(&same, &Ownership::Mine, &d), "immutable or a policy: never delete");
+    assert!(replace_after_invalid(&other, &Ownership::Mine, &d));
+    assert!(!replace_after_invalid(&other, &Ownership::Unowned, &d));
+    assert!(!replace_after_invalid(&observed(mine(), "h", Payload::Trusted), &Ownership::Mine, &d));
+}
+
+#[test]
+fn namespace_selector_and_globs() {
+    let rule = me();
+    let sel = SourceSelection::default();
+    let targets = TargetFilter::new(Some(&NamespaceTargets {
+        selector: Some(selector(&[("team", "a")])),
+        include: vec![NamespaceGlob("team-*".into())],
+        exclude: vec![NamespaceGlob("team-x*".into())],
+    }))
+    .unwrap();
+    let plan = RulePlan { rule: &rule, kind: SourceKind::ConfigMap, sources: &sel, targets: &targets };
+    let namespaces: HashMap<String, NamespaceInfo> = [
+        ("team-1", ns(&[("team", "a"), (ACCEPT_COPIES, "true")])),
+        ("team-2", ns(&[("team", "b"), (ACCEPT_COPIES, "true")])),
+        ("team-x1", ns(&[("team", "a"), (ACCEPT_COPIES, "true")])),
+        ("other", ns(&[("team", "a"), (ACCEPT_COPIES, "true")])),
+    ]
+    .into_iter()
+    .map(|(n, i)| (n.to_string(), i))
+    .collect();
+    assert_eq!(target_namespaces(&plan, &namespaces, &Policy::default()).accepted, ["team-1"]);
+}
+
+fn arb_owner() -> impl Strategy<Value = (Option<Owner>, OwnerState)> {
+    let me = me();
+    prop_oneof![
+        Just((None, OwnerState::Gone)),
+        Just((
+            Some(Owner { label: Some(me.id.label_value()), rule: Some(me.id.clone()), uid: Some(me.uid.clone()) }),
+            OwnerState::Gone
+        )),
+        Just((Some(Owner { label: None, rule: Some(me.id.clone()), uid: Some(me.uid.clone()) }), OwnerState::Gone)),
+        any::<bool>().prop_map(|loses| (
+            Some(Owner {
+                label: Some("team-b.r".into()),
+                rule: Some(RuleId::new("team-b", "r")),
+                uid: Some("ub".into())
+            }),
+            OwnerState::Live { uid: "ub".into(), loses_to_us: loses }
+        )),
+        Just((Some(Owner { label: Some("team-b.r".into()), rule: None, uid: None }), OwnerState::OutOfScope)),
+        Just((Some(Owner { label: Some("team-b.r".into()), rule: None, uid: Some("old".into()) }), OwnerState::Gone)),
+    ]
+}
+
+fn arb_payload() -> impl Strategy<Value = Payload> {
+    prop_oneof![
+        Just(Payload::Trusted),
+        Just(Payload::Edited),
+        Just(Payload::Unexplained),
+        (any::<bool>(), proptest::option::of("[ab]"))
+            .prop_map(|(ok, t)| Payload::Read { content_hash: if ok { "c".into() } else { "x".into() }, type_: t }),
+    ]
+}
+
+proptest! {
+    /// Whatever is observed and whatever the namespace says: nothing this
+    /// rule does not own is written unless it is a losing rule's copy or
+    /// the rule says Overwrite and the namespace accepts overwrites; only
+    /// our own copies are ever deleted, and never one still wanted; a
+    /// wanted copy of ours is never left to a foreign object.
+    #[test]
+    fn ownership_is_never_lost_and_nothing_unowned_is_written_without_consent(
+        (owner, state) in arb_owner(),
+        payload in arb_payload(),
+        wanted in any::<bool>(),
+        present in any::<bool>(),
+        overwrite in any::<bool>(),
+        accepts_overwrite in any::<bool>(),
+        prune in any::<bool>(),
+        claimed in any::<bool>(),
+        managed_by_ours in any::<bool>(),
+        hash_ok in any::<bool>(),
+    ) {
+        let me = me();
+        let d = desired();
+        let mut o = observed(owner.clone(), if hash_ok { "h" } else { "old" }, payload);
+        o.managed_by_ours = managed_by_ours;
+        let own = ownership(owner.as_ref(), &me, |_| state.clone());
+        let c = CopyContext {
+            on_conflict: if overwrite { OnConflict::Overwrite } else { OnConflict::Skip },
+            prune,
+            accepts_overwrite,
+            claimed_by: claimed.then(|| RuleId::new("team-0", "older")),
+        };
+        let action = decide(wanted.then_some(&d), present.then_some((&o, &own)), &c);
+        if present && action.writes() {
+            match &own {
+                Ownership::Mine => {}
+                Ownership::OtherRule { loses_to_us: true, .. } => prop_assert!(!claimed),
+                Ownership::Unowned => {
+                    let adopt = matches!(action, Action::Adopt { .. });
+                    prop_assert!(overwrite && accepts_overwrite && adopt);
+                }
+                other => prop_assert!(false, "wrote over {other:?}: {action:?}"),
+            }
+        }
+        if let Action::Delete { uid, .. } = &action {
+            prop_assert!(present && own == Ownership::Mine && !wanted && prune);
+            prop_assert_eq!(uid, &o.uid);
+        }
+        if let Action::Adopt { .. } = action {
+            prop_assert!(own == Ownership::Unowned);
+        }
+        // A wanted copy of ours that is not right is repaired (or read first), unless a better rule wants it.
+        if present && wanted && own == Ownership::Mine && !claimed {
+            let repairs = matches!(action, Action::InSync | Action::Update { .. } | Action::Read);
+            prop_assert!(repairs, "{:?}", action);
+            if action == Action::InSync {
+                prop_assert!(managed_by_ours && hash_ok && o.owner.as_ref().is_some_and(|w| w.label.is_some()));
+            }
+        }
+        if !present && wanted {
+            let creates = matches!(action, Action::Create | Action::Conflict(ConflictReason::ClaimedByAnotherRule(_)));
+            prop_assert!(creates, "{:?}", action);
+        }
+    }
+
+    /// Targets are always consenting, unprotected, not terminating and not
+    /// the rule's own namespace; protected ones are reported, others never.
+    #[test]
+    fn targets_are_consenting_and_unprotected(
+        items in proptest::collection::vec(("[a-d]{1,2}|kube-system|kube-public|flotilla", proptest::option::of("true|team-a|x.team-a|other"), proptest::bool::weighted(0.1)), 0..10),
+        consent_none in any::<bool>(),
+    ) {
+        let rule = me();
+        let sel = SourceSelection::default();
+        let targets = TargetFilter::default();
+        let plan = RulePlan { rule: &rule, kind: SourceKind::ConfigMap, sources: &sel, targets: &targets };
+        let policy = Policy::new(Some("flotilla"), &[], if consent_none { Consent::None } else { Consent::Label }, BTreeSet::new());
+        let mut namespaces: HashMap<String, NamespaceInfo> = items.iter().map(|(n, accept, term)| {
+            let l = accept.as_ref().map(|a| labels(&[(ACCEPT_COPIES, a)])).unwrap_or_default();
+            (n.clone(), NamespaceInfo { labels: l, terminating: *term })
+        }).collect();
+        namespaces.insert("team-a".into(), ns(&[(ACCEPT_COPIES, "true")]));
+        let t = target_namespaces(&plan, &namespaces, &policy);
+        for n in &t.accepted {
+            let info = &namespaces[*n];
+            prop_assert!(!info.terminating && *n != "team-a" && !policy.protected.contains(*n));
+            prop_assert!(consent_none || info.accepts_from("team-a", Consent::Label));
+        }
+        for n in &t.protected {
+            prop_assert!(policy.protected.contains(*n));
+        }
+        prop_assert_eq!(t.accepted.len() + t.protected.len(),
+            namespaces.iter().filter(|(n, i)| !i.terminating && n.as_str() != "team-a"
+                && (policy.protected.contains(n.as_str()) || consent_none || i.accepts_from("team-a", Consent::Label))).count());
+    }
+}

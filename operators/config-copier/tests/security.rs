@@ -1,0 +1,357 @@
+//! Issue 14's attacks against a real control plane, each as a test that now
+//! fails to do harm: the rule author is untrusted, the namespace owner and
+//! the cluster admin decide. The operator runs with its default flags
+//! (`--target-consent=label`) as a ServiceAccount with exactly its RBAC.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::shared;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+const RULE_LABEL: &str = "flotilla.dev/copy-rule";
+
+async fn secret(client: &Client, ns: &str, name: &str, type_: &str, labels: &[(&str, &str)]) {
+    let s = Secret {
+        metadata: meta(name, labels),
+        type_: Some(type_.into()),
+        data: Some(BTreeMap::from([
+            ("token-id".to_string(), ByteString(b"abcdef".to_vec())),
+            ("token-secret".to_string(), ByteString(b"0123456789abcdef".to_vec())),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns).create(&PostParams::default(), &s).await.unwrap();
+}
+
+async fn delete_rule(client: &Client, ns: &str, name: &str) {
+    let _ = Api::<CopyRule>::namespaced(client.clone(), ns).delete(name, &DeleteParams::default()).await;
+}
+
+/// `selector: {}` and no target list from a plain namespace, with a
+/// bootstrap-token Secret among the sources: nothing reaches kube-system
+/// (even labelled to accept copies), the token is skipped and says why.
+#[tokio::test]
+async fn a_bootstrap_token_never_reaches_kube_system() {
+    let (client, src) = setup("attack-src").await;
+    let dst = target("attack-dst").await;
+    label_namespace(&client, "kube-system", ACCEPT, Some("true")).await;
+    secret(&client, &src, "bootstrap-token-abcdef", "bootstrap.kubernetes.io/token", &[]).await;
+    secret(&client, &src, "plain", "Opaque", &[]).await;
+    rule(&client, &src, "all", json!({"kind": "Secret", "selector": {}})).await.unwrap();
+
+    wait_secret(&client, &dst, "plain", |_| true).await;
+    let r = wait_rule(&client, &src, "all", |r| r.status.as_ref().is_some_and(|s| !s.skipped.is_empty())).await;
+    let st = r.status.unwrap();
+    assert!(st.protected_namespaces.iter().any(|n| n == "kube-system"), "{st:?}");
+    let skipped = st.skipped.iter().find(|s| s.name == "bootstrap-token-abcdef").expect("listed as skipped");
+    assert_eq!(skipped.reason, "SecretTypeNotAllowed");
+    let in_kube_system = Api::<Secret>::namespaced(client.clone(), "kube-system");
+    for name in ["bootstrap-token-abcdef", "plain"] {
+        assert!(in_kube_system.get_opt(name).await.unwrap().is_none(), "{name} reached kube-system");
+    }
+    let anywhere = Api::<Secret>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{RULE_LABEL}={src}.all")))
+        .await
+        .unwrap();
+    assert!(
+        anywhere.items.iter().all(|s| s.metadata.name.as_deref() == Some("plain")),
+        "only the Opaque one is copied"
+    );
+    label_namespace(&client, "kube-system", ACCEPT, None).await;
+    delete_rule(&client, &src, "all").await;
+}
+
+/// A namespace that did not consent gets nothing, and the rule's status and
+/// Events do not say what is there.
+#[tokio::test]
+async fn a_namespace_without_consent_gets_nothing_and_is_not_revealed() {
+    let (client, src) = setup("consent-src").await;
+    let yes = target("consent-yes").await;
+    let no = shared().namespace("consent-no").await.unwrap();
+    // Something of that name exists in the non-consenting namespace.
+    configmap(&client, &no, "cfg", &[], &[("k", "theirs")]).await;
+    configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "ours")]).await;
+    rule(
+        &client,
+        &src,
+        "r",
+        json!({"kind": "ConfigMap", "selector": {"matchLabels": {"copy": "yes"}}, "namespaces": {"include": [yes, no]}}),
+    )
+    .await
+    .unwrap();
+    wait_cm(&client, &yes, "cfg", |c| data(c, "k") == Some("ours")).await;
+    let r = wait_rule(&client, &src, "r", |r| ready(r) == Some("True")).await;
+    let status = serde_json::to_string(&r.status).unwrap();
+    assert!(!status.contains(&no), "status reveals {no}: {status}");
+    assert_eq!(r.status.as_ref().unwrap().namespaces, 1);
+    let theirs = Api::<ConfigMap>::namespaced(client.clone(), &no).get("cfg").await.unwrap();
+    assert_eq!(data(&theirs, "k"), Some("theirs"));
+    let events = Api::<Event>::namespaced(client.clone(), &src).list(&ListParams::default()).await.unwrap();
+    for e in events.items.iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("r")) {
+        assert!(!e.note.as_deref().unwrap_or("").contains(&no), "an Event reveals {no}: {:?}", e.note);
+    }
+    // Consent given: the copy follows; withdrawn: it is pruned.
+    label_namespace(&client, &no, ACCEPT, Some(&src)).await;
+    let r = wait_rule(&client, &src, "r", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 1)).await;
+    assert_eq!(r.status.unwrap().conflicting[0].reason, "NotOwned", "consenting: the conflict is reported");
+}
+
+/// `onConflict: Overwrite` without the namespace's accept-overwrite adopts
+/// nothing (and deleting the rule then deletes nothing of theirs).
+#[tokio::test]
+async fn overwrite_without_consent_adopts_nothing() {
+    let (client, src) = setup("ovr-src").await;
+    let dst = target("ovr-dst").await;
+    configmap(&client, &dst, "coredns", &[], &[("Corefile", "theirs")]).await;
+    configmap(&client, &src, "coredns", &[("copy", "yes")], &[("Corefile", "ours")]).await;
+    copy_rule(&client, &src, "r", "ConfigMap", &[&dst], json!({"onConflict": "Overwrite"})).await;
+    let r = wait_rule(&client, &src, "r", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 1)).await;
+    assert_eq!(r.status.unwrap().conflicting[0].reason, "NotOwned");
+    let theirs = Api::<ConfigMap>::namespaced(client.clone(), &dst).get("coredns").await.unwrap();
+    assert_eq!(data(&theirs, "Corefile"), Some("theirs"));
+    assert_eq!(label(&theirs.metadata, RULE_LABEL), None);
+    delete_rule(&client, &src, "r").await;
+    flotilla_testenv::wait_for("the rule to go", T, || {
+        let api = Api::<CopyRule>::namespaced(client.clone(), &src);
+        async move { Ok::<_, kube::Error>(api.get_opt("r").await?.is_none().then_some(())) }
+    })
+    .await
+    .unwrap();
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), &dst).get_opt("coredns").await.unwrap().is_some());
+}
+
+/// A copy whose managed-by label is rewritten, or whose ownership label is
+/// removed, is still ours (index and annotations) and is repaired.
+#[tokio::test]
+async fn a_relabelled_copy_is_still_ours_and_repaired() {
+    let (client, src) = setup("relbl-src").await;
+    let dst = target("relbl-dst").await;
+    configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "v")]).await;
+    copy_rule(&client, &src, "r", "ConfigMap", &[&dst], json!({})).await;
+    wait_cm(&client, &dst, "cfg", |_| true).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &dst);
+    let managed = "app.kubernetes.io/managed-by";
+    api.patch("cfg", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {managed: "Helm"}}})))
+        .await
+        .unwrap();
+    wait_cm(&client, &dst, "cfg", |c| label(&c.metadata, managed) == Some("flotilla-config-copier")).await;
+    api.patch(
+        "cfg",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {RULE_LABEL: null}}, "data": {"k": "hacked"}})),
+    )
+    .await
+    .unwrap();
+    // Left the label-selected watch: the next reconcile (touch the source) finds it by name.
+    Api::<ConfigMap>::namespaced(client.clone(), &src)
+        .patch("cfg", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"touched": "1"}}})))
+        .await
+        .unwrap();
+    let back = wait_cm(&client, &dst, "cfg", |c| {
+        label(&c.metadata, RULE_LABEL) == Some(format!("{src}.r").as_str()) && data(c, "k") == Some("v")
+    })
+    .await;
+    assert_eq!(label(&back.metadata, managed), Some("flotilla-config-copier"));
+}
+
+/// A 422 that is not a type change (the copy was made immutable by hand)
+/// deletes nothing: a failure in status, a Warning, a retry with backoff.
+#[tokio::test]
+async fn a_422_on_an_immutable_copy_deletes_nothing() {
+    let (client, src) = setup("imm-src").await;
+    let dst = target("imm-dst").await;
+    secret(&client, &src, "creds", "Opaque", &[("copy", "yes")]).await;
+    copy_rule(&client, &src, "r", "Secret", &[&dst], json!({})).await;
+    let first = wait_secret(&client, &dst, "creds", |_| true).await;
+    Api::<Secret>::namespaced(client.clone(), &dst)
+        .patch("creds", &PatchParams::default(), &Patch::Merge(json!({"immutable": true})))
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &src)
+        .patch("creds", &PatchParams::default(), &Patch::Merge(json!({"stringData": {"token-secret": "rotated"}})))
+        .await
+        .unwrap();
+    let r = wait_rule(&client, &src, "r", |r| {
+        condition(r, "Ready").is_some_and(|c| c.reason == "SyncFailed" && c.message.contains("creds"))
+    })
+    .await;
+    assert_eq!(ready(&r), Some("False"));
+    wait_event(&client, &src, "r", "SyncFailed").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = Api::<Secret>::namespaced(client.clone(), &dst).get("creds").await.unwrap();
+    assert_eq!(now.metadata.uid, first.metadata.uid, "the copy was not deleted and recreated");
+}
+
+/// Two rules want the same name in one namespace: the older wins, whatever
+/// the order of names or of reconciles, and nobody flip-flops.
+#[tokio::test]
+async fn two_rules_one_name_the_older_wins_without_flip_flop() {
+    let (client, src) = setup("race-src").await;
+    let dst = target("race-dst").await;
+    configmap(&client, &src, "cfg", &[("a", "1"), ("b", "1")], &[("k", "v")]).await;
+    let spec = |label: &str| json!({"kind": "ConfigMap", "selector": {"matchLabels": {label: "1"}}, "namespaces": {"include": [dst.clone()]}});
+    // "zz" is older although "aa" sorts first by name.
+    rule(&client, &src, "zz", spec("a")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    rule(&client, &src, "aa", spec("b")).await.unwrap();
+    let holder = format!("{src}.zz");
+    wait_cm(&client, &dst, "cfg", |c| label(&c.metadata, RULE_LABEL) == Some(holder.as_str())).await;
+    let r = wait_rule(&client, &src, "aa", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 1)).await;
+    assert_eq!(r.status.unwrap().conflicting[0].reason, "ClaimedByAnotherRule");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &dst);
+    let rv = api.get("cfg").await.unwrap().metadata.resource_version;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let later = api.get("cfg").await.unwrap();
+    assert_eq!(later.metadata.resource_version, rv, "no flip-flop");
+    assert_eq!(label(&later.metadata, RULE_LABEL), Some(holder.as_str()));
+    // A new namespace: still the older rule's.
+    let fresh = target("race-new").await;
+    for name in ["zz", "aa"] {
+        Api::<CopyRule>::namespaced(client.clone(), &src)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"namespaces": {"include": [dst.clone(), fresh.clone()]}}})),
+            )
+            .await
+            .unwrap();
+    }
+    wait_cm(&client, &fresh, "cfg", |c| label(&c.metadata, RULE_LABEL) == Some(holder.as_str())).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let c = Api::<ConfigMap>::namespaced(client.clone(), &fresh).get("cfg").await.unwrap();
+    assert_eq!(label(&c.metadata, RULE_LABEL), Some(holder.as_str()));
+}
+
+/// `spec.names` copies a cert-manager-style Secret: no labels, controlled
+/// by another controller (which a selector alone skips).
+#[tokio::test]
+async fn names_copy_a_cert_manager_style_secret() {
+    let (client, src) = setup("names-src").await;
+    let dst = target("names-dst").await;
+    let owner = ConfigMap { metadata: meta("certificate-stand-in", &[]), ..Default::default() };
+    let owner =
+        Api::<ConfigMap>::namespaced(client.clone(), &src).create(&PostParams::default(), &owner).await.unwrap();
+    let tls: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "web-tls", "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "certificate-stand-in",
+            "uid": owner.metadata.uid, "controller": true}]},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": "CERT", "tls.key": "KEY"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &src).create(&PostParams::default(), &tls).await.unwrap();
+    rule(
+        &client,
+        &src,
+        "by-label",
+        json!({"kind": "Secret", "selector": {}, "namespaces": {"include": [dst.clone()]}}),
+    )
+    .await
+    .unwrap();
+    let r = wait_rule(&client, &src, "by-label", |r| r.status.as_ref().is_some_and(|s| !s.skipped.is_empty())).await;
+    assert_eq!(r.status.unwrap().skipped[0].reason, "ControlledByAnotherController");
+    delete_rule(&client, &src, "by-label").await;
+    rule(
+        &client,
+        &src,
+        "by-name",
+        json!({"kind": "Secret", "names": ["web-tls"], "namespaces": {"include": [dst.clone()]}}),
+    )
+    .await
+    .unwrap();
+    let copy = wait_secret(&client, &dst, "web-tls", |_| true).await;
+    assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert!(copy.metadata.owner_references.is_none(), "the controller's reference is not copied");
+    // Neither names nor selector: refused at admission.
+    match raw_rule(&client, &src, "nothing", json!({"kind": "Secret"})).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422),
+        other => panic!("accepted: {other:?}"),
+    }
+}
+
+/// A denied delete keeps the finalizer (status says so, retried with
+/// backoff), and `prune: false` is the escape.
+#[tokio::test]
+async fn a_stuck_finalizer_has_a_tested_escape() {
+    let (client, src) = setup("fin-src").await;
+    let dst = target("fin-dst").await;
+    configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "v")]).await;
+    copy_rule(&client, &src, "r", "ConfigMap", &[&dst], json!({})).await;
+    wait_cm(&client, &dst, "cfg", |_| true).await;
+    deny_configmap_deletes(&client, &dst).await;
+    let rules: Api<CopyRule> = Api::namespaced(client.clone(), &src);
+    rules.delete("r", &DeleteParams::default()).await.unwrap();
+    let r = wait_rule(&client, &src, "r", |r| condition(r, "Ready").is_some_and(|c| c.reason == "PruneFailed")).await;
+    assert!(r.metadata.deletion_timestamp.is_some());
+    wait_event(&client, &src, "r", "PruneFailed").await;
+    rules.patch("r", &PatchParams::default(), &Patch::Merge(json!({"spec": {"prune": false}}))).await.unwrap();
+    flotilla_testenv::wait_for("the rule to go", T, || {
+        let rules = rules.clone();
+        async move { Ok::<_, kube::Error>(rules.get_opt("r").await?.is_none().then_some(())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", log_tail()));
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), &dst).get_opt("cfg").await.unwrap().is_some());
+}
+
+/// A ValidatingAdmissionPolicy refusing every ConfigMap delete in `ns`.
+async fn deny_configmap_deletes(client: &Client, ns: &str) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let ar = |kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind), plural)
+    };
+    let name = format!("deny-deletes-{ns}");
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["configmaps"]}]},
+            "validations": [{"expression": "false", "message": "deletes are denied here (test)"}]
+        }
+    }))
+    .unwrap();
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+        }
+    }))
+    .unwrap();
+    let pp = PatchParams::apply("tests").force();
+    Api::<DynamicObject>::all_with(client.clone(), &ar("ValidatingAdmissionPolicy", "validatingadmissionpolicies"))
+        .patch(&name, &pp, &Patch::Apply(&policy))
+        .await
+        .unwrap();
+    Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ar("ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings"),
+    )
+    .patch(&name, &pp, &Patch::Apply(&binding))
+    .await
+    .unwrap();
+    // The policy is enforced once the API server has loaded it: wait for a denied delete.
+    flotilla_testenv::wait_for("the delete-denying policy to be enforced", T, || async {
+        let probe = format!("probe-{}", rand_suffix());
+        configmap(client, ns, &probe, &[], &[]).await;
+        match Api::<ConfigMap>::namespaced(client.clone(), ns).delete(&probe, &DeleteParams::default()).await {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok::<_, kube::Error>(Some(())),
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+    .unwrap();
+}
