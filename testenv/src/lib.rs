@@ -25,6 +25,7 @@ pub mod kubeconfig;
 pub mod moto;
 pub mod pki;
 pub mod process;
+pub mod route53_proxy;
 pub mod tools;
 pub mod versions;
 
