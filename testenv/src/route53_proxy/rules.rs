@@ -45,6 +45,16 @@ fn cname_conflict(state: &BTreeMap<Key, Rrset>, r: &Rrset, zone: &str) -> Option
 /// names they touch). `Ok`: the net changes to apply; `Err`: Route53's
 /// messages, one per refused change.
 pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Change>, Vec<String>> {
+    // Route53's per-request limits, UPSERT counted twice.
+    let weight = |c: &Change| if c.action == "UPSERT" { 2 } else { 1 };
+    let records: usize = changes.iter().map(|c| c.rrset.values.len().max(1) * weight(c)).sum();
+    let chars: usize = changes.iter().map(|c| c.rrset.values.iter().map(String::len).sum::<usize>() * weight(c)).sum();
+    if records > 1000 {
+        return Err(vec!["Number of records limit of 1000 exceeded.".into()]);
+    }
+    if chars > 32_000 {
+        return Err(vec!["Number of characters limit of 32000 exceeded.".into()]);
+    }
     let original: BTreeMap<Key, Rrset> = current.iter().map(|r| (r.key(), r.clone())).collect();
     let mut state = original.clone();
     let mut errors = Vec::new();
@@ -89,9 +99,12 @@ pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Ch
             net.push(Change { action: "DELETE".into(), rrset: before.clone() });
         }
     }
+    // New sets as CREATE, replaced ones as UPSERT: moto counts an UPSERT
+    // twice against the 1,000-record limit, as Route53 does.
     for k in &touched {
         if let Some(after) = state.get(k) {
-            net.push(Change { action: "UPSERT".into(), rrset: after.clone() });
+            let action = if original.contains_key(k) { "UPSERT" } else { "CREATE" };
+            net.push(Change { action: action.into(), rrset: after.clone() });
         }
     }
     Ok(net)
@@ -132,7 +145,7 @@ mod tests {
         )
         .unwrap();
         let actions: Vec<(&str, &str)> = net.iter().map(|c| (c.action.as_str(), c.rrset.rtype.as_str())).collect();
-        assert_eq!(actions, [("DELETE", "A"), ("UPSERT", "TXT"), ("UPSERT", "CNAME")]);
+        assert_eq!(actions, [("DELETE", "A"), ("UPSERT", "TXT"), ("CREATE", "CNAME")]);
         // All or nothing: one bad change refuses the batch.
         let e =
             check(&zone, &[ch("CREATE", &rr("new.z", "A", "1.1.1.1")), ch("DELETE", &rr("x.z", "A", "0.0.0.0"))], "z");
