@@ -31,7 +31,7 @@ const RUNTIME_LIBS: &[&str] = &[
 /// glibc of Debian 12 (bookworm), the runtime base.
 const MAX_GLIBC: (u32, u32) = (2, 36);
 
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
