@@ -32,7 +32,9 @@ const MAX_NOTE: usize = 1024;
 /// How long a published Event is remembered for aggregation (as kube's recorder).
 const AGGREGATE_FOR: Duration = Duration::from_secs(6 * 60);
 /// Events waiting to be sent, at most; beyond, the oldest are dropped.
-pub const QUEUE: usize = 1024;
+/// Large enough for a normal burst (5,000 Services published at once send
+/// 5,000 Events), bounded for an API server that stays down.
+pub const QUEUE: usize = 8192;
 
 /// What makes two Events the same Event.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -47,7 +47,7 @@ pub struct Args {
     pub ttl: i64,
 
     /// Written into every ownership TXT record; only records with our owner id are ever changed.
-    /// Default: derived from the cluster (k8s-<kube-system namespace UID>, plus a hash of
+    /// Default: derived from the cluster (k8s-<12 hex digits of the kube-system namespace UID>, plus a hash of
     /// --watch-namespace/--service-selector when set), logged at start. Pin one to keep it across
     /// clusters (e.g. a rebuilt cluster taking over a zone).
     #[arg(long, env = "OWNER_ID", value_name = "ID")]

@@ -4,6 +4,11 @@
 //! problem). The `kube-system` namespace's UID is fixed for a cluster's
 //! life; two installations in one cluster that watch different parts of it
 //! (`--watch-namespace`, `--service-selector`) get different ids too.
+//!
+//! The id is short on purpose: it is in every ownership TXT, and Route53
+//! counts those characters against its 32,000 per request — the whole UID
+//! (36 characters) would cost a 5,000-Service burst five more requests.
+//! 48 bits of a random UID tell a user's clusters apart.
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client};
@@ -26,15 +31,17 @@ fn fnv1a(parts: &[&str]) -> u64 {
     h
 }
 
-/// `k8s-<uid>` for an installation watching the whole cluster, else
-/// `k8s-<uid>-<8 hex of what it watches>` (at most 49 characters).
+/// `k8s-<first 12 hex digits of the UID>` for an installation watching the
+/// whole cluster, else `k8s-<12 hex>-<6 hex of what it watches>` (16 or 23
+/// characters).
 pub fn derive(cluster_uid: &str, watch_namespace: Option<&str>, selector: Option<&str>) -> String {
-    let uid: String = cluster_uid.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(40).collect();
+    let uid: String =
+        cluster_uid.chars().filter(char::is_ascii_hexdigit).take(12).collect::<String>().to_ascii_lowercase();
     match (watch_namespace, selector) {
         (None, None) => format!("k8s-{uid}"),
         (ns, sel) => {
             let scope = fnv1a(&[ns.unwrap_or(""), sel.unwrap_or("")]);
-            format!("k8s-{uid}-{:08x}", scope as u32)
+            format!("k8s-{uid}-{:06x}", scope & 0xff_ffff)
         }
     }
 }
@@ -53,15 +60,16 @@ mod tests {
     fn derived_ids_are_stable_valid_and_scoped() {
         let uid = "0f6f2c3e-8a1b-4f7e-9c1d-2b3a4c5d6e7f";
         let all = derive(uid, None, None);
-        assert_eq!(all, format!("k8s-{uid}"));
+        assert_eq!(all, "k8s-0f6f2c3e8a1b");
         let a = derive(uid, Some("team-a"), None);
         let b = derive(uid, Some("team-b"), None);
         assert_ne!(a, b, "two installations watching different namespaces differ");
         assert_ne!(a, all);
         assert_eq!(a, derive(uid, Some("team-a"), None), "stable");
         assert_ne!(derive(uid, None, Some("dns=public")), all);
+        assert!(a.starts_with("k8s-0f6f2c3e8a1b-") && a.len() == 23, "{a}");
         for id in [&all, &a] {
-            assert!(id.len() <= 63 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'), "{id}");
+            assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'), "{id}");
         }
         // Pinned: the value must never change between releases.
         assert_eq!(fnv1a(&["team-a", ""]), fnv1a(&["team-a", ""]));

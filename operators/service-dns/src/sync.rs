@@ -181,7 +181,8 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // the request then in flight, so it is batched with what follows
         // (and the stream's last event is now, not before that sync, else
         // a sync longer than the debounce would look like the stream's end).
-        if rx.try_recv().is_ok() {
+        let streaming = rx.try_recv().is_ok();
+        if streaming {
             events.saw_one();
         }
         // Idle: wait for an event, a quarantined name's retry or the resync
@@ -209,9 +210,10 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
             && loop {
                 let oldest = [events.first, syncer.held_since].into_iter().flatten().min();
                 let cap = oldest.map_or(tokio::time::Instant::now(), |t| (t + cfg.max_batch_delay).into());
-                // Inside a stream (changes held), a pause of one debounce is not
-                // its end: a loaded API server stalls creations that long.
-                let quiet = if syncer.held_since.is_some() { check_every } else { cfg.debounce };
+                // Inside a stream (changes held, or events that came while a
+                // request was in flight), a pause of one debounce is not its
+                // end: a loaded API server stalls creations that long.
+                let quiet = if syncer.held_since.is_some() || streaming { check_every } else { cfg.debounce };
                 let due = (events.last + quiet).min(cap);
                 let check = last_sync + check_every;
                 tokio::select! {
