@@ -189,7 +189,37 @@ fn a_watch_namespace_turns_the_cluster_role_into_a_role() {
         .unwrap(),
     )
     .unwrap();
-    assert!(!kinds(&docs).contains("ClusterRole"), "{:?}", kinds(&docs));
+    // The only cluster-wide grant: reading the kube-system Namespace, for
+    // the owner id derived from it (no ownerId set).
+    let cluster_roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
+    assert_eq!(cluster_roles.len(), 1, "{:?}", kinds(&docs));
+    assert_eq!(
+        cluster_roles[0]["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}])
+    );
+    let pinned = yaml_documents(
+        &helm_ok(
+            None,
+            &[
+                "template",
+                "rel",
+                &path,
+                "--set",
+                "route53.hostedZoneId=Z1",
+                "--set",
+                "watchNamespace=team-a",
+                "--set",
+                "route53.ownerId=blue",
+            ],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        !kinds(&pinned).contains("ClusterRole"),
+        "a pinned owner id needs no cluster-wide read: {:?}",
+        kinds(&pinned)
+    );
     let scoped =
         docs.iter().find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "team-a").expect("a Role in team-a");
     assert!(scoped["rules"].to_string().contains("services"));

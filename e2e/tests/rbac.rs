@@ -80,8 +80,16 @@ fn forbidden(logs: &str) -> bool {
 }
 
 /// Installs `op`'s chart, proves the scenario works with exactly its RBAC,
-/// then that removing any single rule breaks it.
-async fn prove(env: &TestEnv, op: &str, values: &[&str], extra_env: &[(&str, &str)], scenario: Scenario) {
+/// then that removing any single rule breaks it. `extra_cluster_roles`:
+/// the suffixes of the chart's other ClusterRoles (`<fullname>-<suffix>`).
+async fn prove(
+    env: &TestEnv,
+    op: &str,
+    values: &[&str],
+    extra_env: &[(&str, &str)],
+    extra_cluster_roles: &[&str],
+    scenario: Scenario,
+) {
     build_chart_dependencies().unwrap();
     let admin = env.client().await;
     apply_crds(&admin).await.unwrap();
@@ -110,8 +118,11 @@ async fn prove(env: &TestEnv, op: &str, values: &[&str], extra_env: &[(&str, &st
     assert!(!forbidden(&logs), "{op}: forbidden with the chart's RBAC:\n{logs}");
 
     // Minimal: every rule is needed.
-    let homes =
-        [RuleHome::ClusterRole(fullname.clone()), RuleHome::Role(ns.clone(), format!("{fullname}-leader-election"))];
+    let mut homes = vec![
+        RuleHome::ClusterRole(fullname.clone()),
+        RuleHome::Role(ns.clone(), format!("{fullname}-leader-election")),
+    ];
+    homes.extend(extra_cluster_roles.iter().map(|s| RuleHome::ClusterRole(format!("{fullname}-{s}"))));
     let mut round = 0;
     for home in homes {
         let all = rules(&admin, &home).await;
@@ -227,7 +238,7 @@ fn config_copier_scenario(
 
 #[tokio::test]
 async fn config_copier_rbac_is_sufficient_and_minimal() {
-    prove(&shared(), "config-copier", &[], &[], config_copier_scenario).await;
+    prove(&shared(), "config-copier", &[], &[], &[], config_copier_scenario).await;
 }
 
 /// The Route53 zone of the service-dns proof (moto): endpoint, zone id, domain.
@@ -276,9 +287,13 @@ async fn service_dns_rbac_is_sufficient_and_minimal() {
         tokio::task::spawn_blocking(move || route53::create_hosted_zone(&endpoint, domain)).await.unwrap().unwrap();
     ZONE.set((moto.endpoint.clone(), zone.clone(), domain.to_string())).unwrap();
     let zone_flag = format!("route53.hostedZoneId={zone}");
-    let endpoint_flag = format!("aws.endpointUrl={}", moto.endpoint);
+    // The operator talks to moto through the Route53-faithful proxy.
+    let proxy = flotilla_testenv::route53_proxy::Route53Proxy::start(&moto.endpoint).unwrap();
+    let endpoint_flag = format!("aws.endpointUrl={}", proxy.endpoint);
     let values = ["--set", &zone_flag, "--set", "route53.interval=2s", "--set", &endpoint_flag];
     // The chart reads static credentials from a Secret; moto takes any.
     let creds = [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")];
-    prove(&shared(), "service-dns", &values, &creds, service_dns_scenario).await;
+    // No ownerId (the default): the owner id is derived from the kube-system
+    // Namespace, which the chart's `-cluster-id` ClusterRole lets it read.
+    prove(&shared(), "service-dns", &values, &creds, &["cluster-id"], service_dns_scenario).await;
 }

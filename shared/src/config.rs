@@ -203,6 +203,18 @@ impl CommonArgs {
             renew_deadline: self.leader_elect_renew_deadline,
             retry_period: self.leader_elect_retry_period,
         };
+        // Bounded, so that no `Instant + Duration` can overflow at run time.
+        let hour = Duration::from_secs(3600);
+        for (flag, value) in [
+            ("leader-elect-lease-duration", t.lease_duration),
+            ("leader-elect-renew-deadline", t.renew_deadline),
+            ("leader-elect-retry-period", t.retry_period),
+            ("graceful-shutdown-timeout", self.graceful_shutdown_timeout),
+        ] {
+            if value > hour {
+                return Err(ConfigError::new(flag, format!("{} is longer than 1h", humantime::format_duration(value))));
+            }
+        }
         if t.retry_period.is_zero() {
             return Err(ConfigError::new("leader-elect-retry-period", "must be more than 0"));
         }
@@ -294,6 +306,19 @@ mod tests {
     #[test]
     fn zero_disables_an_endpoint() {
         assert_eq!(parse(&["--metrics-bind-address=0"]).unwrap().metrics_address, None);
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        for flag in [
+            "leader-elect-lease-duration",
+            "leader-elect-renew-deadline",
+            "leader-elect-retry-period",
+            "graceful-shutdown-timeout",
+        ] {
+            let e = Args::try_parse_from(["op", &format!("--{flag}=2h")]).unwrap().common.validate("toy");
+            assert_eq!(e.unwrap_err().flag, flag);
+        }
     }
 
     #[test]

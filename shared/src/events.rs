@@ -9,7 +9,10 @@
 //! bump the first Event's count and the user would never see the new message.
 //!
 //! Publishing never blocks a reconcile: Events are sent in the background
-//! with a timeout, and a failure is logged.
+//! with a timeout, and a failure is logged. The queue in front of the
+//! sender is bounded ([`QUEUE`]): while the API server is down, the oldest
+//! Events are dropped (counted in `flotilla_events_dropped_total`), not
+//! kept until memory runs out.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -20,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use prometheus::IntCounter;
 
 /// How long one Event may take before it is given up (and logged).
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,6 +31,10 @@ const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_NOTE: usize = 1024;
 /// How long a published Event is remembered for aggregation (as kube's recorder).
 const AGGREGATE_FOR: Duration = Duration::from_secs(6 * 60);
+/// Events waiting to be sent, at most; beyond, the oldest are dropped.
+/// Large enough for a normal burst (5,000 Services published at once send
+/// 5,000 Events), bounded for an API server that stays down.
+pub const QUEUE: usize = 8192;
 
 /// What makes two Events the same Event.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -53,7 +61,39 @@ struct Published {
 /// reliably, and a burst never opens a request per Event at once).
 #[derive(Clone)]
 pub struct Events {
-    queue: tokio::sync::mpsc::UnboundedSender<(ObjectReference, Key)>,
+    queue: tokio::sync::broadcast::Sender<(ObjectReference, Key)>,
+    dropped: IntCounter,
+}
+
+/// The receiving end of a drop-oldest queue (a broadcast channel with one
+/// receiver: a full channel overwrites its oldest item and the receiver
+/// learns how many it lost).
+struct Queue<T> {
+    rx: tokio::sync::broadcast::Receiver<T>,
+    dropped: IntCounter,
+}
+
+impl<T: Clone> Queue<T> {
+    /// The next item; `None` once every sender is gone.
+    async fn next(&mut self) -> Option<T> {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match self.rx.recv().await {
+                Ok(v) => return Some(v),
+                Err(RecvError::Lagged(n)) => {
+                    self.dropped.inc_by(n);
+                    tracing::warn!(dropped = n, "the event queue was full; dropped the oldest events");
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+fn dropped_counter() -> IntCounter {
+    // The name and help are constants: this cannot fail.
+    IntCounter::new("flotilla_events_dropped_total", "Events dropped because the queue to the API server was full")
+        .unwrap_or_else(|_| unreachable!("a valid counter"))
 }
 
 /// The background worker's state.
@@ -90,7 +130,9 @@ impl Events {
     /// `operator` is e.g. `config-copier`; `instance` the pod's name. Must be
     /// called inside a tokio runtime (it starts the worker).
     pub fn new(client: Client, operator: &str, instance: &str) -> Self {
-        let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<(ObjectReference, Key)>();
+        let (queue, rx) = tokio::sync::broadcast::channel::<(ObjectReference, Key)>(QUEUE);
+        let dropped = dropped_counter();
+        let mut rx = Queue { rx, dropped: dropped.clone() };
         let mut sender = Sender {
             client,
             controller: format!("flotilla-{operator}"),
@@ -98,7 +140,7 @@ impl Events {
             published: HashMap::new(),
         };
         tokio::spawn(async move {
-            while let Some((on, key)) = rx.recv().await {
+            while let Some((on, key)) = rx.next().await {
                 let what = format!("{} on {}/{}", key.reason, key.namespace, key.name);
                 match tokio::time::timeout(PUBLISH_TIMEOUT, sender.send(&on, &key)).await {
                     Ok(Ok(())) => {}
@@ -107,7 +149,12 @@ impl Events {
                 }
             }
         });
-        Self { queue }
+        Self { queue, dropped }
+    }
+
+    /// `flotilla_events_dropped_total`, to register on the operator's metrics.
+    pub fn dropped(&self) -> IntCounter {
+        self.dropped.clone()
     }
 
     /// A `Normal` event: something the operator did.
@@ -179,5 +226,26 @@ impl Sender {
         let name = created.metadata.name.unwrap_or_default();
         self.published.insert(key.clone(), Published { name, count: 1, at: Instant::now() });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_drops_the_oldest_and_counts_them() {
+        let (tx, rx) = tokio::sync::broadcast::channel::<u32>(4);
+        let mut q = Queue { rx, dropped: dropped_counter() };
+        for i in 0..10 {
+            tx.send(i).unwrap();
+        }
+        drop(tx);
+        let mut got = Vec::new();
+        while let Some(v) = q.next().await {
+            got.push(v);
+        }
+        assert_eq!(got, [6, 7, 8, 9], "the newest are kept");
+        assert_eq!(q.dropped.get(), 6);
     }
 }

@@ -132,6 +132,7 @@ impl Operator {
             readiness: readiness.clone(),
             shutdown: shutdown.clone(),
         };
+        metrics.register(ctx.events.dropped())?;
 
         let mut leadership = None;
         let leader_gauge = metrics.leader_status(&cfg.lease_name);

@@ -28,6 +28,7 @@ pub mod node;
 pub mod node_assets;
 pub mod pki;
 pub mod process;
+pub mod route53_proxy;
 pub mod tools;
 pub mod versions;
 

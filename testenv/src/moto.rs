@@ -212,21 +212,7 @@ pub mod route53 {
         Ok((status, body.to_string()))
     }
 
-    fn between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
-        let mut out = Vec::new();
-        let mut rest = text;
-        while let Some(i) = rest.find(open) {
-            let after = &rest[i + open.len()..];
-            match after.find(close) {
-                Some(j) => {
-                    out.push(&after[..j]);
-                    rest = &after[j + close.len()..];
-                }
-                None => break,
-            }
-        }
-        out
-    }
+    use crate::route53_proxy::xml::between;
 
     /// Creates a hosted zone; returns its id (without `/hostedzone/`).
     pub fn create_hosted_zone(endpoint: &str, domain: &str) -> Result<String, MotoError> {

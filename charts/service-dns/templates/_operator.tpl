@@ -19,6 +19,15 @@
 {{- if .ownerId }}
 - {{ printf "--owner-id=%v" .ownerId | quote }}
 {{- end }}
+{{- if .adoptExternalDnsOwner }}
+- {{ printf "--adopt-external-dns-owner=%v" .adoptExternalDnsOwner | quote }}
+{{- if .adoptExternalDnsTxtPrefix }}
+- {{ printf "--adopt-external-dns-txt-prefix=%v" .adoptExternalDnsTxtPrefix | quote }}
+{{- end }}
+{{- if .adoptExternalDnsTxtSuffix }}
+- {{ printf "--adopt-external-dns-txt-suffix=%v" .adoptExternalDnsTxtSuffix | quote }}
+{{- end }}
+{{- end }}
 - {{ printf "--policy=%v" .policy | quote }}
 - {{ printf "--interval=%v" .interval | quote }}
 - {{ printf "--route53-rps=%v" .rps | quote }}
@@ -57,5 +66,41 @@
 - name: AWS_ENDPOINT_URL_ROUTE_53
   value: {{ .endpointUrl | quote }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Without an ownerId the operator derives one from the kube-system
+Namespace's UID: get on that one Namespace (cluster-scoped, so a
+ClusterRole even when watchNamespace makes the rest a Role).
+*/}}
+{{- define "service-dns.clusterIdRbac" -}}
+{{- if and .Values.rbac.create (not .Values.route53.ownerId) }}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ include "flotilla.fullname" . }}-cluster-id
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: ["namespaces"]
+    resourceNames: ["kube-system"]
+    verbs: ["get"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ include "flotilla.fullname" . }}-cluster-id
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ include "flotilla.fullname" . }}-cluster-id
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "flotilla.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
 {{- end }}
 {{- end -}}

@@ -1,42 +1,113 @@
-//! Applying a plan: its batches in order; a batch that fails is split and
-//! its names sent one by one, so one bad record never blocks the others.
+//! Applying a plan: a thin executor. It sends the batches in order and,
+//! when one fails, asks [`after_failure`] — a pure function, tested on its
+//! own — what that failure means: back off with everything (Route53
+//! unavailable or throttling), or narrow a refused batch down to the names
+//! Route53 refused so that the others still go out.
 
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
-
-use std::collections::HashSet;
 
 use crate::batch::{Limits, batches};
 use crate::model::{Action, RecordSet, RecordType};
 use crate::plan::ChangeGroup;
-use crate::route53::Route53Error;
+use crate::route53::{FailureKind, Route53Error};
 
-/// What was sent: `(change id, groups)` that succeeded, and the groups that
-/// failed with their error.
+/// What was sent.
+#[derive(Default)]
 pub struct Applied<'a> {
+    /// `(change id, groups)` Route53 accepted.
     pub done: Vec<(String, Vec<&'a ChangeGroup>)>,
-    pub failed: Vec<(&'a ChangeGroup, Route53Error)>,
+    /// Names Route53 refused, each proven alone (or named in its answer).
+    pub refused: Vec<(&'a ChangeGroup, Route53Error)>,
+    /// Groups not applied because Route53 was unavailable or throttling:
+    /// the sync backs off with all of them.
+    pub unsent: Vec<&'a ChangeGroup>,
+    /// Why `unsent` is not empty.
+    pub outage: Option<Route53Error>,
 }
 
-/// Sends `groups` with `send` (one ChangeResourceRecordSets request per call).
-pub async fn apply<'a, F, Fut>(groups: &'a [ChangeGroup], limits: Limits, mut send: F) -> Applied<'a>
+/// What to do after a batch failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next<'a> {
+    /// Route53 is unavailable or throttling: stop, back off with this batch
+    /// and every one after it. Splitting would send each name into the same
+    /// timeout (380 names × 5 s) or throttle.
+    BackOff,
+    /// Route53 refused the batch, naming these groups: they failed; send
+    /// the rest again as one batch.
+    Culprits { failed: Vec<&'a ChangeGroup>, rest: Vec<&'a ChangeGroup> },
+    /// Route53 refused the batch without saying which name: send each half
+    /// on its own (a bad name is found in log2(n) requests, not n).
+    Halves(Vec<&'a ChangeGroup>, Vec<&'a ChangeGroup>),
+    /// A batch of one name refused: that name failed.
+    Failed(&'a ChangeGroup),
+}
+
+/// Whether Route53's message names `name` (its messages say
+/// `[name='kube-x.example.com.', type='A']`).
+fn names(message: &str, name: &str) -> bool {
+    message.contains(&format!("name='{name}.'")) || message.contains(&format!("name='{name}'"))
+}
+
+/// The decision after `batch` failed with `e`.
+pub fn after_failure<'a>(batch: &[&'a ChangeGroup], e: &Route53Error) -> Next<'a> {
+    if e.kind() != FailureKind::Refused {
+        return Next::BackOff;
+    }
+    if let [one] = batch {
+        return Next::Failed(one);
+    }
+    let (failed, rest): (Vec<&ChangeGroup>, Vec<&ChangeGroup>) =
+        batch.iter().partition(|g| g.changes.iter().any(|c| names(&e.message, &c.record.name)));
+    if !failed.is_empty() && !rest.is_empty() {
+        return Next::Culprits { failed, rest };
+    }
+    let (a, b) = batch.split_at(batch.len() / 2);
+    Next::Halves(a.to_vec(), b.to_vec())
+}
+
+/// Sends `groups` in as few requests as `limits` allow, and each of `alone`
+/// in a request of its own (names coming back from quarantine: if one
+/// fails again it must not take a full batch down with it).
+pub async fn apply<'a, F, Fut>(
+    groups: &'a [ChangeGroup],
+    alone: &'a [ChangeGroup],
+    limits: Limits,
+    mut send: F,
+) -> Applied<'a>
 where
     F: FnMut(Vec<&'a ChangeGroup>) -> Fut,
     Fut: Future<Output = Result<String, Route53Error>>,
 {
-    let mut out = Applied { done: Vec::new(), failed: Vec::new() };
-    for batch in batches(groups, limits) {
-        match send(batch.clone()).await {
-            Ok(id) => out.done.push((id, batch)),
-            Err(e) if batch.len() > 1 => {
-                tracing::warn!(error = %e, names = batch.len(), "change batch failed; retrying name by name");
-                for g in batch {
-                    match send(vec![g]).await {
-                        Ok(id) => out.done.push((id, vec![g])),
-                        Err(e) => out.failed.push((g, e)),
-                    }
-                }
+    let mut out = Applied::default();
+    let mut queue: VecDeque<Vec<&ChangeGroup>> = alone.iter().map(|g| vec![g]).collect();
+    queue.extend(batches(groups, limits));
+    while let Some(batch) = queue.pop_front() {
+        let e = match send(batch.clone()).await {
+            Ok(id) => {
+                out.done.push((id, batch));
+                continue;
             }
-            Err(e) => out.failed.push((batch[0], e)),
+            Err(e) => e,
+        };
+        match after_failure(&batch, &e) {
+            Next::BackOff => {
+                tracing::warn!(error = %e, names = batch.len(), "Route53 unavailable; backing off with the whole batch");
+                out.unsent.extend(batch);
+                out.unsent.extend(queue.drain(..).flatten());
+                out.outage = Some(e);
+            }
+            Next::Culprits { failed, rest } => {
+                tracing::warn!(error = %e, refused = failed.len(), "change batch refused; sending the rest again");
+                out.refused.extend(failed.into_iter().map(|g| (g, e.clone())));
+                queue.push_front(rest);
+            }
+            Next::Halves(a, b) => {
+                tracing::warn!(error = %e, names = batch.len(), "change batch refused; sending each half");
+                queue.push_front(b);
+                queue.push_front(a);
+            }
+            Next::Failed(g) => out.refused.push((g, e)),
         }
     }
     out
@@ -55,6 +126,14 @@ pub fn update_zone(mut zone: Vec<RecordSet>, groups: &[&ChangeGroup]) -> Vec<Rec
             }
         }
     }
+    zone
+}
+
+/// `zone` with the records at `names` replaced by `fresh` (a name read
+/// again after Route53 refused a change to it).
+pub fn refresh_names(mut zone: Vec<RecordSet>, names: &HashSet<String>, fresh: Vec<RecordSet>) -> Vec<RecordSet> {
+    zone.retain(|r| !names.contains(&r.name));
+    zone.extend(fresh);
     zone
 }
 
@@ -79,38 +158,109 @@ mod tests {
         plan(&claims, &[], "me", Policy::Sync).groups
     }
 
-    /// A request refused when it holds the bad name (`s3.z`), as Route53
-    /// refuses a whole batch.
-    fn refuse_bad(batch: &[&ChangeGroup]) -> Result<String, Route53Error> {
+    fn err(code: &str, message: &str) -> Route53Error {
+        Route53Error::new("ChangeResourceRecordSets", code, message)
+    }
+
+    /// Refuses a request holding the bad name (`s3.z`) as Route53 refuses a
+    /// whole batch; `named`: whether the answer says which record.
+    fn refuse_bad(batch: &[&ChangeGroup], named: bool) -> Result<String, Route53Error> {
         if batch.iter().any(|g| g.name == "s3.z") {
-            Err(Route53Error {
-                operation: "ChangeResourceRecordSets",
-                code: "InvalidChangeBatch".into(),
-                message: "bad".into(),
-            })
+            let msg = if named {
+                "Tried to create resource record set [name='s3.z.', type='A'] but it already exists"
+            } else {
+                "bad"
+            };
+            Err(err("InvalidChangeBatch", msg))
         } else {
             Ok(format!("C{}", batch.len()))
         }
     }
 
+    fn limits4() -> Limits {
+        Limits { max_records: 8, max_chars: 10_000 } // 4 names (A + TXT) per request
+    }
+
     #[tokio::test]
-    async fn one_bad_name_does_not_block_the_others() {
+    async fn a_named_bad_name_costs_one_more_request() {
         let gs = groups(10);
         let mut calls = Vec::new();
-        let limits = Limits { max_records: 8, max_chars: 10_000 }; // 4 names per request
-        let out = apply(&gs, limits, |b| {
-            calls.push(b.iter().map(|g| g.name.clone()).collect::<Vec<_>>());
-            std::future::ready(refuse_bad(&b))
+        let out = apply(&gs, &[], limits4(), |b| {
+            calls.push(b.len());
+            std::future::ready(refuse_bad(&b, true))
         })
         .await;
-        assert_eq!(out.failed.len(), 1);
-        assert_eq!(out.failed[0].0.name, "s3.z");
-        let sent: usize = out.done.iter().map(|(_, g)| g.len()).sum();
-        assert_eq!(sent, 9, "every other name was applied");
-        // 3 batches, the first one (s0..s3) failing and split into 4.
-        assert_eq!(calls.len(), 3 + 4, "{calls:?}");
-        assert_eq!(calls[0].len(), 4);
-        assert!(calls[1..5].iter().all(|c| c.len() == 1));
+        assert_eq!(out.refused.len(), 1);
+        assert_eq!(out.refused[0].0.name, "s3.z");
+        assert_eq!(out.done.iter().map(|(_, g)| g.len()).sum::<usize>(), 9, "every other name was applied");
+        assert_eq!(calls, [4, 3, 4, 2], "the refused batch is sent again without s3");
+    }
+
+    #[tokio::test]
+    async fn an_unnamed_bad_name_is_found_by_halving() {
+        let gs = groups(10);
+        let mut calls = Vec::new();
+        let out = apply(&gs, &[], limits4(), |b| {
+            calls.push(b.iter().map(|g| g.name.clone()).collect::<Vec<_>>());
+            std::future::ready(refuse_bad(&b, false))
+        })
+        .await;
+        assert_eq!(out.refused.len(), 1);
+        assert_eq!(out.refused[0].0.name, "s3.z");
+        assert_eq!(out.done.iter().map(|(_, g)| g.len()).sum::<usize>(), 9);
+        // s0..s3 refused → s0,s1 ok; s2,s3 refused → s2 ok, s3 refused; then the other batches.
+        assert_eq!(calls.len(), 1 + 2 + 2 + 2, "{calls:?}");
+    }
+
+    #[tokio::test]
+    async fn an_outage_backs_off_with_everything_instead_of_name_by_name() {
+        for code in ["Unreachable", "Throttling", "ServiceUnavailable"] {
+            let gs = groups(10);
+            let mut calls = 0;
+            let out = apply(&gs, &[], limits4(), |_| {
+                calls += 1;
+                std::future::ready(Err::<String, _>(err(code, "timeout")))
+            })
+            .await;
+            assert_eq!(calls, 1, "{code}: one request, then back off");
+            assert_eq!(out.unsent.len(), 10, "{code}");
+            assert!(out.refused.is_empty() && out.done.is_empty());
+            assert_eq!(out.outage.map(|e| e.code), Some(code.to_string()));
+        }
+    }
+
+    #[tokio::test]
+    async fn names_back_from_quarantine_go_alone() {
+        let gs = groups(6);
+        let (alone, rest) = gs.split_at(1);
+        let mut calls = Vec::new();
+        let out = apply(rest, alone, Limits::default(), |b| {
+            calls.push(b.len());
+            std::future::ready(Ok::<_, Route53Error>("C".to_string()))
+        })
+        .await;
+        assert_eq!(calls, [1, 5]);
+        assert_eq!(out.done.len(), 2);
+    }
+
+    #[test]
+    fn decisions() {
+        let gs = groups(3);
+        let refs: Vec<&ChangeGroup> = gs.iter().collect();
+        assert_eq!(after_failure(&refs, &err("Throttling", "")), Next::BackOff);
+        assert_eq!(after_failure(&refs[..1], &err("InvalidChangeBatch", "")), Next::Failed(refs[0]));
+        let txt_named = err(
+            "InvalidChangeBatch",
+            "Tried to delete resource record set [name='_flotilla-owner.s1.z.', type='TXT'] but the values provided do not match the current values",
+        );
+        assert_eq!(
+            after_failure(&refs, &txt_named),
+            Next::Culprits { failed: vec![refs[1]], rest: vec![refs[0], refs[2]] },
+            "the TXT of s1 names the group of s1"
+        );
+        assert!(
+            matches!(after_failure(&refs, &err("InvalidInput", "?")), Next::Halves(a, b) if a.len() == 1 && b.len() == 2)
+        );
     }
 
     #[test]
@@ -129,12 +279,12 @@ mod tests {
     #[tokio::test]
     async fn nothing_to_do_sends_nothing() {
         let mut calls = 0;
-        let out = apply(&[], Limits::default(), |_| {
+        let out = apply(&[], &[], Limits::default(), |_| {
             calls += 1;
             std::future::ready(Ok::<_, Route53Error>("C".to_string()))
         })
         .await;
         assert_eq!(calls, 0);
-        assert!(out.done.is_empty() && out.failed.is_empty());
+        assert!(out.done.is_empty() && out.refused.is_empty());
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use flotilla_shared::{CommonArgs, ConfigError, WatchNamespaceArgs};
 
 use crate::desired::MAX_TTL;
+use crate::extdns::ExternalDnsOwner;
 use crate::hostname::{self, Template};
 use crate::plan::Policy;
 
@@ -46,9 +47,25 @@ pub struct Args {
     pub ttl: i64,
 
     /// Written into every ownership TXT record; only records with our owner id are ever changed.
-    /// Give each cluster sharing a zone its own.
-    #[arg(long, env = "OWNER_ID", default_value = "default", value_name = "ID")]
-    pub owner_id: String,
+    /// Default: derived from the cluster (k8s-<12 hex digits of the kube-system namespace UID>, plus a hash of
+    /// --watch-namespace/--service-selector when set), logged at start. Pin one to keep it across
+    /// clusters (e.g. a rebuilt cluster taking over a zone).
+    #[arg(long, env = "OWNER_ID", value_name = "ID")]
+    pub owner_id: Option<String>,
+
+    /// Take over the records this external-dns owner (its --txt-owner-id) published for the same
+    /// Service: our TXT is written and external-dns's removed in the same atomic change. Everything
+    /// else external-dns owns is left alone.
+    #[arg(long, env = "ADOPT_EXTERNAL_DNS_OWNER", value_name = "ID")]
+    pub adopt_external_dns_owner: Option<String>,
+
+    /// The adopted external-dns's --txt-prefix (may hold %{record_type}).
+    #[arg(long, env = "ADOPT_EXTERNAL_DNS_TXT_PREFIX", default_value = "", value_name = "PREFIX")]
+    pub adopt_external_dns_txt_prefix: String,
+
+    /// The adopted external-dns's --txt-suffix (may hold %{record_type}).
+    #[arg(long, env = "ADOPT_EXTERNAL_DNS_TXT_SUFFIX", default_value = "", value_name = "SUFFIX")]
+    pub adopt_external_dns_txt_suffix: String,
 
     /// sync: create, update and delete; upsert-only: never delete; create-only: never update nor delete.
     #[arg(long, env = "POLICY", value_enum, default_value_t = Policy::Sync)]
@@ -79,9 +96,14 @@ pub struct Args {
     #[arg(long, env = "MAX_BATCH_DELAY", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     pub max_batch_delay: Duration,
 
-    /// How long to poll GetChange for INSYNC after a change before reporting it as submitted.
+    /// How long to poll GetChange for INSYNC after a change before reporting it as submitted
+    /// (in the background: the sync goes on meanwhile).
     #[arg(long, env = "INSYNC_TIMEOUT", default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
     pub insync_timeout: Duration,
+
+    /// How long one Route53 request may take before it counts as failed (Route53 unreachable).
+    #[arg(long, env = "ROUTE53_TIMEOUT", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub route53_timeout: Duration,
 
     #[command(flatten)]
     pub namespace: WatchNamespaceArgs,
@@ -106,7 +128,9 @@ pub struct Config {
     pub prefix: String,
     pub template: Template,
     pub ttl: i64,
-    pub owner_id: String,
+    /// `None`: derive it from the cluster at start.
+    pub owner_id: Option<String>,
+    pub adopt: Option<ExternalDnsOwner>,
     pub policy: Policy,
     pub interval: Duration,
     pub dry_run: bool,
@@ -116,6 +140,32 @@ pub struct Config {
     pub debounce: Duration,
     pub max_batch_delay: Duration,
     pub insync_timeout: Duration,
+    pub route53_timeout: Duration,
+}
+
+/// 1-63 letters, digits, `-`, `_` or `.`.
+fn check_owner_id(id: &str) -> Result<(), String> {
+    let ok = !id.is_empty()
+        && id.len() <= 63
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok { Ok(()) } else { Err(format!("{id:?} must be 1-63 letters, digits, '-', '_' or '.'")) }
+}
+
+/// A duration flag within `[min, max]`: an unbounded one (`400000000000y`)
+/// would overflow `Instant + Duration` and panic at run time.
+fn check_duration(flag: &'static str, value: Duration, min: Duration, max: Duration) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError::new(
+            flag,
+            format!(
+                "{} is not between {} and {}",
+                humantime::format_duration(value),
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl Args {
@@ -162,27 +212,33 @@ impl Args {
         if !(0..=MAX_TTL).contains(&self.ttl) {
             return Err(ConfigError::new("ttl", format!("{} is not in 0..={MAX_TTL}", self.ttl)));
         }
-        let owner_ok = !self.owner_id.is_empty()
-            && self.owner_id.len() <= 63
-            && self.owner_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-        if !owner_ok {
-            return Err(ConfigError::new(
-                "owner-id",
-                format!("{:?} must be 1-63 letters, digits, '-', '_' or '.'", self.owner_id),
-            ));
+        let owner_id = self.owner_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+        if let Some(id) = owner_id {
+            check_owner_id(id).map_err(|m| ConfigError::new("owner-id", m))?;
         }
-        if self.interval < Duration::from_secs(1) {
-            return Err(ConfigError::new("interval", "must be at least 1s"));
-        }
+        let adopt = match self.adopt_external_dns_owner.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            Some(id) => {
+                check_owner_id(id).map_err(|m| ConfigError::new("adopt-external-dns-owner", m))?;
+                Some(ExternalDnsOwner {
+                    owner: id.to_string(),
+                    prefix: self.adopt_external_dns_txt_prefix.trim().to_ascii_lowercase(),
+                    suffix: self.adopt_external_dns_txt_suffix.trim().to_ascii_lowercase(),
+                })
+            }
+            None => None,
+        };
+        let (sec, min, hour, day) =
+            (Duration::from_secs(1), Duration::from_secs(60), Duration::from_secs(3600), Duration::from_secs(86_400));
+        check_duration("interval", self.interval, sec, day)?;
+        check_duration("debounce", self.debounce, Duration::ZERO, min)?;
+        check_duration("insync-timeout", self.insync_timeout, Duration::ZERO, hour)?;
+        check_duration("route53-timeout", self.route53_timeout, sec, 10 * min)?;
         if !(self.route53_rps.is_finite() && self.route53_rps > 0.0 && self.route53_rps <= 1000.0) {
             return Err(ConfigError::new("route53-rps", format!("{} is not in (0, 1000]", self.route53_rps)));
         }
         let service_selector = self.service_selector.as_deref().map(str::trim).filter(|s| !s.is_empty());
         if let Some(sel) = service_selector {
             check_selector(sel).map_err(|m| ConfigError::new("service-selector", m))?;
-        }
-        if self.debounce > Duration::from_secs(60) {
-            return Err(ConfigError::new("debounce", "must be at most 1m"));
         }
         if self.max_batch_delay < self.debounce || self.max_batch_delay > Duration::from_secs(600) {
             return Err(ConfigError::new(
@@ -195,7 +251,8 @@ impl Args {
             prefix: self.domain_prefix.clone(),
             template,
             ttl: self.ttl,
-            owner_id: self.owner_id.clone(),
+            owner_id: owner_id.map(str::to_string),
+            adopt,
             policy: self.policy,
             interval: self.interval,
             dry_run: self.dry_run,
@@ -205,6 +262,7 @@ impl Args {
             debounce: self.debounce,
             max_batch_delay: self.max_batch_delay,
             insync_timeout: self.insync_timeout,
+            route53_timeout: self.route53_timeout,
         })
     }
 }
@@ -321,6 +379,38 @@ mod tests {
             "max-batch-delay"
         );
         assert_eq!(parse(&["--domain-name=a.b", "--max-batch-delay=1h"]).unwrap_err().flag, "max-batch-delay");
+        assert_eq!(
+            parse(&["--domain-name=a.b", "--adopt-external-dns-owner=a b"]).unwrap_err().flag,
+            "adopt-external-dns-owner"
+        );
+    }
+
+    #[test]
+    fn every_duration_is_bounded() {
+        for flag in ["interval", "debounce", "max-batch-delay", "insync-timeout", "route53-timeout"] {
+            let e = parse(&["--domain-name=a.b", &format!("--{flag}=400000000000y")]).unwrap_err();
+            assert_eq!(e.flag, flag, "{e:?}");
+            let e = parse(&["--domain-name=a.b", &format!("--{flag}=3d")]).unwrap_err();
+            assert_eq!(e.flag, flag, "{e:?}");
+        }
+        assert_eq!(parse(&["--domain-name=a.b", "--interval=500ms"]).unwrap_err().flag, "interval");
+    }
+
+    #[test]
+    fn owner_id_is_derived_unless_given() {
+        assert_eq!(parse(&["--domain-name=a.b"]).unwrap().owner_id, None);
+        assert_eq!(parse(&["--domain-name=a.b", "--owner-id="]).unwrap().owner_id, None);
+        assert_eq!(parse(&["--domain-name=a.b", "--owner-id=blue"]).unwrap().owner_id.as_deref(), Some("blue"));
+        let c = parse(&[
+            "--domain-name=a.b",
+            "--adopt-external-dns-owner=ext",
+            "--adopt-external-dns-txt-prefix=TXT.%{record_type}-",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.adopt,
+            Some(ExternalDnsOwner { owner: "ext".into(), prefix: "txt.%{record_type}-".into(), suffix: String::new() })
+        );
     }
 
     #[test]

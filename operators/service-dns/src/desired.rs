@@ -13,6 +13,21 @@ pub const ANNOTATION_HOSTNAME: &str = "flotilla.dev/hostname";
 pub const ANNOTATION_TTL: &str = "flotilla.dev/ttl";
 pub const ANNOTATION_DNS: &str = "flotilla.dev/dns";
 pub const ANNOTATION_TARGET: &str = "flotilla.dev/target";
+/// external-dns's annotations, accepted as aliases of ours (ours win when
+/// both are set), so that Services annotated for external-dns keep their
+/// names after a switch.
+pub const EXTERNAL_DNS_HOSTNAME: &str = "external-dns.alpha.kubernetes.io/hostname";
+pub const EXTERNAL_DNS_TTL: &str = "external-dns.alpha.kubernetes.io/ttl";
+
+/// A TTL annotation: whole seconds, or (as external-dns takes it) a
+/// duration of whole seconds such as `1m`.
+fn parse_ttl(v: &str) -> Option<i64> {
+    let v = v.trim();
+    v.parse::<i64>().ok().or_else(|| {
+        let d = humantime::parse_duration(v).ok()?;
+        (d.subsec_nanos() == 0).then(|| i64::try_from(d.as_secs()).ok()).flatten()
+    })
+}
 
 /// Route53's largest TTL.
 pub const MAX_TTL: i64 = 2_147_483_647;
@@ -68,22 +83,22 @@ pub fn desired(svc: &ServiceInfo, naming: &Naming) -> Desired {
         return Desired::Quiet;
     }
 
-    let ttl = match svc.annotation(ANNOTATION_TTL) {
+    let ttl_annotation = [ANNOTATION_TTL, EXTERNAL_DNS_TTL].into_iter().find_map(|k| svc.annotation(k).map(|v| (k, v)));
+    let ttl = match ttl_annotation {
         None => naming.default_ttl,
-        Some(v) => match v.trim().parse::<i64>() {
-            Ok(t) if (0..=MAX_TTL).contains(&t) => t,
+        Some((key, v)) => match parse_ttl(v) {
+            Some(t) if (0..=MAX_TTL).contains(&t) => t,
             _ => {
                 return Desired::Invalid {
                     reason: "InvalidAnnotation",
-                    message: format!(
-                        "{ANNOTATION_TTL}={v:?} is not a TTL (whole seconds, 0..={MAX_TTL}); no record published"
-                    ),
+                    message: format!("{key}={v:?} is not a TTL (whole seconds, 0..={MAX_TTL}); no record published"),
                 };
             }
         },
     };
 
-    let hostnames: Vec<String> = match svc.annotation(ANNOTATION_HOSTNAME) {
+    let hostname_annotation = svc.annotation(ANNOTATION_HOSTNAME).or_else(|| svc.annotation(EXTERNAL_DNS_HOSTNAME));
+    let hostnames: Vec<String> = match hostname_annotation {
         Some(v) => v.split(',').map(hostname::normalize).filter(|h| !h.is_empty()).collect(),
         None => vec![naming.template.render(Vars { name, namespace, prefix: &naming.prefix, domain: &naming.domain })],
     };
@@ -270,6 +285,32 @@ mod tests {
         assert!(matches!(bad, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{bad:?}");
         let bad = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_TARGET, "node")]), &naming());
         assert!(matches!(bad, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{bad:?}");
+    }
+
+    #[test]
+    fn external_dns_annotations_are_aliases() {
+        let r = records(want(
+            svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_HOSTNAME, "ext.vipmind.me"), (EXTERNAL_DNS_TTL, "1m")]),
+            &naming(),
+        ));
+        assert_eq!((r[0].name.as_str(), r[0].ttl), ("ext.vipmind.me", 60));
+        // Ours win when both are set.
+        let r = records(want(
+            svc(
+                "x",
+                &["10.0.0.1"],
+                &[
+                    (EXTERNAL_DNS_HOSTNAME, "ext.vipmind.me"),
+                    (ANNOTATION_HOSTNAME, "ours.vipmind.me"),
+                    (EXTERNAL_DNS_TTL, "60"),
+                    (ANNOTATION_TTL, "30"),
+                ],
+            ),
+            &naming(),
+        ));
+        assert_eq!((r[0].name.as_str(), r[0].ttl), ("ours.vipmind.me", 30));
+        let bad = want(svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_TTL, "1.5s")]), &naming());
+        assert!(matches!(&bad, Desired::Invalid { message, .. } if message.contains(EXTERNAL_DNS_TTL)), "{bad:?}");
     }
 
     #[test]

@@ -5,13 +5,19 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`config`] | flags/env and their checks (bad → exit 2) |
-//! | [`sync`] | the Service cache and the level-triggered sync loop |
+//! | [`zone`] | which hosted zone (and its cross-check with the domain) |
+//! | [`owner`] | the owner id derived from the cluster when none is given |
+//! | [`sync`] | the Service cache and the level-triggered loop (leading edge, batching, backoff) |
+//! | [`syncer`] | one sync: desired, current, plan, apply, hand-offs |
 //! | [`desired`] | desired state: the records a Service asks for |
 //! | [`service`] | the few fields of a Service that are kept in the cache |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests) |
 //! | [`batch`] | splitting a plan into requests within Route53's limits |
-//! | [`apply`] | sending the batches; a failed one is retried name by name |
+//! | [`apply`] | sending the batches; what a failure means (back off, or narrow down a refusal) |
+//! | [`quarantine`] | names Route53 keeps refusing, each with its own backoff |
+//! | [`insync`] | waiting for INSYNC off the loop, then the Events |
+//! | [`extdns`] | external-dns's TXT registry formats (for adoption) |
 //! | [`registry`] | the ownership TXT records |
 //! | [`hostname`] | the hostname template and name checks |
 //! | [`metrics`], [`report`] | `flotilla_service_dns_*` metrics; Events on Services |
@@ -20,15 +26,21 @@ pub mod apply;
 pub mod batch;
 pub mod config;
 pub mod desired;
+pub mod extdns;
 pub mod hostname;
+pub mod insync;
 pub mod metrics;
 pub mod model;
+pub mod owner;
 pub mod plan;
+pub mod quarantine;
 pub mod registry;
 pub mod report;
 pub mod route53;
 pub mod service;
 pub mod sync;
+pub mod syncer;
+pub mod zone;
 
 pub use config::{Args, Config};
 pub use plan::{Plan, Policy, plan};

@@ -22,8 +22,10 @@ pub struct DnsMetrics {
     pub last_success: Gauge,
     /// Duration of a sync (list, plan, apply, wait for INSYNC).
     pub sync_duration: Histogram,
-    /// Syncs that failed (Route53 errors, listing, a failed change).
+    /// Syncs that failed (Route53 unavailable or throttling).
     pub sync_errors: IntCounter,
+    /// Names Route53 refused, waiting out their own backoff.
+    pub quarantined: IntGauge,
 }
 
 impl DnsMetrics {
@@ -64,6 +66,10 @@ impl DnsMetrics {
                     .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]),
             )?,
             sync_errors: IntCounter::new(format!("{p}sync_errors_total"), "Syncs that ended with an error")?,
+            quarantined: IntGauge::new(
+                format!("{p}quarantined_names"),
+                "Names Route53 refused, each retried alone with its own backoff",
+            )?,
         })
     }
 
@@ -78,6 +84,7 @@ impl DnsMetrics {
         m.register(self.last_success.clone())?;
         m.register(self.sync_duration.clone())?;
         m.register(self.sync_errors.clone())?;
+        m.register(self.quarantined.clone())?;
         for action in ["create", "upsert", "delete"] {
             self.changes.with_label_values(&[action]);
         }

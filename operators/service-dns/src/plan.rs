@@ -8,11 +8,21 @@
 //!   and no ownership TXT, or with another owner's TXT, is taken: conflict;
 //! * a name wanted by several Services goes to the one named in its TXT,
 //!   else the oldest; the others are in conflict;
-//! * an owned name that nobody wants any more is deleted (policy `sync`).
+//! * an owned name that nobody wants any more is deleted (policy `sync`);
+//! * a CNAME is alone at its name: a CNAME wish beside any other record
+//!   (someone's TXT or MX, or one of ours a restricted policy cannot
+//!   delete) is a conflict, never a request Route53 would refuse;
+//! * every UPSERT travels with a DELETE + CREATE of our unchanged ownership
+//!   TXT: Route53 applies a batch whole or not at all, so the write is
+//!   refused if the name stopped being ours since we last listed the zone;
+//! * with `--adopt-external-dns-owner`, a name whose records that
+//!   external-dns owner published for the same Service is taken over: our
+//!   TXT created and theirs deleted in the same batch.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::desired::Claim;
+use crate::extdns::{self, ExternalDnsOwner};
 use crate::hostname::{owned_name_of_txt, owner_txt_name};
 use crate::model::{Action, Change, RecordSet, RecordType};
 use crate::registry::{self, Ownership};
@@ -27,6 +37,17 @@ pub enum Policy {
     UpsertOnly,
     /// Create only: never update nor delete.
     CreateOnly,
+}
+
+impl Policy {
+    /// The flag's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Sync => "sync",
+            Policy::UpsertOnly => "upsert-only",
+            Policy::CreateOnly => "create-only",
+        }
+    }
 }
 
 /// What a group of changes does to one name, for Events and metrics.
@@ -67,6 +88,8 @@ pub enum ConflictCause {
     OtherService(String),
     /// A record we do not own is there.
     Unowned(String),
+    /// The change needs a delete `--policy` does not allow (A ↔ CNAME).
+    Policy(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +111,9 @@ impl Conflict {
             ConflictCause::Unowned(what) => {
                 format!("dns name {} is taken by a record flotilla does not own ({what}); left untouched", self.name)
             }
+            ConflictCause::Policy(what) => {
+                format!("dns name {} cannot be changed: {what}; left as it is", self.name)
+            }
         }
     }
 }
@@ -106,6 +132,15 @@ impl Plan {
     }
 }
 
+/// What the plan follows besides desired and current state.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules<'a> {
+    pub owner_id: &'a str,
+    pub policy: Policy,
+    /// `--adopt-external-dns-owner` (with its TXT naming).
+    pub adopt: Option<&'a ExternalDnsOwner>,
+}
+
 /// Computes the changes that make `current` hold exactly the claimed records
 /// we may hold (as far as `policy` allows), touching nothing we do not own.
 pub fn plan(claims: &[Claim], current: &[RecordSet], owner_id: &str, policy: Policy) -> Plan {
@@ -121,6 +156,34 @@ pub fn plan_keeping(
     owner_id: &str,
     policy: Policy,
 ) -> Plan {
+    plan_with(claims, keep, current, &Rules { owner_id, policy, adopt: None })
+}
+
+/// The external-dns TXTs that make `name` adoptable for `resource`: some
+/// TXT of the adopted owner says that Service, and no other external-dns
+/// TXT for the name says anything else (`None`: not adoptable).
+fn adoptable<'c>(
+    adopt: &ExternalDnsOwner,
+    name: &str,
+    resource: &str,
+    at: &BTreeMap<&str, Vec<&'c RecordSet>>,
+) -> Option<Vec<&'c RecordSet>> {
+    let mut theirs = Vec::new();
+    for txt_name in adopt.txt_names(name) {
+        for r in at.get(txt_name.as_str()).into_iter().flatten() {
+            let Some(l) = extdns::labels_of(r) else { continue };
+            if l.owner != adopt.owner || l.resource.as_deref() != Some(resource) {
+                return None;
+            }
+            theirs.push(*r);
+        }
+    }
+    (!theirs.is_empty()).then_some(theirs)
+}
+
+/// [`plan`] with every rule.
+pub fn plan_with(claims: &[Claim], keep: &BTreeSet<String>, current: &[RecordSet], rules: &Rules<'_>) -> Plan {
+    let (owner_id, policy) = (rules.owner_id, rules.policy);
     // Records at each name, and the ownership TXTs.
     let mut at: BTreeMap<&str, Vec<&RecordSet>> = BTreeMap::new();
     let mut txt_at: BTreeMap<&str, &RecordSet> = BTreeMap::new();
@@ -180,20 +243,35 @@ pub fn plan_keeping(
             });
         }
 
+        let adopted = match (rules.adopt, &owned) {
+            (Some(adopt), None) if !txt_at.contains_key(name) => adoptable(adopt, name, &winner.resource, &at),
+            _ => None,
+        };
+        let wants_cname = want.iter().any(|r| r.rtype == RecordType::Cname);
+        let label = |r: &RecordSet| format!("{} {}", r.foreign.as_deref().unwrap_or(r.rtype.as_str()), r.name);
         let taken_by = if let Some((o, _)) = owned.as_ref().filter(|(o, _)| o.owner != owner_id) {
             Some(format!("TXT {} says owner={}", owner_txt_name(name), o.owner))
-        } else if ours.is_none() {
-            let wants_cname = want.iter().any(|r| r.rtype == RecordType::Cname);
+        } else if ours.is_none() && adopted.is_none() {
             if let Some(r) = existing.iter().find(|r| r.rtype.is_managed() || wants_cname || r.foreign.is_some()) {
-                Some(format!("{} {}", r.foreign.as_deref().unwrap_or(r.rtype.as_str()), r.name))
+                Some(label(r))
             } else {
                 txt_at.get(name).map(|r| format!("TXT {}", r.name))
             }
         } else {
+            // Ours (or being adopted): what is not ours at the name must
+            // not be managed-type foreign, nor, for a CNAME, anything.
+            let adopted_txts = adopted.as_deref().unwrap_or_default();
             existing
                 .iter()
-                .find(|r| r.foreign.is_some() && r.rtype.is_managed())
-                .map(|r| format!("{} {}", r.foreign.as_deref().unwrap_or(r.rtype.as_str()), r.name))
+                .filter(|r| !adopted_txts.contains(r))
+                .find(|r| (r.foreign.is_some() && r.rtype.is_managed()) || (wants_cname && !is_ours_managed(r)))
+                .map(|r| {
+                    if wants_cname && !(r.foreign.is_some() && r.rtype.is_managed()) {
+                        format!("{}; a CNAME must be alone at its name", label(r))
+                    } else {
+                        label(r)
+                    }
+                })
         };
         if let Some(what) = taken_by {
             out.conflicts.push(Conflict {
@@ -204,9 +282,32 @@ pub fn plan_keeping(
             continue;
         }
 
-        let ttl = want.iter().map(|r| r.ttl).min().unwrap_or(300);
         let current_managed: BTreeMap<RecordType, &RecordSet> =
-            existing.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none()).map(|r| (r.rtype, *r)).collect();
+            existing.iter().filter(|r| is_ours_managed(r)).map(|r| (r.rtype, *r)).collect();
+        // A restricted policy cannot delete the type a CNAME replaces (or
+        // that replaces a CNAME): Route53 would refuse the CREATE.
+        if policy != Policy::Sync {
+            let stale: Vec<RecordType> =
+                current_managed.keys().copied().filter(|t| !want.iter().any(|w| w.rtype == *t)).collect();
+            if !stale.is_empty() && (wants_cname || stale.contains(&RecordType::Cname)) {
+                let join = |ts: &[RecordType]| ts.iter().map(|t| t.as_str()).collect::<Vec<_>>().join("/");
+                let wanted: Vec<RecordType> = want.iter().map(|w| w.rtype).collect();
+                out.conflicts.push(Conflict {
+                    resource: winner.resource.clone(),
+                    name: name.to_string(),
+                    cause: ConflictCause::Policy(format!(
+                        "{} would have to be deleted for {}, which --policy {} does not allow",
+                        join(&stale),
+                        join(&wanted),
+                        policy.as_str()
+                    )),
+                });
+                out.managed_records += current_managed.len();
+                continue;
+            }
+        }
+
+        let ttl = want.iter().map(|r| r.ttl).min().unwrap_or(300);
         let mut changes = Vec::new();
         // Stale types first (A → CNAME needs the A gone before the CNAME).
         if policy == Policy::Sync {
@@ -228,20 +329,39 @@ pub fn plan_keeping(
             }
         }
         let txt = registry::txt_record(name, ttl, owner_id, &winner.resource);
+        let upserts = changes.iter().any(|c| c.action == Action::Upsert);
+        // The ownership TXT: created (and the adopted owner's removed), moved
+        // to a new holder, or — beside an UPSERT — deleted and created
+        // unchanged, so that the batch fails whole if it is no longer ours.
+        let mut txt_changes = Vec::new();
         match ours {
-            None => changes.push(Change { action: Action::Create, record: txt }),
-            Some((o, _)) if o.resource != winner.resource && (!changes.is_empty() || policy != Policy::CreateOnly) => {
-                changes.push(Change { action: Action::Upsert, record: txt })
+            None => {
+                for theirs in adopted.iter().flatten() {
+                    txt_changes.push(Change { action: Action::Delete, record: (*theirs).clone() });
+                }
+                txt_changes.push(Change { action: Action::Create, record: txt });
+            }
+            Some((o, cur))
+                if o.resource != winner.resource && (!changes.is_empty() || policy != Policy::CreateOnly) =>
+            {
+                txt_changes.push(Change { action: Action::Delete, record: (*cur).clone() });
+                txt_changes.push(Change { action: Action::Create, record: txt });
+            }
+            Some((_, cur)) if upserts => {
+                txt_changes.push(Change { action: Action::Delete, record: (*cur).clone() });
+                txt_changes.push(Change { action: Action::Create, record: (*cur).clone() });
             }
             Some(_) => {}
         }
         let after: Vec<RecordSet> = want.iter().map(|r| (*r).clone()).collect();
         out.managed_records += after.len();
-        if changes.is_empty() {
+        if changes.is_empty() && txt_changes.is_empty() {
             continue;
         }
+        txt_changes.extend(changes);
+        let changes = txt_changes;
         let before: Vec<RecordSet> = current_managed.values().map(|r| (*r).clone()).collect();
-        let kind = if ours.is_none() || before.is_empty() { ChangeKind::Created } else { ChangeKind::Updated };
+        let kind = if before.is_empty() { ChangeKind::Created } else { ChangeKind::Updated };
         out.groups.push(ChangeGroup {
             name: name.to_string(),
             resource: winner.resource.clone(),
@@ -282,6 +402,11 @@ pub fn plan_keeping(
     out
 }
 
+/// One of our A/AAAA/CNAME records (not an alias or routing-policy set).
+fn is_ours_managed(r: &RecordSet) -> bool {
+    r.rtype.is_managed() && r.foreign.is_none()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -298,6 +423,9 @@ pub(crate) mod tests {
     }
     fn txt(name: &str, owner: &str, resource: &str) -> RecordSet {
         registry::txt_record(name, 300, owner, resource)
+    }
+    fn txt_of(name: &str, owner: &str) -> RecordSet {
+        txt(name, owner, "service/x/y")
     }
 
     /// Applies a plan the way Route53 does (atomically per change, strictly:
@@ -322,6 +450,12 @@ pub(crate) mod tests {
                             return Err(format!("DELETE of missing or different {:?}", c.record));
                         }
                     }
+                }
+            }
+            // A CNAME is alone at its name.
+            for ((n, t), _) in z.iter().filter(|((_, t), _)| *t == RecordType::Cname) {
+                if z.keys().any(|(m, u)| m == n && u != t) {
+                    return Err(format!("CNAME {n} beside another record"));
                 }
             }
         }
@@ -410,6 +544,129 @@ pub(crate) mod tests {
         assert!(after.contains(&cname));
     }
 
+    fn cname(name: &str, target: &str) -> RecordSet {
+        RecordSet::new(name, RecordType::Cname, 300, vec![target.to_string()])
+    }
+    fn other(name: &str, kind: &str, value: &str) -> RecordSet {
+        let mut r = RecordSet::new(name, RecordType::Other, 300, vec![value.to_string()]);
+        r.foreign = Some(kind.to_string());
+        r
+    }
+
+    #[test]
+    fn a_cname_is_alone_at_its_name() {
+        // Our A at x.z, and someone's MX (or TXT) beside it: the Service
+        // moving to a load balancer hostname cannot get its CNAME there.
+        for beside in
+            [other("x.z", "MX", "10 mail.z"), RecordSet::new("x.z", RecordType::Txt, 300, vec!["\"v=spf1\"".into()])]
+        {
+            let zone = vec![a("x.z", "1.1.1.1"), txt("x.z", ME, "service/a/x"), beside.clone()];
+            let p = plan(&[claim("service/a/x", 1, vec![cname("x.z", "lb.example")])], &zone, ME, Policy::Sync);
+            assert!(p.is_empty(), "{:?}", p.groups);
+            assert!(
+                matches!(&p.conflicts[0].cause, ConflictCause::Unowned(w) if w.contains("alone")),
+                "{:?}",
+                p.conflicts
+            );
+            // An A beside it is fine.
+            let p = plan(&[claim("service/a/x", 1, vec![a("x.z", "2.2.2.2")])], &zone, ME, Policy::Sync);
+            assert_eq!(p.groups.len(), 1);
+            assert!(apply(&zone, &p).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_type_change_a_restricted_policy_cannot_make_is_a_conflict() {
+        let zone = vec![a("x.z", "1.1.1.1"), txt("x.z", ME, "service/a/x")];
+        for policy in [Policy::UpsertOnly, Policy::CreateOnly] {
+            let p = plan(&[claim("service/a/x", 1, vec![cname("x.z", "lb.example")])], &zone, ME, policy);
+            assert!(p.is_empty(), "{policy:?}: {:?}", p.groups);
+            assert!(matches!(&p.conflicts[0].cause, ConflictCause::Policy(_)), "{:?}", p.conflicts);
+            assert!(p.conflicts[0].message().contains("does not allow"), "{}", p.conflicts[0].message());
+        }
+        let p = plan(&[claim("service/a/x", 1, vec![cname("x.z", "lb.example")])], &zone, ME, Policy::Sync);
+        assert!(apply(&zone, &p).is_ok());
+    }
+
+    #[test]
+    fn an_upsert_carries_our_unchanged_txt() {
+        let zone = vec![a("x.z", "1.1.1.1"), txt("x.z", ME, "service/a/x")];
+        let p = plan(&[claim("service/a/x", 1, vec![a("x.z", "2.2.2.2")])], &zone, ME, Policy::Sync);
+        let actions: Vec<(Action, RecordType)> =
+            p.groups[0].changes.iter().map(|c| (c.action, c.record.rtype)).collect();
+        assert_eq!(
+            actions,
+            [(Action::Delete, RecordType::Txt), (Action::Create, RecordType::Txt), (Action::Upsert, RecordType::A)]
+        );
+        assert_eq!(apply(&zone, &p).unwrap().len(), 2);
+        // Taken meanwhile (another owner's TXT): Route53 refuses the batch.
+        let taken = vec![a("x.z", "1.1.1.1"), txt("x.z", "thief", "service/a/x")];
+        assert!(apply(&taken, &p).is_err());
+    }
+
+    fn ext_owner(prefix: &str) -> ExternalDnsOwner {
+        ExternalDnsOwner { owner: "ext".into(), prefix: prefix.into(), suffix: String::new() }
+    }
+    fn ext_txt(name: &str, owner: &str, resource: &str) -> RecordSet {
+        RecordSet::new(name, RecordType::Txt, 300, vec![extdns::txt_value(owner, resource)])
+    }
+
+    #[test]
+    fn external_dns_records_of_the_adopted_owner_are_taken_over() {
+        // external-dns's newer (typed) and older TXT names, as it writes them.
+        let zone = vec![
+            a("web.z", "1.1.1.1"),
+            ext_txt("a-web.z", "ext", "service/ns/web"),
+            ext_txt("web.z", "ext", "service/ns/web"),
+            a("other.z", "3.3.3.3"),
+            ext_txt("a-other.z", "ext", "service/ns/other"),
+        ];
+        let claims = vec![
+            claim("service/ns/web", 1, vec![a("web.z", "2.2.2.2")]),
+            claim("service/ns/someone", 1, vec![a("other.z", "4.4.4.4")]),
+        ];
+        let adopt = ext_owner("");
+        let rules = Rules { owner_id: ME, policy: Policy::Sync, adopt: Some(&adopt) };
+        let p = plan_with(&claims, &BTreeSet::new(), &zone, &rules);
+        assert_eq!(p.groups.len(), 1, "{:?}", p.groups);
+        let g = &p.groups[0];
+        assert_eq!(g.name, "web.z");
+        assert_eq!(g.kind, ChangeKind::Updated);
+        let after = apply(&zone, &p).unwrap();
+        assert!(after.contains(&a("web.z", "2.2.2.2")));
+        assert!(after.contains(&txt("web.z", ME, "service/ns/web")));
+        assert!(
+            !after.iter().any(|r| r.name == "a-web.z" || (r.name == "web.z" && r.rtype == RecordType::Txt)),
+            "theirs removed: {after:?}"
+        );
+        // Another Service's name stays theirs.
+        assert!(matches!(p.conflicts[0].cause, ConflictCause::Unowned(_)));
+        assert!(after.contains(&ext_txt("a-other.z", "ext", "service/ns/other")));
+        // Converged: nothing more.
+        assert!(plan_with(&claims, &BTreeSet::new(), &after, &rules).groups.is_empty());
+        // Without the flag, or for another owner, the name is taken.
+        assert!(plan(&claims, &zone, ME, Policy::Sync).groups.is_empty());
+        let stranger = ExternalDnsOwner { owner: "stranger".into(), ..adopt.clone() };
+        let rules = Rules { adopt: Some(&stranger), ..rules };
+        assert!(plan_with(&claims, &BTreeSet::new(), &zone, &rules).groups.is_empty());
+    }
+
+    #[test]
+    fn adoption_follows_the_external_dns_prefix_and_refuses_mixed_owners() {
+        let zone = vec![cname("web.z", "lb.example"), ext_txt("reg.cname-web.z", "ext", "service/ns/web")];
+        let claims = vec![claim("service/ns/web", 1, vec![cname("web.z", "lb.example")])];
+        let adopt = ext_owner("reg.");
+        let rules = Rules { owner_id: ME, policy: Policy::Sync, adopt: Some(&adopt) };
+        let p = plan_with(&claims, &BTreeSet::new(), &zone, &rules);
+        assert_eq!(p.groups.len(), 1, "{:?}", p.conflicts);
+        let after = apply(&zone, &p).unwrap();
+        assert_eq!(after, vec![txt("web.z", ME, "service/ns/web"), cname("web.z", "lb.example")]);
+        // A second external-dns TXT for the name saying another owner: left alone.
+        let mut mixed = zone.clone();
+        mixed.push(ext_txt("reg.web.z", "other", "service/ns/web"));
+        assert!(plan_with(&claims, &BTreeSet::new(), &mixed, &rules).groups.is_empty());
+    }
+
     // ---- property tests ----
 
     fn arb_name() -> impl Strategy<Value = String> {
@@ -431,19 +688,38 @@ pub(crate) mod tests {
             RecordSet::new(n, t, ttl, vec![v])
         })
     }
+    /// Records flotilla never writes: an alias, a routing-policy set, a
+    /// plain TXT at a managed name, an MX.
+    fn arb_foreign() -> impl Strategy<Value = RecordSet> {
+        (arb_name(), 0u8..4).prop_map(|(n, kind)| {
+            let (rtype, values, foreign) = match kind {
+                0 => (RecordType::A, vec!["dualstack.lb.example".to_string()], Some("A alias")),
+                1 => (RecordType::A, vec!["10.9.9.9".to_string()], Some("A set blue")),
+                2 => (RecordType::Txt, vec!["\"v=spf1 -all\"".to_string()], None),
+                _ => (RecordType::Other, vec!["10 mail.example".to_string()], Some("MX")),
+            };
+            let mut r = RecordSet::new(n, rtype, 300, values);
+            r.foreign = foreign.map(str::to_string);
+            r
+        })
+    }
     fn arb_zone() -> impl Strategy<Value = Vec<RecordSet>> {
-        // Records, and for some names an ownership TXT (ours, another
-        // owner's, or a non-flotilla TXT).
-        (proptest::collection::vec(arb_record(), 0..10), proptest::collection::vec((arb_name(), 0u8..4, 0u8..3), 0..6))
-            .prop_map(|(records, txts)| {
+        // Records, foreign records, and for some names an ownership TXT
+        // (ours, another owner's, or a non-flotilla TXT).
+        (
+            proptest::collection::vec(arb_record(), 0..10),
+            proptest::collection::vec(arb_foreign(), 0..4),
+            proptest::collection::vec((arb_name(), 0u8..4, 0u8..3), 0..6),
+        )
+            .prop_map(|(records, foreign, txts)| {
                 let mut z: BTreeMap<(String, RecordType), RecordSet> = BTreeMap::new();
-                for r in records {
+                for r in foreign.into_iter().chain(records) {
                     // A CNAME cannot share its name with anything.
                     let clash = z
                         .keys()
                         .any(|(n, t)| n == &r.name && (r.rtype == RecordType::Cname || *t == RecordType::Cname));
                     if !clash {
-                        z.insert((r.name.clone(), r.rtype), r);
+                        z.entry((r.name.clone(), r.rtype)).or_insert(r);
                     }
                 }
                 for (n, who, res) in txts {
@@ -496,10 +772,12 @@ pub(crate) mod tests {
             let p = plan(&claims, &zone, ME, Policy::Sync);
             let after = apply(&zone, &p).map_err(TestCaseError::fail)?;
             let owned_before = owned_by_me(&zone);
-            // Unowned records are untouched.
+            // Unowned records are untouched, and so is every foreign record
+            // (alias, routing policy, MX, a TXT not ours) even at a name we own.
             for r in &zone {
                 let name = owned_name_of_txt(&r.name).unwrap_or(&r.name);
-                if !owned_before.contains(name) {
+                let never_ours = r.foreign.is_some() || (r.rtype == RecordType::Txt && owned_name_of_txt(&r.name).is_none());
+                if !owned_before.contains(name) || never_ours {
                     prop_assert!(after.contains(r), "unowned {r:?} changed");
                 }
             }
@@ -510,25 +788,34 @@ pub(crate) mod tests {
             for (name, mut cs) in names {
                 cs.dedup_by(|a, b| a.resource == b.resource);
                 let holder = zone.iter().find(|r| r.name == owner_txt_name(name)).and_then(registry::ownership_of);
+                let Some(w) = cs.iter().find(|c| holder.as_ref().is_some_and(|o| o.owner == ME && o.resource == c.resource))
+                    .or_else(|| cs.iter().min_by(|a, b| a.order.cmp(&b.order)))
+                    .copied() else { continue };
+                let wants_cname = w.records.iter().any(|r| r.name == name && r.rtype == RecordType::Cname);
+                let at_name = || zone.iter().filter(|r| r.name == name);
                 let attainable = match &holder {
-                    Some(o) => o.owner == ME,
+                    Some(o) => o.owner == ME && !at_name().any(|r| {
+                        let ours = r.rtype.is_managed() && r.foreign.is_none();
+                        (r.foreign.is_some() && r.rtype.is_managed()) || (wants_cname && !ours)
+                    }),
                     None => {
-                        let wants_cname = cs.iter().any(|c| c.records.iter().any(|r| r.name == name && r.rtype == RecordType::Cname));
-                        !zone.iter().any(|r| r.name == name && (r.rtype.is_managed() || wants_cname))
+                        !at_name().any(|r| r.rtype.is_managed() || wants_cname || r.foreign.is_some())
                             && !zone.iter().any(|r| r.name == owner_txt_name(name))
                     }
                 };
-                if !attainable { continue; }
-                let winner = cs.iter().find(|c| holder.as_ref().is_some_and(|o| o.resource == c.resource))
-                    .or_else(|| cs.iter().min_by(|a, b| a.order.cmp(&b.order)))
-                    .copied();
-                if let Some(w) = winner {
-                    for r in w.records.iter().filter(|r| r.name == name) { expected.insert(r.clone()); }
+                if !attainable {
+                    // A name of ours in conflict (a CNAME beside someone's
+                    // record) keeps what it has.
+                    if holder.as_ref().is_some_and(|o| o.owner == ME) {
+                        expected.extend(at_name().filter(|r| r.rtype.is_managed() && r.foreign.is_none()).cloned());
+                    }
+                    continue;
                 }
+                for r in w.records.iter().filter(|r| r.name == name) { expected.insert(r.clone()); }
             }
             let owned_after = owned_by_me(&after);
             let got: BTreeSet<RecordSet> = after.iter()
-                .filter(|r| r.rtype.is_managed() && owned_after.contains(&r.name))
+                .filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned_after.contains(&r.name))
                 .cloned().collect();
             prop_assert_eq!(got, expected);
             // Idempotent: a second plan writes nothing.
@@ -555,18 +842,44 @@ pub(crate) mod tests {
             }
         }
 
+        /// Restricted policies never delete an address record (a TXT is
+        /// deleted only to be created again in the same batch), and what
+        /// they send Route53 accepts.
         #[test]
         fn restricted_policies_never_delete(zone in arb_zone(), claims in arb_claims()) {
             for policy in [Policy::UpsertOnly, Policy::CreateOnly] {
                 let p = plan(&claims, &zone, ME, policy);
                 for g in &p.groups {
                     for c in &g.changes {
+                        if c.record.rtype == RecordType::Txt {
+                            if c.action == Action::Delete {
+                                prop_assert!(g.changes.iter().any(|d| d.action == Action::Create && d.record.name == c.record.name));
+                            }
+                            continue;
+                        }
                         prop_assert_ne!(c.action, Action::Delete);
-                        if policy == Policy::CreateOnly && c.record.rtype != RecordType::Txt {
+                        if policy == Policy::CreateOnly {
                             prop_assert_eq!(c.action, Action::Create);
                         }
                     }
                 }
+                apply(&zone, &p).map_err(TestCaseError::fail)?;
+            }
+        }
+
+        /// Every UPSERT is guarded by our unchanged TXT in the same group:
+        /// had someone else taken the name, the whole group is refused.
+        #[test]
+        fn upserts_are_guarded(zone in arb_zone(), claims in arb_claims()) {
+            let p = plan(&claims, &zone, ME, Policy::Sync);
+            for g in p.groups.iter().filter(|g| g.changes.iter().any(|c| c.action == Action::Upsert)) {
+                let txt = owner_txt_name(&g.name);
+                let guard = g.changes.iter().find(|c| c.action == Action::Delete && c.record.name == txt);
+                prop_assert!(guard.is_some(), "unguarded UPSERT: {:?}", g.changes);
+                // Someone takes the name: the group no longer applies.
+                let taken: Vec<RecordSet> = zone.iter().map(|r| if r.name == txt { txt_of(&g.name, "thief") } else { r.clone() }).collect();
+                let one = Plan { groups: vec![g.clone()], ..Plan::default() };
+                prop_assert!(apply(&taken, &one).is_err(), "a taken name was overwritten");
             }
         }
 

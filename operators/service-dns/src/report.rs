@@ -4,11 +4,9 @@
 //! change, not at every sync.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use flotilla_shared::Events;
 use k8s_openapi::api::core::v1::ObjectReference;
-use tokio::sync::mpsc;
 
 use crate::desired::object_ref;
 
@@ -20,49 +18,9 @@ pub const INVALID_HOSTNAME: &str = "InvalidHostname";
 pub const ROUTE53_ERROR: &str = "Route53Error";
 pub const DRY_RUN: &str = "DnsRecordDryRun";
 
-/// Events are handed to the API at most this often: a sync that creates
-/// 5,000 records must not open 5,000 concurrent requests (and connections)
-/// to the API server.
-const EVENT_SPACING: Duration = Duration::from_millis(5);
-
-/// One Event to publish.
-struct Pending {
-    on: ObjectReference,
-    warning: bool,
-    reason: String,
-    note: String,
-}
-
-/// Publishes Events in order, paced by [`EVENT_SPACING`].
-#[derive(Clone)]
-struct Publisher {
-    tx: mpsc::UnboundedSender<Pending>,
-}
-
-impl Publisher {
-    fn start(events: Events) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
-        tokio::spawn(async move {
-            while let Some(p) = rx.recv().await {
-                if p.warning {
-                    events.warning(&p.on, &p.reason, "Sync", p.note);
-                } else {
-                    events.normal(&p.on, &p.reason, "Sync", p.note);
-                }
-                tokio::time::sleep(EVENT_SPACING).await;
-            }
-        });
-        Self { tx }
-    }
-
-    fn send(&self, on: ObjectReference, warning: bool, reason: &str, note: String) {
-        let _ = self.tx.send(Pending { on, warning, reason: reason.to_string(), note });
-    }
-}
-
 /// Where Events go: the Services we know (uid for the reference).
 pub struct Reporter {
-    events: Option<Publisher>,
+    events: Option<Events>,
     /// (resource, reason, key) → message of a standing situation.
     standing: BTreeMap<(String, &'static str, String), String>,
     seen: BTreeSet<(String, &'static str, String)>,
@@ -73,21 +31,32 @@ pub fn split_resource(resource: &str) -> Option<(&str, &str)> {
     resource.strip_prefix("service/").and_then(|r| r.split_once('/'))
 }
 
+fn reference(resource: &str, uid: Option<String>) -> Option<ObjectReference> {
+    split_resource(resource).map(|(ns, name)| object_ref(ns, name, uid))
+}
+
+/// Something done, on the Service concerned: logged, and published when
+/// there is somewhere to publish.
+pub fn action(events: Option<&Events>, resource: &str, uid: Option<String>, reason: &str, note: String) {
+    tracing::info!(%resource, %reason, "{note}");
+    if let (Some(events), Some(r)) = (events, reference(resource, uid)) {
+        events.normal(&r, reason, "Sync", note);
+    }
+}
+
 impl Reporter {
     pub fn new(events: Option<Events>) -> Self {
-        Self { events: events.map(Publisher::start), standing: BTreeMap::new(), seen: BTreeSet::new() }
+        Self { events, standing: BTreeMap::new(), seen: BTreeSet::new() }
     }
 
-    fn reference(resource: &str, uid: Option<String>) -> Option<ObjectReference> {
-        split_resource(resource).map(|(ns, name)| object_ref(ns, name, uid))
+    /// Where actions are published (for the INSYNC watcher).
+    pub fn events(&self) -> Option<Events> {
+        self.events.clone()
     }
 
     /// Something done: always published.
     pub fn action(&self, resource: &str, uid: Option<String>, reason: &str, note: String) {
-        tracing::info!(%resource, %reason, "{note}");
-        if let (Some(events), Some(r)) = (&self.events, Self::reference(resource, uid)) {
-            events.send(r, false, reason, note);
-        }
+        action(self.events.as_ref(), resource, uid, reason, note);
     }
 
     /// A standing situation: published when new or changed. `key`
@@ -111,8 +80,12 @@ impl Reporter {
         } else {
             tracing::info!(%resource, %reason, "{note}");
         }
-        if let (Some(events), Some(r)) = (&self.events, Self::reference(resource, uid)) {
-            events.send(r, warning, reason, note.clone());
+        if let (Some(events), Some(r)) = (&self.events, reference(resource, uid)) {
+            if warning {
+                events.warning(&r, reason, "Sync", note.clone());
+            } else {
+                events.normal(&r, reason, "Sync", note.clone());
+            }
         }
         self.standing.insert(k, note);
         true

@@ -17,6 +17,7 @@ use aws_sdk_route53::Client;
 use aws_sdk_route53::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_route53::types::{self as r53, ChangeStatus, RrType};
 use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -37,45 +38,98 @@ pub struct Route53Error {
     /// `Unreachable` when no answer came.
     pub code: String,
     pub message: String,
+    /// What a throttling answer's `Retry-After` header asked for.
+    pub retry_after: Option<Duration>,
+}
+
+/// What a failed request means for what was in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Route53 read the request and refused its content (`InvalidChangeBatch`,
+    /// `InvalidInput`): nothing in it was applied, and something in it is
+    /// wrong — find out what by sending less.
+    Refused,
+    /// Route53 asked us to slow down (after our own retries).
+    Throttled,
+    /// No answer, a timeout, a server error, credentials: nothing says the
+    /// content is wrong, and sending it in pieces would only multiply the
+    /// wait. Back off with the whole of it.
+    Unavailable,
 }
 
 impl Route53Error {
-    fn from_sdk<E, R>(operation: &'static str, e: SdkError<E, R>) -> Self
+    pub fn new(operation: &'static str, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { operation, code: code.into(), message: message.into(), retry_after: None }
+    }
+
+    fn from_sdk<E>(operation: &'static str, e: SdkError<E, HttpResponse>) -> Self
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
     {
+        let retry_after = e
+            .raw_response()
+            .and_then(|r| r.headers().get("retry-after"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| Duration::from_secs(s.min(300)));
         match e.code() {
-            Some(code) => {
-                Self { operation, code: code.to_string(), message: e.message().unwrap_or_default().to_string() }
-            }
-            None => Self { operation, code: "Unreachable".into(), message: DisplayErrorContext(&e).to_string() },
+            Some(code) => Self {
+                operation,
+                code: code.to_string(),
+                message: e.message().unwrap_or_default().to_string(),
+                retry_after,
+            },
+            None => Self {
+                operation,
+                code: "Unreachable".into(),
+                message: DisplayErrorContext(&e).to_string(),
+                retry_after,
+            },
         }
     }
 
     pub fn is_throttling(&self) -> bool {
         matches!(self.code.as_str(), "Throttling" | "ThrottlingException" | "PriorRequestNotComplete")
     }
+
+    pub fn kind(&self) -> FailureKind {
+        match self.code.as_str() {
+            "InvalidChangeBatch" | "InvalidInput" => FailureKind::Refused,
+            _ if self.is_throttling() => FailureKind::Throttled,
+            _ => FailureKind::Unavailable,
+        }
+    }
 }
 
-/// One request per `1/rps` seconds, across every caller.
+/// At most `rps` requests in any window, across every caller: a sliding
+/// window of `ceil(rps)` requests per `ceil(rps)/rps` seconds (5 per second
+/// by default). A lone request after a quiet spell goes at once — a
+/// strict `1/rps` spacing would make the change that follows a GetChange
+/// wait 200 ms for nothing.
 #[derive(Debug)]
 struct RateLimiter {
-    interval: Duration,
-    next: Mutex<Instant>,
+    window: Duration,
+    /// When the last `ceil(rps)` requests went (or are booked to go).
+    sent: Mutex<std::collections::VecDeque<Instant>>,
+    size: usize,
 }
 
 impl RateLimiter {
     fn new(rps: f64) -> Self {
-        Self { interval: Duration::from_secs_f64(1.0 / rps), next: Mutex::new(Instant::now()) }
+        let size = rps.ceil().max(1.0) as usize;
+        Self { window: Duration::from_secs_f64(size as f64 / rps), sent: Mutex::new(Default::default()), size }
     }
 
     async fn acquire(&self) {
         let at = {
-            let mut next = self.next.lock().await;
+            let mut sent = self.sent.lock().await;
             let now = Instant::now();
-            let at = (*next).max(now);
-            *next = at + self.interval;
+            let at = if sent.len() < self.size {
+                now
+            } else {
+                let oldest = sent.pop_front().unwrap_or(now);
+                (oldest + self.window).max(now)
+            };
+            sent.push_back(at);
             at
         };
         tokio::time::sleep_until(at).await;
@@ -101,7 +155,7 @@ pub struct Route53 {
 impl Route53 {
     /// A client from the standard AWS configuration chain. Route53 is a
     /// global service: the region defaults to us-east-1 when none is set.
-    pub async fn from_env(rps: f64, metrics: DnsMetrics) -> Self {
+    pub async fn from_env(rps: f64, timeout: Duration, metrics: DnsMetrics) -> Self {
         let http =
             aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
         let config = aws_config::defaults(BehaviorVersion::latest())
@@ -112,7 +166,7 @@ impl Route53 {
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(Duration::from_secs(5))
-                    .operation_attempt_timeout(Duration::from_secs(30))
+                    .operation_attempt_timeout(timeout)
                     .build(),
             )
             .load()
@@ -126,12 +180,11 @@ impl Route53 {
 
     /// Runs one request under the rate limit, retrying throttling with
     /// jittered exponential backoff, counting every attempt.
-    async fn call<T, E, R, F, Fut>(&self, operation: &'static str, f: F) -> Result<T, Route53Error>
+    async fn call<T, E, F, Fut>(&self, operation: &'static str, f: F) -> Result<T, Route53Error>
     where
         F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, R>>>,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
     {
         let mut attempt = 0;
         loop {
@@ -149,7 +202,9 @@ impl Route53 {
                     attempt += 1;
                     if e.is_throttling() && attempt < THROTTLE_ATTEMPTS {
                         self.metrics.requests.with_label_values(&[operation, "throttled"]).inc();
-                        let backoff = jittered_backoff(attempt, Duration::from_millis(200), Duration::from_secs(10));
+                        // Route53's Retry-After, when it gives one, is a floor.
+                        let backoff = jittered_backoff(attempt, Duration::from_millis(200), Duration::from_secs(10))
+                            .max(e.retry_after.unwrap_or_default());
                         tracing::debug!(%operation, ?backoff, "route53 throttled; retrying");
                         tokio::time::sleep(backoff).await;
                         continue;
@@ -236,20 +291,21 @@ impl Route53 {
         let mut changes = Vec::new();
         for g in groups {
             for c in &g.changes {
-                changes.push(to_route53(c.action, &c.record).map_err(|m| Route53Error {
-                    operation: "ChangeResourceRecordSets",
-                    code: "InvalidChange".into(),
-                    message: m,
-                })?);
+                changes.push(
+                    to_route53(c.action, &c.record)
+                        .map_err(|m| Route53Error::new("ChangeResourceRecordSets", "InvalidInput", m))?,
+                );
             }
         }
         let comment = match groups {
             [one] => format!("flotilla service-dns: {} for {}", one.name, one.resource),
             _ => format!("flotilla service-dns: {} names", groups.len()),
         };
-        let batch = r53::ChangeBatch::builder().set_changes(Some(changes)).comment(comment).build().map_err(|e| {
-            Route53Error { operation: "ChangeResourceRecordSets", code: "InvalidChange".into(), message: e.to_string() }
-        })?;
+        let batch = r53::ChangeBatch::builder()
+            .set_changes(Some(changes))
+            .comment(comment)
+            .build()
+            .map_err(|e| Route53Error::new("ChangeResourceRecordSets", "InvalidInput", e.to_string()))?;
         let out = self
             .call("ChangeResourceRecordSets", || {
                 self.client.change_resource_record_sets().hosted_zone_id(zone_id).change_batch(batch.clone()).send()
@@ -258,21 +314,27 @@ impl Route53 {
         Ok(out.change_info().map(|c| c.id().to_string()).unwrap_or_default())
     }
 
-    /// Polls GetChange until INSYNC or `timeout`; `Ok(true)` when in sync.
-    pub async fn wait_insync(&self, change_id: &str, timeout: Duration) -> Result<bool, Route53Error> {
-        let deadline = Instant::now() + timeout;
-        let mut wait = Duration::from_millis(500);
-        loop {
-            let out = self.call("GetChange", || self.client.get_change().id(change_id).send()).await?;
-            if out.change_info().map(|c| c.status()) == Some(&ChangeStatus::Insync) {
-                return Ok(true);
-            }
-            if Instant::now() + wait > deadline {
-                return Ok(false);
-            }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(Duration::from_secs(10));
-        }
+    /// One GetChange: `Ok(true)` when the change is INSYNC.
+    pub async fn is_insync(&self, change_id: &str) -> Result<bool, Route53Error> {
+        let out = self.call("GetChange", || self.client.get_change().id(change_id).send()).await?;
+        Ok(out.change_info().map(|c| c.status()) == Some(&ChangeStatus::Insync))
+    }
+
+    /// The record sets at exactly `name` (one short ListResourceRecordSets
+    /// from that name): how a name whose change was refused is read again
+    /// without listing the whole zone.
+    pub async fn records_at(&self, zone_id: &str, name: &str) -> Result<Vec<RecordSet>, Route53Error> {
+        let page = self
+            .call("ListResourceRecordSets", || {
+                self.client
+                    .list_resource_record_sets()
+                    .hosted_zone_id(zone_id)
+                    .start_record_name(format!("{name}."))
+                    .max_items(100)
+                    .send()
+            })
+            .await?;
+        Ok(page.resource_record_sets().iter().map(from_route53).filter(|r| r.name == name).collect())
     }
 }
 
@@ -349,6 +411,34 @@ fn to_route53(action: Action, r: &RecordSet) -> Result<r53::Change, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_are_classified() {
+        let e = |code: &str| Route53Error::new("ChangeResourceRecordSets", code, "");
+        assert_eq!(e("InvalidChangeBatch").kind(), FailureKind::Refused);
+        assert_eq!(e("InvalidInput").kind(), FailureKind::Refused);
+        assert_eq!(e("Throttling").kind(), FailureKind::Throttled);
+        assert_eq!(e("PriorRequestNotComplete").kind(), FailureKind::Throttled);
+        assert_eq!(e("Unreachable").kind(), FailureKind::Unavailable);
+        assert_eq!(e("ServiceUnavailable").kind(), FailureKind::Unavailable);
+        assert_eq!(e("AccessDenied").kind(), FailureKind::Unavailable);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limit_lets_a_lone_request_go_at_once() {
+        let l = RateLimiter::new(5.0);
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            l.acquire().await;
+        }
+        assert_eq!(t0.elapsed(), Duration::ZERO, "5 in a quiet second go at once");
+        l.acquire().await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(1), "the 6th waits for the window");
+        let half = RateLimiter::new(0.5);
+        half.acquire().await;
+        half.acquire().await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(3), "0.5 rps: one per 2 s");
+    }
 
     #[test]
     fn backoff_stays_in_bounds() {

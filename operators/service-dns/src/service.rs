@@ -23,7 +23,8 @@ pub struct ServiceInfo {
     pub ingress_ips: Box<[String]>,
     /// `status.loadBalancer.ingress[].hostname`.
     pub ingress_hostnames: Box<[String]>,
-    /// The `flotilla.dev/*` annotations only.
+    /// The `flotilla.dev/*` annotations, and external-dns's hostname/ttl
+    /// (accepted as aliases).
     pub annotations: Box<[(String, String)]>,
 }
 
@@ -32,6 +33,13 @@ impl ServiceInfo {
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
+}
+
+/// The annotations that decide records: ours, and external-dns's aliases.
+fn kept_annotation(key: &str) -> bool {
+    key.starts_with("flotilla.dev/")
+        || key == crate::desired::EXTERNAL_DNS_HOSTNAME
+        || key == crate::desired::EXTERNAL_DNS_TTL
 }
 
 impl From<Service> for ServiceInfo {
@@ -51,7 +59,7 @@ impl From<Service> for ServiceInfo {
             ingress_hostnames.extend(i.hostname);
         }
         let annotations: Vec<(String, String)> =
-            m.annotations.unwrap_or_default().into_iter().filter(|(k, _)| k.starts_with("flotilla.dev/")).collect();
+            m.annotations.unwrap_or_default().into_iter().filter(|(k, _)| kept_annotation(k)).collect();
         ServiceInfo {
             namespace: m.namespace.unwrap_or_default(),
             name: m.name.unwrap_or_default(),

@@ -1,5 +1,7 @@
 //! service-dns end to end: the binary as a process, the real control plane,
-//! a real moto server. Every test asserts on the zone's final contents.
+//! a real moto server behind the Route53-faithful proxy (the operator talks
+//! to the proxy; the tests read and write moto directly, as a user editing
+//! the zone by hand would). Every test asserts on the zone's final contents.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
@@ -9,7 +11,7 @@ use std::time::Duration;
 use aws_sdk_route53::types::RrType;
 use common::*;
 use flotilla_testenv::wait_for;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use service_dns::model::RecordType;
@@ -22,12 +24,13 @@ async fn seed_scenario_create_and_delete() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "seed").await;
     ensure_namespace(&client, "test").await;
     let mut op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec!["--watch-namespace=test".into()]].concat(),
     );
     op.wait_ready().await;
@@ -37,8 +40,16 @@ async fn seed_scenario_create_and_delete() {
     let name = format!("kube-hello-world.{domain}");
     let a = wait_record(&r53, &zone, &name, RecordType::A, &[&ip]).await;
     assert_eq!(a.ttl, 300);
+    // No --owner-id: derived from the cluster (kube-system's UID, and the
+    // watched namespace), and logged.
+    let uid =
+        Api::<Namespace>::all(client.clone()).get("kube-system").await.expect("kube-system").metadata.uid.expect("uid");
+    let owner = service_dns::owner::derive(&uid, Some("test"), None);
+    let uid_hex: String = uid.chars().filter(char::is_ascii_hexdigit).take(12).collect();
+    assert!(owner.starts_with(&format!("k8s-{uid_hex}-")), "{owner}");
     let txt = find(&r53, &zone, &format!("_flotilla-owner.{name}"), RecordType::Txt).await.expect("ownership TXT");
-    assert_eq!(txt.values, vec!["\"heritage=flotilla,owner=default,resource=service/test/hello-world\"".to_string()]);
+    assert_eq!(txt.values, vec![format!("\"heritage=flotilla,owner={owner},resource=service/test/hello-world\"")]);
+    assert!(op.logs().contains(&owner), "the derived owner id is logged\n{}", op.logs());
     let note =
         wait_event(&client, "test", "hello-world", "DnsRecordCreated", &format!("created dns {name} → {ip}")).await;
     assert!(note.contains("INSYNC"), "{note}");
@@ -102,11 +113,12 @@ async fn service_deleted_while_stopped_is_removed_after_restart() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "restart").await;
     let ns = env.namespace("restart").await.expect("namespace");
     let args = [zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat();
-    let mut op = Operator::start(&env, &moto.endpoint, &args);
+    let mut op = Operator::start(&env, &proxy.endpoint, &args);
     let keep = create_service(&client, &ns, &service("keep", "ClusterIP", &[])).await;
     let gone = create_service(&client, &ns, &service("gone", "ClusterIP", &[])).await;
     wait_record(&r53, &zone, &format!("kube-keep.{domain}"), RecordType::A, &[&cluster_ip(&keep)]).await;
@@ -117,7 +129,7 @@ async fn service_deleted_while_stopped_is_removed_after_restart() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(find(&r53, &zone, &format!("kube-gone.{domain}"), RecordType::A).await.is_some(), "nobody deleted it yet");
 
-    let _op = Operator::start(&env, &moto.endpoint, &args);
+    let _op = Operator::start(&env, &proxy.endpoint, &args);
     wait_gone(&r53, &zone, &format!("kube-gone.{domain}")).await;
     let left = user_records(&r53, &zone).await;
     assert_eq!(left.len(), 2, "only keep's A and TXT remain: {left:?}");
@@ -131,6 +143,7 @@ async fn unowned_record_is_untouched_and_reported() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "unowned").await;
     let ns = env.namespace("unowned").await.expect("namespace");
@@ -140,7 +153,7 @@ async fn unowned_record_is_untouched_and_reported() {
 
     let op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
     );
     create_service(&client, &ns, &service("taken", "ClusterIP", &[])).await;
@@ -173,6 +186,7 @@ async fn same_name_in_two_namespaces() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "twons").await;
     let (ns1, ns2) = (env.namespace("twons-a").await.expect("ns"), env.namespace("twons-b").await.expect("ns"));
@@ -187,7 +201,7 @@ async fn same_name_in_two_namespaces() {
     let second = create_service(&client, &ns2, &labelled(service("api", "ClusterIP", &[]))).await;
     let _op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--service-selector=dns-test={label}")]].concat(),
     );
     let name = format!("kube-api.{domain}");
@@ -213,12 +227,13 @@ async fn a_continuous_stream_is_written_within_max_batch_delay() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "stream").await;
     let ns = env.namespace("stream").await.expect("ns");
     let mut op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[
             zone_args(&zone, &domain),
             vec![format!("--watch-namespace={ns}"), "--debounce=1s".into(), "--max-batch-delay=3s".into()],
@@ -264,12 +279,13 @@ async fn annotations() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "annot").await;
     let ns = env.namespace("annot").await.expect("namespace");
     let _op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
     );
     let api: Api<Service> = Api::namespaced(client.clone(), &ns);
@@ -354,12 +370,13 @@ async fn dual_stack_gets_a_and_aaaa() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "dual").await;
     let ns = env.namespace("dual").await.expect("namespace");
     let _op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
     );
     let mut s = service("dual", "ClusterIP", &[]);
@@ -383,12 +400,13 @@ async fn invalid_annotations_are_reported_and_skipped() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "invalid").await;
     let ns = env.namespace("invalid").await.expect("namespace");
     let op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
     );
     let long_label = format!("{}.{domain}", "a".repeat(64));
@@ -449,10 +467,10 @@ async fn route53_down_then_back() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "outage").await;
     let ns = env.namespace("outage").await.expect("namespace");
-    let proxy = FaultyProxy::start(&moto.endpoint).await;
     let mut op = Operator::start(
         &env,
         &proxy.endpoint,
@@ -461,7 +479,7 @@ async fn route53_down_then_back() {
     let one = create_service(&client, &ns, &service("one", "ClusterIP", &[])).await;
     wait_record(&r53, &zone, &format!("kube-one.{domain}"), RecordType::A, &[&cluster_ip(&one)]).await;
 
-    proxy.set_down(true);
+    proxy.faults().set_down(true);
     let two = create_service(&client, &ns, &service("two", "ClusterIP", &[])).await;
     Api::<Service>::namespaced(client.clone(), &ns).delete("one", &DeleteParams::default()).await.expect("delete");
     wait_for("Route53 errors to be counted", T, || async {
@@ -479,7 +497,7 @@ async fn route53_down_then_back() {
     assert!(op.exited().is_none(), "no crash while Route53 is down\n{}", op.logs());
     assert!(find(&r53, &zone, &format!("kube-two.{domain}"), RecordType::A).await.is_none());
 
-    proxy.set_down(false);
+    proxy.faults().set_down(false);
     wait_record(&r53, &zone, &format!("kube-two.{domain}"), RecordType::A, &[&cluster_ip(&two)]).await;
     wait_gone(&r53, &zone, &format!("kube-one.{domain}")).await;
     assert_eq!(user_records(&r53, &zone).await.len(), 2);
@@ -491,6 +509,7 @@ async fn policies_and_dry_run() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
 
     // upsert-only
@@ -498,7 +517,7 @@ async fn policies_and_dry_run() {
     let ns = env.namespace("upsert").await.expect("namespace");
     let op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}"), "--policy=upsert-only".into()]].concat(),
     );
     let api: Api<Service> = Api::namespaced(client.clone(), &ns);
@@ -527,7 +546,7 @@ async fn policies_and_dry_run() {
     let ns = env.namespace("createonly").await.expect("namespace");
     let op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}"), "--policy=create-only".into()]].concat(),
     );
     let api: Api<Service> = Api::namespaced(client.clone(), &ns);
@@ -541,7 +560,11 @@ async fn policies_and_dry_run() {
     )
     .await
     .expect("patch");
-    api.delete("c", &DeleteParams::default()).await.ok();
+    // A sync sees the new TTL before the delete (else both would fall in
+    // one debounce and the test could not fail): create-only keeps 300.
+    op.wait_more_syncs(2).await;
+    assert_eq!(find(&r53, &zone, &name, RecordType::A).await.map(|r| r.ttl), Some(300), "create-only never updates");
+    api.delete("c", &DeleteParams::default()).await.expect("delete");
     op.wait_more_syncs(2).await;
     let r = find(&r53, &zone, &name, RecordType::A).await.expect("create-only never deletes");
     assert_eq!(r.ttl, 300, "create-only never updates");
@@ -552,7 +575,7 @@ async fn policies_and_dry_run() {
     let ns = env.namespace("dryrun").await.expect("namespace");
     let op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}"), "--dry-run".into()]].concat(),
     );
     let s = create_service(&client, &ns, &service("d", "ClusterIP", &[])).await;
@@ -577,6 +600,7 @@ async fn zone_larger_than_one_page() {
     let env = flotilla_testenv::shared();
     let client = env.client().await;
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "paged").await;
     let ns = env.namespace("paged").await.expect("namespace");
@@ -590,7 +614,7 @@ async fn zone_larger_than_one_page() {
 
     let op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
     );
     let s = create_service(&client, &ns, &service("zz-mine", "ClusterIP", &[])).await;
@@ -638,12 +662,13 @@ async fn zone_larger_than_one_page() {
 async fn bad_configuration_exits_2() {
     let env = flotilla_testenv::shared();
     let moto = moto();
+    let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let run = |args: Vec<String>| {
         let out = std::process::Command::new(binary())
             .args(args)
             .env("KUBECONFIG", &env.kubeconfig)
-            .env("AWS_ENDPOINT_URL_ROUTE_53", &moto.endpoint)
+            .env("AWS_ENDPOINT_URL_ROUTE_53", &proxy.endpoint)
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("AWS_REGION", "us-east-1")
@@ -660,6 +685,11 @@ async fn bad_configuration_exits_2() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--hostname-template"), "{err}");
 
+    // Durations are bounded: no overflow at run time.
+    let (code, err) = run(vec!["--domain-name=example.com".into(), "--interval=400000000000y".into()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--interval") && err.lines().count() == 1, "{err}");
+
     // Zone discovery: none, or more than one, with that name.
     let missing = format!("missing-{:08x}.example.com", rand::random::<u32>());
     let (code, err) = run(vec![format!("--domain-name={missing}")]);
@@ -675,58 +705,19 @@ async fn bad_configuration_exits_2() {
     let (code, err) = run(vec![format!("--domain-name={domain}")]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("2 hosted zones are named"), "{err}");
+    // A zone id and a domain that disagree.
+    let (other_zone, _) = create_zone(&r53, "mismatch").await;
+    let (code, err) = run(vec![format!("--hosted-zone-id={other_zone}"), "--domain-name=not-it.example.com".into()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--hosted-zone-id") && err.contains("not --domain-name"), "{err}");
     // Exactly one: found, runs (ready) and stops cleanly.
     let (zone, domain) = create_zone(&r53, "found").await;
     let mut op = Operator::start(
         &env,
-        &moto.endpoint,
+        &proxy.endpoint,
         &[format!("--domain-name={domain}"), "--watch-namespace=kube-system".into()],
     );
     op.wait_ready().await;
     assert!(op.logs().contains(&zone), "the discovered zone is logged\n{}", op.logs());
     assert_eq!(op.stop().await.code(), Some(0));
-}
-
-/// A TCP proxy in front of moto that can drop every connection (Route53
-/// unreachable) and come back.
-struct FaultyProxy {
-    endpoint: String,
-    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl FaultyProxy {
-    async fn start(upstream: &str) -> FaultyProxy {
-        let upstream = upstream.trim_start_matches("http://").to_string();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-        let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = down.clone();
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if flag.load(std::sync::atomic::Ordering::SeqCst) {
-                    drop(inbound);
-                    continue;
-                }
-                let upstream = upstream.clone();
-                let flag = flag.clone();
-                tokio::spawn(async move {
-                    if let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await {
-                        // Pooled connections die when the proxy goes down.
-                        let copy = tokio::io::copy_bidirectional(&mut inbound, &mut out);
-                        let watch = async {
-                            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                            }
-                        };
-                        tokio::select! { _ = copy => {}, _ = watch => {} }
-                    }
-                });
-            }
-        });
-        FaultyProxy { endpoint, down }
-    }
-
-    fn set_down(&self, down: bool) {
-        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
-    }
 }

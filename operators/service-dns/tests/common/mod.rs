@@ -9,6 +9,7 @@ use std::time::Duration;
 use aws_sdk_route53::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
 use flotilla_testenv::moto::SharedMoto;
+use flotilla_testenv::route53_proxy::Route53Proxy;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -347,4 +348,59 @@ pub async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str, tex
 
 pub fn moto() -> SharedMoto {
     flotilla_testenv::moto::shared()
+}
+
+/// The Route53-faithful proxy in front of the shared moto: what every
+/// operator under test talks to (its own per test, so faults stay local).
+pub fn faithful(moto: &SharedMoto) -> Route53Proxy {
+    Route53Proxy::start(&moto.endpoint).expect("the Route53 proxy")
+}
+
+/// One test's world: moto behind a proxy of its own, a fresh zone and
+/// namespace, and the operator on them (watching that namespace).
+pub struct Fixture {
+    pub client: Client,
+    pub proxy: Route53Proxy,
+    /// A client on moto itself: the tests' reads and hand edits.
+    pub r53: aws_sdk_route53::Client,
+    pub zone: String,
+    pub domain: String,
+    pub ns: String,
+    pub op: Operator,
+}
+
+impl Fixture {
+    /// `args` come after the zone's and the namespace's (`--interval` is
+    /// 2s unless given); the operator is ready when this returns.
+    pub async fn start(prefix: &str, args: &[&str]) -> Fixture {
+        let env = flotilla_testenv::shared();
+        let client = env.client().await;
+        let moto = moto();
+        let proxy = faithful(&moto);
+        let r53 = route53(&moto.endpoint);
+        let (zone, domain) = create_zone(&r53, prefix).await;
+        let ns = env.namespace(prefix).await.expect("namespace");
+        let mut all = vec![
+            format!("--hosted-zone-id={zone}"),
+            format!("--domain-name={domain}"),
+            format!("--watch-namespace={ns}"),
+        ];
+        if !args.iter().any(|a| a.starts_with("--interval")) {
+            all.push("--interval=2s".into());
+        }
+        all.extend(args.iter().map(|a| a.to_string()));
+        let mut op = Operator::start(&env, &proxy.endpoint, &all);
+        op.wait_ready().await;
+        Fixture { client, proxy, r53, zone, domain, ns, op }
+    }
+
+    /// Creates Service `name` (ClusterIP) in the namespace; returns its ClusterIP.
+    pub async fn service(&self, name: &str) -> String {
+        cluster_ip(&create_service(&self.client, &self.ns, &service(name, "ClusterIP", &[])).await)
+    }
+
+    /// `kube-<name>.<domain>`.
+    pub fn record(&self, name: &str) -> String {
+        format!("kube-{name}.{}", self.domain)
+    }
 }

@@ -1,0 +1,288 @@
+//! One sync: desired from the Service cache, current from Route53 (a full
+//! listing, or the copy kept between listings with the names back from
+//! quarantine read again), `plan`, apply; the accepted changes go to the
+//! INSYNC watcher, the refused names to quarantine.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime};
+
+use flotilla_shared::projection::Store;
+
+use crate::apply::{Applied, apply, refresh_names, update_zone};
+use crate::batch::{Limits, full_batches, oldest_first};
+use crate::config::Config;
+use crate::desired::{Claim, Desired, Naming, desired, resource_id};
+use crate::hostname::owner_txt_name;
+use crate::insync::{InsyncWatcher, Note};
+use crate::metrics::DnsMetrics;
+use crate::model::{Action, RecordSet};
+use crate::plan::{ChangeGroup, ChangeKind, Plan, Rules, plan_with};
+use crate::quarantine::Quarantine;
+use crate::report::{self, Reporter};
+use crate::route53::{FailureKind, Route53, Route53Error};
+use crate::service::ServiceInfo;
+use crate::zone::Zone;
+
+pub struct Syncer {
+    pub cfg: Config,
+    pub owner_id: String,
+    pub zone: Zone,
+    pub naming: Naming,
+    pub r53: Route53,
+    pub metrics: DnsMetrics,
+    pub reporter: Reporter,
+    pub insync: InsyncWatcher,
+    pub store: Store<ServiceInfo>,
+    /// The zone as of the last sync (None: list it next time).
+    pub zone_cache: Option<Vec<RecordSet>>,
+    /// Whether the last sync listed the zone in full.
+    pub listed: bool,
+    /// When each unsent change (by name) was first planned: changes are
+    /// sent oldest first.
+    pub first_planned: HashMap<String, Instant>,
+    /// The oldest change the last sync held back for a fuller request.
+    pub held_since: Option<Instant>,
+    /// Names Route53 refused, each with its own backoff.
+    pub quarantine: Quarantine,
+}
+
+fn describe(records: &[RecordSet]) -> String {
+    let values: Vec<&str> = records.iter().flat_map(|r| r.values.iter().map(String::as_str)).collect();
+    values.join(", ")
+}
+
+fn note(g: &ChangeGroup, dry_run: bool) -> (&'static str, String) {
+    let verb = match (g.kind, dry_run) {
+        (ChangeKind::Created, false) => "created",
+        (ChangeKind::Updated, false) => "updated",
+        (ChangeKind::Deleted, false) => "deleted",
+        (ChangeKind::Created, true) => "dry run: would create",
+        (ChangeKind::Updated, true) => "dry run: would update",
+        (ChangeKind::Deleted, true) => "dry run: would delete",
+    };
+    let reason = match (g.kind, dry_run) {
+        (_, true) => report::DRY_RUN,
+        (ChangeKind::Created, _) => report::CREATED,
+        (ChangeKind::Updated, _) => report::UPDATED,
+        (ChangeKind::Deleted, _) => report::DELETED,
+    };
+    let text = match g.kind {
+        ChangeKind::Created => format!("{verb} dns {} → {}", g.name, describe(&g.after)),
+        ChangeKind::Updated => format!("{verb} dns {} → {} (was {})", g.name, describe(&g.after), describe(&g.before)),
+        ChangeKind::Deleted => format!("{verb} dns {} → {}", g.name, describe(&g.before)),
+    };
+    (reason, text)
+}
+
+fn refusal(g: &ChangeGroup, e: &Route53Error) -> String {
+    let verb = match g.kind {
+        ChangeKind::Created => "create",
+        ChangeKind::Updated => "update",
+        ChangeKind::Deleted => "delete",
+    };
+    format!("could not {verb} dns {}: {}: {}; retried on its own with backoff", g.name, e.code, e.message)
+}
+
+impl Syncer {
+    /// When a quarantined name is due for another try.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.quarantine.next_due()
+    }
+
+    /// The names a quarantined name's retry reads again: the name, its
+    /// ownership TXT, and the adopted external-dns owner's TXT names.
+    fn names_to_read(&self, name: &str) -> Vec<String> {
+        let mut out = vec![name.to_string(), owner_txt_name(name)];
+        if let Some(adopt) = &self.cfg.adopt {
+            out.extend(adopt.txt_names(name).into_iter().filter(|n| n != name));
+        }
+        out
+    }
+
+    /// One sync. `full`: list the zone. `hold`: send only full requests and
+    /// keep the rest for later (a stream of changes is still arriving).
+    pub async fn sync(&mut self, full: bool, hold: bool) -> Result<(), Route53Error> {
+        let services = self.store.state();
+        let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut claims: Vec<Claim> = Vec::new();
+        // Services skipped for bad input keep what they have.
+        let mut keep: BTreeSet<String> = BTreeSet::new();
+        for svc in &services {
+            let resource = resource_id(&svc.namespace, &svc.name);
+            let uid = svc.uid.clone();
+            uids.insert(resource.clone(), uid.clone());
+            match desired(svc, &self.naming) {
+                Desired::Publish(c) => claims.push(c),
+                Desired::Skip { reason, message } => {
+                    self.reporter.standing(&resource, uid, false, reason, "", message);
+                }
+                Desired::Invalid { reason, message } => {
+                    keep.insert(resource.clone());
+                    self.reporter.standing(&resource, uid, true, reason, "", message);
+                }
+                Desired::Quiet => {}
+            }
+        }
+        let uid_of = |r: &str| uids.get(r).cloned().flatten();
+
+        // The zone: listed in full at every resync (and after an outage); in
+        // between, the copy kept up to date with our own changes, with the
+        // names coming back from quarantine read again.
+        let now = Instant::now();
+        let due = self.quarantine.due(now);
+        let current = match self.zone_cache.take() {
+            Some(c) if !full => {
+                let mut names = HashSet::new();
+                let mut fresh = Vec::new();
+                for name in due.iter().flat_map(|n| self.names_to_read(n)) {
+                    match self.r53.records_at(&self.zone.id, &name).await {
+                        Ok(rs) => fresh.extend(rs),
+                        Err(e) => {
+                            self.zone_cache = Some(c);
+                            self.reporter.end_sync(|reason| reason != report::DRY_RUN);
+                            return Err(e);
+                        }
+                    }
+                    names.insert(name);
+                }
+                refresh_names(c, &names, fresh)
+            }
+            _ => match self.r53.list(&self.zone.id).await {
+                Ok(c) => {
+                    self.listed = true;
+                    c
+                }
+                Err(e) => {
+                    self.reporter.end_sync(|reason| reason != report::DRY_RUN);
+                    return Err(e);
+                }
+            },
+        };
+        let rules = Rules { owner_id: &self.owner_id, policy: self.cfg.policy, adopt: self.cfg.adopt.as_ref() };
+        let mut p: Plan = plan_with(&claims, &keep, &current, &rules);
+        let since = oldest_first(&mut p.groups, &self.first_planned, Instant::now());
+        tracing::debug!(
+            services = services.len(),
+            records = current.len(),
+            changes = p.groups.len(),
+            conflicts = p.conflicts.len(),
+            quarantined = self.quarantine.len(),
+            "planned"
+        );
+        self.metrics.conflicts.set(p.conflicts.len() as i64);
+        for c in &p.conflicts {
+            if self.reporter.standing(&c.resource, uid_of(&c.resource), true, report::CONFLICT, &c.name, c.message()) {
+                self.metrics.conflicts_total.inc();
+            }
+        }
+        if self.cfg.dry_run {
+            for g in &p.groups {
+                let (reason, text) = note(g, true);
+                self.reporter.standing(&g.resource, uid_of(&g.resource), false, reason, &g.name, text);
+            }
+            self.metrics.managed_records.set(count_owned(&current, &self.owner_id) as i64);
+            self.reporter.end_sync(|_| false);
+            self.metrics.last_success.set(unix_now());
+            self.zone_cache = Some(current);
+            return Ok(());
+        }
+
+        // Names back from quarantine go alone; those still waiting stay
+        // out; a due name with nothing left to do (fixed, or now a
+        // conflict the plan reports) leaves quarantine.
+        let planned: HashSet<&str> = p.groups.iter().map(|g| g.name.as_str()).collect();
+        for name in due.iter().filter(|n| !planned.contains(n.as_str())) {
+            self.quarantine.release(name);
+        }
+        let (alone, rest): (Vec<ChangeGroup>, Vec<ChangeGroup>) =
+            p.groups.into_iter().partition(|g| due.contains(&g.name));
+        let (waiting, normal): (Vec<ChangeGroup>, Vec<ChangeGroup>) =
+            rest.into_iter().partition(|g| self.quarantine.holds(&g.name, now));
+        for (name, resource, text) in self.quarantine.notes() {
+            if waiting.iter().any(|g| g.name == name) {
+                self.reporter.standing(resource, uid_of(resource), true, report::ROUTE53_ERROR, name, text.to_string());
+            }
+        }
+
+        // Apply: whole batches, the full ones only while a stream goes on.
+        let limits = Limits::default();
+        let sending = if hold { full_batches(&normal, limits) } else { normal.len() };
+        let (to_send, held) = normal.split_at(sending);
+        self.held_since = held.iter().filter_map(|g| since.get(&g.name)).min().copied();
+        if !held.is_empty() {
+            tracing::debug!(sending = to_send.len(), held = held.len(), "holding a partial request for more changes");
+        }
+        let (r53, zone_id) = (&self.r53, self.zone.id.as_str());
+        let Applied { done, refused, unsent: _, outage } =
+            apply(to_send, &alone, limits, |batch| async move { r53.change(zone_id, &batch).await }).await;
+        self.first_planned = since;
+        let mut applied_records = 0i64;
+        for (id, groups) in &done {
+            let mut notes = Vec::new();
+            for g in groups {
+                self.first_planned.remove(&g.name);
+                self.quarantine.release(&g.name);
+                for c in &g.changes {
+                    let action = match c.action {
+                        Action::Create => "create",
+                        Action::Upsert => "upsert",
+                        Action::Delete => "delete",
+                    };
+                    self.metrics.changes.with_label_values(&[action]).inc();
+                }
+                applied_records += g.after.len() as i64 - g.before.len() as i64;
+                let (reason, text) = note(g, false);
+                notes.push(Note { resource: g.resource.clone(), uid: uid_of(&g.resource), reason, text });
+            }
+            self.insync.watch(id.clone(), notes);
+        }
+        let now = Instant::now();
+        for (g, e) in &refused {
+            let text = refusal(g, e);
+            let wait = self.quarantine.refused(&g.name, now, &g.resource, &text);
+            tracing::warn!(name = %g.name, error = %e, retry_in = ?wait, "Route53 refused a name; quarantined");
+            self.reporter.standing(&g.resource, uid_of(&g.resource), true, report::ROUTE53_ERROR, &g.name, text);
+        }
+        self.metrics.quarantined.set(self.quarantine.len() as i64);
+        let before = count_owned(&current, &self.owner_id) as i64;
+        self.metrics.managed_records.set(before + applied_records);
+        self.reporter.end_sync(|_| false);
+
+        // The copy of the zone: what Route53 accepted is in it; a refused
+        // batch changed nothing (Route53 applies a batch whole or not at
+        // all). After no answer, nobody knows what happened: list again.
+        let applied: Vec<&ChangeGroup> = done.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+        match outage {
+            Some(e) => {
+                if e.kind() == FailureKind::Throttled {
+                    self.zone_cache = Some(update_zone(current, &applied));
+                }
+                Err(e)
+            }
+            None => {
+                self.zone_cache = Some(update_zone(current, &applied));
+                self.metrics.last_success.set(unix_now());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Backoff of a whole sync after Route53 was unavailable or throttling.
+pub fn sync_backoff(failures: u32, e: &Route53Error, interval: Duration) -> Duration {
+    crate::route53::jittered_backoff(failures, Duration::from_secs(1), interval.max(Duration::from_secs(1)))
+        .max(e.retry_after.unwrap_or_default())
+}
+
+fn count_owned(current: &[RecordSet], owner: &str) -> usize {
+    let owned: BTreeSet<&str> = current
+        .iter()
+        .filter(|r| crate::registry::ownership_of(r).is_some_and(|o| o.owner == owner))
+        .filter_map(|r| crate::hostname::owned_name_of_txt(&r.name))
+        .collect();
+    current.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned.contains(r.name.as_str())).count()
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}

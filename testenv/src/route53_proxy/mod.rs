@@ -1,0 +1,371 @@
+//! A Route53-faithful, fault-injecting proxy in front of moto, for every
+//! test that talks Route53 (and the benchmarks).
+//!
+//! moto answers like Route53 but does not behave like it: it accepts a
+//! CREATE of an existing record set, applies a failing batch partly,
+//! refuses a DELETE + CREATE of one record set in one batch, and answers
+//! INSYNC at once. The proxy checks every change batch the way Route53 does
+//! ([`rules`]: whole, in order, all or nothing, CREATE of an existing set
+//! and a DELETE that does not match refused, a CNAME alone at its name) and
+//! answers a refusal exactly as Route53 does (`400 InvalidChangeBatch`);
+//! only valid batches reach moto. On top, [`Faults`] it can be told to:
+//!
+//! * be **down** (connections refused) or a **blackhole** (requests read
+//!   and never answered, as a network that drops packets);
+//! * **delay INSYNC**: changes are `PENDING` for a while;
+//! * **throttle**: `400 Throttling` with `Retry-After`;
+//! * **fail names**: a batch touching one of them is refused.
+//!
+//! [`Stats`] count what went through, for assertions on request counts.
+//!
+//! ```no_run
+//! let moto = flotilla_testenv::moto::shared();
+//! let proxy = flotilla_testenv::route53_proxy::Route53Proxy::start(&moto.endpoint).unwrap();
+//! proxy.faults().set_insync_delay(std::time::Duration::from_secs(30));
+//! // give the operator proxy.endpoint as its Route53 endpoint
+//! ```
+
+pub mod http;
+pub mod rules;
+pub mod xml;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::io::BufReader;
+use tokio::net::{TcpListener, TcpStream};
+
+use http::Message;
+
+/// Why the proxy did not start.
+#[derive(Debug, thiserror::Error)]
+#[error("the Route53 proxy did not start: {0}")]
+pub struct ProxyError(String);
+
+/// What went through the proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// ChangeResourceRecordSets requests received (whatever the answer).
+    pub change_requests: usize,
+    /// Of which accepted (applied to moto).
+    pub changes_accepted: usize,
+    /// Of which refused as Route53 would (`InvalidChangeBatch`).
+    pub changes_refused: usize,
+    /// Requests answered `Throttling`, and requests never answered.
+    pub throttled: usize,
+    pub blackholed: usize,
+    /// ResourceRecord elements and value characters of the accepted
+    /// batches, as Route53 counts them against its limits (UPSERT twice).
+    pub accepted_records: usize,
+    pub accepted_chars: usize,
+    /// ListResourceRecordSets requests that start a listing (no `name=`):
+    /// how many times the zone was listed from the top.
+    pub listings: usize,
+    /// GetChange requests.
+    pub get_changes: usize,
+    /// The names of every ChangeResourceRecordSets request, in order.
+    pub batches: Vec<Vec<String>>,
+}
+
+impl Stats {
+    /// How many change requests touched `name` (or its records' TXT).
+    pub fn requests_naming(&self, name: &str) -> usize {
+        self.batches.iter().filter(|b| b.iter().any(|n| n == name || n.ends_with(&format!(".{name}")))).count()
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    down: bool,
+    blackhole: bool,
+    insync_delay: Duration,
+    throttle: Option<Duration>,
+    fail_names: HashSet<String>,
+    /// Change id → when it was accepted.
+    submitted: HashMap<String, Instant>,
+    stats: Stats,
+}
+
+/// The proxy's switches, shared with its thread.
+#[derive(Debug, Clone, Default)]
+pub struct Faults(Arc<Mutex<State>>);
+
+impl Faults {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuse connections (Route53 unreachable); open ones are dropped.
+    pub fn set_down(&self, down: bool) {
+        self.state().down = down;
+    }
+
+    /// Read requests and never answer (a network that drops packets).
+    pub fn set_blackhole(&self, on: bool) {
+        self.state().blackhole = on;
+    }
+
+    /// Changes stay `PENDING` for `delay` after they were accepted.
+    pub fn set_insync_delay(&self, delay: Duration) {
+        self.state().insync_delay = delay;
+    }
+
+    /// Answer every request `400 Throttling` with `Retry-After: <secs>`.
+    pub fn set_throttle(&self, retry_after: Option<Duration>) {
+        self.state().throttle = retry_after;
+    }
+
+    /// Refuse every batch that touches `name` (no trailing dot).
+    pub fn fail_name(&self, name: &str) {
+        self.state().fail_names.insert(xml::normalize(name));
+    }
+
+    pub fn heal_name(&self, name: &str) {
+        self.state().fail_names.remove(&xml::normalize(name));
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.state().stats.clone()
+    }
+
+    pub fn reset_stats(&self) {
+        self.state().stats = Stats::default();
+    }
+}
+
+/// A running proxy; stopped when dropped.
+pub struct Route53Proxy {
+    /// `http://127.0.0.1:<port>`: the operator's Route53 endpoint.
+    pub endpoint: String,
+    faults: Faults,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Route53Proxy {
+    /// Starts a proxy in front of `upstream` (`http://127.0.0.1:<port>`) on
+    /// a free loopback port, served by a thread of its own (so a test's own
+    /// runtime blocking never stalls it).
+    pub fn start(upstream: &str) -> Result<Self, ProxyError> {
+        let upstream = upstream.trim_start_matches("http://").trim_end_matches('/').to_string();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| ProxyError(e.to_string()))?;
+        listener.set_nonblocking(true).map_err(|e| ProxyError(e.to_string()))?;
+        let endpoint = format!("http://{}", listener.local_addr().map_err(|e| ProxyError(e.to_string()))?);
+        let faults = Faults::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ProxyError(e.to_string()))?;
+        let shared = faults.clone();
+        let thread = std::thread::Builder::new()
+            .name("route53-proxy".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = TcpListener::from_std(listener) else { return };
+                    let serve = accept_loop(listener, upstream, shared);
+                    tokio::select! { _ = serve => {}, _ = stopped => {} }
+                });
+                runtime.shutdown_background();
+            })
+            .map_err(|e| ProxyError(e.to_string()))?;
+        Ok(Self { endpoint, faults, stop: Some(stop), thread: Some(thread) })
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+}
+
+impl Drop for Route53Proxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: String, faults: Faults) {
+    let changes = Arc::new(tokio::sync::Mutex::new(()));
+    while let Ok((stream, _)) = listener.accept().await {
+        if faults.state().down {
+            drop(stream);
+            continue;
+        }
+        tokio::spawn(serve(stream, upstream.clone(), faults.clone(), changes.clone()));
+    }
+}
+
+/// One client connection: requests in turn, kept alive.
+async fn serve(stream: TcpStream, upstream: String, faults: Faults, changes: Arc<tokio::sync::Mutex<()>>) {
+    let mut conn = BufReader::new(stream);
+    loop {
+        let req = match http::read(&mut conn, false).await {
+            Ok(Some(r)) => r,
+            _ => return,
+        };
+        let (down, blackhole) = {
+            let s = faults.state();
+            (s.down, s.blackhole)
+        };
+        if down {
+            return;
+        }
+        if blackhole {
+            faults.state().stats.blackholed += 1;
+            // Never answer; the client gives up (or hangs up) first.
+            let mut sink = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut conn, &mut sink).await;
+            return;
+        }
+        let resp = {
+            let _serial = if is_change(&req) { Some(changes.lock().await) } else { None };
+            handle(&upstream, &faults, req).await
+        };
+        if http::write(conn.get_mut(), &resp, true).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `POST /2013-04-01/hostedzone/<id>/rrset[/]`.
+fn is_change(req: &Message) -> bool {
+    let (method, path) = req.method_path();
+    method == "POST"
+        && path.contains("/hostedzone/")
+        && path.split('?').next().is_some_and(|p| p.trim_end_matches('/').ends_with("/rrset"))
+}
+
+fn zone_of(path: &str) -> &str {
+    path.split("/hostedzone/").nth(1).and_then(|r| r.split('/').next()).unwrap_or("")
+}
+
+async fn handle(upstream: &str, faults: &Faults, req: Message) -> Message {
+    let (method, path) = req.method_path();
+    let (method, path) = (method.to_string(), path.to_string());
+    let throttle = faults.state().throttle;
+    if is_change(&req) {
+        let names: Vec<String> =
+            xml::changes(&req.text()).unwrap_or_default().iter().map(|c| c.rrset.name.clone()).collect();
+        let mut s = faults.state();
+        s.stats.change_requests += 1;
+        s.stats.batches.push(names);
+    }
+    if let Some(retry) = throttle {
+        faults.state().stats.throttled += 1;
+        return Message::response(
+            400,
+            "Bad Request",
+            xml::error_response("Throttling", "Rate exceeded"),
+            &[("Retry-After", retry.as_secs().max(1).to_string())],
+        );
+    }
+    let result = if is_change(&req) {
+        change(upstream, faults, &req, zone_of(&path)).await
+    } else {
+        let is_get_change = method == "GET" && path.contains("/change/");
+        if method == "GET" && path.contains("/rrset") && !path.contains("name=") {
+            faults.state().stats.listings += 1;
+        }
+        if is_get_change {
+            faults.state().stats.get_changes += 1;
+        }
+        match http::forward(upstream, &req).await {
+            Ok(resp) if is_get_change => Ok(delay_insync(faults, resp, &path)),
+            other => other,
+        }
+    };
+    result.unwrap_or_else(|e| {
+        Message::response(503, "Service Unavailable", xml::error_response("ServiceUnavailable", &e.to_string()), &[])
+    })
+}
+
+/// Within the delay, `INSYNC` reads `PENDING`.
+fn delay_insync(faults: &Faults, mut resp: Message, path: &str) -> Message {
+    let id = path.rsplit('/').next().unwrap_or("").split('?').next().unwrap_or("").to_string();
+    let s = faults.state();
+    let pending = s.submitted.get(&id).is_some_and(|at| at.elapsed() < s.insync_delay);
+    if pending {
+        resp.body = resp.text().replace("<Status>INSYNC</Status>", "<Status>PENDING</Status>").into_bytes();
+    }
+    resp
+}
+
+/// The record sets at `name`, read from moto.
+async fn records_at(upstream: &str, req: &Message, zone: &str, name: &str) -> std::io::Result<Vec<xml::Rrset>> {
+    let mut get = Message {
+        start: format!("GET /2013-04-01/hostedzone/{zone}/rrset?name={name}.&maxitems=300 HTTP/1.1"),
+        headers: req
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("authorization") || k.eq_ignore_ascii_case("host"))
+            .cloned()
+            .collect(),
+        body: Vec::new(),
+    };
+    get.headers.push(("X-Flotilla-Proxy".into(), "read".into()));
+    let resp = http::forward(upstream, &get).await?;
+    if resp.status() != 200 {
+        return Err(std::io::Error::other(format!("reading {name}: HTTP {}: {}", resp.status(), resp.text())));
+    }
+    Ok(xml::rrsets(&resp.text()).into_iter().filter(|r| r.name == name).collect())
+}
+
+async fn change(upstream: &str, faults: &Faults, req: &Message, zone: &str) -> std::io::Result<Message> {
+    let refuse = |messages: Vec<String>| {
+        faults.state().stats.changes_refused += 1;
+        Message::response(400, "Bad Request", xml::invalid_change_batch(&messages), &[])
+    };
+    let Some(changes) = xml::changes(&req.text()) else {
+        return Ok(refuse(vec!["Could not parse the change batch".into()]));
+    };
+    let injected: Vec<String> = {
+        let s = faults.state();
+        changes
+            .iter()
+            .filter(|c| s.fail_names.iter().any(|f| c.rrset.name == *f || c.rrset.name.ends_with(&format!(".{f}"))))
+            .map(|c| {
+                format!("Injected failure for resource record set [name='{}.', type='{}']", c.rrset.name, c.rrset.rtype)
+            })
+            .collect()
+    };
+    if !injected.is_empty() {
+        return Ok(refuse(injected));
+    }
+    let mut names: Vec<&str> = changes.iter().map(|c| c.rrset.name.as_str()).collect();
+    names.sort();
+    names.dedup();
+    let mut current = Vec::new();
+    for n in names {
+        current.extend(records_at(upstream, req, zone, n).await?);
+    }
+    let net = match rules::check(&current, &changes, zone) {
+        Ok(net) => net,
+        Err(messages) => return Ok(refuse(messages)),
+    };
+    let mut to_moto = req.clone();
+    to_moto.body = xml::change_request(&net, "via the Route53 proxy").into_bytes();
+    let mut resp = http::forward(upstream, &to_moto).await?;
+    if resp.status() == 200 {
+        let text = resp.text();
+        let id = xml::between(&text, "<Id>", "</Id>").first().map(|i| i.rsplit('/').next().unwrap_or(i).to_string());
+        let mut s = faults.state();
+        s.stats.changes_accepted += 1;
+        for c in &changes {
+            let weight = if c.action == "UPSERT" { 2 } else { 1 };
+            s.stats.accepted_records += c.rrset.values.len().max(1) * weight;
+            s.stats.accepted_chars += c.rrset.values.iter().map(String::len).sum::<usize>() * weight;
+        }
+        if let Some(id) = id {
+            s.submitted.insert(id, Instant::now());
+        }
+        if !s.insync_delay.is_zero() {
+            resp.body = text.replace("<Status>INSYNC</Status>", "<Status>PENDING</Status>").into_bytes();
+        }
+    }
+    Ok(resp)
+}
