@@ -31,6 +31,20 @@ fn from_json<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
     serde_json::from_value(v).expect("test object")
 }
 
+/// Uninstalls a release when dropped, so a failed test does not leave its
+/// cluster-wide objects in the way of the next run.
+struct Release<'a> {
+    name: &'a str,
+    namespace: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        let _ = flotilla_e2e::helm(Some(&self.kubeconfig), &["uninstall", self.name, "--namespace", &self.namespace]);
+    }
+}
+
 /// Pods of one operator Deployment of a release.
 async fn operator_pods(client: &Client, ns: &str, op: &str) -> Vec<Pod> {
     let lp = ListParams::default().labels(&format!("app.kubernetes.io/name={op}"));
@@ -82,9 +96,12 @@ fn assert_hardened(p: &Pod, image: &str) {
     assert!(status[0].ready, "Ready through its own /readyz probe");
 }
 
+/// The pod holding the lease: the holder identity is `<pod name>_<random>`,
+/// as controller-runtime writes it.
 async fn lease_holder(client: &Client, ns: &str, name: &str) -> Option<String> {
     let lease = Api::<Lease>::namespaced(client.clone(), ns).get_opt(name).await.ok().flatten()?;
-    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
+    Some(holder.rsplit_once('_').map(|(pod, _)| pod.to_string()).unwrap_or(holder))
 }
 
 /// Deletes the leader's pod and measures how long until the other replica
@@ -231,6 +248,7 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
     ];
     let mut install = vec!["install", "flotilla", &path, "--namespace", &ns, "--wait", "--timeout", "3m"];
     install.extend(values);
+    let _release = Release { name: "flotilla", namespace: ns.clone(), kubeconfig: env.kubeconfig.clone() };
     helm_ok(kubeconfig, &install).unwrap();
 
     let mut pods = BTreeMap::new();
@@ -296,6 +314,7 @@ async fn one_operator_chart_alone_runs_as_pods() {
     let ns = env.namespace("cc-alone").await.unwrap();
     let path = charts_dir().join("config-copier").display().to_string();
     let kubeconfig = Some(env.kubeconfig.as_path());
+    let _release = Release { name: "alone", namespace: ns.clone(), kubeconfig: env.kubeconfig.clone() };
     helm_ok(kubeconfig, &["install", "alone", &path, "--namespace", &ns, "--wait", "--timeout", "3m"]).unwrap();
     let pods = wait_rolled_out(&client, &ns, "alone-config-copier", "config-copier", 2).await;
     let image = chart_image_reference("config-copier").unwrap();
