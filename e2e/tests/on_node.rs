@@ -173,14 +173,18 @@ async fn config_copier_copies(env: &TestEnv, client: &Client) {
 /// (listening on the node's address, where pods reach it).
 async fn service_dns_publishes(env: &TestEnv, client: &Client, moto: &str, zone: &str) {
     let ns = env.namespace("dns-svc").await.unwrap();
+    // A name of its own: the node outlives test runs, and an older Service
+    // wanting the same name would keep it (service-dns gives it to the oldest).
+    let name = format!("hello-{}", ns.rsplit('-').next().unwrap_or_default());
     let svc: Service = from_json(json!({
-        "metadata": {"name": "hello-world"},
+        "metadata": {"name": name},
         "spec": {"selector": {"app": "hello-world"}, "ports": [{"port": 8000}]},
     }));
     let created = Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &svc).await.unwrap();
     let ip = created.spec.and_then(|s| s.cluster_ip).unwrap();
-    wait_for("the A record of kube-hello-world", T, || async {
-        let values = route53::find(moto, zone, "kube-hello-world.flotilla-e2e.test", "A").map_err(|e| e.to_string())?;
+    let host = format!("kube-{name}.flotilla-e2e.test");
+    wait_for(&format!("the A record of {host}"), T, || async {
+        let values = route53::find(moto, zone, &host, "A").map_err(|e| e.to_string())?;
         Ok::<_, String>(values.filter(|v| v.contains(&ip)))
     })
     .await
