@@ -37,6 +37,11 @@ pub enum AssetsError {
     )]
     Missing { missing: String, dir: PathBuf },
     #[error(
+        "the one-node cluster's tools ({missing}) are not in {dir}: build them with `cargo xtask setup` \
+         (containerd, CoreDNS and pause from the Go module proxy; a few minutes cold, then cached)"
+    )]
+    MissingNodeTools { missing: String, dir: PathBuf },
+    #[error(
         "`go` was not found on PATH: install Go 1.26 or newer (e.g. from go.dev or your package manager), or set FLOTILLA_TEST_ASSETS to prebuilt binaries"
     )]
     NoGo,

@@ -77,7 +77,7 @@ impl NodeAssets {
         if missing.is_empty() {
             Ok(Self { dir })
         } else {
-            Err(AssetsError::Missing { missing: missing.join(", "), dir })
+            Err(AssetsError::MissingNodeTools { missing: missing.join(", "), dir })
         }
     }
 
@@ -202,4 +202,16 @@ pub fn ensure(progress: Progress<'_>) -> Result<NodeAssets, AssetsError> {
     std::fs::rename(&tmp, &dir).map_err(io(&dir))?;
     progress(&format!("built the node tools in {} -> {}", fmt_elapsed(started.elapsed()), dir.display()));
     NodeAssets::locate()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_node_tools_say_how_to_build_them() {
+        let msg = AssetsError::MissingNodeTools { missing: "containerd".into(), dir: node_bin_dir() }.to_string();
+        assert!(msg.contains("cargo xtask setup") && msg.contains("containerd"), "{msg}");
+        assert!(!msg.contains("FLOTILLA_TEST_ASSETS"), "the control plane's override does not apply: {msg}");
+    }
 }

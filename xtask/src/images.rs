@@ -23,7 +23,7 @@ pub fn run() -> anyhow::Result<()> {
         let spec = operator_spec(&op, &binary, &reference, &version)?;
         built.push(build(&spec).with_context(|| format!("building the image of {op}"))?);
     }
-    let node_assets = NodeAssets::locate().context("the node's tools are missing: run `cargo xtask setup`")?;
+    let node_assets = NodeAssets::locate()?;
     built.extend(build_system_images(&node_assets)?);
     for image in &built {
         say(&format!(
