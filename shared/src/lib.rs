@@ -73,6 +73,7 @@ pub mod memory;
 pub mod metrics;
 pub mod operator;
 pub mod projection;
+pub mod selector;
 pub mod server;
 pub mod status;
 pub mod telemetry;

@@ -2,17 +2,15 @@
 //! doc comment is its `kubectl explain` description; the schema and its CEL
 //! rules reject bad rules at admission.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Label-key syntax (`[prefix/]name`), as Kubernetes checks it.
-pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
-/// Label-value syntax (may be empty).
-pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+pub use flotilla_shared::selector::{
+    LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, LabelKey, LabelSelector, LabelSelectorRequirement, LabelValue,
+    SelectorOperator,
+};
 
 /// Copies ConfigMaps or Secrets of this rule's own namespace into other
 /// namespaces and keeps the copies in sync with their sources.
@@ -118,62 +116,6 @@ pub enum OnConflict {
     Skip,
     /// Adopt it: write the copy over it and mark it as this rule's.
     Overwrite,
-}
-
-/// A label selector (matchLabels AND matchExpressions); empty matches everything.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new(
-    "!has(self.matchLabels) || self.matchLabels.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))"
-).message("matchLabels keys must be valid label keys ([prefix/]name)"))]
-pub struct LabelSelector {
-    /// Labels that must all be present with exactly these values.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 64))]
-    pub match_labels: BTreeMap<LabelKey, LabelValue>,
-    /// Requirements that must all hold.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
-    pub match_expressions: Vec<LabelSelectorRequirement>,
-}
-
-/// A label key, `[prefix/]name`.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
-#[serde(transparent)]
-pub struct LabelKey(#[schemars(length(min = 1, max = 317))] pub String);
-
-/// A label value: at most 63 characters, alphanumerics, '-', '_' and '.',
-/// starting and ending with an alphanumeric (or empty).
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
-#[serde(transparent)]
-pub struct LabelValue(
-    #[schemars(length(max = 63), pattern(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"))] pub String,
-);
-
-/// One requirement of a label selector.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
-#[x_kube(validation = kube::core::Rule::new(
-    "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)"
-).message("In and NotIn need at least one value; Exists and DoesNotExist take none"))]
-pub struct LabelSelectorRequirement {
-    /// The label key the requirement applies to.
-    #[schemars(length(min = 1, max = 317), pattern(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"))]
-    pub key: String,
-    /// In, NotIn, Exists or DoesNotExist.
-    pub operator: SelectorOperator,
-    /// The values for In and NotIn (at least one); empty for Exists and DoesNotExist.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
-    pub values: Vec<LabelValue>,
-}
-
-/// A label selector requirement's operator.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum SelectorOperator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
 }
 
 /// Where copies go: namespaces matching the selector AND any include glob,

@@ -1,144 +1,11 @@
-//! Label selectors and namespace-name globs: checking them, matching them in
-//! memory, and rendering a selector for server-side filtering. Pure.
+//! Namespace targets of a CopyRule: a label selector and name globs. The
+//! selector and glob primitives are the suite's (`flotilla_shared::selector`). Pure.
 
 use std::collections::BTreeMap;
 
-use crate::crd::{LabelSelector, NamespaceTargets, SelectorOperator};
+pub use flotilla_shared::selector::{InvalidSpec, Selector, check_glob, glob_match};
 
-/// A selector that cannot be used, with a message for the user.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidSpec(pub String);
-
-fn check_key(key: &str) -> Result<(), InvalidSpec> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix {
-        let ok = !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|l| {
-                !l.is_empty()
-                    && l.len() <= 63
-                    && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !l.starts_with('-')
-                    && !l.ends_with('-')
-            });
-        if !ok {
-            return Err(InvalidSpec(format!("label key {key:?} has an invalid prefix")));
-        }
-    }
-    if name.is_empty() || !check_value_chars(name) {
-        return Err(InvalidSpec(format!("label key {key:?} has an invalid name part")));
-    }
-    Ok(())
-}
-
-fn check_value_chars(v: &str) -> bool {
-    v.len() <= 63
-        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && v.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
-        && v.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
-}
-
-fn check_value(key: &str, v: &str) -> Result<(), InvalidSpec> {
-    if check_value_chars(v) { Ok(()) } else { Err(InvalidSpec(format!("label value {v:?} for {key:?} is invalid"))) }
-}
-
-/// A checked label selector.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Selector {
-    labels: BTreeMap<String, String>,
-    exprs: Vec<(String, SelectorOperator, Vec<String>)>,
-}
-
-impl Selector {
-    /// Checks a selector (the CRD schema checks the same at admission; this
-    /// is the runtime defence for objects stored before a schema change).
-    pub fn new(sel: &LabelSelector) -> Result<Self, InvalidSpec> {
-        let mut labels = BTreeMap::new();
-        for (k, v) in &sel.match_labels {
-            check_key(&k.0)?;
-            check_value(&k.0, &v.0)?;
-            labels.insert(k.0.clone(), v.0.clone());
-        }
-        let mut exprs = Vec::new();
-        for r in &sel.match_expressions {
-            check_key(&r.key)?;
-            let values: Vec<String> = r.values.iter().map(|v| v.0.clone()).collect();
-            for v in &values {
-                check_value(&r.key, v)?;
-            }
-            match r.operator {
-                SelectorOperator::In | SelectorOperator::NotIn if values.is_empty() => {
-                    return Err(InvalidSpec(format!("{:?} on {:?} needs at least one value", r.operator, r.key)));
-                }
-                SelectorOperator::Exists | SelectorOperator::DoesNotExist if !values.is_empty() => {
-                    return Err(InvalidSpec(format!("{:?} on {:?} takes no values", r.operator, r.key)));
-                }
-                _ => {}
-            }
-            exprs.push((r.key.clone(), r.operator, values));
-        }
-        Ok(Self { labels, exprs })
-    }
-
-    /// Whether `labels` satisfy the selector (Kubernetes semantics).
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-            && self.exprs.iter().all(|(k, op, values)| match op {
-                SelectorOperator::In => labels.get(k).is_some_and(|v| values.contains(v)),
-                SelectorOperator::NotIn => labels.get(k).is_none_or(|v| !values.contains(v)),
-                SelectorOperator::Exists => labels.contains_key(k),
-                SelectorOperator::DoesNotExist => !labels.contains_key(k),
-            })
-    }
-
-    /// The selector in the API's `labelSelector` query syntax.
-    pub fn to_query(&self) -> String {
-        let mut parts: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        for (k, op, values) in &self.exprs {
-            parts.push(match op {
-                SelectorOperator::In => format!("{k} in ({})", values.join(",")),
-                SelectorOperator::NotIn => format!("{k} notin ({})", values.join(",")),
-                SelectorOperator::Exists => k.clone(),
-                SelectorOperator::DoesNotExist => format!("!{k}"),
-            });
-        }
-        parts.join(",")
-    }
-}
-
-/// Whether `name` matches `glob` ('*' = any run, '?' = one character).
-pub fn glob_match(glob: &str, name: &str) -> bool {
-    let (g, n) = (glob.as_bytes(), name.as_bytes());
-    let (mut gi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if gi < g.len() && (g[gi] == b'?' || g[gi] == n[ni]) {
-            gi += 1;
-            ni += 1;
-        } else if gi < g.len() && g[gi] == b'*' {
-            star = Some((gi, ni));
-            gi += 1;
-        } else if let Some((sg, sn)) = star {
-            gi = sg + 1;
-            ni = sn + 1;
-            star = Some((sg, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    g[gi..].iter().all(|&b| b == b'*')
-}
-
-fn check_glob(glob: &str) -> Result<(), InvalidSpec> {
-    let ok = !glob.is_empty()
-        && glob.len() <= 63
-        && glob.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'*' || b == b'?');
-    if ok { Ok(()) } else { Err(InvalidSpec(format!("namespace glob {glob:?} is invalid"))) }
-}
+use crate::crd::NamespaceTargets;
 
 /// The checked form of `spec.namespaces`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -174,7 +41,7 @@ impl TargetFilter {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::crd::{LabelKey, LabelSelectorRequirement, LabelValue, NamespaceGlob};
+    use crate::crd::{LabelKey, LabelSelector, LabelSelectorRequirement, LabelValue, NamespaceGlob, SelectorOperator};
     use proptest::prelude::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
