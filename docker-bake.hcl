@@ -42,6 +42,12 @@ target "config-copier" {
   tags     = ["${REGISTRY}/flotilla-config-copier:${TAG}"]
 }
 
+target "pod-alert" {
+  inherits = ["_operator"]
+  args     = { OPERATOR = "pod-alert" }
+  tags     = ["${REGISTRY}/flotilla-pod-alert:${TAG}"]
+}
+
 group "default" {
-  targets = ["service-dns", "config-copier"]
+  targets = ["service-dns", "config-copier", "pod-alert"]
 }

@@ -241,6 +241,92 @@ async fn config_copier_rbac_is_sufficient_and_minimal() {
     prove(&shared(), "config-copier", &[], &[], &[], config_copier_scenario).await;
 }
 
+/// pod-alert: a PodAlert turns a crash-looping pod into an incident (status,
+/// an Event, its log read, its webhook Secret read). No node runs the pod: it
+/// is bound to a node that does not exist and its status is written as a
+/// kubelet would; the log read then fails for want of a kubelet, not of RBAC.
+fn pod_alert_scenario(
+    admin: Client,
+    ns: String,
+    round: usize,
+    timeout: Duration,
+) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    Box::pin(async move {
+        let err = |e: kube::Error| e.to_string();
+        let (pod, alert, hook) = (format!("p-{round}"), format!("pa-{round}"), format!("hook-{round}"));
+        let secret: Secret =
+            serde_json::from_value(json!({"metadata": {"name": hook}, "stringData": {"url": "http://127.0.0.1:9/"}}))
+                .unwrap();
+        Api::<Secret>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &secret).await.map_err(err)?;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
+        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": pod, "labels": {"round": round.to_string()}},
+            "spec": {"nodeName": "rbac-no-such-node", "containers": [{"name": "app", "image": "busybox"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &p).await.map_err(err)?;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+            "name": "app", "image": "busybox", "imageID": "", "ready": false, "restartCount": 2,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now, "containerID": format!("containerd://rbac-{round}")}}
+        }]}});
+        pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+        let alerts = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+            admin.clone(),
+            &ns,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "flotilla.dev",
+                "v1alpha1",
+                "PodAlert",
+            )),
+        );
+        let pa: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": alert},
+            "spec": {
+                "alerts": {"checkRunningPods": true, "restartThreshold": 1},
+                "selector": {"matchLabels": {"round": round.to_string()}},
+                "sinks": {"webhook": {"urlSecretRef": {"name": hook, "key": "url"}}}
+            }
+        }))
+        .unwrap();
+        alerts.create(&PostParams::default(), &pa).await.map_err(err)?;
+        let logs = wait_for("the incident to fire with its log read", timeout, || async {
+            let a = alerts.get(&alert).await?;
+            let incident = a.data["status"]["incidents"].as_array().and_then(|i| {
+                i.iter().find(|i| i["workload"] == format!("Pod/{pod}") && i["state"] == "Firing").cloned()
+            });
+            let misconfigured = a.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["reason"] == "SinkMisconfigured"));
+            Ok::<_, kube::Error>(
+                incident.filter(|_| !misconfigured).map(|i| i["logs"].as_str().unwrap_or("").to_string()),
+            )
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        if logs.to_lowercase().contains("forbidden") {
+            return Err(format!("the log read was forbidden: {logs}"));
+        }
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
+        wait_for("the IncidentOpened Event", timeout, || async {
+            let list = events.list(&Default::default()).await?;
+            let found = list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("IncidentOpened")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(alert.as_str())
+            });
+            Ok::<_, kube::Error>(found.then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
+
+#[tokio::test]
+async fn pod_alert_rbac_is_sufficient_and_minimal() {
+    prove(&shared(), "pod-alert", &[], &[], &[], pod_alert_scenario).await;
+}
+
 /// The Route53 zone of the service-dns proof (moto): endpoint, zone id, domain.
 static ZONE: std::sync::OnceLock<(String, String, String)> = std::sync::OnceLock::new();
 

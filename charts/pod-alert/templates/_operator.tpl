@@ -1,0 +1,36 @@
+{{/*
+What pod-alert needs of the API: its PodAlerts (status by server-side
+apply), pods (watch, and their logs: the failing container's tail) and
+Secrets by name (get only, never list or watch: a sink's webhook URL in the
+PodAlert's namespace). Events are added by flotilla.rbac. With watchNamespace
+set, all of it is a Role in that namespace only.
+e2e/tests/rbac.rs proves each rule is needed.
+*/}}
+{{- define "pod-alert.rules" -}}
+- apiGroups: ["flotilla.dev"]
+  resources: ["podalerts"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["flotilla.dev"]
+  resources: ["podalerts/status"]
+  verbs: ["get", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end -}}
+
+{{- define "pod-alert.args" -}}
+{{- if .Values.watchNamespace }}
+- {{ printf "--watch-namespace=%v" .Values.watchNamespace | quote }}
+{{- end }}
+- {{ printf "--cluster-scope-namespaces=%v" (join "," (.Values.clusterScopeNamespaces | default (list .Release.Namespace))) | quote }}
+- {{ printf "--sink-timeout=%v" .Values.sinkTimeout | quote }}
+{{- end -}}
+
+{{- define "pod-alert.env" -}}
+{{- end -}}

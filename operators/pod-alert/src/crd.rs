@@ -1,0 +1,477 @@
+//! The `PodAlert` custom resource (`flotilla.dev/v1alpha1`). Every field's
+//! doc comment is its `kubectl explain` description; the schema and its CEL
+//! rules reject what can be rejected at admission (the seed's rule without
+//! `alerts.checkRunningPods` gets "an alert must be set").
+
+use std::collections::BTreeMap;
+
+use flotilla_shared::selector::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Turns unhealthy pods of this PodAlert's namespace into incidents (one per
+/// workload, container and reason, with the failing container's log tail),
+/// reported in status, as Events and to Slack, a webhook or Alertmanager.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = kube::core::Rule::new(
+    "has(self.alerts) && has(self.alerts.checkRunningPods)"
+).message("an alert must be set"))]
+#[kube(
+    group = "flotilla.dev",
+    version = "v1alpha1",
+    kind = "PodAlert",
+    doc = "Turns unhealthy pods into incidents with their log tails, sent to status, Events, Slack, webhooks and Alertmanager.",
+    namespaced,
+    status = "PodAlertStatus",
+    shortname = "podalert",
+    category = "flotilla",
+    printcolumn = r#"{"name":"Firing","type":"integer","jsonPath":".status.firing","description":"incidents firing"}"#,
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending","description":"problems within their grace period"}"#,
+    printcolumn = r#"{"name":"Sinks","type":"string","jsonPath":".status.conditions[?(@.type==\"SinksHealthy\")].status","description":"every sink delivered its last notification"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PodAlertSpec {
+    /// What counts as unhealthy and when an incident opens and resolves.
+    /// Required, with checkRunningPods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<AlertRules>,
+    /// Which pods of this PodAlert's namespace are watched, by label.
+    /// Omitted: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Watch pods of every namespace instead of this one. Honoured only for
+    /// PodAlerts in the operator's --cluster-scope-namespaces (default: the
+    /// operator's own namespace); elsewhere the PodAlert is refused with a
+    /// condition, because pod logs can hold secrets.
+    #[serde(default)]
+    pub all_namespaces: bool,
+    /// Containers, pods and log lines that never make an incident.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore: Option<Ignore>,
+    /// How much of the failing container's log an incident carries.
+    #[serde(default)]
+    #[schemars(default = "LogOptions::default")]
+    pub logs: LogOptions,
+    /// Minimum time between two openings of one incident on the sinks
+    /// (Go duration, e.g. 1h). An incident that resolves and opens again
+    /// within this time shows in status but is not sent again.
+    #[serde(default = "default_cooldown")]
+    #[schemars(default = "default_cooldown")]
+    pub cooldown: GoDuration,
+    /// Where notifications go. Events are on by default; the others are off
+    /// until configured.
+    #[serde(default)]
+    #[schemars(default = "Sinks::default")]
+    pub sinks: Sinks,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_cooldown() -> GoDuration {
+    GoDuration("1h".into())
+}
+fn default_pending_after() -> GoDuration {
+    GoDuration("5m".into())
+}
+fn default_restart_window() -> GoDuration {
+    GoDuration("10m".into())
+}
+fn default_resolve_after() -> GoDuration {
+    GoDuration("5m".into())
+}
+fn default_restart_threshold() -> i32 {
+    3
+}
+fn default_tail_lines() -> i32 {
+    50
+}
+fn default_max_bytes() -> i32 {
+    8192
+}
+
+/// A duration in Go's syntax: a sequence of numbers with units ms, s, m or
+/// h, e.g. 90s, 5m, 1h30m.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct GoDuration(#[schemars(length(min = 2, max = 32), pattern(r"^([0-9]{1,9}(ms|s|m|h))+$"))] pub String);
+
+/// When a pod is unhealthy, and for how long before it is an incident.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "duration(self.pendingAfter) <= duration('24h') && duration(self.resolveAfter) <= duration('24h') && duration(self.restartWindow) >= duration('1m') && duration(self.restartWindow) <= duration('24h')"
+).message("pendingAfter and resolveAfter are at most 24h; restartWindow is between 1m and 24h"))]
+pub struct AlertRules {
+    /// Check this namespace's pods (the seed's switch; required). False
+    /// pauses the rule: nothing is checked and open incidents are dropped
+    /// without a resolve notification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_running_pods: Option<bool>,
+    /// A pod that stays Pending (unschedulable, image not pulled, container
+    /// not created) or a container that stays not Ready this long is an
+    /// incident (Go duration; default 5m). Crashes, OOM kills, errors and
+    /// evictions have no such grace: they open at once.
+    #[serde(default = "default_pending_after")]
+    #[schemars(default = "default_pending_after")]
+    pub pending_after: GoDuration,
+    /// Restarts of a container within restartWindow before its crash loop
+    /// is an incident (default 3).
+    #[serde(default = "default_restart_threshold")]
+    #[schemars(default = "default_restart_threshold", range(min = 1, max = 1000))]
+    pub restart_threshold: i32,
+    /// The window restartThreshold counts restarts in; a container whose
+    /// last crash is older than this is no longer crash-looping (Go duration;
+    /// default 10m).
+    #[serde(default = "default_restart_window")]
+    #[schemars(default = "default_restart_window")]
+    pub restart_window: GoDuration,
+    /// Reasons that open incidents. Omitted or empty: all of them. Problems
+    /// with another reason are counted in status.suppressed.ReasonNotSelected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub reasons: Vec<crate::crd::Reason>,
+    /// How long an incident must stay healthy before it resolves (Go
+    /// duration; default 5m): a pod that is Running for a minute between two
+    /// crashes does not resolve and fire again.
+    #[serde(default = "default_resolve_after")]
+    #[schemars(default = "default_resolve_after")]
+    pub resolve_after: GoDuration,
+}
+
+/// Why a container or pod is unhealthy.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum Reason {
+    /// A container keeps crashing: restartThreshold restarts within
+    /// restartWindow, its last exit non-zero.
+    CrashLoopBackOff,
+    /// The image cannot be pulled, for pendingAfter (the kubelet's
+    /// ErrImagePull and ImagePullBackOff, which alternate, are both this).
+    ImagePullBackOff,
+    /// The image can never be pulled as written (InvalidImageName,
+    /// ErrImageNeverPull), for pendingAfter.
+    ErrImagePull,
+    /// The container's configuration refers to something missing (a
+    /// ConfigMap, a Secret, a key), for pendingAfter.
+    CreateContainerConfigError,
+    /// The runtime could not create or start the container, for pendingAfter.
+    CreateContainerError,
+    /// The container was killed for exceeding its memory limit (each kill
+    /// once: an old OOMKilled in lastState never fires again).
+    OOMKilled,
+    /// A container that does not restart ended with a non-zero exit code.
+    Error,
+    /// The kubelet evicted the pod (node pressure).
+    Evicted,
+    /// The pod was not scheduled or its containers not started for pendingAfter.
+    Pending,
+    /// A running container was not Ready for pendingAfter.
+    NotReady,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 10] = [
+        Reason::CrashLoopBackOff,
+        Reason::ImagePullBackOff,
+        Reason::ErrImagePull,
+        Reason::CreateContainerConfigError,
+        Reason::CreateContainerError,
+        Reason::OOMKilled,
+        Reason::Error,
+        Reason::Evicted,
+        Reason::Pending,
+        Reason::NotReady,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::CrashLoopBackOff => "CrashLoopBackOff",
+            Reason::ImagePullBackOff => "ImagePullBackOff",
+            Reason::ErrImagePull => "ErrImagePull",
+            Reason::CreateContainerConfigError => "CreateContainerConfigError",
+            Reason::CreateContainerError => "CreateContainerError",
+            Reason::OOMKilled => "OOMKilled",
+            Reason::Error => "Error",
+            Reason::Evicted => "Evicted",
+            Reason::Pending => "Pending",
+            Reason::NotReady => "NotReady",
+        }
+    }
+
+    /// Reasons that describe a pod stuck in a state (they wait pendingAfter
+    /// before opening); the others are events that already happened.
+    pub fn is_stuck(self) -> bool {
+        matches!(
+            self,
+            Reason::ImagePullBackOff
+                | Reason::ErrImagePull
+                | Reason::CreateContainerConfigError
+                | Reason::CreateContainerError
+                | Reason::Pending
+                | Reason::NotReady
+        )
+    }
+
+    /// Alertmanager's `severity` label.
+    pub fn severity(self) -> &'static str {
+        match self {
+            Reason::NotReady | Reason::Pending => "warning",
+            _ => "critical",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What never makes an incident (each skip is counted in status.suppressed).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Ignore {
+    /// Containers (and init containers) with these names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub container_names: Vec<ContainerName>,
+    /// Pods whose name matches one of these globs ('*' any run of
+    /// characters, '?' one character).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub pod_name_patterns: Vec<NameGlob>,
+    /// Regular expressions (RE2 syntax); an incident whose log tail matches
+    /// one is not sent anywhere (counted as LogPattern). Nothing is redacted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub log_patterns: Vec<LogPattern>,
+}
+
+/// A container name (a DNS label).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(transparent)]
+pub struct ContainerName(
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))] pub String,
+);
+
+/// A pod-name glob: lowercase letters, digits, '-', '.', '*' and '?'.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct NameGlob(#[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9.*?-]+$"))] pub String);
+
+/// A regular expression (RE2 syntax, at most 512 characters).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct LogPattern(#[schemars(length(min = 1, max = 512))] pub String);
+
+/// How much log an incident carries.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LogOptions {
+    /// Lines from the end of the failing container's log (its previous run
+    /// when it has restarted), default 50.
+    #[serde(default = "default_tail_lines")]
+    #[schemars(default = "default_tail_lines", range(min = 0, max = 1000))]
+    pub tail_lines: i32,
+    /// At most this many bytes of it (the end is kept), default 8192.
+    #[serde(default = "default_max_bytes")]
+    #[schemars(default = "default_max_bytes", range(min = 0, max = 65536))]
+    pub max_bytes: i32,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        Self { tail_lines: default_tail_lines(), max_bytes: default_max_bytes() }
+    }
+}
+
+/// Where notifications go.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Sinks {
+    /// Kubernetes Events on this PodAlert: Warning IncidentOpened and
+    /// IncidentEscalated, Normal IncidentResolved (default true).
+    #[serde(default = "default_true")]
+    #[schemars(default = "default_true")]
+    pub events: bool,
+    /// A Slack incoming webhook: one Block Kit message per incident
+    /// transition (opened, escalated, resolved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slack: Option<SlackSink>,
+    /// A generic webhook: a JSON document per transition (the schema is in
+    /// the README, kind PodAlertNotification).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookSink>,
+    /// An Alertmanager (API v2): alerts re-sent every minute while firing,
+    /// resolved with endsAt when the incident resolves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alertmanager: Option<AlertmanagerSink>,
+}
+
+impl Default for Sinks {
+    fn default() -> Self {
+        Self { events: true, slack: None, webhook: None, alertmanager: None }
+    }
+}
+
+/// Slack incoming webhook.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SlackSink {
+    /// The key of a Secret in this PodAlert's namespace holding the
+    /// webhook URL (read with get; the operator never lists Secrets).
+    pub webhook_secret_ref: SecretKeyRef,
+}
+
+/// Generic webhook.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookSink {
+    /// The key of a Secret in this PodAlert's namespace holding the URL.
+    pub url_secret_ref: SecretKeyRef,
+}
+
+/// Alertmanager.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertmanagerSink {
+    /// Alertmanager's base URL, e.g. http://alertmanager.monitoring:9093;
+    /// alerts are POSTed to <url>/api/v2/alerts.
+    #[schemars(length(min = 8, max = 2048), pattern(r"^https?://[^\s]+$"))]
+    pub url: String,
+}
+
+/// A key of a Secret in the PodAlert's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name: String,
+    /// The key in its data.
+    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+}
+
+/// What pod-alert found and sent for this PodAlert.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodAlertStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready (the PodAlert is valid and being evaluated) and SinksHealthy
+    /// (every sink delivered its last notification).
+    #[serde(default)]
+    #[schemars(schema_with = "flotilla_shared::conditions::schema")]
+    pub conditions: Vec<Condition>,
+    /// Incidents firing (notified, not resolved).
+    #[serde(default)]
+    pub firing: i32,
+    /// Problems still within their grace period (not notified yet).
+    #[serde(default)]
+    pub pending: i32,
+    /// The incidents: firing, pending, resolving (healthy, within
+    /// resolveAfter) and recently resolved (kept for restartWindow so that an
+    /// old termination never fires again). At most 20; firing first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incidents: Vec<IncidentStatus>,
+    /// Problems and pods skipped, by cause (Completed, Terminating,
+    /// SchedulingGated, IgnoredContainer, IgnoredPod, ReasonNotSelected,
+    /// LogPattern, Cooldown, RecoveredInGrace), counted since the operator
+    /// started evaluating this PodAlert.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub suppressed: BTreeMap<String, i64>,
+    /// Each configured sink's delivery state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sinks: Vec<SinkStatus>,
+}
+
+/// One incident.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IncidentStatus {
+    /// Pending (in its grace period), Firing, Resolving (healthy, waiting
+    /// resolveAfter) or Resolved.
+    pub state: String,
+    /// The pods' namespace.
+    pub namespace: String,
+    /// The owning workload, Kind/name (a ReplicaSet's pods belong to its
+    /// Deployment); a pod without a controller is Pod/<name>.
+    pub workload: String,
+    /// The container (empty for pod-level reasons: Evicted, Pending).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container: String,
+    /// Why (see spec.alerts.reasons).
+    pub reason: String,
+    /// What the kubelet or scheduler said, e.g. the exit code.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Pods concerned (at most 10 names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
+    /// How many pods are concerned.
+    #[serde(default)]
+    pub pod_count: i32,
+    /// The highest restart count among them.
+    #[serde(default)]
+    pub restarts: i32,
+    /// When the problem started.
+    pub since: Time,
+    /// When the incident last changed state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<Time>,
+    /// The restart level last notified (0, 3, 10 or 50): escalations are
+    /// sent when restarts pass the next one.
+    #[serde(default)]
+    pub notified_level: i32,
+    /// Whether sinks were told of the opening (false while pending, or when
+    /// suppressed by cooldown or a log pattern).
+    #[serde(default)]
+    pub notified: bool,
+    /// Container incarnations already notified (terminated container IDs):
+    /// never notified again, even after an operator restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incarnations: Vec<String>,
+    /// The tail of the failing container's log (its previous run when it
+    /// restarted), capped by spec.logs; "logs unavailable: …" when the API
+    /// could not serve them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub logs: String,
+}
+
+/// One sink's delivery state.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SinkStatus {
+    /// events, slack, webhook or alertmanager.
+    pub name: String,
+    /// Whether the last delivery (or configuration check) succeeded.
+    pub healthy: bool,
+    /// When a notification was last delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success: Option<Time>,
+    /// The last failure, e.g. "HTTP 503 (retry after 30s)".
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
+    /// When it happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_time: Option<Time>,
+    /// Notifications delivered since the operator started.
+    #[serde(default)]
+    pub delivered: i64,
+    /// Notifications given up after their retries.
+    #[serde(default)]
+    pub failed: i64,
+}
+
+/// At most this many incidents in status.
+pub const MAX_INCIDENTS_LISTED: usize = 20;
+/// At most this many pod names per incident in status.
+pub const MAX_PODS_LISTED: usize = 10;

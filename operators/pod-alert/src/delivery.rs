@@ -1,0 +1,350 @@
+//! Sending notifications over HTTP: one worker per PodAlert and sink, with
+//! its own queue, so a failing or slow sink never blocks another sink or the
+//! controller. Failures are retried with exponential backoff (1 s doubling
+//! to 5 min, at most 8 attempts, never for a notification older than 30 min)
+//! and honour `Retry-After`; redirects are not followed; a sink's state
+//! (last success, last error) is kept for the PodAlert's status.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::crd::{SecretKeyRef, SinkStatus};
+use crate::metrics::AlertMetrics;
+
+/// Where a sink's URL comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Fixed (Alertmanager's, from the spec), with the path to POST to.
+    Url(String),
+    /// A Secret key in the PodAlert's namespace.
+    Secret { namespace: String, secret: SecretKeyRef },
+}
+
+/// Retry policy of a worker.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    pub first: Duration,
+    pub max_delay: Duration,
+    pub attempts: u32,
+    pub max_age: Duration,
+    /// Retry-After values above this are cut to it.
+    pub max_retry_after: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            first: Duration::from_secs(1),
+            max_delay: Duration::from_secs(300),
+            attempts: 8,
+            max_age: Duration::from_secs(1800),
+            max_retry_after: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A sink's delivery state, shared with the reconciler.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SinkState {
+    pub healthy: bool,
+    pub last_success: Option<Timestamp>,
+    pub last_error: String,
+    pub last_error_time: Option<Timestamp>,
+    pub delivered: i64,
+    pub failed: i64,
+    /// Whether anything was attempted yet.
+    pub used: bool,
+}
+
+impl SinkState {
+    pub fn to_status(&self, name: &str) -> SinkStatus {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        SinkStatus {
+            name: name.to_string(),
+            healthy: self.healthy || !self.used,
+            last_success: self.last_success.map(Time),
+            last_error: self.last_error.clone(),
+            last_error_time: self.last_error_time.map(Time),
+            delivered: self.delivered,
+            failed: self.failed,
+        }
+    }
+}
+
+/// Why one attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub message: String,
+    pub retryable: bool,
+    pub retry_after: Option<Duration>,
+}
+
+/// Shared by every worker.
+#[derive(Clone)]
+pub struct Delivery {
+    pub http: reqwest::Client,
+    pub kube: kube::Client,
+    pub metrics: AlertMetrics,
+    pub retry: Retry,
+}
+
+/// A running sink worker; dropping it ends the worker once its queue is
+/// drained (the current attempt finishes).
+pub struct Sink {
+    tx: mpsc::Sender<(Value, Timestamp)>,
+    pub state: Arc<Mutex<SinkState>>,
+    pub target: Target,
+}
+
+/// Notifications waiting per sink, at most; beyond, new ones are dropped
+/// (counted) rather than held without bound while a sink is down.
+const QUEUE: usize = 256;
+
+impl Sink {
+    /// Queues a document; false (and counted) when the queue is full.
+    pub fn send(&self, body: Value, metrics: &AlertMetrics, name: &str) -> bool {
+        match self.tx.try_send((body, Timestamp::now())) {
+            Ok(()) => true,
+            Err(_) => {
+                metrics.notified(name, "dropped");
+                let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                s.failed += 1;
+                false
+            }
+        }
+    }
+
+    pub fn state(&self) -> SinkState {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// Checks a sink URL: http or https with a host, and not a link-local
+/// address (cloud metadata endpoints live there).
+pub fn check_url(raw: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(raw.trim()).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("scheme {:?} is not http or https", url.scheme()));
+    }
+    match url.host() {
+        None => return Err("the URL has no host".into()),
+        Some(url::Host::Ipv4(ip)) if ip.is_link_local() => {
+            return Err(format!("{ip} is link-local (cloud metadata); never sent to"));
+        }
+        Some(url::Host::Ipv6(ip)) if (ip.segments()[0] & 0xffc0) == 0xfe80 => {
+            return Err(format!("{ip} is link-local; never sent to"));
+        }
+        _ => {}
+    }
+    Ok(url)
+}
+
+/// Parses `Retry-After`: seconds, or an HTTP date.
+pub fn parse_retry_after(value: &str, now: Timestamp) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = k8s_openapi::jiff::fmt::rfc2822::parse(v).ok()?.timestamp();
+    Some(crate::pod::elapsed(now, at))
+}
+
+/// The wait before attempt `n` (1-based retry number) after `failure`.
+pub fn delay(retry: &Retry, n: u32, failure: &Failure) -> Duration {
+    if let Some(ra) = failure.retry_after {
+        return ra.min(retry.max_retry_after);
+    }
+    let exp = retry.first.saturating_mul(2u32.saturating_pow(n.saturating_sub(1)));
+    exp.min(retry.max_delay)
+}
+
+impl Delivery {
+    /// Starts a worker for sink `name` posting to `target` (+ `path`).
+    /// `coalesce`: only the newest queued document matters (Alertmanager's
+    /// full alert list). `changed` is called after each outcome.
+    pub fn start(
+        &self,
+        name: &'static str,
+        target: Target,
+        path: &'static str,
+        coalesce: bool,
+        changed: impl Fn() + Send + Sync + 'static,
+    ) -> Sink {
+        let (tx, mut rx) = mpsc::channel::<(Value, Timestamp)>(QUEUE);
+        let state = Arc::new(Mutex::new(SinkState { healthy: true, ..Default::default() }));
+        let this = self.clone();
+        let st = state.clone();
+        let tgt = target.clone();
+        tokio::spawn(async move {
+            while let Some(mut job) = rx.recv().await {
+                if coalesce {
+                    while let Ok(newer) = rx.try_recv() {
+                        job = newer;
+                    }
+                }
+                let result = this.deliver(&tgt, path, &job.0, job.1).await;
+                {
+                    let mut s = st.lock().unwrap_or_else(PoisonError::into_inner);
+                    s.used = true;
+                    match &result {
+                        Ok(()) => {
+                            s.healthy = true;
+                            s.last_success = Some(Timestamp::now());
+                            s.delivered += 1;
+                        }
+                        Err(e) => {
+                            s.healthy = false;
+                            s.last_error = e.message.clone();
+                            s.last_error_time = Some(Timestamp::now());
+                            s.failed += 1;
+                        }
+                    }
+                }
+                this.metrics.notified(name, if result.is_ok() { "success" } else { "error" });
+                if let Err(e) = &result {
+                    tracing::warn!(sink = name, error = %e.message, "notification given up");
+                }
+                changed();
+            }
+        });
+        Sink { tx, state, target }
+    }
+
+    /// Delivers one document, retrying as the policy says.
+    async fn deliver(&self, target: &Target, path: &str, body: &Value, queued: Timestamp) -> Result<(), Failure> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let failure = match self.attempt(target, path, body).await {
+                Ok(()) => return Ok(()),
+                Err(f) => f,
+            };
+            let age = crate::pod::elapsed(queued, Timestamp::now());
+            if !failure.retryable || attempt >= self.retry.attempts || age >= self.retry.max_age {
+                return Err(failure);
+            }
+            let wait = delay(&self.retry, attempt, &failure);
+            tracing::debug!(error = %failure.message, ?wait, attempt, "sink failed; retrying");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn url(&self, target: &Target) -> Result<reqwest::Url, Failure> {
+        let raw = match target {
+            Target::Url(u) => u.clone(),
+            Target::Secret { namespace, secret } => read_secret(&self.kube, namespace, secret).await?,
+        };
+        check_url(&raw).map_err(|message| Failure { message, retryable: false, retry_after: None })
+    }
+
+    async fn attempt(&self, target: &Target, path: &str, body: &Value) -> Result<(), Failure> {
+        let mut url = self.url(target).await?;
+        if !path.is_empty() {
+            let joined = format!("{}{path}", url.path().trim_end_matches('/'));
+            url.set_path(&joined);
+        }
+        let response = self.http.post(url).json(body).send().await.map_err(|e| Failure {
+            message: format!("sending: {}", flotilla_shared::controller::DisplayChain(&e)),
+            retryable: true,
+            retry_after: None,
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let retry_after = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, Timestamp::now()));
+        let retryable = status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408;
+        let text: String = response.text().await.unwrap_or_default().chars().take(200).collect();
+        let mut message = format!("HTTP {}", status.as_u16());
+        if let Some(ra) = retry_after {
+            message.push_str(&format!(" (retry after {}s)", ra.as_secs()));
+        }
+        if !text.trim().is_empty() {
+            message.push_str(&format!(": {}", text.trim()));
+        }
+        Err(Failure { message, retryable, retry_after })
+    }
+}
+
+/// Reads a sink URL from a Secret key (get only: the operator never lists
+/// or watches Secrets).
+pub async fn read_secret(client: &kube::Client, namespace: &str, r: &SecretKeyRef) -> Result<String, Failure> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = match api.get_opt(&r.name).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return Err(Failure {
+                message: format!("Secret {namespace}/{} not found", r.name),
+                retryable: true,
+                retry_after: None,
+            });
+        }
+        Err(e) => {
+            return Err(Failure {
+                message: format!("reading Secret {}: {e}", r.name),
+                retryable: true,
+                retry_after: None,
+            });
+        }
+    };
+    let value =
+        secret.data.as_ref().and_then(|d| d.get(&r.key)).map(|b| String::from_utf8_lossy(&b.0).trim().to_string());
+    match value {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(Failure {
+            message: format!("Secret {namespace}/{} has no key {:?}", r.name, r.key),
+            retryable: false,
+            retry_after: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert!(check_url("https://hooks.slack.example/services/T/B/x").is_ok());
+        assert!(check_url("http://alertmanager.monitoring:9093").is_ok());
+        assert!(check_url("ftp://x").unwrap_err().contains("scheme"));
+        assert!(check_url("http://169.254.169.254/latest/meta-data").unwrap_err().contains("link-local"));
+        assert!(check_url("http://[fe80::1]/").unwrap_err().contains("link-local"));
+        assert!(check_url("not a url").is_err());
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        assert_eq!(parse_retry_after("30", now), Some(Duration::from_secs(30)));
+        let date = "Fri, 15 Jan 2027 08:00:30 GMT";
+        let at = k8s_openapi::jiff::fmt::rfc2822::parse(date).unwrap().timestamp();
+        let base = Timestamp::from_second(at.as_second() - 30).unwrap();
+        assert_eq!(parse_retry_after(date, base), Some(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_retry_after_wins() {
+        let r = Retry::default();
+        let f = Failure { message: String::new(), retryable: true, retry_after: None };
+        assert_eq!(delay(&r, 1, &f), Duration::from_secs(1));
+        assert_eq!(delay(&r, 4, &f), Duration::from_secs(8));
+        assert_eq!(delay(&r, 20, &f), Duration::from_secs(300));
+        let f = Failure { retry_after: Some(Duration::from_secs(7)), ..f };
+        assert_eq!(delay(&r, 1, &f), Duration::from_secs(7));
+        let f = Failure { retry_after: Some(Duration::from_secs(86_400)), ..f };
+        assert_eq!(delay(&r, 1, &f), Duration::from_secs(600));
+    }
+}

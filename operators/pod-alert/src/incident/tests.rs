@@ -1,0 +1,239 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use super::*;
+use crate::observe::evaluate;
+use crate::observe::tests::{crashing, pod, rules, t};
+use crate::pod::PodView;
+use proptest::prelude::*;
+
+fn step(book: &mut Book, pods: &[PodView], r: &Rules, now: i64) -> Vec<Transition> {
+    let mut history = std::mem::take(&mut book.history);
+    let f = evaluate(pods.iter(), r, &mut history, t(now));
+    book.history = history;
+    book.step(&f, r, t(now))
+}
+
+fn opened(ts: &[Transition]) -> usize {
+    ts.iter().filter(|t| matches!(t.change, Change::Opened { .. })).count()
+}
+
+#[test]
+fn a_hundred_updates_of_one_crash_loop_open_one_incident() {
+    let r = rules(serde_json::json!({}));
+    let mut book = Book::default();
+    let mut all = Vec::new();
+    for i in 0..100 {
+        // Restarts rise from 3 to 9 (below the next escalation at 10).
+        let restarts = 3 + (i / 15);
+        all.extend(step(
+            &mut book,
+            &[crashing(pod("w", "web"), restarts, i64::from(i), "Error")],
+            &r,
+            i64::from(i) + 1,
+        ));
+    }
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(opened(&all), 1);
+    assert_eq!(book.firing(), 1);
+}
+
+#[test]
+fn a_deployment_of_five_crashing_pods_is_one_incident() {
+    let r = rules(serde_json::json!({}));
+    let mut book = Book::default();
+    let pods: Vec<PodView> = (0..5).map(|i| crashing(pod(&format!("web-{i}"), "web"), 4, 95, "Error")).collect();
+    let ts = step(&mut book, &pods, &r, 100);
+    assert_eq!(opened(&ts), 1);
+    let inc = book.incidents.values().next().unwrap();
+    assert_eq!(inc.pods.len(), 5);
+}
+
+#[test]
+fn stuck_reasons_wait_their_grace_and_recover_silently_within_it() {
+    let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "pendingAfter": "2m"}}));
+    let mut p = pod("w", "web");
+    p.phase = "Pending".into();
+    p.containers[0].state = crate::pod::State::Waiting { reason: "ImagePullBackOff".into(), message: String::new() };
+    let mut book = Book::default();
+    assert!(step(&mut book, &[p.clone()], &r, 60).is_empty());
+    assert_eq!(book.pending(), 1);
+    assert_eq!(book.next_deadline(&r, t(60)), Some(t(120)));
+    // Healthy within the grace: dropped, counted.
+    assert!(step(&mut book, &[pod("w", "web")], &r, 90).is_empty());
+    assert_eq!(book.held_back.get(RECOVERED_IN_GRACE), Some(&1));
+    // Stuck past the grace: opened.
+    let mut book = Book::default();
+    step(&mut book, &[p.clone()], &r, 60);
+    assert_eq!(opened(&step(&mut book, &[p], &r, 121)), 1);
+}
+
+#[test]
+fn resolve_waits_for_the_hold_down_and_flapping_does_not_refire() {
+    let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "resolveAfter": "5m"}}));
+    let mut book = Book::default();
+    let bad = crashing(pod("w", "web"), 3, 0, "Error");
+    assert_eq!(opened(&step(&mut book, std::slice::from_ref(&bad), &r, 1)), 1);
+    // The crash ages out of the 10m window: healthy from t=600.
+    let healthy = pod("w", "web");
+    assert!(step(&mut book, std::slice::from_ref(&healthy), &r, 601).is_empty());
+    // Back before the hold-down ends: nothing sent, still one incident.
+    let again = crashing(pod("w", "web"), 6, 650, "Error");
+    assert!(step(&mut book, &[again], &r, 651).is_empty());
+    assert!(step(&mut book, std::slice::from_ref(&healthy), &r, 1300).is_empty());
+    let ts = step(&mut book, std::slice::from_ref(&healthy), &r, 1300 + 300);
+    assert_eq!(ts.len(), 1);
+    assert_eq!(ts[0].change, Change::Resolved);
+    assert_eq!(book.firing(), 0);
+    // Nothing more, and the tombstone is forgotten after the window.
+    assert!(step(&mut book, std::slice::from_ref(&healthy), &r, 1700).is_empty());
+    step(&mut book, &[healthy], &r, 1600 + 601);
+    assert!(book.incidents.is_empty());
+}
+
+#[test]
+fn escalations_at_10_and_50_restarts() {
+    let r = rules(serde_json::json!({}));
+    let mut book = Book::default();
+    let mut changes = Vec::new();
+    for (i, restarts) in [3u32, 5, 10, 12, 49, 50, 80].into_iter().enumerate() {
+        let at = i64::try_from(i).unwrap() * 10;
+        changes.extend(step(&mut book, &[crashing(pod("w", "web"), restarts, at, "Error")], &r, at + 1));
+    }
+    let kinds: Vec<Change> = changes.into_iter().map(|t| t.change).collect();
+    assert_eq!(
+        kinds,
+        vec![Change::Opened { replaces: None }, Change::Escalated { level: 10 }, Change::Escalated { level: 50 }]
+    );
+}
+
+#[test]
+fn an_old_oom_kill_in_last_state_never_fires_twice() {
+    let r =
+        rules(serde_json::json!({"alerts": {"checkRunningPods": true, "resolveAfter": "1m", "restartWindow": "10m"}}));
+    let mut p = crashing(pod("w", "web"), 1, 0, "OOMKilled");
+    p.containers[0].state = crate::pod::State::Running { started_at: Some(t(1)) };
+    p.containers[0].ready = true;
+    let mut book = Book::default();
+    assert_eq!(opened(&step(&mut book, &[p.clone()], &r, 5)), 1);
+    // Still in lastState for the whole window: no second opening.
+    for s in (10..600).step_by(30) {
+        assert!(step(&mut book, &[p.clone()], &r, s).is_empty());
+    }
+    // Restored from status after an operator restart (incarnations kept): still nothing.
+    let mut restored = Book { incidents: book.incidents.clone(), ..Default::default() };
+    assert!(step(&mut restored, &[p.clone()], &r, 300).is_empty());
+}
+
+#[test]
+fn cooldown_holds_back_a_reopening() {
+    let r = rules(serde_json::json!({"cooldown": "1h", "alerts": {"checkRunningPods": true, "resolveAfter": "1m"}}));
+    let mut book = Book::default();
+    assert_eq!(opened(&step(&mut book, &[crashing(pod("w", "web"), 3, 0, "Error")], &r, 1)), 1);
+    step(&mut book, &[pod("w", "web")], &r, 601);
+    assert_eq!(step(&mut book, &[pod("w", "web")], &r, 662).len(), 1, "resolved");
+    // Crashing again 20 minutes later: within the cooldown.
+    let ts = step(&mut book, &[crashing(pod("w", "web"), 9, 1800, "Error")], &r, 1801);
+    assert!(ts.is_empty(), "{ts:?}");
+    assert_eq!(book.held_back.get(COOLDOWN), Some(&1));
+    assert_eq!(book.firing(), 1, "status still shows it");
+}
+
+#[test]
+fn a_new_reason_for_the_same_container_says_what_it_replaces() {
+    let r = rules(serde_json::json!({}));
+    let mut book = Book::default();
+    step(&mut book, &[crashing(pod("w", "web"), 3, 0, "Error")], &r, 1);
+    let ts = step(&mut book, &[crashing(pod("w", "web"), 4, 2, "OOMKilled")], &r, 3);
+    assert_eq!(ts.len(), 1);
+    assert_eq!(ts[0].change, Change::Opened { replaces: Some(Reason::CrashLoopBackOff) });
+}
+
+// Property: whatever the sequence of pod states, (1) no container
+// incarnation is in two notifications, (2) per incident key, notifications
+// alternate opened → resolved (escalations only while open), and (3) the
+// step never panics. Terminations are faithful to the kubelet: an
+// incarnation only appears while its end is within the restart window.
+#[derive(Debug, Clone)]
+enum Ev {
+    Crash {
+        pod: u8,
+        workload: u8,
+        oom: bool,
+    },
+    Heal {
+        pod: u8,
+    },
+    /// The pod looks healthy for a while (a stale or partial status), its
+    /// last termination unchanged when it shows again.
+    Hide {
+        pod: u8,
+        secs: u16,
+    },
+    Wait {
+        secs: u16,
+    },
+}
+
+fn ev() -> impl Strategy<Value = Ev> {
+    prop_oneof![
+        (0u8..4, 0u8..2, any::<bool>()).prop_map(|(pod, workload, oom)| Ev::Crash { pod, workload, oom }),
+        (0u8..4).prop_map(|pod| Ev::Heal { pod }),
+        (0u8..4, 1u16..400).prop_map(|(pod, secs)| Ev::Hide { pod, secs }),
+        (1u16..900).prop_map(|secs| Ev::Wait { secs }),
+    ]
+}
+
+/// Per pod: workload, restarts, last crash (time, OOM).
+type PodState = (u8, u32, Option<(i64, bool)>);
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #[test]
+    fn no_incarnation_is_notified_twice(events in proptest::collection::vec(ev(), 1..120), restart_book in any::<bool>()) {
+        let r = rules(serde_json::json!({"cooldown": "0s", "alerts": {"checkRunningPods": true, "resolveAfter": "2m", "restartThreshold": 2}}));
+        let mut book = Book::default();
+        let mut now = 0i64;
+        // Per pod: restarts, last crash time and reason.
+        let mut state: BTreeMap<u8, PodState> = BTreeMap::new();
+        let mut notified: BTreeSet<String> = BTreeSet::new();
+        let mut open: BTreeMap<Key, bool> = BTreeMap::new();
+        // A healed pod is replaced by a new one (a new UID, new container IDs).
+        let mut generation: BTreeMap<u8, u32> = BTreeMap::new();
+        let mut hidden_until: BTreeMap<u8, i64> = BTreeMap::new();
+        for (i, e) in events.iter().enumerate() {
+            match e {
+                Ev::Crash { pod: p, workload, oom } => {
+                    let s = state.entry(*p).or_insert((*workload, 0, None));
+                    s.1 += 1;
+                    s.2 = Some((now, *oom));
+                }
+                Ev::Heal { pod: p } => { state.remove(p); *generation.entry(*p).or_default() += 1; }
+                Ev::Hide { pod: p, secs } => { hidden_until.insert(*p, now + i64::from(*secs)); }
+                Ev::Wait { secs } => now += i64::from(*secs),
+            }
+            now += 1;
+            let pods: Vec<PodView> = state.iter().map(|(p, (w, restarts, last))| {
+                let base = pod(&format!("p{p}g{}", generation.get(p).copied().unwrap_or(0)), &format!("w{w}"));
+                let hidden = hidden_until.get(p).is_some_and(|&u| now < u);
+                match last {
+                    Some((at, oom)) if !hidden => crashing(base, *restarts, *at, if *oom { "OOMKilled" } else { "Error" }),
+                    _ => base,
+                }
+            }).collect();
+            if restart_book && i == events.len() / 2 {
+                // An operator restart: incidents survive (through status), the rest does not.
+                book = Book { incidents: book.incidents.clone(), ..Default::default() };
+            }
+            for tr in step(&mut book, &pods, &r, now) {
+                for inc in &tr.incarnations {
+                    prop_assert!(notified.insert(inc.clone()), "incarnation {} notified twice", inc);
+                }
+                let was_open = open.get(&tr.key).copied().unwrap_or(false);
+                match tr.change {
+                    Change::Opened { .. } => { prop_assert!(!was_open, "{} opened twice", tr.key); open.insert(tr.key.clone(), true); }
+                    Change::Escalated { .. } => prop_assert!(was_open, "{} escalated while not open", tr.key),
+                    Change::Resolved => { prop_assert!(was_open, "{} resolved while not open", tr.key); open.insert(tr.key.clone(), false); }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! # pod-alert
+//!
+//! A `PodAlert` (`flotilla.dev/v1alpha1`) turns the unhealthy pods of its
+//! namespace into incidents — one per workload, container and reason, so a
+//! Deployment's ten crashing pods are one incident — with the failing
+//! container's log tail, reported in its status, as Events, and to Slack, a
+//! webhook or Alertmanager. Incidents open after a grace period, escalate
+//! when restarts pass 3, 10 and 50, and resolve only after staying healthy
+//! for `resolveAfter`; each terminated container is notified once.
+//!
+//! | module | concern |
+//! | --- | --- |
+//! | [`crd`] | the CRD types, schema, CEL rules, printer columns |
+//! | [`rules`] | the spec checked: durations, globs, patterns, scope (pure) |
+//! | [`pod`] | the pod projection and its workload (pure) |
+//! | [`observe`] | what is wrong with the pods now (pure) |
+//! | [`incident`] | the incident state machine (pure) |
+//! | [`notify`] | Slack, webhook, Alertmanager and Event payloads (pure) |
+//! | [`status`] | status from the incidents and back (pure) |
+//! | [`logs`] | log tails |
+//! | [`delivery`] | sink workers: HTTP, retries, `Retry-After` |
+//! | [`metrics`] | `flotilla_pod_alert_*` |
+//! | [`controller`] | the watch, the reconcile loop and wiring |
+
+pub mod controller;
+pub mod crd;
+pub mod delivery;
+pub mod error;
+pub mod incident;
+pub mod logs;
+pub mod metrics;
+pub mod notify;
+pub mod observe;
+pub mod pod;
+pub mod rules;
+pub mod status;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The operator's CRDs, for `cargo xtask crds`.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![crd::PodAlert::crd()]
+}

@@ -1,0 +1,308 @@
+//! What is wrong with the pods right now: each pod in a PodAlert's scope
+//! becomes problems (keyed by workload, container and reason) or skips
+//! (counted by cause). Level-based and pure: the same pods give the same
+//! findings however many updates led to them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::Reason;
+use crate::pod::{ContainerView, PodView, State, Termination, Workload, elapsed};
+use crate::rules::Rules;
+
+/// An incident's identity: a Deployment's ten crashing pods are one incident.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub namespace: String,
+    pub workload: Workload,
+    /// Empty for pod-level reasons.
+    pub container: String,
+    pub reason: Reason,
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.workload)?;
+        if !self.container.is_empty() {
+            write!(f, " container {}", self.container)?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+/// One pod's problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub key: Key,
+    pub pod: String,
+    pub message: String,
+    pub restarts: u32,
+    /// When the problem started (grace periods count from here).
+    pub since: Timestamp,
+    /// The terminated container's ID for reasons that are events (a crash,
+    /// an OOM kill, an exit): each is notified once.
+    pub incarnation: Option<String>,
+    /// Whether the log worth reading is the previous run's.
+    pub previous_logs: bool,
+}
+
+/// Why a pod or container was not evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Skip {
+    Completed,
+    Terminating,
+    SchedulingGated,
+    IgnoredContainer,
+    IgnoredPod,
+    ReasonNotSelected,
+}
+
+impl Skip {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::Completed => "Completed",
+            Skip::Terminating => "Terminating",
+            Skip::SchedulingGated => "SchedulingGated",
+            Skip::IgnoredContainer => "IgnoredContainer",
+            Skip::IgnoredPod => "IgnoredPod",
+            Skip::ReasonNotSelected => "ReasonNotSelected",
+        }
+    }
+}
+
+/// Restart counts seen over time, per container incarnation (pod UID and
+/// container), to count restarts within the window: the API only gives a
+/// lifetime count.
+#[derive(Debug, Clone, Default)]
+pub struct RestartHistory {
+    samples: HashMap<(String, String), Vec<(Timestamp, u32)>>,
+}
+
+impl RestartHistory {
+    /// Records `count` for a container and returns its restarts within
+    /// `window`: the count now minus the count at the window's start. A
+    /// container first seen within the window counts all its restarts (the
+    /// operator may just have started; its last crash is recent anyway).
+    fn restarts_within(&mut self, uid: &str, container: &str, count: u32, now: Timestamp, window: Duration) -> u32 {
+        let samples = self.samples.entry((uid.to_string(), container.to_string())).or_default();
+        if samples.last().is_none_or(|&(_, c)| c != count) {
+            samples.push((now, count));
+        }
+        // Keep the newest sample at or before the window's start as baseline.
+        let start_idx = samples.iter().rposition(|&(t, _)| elapsed(t, now) >= window);
+        if let Some(i) = start_idx {
+            samples.drain(..i);
+        }
+        let baseline = match samples.first() {
+            Some(&(t, c)) if elapsed(t, now) >= window => c,
+            _ => 0,
+        };
+        count.saturating_sub(baseline)
+    }
+
+    /// Forgets containers of pods not seen in the last evaluation.
+    fn retain_pods(&mut self, seen: &std::collections::HashSet<String>) {
+        self.samples.retain(|(uid, _), _| seen.contains(uid));
+    }
+
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+}
+
+/// The findings of one evaluation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Findings {
+    pub problems: Vec<Problem>,
+    pub skipped: BTreeMap<Skip, u32>,
+}
+
+fn waiting_reason(reason: &str) -> Option<Reason> {
+    Some(match reason {
+        // The kubelet alternates ErrImagePull (an attempt failed) and
+        // ImagePullBackOff (waiting to retry): one problem, one key.
+        "ImagePullBackOff" | "ErrImagePull" | "RegistryUnavailable" => Reason::ImagePullBackOff,
+        // Pulls that can never succeed as written.
+        "InvalidImageName" | "ErrImageNeverPull" => Reason::ErrImagePull,
+        "CreateContainerConfigError" => Reason::CreateContainerConfigError,
+        "CreateContainerError" | "RunContainerError" | "PreCreateHookError" | "PreStartHookError" => {
+            Reason::CreateContainerError
+        }
+        _ => return None,
+    })
+}
+
+fn failed(t: &Termination) -> bool {
+    t.exit_code != 0 || t.reason == "OOMKilled"
+}
+
+fn describe(t: &Termination) -> String {
+    let reason = if t.reason.is_empty() { "terminated" } else { t.reason.as_str() };
+    format!("{reason}, exit code {}", t.exit_code)
+}
+
+/// Evaluates `pods` (already narrowed to the PodAlert's scope and selector).
+pub fn evaluate<'a>(
+    pods: impl IntoIterator<Item = &'a PodView>,
+    rules: &Rules,
+    history: &mut RestartHistory,
+    now: Timestamp,
+) -> Findings {
+    let mut f = Findings::default();
+    let mut seen = std::collections::HashSet::new();
+    for pod in pods {
+        seen.insert(pod.uid.clone());
+        evaluate_pod(pod, rules, history, now, &mut f);
+    }
+    history.retain_pods(&seen);
+    f.problems.sort_by(|a, b| (&a.key, &a.pod).cmp(&(&b.key, &b.pod)));
+    f
+}
+
+fn skip(f: &mut Findings, why: Skip) {
+    *f.skipped.entry(why).or_default() += 1;
+}
+
+fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now: Timestamp, f: &mut Findings) {
+    if rules.ignores_pod(&pod.name) {
+        return skip(f, Skip::IgnoredPod);
+    }
+    if pod.deleting {
+        return skip(f, Skip::Terminating);
+    }
+    if pod.phase == "Succeeded" {
+        return skip(f, Skip::Completed);
+    }
+    if pod.scheduling_gated {
+        return skip(f, Skip::SchedulingGated);
+    }
+    let created = pod.created.unwrap_or(now);
+    let mut found = Vec::new();
+    if pod.phase == "Failed" && pod.reason == "Evicted" {
+        found.push(problem(pod, "", Reason::Evicted, pod.message.clone(), 0, created, Some(pod.uid.clone()), false));
+    }
+    if let Some((reason, message)) = pod.unschedulable.as_ref().filter(|_| pod.phase == "Pending") {
+        found.push(problem(pod, "", Reason::Pending, format!("{reason}: {message}"), 0, created, None, false));
+    }
+    let restarts_allowed = pod.restart_policy != "Never";
+    for c in &pod.containers {
+        if rules.ignores_container(&c.name) {
+            skip(f, Skip::IgnoredContainer);
+            continue;
+        }
+        if let Some(p) = container_problem(pod, c, rules, history, now, restarts_allowed) {
+            found.push(p);
+        } else if matches!(&c.state, State::Terminated(t) if !failed(t)) && !c.init {
+            skip(f, Skip::Completed);
+        }
+    }
+    // A pod still Pending without a more precise reason (containers being
+    // created, volumes not mounted) is stuck once it has been so for long.
+    if pod.phase == "Pending" && found.is_empty() && !pod.containers.iter().any(|c| c.restart_count > 0) {
+        let waiting: Vec<String> = pod
+            .containers
+            .iter()
+            .filter_map(|c| match &c.state {
+                State::Waiting { reason, .. } if !reason.is_empty() => Some(format!("{}: {reason}", c.name)),
+                _ => None,
+            })
+            .collect();
+        let message = if waiting.is_empty() { "pod not started".to_string() } else { waiting.join(", ") };
+        found.push(problem(pod, "", Reason::Pending, message, 0, created, None, false));
+    }
+    for p in found {
+        if rules.selects_reason(p.key.reason) {
+            f.problems.push(p);
+        } else {
+            skip(f, Skip::ReasonNotSelected);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn problem(
+    pod: &PodView,
+    container: &str,
+    reason: Reason,
+    message: String,
+    restarts: u32,
+    since: Timestamp,
+    incarnation: Option<String>,
+    previous_logs: bool,
+) -> Problem {
+    Problem {
+        key: Key {
+            namespace: pod.namespace.clone(),
+            workload: pod.workload.clone(),
+            container: container.to_string(),
+            reason,
+        },
+        pod: pod.name.clone(),
+        message,
+        restarts,
+        since,
+        incarnation,
+        previous_logs,
+    }
+}
+
+fn container_problem(
+    pod: &PodView,
+    c: &ContainerView,
+    rules: &Rules,
+    history: &mut RestartHistory,
+    now: Timestamp,
+    restarts_allowed: bool,
+) -> Option<Problem> {
+    let created = pod.created.unwrap_or(now);
+    let recent = |t: &Termination| t.finished_at.is_none_or(|at| elapsed(at, now) < rules.restart_window);
+    // Crashes (the container restarts): the last termination tells.
+    if restarts_allowed {
+        let in_window = history.restarts_within(&pod.uid, &c.name, c.restart_count, now, rules.restart_window);
+        if let Some(last) = c.last_termination.as_ref().filter(|t| failed(t) && recent(t)) {
+            let oom = last.reason == "OOMKilled";
+            if in_window >= rules.restart_threshold || oom {
+                let reason = if oom { Reason::OOMKilled } else { Reason::CrashLoopBackOff };
+                let message = format!("{} restarts, last: {}", c.restart_count, describe(last));
+                let since = last.finished_at.unwrap_or(now);
+                let incarnation = Some(last.container_id.clone()).filter(|s| !s.is_empty());
+                return Some(problem(pod, &c.name, reason, message, c.restart_count, since, incarnation, true));
+            }
+        }
+    }
+    match &c.state {
+        State::Waiting { reason, message } => {
+            let r = waiting_reason(reason)?;
+            let since = c.last_termination.as_ref().and_then(|t| t.finished_at).unwrap_or(created);
+            let message = if message.is_empty() { reason.clone() } else { format!("{reason}: {message}") };
+            Some(problem(pod, &c.name, r, message, c.restart_count, since, None, false))
+        }
+        // A container that does not restart and failed (or an OOM kill
+        // the kubelet reports before restarting).
+        State::Terminated(t) if failed(t) && (!restarts_allowed || t.reason == "OOMKilled") => {
+            let reason = if t.reason == "OOMKilled" { Reason::OOMKilled } else { Reason::Error };
+            let since = t.finished_at.unwrap_or(now);
+            let incarnation = Some(if t.container_id.is_empty() {
+                format!("{}/{}/{}", pod.uid, c.name, c.restart_count)
+            } else {
+                t.container_id.clone()
+            });
+            Some(problem(pod, &c.name, reason, describe(t), c.restart_count, since, incarnation, false))
+        }
+        State::Running { started_at } if !c.ready && !c.init && pod.phase == "Running" => {
+            let since = [pod.ready_changed, *started_at].into_iter().flatten().max().unwrap_or(created);
+            let message = "running but not Ready (readiness probe failing)".to_string();
+            Some(problem(pod, &c.name, Reason::NotReady, message, c.restart_count, since, None, false))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

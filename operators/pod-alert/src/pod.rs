@@ -1,0 +1,245 @@
+//! What pod-alert keeps of a pod: a small projection (a few hundred bytes,
+//! not the kilobytes of a full `Pod`), and the workload that owns it. Pure.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
+use k8s_openapi::jiff::Timestamp;
+
+/// The workload a pod belongs to: its controller, followed from a
+/// ReplicaSet to its Deployment (by Kubernetes' naming: a Deployment's
+/// ReplicaSet is `<deployment>-<pod-template-hash>`, and its pods carry that
+/// hash as a label), so no ReplicaSet read is needed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Workload {
+    pub kind: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.kind, self.name)
+    }
+}
+
+/// How a container ended.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Termination {
+    pub reason: String,
+    pub exit_code: i32,
+    pub finished_at: Option<Timestamp>,
+    /// The runtime's container ID: the incarnation that ended.
+    pub container_id: String,
+}
+
+/// A container's current state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    Waiting { reason: String, message: String },
+    Running { started_at: Option<Timestamp> },
+    Terminated(Termination),
+    Unknown,
+}
+
+/// One container (or init container) of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerView {
+    pub name: String,
+    pub init: bool,
+    pub ready: bool,
+    pub restart_count: u32,
+    pub state: State,
+    pub last_termination: Option<Termination>,
+}
+
+/// What pod-alert keeps of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    pub workload: Workload,
+    pub created: Option<Timestamp>,
+    pub deleting: bool,
+    pub phase: String,
+    /// Pod-level reason and message (`Evicted`, …).
+    pub reason: String,
+    pub message: String,
+    pub scheduling_gated: bool,
+    /// PodScheduled=False: its reason and message.
+    pub unschedulable: Option<(String, String)>,
+    /// The Ready condition's status and last transition.
+    pub ready: bool,
+    pub ready_changed: Option<Timestamp>,
+    /// Always, OnFailure or Never.
+    pub restart_policy: String,
+    pub containers: Vec<ContainerView>,
+}
+
+fn termination(t: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> Termination {
+    Termination {
+        reason: t.reason.clone().unwrap_or_default(),
+        exit_code: t.exit_code,
+        finished_at: t.finished_at.as_ref().map(|t| t.0),
+        container_id: t.container_id.clone().unwrap_or_default(),
+    }
+}
+
+fn state(s: Option<&ContainerState>) -> State {
+    let Some(s) = s else { return State::Unknown };
+    if let Some(w) = &s.waiting {
+        State::Waiting { reason: w.reason.clone().unwrap_or_default(), message: w.message.clone().unwrap_or_default() }
+    } else if let Some(r) = &s.running {
+        State::Running { started_at: r.started_at.as_ref().map(|t| t.0) }
+    } else if let Some(t) = &s.terminated {
+        State::Terminated(termination(t))
+    } else {
+        State::Unknown
+    }
+}
+
+fn container(c: &ContainerStatus, init: bool) -> ContainerView {
+    ContainerView {
+        name: c.name.clone(),
+        init,
+        ready: c.ready,
+        restart_count: u32::try_from(c.restart_count).unwrap_or(0),
+        state: state(c.state.as_ref()),
+        last_termination: c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(termination),
+    }
+}
+
+/// The workload owning a pod (see [`Workload`]).
+pub fn workload_of(pod: &Pod) -> Workload {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let owner = pod.metadata.owner_references.as_ref().and_then(|o| o.iter().find(|o| o.controller == Some(true)));
+    let Some(owner) = owner else { return Workload { kind: "Pod".into(), name } };
+    if owner.kind == "ReplicaSet" && owner.api_version == "apps/v1" {
+        let hash = pod.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
+        let deployment = hash.and_then(|h| owner.name.strip_suffix(&format!("-{h}"))).filter(|d| !d.is_empty());
+        if let Some(deployment) = deployment {
+            return Workload { kind: "Deployment".into(), name: deployment.to_string() };
+        }
+    }
+    Workload { kind: owner.kind.clone(), name: owner.name.clone() }
+}
+
+/// The projection of `pod`.
+pub fn view(pod: &Pod) -> PodView {
+    let meta = &pod.metadata;
+    let status = pod.status.as_ref();
+    let spec = pod.spec.as_ref();
+    let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    let condition = |t: &str| conditions.iter().find(|c| c.type_ == t);
+    let unschedulable = condition("PodScheduled")
+        .filter(|c| c.status == "False")
+        .map(|c| (c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()));
+    let ready_cond = condition("Ready");
+    let mut containers: Vec<ContainerView> = Vec::new();
+    if let Some(s) = status {
+        for c in s.init_container_statuses.as_deref().unwrap_or_default() {
+            containers.push(container(c, true));
+        }
+        for c in s.container_statuses.as_deref().unwrap_or_default() {
+            containers.push(container(c, false));
+        }
+    }
+    PodView {
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        workload: workload_of(pod),
+        created: meta.creation_timestamp.as_ref().map(|t| t.0),
+        deleting: meta.deletion_timestamp.is_some(),
+        phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+        reason: status.and_then(|s| s.reason.clone()).unwrap_or_default(),
+        message: status.and_then(|s| s.message.clone()).unwrap_or_default(),
+        scheduling_gated: spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()),
+        unschedulable,
+        ready: ready_cond.is_some_and(|c| c.status == "True"),
+        ready_changed: ready_cond.and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
+        restart_policy: spec.and_then(|s| s.restart_policy.clone()).unwrap_or_else(|| "Always".into()),
+        containers,
+    }
+}
+
+/// `to - from`, zero when `to` is earlier.
+pub fn elapsed(from: Timestamp, to: Timestamp) -> Duration {
+    let ms = to.as_millisecond().saturating_sub(from.as_millisecond());
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// `t + d`.
+pub fn after(t: Timestamp, d: Duration) -> Timestamp {
+    let ms = t.as_millisecond().saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2));
+    Timestamp::from_millisecond(ms).unwrap_or(t)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn pod(owner: Option<(&str, &str, &str)>, hash: Option<&str>) -> Pod {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-7f9c-abcde", "namespace": "a", "uid": "u1"},
+        }))
+        .unwrap();
+        if let Some((api, kind, name)) = owner {
+            p.metadata.owner_references = Some(vec![
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": api, "kind": kind, "name": name, "uid": "o", "controller": true
+                }))
+                .unwrap(),
+            ]);
+        }
+        if let Some(h) = hash {
+            p.metadata.labels = Some([("pod-template-hash".to_string(), h.to_string())].into());
+        }
+        p
+    }
+
+    #[test]
+    fn replicaset_pods_belong_to_their_deployment() {
+        let w = workload_of(&pod(Some(("apps/v1", "ReplicaSet", "web-7f9c")), Some("7f9c")));
+        assert_eq!(w.to_string(), "Deployment/web");
+        // A bare ReplicaSet (no hash label, or a name that does not end with it).
+        let w = workload_of(&pod(Some(("apps/v1", "ReplicaSet", "web-7f9c")), None));
+        assert_eq!(w.to_string(), "ReplicaSet/web-7f9c");
+        let w = workload_of(&pod(Some(("apps/v1", "ReplicaSet", "web")), Some("7f9c")));
+        assert_eq!(w.to_string(), "ReplicaSet/web");
+        assert_eq!(workload_of(&pod(Some(("apps/v1", "StatefulSet", "db")), None)).to_string(), "StatefulSet/db");
+        assert_eq!(workload_of(&pod(None, None)).to_string(), "Pod/web-7f9c-abcde");
+    }
+
+    #[test]
+    fn view_keeps_container_states() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "a", "uid": "u"},
+            "spec": {"containers": [{"name": "app"}], "restartPolicy": "Always"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+              "containerStatuses": [{"name": "app", "ready": false, "restartCount": 4, "image": "x", "imageID": "",
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "containerID": "containerd://abc", "finishedAt": "2026-01-01T00:01:00Z"}}}]}
+        }))
+        .unwrap();
+        let v = view(&p);
+        assert_eq!(v.containers.len(), 1);
+        let c = &v.containers[0];
+        assert_eq!(c.restart_count, 4);
+        assert!(matches!(&c.state, State::Waiting { reason, .. } if reason == "CrashLoopBackOff"));
+        let t = c.last_termination.as_ref().unwrap();
+        assert_eq!((t.exit_code, t.container_id.as_str()), (1, "containerd://abc"));
+        assert!(!v.ready);
+    }
+
+    #[test]
+    fn time_helpers() {
+        let t = Timestamp::from_second(100).unwrap();
+        assert_eq!(elapsed(t, after(t, Duration::from_secs(5))), Duration::from_secs(5));
+        assert_eq!(elapsed(after(t, Duration::from_secs(5)), t), Duration::ZERO);
+    }
+}

@@ -1,0 +1,235 @@
+//! A PodAlert's status from its incident book, and the book back from the
+//! status (an operator restart keeps open incidents and what was notified).
+//! Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use flotilla_shared::Conditions;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, Reason, SinkStatus};
+use crate::incident::{Book, Incident, Phase};
+use crate::observe::Key;
+use crate::pod::Workload;
+
+pub const SINKS_HEALTHY: &str = "SinksHealthy";
+
+/// What the status says besides the incidents.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Why the spec cannot be used: (reason, message).
+    pub invalid: Option<(String, String)>,
+    pub paused: bool,
+    /// Pods in scope at the last evaluation.
+    pub pods: usize,
+    /// Skips of the last evaluation, by cause.
+    pub skipped: BTreeMap<String, i64>,
+    pub sinks: Vec<SinkStatus>,
+    /// Sink configuration problems: (sink, message).
+    pub sink_problems: Vec<(String, String)>,
+}
+
+fn n(v: usize) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+fn rank(p: &Phase) -> u8 {
+    match p {
+        Phase::Firing => 0,
+        Phase::Resolving { .. } => 1,
+        Phase::Pending => 2,
+        Phase::Resolved { .. } => 3,
+    }
+}
+
+fn incident_status(i: &Incident) -> IncidentStatus {
+    IncidentStatus {
+        state: i.phase.as_str().to_string(),
+        namespace: i.key.namespace.clone(),
+        workload: i.key.workload.to_string(),
+        container: i.key.container.clone(),
+        reason: i.key.reason.to_string(),
+        message: i.message.clone(),
+        pods: i.pods.iter().take(MAX_PODS_LISTED).cloned().collect(),
+        pod_count: n(i.pods.len()),
+        restarts: i32::try_from(i.restarts).unwrap_or(i32::MAX),
+        since: Time(i.since),
+        changed: Some(Time(i.changed)),
+        notified_level: i32::try_from(i.notified_level).unwrap_or(0),
+        notified: i.notified && !i.silenced,
+        incarnations: i.incarnations.iter().cloned().collect(),
+        logs: i.logs.clone(),
+    }
+}
+
+/// The status to write.
+pub fn build(previous: Option<&PodAlertStatus>, generation: Option<i64>, book: &Book, s: &Summary) -> PodAlertStatus {
+    let mut c = Conditions::new(previous.map(|p| p.conditions.as_slice()), generation);
+    if let Some((reason, message)) = &s.invalid {
+        c.set("Ready", false, reason, message.clone());
+    } else if s.paused {
+        c.set("Ready", true, "Paused", "alerts.checkRunningPods is false: nothing is checked");
+    } else {
+        c.set(
+            "Ready",
+            true,
+            "Evaluating",
+            format!("{} pods checked; {} incidents firing, {} pending", s.pods, book.firing(), book.pending()),
+        );
+    }
+    let unhealthy: Vec<String> = s
+        .sink_problems
+        .iter()
+        .map(|(sink, m)| format!("{sink}: {m}"))
+        .chain(s.sinks.iter().filter(|x| !x.healthy).map(|x| format!("{}: {}", x.name, x.last_error)))
+        .collect();
+    if unhealthy.is_empty() {
+        c.set(SINKS_HEALTHY, true, "Delivered", "every sink delivered its last notification");
+    } else {
+        let reason = if s.sink_problems.is_empty() { "DeliveryFailed" } else { "SinkMisconfigured" };
+        c.set(SINKS_HEALTHY, false, reason, unhealthy.join("; "));
+    }
+    let mut incidents: Vec<&Incident> = book.incidents.values().collect();
+    incidents.sort_by(|a, b| (rank(&a.phase), &a.key).cmp(&(rank(&b.phase), &b.key)));
+    let mut suppressed = s.skipped.clone();
+    for (cause, count) in &book.held_back {
+        *suppressed.entry((*cause).to_string()).or_default() += count;
+    }
+    PodAlertStatus {
+        observed_generation: generation,
+        conditions: c.into_vec(),
+        firing: n(book.firing()),
+        pending: n(book.pending()),
+        incidents: incidents.into_iter().take(MAX_INCIDENTS_LISTED).map(incident_status).collect(),
+        suppressed,
+        sinks: s.sinks.clone(),
+    }
+}
+
+/// Whether two statuses say the same, ignoring condition times.
+pub fn same(a: &PodAlertStatus, b: &PodAlertStatus) -> bool {
+    let strip = |s: &PodAlertStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        s.conditions.sort_by(|x, y| x.type_.cmp(&y.type_));
+        s
+    };
+    strip(a) == strip(b)
+}
+
+fn parse_workload(s: &str) -> Option<Workload> {
+    let (kind, name) = s.split_once('/')?;
+    Some(Workload { kind: kind.to_string(), name: name.to_string() })
+}
+
+fn parse_reason(s: &str) -> Option<Reason> {
+    Reason::ALL.into_iter().find(|r| r.as_str() == s)
+}
+
+/// The book as the status left it: incidents with their phase, what was
+/// notified and their incarnations. Unreadable entries are skipped.
+pub fn restore(status: &PodAlertStatus) -> Book {
+    let mut book = Book::default();
+    for i in &status.incidents {
+        let (Some(workload), Some(reason)) = (parse_workload(&i.workload), parse_reason(&i.reason)) else { continue };
+        let changed = i.changed.as_ref().map_or(i.since.0, |t| t.0);
+        let phase = match i.state.as_str() {
+            "Pending" => Phase::Pending,
+            "Firing" => Phase::Firing,
+            "Resolving" => Phase::Resolving { healthy_since: changed },
+            "Resolved" => Phase::Resolved { at: changed },
+            _ => continue,
+        };
+        let key = Key { namespace: i.namespace.clone(), workload, container: i.container.clone(), reason };
+        let incident = Incident {
+            key: key.clone(),
+            phase,
+            since: i.since.0,
+            changed,
+            pods: i.pods.iter().cloned().collect(),
+            message: i.message.clone(),
+            restarts: u32::try_from(i.restarts).unwrap_or(0),
+            notified: i.notified,
+            // Open but not notified: held back (the book cannot tell why any more).
+            silenced: !i.notified && phase != Phase::Pending,
+            notified_level: u32::try_from(i.notified_level).unwrap_or(0),
+            incarnations: i.incarnations.iter().cloned().collect::<BTreeSet<_>>(),
+            last_opened: i.notified.then_some(changed),
+            log_source: None,
+            logs: i.logs.clone(),
+        };
+        book.incidents.insert(key, incident);
+    }
+    book
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::observe::evaluate;
+    use crate::observe::tests::{crashing, pod, rules, t};
+
+    fn book_with_incident() -> Book {
+        let r = rules(serde_json::json!({}));
+        let mut book = Book::default();
+        let pods = [crashing(pod("web-1", "web"), 4, 95, "Error"), crashing(pod("web-2", "web"), 3, 96, "Error")];
+        let f = evaluate(pods.iter(), &r, &mut book.history, t(100));
+        book.step(&f, &r, t(100));
+        book
+    }
+
+    #[test]
+    fn status_lists_the_incident_and_counts() {
+        let book = book_with_incident();
+        let s = build(None, Some(2), &book, &Summary { pods: 2, ..Default::default() });
+        assert_eq!((s.firing, s.pending), (1, 0));
+        let i = &s.incidents[0];
+        assert_eq!(
+            (i.state.as_str(), i.workload.as_str(), i.reason.as_str()),
+            ("Firing", "Deployment/web", "CrashLoopBackOff")
+        );
+        assert_eq!(i.pods, vec!["web-1", "web-2"]);
+        assert!(i.notified);
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.observed_generation), ("True", Some(2)));
+    }
+
+    #[test]
+    fn restore_round_trips_what_matters() {
+        let book = book_with_incident();
+        let s = build(None, Some(1), &book, &Summary::default());
+        let back = restore(&s);
+        let (a, b) = (book.incidents.values().next().unwrap(), back.incidents.values().next().unwrap());
+        assert_eq!(a.key, b.key);
+        assert_eq!(a.phase, b.phase);
+        assert_eq!((a.notified, a.notified_level, &a.incarnations), (b.notified, b.notified_level, &b.incarnations));
+        // The restored book does not notify the open incident again.
+        let r = rules(serde_json::json!({}));
+        let mut back = back;
+        let pods = [crashing(pod("web-1", "web"), 5, 120, "Error")];
+        let f = evaluate(pods.iter(), &r, &mut back.history, t(130));
+        assert!(back.step(&f, &r, t(130)).is_empty());
+    }
+
+    #[test]
+    fn invalid_specs_and_sink_problems_are_conditions() {
+        let s = build(
+            None,
+            None,
+            &Book::default(),
+            &Summary {
+                invalid: Some(("ClusterScopeRefused".into(), "no".into())),
+                sink_problems: vec![("slack".into(), "Secret team-a/hook not found".into())],
+                ..Default::default()
+            },
+        );
+        let get = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+        assert_eq!((get("Ready").status.as_str(), get("Ready").reason.as_str()), ("False", "ClusterScopeRefused"));
+        assert_eq!(get(SINKS_HEALTHY).reason, "SinkMisconfigured");
+        assert!(get(SINKS_HEALTHY).message.contains("not found"));
+    }
+}

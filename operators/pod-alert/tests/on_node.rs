@@ -1,0 +1,273 @@
+//! pod-alert on the one-node cluster, with real pods: crash loops become
+//! one incident per workload with the previous run's log tail, sent once to
+//! a webhook and Slack (through a 429 with Retry-After) and to a real
+//! Alertmanager, survive an operator restart without a second notification,
+//! and resolve after the hold-down; a healthy rollout is never an incident;
+//! a missing image and an OOM kill are incidents with their reasons.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use flotilla_testenv::node;
+use flotilla_testenv::node::images::TOOLBOX_IMAGE;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(150);
+
+fn deployment(name: &str, replicas: i32, script: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, "watched": "yes"}},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                    {"name": "app", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", script]}
+                ]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+fn incident<'a>(s: &'a PodAlertStatus, workload: &str) -> Option<&'a pod_alert::crd::IncidentStatus> {
+    s.incidents.iter().find(|i| i.workload == workload)
+}
+
+#[tokio::test]
+async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold_down() {
+    let env = node();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pa-crash").await.unwrap();
+    let receiver = Receiver::start(1).await;
+    let am = Alertmanager::start().await;
+    let mut operator = start_operator(&env, &ns, &[]);
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "hooks"},
+        "stringData": {"webhook": receiver.url("/webhook"), "slack": receiver.url("/slack")}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    create_podalert(
+        &client,
+        &ns,
+        "crashes",
+        json!({
+            "alerts": {"checkRunningPods": true, "restartThreshold": 1, "resolveAfter": "20s", "pendingAfter": "2m"},
+            "selector": {"matchLabels": {"watched": "yes"}},
+            "logs": {"tailLines": 20},
+            "sinks": {
+                "webhook": {"urlSecretRef": {"name": "hooks", "key": "webhook"}},
+                "slack": {"webhookSecretRef": {"name": "hooks", "key": "slack"}},
+                "alertmanager": {"url": am.url},
+            }
+        }),
+    )
+    .await
+    .unwrap();
+
+    // A pod whose first run prints a line no later run prints (an emptyDir
+    // outlives container restarts), five crashing replicas, and a healthy
+    // Deployment that is rolled out.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let once: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "once", "labels": {"watched": "yes"}},
+        "spec": {"terminationGracePeriodSeconds": 1, "volumes": [{"name": "d", "emptyDir": {}}], "containers": [{
+            "name": "app", "image": TOOLBOX_IMAGE, "volumeMounts": [{"name": "d", "mountPath": "/d"}],
+            "command": ["sh", "-c", "if [ ! -f /d/ran ]; then echo first-run-only-line; touch /d/ran; fi; echo later-run-line; exit 1"]
+        }]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &once).await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .create(&PostParams::default(), &deployment("crashers", 5, "echo crasher-$HOSTNAME; exit 1"))
+        .await
+        .unwrap();
+    deployments.create(&PostParams::default(), &deployment("healthy", 2, "exec sleep 3600")).await.unwrap();
+
+    let status = wait_status(&client, &ns, "crashes", "both crash loops to fire", T, |s| {
+        let once = incident(s, "Pod/once").filter(|i| i.state == "Firing")?;
+        let crashers = incident(s, "Deployment/crashers").filter(|i| i.state == "Firing" && i.pod_count == 5)?;
+        Some((once.clone(), crashers.clone(), s.clone()))
+    })
+    .await;
+    let (once_inc, crashers_inc, _) = status;
+    assert_eq!(once_inc.reason, "CrashLoopBackOff");
+    assert_eq!(once_inc.container, "app");
+    assert!(once_inc.logs.contains("first-run-only-line"), "the previous (first) run's log: {:?}", once_inc.logs);
+    assert!(crashers_inc.logs.contains("crasher-"), "{:?}", crashers_inc.logs);
+    assert_eq!(crashers_inc.pods.len(), 5);
+
+    // The healthy Deployment is rolled out meanwhile.
+    let roll = json!({"spec": {"template": {"metadata": {"annotations": {"rolled": "1"}}}}});
+    deployments.patch("healthy", &PatchParams::default(), &Patch::Merge(&roll)).await.unwrap();
+
+    // Delivery: the first webhook request was throttled, the retry waited
+    // for Retry-After; each incident opened exactly once per sink.
+    flotilla_testenv::wait_for("both openings on the webhook and Slack", T, || {
+        let r = receiver.clone();
+        async move {
+            let done = r.webhook_events("opened", "Pod/once").len() == 1
+                && r.webhook_events("opened", "Deployment/crashers").len() == 1
+                && r.slack_messages("Pod/once").len() == 1
+                && r.slack_messages("Deployment/crashers").len() == 1;
+            Ok::<_, std::convert::Infallible>(done.then_some(()))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", receiver.received()));
+    let webhook: Vec<Received> = receiver.received().into_iter().filter(|r| r.path == "/webhook").collect();
+    assert_eq!(webhook[0].answered, 429);
+    let retry = webhook
+        .iter()
+        .find(|r| r.answered == 200 && r.body == webhook[0].body)
+        .expect("the throttled document was retried");
+    assert!(retry.at.duration_since(webhook[0].at) >= Duration::from_millis(1900), "Retry-After: 2 was honoured");
+    let doc = &receiver.webhook_events("opened", "Pod/once")[0].body;
+    assert_eq!(doc["kind"], "PodAlertNotification");
+    assert_eq!(doc["incident"]["reason"], "CrashLoopBackOff");
+    assert!(doc["incident"]["logs"].as_str().unwrap().contains("first-run-only-line"));
+
+    // Alertmanager shows both firing, with our labels.
+    let alert = flotilla_testenv::wait_for("Alertmanager to show the alerts", Duration::from_secs(60), || {
+        let am = &am;
+        async move { Ok::<_, std::convert::Infallible>(am.alert_for("Deployment/crashers").await) }
+    })
+    .await
+    .unwrap();
+    assert_eq!(alert["labels"]["alertname"], "PodUnhealthy");
+    assert_eq!(alert["labels"]["reason"], "CrashLoopBackOff");
+    assert_eq!(alert["labels"]["namespace"], ns.as_str());
+    assert_eq!(alert["status"]["state"], "active");
+    assert!(am.alert_for("Pod/once").await.is_some());
+
+    // An operator restart mid-incident: the crash loops go on, nothing is sent again.
+    operator.signal(libc::SIGTERM);
+    let _ = operator.child.wait();
+    let sent_before = receiver.received().len();
+    operator = start_operator(&env, &ns, &[]);
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    for w in ["Pod/once", "Deployment/crashers"] {
+        assert_eq!(receiver.webhook_events("opened", w).len(), 1, "{w} re-notified after a restart");
+        assert_eq!(receiver.slack_messages(w).len(), 1, "{w} re-notified on Slack after a restart");
+    }
+    let sent_after: Vec<Received> = receiver.received().into_iter().skip(sent_before).collect();
+    assert!(sent_after.iter().all(|r| r.body["event"] != "opened"), "{sent_after:#?}");
+
+    // Recovery: the pod goes, the Deployment is fixed. Resolved after 20 s healthy.
+    pods.delete("once", &DeleteParams::default()).await.unwrap();
+    let fix = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "command": ["sh", "-c", "exec sleep 3600"]}]}}}});
+    deployments.patch("crashers", &PatchParams::default(), &Patch::Strategic(&fix)).await.unwrap();
+    let healed = Instant::now();
+    wait_status(&client, &ns, "crashes", "both incidents to resolve", T, |s| {
+        let resolved = |w| incident(s, w).is_some_and(|i| i.state == "Resolved");
+        (resolved("Pod/once") && resolved("Deployment/crashers") && s.firing == 0).then_some(())
+    })
+    .await;
+    assert!(healed.elapsed() >= Duration::from_secs(20), "resolved only after resolveAfter");
+    flotilla_testenv::wait_for("resolve notifications", Duration::from_secs(30), || {
+        let r = receiver.clone();
+        async move {
+            let done = r.webhook_events("resolved", "Pod/once").len() == 1
+                && r.webhook_events("resolved", "Deployment/crashers").len() == 1;
+            Ok::<_, std::convert::Infallible>(done.then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    // Alertmanager saw the resolve: the alert is no longer active.
+    flotilla_testenv::wait_for("Alertmanager to resolve the alert", Duration::from_secs(60), || {
+        let am = &am;
+        async move {
+            let a = am.alert_for("Deployment/crashers").await;
+            Ok::<_, std::convert::Infallible>(a.is_none_or(|a| a["status"]["state"] != "active").then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+
+    // The healthy rollout never was an incident anywhere.
+    let api: Api<PodAlert> = Api::namespaced(client.clone(), &ns);
+    let s = api.get("crashes").await.unwrap().status.unwrap();
+    assert!(incident(&s, "Deployment/healthy").is_none(), "{:#?}", s.incidents);
+    assert!(receiver.received().iter().all(|r| r.body["incident"]["workload"] != "Deployment/healthy"));
+    assert!(am.alert_for("Deployment/healthy").await.is_none());
+    let (ready, sinks) = (condition(&s, "Ready").unwrap(), condition(&s, "SinksHealthy").unwrap());
+    assert_eq!(ready.0, "True");
+    assert_eq!(sinks.0, "True", "{sinks:?}");
+    let logs = operator.logs();
+    drop(operator);
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+#[tokio::test]
+async fn a_missing_image_and_an_oom_kill_are_incidents_with_their_reasons() {
+    let env = node();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pa-image").await.unwrap();
+    let _operator = start_operator(&env, &ns, &[]);
+    create_podalert(&client, &ns, "all", json!({"alerts": {"checkRunningPods": true, "pendingAfter": "5s"}}))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let missing: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "missing"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+            {"name": "app", "image": "localhost/flotilla/does-not-exist:1", "imagePullPolicy": "IfNotPresent"}
+        ]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &missing).await.unwrap();
+    // A 64 MiB string in a shell variable, under a 24 MiB limit.
+    let hog: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "hog"},
+        "spec": {"terminationGracePeriodSeconds": 1, "restartPolicy": "Never", "containers": [{
+            "name": "hog", "image": TOOLBOX_IMAGE, "resources": {"limits": {"memory": "24Mi"}},
+            "command": ["sh", "-c", "echo hog-starting; x=$(head -c 67108864 /dev/zero | tr '\\0' a); sleep 3600"]
+        }]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &hog).await.unwrap();
+    let (image, oom) = wait_status(&client, &ns, "all", "image and OOM incidents to fire", T, |s| {
+        let image = incident(s, "Pod/missing").filter(|i| i.state == "Firing")?;
+        let oom = incident(s, "Pod/hog").filter(|i| i.state == "Firing")?;
+        Some((image.clone(), oom.clone()))
+    })
+    .await;
+    assert_eq!(image.reason, "ImagePullBackOff", "{image:?}");
+    assert!(image.message.contains("does-not-exist") || !image.message.is_empty(), "{image:?}");
+    assert_eq!(oom.reason, "OOMKilled", "{oom:?}");
+    assert_eq!(oom.incarnations.len(), 1, "{oom:?}");
+    assert!(oom.logs.contains("hog-starting"), "the OOM-killed container's own log: {:?}", oom.logs);
+    // Events: one Warning per incident on the PodAlert.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let opened = flotilla_testenv::wait_for("IncidentOpened events", Duration::from_secs(30), || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&Default::default()).await?;
+            let opened: Vec<String> = list
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("IncidentOpened") && e.type_.as_deref() == Some("Warning"))
+                .filter_map(|e| e.note)
+                .collect();
+            Ok::<_, kube::Error>((opened.len() >= 2).then_some(opened))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(opened.iter().any(|n| n.contains("Pod/hog") && n.contains("OOMKilled")), "{opened:?}");
+}
