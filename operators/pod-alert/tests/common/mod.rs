@@ -26,19 +26,18 @@ pub async fn install_crd(env: &TestEnv) {
     flotilla_testenv::harness::install_crds(&env.client().await, &pod_alert::crds()).await.unwrap();
 }
 
-pub async fn create_podalert(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    spec: Value,
-) -> Result<PodAlert, kube::Error> {
-    let api: Api<PodAlert> = Api::namespaced(client.clone(), ns);
-    let pa: PodAlert = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert",
+/// Creates a PodAlert from raw JSON (untyped: the tests send what a user
+/// could, valid or not, and the API server judges).
+pub async fn create_podalert(client: &kube::Client, ns: &str, name: &str, spec: Value) -> Result<(), kube::Error> {
+    use kube::Resource;
+    let ar = kube::api::ApiResource::erase::<PodAlert>(&());
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let pa: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": PodAlert::api_version(&()), "kind": "PodAlert",
         "metadata": {"name": name}, "spec": spec,
     }))
     .unwrap();
-    api.create(&PostParams::default(), &pa).await
+    api.create(&PostParams::default(), &pa).await.map(|_| ())
 }
 
 /// Waits until `name`'s status satisfies `check`, returning what it returns.

@@ -1,0 +1,93 @@
+//! Bad input gets a clear answer, on the test control plane: the seed's
+//! rule without `checkRunningPods` is refused at admission with "an alert
+//! must be set"; an `allNamespaces` rule outside the trusted namespaces and a
+//! sink Secret that does not exist become conditions and Warning Events.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::shared;
+use kube::Api;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(40);
+
+#[tokio::test]
+async fn the_seeds_rule_without_an_alert_and_bad_values_are_refused_at_admission() {
+    let env = shared();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pa-admission").await.unwrap();
+    // The seed's Orchestr without spec.alerts.checkRunningPods.
+    for spec in [json!({}), json!({"alerts": {}}), json!({"alerts": {"pendingAfter": "5m"}})] {
+        let e = create_podalert(&client, &ns, "seed", spec.clone()).await.unwrap_err();
+        assert!(e.to_string().contains("an alert must be set"), "{spec}: {e}");
+    }
+    let bad = [
+        (json!({"alerts": {"checkRunningPods": true, "pendingAfter": "5 minutes"}}), "pendingAfter"),
+        (json!({"alerts": {"checkRunningPods": true, "restartWindow": "48h"}}), "restartWindow"),
+        (json!({"alerts": {"checkRunningPods": true, "restartThreshold": 0}}), "restartThreshold"),
+        (json!({"alerts": {"checkRunningPods": true, "reasons": ["Sad"]}}), "reasons"),
+        (json!({"alerts": {"checkRunningPods": true}, "sinks": {"alertmanager": {"url": "ftp://x"}}}), "url"),
+        (json!({"alerts": {"checkRunningPods": true}, "logs": {"tailLines": 100000}}), "tailLines"),
+    ];
+    for (spec, field) in bad {
+        let e = create_podalert(&client, &ns, "bad", spec.clone()).await.unwrap_err();
+        assert!(e.to_string().contains(field), "{spec}: {e}");
+    }
+    create_podalert(&client, &ns, "ok", json!({"alerts": {"checkRunningPods": true}})).await.unwrap();
+}
+
+#[tokio::test]
+async fn cluster_scope_outside_trusted_namespaces_and_missing_secrets_are_conditions() {
+    let env = shared();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pa-refuse").await.unwrap();
+    let trusted = env.namespace("pa-trusted").await.unwrap();
+    let _operator = start_operator(&env, &ns, &[&format!("--cluster-scope-namespaces={trusted}")]);
+    create_podalert(&client, &ns, "everything", json!({"alerts": {"checkRunningPods": true}, "allNamespaces": true}))
+        .await
+        .unwrap();
+    let ready = wait_status(&client, &ns, "everything", "the refusal", T, |s| {
+        condition(s, "Ready").filter(|c| c.1 == "ClusterScopeRefused")
+    })
+    .await;
+    assert_eq!(ready.0, "False");
+    assert!(ready.2.contains(&trusted), "{ready:?}");
+
+    create_podalert(
+        &client,
+        &ns,
+        "hooked",
+        json!({"alerts": {"checkRunningPods": true}, "sinks": {"slack": {"webhookSecretRef": {"name": "nope", "key": "url"}}}}),
+    )
+    .await
+    .unwrap();
+    let sinks = wait_status(&client, &ns, "hooked", "the sink condition", T, |s| {
+        condition(s, "SinksHealthy").filter(|c| c.1 == "SinkMisconfigured")
+    })
+    .await;
+    assert!(sinks.2.contains("nope") && sinks.2.contains("not found"), "{sinks:?}");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let reasons = flotilla_testenv::wait_for("both Warning Events", T, || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&Default::default()).await?;
+            let r: Vec<String> = list
+                .items
+                .into_iter()
+                .filter(|e| e.type_.as_deref() == Some("Warning"))
+                .filter_map(|e| e.reason)
+                .collect();
+            let both = r.iter().any(|x| x == "ClusterScopeRefused") && r.iter().any(|x| x == "SinkMisconfigured");
+            Ok::<_, kube::Error>(both.then_some(r))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(!reasons.is_empty());
+}
