@@ -46,7 +46,7 @@ enum Command {
     Dist,
     /// OCI images (operators from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster.
     Images,
-    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier`.
+    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert`.
     Bench { operator: String },
 }
 

@@ -2,6 +2,7 @@
 //! local control plane (and emulators). Not tests: nothing here asserts a time.
 
 mod config_copier;
+mod pod_alert;
 mod service_dns;
 
 use std::io::{Read, Write};
@@ -83,6 +84,7 @@ pub fn run(operator: &str) -> anyhow::Result<()> {
     match operator {
         "service-dns" => service_dns::run(),
         "config-copier" => config_copier::run(),
-        other => anyhow::bail!("no benchmark named {other:?}; known: service-dns, config-copier"),
+        "pod-alert" => pod_alert::run(),
+        other => anyhow::bail!("no benchmark named {other:?}; known: service-dns, config-copier, pod-alert"),
     }
 }

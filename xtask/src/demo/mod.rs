@@ -7,6 +7,7 @@
 //! `examples/<operator>/` resources and prints what the operator did.
 
 mod config_copier;
+mod pod_alert;
 mod service_dns;
 
 use std::path::PathBuf;
@@ -96,9 +97,11 @@ pub fn run() -> anyhow::Result<()> {
 
     let rt = crate::util::runtime()?;
     rt.block_on(async {
-        for (name, part) in
-            [("service-dns", service_dns::start as Part), ("config-copier", config_copier::start as Part)]
-        {
+        for (name, part) in [
+            ("service-dns", service_dns::start as Part),
+            ("config-copier", config_copier::start as Part),
+            ("pod-alert", pod_alert::start as Part),
+        ] {
             say(&format!("demo: {name}"));
             if let Err(e) = part(&env).await {
                 eprintln!("    {name}: demo part failed: {e:#}");

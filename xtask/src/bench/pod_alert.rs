@@ -1,0 +1,378 @@
+//! `cargo xtask bench pod-alert`: figures for issue 11's benchmark on a
+//! control plane: 2,000 pods (real Deployments, ReplicaSets and pods made by
+//! kube-controller-manager, bound by the scheduler to a node object the
+//! benchmark keeps alive), 200 of them crash-looping across 20 Deployments.
+//! No node can host 2,000 pods, so the benchmark writes pod statuses as a
+//! kubelet would, restarts rising every few seconds. Measured: notifications
+//! sent (target 20: one per Deployment), the operator's peak RSS (target ≤ 40
+//! MiB), and the time from the crash that crosses the restart threshold to
+//! the webhook notification (target p50 ≤ 2 s; the grace for crashes is 0).
+//!
+//! Scale knobs: `POD_ALERT_BENCH_PODS` (2000), `POD_ALERT_BENCH_CRASHING`
+//! (20 Deployments), `POD_ALERT_BENCH_REPLICAS` (10 each).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use flotilla_testenv::{ControlPlane, Lifetime, Options};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{Measured, env_usize};
+use crate::util::{cargo, root, run_cmd, runtime, say, setup};
+
+const NS: &str = "bench";
+const NODE: &str = "bench-node";
+const TIMEOUT: Duration = Duration::from_secs(600);
+/// Restart rounds written to every crashing pod, this far apart.
+const ROUNDS: u32 = 5;
+const ROUND_EVERY: Duration = Duration::from_secs(5);
+/// The PodAlert's restartThreshold: round 3 crosses it.
+const THRESHOLD: u32 = 3;
+
+pub fn run() -> anyhow::Result<()> {
+    let pods = env_usize("POD_ALERT_BENCH_PODS", 2000)?;
+    let crashing = env_usize("POD_ALERT_BENCH_CRASHING", 20)?.max(1);
+    let replicas = env_usize("POD_ALERT_BENCH_REPLICAS", 10)?.max(1);
+    if crashing * replicas > pods {
+        bail!("{crashing} x {replicas} crashing pods do not fit in {pods} pods");
+    }
+    let assets = setup()?;
+    say("building pod-alert (release)");
+    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "pod-alert", "--bin", "pod-alert"]))?;
+    let binary = crate::dist::target_dir().join("release").join("pod-alert");
+    let rt = runtime()?;
+    rt.block_on(async {
+        let dir = root().join("target").join("flotilla-bench-pod-alert");
+        let _ = std::fs::remove_dir_all(&dir);
+        say("starting a control plane for the benchmark");
+        let mut cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent }).await?;
+        let result = bench(&cp, &binary, pods, crashing, replicas).await;
+        cp.stop();
+        result
+    })
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(v: Value) -> anyhow::Result<T> {
+    serde_json::from_value(v).context("a benchmark object")
+}
+
+/// The node the scheduler binds every pod to, kept Ready by heartbeats.
+async fn make_node(client: &Client) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = from_json(json!({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}}))?;
+    nodes.create(&PostParams::default(), &node).await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let lease: Lease =
+        from_json(json!({"metadata": {"name": NODE}, "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40}}))?;
+    leases.create(&PostParams::default(), &lease).await?;
+    let beat = |now: String| {
+        json!({"status": {
+            "capacity": {"pods": "5000", "cpu": "1000", "memory": "4Ti"},
+            "allocatable": {"pods": "5000", "cpu": "1000", "memory": "4Ti"},
+            // Nothing listens there: log reads fail at once ("logs unavailable").
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 1}},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "benchmark",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]
+        }})
+    };
+    nodes.patch_status(NODE, &PatchParams::default(), &Patch::Merge(beat(Timestamp::now().to_string()))).await?;
+    let (nodes, leases) = (nodes.clone(), leases.clone());
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let now = Timestamp::now();
+            let _ = nodes.patch_status(NODE, &PatchParams::default(), &Patch::Merge(beat(now.to_string()))).await;
+            let renew = json!({"spec": {"renewTime": now.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}});
+            let _ = leases.patch(NODE, &PatchParams::default(), &Patch::Merge(renew)).await;
+        }
+    }))
+}
+
+fn deployment(name: &str, replicas: usize) -> anyhow::Result<Deployment> {
+    from_json(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "bench.invalid/app:1"}]}
+            }
+        }
+    }))
+}
+
+/// A pod's status as a kubelet writes it: running and Ready, or crash-looping
+/// after `restarts` restarts (the last one just now).
+fn status(restarts: u32, pod: &str) -> Value {
+    let now = Timestamp::now().to_string();
+    let ready = if restarts == 0 { "True" } else { "False" };
+    let (state, last) = if restarts == 0 {
+        (json!({"running": {"startedAt": now}}), json!({}))
+    } else {
+        (
+            json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}}),
+            json!({"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now, "containerID": format!("bench://{pod}-{restarts}")}}),
+        )
+    };
+    json!({"status": {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": now},
+                       {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}],
+        "containerStatuses": [{"name": "app", "image": "bench.invalid/app:1", "imageID": "", "ready": restarts == 0,
+                               "restartCount": restarts, "state": state, "lastState": last}]
+    }})
+}
+
+/// Writes statuses with some concurrency, as many kubelets would.
+async fn write_statuses(pods: &Api<Pod>, items: Vec<(String, u32)>) -> anyhow::Result<()> {
+    let results: Vec<Result<Pod, kube::Error>> =
+        futures::stream::iter(items)
+            .map(|(name, restarts)| {
+                let pods = pods.clone();
+                async move {
+                    pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(status(restarts, &name))).await
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+    for r in results {
+        r?;
+    }
+    Ok(())
+}
+
+/// A webhook receiver: every request's arrival time and JSON body.
+type Received = Arc<Mutex<Vec<(Instant, Value)>>>;
+
+async fn receiver() -> anyhow::Result<(String, Received)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hook", listener.local_addr()?);
+    let got: Received = Arc::default();
+    let g = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let g = g.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 16384];
+                loop {
+                    let Ok(n) = sock.read(&mut chunk).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    let Some(head_end) = text.find("\r\n\r\n") else { continue };
+                    let length = text[..head_end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                        })
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if buf.len() < head_end + 4 + length {
+                        continue;
+                    }
+                    let body: Value =
+                        serde_json::from_slice(&buf[head_end + 4..head_end + 4 + length]).unwrap_or(Value::Null);
+                    if let Ok(mut list) = g.lock() {
+                        list.push((Instant::now(), body));
+                    }
+                    let _ =
+                        sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok").await;
+                    return;
+                }
+            });
+        }
+    });
+    Ok((url, got))
+}
+
+async fn wait<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let started = Instant::now();
+    loop {
+        if check().await.unwrap_or(false) {
+            return Ok(());
+        }
+        if started.elapsed() > TIMEOUT {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn pct(sorted: &[Duration], p: usize) -> Duration {
+    sorted.get((sorted.len() * p).div_ceil(100).saturating_sub(1)).copied().unwrap_or_default()
+}
+
+async fn bench(
+    cp: &ControlPlane,
+    binary: &std::path::Path,
+    total: usize,
+    crashing: usize,
+    replicas: usize,
+) -> anyhow::Result<()> {
+    let client = cp.client().await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in pod_alert::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&crd)).await?;
+    }
+    let namespace: Namespace = from_json(json!({"metadata": {"name": NS}}))?;
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await?;
+    let heartbeat = make_node(&client).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // The workloads: crashing Deployments and healthy ones of at most 100.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let crash_names: Vec<String> = (0..crashing).map(|i| format!("crash-{i:02}")).collect();
+    for name in &crash_names {
+        deployments.create(&PostParams::default(), &deployment(name, replicas)?).await?;
+    }
+    let mut healthy = total - crashing * replicas;
+    let mut i = 0;
+    while healthy > 0 {
+        let n = healthy.min(100);
+        deployments.create(&PostParams::default(), &deployment(&format!("healthy-{i:02}"), n)?).await?;
+        healthy -= n;
+        i += 1;
+    }
+    say(&format!("waiting for kube-controller-manager and the scheduler to make and bind {total} pods"));
+    let started = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    wait("every pod bound to the benchmark node", || async {
+        let list = pods.list_metadata(&ListParams::default()).await?;
+        let n = list.items.len();
+        if n < total {
+            return Ok(false);
+        }
+        let bound = pods.list(&ListParams::default().fields(&format!("spec.nodeName={NODE}"))).await?.items.len();
+        Ok(bound >= total)
+    })
+    .await?;
+    eprintln!("    {total} pods bound in {:.1?}", started.elapsed());
+
+    // Every pod starts Running and Ready.
+    let all = pods.list(&ListParams::default()).await?.items;
+    let mut crash_pods: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut items = Vec::new();
+    for p in &all {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let app = p.metadata.labels.as_ref().and_then(|l| l.get("app")).cloned().unwrap_or_default();
+        if crash_names.contains(&app) {
+            crash_pods.entry(app).or_default().push(name.clone());
+        }
+        items.push((name, 0));
+    }
+    let started = Instant::now();
+    write_statuses(&pods, items).await?;
+    eprintln!("    {} pod statuses written in {:.1?}", all.len(), started.elapsed());
+
+    // The operator and its PodAlert, sending to a local webhook.
+    let (url, received) = receiver().await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    secrets
+        .create(&PostParams::default(), &from_json(json!({"metadata": {"name": "hook"}, "stringData": {"url": url}}))?)
+        .await?;
+    let log = cp.dir.join("pod-alert.log");
+    let kubeconfig = cp.kubeconfig.display().to_string();
+    let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "warn")];
+    let op = Measured::start(binary, &[], &env, &log)?;
+    wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
+        .await?;
+    let alerts = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        NS,
+        &kube::api::ApiResource::erase::<pod_alert::crd::PodAlert>(&()),
+    );
+    let pa: kube::api::DynamicObject = from_json(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": "bench"},
+        "spec": {"alerts": {"checkRunningPods": true, "restartThreshold": THRESHOLD}, "sinks": {"webhook": {"urlSecretRef": {"name": "hook", "key": "url"}}}}
+    }))?;
+    alerts.create(&PostParams::default(), &pa).await?;
+    wait("the PodAlert to be evaluated", || async {
+        let a = alerts.get("bench").await?;
+        let msg = a.data["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+            .and_then(|c| c["message"].as_str().map(String::from))
+            .unwrap_or_default();
+        Ok(msg.starts_with(&format!("{total} pods checked")))
+    })
+    .await?;
+    let idle_rss = op.status_kib("VmRSS:").unwrap_or(0);
+
+    // Crash rounds: every crashing pod restarts once per round.
+    let mut crossed: BTreeMap<String, Instant> = BTreeMap::new();
+    let started = Instant::now();
+    for round in 1..=ROUNDS {
+        let round_start = Instant::now();
+        for (deployment, names) in &crash_pods {
+            if round == THRESHOLD {
+                crossed.insert(format!("Deployment/{deployment}"), Instant::now());
+            }
+            write_statuses(&pods, names.iter().map(|n| (n.clone(), round)).collect()).await?;
+        }
+        tokio::time::sleep(ROUND_EVERY.saturating_sub(round_start.elapsed())).await;
+    }
+    let want = crash_pods.len();
+    let opened = |r: &Received| r.lock().map(|l| l.iter().filter(|(_, b)| b["event"] == "opened").count()).unwrap_or(0);
+    wait("one notification per crashing Deployment", || async { Ok(opened(&received) >= want) }).await?;
+    // Anything more that would come, comes now.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let crash_time = started.elapsed();
+
+    let got = received.lock().map(|l| l.clone()).unwrap_or_default();
+    let mut by_event: BTreeMap<String, usize> = BTreeMap::new();
+    let mut latencies = Vec::new();
+    for (at, body) in &got {
+        *by_event.entry(body["event"].as_str().unwrap_or("?").to_string()).or_default() += 1;
+        let crossed_at = body["incident"]["workload"].as_str().and_then(|w| crossed.get(w));
+        if let Some(t) = crossed_at.filter(|_| body["event"] == "opened") {
+            latencies.push(at.saturating_duration_since(*t));
+        }
+    }
+    latencies.sort();
+    let reconciles = op.metric_sum("controller_runtime_reconcile_total").unwrap_or(f64::NAN);
+    let (rss, hwm) = (op.status_kib("VmRSS:").unwrap_or(0), op.status_kib("VmHWM:").unwrap_or(0));
+    heartbeat.abort();
+
+    say("pod-alert benchmark");
+    println!("pods                                {total}");
+    println!("crashing                            {} pods in {want} Deployments", want * replicas);
+    println!("crash rounds                        {ROUNDS}, {:.0?} apart ({:.1?} in all)", ROUND_EVERY, crash_time);
+    println!("notifications sent                  {} (target {want}: one per Deployment) {by_event:?}", got.len());
+    println!(
+        "threshold crash -> notification     p50 {:.2} s, p99 {:.2} s, max {:.2} s ({} measured)",
+        pct(&latencies, 50).as_secs_f64(),
+        pct(&latencies, 99).as_secs_f64(),
+        latencies.last().copied().unwrap_or_default().as_secs_f64(),
+        latencies.len()
+    );
+    println!("reconciles                          {reconciles}");
+    println!("RSS idle (2,000 pods cached)        {:.1} MiB", idle_rss as f64 / 1024.0);
+    println!(
+        "RSS now / peak (VmHWM)              {:.1} MiB / {:.1} MiB (target peak <= 40 MiB)",
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0
+    );
+    Ok(())
+}
