@@ -54,6 +54,11 @@ pub async fn tail(
         ..LogParams::default()
     };
     match tokio::time::timeout(READ_TIMEOUT, api.logs(pod, &params)).await {
+        // The kubelet answers 200 with this when the run's log is gone
+        // (it keeps one dead container per container).
+        Ok(Ok(text)) if text.starts_with("unable to retrieve container logs") => {
+            Err(format!("logs unavailable: {}", text.trim()))
+        }
         Ok(Ok(text)) => Ok(cap(&text, max_bytes)),
         Ok(Err(kube::Error::Api(s))) => Err(format!("logs unavailable: {}", s.message)),
         Ok(Err(e)) => Err(format!("logs unavailable: {e}")),

@@ -44,7 +44,8 @@ pub struct Problem {
     /// The terminated container's ID for reasons that are events (a crash,
     /// an OOM kill, an exit): each is notified once.
     pub incarnation: Option<String>,
-    /// Whether the log worth reading is the previous run's.
+    /// Whether the log worth reading is the previous run's (the crashed run
+    /// when a new one is running), else the newest run's.
     pub previous_logs: bool,
 }
 
@@ -272,7 +273,11 @@ fn container_problem(
                 let message = format!("{} restarts, last: {}", c.restart_count, describe(last));
                 let since = last.finished_at.unwrap_or(now);
                 let incarnation = Some(last.container_id.clone()).filter(|s| !s.is_empty());
-                return Some(problem(pod, &c.name, reason, message, c.restart_count, since, incarnation, true));
+                // The crashed run's log: the kubelet's `previous` is the run
+                // before the current container, which is the crashed one only
+                // while a new run is alive; in back-off the newest run is it.
+                let previous = matches!(c.state, State::Running { .. });
+                return Some(problem(pod, &c.name, reason, message, c.restart_count, since, incarnation, previous));
             }
         }
     }

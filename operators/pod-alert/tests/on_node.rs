@@ -77,15 +77,17 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     .await
     .unwrap();
 
-    // A pod whose first run prints a line no later run prints (an emptyDir
-    // outlives container restarts), five crashing replicas, and a healthy
+    // A pod whose first run prints a line no later run prints and crashes,
+    // its second run staying up (an emptyDir outlives container restarts):
+    // the incident must carry the crashed run's log (`previous`), not the
+    // current one's. Five replicas crashing for good, and a healthy
     // Deployment that is rolled out.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let once: Pod = serde_json::from_value(json!({
         "metadata": {"name": "once", "labels": {"watched": "yes"}},
         "spec": {"terminationGracePeriodSeconds": 1, "volumes": [{"name": "d", "emptyDir": {}}], "containers": [{
             "name": "app", "image": TOOLBOX_IMAGE, "volumeMounts": [{"name": "d", "mountPath": "/d"}],
-            "command": ["sh", "-c", "if [ ! -f /d/ran ]; then echo first-run-only-line; touch /d/ran; fi; echo later-run-line; exit 1"]
+            "command": ["sh", "-c", "if [ ! -f /d/ran ]; then echo first-run-only-line; touch /d/ran; exit 1; fi; echo later-run-line; exec sleep 3600"]
         }]}
     }))
     .unwrap();

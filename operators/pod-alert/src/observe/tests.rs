@@ -81,7 +81,7 @@ fn a_crash_loop_needs_the_threshold_within_the_window() {
     let p = &f.problems[0];
     assert_eq!(p.key.reason, Reason::CrashLoopBackOff);
     assert_eq!(p.key.workload.to_string(), "Deployment/web");
-    assert!(p.previous_logs);
+    assert!(!p.previous_logs, "in back-off the newest run is the crashed one");
     assert!(p.message.contains("exit code 1"), "{}", p.message);
     // The last crash is older than the window: no longer a crash loop.
     assert!(eval(&[crashing(pod("w", "web"), 9, 0, "Error")], &r, 700).problems.is_empty());
@@ -112,6 +112,7 @@ fn one_oom_kill_is_a_problem_with_its_incarnation() {
     assert_eq!(f.problems.len(), 1);
     assert_eq!(f.problems[0].key.reason, Reason::OOMKilled);
     assert_eq!(f.problems[0].incarnation.as_deref(), Some("containerd://uid-w-1"));
+    assert!(f.problems[0].previous_logs, "a new run is alive: the crashed one is `previous`");
 }
 
 #[test]
