@@ -240,8 +240,15 @@ fn bad_values_are_rejected_by_the_schema_with_a_clear_message() {
     }
 }
 
+/// config-copier's chart creates cluster-scoped ClusterRoles with fixed names
+/// (`flotilla-copyrule-edit`, `-view`, `-admin`: users bind them by name), so
+/// two releases that both create them cannot be installed at once; the tests
+/// that install it take turns.
+static CLUSTER_SCOPED_NAMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn the_umbrella_installs_and_uninstalls_leaving_only_the_crds() {
+    let _turn = CLUSTER_SCOPED_NAMES.lock().await;
     let env = shared();
     let ns = env.namespace("umbrella").await.unwrap();
     let client = env.client().await;
@@ -283,6 +290,7 @@ async fn the_umbrella_installs_and_uninstalls_leaving_only_the_crds() {
 
 #[tokio::test]
 async fn one_operator_chart_installs_alone() {
+    let _turn = CLUSTER_SCOPED_NAMES.lock().await;
     let env = shared();
     for op in operators().unwrap() {
         let ns = env.namespace(&format!("alone-{op}")).await.unwrap();
