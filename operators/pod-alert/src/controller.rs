@@ -141,7 +141,9 @@ async fn watch_pods(
     data: Arc<Data>,
     synced: impl Fn() + Send + 'static,
 ) {
-    let watch = watcher(api, watcher::Config::default().any_semantic());
+    // Small list pages: a page of full Pods is what peaks memory at start
+    // (each becomes a few hundred bytes of projection right away).
+    let watch = watcher(api, watcher::Config::default().any_semantic().page_size(50));
     let mut watch = std::pin::pin!(watch);
     let mut was_ready = false;
     while let Some(event) = watch.next().await {
