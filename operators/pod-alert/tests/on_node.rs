@@ -189,6 +189,28 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     })
     .await
     .unwrap();
+    flotilla_testenv::wait_for("the Slack resolve messages", Duration::from_secs(30), || {
+        let r = receiver.clone();
+        async move {
+            let done = r.slack_messages("Resolved: ").len() == 2;
+            Ok::<_, std::convert::Infallible>(done.then_some(()))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", receiver.slack_messages("")));
+    // The metrics say the same.
+    let metrics = reqwest::get(operator.metrics_url()).await.unwrap().text().await.unwrap();
+    let value = |series: &str| -> f64 {
+        metrics.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(-1.0)
+    };
+    // This process (started after the openings) sent the two resolves per sink.
+    assert_eq!(value(r#"flotilla_pod_alert_notifications_total{result="success",sink="webhook"}"#), 2.0, "{metrics}");
+    assert_eq!(value(r#"flotilla_pod_alert_notifications_total{result="success",sink="slack"}"#), 2.0, "{metrics}");
+    assert!(
+        value(r#"flotilla_pod_alert_notifications_total{result="success",sink="alertmanager"}"#) >= 1.0,
+        "{metrics}"
+    );
+    assert_eq!(value(r#"flotilla_pod_alert_incidents_firing{namespace=""#), 0.0, "{metrics}");
     // Alertmanager saw the resolve: the alert is no longer active.
     flotilla_testenv::wait_for("Alertmanager to resolve the alert", Duration::from_secs(60), || {
         let am = &am;
