@@ -31,6 +31,21 @@ pub fn render(crd: &CustomResourceDefinition) -> Result<String, CrdError> {
     Ok(format!("{HEADER}{yaml}"))
 }
 
+/// `--print-crd`: prints `crds` as YAML documents; the exit code says
+/// whether that worked.
+pub fn print(crds: &[CustomResourceDefinition]) -> std::process::ExitCode {
+    match crds.iter().map(render).collect::<Result<String, _>>() {
+        Ok(yaml) => {
+            print!("{yaml}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Whether to write the files or only compare them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

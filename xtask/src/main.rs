@@ -7,6 +7,7 @@ mod crds;
 mod demo;
 mod dist;
 mod images;
+mod receiver;
 mod test;
 mod util;
 

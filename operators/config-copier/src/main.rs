@@ -48,16 +48,7 @@ struct Args {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     if args.print_crd {
-        return match serde_yaml_crd() {
-            Ok(yaml) => {
-                print!("{yaml}");
-                std::process::ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
+        return flotilla_shared::crd::print(&config_copier::crds());
     }
     if let Err(e) = args.watch.validate() {
         e.exit();
@@ -101,10 +92,6 @@ fn main() -> std::process::ExitCode {
         strip: StripLabels(args.strip_labels.into_iter().filter(|l| !l.is_empty()).collect()),
     };
     Operator::new("config-copier", &args.common).run(move |ctx| controller::run(ctx, options))
-}
-
-fn serde_yaml_crd() -> Result<String, flotilla_shared::crd::CrdError> {
-    config_copier::crds().iter().map(flotilla_shared::crd::render).collect()
 }
 
 /// `16Mi`, `512Ki` or plain bytes, in KiB.

@@ -32,16 +32,7 @@ struct Args {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     if args.print_crd {
-        return match pod_alert::crds().iter().map(flotilla_shared::crd::render).collect::<Result<String, _>>() {
-            Ok(yaml) => {
-                print!("{yaml}");
-                std::process::ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
+        return flotilla_shared::crd::print(&pod_alert::crds());
     }
     if let Err(e) = args.watch.validate() {
         e.exit();

@@ -30,7 +30,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use super::{Measured, env_usize};
+use super::{Measured, env_usize, wait};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
 const SRC_NS: &str = "bench-src";
@@ -271,23 +271,6 @@ async fn create_namespaces(client: &Client, n: usize) -> anyhow::Result<()> {
         r??;
     }
     Ok(())
-}
-
-async fn wait<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
-    let started = Instant::now();
-    loop {
-        if check().await.unwrap_or(false) {
-            return Ok(());
-        }
-        if started.elapsed() > TIMEOUT {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// Waits until `want` copies carry the label and satisfy `check`.

@@ -13,6 +13,27 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+/// How long a benchmark waits for anything.
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Polls `check` every 250 ms until it says true, for at most [`TIMEOUT`].
+async fn wait<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if check().await.unwrap_or(false) {
+            return Ok(());
+        }
+        if started.elapsed() > TIMEOUT {
+            anyhow::bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// A number from the environment (a benchmark's scale knob), or `default`.
 fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
     match std::env::var(name) {

@@ -26,14 +26,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{Measured, env_usize};
+use super::{Measured, env_usize, wait};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
 const NS: &str = "bench";
 const NODE: &str = "bench-node";
-const TIMEOUT: Duration = Duration::from_secs(600);
 /// Restart rounds written to every crashing pod, this far apart.
 const ROUNDS: u32 = 5;
 const ROUND_EVERY: Duration = Duration::from_secs(5);
@@ -161,62 +159,17 @@ type Received = Arc<Mutex<Vec<(Instant, Value)>>>;
 async fn receiver() -> anyhow::Result<(String, Received)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/hook", listener.local_addr()?);
+    let mut rx = crate::receiver::serve(listener);
     let got: Received = Arc::default();
     let g = got.clone();
     tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let g = g.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 16384];
-                loop {
-                    let Ok(n) = sock.read(&mut chunk).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    let Some(head_end) = text.find("\r\n\r\n") else { continue };
-                    let length = text[..head_end]
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
-                        })
-                        .and_then(|v| v.parse::<usize>().ok())
-                        .unwrap_or(0);
-                    if buf.len() < head_end + 4 + length {
-                        continue;
-                    }
-                    let body: Value =
-                        serde_json::from_slice(&buf[head_end + 4..head_end + 4 + length]).unwrap_or(Value::Null);
-                    if let Ok(mut list) = g.lock() {
-                        list.push((Instant::now(), body));
-                    }
-                    let _ =
-                        sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok").await;
-                    return;
-                }
-            });
+        while let Some(item) = rx.recv().await {
+            if let Ok(mut list) = g.lock() {
+                list.push(item);
+            }
         }
     });
     Ok((url, got))
-}
-
-async fn wait<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
-    let started = Instant::now();
-    loop {
-        if check().await.unwrap_or(false) {
-            return Ok(());
-        }
-        if started.elapsed() > TIMEOUT {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 fn pct(sorted: &[Duration], p: usize) -> Duration {
