@@ -27,14 +27,12 @@ use crate::incident::{Book, Change, Transition};
 use crate::metrics::AlertMetrics;
 use crate::notify::{IncidentView, Notification, alertmanager_alerts};
 use crate::observe::evaluate;
-use crate::pod::{PodView, after, elapsed, view};
+use crate::pod::{PodView, elapsed, view};
 use crate::rules::Rules;
 use crate::status::{self, Summary};
 
 /// Look at every PodAlert at least this often.
 const RESYNC: Duration = Duration::from_secs(300);
-/// Alertmanager hears of firing alerts this often.
-pub const ALERTMANAGER_RESEND: Duration = Duration::from_secs(60);
 /// A sink Secret is checked at most this often per PodAlert.
 const SECRET_CHECK_EVERY: Duration = Duration::from_secs(60);
 
@@ -55,7 +53,7 @@ pub struct Options {
 struct State {
     book: Book,
     sinks: BTreeMap<&'static str, Sink>,
-    last_alertmanager: Option<Timestamp>,
+    alertmanager: crate::notify::AlertmanagerSchedule,
     secret_checks: HashMap<SecretKeyRef, (Timestamp, Result<(), String>)>,
     /// Held-back counts already added to the metric.
     counted: BTreeMap<&'static str, i64>,
@@ -407,7 +405,7 @@ async fn sync_sinks(alert: &PodAlert, ns: &str, st: &mut State, data: &Data) {
                     let sink = data.delivery.start(name, t, path, coalesce, data.trigger_for(alert));
                     st.sinks.insert(name, sink);
                     if name == "alertmanager" {
-                        st.last_alertmanager = None;
+                        st.alertmanager.reset();
                     }
                 }
             }
@@ -508,17 +506,13 @@ fn push_alertmanager(
 ) -> Option<Timestamp> {
     let sink = st.sinks.get("alertmanager")?;
     let incidents = st.book.for_alertmanager(now);
-    if incidents.is_empty() {
-        return None;
-    }
-    let due = st.last_alertmanager.is_none_or(|at| elapsed(at, now) >= ALERTMANAGER_RESEND - Duration::from_secs(2));
-    if changed || due {
+    let (send, next) = st.alertmanager.tick(!incidents.is_empty(), changed, now);
+    if send {
         let body = alertmanager_alerts((ns, &alert.name_any()), &incidents, now);
         // A full queue is counted; the next minute sends again anyway.
         sink.send(body, metrics, "alertmanager");
-        st.last_alertmanager = Some(now);
     }
-    st.last_alertmanager.map(|at| after(at, ALERTMANAGER_RESEND))
+    next
 }
 
 fn sink_statuses(alert: &PodAlert, st: &State) -> Vec<SinkStatus> {

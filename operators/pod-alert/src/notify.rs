@@ -216,6 +216,39 @@ fn cut_end_keep_tail(s: &str, max: usize) -> String {
     out
 }
 
+/// Alertmanager hears of firing incidents this often.
+pub const ALERTMANAGER_RESEND: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// When a PodAlert's alerts go to Alertmanager: at once on any change, then
+/// every minute while it has any (firing, or resolved within five minutes),
+/// so `endsAt` (now + 4 min) never lapses while an incident fires.
+#[derive(Debug, Clone, Default)]
+pub struct AlertmanagerSchedule {
+    last: Option<Timestamp>,
+}
+
+impl AlertmanagerSchedule {
+    /// A new sink (or a changed URL): the next tick sends.
+    pub fn reset(&mut self) {
+        self.last = None;
+    }
+
+    /// Whether to send now, and when to look again (None: nothing to tell).
+    pub fn tick(&mut self, has_alerts: bool, changed: bool, now: Timestamp) -> (bool, Option<Timestamp>) {
+        if !has_alerts {
+            return (false, None);
+        }
+        // A little early rather than late: reconciles are not to the second.
+        let slack = std::time::Duration::from_secs(2);
+        let due = self.last.is_none_or(|at| crate::pod::elapsed(at, now) + slack >= ALERTMANAGER_RESEND);
+        let send = changed || due;
+        if send {
+            self.last = Some(now);
+        }
+        (send, self.last.map(|at| after(at, ALERTMANAGER_RESEND)))
+    }
+}
+
 /// Alertmanager v2 alerts for the incidents it must hear of now
 /// ([`crate::incident::Book::for_alertmanager`]).
 pub fn alertmanager_alerts(podalert: (&str, &str), incidents: &[&Incident], now: Timestamp) -> Value {
@@ -343,6 +376,40 @@ mod tests {
         assert_eq!(a[0]["endsAt"], after(now, FIRING_ENDS_AFTER).to_string());
         assert_eq!(a[1]["endsAt"], at.to_string());
         assert!(a[0]["annotations"]["logs"].as_str().unwrap().contains("panic"));
+    }
+
+    #[test]
+    fn alertmanager_hears_every_minute_while_firing_and_five_minutes_after_the_resolve() {
+        use crate::incident::Book;
+        use crate::observe::evaluate;
+        use crate::observe::tests::{crashing, pod, rules, t};
+        let r = rules(
+            serde_json::json!({"alerts": {"checkRunningPods": true, "resolveAfter": "1m", "restartWindow": "1m"}}),
+        );
+        let mut book = Book::default();
+        let mut schedule = AlertmanagerSchedule::default();
+        let mut sent: Vec<(i64, String)> = Vec::new();
+        for s in (0..=900).step_by(10) {
+            let pods = if s < 60 { vec![crashing(pod("w", "web"), 3, 0, "Error")] } else { vec![pod("w", "web")] };
+            let f = evaluate(pods.iter(), &r, &mut book.history, t(s));
+            let changed = !book.step(&f, &r, t(s)).is_empty();
+            let incidents = book.for_alertmanager(t(s));
+            let (send, next) = schedule.tick(!incidents.is_empty(), changed, t(s));
+            if send {
+                let body = alertmanager_alerts(("a", "p"), &incidents, t(s));
+                sent.push((s, body[0]["endsAt"].as_str().unwrap().to_string()));
+            }
+            assert_eq!(next.is_some(), !incidents.is_empty());
+        }
+        let times: Vec<i64> = sent.iter().map(|(s, _)| *s).collect();
+        // Opened at 0 (re-sent at 60); the crash ages out at 60, resolved 60 s
+        // later at 120 (a change: sent), then every minute while within five minutes of it.
+        assert_eq!(times, vec![0, 60, 120, 180, 240, 300, 360], "{sent:?}");
+        assert_eq!(sent[0].1, t(240).to_string(), "firing: endsAt = now + 4 min");
+        assert_eq!(sent[1].1, t(300).to_string());
+        for (_, ends) in &sent[2..] {
+            assert_eq!(ends, &t(120).to_string(), "resolved: endsAt = the resolve time");
+        }
     }
 
     #[test]

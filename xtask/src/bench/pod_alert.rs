@@ -321,7 +321,7 @@ async fn bench(
         latencies.len()
     );
     println!("reconciles                          {reconciles}");
-    println!("RSS idle (2,000 pods cached)        {:.1} MiB", idle_rss as f64 / 1024.0);
+    println!("RSS idle ({total} pods cached)       {:.1} MiB", idle_rss as f64 / 1024.0);
     println!(
         "RSS now / peak (VmHWM)              {:.1} MiB / {:.1} MiB (target peak <= 40 MiB)",
         rss as f64 / 1024.0,
