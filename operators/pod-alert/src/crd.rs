@@ -382,10 +382,11 @@ pub struct PodAlertStatus {
     /// old termination never fires again). At most 20; firing first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incidents: Vec<IncidentStatus>,
-    /// Problems and pods skipped, by cause (Completed, Terminating,
-    /// SchedulingGated, IgnoredContainer, IgnoredPod, ReasonNotSelected,
-    /// LogPattern, Cooldown, RecoveredInGrace), counted since the operator
-    /// started evaluating this PodAlert.
+    /// What was held back, by cause. Pods and containers skipped in the last
+    /// evaluation: Completed, Terminating, SchedulingGated, IgnoredContainer,
+    /// IgnoredPod, ReasonNotSelected. Notifications not sent since the
+    /// operator started evaluating this PodAlert: LogPattern, Cooldown,
+    /// RecoveredInGrace (healthy again within the grace), AlreadyNotified.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub suppressed: BTreeMap<String, i64>,
     /// Each configured sink's delivery state.
