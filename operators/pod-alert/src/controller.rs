@@ -345,20 +345,21 @@ async fn read_logs(
         if let Some((pod, previous)) = inc.log_source.clone() {
             let container = inc.key.container.clone();
             let pod_ns = if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() };
-            let logs = if container.is_empty() {
-                Ok(String::new())
-            } else {
-                crate::logs::tail(
-                    &data.ctx.client,
-                    &pod_ns,
-                    &pod,
-                    &container,
-                    previous,
-                    rules.tail_lines,
-                    rules.max_bytes,
-                )
-                .await
-            };
+            // The kubelet may have dropped a run's log file (it keeps one dead
+            // container per container): try the other run of this pod, then
+            // other pods of the incident, at most three reads.
+            let mut tries = vec![(pod.clone(), previous), (pod.clone(), !previous)];
+            tries.extend(inc.pods.iter().filter(|p| **p != pod).take(1).map(|p| (p.clone(), previous)));
+            let mut logs = Ok(String::new());
+            if !container.is_empty() {
+                for (p, prev) in tries {
+                    let (lines, bytes) = (rules.tail_lines, rules.max_bytes);
+                    logs = crate::logs::tail(&data.ctx.client, &pod_ns, &p, &container, prev, lines, bytes).await;
+                    if logs.is_ok() {
+                        break;
+                    }
+                }
+            }
             data.metrics.log_reads.with_label_values(&[if logs.is_ok() { "success" } else { "unavailable" }]).inc();
             if let Err(e) = &logs {
                 tracing::warn!(incident = %t.key, pod = %pod, error = %e, "could not read the log tail");

@@ -13,6 +13,9 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes read at most per tail (1,000 lines of 4 KiB).
 const READ_LIMIT: i64 = 4 << 20;
 
+/// What the kubelet answers, with status 200, when a run's log file is gone.
+const KUBELET_FAILURES: [&str; 2] = ["unable to retrieve container logs", "failed to try resolving symlinks"];
+
 /// Cuts `text` to its last `max_bytes` bytes (on a character boundary,
 /// starting at a line when one begins within the kept part).
 pub fn cap(text: &str, max_bytes: usize) -> String {
@@ -56,7 +59,7 @@ pub async fn tail(
     match tokio::time::timeout(READ_TIMEOUT, api.logs(pod, &params)).await {
         // The kubelet answers 200 with this when the run's log is gone
         // (it keeps one dead container per container).
-        Ok(Ok(text)) if text.starts_with("unable to retrieve container logs") => {
+        Ok(Ok(text)) if KUBELET_FAILURES.iter().any(|f| text.starts_with(f)) => {
             Err(format!("logs unavailable: {}", text.trim()))
         }
         Ok(Ok(text)) => Ok(cap(&text, max_bytes)),
