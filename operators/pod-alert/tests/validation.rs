@@ -73,7 +73,7 @@ async fn cluster_scope_outside_trusted_namespaces_and_missing_secrets_are_condit
     .await;
     assert!(sinks.2.contains("nope") && sinks.2.contains("not found"), "{sinks:?}");
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
-    let reasons = flotilla_testenv::wait_for("both Warning Events", T, || {
+    flotilla_testenv::wait_for("both Warning Events", T, || {
         let events = events.clone();
         async move {
             let list = events.list(&Default::default()).await?;
@@ -84,10 +84,9 @@ async fn cluster_scope_outside_trusted_namespaces_and_missing_secrets_are_condit
                 .filter_map(|e| e.reason)
                 .collect();
             let both = r.iter().any(|x| x == "ClusterScopeRefused") && r.iter().any(|x| x == "SinkMisconfigured");
-            Ok::<_, kube::Error>(both.then_some(r))
+            Ok::<_, kube::Error>(both.then_some(()))
         }
     })
     .await
     .unwrap();
-    assert!(!reasons.is_empty());
 }
