@@ -48,6 +48,12 @@ target "pod-alert" {
   tags     = ["${REGISTRY}/flotilla-pod-alert:${TAG}"]
 }
 
+target "pod-debugger" {
+  inherits = ["_operator"]
+  args     = { OPERATOR = "pod-debugger" }
+  tags     = ["${REGISTRY}/flotilla-pod-debugger:${TAG}"]
+}
+
 group "default" {
-  targets = ["service-dns", "config-copier", "pod-alert"]
+  targets = ["service-dns", "config-copier", "pod-alert", "pod-debugger"]
 }

@@ -327,6 +327,86 @@ async fn pod_alert_rbac_is_sufficient_and_minimal() {
     prove(&shared(), "pod-alert", &[], &[], &[], pod_alert_scenario).await;
 }
 
+/// pod-debugger: a PodDebugger adds its ephemeral container to a matching
+/// Running pod of a namespace made for the round (status, an Event on the
+/// pod, the namespace's Pod Security level read). No node runs the pod: it is bound to a node that does not
+/// exist and its status is written as a kubelet would; the API server
+/// accepts the ephemeral container all the same.
+fn pod_debugger_scenario(
+    admin: Client,
+    ns: String,
+    round: usize,
+    timeout: Duration,
+) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    Box::pin(async move {
+        let err = |e: kube::Error| e.to_string();
+        let (pod, rule) = (format!("p-{round}"), format!("pd-{round}"));
+        // Not the release namespace: the operator's own is protected.
+        let ns = format!("{ns}-d{round}");
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await.map_err(err)?;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
+        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": pod, "labels": {"round": round.to_string()}},
+            "spec": {"nodeName": "rbac-no-such-node", "containers": [{"name": "app", "image": "busybox"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &p).await.map_err(err)?;
+        let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+            "name": "app", "image": "busybox", "imageID": "", "ready": true, "restartCount": 0,
+            "state": {"running": {"startedAt": k8s_openapi::jiff::Timestamp::now().to_string()}}
+        }]}});
+        pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+        let debuggers = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+            admin.clone(),
+            &ns,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "flotilla.dev",
+                "v1alpha1",
+                "PodDebugger",
+            )),
+        );
+        let pd: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodDebugger", "metadata": {"name": rule},
+            "spec": {"selector": {"matchLabels": {"round": round.to_string()}}, "image": "busybox:1.37"}
+        }))
+        .unwrap();
+        debuggers.create(&PostParams::default(), &pd).await.map_err(err)?;
+        wait_for("the debug container in the pod and injected: 1 in status", timeout, || async {
+            let p = pods.get(&pod).await?;
+            let added = p
+                .spec
+                .and_then(|s| s.ephemeral_containers)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.name.starts_with(&format!("dbg-{rule}-")));
+            let d = debuggers.get(&rule).await?;
+            let ready = d.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+            Ok::<_, kube::Error>((added && ready && d.data["status"]["injected"] == 1).then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
+        wait_for("the DebugContainerAdded Event on the pod", timeout, || async {
+            let list = events.list(&Default::default()).await?;
+            let found = list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("DebugContainerAdded")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod.as_str())
+            });
+            Ok::<_, kube::Error>(found.then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
+
+#[tokio::test]
+async fn pod_debugger_rbac_is_sufficient_and_minimal() {
+    prove(&shared(), "pod-debugger", &[], &[], &[], pod_debugger_scenario).await;
+}
+
 /// The Route53 zone of the service-dns proof (moto): endpoint, zone id, domain.
 static ZONE: std::sync::OnceLock<(String, String, String)> = std::sync::OnceLock::new();
 

@@ -257,6 +257,10 @@ fn default_log_format() -> LogFormat {
     if std::io::stderr().is_terminal() { LogFormat::Text } else { LogFormat::Json }
 }
 
+/// Namespaces no Flotilla operator ever acts in, whatever a custom resource
+/// asks (the operator's own namespace is added by each operator).
+pub const ALWAYS_PROTECTED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
 /// The pod's namespace: `POD_NAMESPACE`, else the mounted ServiceAccount's.
 pub fn pod_namespace() -> Option<String> {
     std::env::var("POD_NAMESPACE")

@@ -11,7 +11,11 @@ use crate::util::{root, say};
 /// Every operator's CRDs, by operator. Adding an operator with CRDs: add its
 /// `crds()` here.
 pub fn by_operator() -> Vec<(&'static str, Vec<CustomResourceDefinition>)> {
-    vec![("config-copier", config_copier::crds()), ("pod-alert", pod_alert::crds())]
+    vec![
+        ("config-copier", config_copier::crds()),
+        ("pod-alert", pod_alert::crds()),
+        ("pod-debugger", pod_debugger::crds()),
+    ]
 }
 
 pub fn run(check: bool) -> anyhow::Result<()> {

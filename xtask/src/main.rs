@@ -47,7 +47,7 @@ enum Command {
     Dist,
     /// OCI images (operators from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster.
     Images,
-    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert`.
+    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-debugger`.
     Bench { operator: String },
 }
 

@@ -23,7 +23,7 @@ pub const ACCEPT_COPIES: &str = "flotilla.dev/accept-copies";
 /// Namespace label: `true` lets `onConflict: Overwrite` adopt objects there.
 pub const ACCEPT_OVERWRITE: &str = "flotilla.dev/accept-overwrite";
 /// Never targets, whatever the flags say.
-pub const ALWAYS_PROTECTED: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+pub const ALWAYS_PROTECTED: [&str; 3] = flotilla_shared::config::ALWAYS_PROTECTED_NAMESPACES;
 /// The Secret types copied unless `--secret-types` says otherwise.
 pub const DEFAULT_SECRET_TYPES: [&str; 6] = [
     "Opaque",

@@ -3,6 +3,7 @@
 
 mod config_copier;
 mod pod_alert;
+mod pod_debugger;
 mod service_dns;
 
 use std::io::{Read, Write};
@@ -12,6 +13,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
 
 /// How long a benchmark waits for anything.
 const TIMEOUT: Duration = Duration::from_secs(600);
@@ -101,11 +108,51 @@ impl Measured {
     }
 }
 
+pub(super) fn from_json<T: serde::de::DeserializeOwned>(v: Value) -> anyhow::Result<T> {
+    serde_json::from_value(v).context("a benchmark object")
+}
+
+/// The node the scheduler binds every pod to, kept Ready by heartbeats.
+pub(super) async fn make_node(client: &Client, name: &str) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = from_json(json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))?;
+    nodes.create(&PostParams::default(), &node).await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let lease: Lease =
+        from_json(json!({"metadata": {"name": name}, "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}}))?;
+    leases.create(&PostParams::default(), &lease).await?;
+    let beat = |now: String| {
+        json!({"status": {
+            "capacity": {"pods": "5000", "cpu": "1000", "memory": "4Ti"},
+            "allocatable": {"pods": "5000", "cpu": "1000", "memory": "4Ti"},
+            // Nothing listens there: log reads fail at once ("logs unavailable").
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 1}},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "benchmark",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]
+        }})
+    };
+    nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(beat(Timestamp::now().to_string()))).await?;
+    let (nodes, leases, name) = (nodes.clone(), leases.clone(), name.to_string());
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let now = Timestamp::now();
+            let _ = nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(beat(now.to_string()))).await;
+            let renew = json!({"spec": {"renewTime": now.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}});
+            let _ = leases.patch(&name, &PatchParams::default(), &Patch::Merge(renew)).await;
+        }
+    }))
+}
+
 pub fn run(operator: &str) -> anyhow::Result<()> {
     match operator {
         "service-dns" => service_dns::run(),
         "config-copier" => config_copier::run(),
         "pod-alert" => pod_alert::run(),
-        other => anyhow::bail!("no benchmark named {other:?}; known: service-dns, config-copier, pod-alert"),
+        "pod-debugger" => pod_debugger::run(),
+        other => {
+            anyhow::bail!("no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-debugger")
+        }
     }
 }

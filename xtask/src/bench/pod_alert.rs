@@ -15,19 +15,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use flotilla_testenv::{ControlPlane, Lifetime, Options};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
+use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::{Measured, env_usize, wait};
+use super::{Measured, env_usize, from_json, make_node, wait};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
 const NS: &str = "bench";
@@ -59,43 +58,6 @@ pub fn run() -> anyhow::Result<()> {
         cp.stop();
         result
     })
-}
-
-fn from_json<T: serde::de::DeserializeOwned>(v: Value) -> anyhow::Result<T> {
-    serde_json::from_value(v).context("a benchmark object")
-}
-
-/// The node the scheduler binds every pod to, kept Ready by heartbeats.
-async fn make_node(client: &Client) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = from_json(json!({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}}))?;
-    nodes.create(&PostParams::default(), &node).await?;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    let lease: Lease =
-        from_json(json!({"metadata": {"name": NODE}, "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40}}))?;
-    leases.create(&PostParams::default(), &lease).await?;
-    let beat = |now: String| {
-        json!({"status": {
-            "capacity": {"pods": "5000", "cpu": "1000", "memory": "4Ti"},
-            "allocatable": {"pods": "5000", "cpu": "1000", "memory": "4Ti"},
-            // Nothing listens there: log reads fail at once ("logs unavailable").
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 1}},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "benchmark",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}]
-        }})
-    };
-    nodes.patch_status(NODE, &PatchParams::default(), &Patch::Merge(beat(Timestamp::now().to_string()))).await?;
-    let (nodes, leases) = (nodes.clone(), leases.clone());
-    Ok(tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            let now = Timestamp::now();
-            let _ = nodes.patch_status(NODE, &PatchParams::default(), &Patch::Merge(beat(now.to_string()))).await;
-            let renew = json!({"spec": {"renewTime": now.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}});
-            let _ = leases.patch(NODE, &PatchParams::default(), &Patch::Merge(renew)).await;
-        }
-    }))
 }
 
 fn deployment(name: &str, replicas: usize) -> anyhow::Result<Deployment> {
@@ -191,7 +153,7 @@ async fn bench(
     }
     let namespace: Namespace = from_json(json!({"metadata": {"name": NS}}))?;
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await?;
-    let heartbeat = make_node(&client).await?;
+    let heartbeat = make_node(&client, NODE).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The workloads: crashing Deployments and healthy ones of at most 100.

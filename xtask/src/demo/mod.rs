@@ -8,6 +8,7 @@
 
 mod config_copier;
 mod pod_alert;
+mod pod_debugger;
 mod service_dns;
 
 use std::path::PathBuf;
@@ -101,6 +102,7 @@ pub fn run() -> anyhow::Result<()> {
             ("service-dns", service_dns::start as Part),
             ("config-copier", config_copier::start as Part),
             ("pod-alert", pod_alert::start as Part),
+            ("pod-debugger", pod_debugger::start as Part),
         ] {
             say(&format!("demo: {name}"));
             if let Err(e) = part(&env).await {

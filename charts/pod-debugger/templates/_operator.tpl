@@ -1,0 +1,41 @@
+{{/*
+What pod-debugger needs of the API: its PodDebuggers (status by server-side
+apply), pods (list and watch only, and the ephemeralcontainers subresource: patch is how
+a debug container is added, the only write the operator makes to a pod) and
+namespaces by name (get only: the Pod Security enforce label). Events are
+added by flotilla.rbac. With watchNamespace set, all of it is a Role in
+that namespace (whose namespaces: get then covers that namespace only).
+No get on pods or PodDebuggers: the watches' caches answer.
+e2e/tests/rbac.rs proves each rule is needed.
+*/}}
+{{- define "pod-debugger.rules" -}}
+- apiGroups: ["flotilla.dev"]
+  resources: ["poddebuggers"]
+  verbs: ["list", "watch"]
+- apiGroups: ["flotilla.dev"]
+  resources: ["poddebuggers/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["pods/ephemeralcontainers"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get"]
+{{- end -}}
+
+{{- define "pod-debugger.args" -}}
+{{- if .Values.watchNamespace }}
+- {{ printf "--watch-namespace=%v" .Values.watchNamespace | quote }}
+{{- end }}
+- {{ printf "--allowed-images=%v" (join "," .Values.allowedImages) | quote }}
+{{- with .Values.protectedNamespaces }}
+- {{ printf "--protected-namespaces=%v" (join "," .) | quote }}
+{{- end }}
+- {{ printf "--inject-concurrency=%v" .Values.injectConcurrency | quote }}
+{{- end -}}
+
+{{- define "pod-debugger.env" -}}
+{{- end -}}

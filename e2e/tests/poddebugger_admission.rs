@@ -1,0 +1,175 @@
+//! The pod-debugger chart's ValidatingAdmissionPolicy and PodDebugger
+//! ClusterRoles, on the real API server (RBAC, aggregation,
+//! ValidatingAdmissionPolicy GA): a PodDebugger runs an image inside the
+//! namespace's pods, so only a user who could add the ephemeral container
+//! (`patch pods/ephemeralcontainers`) and exec into the pods (`create
+//! pods/exec`) themselves may write one. A namespace `edit` user with the
+//! chart's `-edit` role is refused (edit lacks ephemeralcontainers, on
+//! purpose); with the ephemeralcontainers right but no exec, refused too;
+//! with both, allowed. `view` carries read access. Requests are made as
+//! those users by impersonation.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use flotilla_e2e::{apply_crds, build_chart_dependencies, charts_dir, helm_ok, yaml_documents};
+use flotilla_testenv::{shared, wait_for};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+const RELEASE: &str = "pdvap";
+
+fn debuggers(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("flotilla.dev", "v1alpha1", "PodDebugger"));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn debugger(name: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodDebugger", "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": "payment"}}, "image": "busybox:1.37"}
+    }))
+    .unwrap()
+}
+
+/// Applies the chart's access objects (roles, policy, binding) as rendered.
+async fn apply_chart_access(admin: &Client) {
+    build_chart_dependencies().unwrap();
+    let chart = charts_dir().join("pod-debugger").display().to_string();
+    let rendered = helm_ok(
+        None,
+        &[
+            "template",
+            RELEASE,
+            &chart,
+            "--show-only",
+            "templates/poddebugger-access.yaml",
+            "--api-versions",
+            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+        ],
+    )
+    .unwrap();
+    let docs = yaml_documents(&rendered).unwrap();
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(kinds, ["ClusterRole", "ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]);
+    for doc in docs {
+        let (group_version, kind) = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
+        let (group, version) = group_version.split_once('/').unwrap();
+        let plural = match kind {
+            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
+            _ => "clusterroles",
+        };
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        let name = obj.metadata.name.clone().unwrap();
+        Api::<DynamicObject>::all_with(admin.clone(), &ar)
+            .patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&obj))
+            .await
+            .unwrap();
+    }
+}
+
+async fn bind(admin: &Client, ns: &str, user: &str, kind: &str, role: &str) {
+    let rb: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{user}-{role}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &rb).await.unwrap();
+}
+
+async fn role(admin: &Client, ns: &str, name: &str, rules: Value) {
+    let r: Role = serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).unwrap();
+    Api::<Role>::namespaced(admin.clone(), ns).create(&PostParams::default(), &r).await.unwrap();
+}
+
+/// Creates until the answer is not a 403 without the policy's message
+/// (RBAC and the policy apply within moments, not at once); returns it.
+async fn create_settled(api: &Api<DynamicObject>, name: &str, expect_refusal: Option<&str>) -> Result<(), String> {
+    let last = wait_for("the grants and the policy to apply", Duration::from_secs(60), || {
+        let api = api.clone();
+        async move {
+            match api.create(&PostParams::default(), &debugger(name)).await {
+                Ok(_) if expect_refusal.is_none() => Ok::<_, String>(Some(Ok(()))),
+                Ok(_) => {
+                    let _ = api.delete(name, &Default::default()).await;
+                    Ok(None)
+                }
+                Err(kube::Error::Api(s)) => match expect_refusal {
+                    Some(needle) if s.message.contains(needle) => Ok(Some(Err(s.message))),
+                    _ => Ok(None),
+                },
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .await;
+    last.unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[tokio::test]
+async fn only_users_who_could_debug_the_pods_themselves_write_poddebuggers() {
+    let env = shared();
+    let admin = env.client().await;
+    apply_crds(&admin).await.unwrap();
+    apply_chart_access(&admin).await;
+    let ns = env.namespace("pdvap").await.unwrap();
+    let edit_role = format!("{RELEASE}-pod-debugger-edit");
+    role(
+        &admin,
+        &ns,
+        "debug",
+        json!([{"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch"]}]),
+    )
+    .await;
+
+    // alice: the namespace's `edit` (exec, no ephemeralcontainers) and the
+    // chart's PodDebugger edit role.
+    let alice = format!("alice-{ns}");
+    bind(&admin, &ns, &alice, "ClusterRole", "edit").await;
+    bind(&admin, &ns, &alice, "ClusterRole", &edit_role).await;
+    let as_alice = debuggers(&env.impersonating(&alice, &["system:authenticated"]).await.unwrap(), &ns);
+    let msg = create_settled(&as_alice, "a", Some("pods/ephemeralcontainers")).await.unwrap_err();
+    assert!(msg.contains("patch on pods/ephemeralcontainers"), "{msg}");
+
+    // bob: PodDebuggers and ephemeral containers, but no exec.
+    let bob = format!("bob-{ns}");
+    bind(&admin, &ns, &bob, "ClusterRole", &edit_role).await;
+    bind(&admin, &ns, &bob, "Role", "debug").await;
+    let as_bob = debuggers(&env.impersonating(&bob, &["system:authenticated"]).await.unwrap(), &ns);
+    let msg = create_settled(&as_bob, "b", Some("pods/exec")).await.unwrap_err();
+    assert!(msg.contains("create on pods/exec"), "{msg}");
+
+    // alice, once she may add ephemeral containers herself, may write one;
+    // so may an admin.
+    bind(&admin, &ns, &alice, "Role", "debug").await;
+    create_settled(&as_alice, "a", None).await.unwrap();
+    debuggers(&admin, &ns).create(&PostParams::default(), &debugger("by-admin")).await.unwrap();
+
+    // A spec update is judged like a create; a label edit is not.
+    let as_bob_admin_made = as_bob.clone();
+    let mut obj = debuggers(&admin, &ns).get("by-admin").await.unwrap();
+    obj.data["spec"]["image"] = json!("busybox:1.36");
+    let refused = as_bob_admin_made.replace("by-admin", &PostParams::default(), &obj).await;
+    assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("pods/exec")), "{refused:?}");
+    let label = Patch::Merge(json!({"metadata": {"labels": {"team": "payments"}}}));
+    as_bob.patch("by-admin", &PatchParams::default(), &label).await.unwrap();
+
+    // `view` reads PodDebuggers (aggregated), and writes nothing.
+    let carol = format!("carol-{ns}");
+    bind(&admin, &ns, &carol, "ClusterRole", "view").await;
+    let as_carol = debuggers(&env.impersonating(&carol, &["system:authenticated"]).await.unwrap(), &ns);
+    let listed = wait_for("view to carry poddebuggers", Duration::from_secs(60), || {
+        let api = as_carol.clone();
+        async move { Ok::<_, String>(api.list(&ListParams::default()).await.ok().map(|l| l.items.len())) }
+    })
+    .await
+    .unwrap();
+    assert_eq!(listed, 2);
+    let denied = as_carol.create(&PostParams::default(), &debugger("c")).await;
+    assert!(matches!(&denied, Err(kube::Error::Api(s)) if s.code == 403), "{denied:?}");
+}

@@ -1,0 +1,486 @@
+//! The PodDebugger controller: a pod watch (a small projection per pod)
+//! whose changes trigger the PodDebuggers of the pod's namespace; each
+//! reconcile checks the rule as a whole (protected namespace, selector,
+//! image allow-list, profile against the namespace's Pod Security level),
+//! plans every matched pod, proves the container with one dry run, adds it
+//! where the plan says, and writes the status. Debounced: a burst of pod
+//! updates is one reconcile.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use flotilla_shared::Context;
+use flotilla_shared::projection;
+use flotilla_shared::selector::Selector;
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::container::{ephemeral_container, patch};
+use crate::crd::{PodDebugger, PodDebuggerStatus};
+use crate::error::Error;
+use crate::images::ImagePolicy;
+use crate::metrics::DebuggerMetrics;
+use crate::naming;
+use crate::plan::{Decision, Memory, PodPlan, Refusal, Rule, forget, next_wake, plan};
+use crate::pod::{PodView, view};
+use crate::security::{Level, check_profile};
+use crate::status::{self, Outcome};
+
+/// Look at every PodDebugger at least this often.
+const RESYNC: Duration = Duration::from_secs(300);
+/// A namespace's Pod Security level is read at most this often.
+const NAMESPACE_TTL: Duration = Duration::from_secs(10);
+/// A dry-run refusal is tried again after this long (or on a spec change).
+const DRY_RUN_RETRY: Duration = Duration::from_secs(300);
+
+/// Options of the controller (from flags).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Only PodDebuggers and pods of this namespace.
+    pub watch_namespace: Option<String>,
+    /// Images a PodDebugger may run.
+    pub images: ImagePolicy,
+    /// Namespaces whose PodDebuggers are refused (kube-system, ..., the
+    /// operator's own).
+    pub protected: BTreeSet<String>,
+    /// Additions in flight per reconcile.
+    pub concurrency: usize,
+}
+
+/// The last dry run of one container spec at one Pod Security level.
+struct DryRun {
+    container: String,
+    level: Level,
+    result: Result<(), String>,
+    at: Instant,
+}
+
+/// One PodDebugger's state between reconciles.
+struct RuleState {
+    memory: Memory,
+    dry_run: Option<DryRun>,
+    /// For the Event when the PodDebugger is deleted.
+    oref: ObjectReference,
+    name: String,
+    namespace: String,
+}
+
+/// What every reconcile shares.
+pub struct Data {
+    pub ctx: Context,
+    pub metrics: DebuggerMetrics,
+    pub options: Options,
+    pods: projection::Store<PodView>,
+    rules: Store<PodDebugger>,
+    states: Mutex<HashMap<String, Arc<tokio::sync::Mutex<RuleState>>>>,
+    namespaces: Mutex<HashMap<String, (Level, Instant)>>,
+    backoff: Mutex<HashMap<String, Duration>>,
+    trigger: UnboundedSender<ObjectRef<PodDebugger>>,
+}
+
+/// Runs the controller until shutdown.
+pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
+    let metrics = DebuggerMetrics::new()?;
+    metrics.register(&ctx.metrics)?;
+    let (rules_api, pods_api): (Api<PodDebugger>, Api<Pod>) = match &options.watch_namespace {
+        Some(ns) => (Api::namespaced(ctx.client.clone(), ns), Api::namespaced(ctx.client.clone(), ns)),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let controller = Controller::new(rules_api, watcher::Config::default().any_semantic())
+        .with_config(controller::Config::default().debounce(Duration::from_millis(500)).concurrency(8))
+        .reconcile_on(rx);
+    let (pods, writer) = projection::store::<PodView>();
+    let data = Arc::new(Data {
+        ctx: ctx.clone(),
+        metrics,
+        options,
+        pods,
+        rules: controller.store(),
+        states: Mutex::default(),
+        namespaces: Mutex::default(),
+        backoff: Mutex::default(),
+        trigger: tx,
+    });
+
+    let readiness = ctx.readiness().clone();
+    readiness.register("pods");
+    let mut tasks = Vec::new();
+    {
+        let (data, r) = (Arc::clone(&data), readiness.clone());
+        tasks.push(tokio::spawn(watch_pods(pods_api, writer, data, move || r.set_synced("pods"))));
+    }
+    {
+        let data = Arc::clone(&data);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                data.collect_garbage().await;
+            }
+        }));
+    }
+    let result = ctx.run_controller("poddebugger", controller, reconcile, error_policy, Arc::clone(&data)).await;
+    for t in tasks {
+        t.abort();
+    }
+    result
+}
+
+/// Keeps the pod projection and triggers the PodDebuggers of the namespaces
+/// that changed.
+async fn watch_pods(
+    api: Api<Pod>,
+    mut writer: projection::Writer<PodView>,
+    data: Arc<Data>,
+    synced: impl Fn() + Send + 'static,
+) {
+    // Small list pages: a page of full Pods is what peaks memory at start.
+    let watch = watcher(api, watcher::Config::default().any_semantic().page_size(50));
+    let mut watch = std::pin::pin!(watch);
+    let mut was_ready = false;
+    while let Some(event) = watch.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "pod watch failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let changes = writer.apply_changes(event, |pod: Pod| {
+            let v = view(&pod);
+            (format!("{}/{}", v.namespace, v.name), v)
+        });
+        if !was_ready && data.pods.is_ready() {
+            was_ready = true;
+            synced();
+        }
+        data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
+        let mut namespaces: Vec<&str> =
+            changes.iter().filter_map(|c| c.new.as_ref().or(c.old.as_ref()).map(|p| p.namespace.as_str())).collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        for rule in data.rules.state() {
+            let ns = rule.namespace().unwrap_or_default();
+            if namespaces.binary_search(&ns.as_str()).is_ok() {
+                let _ = data.trigger.unbounded_send(ObjectRef::from_obj(rule.as_ref()));
+            }
+        }
+    }
+}
+
+impl Data {
+    fn state(&self, rule: &PodDebugger) -> Arc<tokio::sync::Mutex<RuleState>> {
+        let uid = rule.uid().unwrap_or_default();
+        let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(states.entry(uid).or_insert_with(|| {
+            Arc::new(tokio::sync::Mutex::new(RuleState {
+                memory: Memory::default(),
+                dry_run: None,
+                oref: rule.object_ref(&()),
+                name: rule.name_any(),
+                namespace: rule.namespace().unwrap_or_default(),
+            }))
+        }))
+    }
+
+    /// Drops the state of deleted PodDebuggers, telling (a Normal Event)
+    /// that their containers stay: ephemeral containers cannot be removed.
+    async fn collect_garbage(&self) {
+        if !self.pods.is_ready() {
+            return;
+        }
+        let live: std::collections::HashSet<String> = self.rules.state().iter().filter_map(|r| r.uid()).collect();
+        let gone: Vec<Arc<tokio::sync::Mutex<RuleState>>> = {
+            let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+            let uids: Vec<String> = states.keys().filter(|u| !live.contains(*u)).cloned().collect();
+            uids.iter().filter_map(|u| states.remove(u)).collect()
+        };
+        for st in gone {
+            let st = st.lock().await;
+            let left = self
+                .pods
+                .state()
+                .iter()
+                .filter(|p| p.namespace == st.namespace && p.ephemeral.iter().any(|c| naming::added_by(&st.name, c)))
+                .count();
+            if left > 0 {
+                self.ctx.events.normal(
+                    &st.oref,
+                    "DebugContainersLeft",
+                    "Delete",
+                    format!(
+                        "PodDebugger {} deleted: its debug containers stay in {left} pod(s) until those pods are replaced (ephemeral containers cannot be removed)",
+                        st.name
+                    ),
+                );
+            }
+        }
+        self.backoff.lock().unwrap_or_else(PoisonError::into_inner).retain(|uid, _| live.contains(uid));
+    }
+
+    /// The namespace's Pod Security enforce level (cached briefly).
+    async fn level(&self, ns: &str) -> Result<Level, Error> {
+        let now = Instant::now();
+        if let Some((level, at)) = self.namespaces.lock().unwrap_or_else(PoisonError::into_inner).get(ns)
+            && now.saturating_duration_since(*at) < NAMESPACE_TTL
+        {
+            return Ok(*level);
+        }
+        let api: Api<Namespace> = Api::all(self.ctx.client.clone());
+        let n = api.get(ns).await.map_err(|e| Error::Namespace(ns.to_string(), e))?;
+        let level = Level::of(&n.metadata.labels.unwrap_or_default());
+        self.namespaces.lock().unwrap_or_else(PoisonError::into_inner).insert(ns.to_string(), (level, now));
+        Ok(level)
+    }
+}
+
+/// Failures back off per PodDebugger (1 s doubling to 5 min).
+pub fn error_policy(rule: Arc<PodDebugger>, error: &Error, data: Arc<Data>) -> Action {
+    let uid = rule.uid().unwrap_or_default();
+    let mut backoff = data.backoff.lock().unwrap_or_else(PoisonError::into_inner);
+    let d = backoff.entry(uid).or_insert(Duration::from_millis(500));
+    *d = (*d * 2).min(Duration::from_secs(300));
+    tracing::warn!(error = %error, label = error.metric_label(), delay = ?*d, "will retry");
+    Action::requeue(*d)
+}
+
+/// A refusal of the whole PodDebugger: a reason and a message.
+type Refused = (&'static str, String);
+
+/// The rule's selector, or why the whole PodDebugger is refused.
+async fn check(rule: &PodDebugger, ns: &str, data: &Data) -> Result<Result<(Selector, Level), Refused>, Error> {
+    if data.options.protected.contains(ns) {
+        let msg = format!("namespace {ns} is protected: the operator never adds debug containers there");
+        return Ok(Err(("ProtectedNamespace", msg)));
+    }
+    let selector = match Selector::new(&rule.spec.selector) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(("InvalidSpec", format!("selector: {e}")))),
+    };
+    if let Err(e) = data.options.images.check(&rule.spec.image) {
+        return Ok(Err(("ImageNotAllowed", e)));
+    }
+    let level = data.level(ns).await?;
+    if let Err(e) = check_profile(level, rule.spec.profile) {
+        return Ok(Err(("ProfileForbidden", e)));
+    }
+    Ok(Ok((selector, level)))
+}
+
+fn ready_condition(
+    s: Option<&PodDebuggerStatus>,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    s.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+}
+
+pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action, Error> {
+    let ns = rule.namespace().ok_or(Error::NoNamespace)?;
+    let name = rule.name_any();
+    let uid = rule.uid().unwrap_or_default();
+    let oref = rule.object_ref(&());
+    let container = naming::container_name(&name, &rule.spec);
+    let state = data.state(&rule);
+    let mut st = state.lock().await;
+    let now = Instant::now();
+
+    let mut refused = None;
+    let mut plans = Vec::new();
+    let mut wake = None;
+    match check(&rule, &ns, &data).await? {
+        Err(r) => refused = Some(r),
+        Ok((selector, level)) => {
+            let r = Rule {
+                name: &name,
+                namespace: &ns,
+                selector: &selector,
+                container: &container,
+                target: rule.spec.target_container.as_deref(),
+                max_per_pod: usize::try_from(rule.spec.max_per_pod.clamp(1, 10)).unwrap_or(1),
+            };
+            let pods = data.pods.state();
+            plans = plan(&r, pods.iter().map(AsRef::as_ref), &st.memory, now);
+            if plans.iter().any(|p| matches!(p.decision, Decision::Add { .. })) {
+                refused = dry_run(&rule, &ns, &container, level, &plans, &mut st, &data).await;
+                if refused.is_none() {
+                    add(&rule, &ns, &oref, &container, &mut plans, &mut st, &data).await;
+                }
+            }
+            forget(&mut st.memory, &plans, now);
+            wake = next_wake(&plans, &st.memory, now);
+        }
+    }
+
+    let outcome = match &refused {
+        Some((reason, message)) => {
+            let was = ready_condition(rule.status.as_ref());
+            if !was.is_some_and(|c| c.reason == *reason && c.message == *message) {
+                tracing::warn!(poddebugger = %name, reason, message = %message, "refused");
+                data.ctx.events.warning(&oref, reason, "Validate", format!("no debug container added: {message}"));
+                data.metrics.refusals.with_label_values(&[reason]).inc();
+            }
+            Outcome::Refused { reason, message: message.clone() }
+        }
+        None => Outcome::Planned(&plans),
+    };
+    let new = status::build(rule.status.as_ref(), rule.metadata.generation, &container, outcome);
+    if rule.status.as_ref().is_none_or(|old| !status::same(old, &new)) {
+        let api: Api<PodDebugger> = Api::namespaced(data.ctx.client.clone(), &ns);
+        flotilla_shared::apply_status(&api, &name, &data.ctx.field_manager, &new).await.map_err(Error::Status)?;
+    }
+    data.backoff.lock().unwrap_or_else(PoisonError::into_inner).remove(&uid);
+    let wait = wake.map_or(RESYNC, |at| at.saturating_duration_since(now)).clamp(Duration::from_secs(1), RESYNC);
+    let wait =
+        if refused.as_ref().is_some_and(|(r, _)| *r == "DryRunRejected") { wait.min(DRY_RUN_RETRY) } else { wait };
+    Ok(Action::requeue(wait))
+}
+
+/// Tries the first addition with dryRun=All (once per container spec and
+/// Pod Security level): a spec the API would reject is refused as a whole
+/// before any pod is touched. Returns the refusal, if any.
+async fn dry_run(
+    rule: &PodDebugger,
+    ns: &str,
+    container: &str,
+    level: Level,
+    plans: &[PodPlan],
+    st: &mut RuleState,
+    data: &Data,
+) -> Option<Refused> {
+    let now = Instant::now();
+    let fresh = st.dry_run.as_ref().filter(|d| {
+        d.container == container
+            && d.level == level
+            && (d.result.is_ok() || now.saturating_duration_since(d.at) < DRY_RUN_RETRY)
+    });
+    if let Some(d) = fresh {
+        return d.result.as_ref().err().map(|e| ("DryRunRejected", e.clone()));
+    }
+    let (pod, target) = plans.iter().find_map(|p| match &p.decision {
+        Decision::Add { target } => Some((p.pod.as_str(), target.as_str())),
+        _ => None,
+    })?;
+    let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
+    let body = patch(&ephemeral_container(&rule.spec, container, target));
+    let pp = PatchParams { dry_run: true, field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
+    let result = match api.patch_ephemeral_containers(pod, &pp, &Patch::Strategic(&body)).await {
+        Ok(_) => Ok(()),
+        // The spec itself is refused (Pod Security, validation, a webhook).
+        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
+            data.metrics.injections.with_label_values(&["dry_run_rejected"]).inc();
+            Err(format!("a dry run of {container} on pod {pod} was refused: {}", s.message))
+        }
+        // The pod went away, a conflict, a transport error: nothing learnt
+        // about the spec; the real additions report their own failures.
+        Err(e) => {
+            tracing::debug!(error = %e, pod, "dry run inconclusive");
+            return None;
+        }
+    };
+    let refusal = result.as_ref().err().map(|e| ("DryRunRejected", e.clone()));
+    st.dry_run = Some(DryRun { container: container.to_string(), level, result, at: now });
+    refusal
+}
+
+/// Adds the container to every pod the plan says, a few at a time; each
+/// result turns the pod's decision into Added or Refused.
+async fn add(
+    rule: &PodDebugger,
+    ns: &str,
+    oref: &ObjectReference,
+    container: &str,
+    plans: &mut [PodPlan],
+    st: &mut RuleState,
+    data: &Data,
+) {
+    let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
+    let pp = PatchParams { field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
+    let jobs: Vec<(usize, String, String)> = plans
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.decision {
+            Decision::Add { target } => Some((i, p.pod.clone(), target.clone())),
+            _ => None,
+        })
+        .collect();
+    let results: Vec<(usize, String, Result<(), kube::Error>)> = futures::stream::iter(jobs)
+        .map(|(i, pod, target)| {
+            let (api, pp) = (api.clone(), pp.clone());
+            let body = patch(&ephemeral_container(&rule.spec, container, &target));
+            async move {
+                let r = api.patch_ephemeral_containers(&pod, &pp, &Patch::Strategic(&body)).await.map(|_| ());
+                (i, target, r)
+            }
+        })
+        .buffer_unordered(data.options.concurrency.max(1))
+        .collect()
+        .await;
+    let now = Instant::now();
+    let mut added = Vec::new();
+    for (i, target, result) in results {
+        let p = &mut plans[i];
+        let key = (p.uid.clone(), container.to_string());
+        match result {
+            Ok(()) => {
+                data.metrics.injections.with_label_values(&["added"]).inc();
+                st.memory.added.insert(key.clone(), now);
+                st.memory.refused.remove(&key);
+                let note = format!("added debug container {container} ({}) targeting {target}", rule.spec.image);
+                let pod_ref = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    namespace: Some(ns.to_string()),
+                    name: Some(p.pod.clone()),
+                    uid: Some(p.uid.clone()),
+                    ..ObjectReference::default()
+                };
+                data.ctx.events.normal(&pod_ref, "DebugContainerAdded", "AddEphemeralContainer", note);
+                tracing::info!(pod = %p.pod, container, target = %target, "debug container added");
+                added.push(p.pod.clone());
+                p.decision = Decision::Added;
+            }
+            Err(e) => {
+                let (label, message) = match &e {
+                    kube::Error::Api(s) => ("rejected", s.message.clone()),
+                    other => ("error", other.to_string()),
+                };
+                data.metrics.injections.with_label_values(&[label]).inc();
+                let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
+                if refusal.attempts == 1 {
+                    data.ctx.events.warning(
+                        oref,
+                        "InjectionFailed",
+                        "AddEphemeralContainer",
+                        format!("pod {}: {container} not added: {message}", p.pod),
+                    );
+                }
+                tracing::warn!(pod = %p.pod, container, error = %message, attempts = refusal.attempts, "debug container not added");
+                p.decision = Decision::Refused { message, retry_at: refusal.retry_at };
+                st.memory.refused.insert(key, refusal);
+            }
+        }
+    }
+    if !added.is_empty() {
+        added.sort();
+        let shown: Vec<&str> = added.iter().take(5).map(String::as_str).collect();
+        let more = if added.len() > 5 { format!(" and {} more", added.len() - 5) } else { String::new() };
+        data.ctx.events.normal(
+            oref,
+            "DebugContainerAdded",
+            "AddEphemeralContainer",
+            format!(
+                "added {container} ({}) to {} pod(s): {}{more}; kubectl exec -it <pod> -c {container} -- sh",
+                rule.spec.image,
+                added.len(),
+                shown.join(", ")
+            ),
+        );
+    }
+}

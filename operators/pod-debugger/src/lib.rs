@@ -1,0 +1,42 @@
+//! # pod-debugger
+//!
+//! A `PodDebugger` (`flotilla.dev/v1alpha1`) adds an ephemeral debug
+//! container to the running pods of its namespace that match a label, once
+//! per pod and container spec, joining a target container's process
+//! namespace, so a distroless pod gets a shell. Only images on the
+//! operator's allow-list run; a profile the namespace's Pod Security level
+//! would reject is refused before any pod is touched (one rejected
+//! ephemeral container blocks every later one on that pod).
+//!
+//! | module | concern |
+//! | --- | --- |
+//! | [`crd`] | the CRD types, schema, CEL rules, printer columns |
+//! | [`naming`] | deterministic container names (pure) |
+//! | [`security`] | profiles as security contexts, Pod Security levels (pure) |
+//! | [`images`] | the image allow-list (pure) |
+//! | [`pod`] | the pod projection (pure) |
+//! | [`plan`] | what to do with each matched pod (pure) |
+//! | [`container`] | the ephemeral container and its patch (pure) |
+//! | [`status`] | status from the plan (pure) |
+//! | [`metrics`] | `flotilla_pod_debugger_*` |
+//! | [`controller`] | the watch, the reconcile loop, the dry run and the additions |
+
+pub mod container;
+pub mod controller;
+pub mod crd;
+pub mod error;
+pub mod images;
+pub mod metrics;
+pub mod naming;
+pub mod plan;
+pub mod pod;
+pub mod security;
+pub mod status;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The operator's CRDs, for `cargo xtask crds`.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![crd::PodDebugger::crd()]
+}

@@ -1,0 +1,352 @@
+//! What to do with each pod a PodDebugger matches: a pure function of the
+//! rule, the pods as the watch sees them, and what the operator remembers
+//! (additions not yet seen by the watch, refusals in back-off). The
+//! executor only carries out `Add`s; every decision is taken here.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use flotilla_shared::selector::Selector;
+
+use crate::naming;
+use crate::pod::{ContainerState, PodView};
+
+/// The parts of a rule the plan needs.
+pub struct Rule<'a> {
+    /// The PodDebugger's name.
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub selector: &'a Selector,
+    /// The current spec's container name.
+    pub container: &'a str,
+    /// spec.targetContainer (None: the pod's first container).
+    pub target: Option<&'a str>,
+    pub max_per_pod: usize,
+}
+
+/// An addition the API refused, remembered per pod and container so the
+/// pod is retried with back-off, never in a hot loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub message: String,
+    pub attempts: u32,
+    pub retry_at: Instant,
+}
+
+impl Refusal {
+    /// The next refusal after `previous`: 30 s doubling to 10 min.
+    pub fn after(previous: Option<&Refusal>, message: String, now: Instant) -> Refusal {
+        let attempts = previous.map_or(1, |p| p.attempts.saturating_add(1));
+        let delay = Duration::from_secs(30).saturating_mul(1 << (attempts - 1).min(5)).min(Duration::from_secs(600));
+        Refusal { message, attempts, retry_at: now + delay }
+    }
+}
+
+/// What the operator remembers between reconciles, keyed by (pod UID,
+/// container name).
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// Additions made but not yet in the watch's view of the pod.
+    pub added: HashMap<(String, String), Instant>,
+    /// Refused additions.
+    pub refused: HashMap<(String, String), Refusal>,
+}
+
+/// How long an addition the watch has not shown yet counts as done.
+pub const ADDED_GRACE: Duration = Duration::from_secs(60);
+
+/// One matched pod's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The pod has the current container, in this state.
+    Has(ContainerState),
+    /// Added moments ago; the watch has not shown it yet.
+    Added,
+    /// Add the container, joining `target`'s process namespace.
+    Add { target: String },
+    /// Not yet: the pod or its target container is not running.
+    Wait { reason: &'static str },
+    /// Never, as things are: the reason says why.
+    Skip { reason: &'static str, message: String },
+    /// The API refused the addition; retried at `retry_at`.
+    Refused { message: String, retry_at: Instant },
+}
+
+/// The plan for one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPlan {
+    pub pod: String,
+    pub uid: String,
+    pub decision: Decision,
+}
+
+/// Decides for every pod of the rule's namespace that the selector
+/// matches; terminating and static pods are not matched.
+pub fn plan<'p>(
+    rule: &Rule<'_>,
+    pods: impl IntoIterator<Item = &'p PodView>,
+    memory: &Memory,
+    now: Instant,
+) -> Vec<PodPlan> {
+    let mut out: Vec<PodPlan> = pods
+        .into_iter()
+        .filter(|p| p.namespace == rule.namespace && !p.terminating && !p.mirror)
+        .filter(|p| rule.selector.matches(&p.labels))
+        .map(|p| PodPlan { pod: p.name.clone(), uid: p.uid.clone(), decision: decide(rule, p, memory, now) })
+        .collect();
+    out.sort_by(|a, b| a.pod.cmp(&b.pod));
+    out
+}
+
+fn decide(rule: &Rule<'_>, pod: &PodView, memory: &Memory, now: Instant) -> Decision {
+    if pod.ephemeral.iter().any(|c| c == rule.container) {
+        return Decision::Has(pod.ephemeral_states.get(rule.container).cloned().unwrap_or_default());
+    }
+    let key = (pod.uid.clone(), rule.container.to_string());
+    if memory.added.get(&key).is_some_and(|at| now.saturating_duration_since(*at) < ADDED_GRACE) {
+        return Decision::Added;
+    }
+    let target = match rule.target {
+        Some(t) => t.to_string(),
+        None => match pod.containers.first() {
+            Some(first) => first.clone(),
+            None => return Decision::Wait { reason: "PodNotRunning" },
+        },
+    };
+    if !pod.containers.is_empty() && !pod.containers.contains(&target) {
+        return Decision::Skip {
+            reason: "TargetNotFound",
+            message: format!("the pod has no container {target:?} (containers: {})", pod.containers.join(", ")),
+        };
+    }
+    let ours = pod.ephemeral.iter().filter(|c| naming::added_by(rule.name, c)).count();
+    if ours >= rule.max_per_pod {
+        return Decision::Skip {
+            reason: "MaxPerPodReached",
+            message: format!(
+                "the pod has {ours} debug containers from this PodDebugger (maxPerPod {}); ephemeral containers cannot be removed: recreate the pod to clear them",
+                rule.max_per_pod
+            ),
+        };
+    }
+    if !pod.running {
+        return Decision::Wait { reason: "PodNotRunning" };
+    }
+    if !pod.running_containers.contains(&target) {
+        return Decision::Wait { reason: "TargetNotRunning" };
+    }
+    if let Some(r) = memory.refused.get(&key).filter(|r| now < r.retry_at) {
+        return Decision::Refused { message: r.message.clone(), retry_at: r.retry_at };
+    }
+    Decision::Add { target }
+}
+
+/// When the plan wants to be looked at again (a refusal's retry, or an
+/// addition the watch should have shown by then).
+pub fn next_wake(plans: &[PodPlan], memory: &Memory, now: Instant) -> Option<Instant> {
+    let refusals = plans.iter().filter_map(|p| match &p.decision {
+        Decision::Refused { retry_at, .. } => Some(*retry_at),
+        _ => None,
+    });
+    let added = plans
+        .iter()
+        .filter(|p| p.decision == Decision::Added)
+        .filter_map(|p| memory.added.iter().find(|((uid, _), _)| *uid == p.uid).map(|(_, at)| *at + ADDED_GRACE));
+    refusals.chain(added).filter(|t| *t > now).min()
+}
+
+/// Forgets what no longer matters: additions the watch now shows or that
+/// are older than the grace, refusals of pods that are gone.
+pub fn forget(memory: &mut Memory, plans: &[PodPlan], now: Instant) {
+    memory.added.retain(|(uid, _), at| {
+        now.saturating_duration_since(*at) < ADDED_GRACE
+            && plans.iter().any(|p| p.uid == *uid && p.decision == Decision::Added)
+    });
+    memory.refused.retain(|(uid, _), _| plans.iter().any(|p| p.uid == *uid));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use flotilla_shared::selector::LabelSelector;
+    use proptest::prelude::*;
+
+    fn selector() -> Selector {
+        let s: LabelSelector = serde_json::from_value(serde_json::json!({"matchLabels": {"app": "payment"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Selector::new(&s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn pod(name: &str) -> PodView {
+        PodView {
+            namespace: "shop".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            labels: BTreeMap::from([("app".into(), "payment".into())]),
+            running: true,
+            containers: vec!["app".into(), "side".into()],
+            running_containers: vec!["app".into(), "side".into()],
+            ..PodView::default()
+        }
+    }
+
+    const C: &str = "dbg-r-0123456789";
+
+    fn rule<'a>(sel: &'a Selector, target: Option<&'a str>) -> Rule<'a> {
+        Rule { name: "r", namespace: "shop", selector: sel, container: C, target, max_per_pod: 2 }
+    }
+
+    fn one(r: &Rule<'_>, p: &PodView, m: &Memory, now: Instant) -> Decision {
+        let plans = plan(r, [p], m, now);
+        assert_eq!(plans.len(), 1, "{p:?} was not matched");
+        plans[0].decision.clone()
+    }
+
+    #[test]
+    fn a_running_pod_gets_the_container_targeting_its_first_container() {
+        let sel = selector();
+        let now = Instant::now();
+        assert_eq!(one(&rule(&sel, None), &pod("a"), &Memory::default(), now), Decision::Add { target: "app".into() });
+        assert_eq!(
+            one(&rule(&sel, Some("side")), &pod("a"), &Memory::default(), now),
+            Decision::Add { target: "side".into() }
+        );
+    }
+
+    #[test]
+    fn other_pods_are_not_matched() {
+        let sel = selector();
+        let r = rule(&sel, None);
+        let mut other_ns = pod("a");
+        other_ns.namespace = "bank".into();
+        let mut other_label = pod("b");
+        other_label.labels.insert("app".into(), "cart".into());
+        let mut terminating = pod("c");
+        terminating.terminating = true;
+        let mut mirror = pod("d");
+        mirror.mirror = true;
+        let pods = [other_ns, other_label, terminating, mirror];
+        assert!(plan(&r, pods.iter(), &Memory::default(), Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn a_pod_waits_until_it_and_its_target_run() {
+        let sel = selector();
+        let r = rule(&sel, Some("side"));
+        let now = Instant::now();
+        let mut p = pod("a");
+        p.running = false;
+        p.running_containers.clear();
+        assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Wait { reason: "PodNotRunning" });
+        p.running = true;
+        p.running_containers = vec!["app".into()];
+        assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Wait { reason: "TargetNotRunning" });
+        p.running_containers.push("side".into());
+        assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Add { target: "side".into() });
+    }
+
+    #[test]
+    fn a_missing_target_is_skipped_with_the_pods_containers() {
+        let sel = selector();
+        let d = one(&rule(&sel, Some("nope")), &pod("a"), &Memory::default(), Instant::now());
+        assert!(
+            matches!(&d, Decision::Skip { reason: "TargetNotFound", message } if message.contains("app, side")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn the_current_container_is_added_once_and_the_limit_holds() {
+        let sel = selector();
+        let r = rule(&sel, None);
+        let now = Instant::now();
+        let mut p = pod("a");
+        p.ephemeral = vec![C.into()];
+        assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Has(ContainerState::default()));
+        // An older spec's container: the current one is still added...
+        p.ephemeral = vec!["dbg-r-aaaaaaaaaa".into(), "dbg-other-bbbbbbbbbb".into(), "debugger-x".into()];
+        assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Add { target: "app".into() });
+        // ...until this rule's own containers reach maxPerPod.
+        p.ephemeral.push("dbg-r-cccccccccc".into());
+        assert!(matches!(one(&r, &p, &Memory::default(), now), Decision::Skip { reason: "MaxPerPodReached", .. }));
+    }
+
+    #[test]
+    fn an_addition_the_watch_has_not_shown_is_not_made_again() {
+        let sel = selector();
+        let r = rule(&sel, None);
+        let now = Instant::now();
+        let p = pod("a");
+        let mut m = Memory::default();
+        m.added.insert((p.uid.clone(), C.into()), now);
+        assert_eq!(one(&r, &p, &m, now), Decision::Added);
+        let plans = plan(&r, [&p], &m, now);
+        assert_eq!(next_wake(&plans, &m, now), Some(now + ADDED_GRACE));
+        // After the grace (the watch never showed it), it is tried again.
+        let later = now + ADDED_GRACE + Duration::from_secs(1);
+        assert_eq!(one(&r, &p, &m, later), Decision::Add { target: "app".into() });
+        let plans = plan(&r, [&p], &m, later);
+        forget(&mut m, &plans, later);
+        assert!(m.added.is_empty());
+    }
+
+    #[test]
+    fn a_refusal_backs_off_and_is_forgotten_with_its_pod() {
+        let sel = selector();
+        let r = rule(&sel, None);
+        let now = Instant::now();
+        let p = pod("a");
+        let mut m = Memory::default();
+        let first = Refusal::after(None, "forbidden".into(), now);
+        assert_eq!(first.retry_at, now + Duration::from_secs(30));
+        let mut last = first.clone();
+        for _ in 0..10 {
+            last = Refusal::after(Some(&last), "forbidden".into(), now);
+        }
+        assert_eq!(last.retry_at, now + Duration::from_secs(600));
+        m.refused.insert((p.uid.clone(), C.into()), first);
+        let d = one(&r, &p, &m, now);
+        assert!(matches!(d, Decision::Refused { .. }));
+        let plans = plan(&r, [&p], &m, now);
+        assert_eq!(next_wake(&plans, &m, now), Some(now + Duration::from_secs(30)));
+        assert_eq!(one(&r, &p, &m, now + Duration::from_secs(31)), Decision::Add { target: "app".into() });
+        forget(&mut m, &[], now);
+        assert!(m.refused.is_empty());
+    }
+
+    proptest! {
+        /// Whatever the pods look like, a pod is only ever given a container
+        /// when it runs, its target runs, it lacks the current container and
+        /// this rule's containers on it are below the limit.
+        #[test]
+        fn additions_are_only_planned_where_they_are_safe(
+            running in any::<bool>(),
+            target_running in any::<bool>(),
+            terminating in any::<bool>(),
+            have_current in any::<bool>(),
+            ours in 0usize..4,
+            theirs in 0usize..3,
+            max in 1usize..4,
+        ) {
+            let sel = selector();
+            let mut r = rule(&sel, None);
+            r.max_per_pod = max;
+            let mut p = pod("a");
+            p.running = running;
+            p.terminating = terminating;
+            if !target_running { p.running_containers = vec!["side".into()]; }
+            p.ephemeral = (0..ours).map(|i| format!("dbg-r-{i:010}")).collect();
+            p.ephemeral.extend((0..theirs).map(|i| format!("dbg-x-{i:010}")));
+            if have_current { p.ephemeral.push(C.into()); }
+            let plans = plan(&r, [&p], &Memory::default(), Instant::now());
+            let ours_total = ours + usize::from(have_current);
+            for pp in plans {
+                if let Decision::Add { .. } = pp.decision {
+                    prop_assert!(running && target_running && !terminating && !have_current && ours_total < max);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The pod projection: what the plan reads of a pod, a few hundred bytes
+//! instead of the whole object. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+/// The annotation the kubelet sets on a static pod's mirror.
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// A container's state in the pod's status.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerState {
+    /// Running, Waiting or Terminated ("" when the status has no entry yet).
+    pub state: &'static str,
+    /// The kubelet's reason, e.g. ImagePullBackOff, Completed.
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodView {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    /// Phase Running.
+    pub running: bool,
+    /// Has a deletionTimestamp.
+    pub terminating: bool,
+    /// A static pod's mirror (the API cannot change it).
+    pub mirror: bool,
+    /// The containers, in order.
+    pub containers: Vec<String>,
+    /// Containers whose state is running.
+    pub running_containers: Vec<String>,
+    /// Ephemeral containers in the spec, in order.
+    pub ephemeral: Vec<String>,
+    /// Their states, by name.
+    pub ephemeral_states: BTreeMap<String, ContainerState>,
+}
+
+fn state_of(s: &ContainerStatus) -> ContainerState {
+    let st = s.state.as_ref();
+    if st.is_some_and(|s| s.running.is_some()) {
+        return ContainerState { state: "Running", ..ContainerState::default() };
+    }
+    if let Some(w) = st.and_then(|s| s.waiting.as_ref()) {
+        return ContainerState {
+            state: "Waiting",
+            reason: w.reason.clone().unwrap_or_default(),
+            message: w.message.clone().unwrap_or_default(),
+        };
+    }
+    if let Some(t) = st.and_then(|s| s.terminated.as_ref()) {
+        let reason = t.reason.clone().unwrap_or_default();
+        return ContainerState {
+            state: "Terminated",
+            message: t.message.clone().unwrap_or_else(|| format!("exit code {}", t.exit_code)),
+            reason,
+        };
+    }
+    ContainerState::default()
+}
+
+/// Projects a pod.
+pub fn view(pod: &Pod) -> PodView {
+    let meta = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let running_containers = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .map(|c| c.name.clone())
+        .collect();
+    let ephemeral_states = status
+        .and_then(|s| s.ephemeral_container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| (c.name.clone(), state_of(c)))
+        .collect();
+    PodView {
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
+        terminating: meta.deletion_timestamp.is_some(),
+        mirror: meta.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
+        containers: spec.map(|s| s.containers.iter().map(|c| c.name.clone()).collect()).unwrap_or_default(),
+        running_containers,
+        ephemeral: spec
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|c| c.name.clone())
+            .collect(),
+        ephemeral_states,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_is_projected_with_its_debug_containers_states() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "payment"},
+                          "annotations": {"kubernetes.io/config.mirror": "x"}},
+            "spec": {"containers": [{"name": "app"}, {"name": "side"}],
+                     "ephemeralContainers": [{"name": "dbg-a-0123456789", "image": "busybox"}]},
+            "status": {"phase": "Running",
+                "containerStatuses": [
+                    {"name": "app", "ready": true, "restartCount": 0, "image": "x", "imageID": "", "state": {"running": {}}},
+                    {"name": "side", "ready": false, "restartCount": 0, "image": "x", "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+                "ephemeralContainerStatuses": [
+                    {"name": "dbg-a-0123456789", "ready": false, "restartCount": 0, "image": "busybox", "imageID": "",
+                     "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let v = view(&pod);
+        assert!(v.running && v.mirror && !v.terminating);
+        assert_eq!(v.containers, ["app", "side"]);
+        assert_eq!(v.running_containers, ["app"]);
+        assert_eq!(v.ephemeral, ["dbg-a-0123456789"]);
+        let s = &v.ephemeral_states["dbg-a-0123456789"];
+        assert_eq!((s.state, s.reason.as_str(), s.message.as_str()), ("Waiting", "ImagePullBackOff", "not found"));
+    }
+}

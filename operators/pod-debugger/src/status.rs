@@ -1,0 +1,199 @@
+//! The PodDebugger's status from the plan (or from a refusal of the whole
+//! rule). Pure.
+
+use flotilla_shared::Conditions;
+use flotilla_shared::conditions::{READY, Status};
+
+use crate::crd::{MAX_PODS_LISTED, PodDebuggerStatus, PodEntry};
+use crate::plan::{Decision, PodPlan};
+
+/// The rule-level outcome of a reconcile.
+pub enum Outcome<'a> {
+    /// The whole PodDebugger is refused: no pod is touched.
+    Refused { reason: &'static str, message: String },
+    /// The plan for the matched pods, after the additions were made
+    /// (failed ones turned into `Refused` decisions).
+    Planned(&'a [PodPlan]),
+}
+
+fn entry(p: &PodPlan, container: &str) -> PodEntry {
+    let mut e = PodEntry { name: p.pod.clone(), ..PodEntry::default() };
+    match &p.decision {
+        Decision::Has(s) => {
+            e.container = container.to_string();
+            e.state = if s.state.is_empty() { "Waiting".into() } else { s.state.to_string() };
+            e.reason = s.reason.clone();
+            e.message = s.message.clone();
+        }
+        Decision::Added => {
+            e.container = container.to_string();
+            e.state = "Waiting".into();
+            e.reason = "Added".into();
+        }
+        Decision::Add { .. } => {
+            e.state = "Pending".into();
+            e.reason = "Adding".into();
+        }
+        Decision::Wait { reason } => {
+            e.state = "Pending".into();
+            e.reason = (*reason).into();
+        }
+        Decision::Skip { reason, message } => {
+            e.state = "Skipped".into();
+            e.reason = (*reason).into();
+            e.message = message.clone();
+        }
+        Decision::Refused { message, .. } => {
+            e.state = "Failed".into();
+            e.reason = "Rejected".into();
+            e.message = message.clone();
+        }
+    }
+    e
+}
+
+/// Problems first (Failed, Skipped, containers not running), then pending
+/// pods, then running containers; by name within each.
+fn rank(e: &PodEntry) -> u8 {
+    match e.state.as_str() {
+        "Failed" => 0,
+        "Skipped" => 1,
+        "Terminated" => 2,
+        "Waiting" if e.reason != "Added" && !e.reason.is_empty() => 2,
+        "Pending" => 3,
+        "Waiting" => 4,
+        _ => 5,
+    }
+}
+
+/// Builds the status.
+pub fn build(
+    old: Option<&PodDebuggerStatus>,
+    generation: Option<i64>,
+    container: &str,
+    outcome: Outcome<'_>,
+) -> PodDebuggerStatus {
+    let mut conditions = Conditions::new(old.map(|s| s.conditions.as_slice()), generation);
+    let mut status =
+        PodDebuggerStatus { observed_generation: generation, container: container.into(), ..Default::default() };
+    match outcome {
+        Outcome::Refused { reason, message } => {
+            conditions.set(READY, Status::False, reason, message);
+        }
+        Outcome::Planned(plans) => {
+            let mut entries: Vec<PodEntry> = plans.iter().map(|p| entry(p, container)).collect();
+            status.matched = i32::try_from(plans.len()).unwrap_or(i32::MAX);
+            let injected = plans.iter().filter(|p| matches!(p.decision, Decision::Has(_) | Decision::Added)).count();
+            status.injected = i32::try_from(injected).unwrap_or(i32::MAX);
+            let failed: Vec<&PodEntry> = entries.iter().filter(|e| e.state == "Failed").collect();
+            let skipped = entries.iter().filter(|e| e.state == "Skipped").count();
+            let waiting = entries.iter().filter(|e| e.state == "Pending").count();
+            if let Some(first) = failed.first() {
+                conditions.set(
+                    READY,
+                    Status::False,
+                    "InjectionFailed",
+                    format!(
+                        "the API refused {container} on {} pod(s), retried with back-off; {}: {}",
+                        failed.len(),
+                        first.name,
+                        first.message
+                    ),
+                );
+            } else {
+                let mut msg = format!("{injected} of {} matched pod(s) have {container}", plans.len());
+                if waiting > 0 {
+                    msg.push_str(&format!("; {waiting} waiting for the pod or its target to run"));
+                }
+                if skipped > 0 {
+                    msg.push_str(&format!("; {skipped} skipped (see status.pods)"));
+                }
+                conditions.set(READY, Status::True, "Reconciled", msg);
+            }
+            entries.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.name.cmp(&b.name)));
+            entries.truncate(MAX_PODS_LISTED);
+            status.pods = entries;
+        }
+    }
+    status.conditions = conditions.into_vec();
+    status
+}
+
+/// Whether two statuses say the same (ignoring condition timestamps).
+pub fn same(a: &PodDebuggerStatus, b: &PodDebuggerStatus) -> bool {
+    let strip = |s: &PodDebuggerStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time =
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        }
+        s
+    };
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::pod::ContainerState;
+
+    fn p(name: &str, decision: Decision) -> PodPlan {
+        PodPlan { pod: name.into(), uid: name.into(), decision }
+    }
+
+    #[test]
+    fn counts_states_and_problems_first() {
+        let running = ContainerState { state: "Running", ..Default::default() };
+        let pulling = ContainerState { state: "Waiting", reason: "ImagePullBackOff".into(), message: "no".into() };
+        let plans = vec![
+            p("a", Decision::Has(running)),
+            p("b", Decision::Has(pulling)),
+            p("c", Decision::Wait { reason: "PodNotRunning" }),
+            p("d", Decision::Skip { reason: "MaxPerPodReached", message: "3".into() }),
+            p("e", Decision::Added),
+        ];
+        let s = build(None, Some(2), "dbg-x", Outcome::Planned(&plans));
+        assert_eq!((s.matched, s.injected, s.observed_generation), (5, 3, Some(2)));
+        let order: Vec<(&str, &str, &str)> =
+            s.pods.iter().map(|e| (e.name.as_str(), e.state.as_str(), e.reason.as_str())).collect();
+        assert_eq!(
+            order,
+            [
+                ("d", "Skipped", "MaxPerPodReached"),
+                ("b", "Waiting", "ImagePullBackOff"),
+                ("c", "Pending", "PodNotRunning"),
+                ("e", "Waiting", "Added"),
+                ("a", "Running", ""),
+            ]
+        );
+        let ready = &s.conditions[0];
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Reconciled"));
+        assert!(
+            ready.message.contains("3 of 5")
+                && ready.message.contains("1 waiting")
+                && ready.message.contains("1 skipped")
+        );
+    }
+
+    #[test]
+    fn a_refused_addition_makes_ready_false_and_a_refused_rule_lists_no_pods() {
+        let plans =
+            vec![p("a", Decision::Refused { message: "violates PodSecurity".into(), retry_at: Instant::now() })];
+        let s = build(None, Some(1), "dbg-x", Outcome::Planned(&plans));
+        let ready = &s.conditions[0];
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InjectionFailed"));
+        assert!(ready.message.contains("violates PodSecurity"));
+        let s = build(Some(&s), Some(2), "dbg-x", Outcome::Refused { reason: "ImageNotAllowed", message: "no".into() });
+        assert!(s.pods.is_empty() && s.matched == 0);
+        assert_eq!(s.conditions[0].reason, "ImageNotAllowed");
+    }
+
+    #[test]
+    fn the_list_is_capped() {
+        let plans: Vec<PodPlan> = (0..80).map(|i| p(&format!("p{i:03}"), Decision::Added)).collect();
+        let s = build(None, None, "c", Outcome::Planned(&plans));
+        assert_eq!((s.pods.len(), s.matched), (MAX_PODS_LISTED, 80));
+    }
+}

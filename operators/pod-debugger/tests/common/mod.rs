@@ -1,0 +1,132 @@
+//! Helpers for pod-debugger's tests: the operator process, PodDebugger
+//! objects sent untyped (as a user could), waits on status and pods.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flotilla_testenv::process::OperatorProcess;
+use flotilla_testenv::{TestEnv, wait_for};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+pub use pod_debugger::crd::{PodDebugger, PodDebuggerStatus};
+
+/// The operator, with `extra` flags.
+pub fn start_operator(env: &TestEnv, extra: &[&str]) -> OperatorProcess {
+    let mut args = vec!["--log-format=text".to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    OperatorProcess::start(&PathBuf::from(env!("CARGO_BIN_EXE_pod-debugger")), &env.kubeconfig, &args, &[]).unwrap()
+}
+
+pub async fn install_crd(env: &TestEnv) {
+    flotilla_testenv::harness::install_crds(&env.client().await, &pod_debugger::crds()).await.unwrap();
+}
+
+fn api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::erase::<PodDebugger>(&());
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Creates a PodDebugger from raw JSON; the API server judges it.
+pub async fn create_debugger(client: &kube::Client, ns: &str, name: &str, spec: Value) -> Result<(), kube::Error> {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodDebugger",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    api(client, ns).create(&PostParams::default(), &obj).await.map(|_| ())
+}
+
+/// Merges `spec` into the PodDebugger's spec.
+pub async fn patch_debugger(client: &kube::Client, ns: &str, name: &str, spec: Value) {
+    api(client, ns).patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec}))).await.unwrap();
+}
+
+/// Waits until `name`'s status satisfies `check`, returning what it returns.
+pub async fn wait_status<T>(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&PodDebuggerStatus) -> Option<T>,
+) -> T {
+    let api: Api<PodDebugger> = Api::namespaced(client.clone(), ns);
+    let check = &check;
+    let result = wait_for(what, timeout, || {
+        let api = api.clone();
+        async move {
+            let d = api.get(name).await?;
+            Ok::<_, kube::Error>(d.status.as_ref().and_then(check))
+        }
+    })
+    .await;
+    match result {
+        Ok(v) => v,
+        Err(e) => {
+            let d = api.get(name).await.ok();
+            panic!("{e}; status now: {}", serde_json::to_string_pretty(&d.and_then(|p| p.status)).unwrap_or_default())
+        }
+    }
+}
+
+/// The Ready condition: (status, reason, message).
+pub fn ready(s: &PodDebuggerStatus) -> (String, String, String) {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .unwrap_or_default()
+}
+
+/// The names of a pod's ephemeral containers.
+pub async fn ephemeral_names(pods: &Api<Pod>, pod: &str) -> Vec<String> {
+    let p = pods.get(pod).await.unwrap();
+    p.spec.and_then(|s| s.ephemeral_containers).unwrap_or_default().into_iter().map(|c| c.name).collect()
+}
+
+/// Waits until `container` runs in `pod` (its state in ephemeralContainerStatuses).
+pub async fn wait_debug_running(pods: &Api<Pod>, pod: &str, container: &str, timeout: Duration) {
+    let r = wait_for(&format!("{container} to run in {pod}"), timeout, || async {
+        let p = pods.get(pod).await?;
+        let running = p
+            .status
+            .and_then(|s| s.ephemeral_container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.name == container && c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        Ok::<_, kube::Error>(running.then_some(()))
+    })
+    .await;
+    if let Err(e) = r {
+        let p = pods.get(pod).await.ok().and_then(|p| p.status);
+        panic!("{e}; pod status: {}", serde_json::to_string_pretty(&p).unwrap_or_default());
+    }
+}
+
+/// Events whose regarding object is `name`, as (type, reason, note).
+pub async fn events_about(client: &kube::Client, ns: &str, name: &str) -> Vec<(String, String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// A metric's value in the operator's /metrics (0 when absent).
+pub async fn metric(operator: &OperatorProcess, line_prefix: &str) -> f64 {
+    let text = reqwest::get(operator.metrics_url()).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with(line_prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}

@@ -1,0 +1,103 @@
+//! PodDebugger admission and refusals on the test control plane: the
+//! schema and CEL reject at admission what the API would reject later; a
+//! PodDebugger in a protected namespace is refused with a condition and a
+//! Warning Event; an invalid --allowed-images stops the process before it
+//! touches the cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::shared;
+use serde_json::json;
+
+fn rejected(r: Result<(), kube::Error>, what: &str) -> String {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 422 => s.message,
+        other => panic!("{what} was not rejected at admission: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn admission_rejects_what_the_api_would_reject_later() {
+    let env = shared();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pd-admission").await.unwrap();
+    let sel = json!({"matchLabels": {"app": "payment"}});
+    let cases = [
+        ("empty image", json!({"selector": sel, "image": ""}), "spec.image"),
+        ("image with a space", json!({"selector": sel, "image": "busy box"}), "spec.image"),
+        ("unknown profile", json!({"selector": sel, "image": "busybox", "profile": "root"}), "spec.profile"),
+        ("maxPerPod 0", json!({"selector": sel, "image": "busybox", "maxPerPod": 0}), "spec.maxPerPod"),
+        ("maxPerPod 11", json!({"selector": sel, "image": "busybox", "maxPerPod": 11}), "spec.maxPerPod"),
+        ("empty selector", json!({"selector": {}, "image": "busybox"}), "selector must not be empty"),
+        ("no selector", json!({"image": "busybox"}), "spec.selector"),
+        (
+            "bad target",
+            json!({"selector": sel, "image": "busybox", "targetContainer": "App_1"}),
+            "spec.targetContainer",
+        ),
+    ];
+    for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
+        let msg = rejected(create_debugger(&client, &ns, &format!("bad-{i}"), spec).await, what);
+        assert!(msg.contains(expect), "{what}: {msg}");
+    }
+    // The seed's rule, written as ours, is accepted with the defaults.
+    create_debugger(&client, &ns, "seed", json!({"selector": sel, "image": "busybox:1.37"})).await.unwrap();
+    let api: kube::Api<PodDebugger> = kube::Api::namespaced(client.clone(), &ns);
+    let seed = api.get("seed").await.unwrap();
+    assert_eq!(seed.spec.profile, pod_debugger::crd::Profile::General);
+    assert!(seed.spec.stdin && seed.spec.tty);
+    assert_eq!(seed.spec.max_per_pod, 3);
+}
+
+#[tokio::test]
+async fn a_protected_namespace_is_refused_with_a_condition_and_an_event() {
+    let env = shared();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pd-protected").await.unwrap();
+    // The namespace is protected by flag here: the real kube-system is
+    // shared by every test and always protected anyway.
+    let operator = start_operator(&env, &["--watch-namespace", &ns, "--protected-namespaces", &format!("other,{ns}")]);
+    create_debugger(&client, &ns, "p", json!({"selector": {"matchLabels": {"app": "x"}}, "image": "busybox"}))
+        .await
+        .unwrap();
+    let status = wait_status(&client, &ns, "p", "ProtectedNamespace", Duration::from_secs(60), |s| {
+        (ready(s).1 == "ProtectedNamespace").then(|| s.clone())
+    })
+    .await;
+    assert_eq!(ready(&status).0, "False");
+    assert!(ready(&status).2.contains(&ns));
+    let warned = flotilla_testenv::wait_for("the Warning Event", Duration::from_secs(30), || async {
+        let ev = events_about(&client, &ns, "p").await;
+        Ok::<_, std::convert::Infallible>(
+            ev.iter().any(|(t, r, _)| t == "Warning" && r == "ProtectedNamespace").then_some(()),
+        )
+    })
+    .await;
+    assert!(warned.is_ok(), "{warned:?}");
+    let _ = operator.stop();
+}
+
+#[test]
+fn bad_flags_exit_2_before_touching_the_cluster() {
+    for (args, flag) in [
+        (vec!["--allowed-images", ","], "allowed-images"),
+        (vec!["--allowed-images", "a b"], "allowed-images"),
+        (vec!["--inject-concurrency", "0"], "inject-concurrency"),
+        (vec!["--protected-namespaces", "Not_A_Name"], "protected-namespaces"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pod-debugger"))
+            .args(&args)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+}
