@@ -1,0 +1,15 @@
+//! # loadgen
+//!
+//! The load-tester's runner. Each runner pod sends `repeat` requests on each
+//! of `concurrency` connections to one URL, records the latencies in an HDR
+//! histogram and writes a [`summary::Summary`] (counts, errors by kind, the
+//! serialized histogram) to its termination message, which the operator
+//! reads and merges bucket by bucket with the other runners'.
+//!
+//! | module | concern |
+//! | --- | --- |
+//! | [`summary`] | the summary, its ≤ 4 KiB encoding, the merge (pure) |
+//! | [`run`] | sending the load: closed or open model, timeouts, deadline |
+
+pub mod run;
+pub mod summary;

@@ -1,0 +1,140 @@
+//! `loadgen`: one runner of a LoadTest.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use loadgen::run::{Config, run};
+use loadgen::summary::Summary;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Flotilla loadgen: sends HTTP requests to one URL and writes a mergeable summary (counts, errors, HDR latency histogram) to the termination message"
+)]
+struct Args {
+    /// The target, e.g. http://nginx.shop.svc:80/.
+    #[arg(long, env = "URL")]
+    url: String,
+    /// HTTP method.
+    #[arg(long, env = "METHOD", default_value = "GET")]
+    method: String,
+    /// A request header, NAME:VALUE (repeatable).
+    #[arg(long = "header", env = "HEADERS", value_delimiter = '\n', value_name = "NAME:VALUE")]
+    headers: Vec<String>,
+    /// Request body.
+    #[arg(long, env = "BODY", default_value = "")]
+    body: String,
+    /// Requests per connection.
+    #[arg(long, env = "REPEAT", default_value_t = 10)]
+    repeat: u64,
+    /// Connections, each sending `repeat` requests one after another.
+    #[arg(long, env = "CONCURRENCY", default_value_t = 1)]
+    concurrency: u64,
+    /// Timeout of one request.
+    #[arg(long, env = "TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Requests per second for this runner (open model, latencies from the
+    /// scheduled time); 0: each connection sends as soon as it is answered.
+    #[arg(long, env = "RATE", default_value_t = 0.0)]
+    rate: f64,
+    /// The whole run; requests not sent by then are counted as not sent.
+    #[arg(long, env = "DEADLINE", default_value = "10m", value_parser = humantime::parse_duration)]
+    deadline: Duration,
+    /// Wait until this file says "go" before sending (the operator's start
+    /// signal, a downward-API file of a pod annotation), at most --deadline.
+    #[arg(long, env = "START_FILE")]
+    start_file: Option<PathBuf>,
+    /// Where the summary goes (also printed on stdout).
+    #[arg(long, env = "TERMINATION_LOG", default_value = "/dev/termination-log")]
+    termination_log: PathBuf,
+}
+
+fn bad(flag: &str, why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: invalid value for --{flag}: {why}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let method = match reqwest::Method::from_bytes(args.method.as_bytes()) {
+        Ok(m) => m,
+        Err(e) => return bad("method", e),
+    };
+    if reqwest::Url::parse(&args.url).is_err() {
+        return bad("url", format!("{:?} is not a URL", args.url));
+    }
+    let mut headers = Vec::new();
+    for h in args.headers.iter().filter(|h| !h.is_empty()) {
+        match h.split_once(':') {
+            Some((k, v)) if !k.trim().is_empty() => headers.push((k.trim().to_string(), v.trim().to_string())),
+            _ => return bad("header", format!("{h:?} is not NAME:VALUE")),
+        }
+    }
+    if args.repeat == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
+        return bad("repeat/concurrency", "repeat must be at least 1 and concurrency 1-10000");
+    }
+    if !(args.rate >= 0.0 && args.rate.is_finite()) {
+        return bad("rate", "must be 0 or more");
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let started = Instant::now();
+    if let Some(file) = &args.start_file {
+        eprintln!("waiting for the start signal in {}", file.display());
+        loop {
+            if std::fs::read_to_string(file).is_ok_and(|s| s.trim() == "go") {
+                break;
+            }
+            if started.elapsed() >= args.deadline {
+                eprintln!("error: no start signal within the deadline ({:?})", args.deadline);
+                return ExitCode::from(3);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("started after {:.1?}", started.elapsed());
+    }
+    let cfg = Config {
+        url: args.url.clone(),
+        method,
+        headers,
+        body: args.body,
+        repeat: args.repeat,
+        concurrency: args.concurrency,
+        timeout: args.timeout,
+        rate: args.rate,
+        deadline: args.deadline.saturating_sub(started.elapsed()),
+    };
+    let outcome = match rt.block_on(run(cfg)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: building the HTTP client: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let message = match Summary::to_message(
+        outcome.requests,
+        outcome.errors,
+        outcome.not_sent,
+        outcome.elapsed,
+        &outcome.histogram,
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{message}");
+    if let Err(e) = std::fs::write(&args.termination_log, &message) {
+        eprintln!("error: writing {}: {e}", args.termination_log.display());
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,165 @@
+//! The load: `concurrency` workers, each sending `repeat` requests one
+//! after another on a kept-alive connection (closed model), or — with a
+//! rate — requests on a fixed schedule shared by the workers (open model),
+//! each latency measured from its scheduled time so a slow server cannot
+//! hide its queueing (coordinated omission). Bounded by a per-request
+//! timeout and the run's deadline.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tokio::sync::Mutex;
+
+use crate::summary::{ErrorKind, histogram, record};
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub url: String,
+    pub method: reqwest::Method,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    /// Requests per worker.
+    pub repeat: u64,
+    /// Workers (connections).
+    pub concurrency: u64,
+    /// Per request.
+    pub timeout: Duration,
+    /// Requests per second for the whole runner; 0: as fast as answers come.
+    pub rate: f64,
+    /// The whole run.
+    pub deadline: Duration,
+}
+
+/// What a run measured.
+#[derive(Debug)]
+pub struct Outcome {
+    pub requests: u64,
+    pub errors: BTreeMap<ErrorKind, u64>,
+    pub not_sent: u64,
+    pub elapsed: Duration,
+    /// Latencies of the requests that were answered without error.
+    pub histogram: Histogram<u64>,
+}
+
+#[derive(Default)]
+struct Shared {
+    errors: BTreeMap<ErrorKind, u64>,
+    histogram: Option<Histogram<u64>>,
+}
+
+fn classify(e: &reqwest::Error) -> ErrorKind {
+    if e.is_timeout() {
+        ErrorKind::Timeout
+    } else if e.is_connect() {
+        ErrorKind::Connect
+    } else {
+        ErrorKind::Other
+    }
+}
+
+/// One request; its error kind, if it failed.
+async fn one(client: &reqwest::Client, cfg: &Config) -> Option<ErrorKind> {
+    let mut req = client.request(cfg.method.clone(), &cfg.url);
+    for (k, v) in &cfg.headers {
+        req = req.header(k, v);
+    }
+    if !cfg.body.is_empty() {
+        req = req.body(cfg.body.clone());
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let status = resp.status();
+            // Read the body: the latency is the whole answer's.
+            if let Err(e) = resp.bytes().await {
+                return Some(classify(&e));
+            }
+            if status.is_server_error() {
+                Some(ErrorKind::Http5xx)
+            } else if status.is_client_error() {
+                Some(ErrorKind::Http4xx)
+            } else {
+                None
+            }
+        }
+        Err(e) => Some(classify(&e)),
+    }
+}
+
+/// Runs the load and returns what it measured.
+pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
+    let client = reqwest::Client::builder()
+        .timeout(cfg.timeout)
+        .connect_timeout(cfg.timeout)
+        .pool_max_idle_per_host(usize::try_from(cfg.concurrency).unwrap_or(usize::MAX))
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("flotilla-loadgen/", env!("CARGO_PKG_VERSION")))
+        .build()?;
+    let total = cfg.repeat.saturating_mul(cfg.concurrency);
+    let started = Instant::now();
+    let end = started + cfg.deadline;
+    let next = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
+    let shared = Arc::new(Mutex::new(Shared { histogram: Some(histogram()), ..Shared::default() }));
+    let cfg = Arc::new(cfg);
+    let mut workers = Vec::new();
+    for _ in 0..cfg.concurrency {
+        let (client, cfg, next, sent, shared) =
+            (client.clone(), cfg.clone(), next.clone(), sent.clone(), shared.clone());
+        workers.push(tokio::spawn(async move {
+            let mut local = histogram();
+            let mut errors: BTreeMap<ErrorKind, u64> = BTreeMap::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                // Open model: request i is due at start + i/rate, and its
+                // latency counts from then, not from when it went out.
+                let due = if cfg.rate > 0.0 {
+                    started + Duration::from_secs_f64(i as f64 / cfg.rate)
+                } else {
+                    Instant::now()
+                };
+                if due >= end {
+                    break;
+                }
+                tokio::time::sleep_until(due.into()).await;
+                if Instant::now() >= end {
+                    break;
+                }
+                sent.fetch_add(1, Ordering::Relaxed);
+                let left = end.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(left, one(&client, &cfg)).await {
+                    Ok(None) => record(&mut local, due.elapsed()),
+                    Ok(Some(kind)) => *errors.entry(kind).or_default() += 1,
+                    // The deadline cut the request short.
+                    Err(_) => *errors.entry(ErrorKind::Timeout).or_default() += 1,
+                }
+            }
+            let mut s = shared.lock().await;
+            if let Some(h) = s.histogram.as_mut() {
+                let _ = h.add(&local);
+            }
+            for (k, n) in errors {
+                *s.errors.entry(k).or_default() += n;
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+    let elapsed = started.elapsed();
+    let mut s = shared.lock().await;
+    let requests = sent.load(Ordering::Relaxed);
+    Ok(Outcome {
+        requests,
+        errors: std::mem::take(&mut s.errors),
+        not_sent: total.saturating_sub(requests),
+        elapsed,
+        histogram: s.histogram.take().unwrap_or_else(histogram),
+    })
+}

@@ -1,0 +1,305 @@
+//! A runner's summary — counts, errors by kind and its latency histogram —
+//! small enough for a container's termination message (4 KiB), and the
+//! merge of many: histograms are added bucket by bucket, so the merged
+//! percentiles are those of one histogram fed every request. Percentiles
+//! are never averaged. Pure.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use base64::Engine;
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use serde::{Deserialize, Serialize};
+
+/// The termination message's limit (the kubelet truncates beyond it).
+pub const MAX_MESSAGE: usize = 4096;
+/// Latencies are recorded in microseconds, 1 µs to 10 min.
+pub const MAX_MICROS: u64 = 600_000_000;
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ErrorKind {
+    /// The answer was 5xx.
+    Http5xx,
+    /// The answer was 4xx.
+    Http4xx,
+    /// No answer within the request timeout.
+    Timeout,
+    /// The connection could not be made (refused, DNS, reset).
+    Connect,
+    /// Anything else (a malformed answer, a body read failure).
+    Other,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Http5xx => "http5xx",
+            ErrorKind::Http4xx => "http4xx",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connect => "connect",
+            ErrorKind::Other => "other",
+        }
+    }
+}
+
+/// A new, empty latency histogram (µs, 3 significant digits).
+pub fn histogram() -> Histogram<u64> {
+    // 1..MAX_MICROS at 3 digits is a valid configuration: this cannot fail.
+    Histogram::new_with_bounds(1, MAX_MICROS, 3)
+        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+}
+
+/// Records one latency (clamped into the histogram's range).
+pub fn record(h: &mut Histogram<u64>, latency: Duration) {
+    let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).clamp(1, MAX_MICROS);
+    h.saturating_record(us);
+}
+
+/// What one runner reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Format version.
+    pub v: u32,
+    /// Requests sent (answered or not).
+    pub requests: u64,
+    /// Failed requests by kind.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<ErrorKind, u64>,
+    /// Requests not sent because the deadline came first.
+    #[serde(default)]
+    pub not_sent: u64,
+    /// Wall time of the run, in milliseconds.
+    pub elapsed_ms: u64,
+    /// Significant digits the histogram was reduced to (3, or fewer when
+    /// the message would not fit otherwise).
+    pub digits: u8,
+    /// The latency histogram of every answered request, V2 + deflate,
+    /// base64.
+    pub hist: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    #[error("the summary is not JSON of the expected shape: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the histogram is not base64: {0}")]
+    Base64(#[from] base64::DecodeError),
+    #[error("the histogram cannot be decoded: {0}")]
+    Histogram(String),
+    #[error("the summary does not fit in {MAX_MESSAGE} bytes even at 1 significant digit")]
+    TooLarge,
+}
+
+fn encode(h: &Histogram<u64>) -> Result<String, SummaryError> {
+    let mut buf = Vec::new();
+    V2DeflateSerializer::new().serialize(h, &mut buf).map_err(|e| SummaryError::Histogram(format!("{e:?}")))?;
+    Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(buf))
+}
+
+/// A copy of `h` at fewer significant digits (coarser buckets).
+fn reduce(h: &Histogram<u64>, digits: u8) -> Histogram<u64> {
+    let mut out = Histogram::new_with_bounds(1, MAX_MICROS, digits).unwrap_or_else(|_| histogram());
+    for v in h.iter_recorded() {
+        out.saturating_record_n(v.value_iterated_to(), v.count_at_value());
+    }
+    out
+}
+
+impl Summary {
+    /// The summary of a run, as JSON of at most [`MAX_MESSAGE`] bytes: the
+    /// histogram loses precision (3 → 2 → 1 significant digits) only if it
+    /// must, and says so in `digits`.
+    pub fn to_message(
+        requests: u64,
+        errors: BTreeMap<ErrorKind, u64>,
+        not_sent: u64,
+        elapsed: Duration,
+        h: &Histogram<u64>,
+    ) -> Result<String, SummaryError> {
+        for digits in [3u8, 2, 1] {
+            let hist = if digits == 3 { encode(h)? } else { encode(&reduce(h, digits))? };
+            let s = Summary {
+                v: 1,
+                requests,
+                errors: errors.clone(),
+                not_sent,
+                elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                digits,
+                hist,
+            };
+            let json = serde_json::to_string(&s)?;
+            if json.len() <= MAX_MESSAGE {
+                return Ok(json);
+            }
+        }
+        Err(SummaryError::TooLarge)
+    }
+
+    pub fn parse(message: &str) -> Result<Summary, SummaryError> {
+        Ok(serde_json::from_str(message.trim())?)
+    }
+
+    /// The histogram.
+    pub fn histogram(&self) -> Result<Histogram<u64>, SummaryError> {
+        let bytes = base64::engine::general_purpose::STANDARD_NO_PAD.decode(self.hist.as_bytes())?;
+        Deserializer::new().deserialize(&mut bytes.as_slice()).map_err(|e| SummaryError::Histogram(format!("{e:?}")))
+    }
+
+    /// Failed requests.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// Several runners' summaries merged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Merged {
+    pub runners: usize,
+    pub requests: u64,
+    pub errors: BTreeMap<ErrorKind, u64>,
+    pub not_sent: u64,
+    /// The longest runner's wall time.
+    pub elapsed: Duration,
+    /// The lowest precision among the runners' histograms.
+    pub digits: u8,
+    pub histogram: Histogram<u64>,
+}
+
+impl Merged {
+    /// Merges summaries: counts added, histograms added bucket by bucket.
+    pub fn of(summaries: &[Summary]) -> Result<Merged, SummaryError> {
+        let mut m = Merged {
+            runners: summaries.len(),
+            requests: 0,
+            errors: BTreeMap::new(),
+            not_sent: 0,
+            elapsed: Duration::ZERO,
+            digits: 3,
+            histogram: histogram(),
+        };
+        for s in summaries {
+            m.requests += s.requests;
+            m.not_sent += s.not_sent;
+            for (k, n) in &s.errors {
+                *m.errors.entry(*k).or_default() += n;
+            }
+            m.elapsed = m.elapsed.max(Duration::from_millis(s.elapsed_ms));
+            m.digits = m.digits.min(s.digits);
+            m.histogram.add(s.histogram()?).map_err(|e| SummaryError::Histogram(format!("{e:?}")))?;
+        }
+        Ok(m)
+    }
+
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    /// Failed requests over requests sent (0 when none were sent).
+    pub fn error_ratio(&self) -> f64 {
+        if self.requests == 0 { 0.0 } else { self.error_count() as f64 / self.requests as f64 }
+    }
+
+    /// Answered requests per second over the longest runner's wall time.
+    pub fn rps(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 { self.requests as f64 / secs } else { 0.0 }
+    }
+
+    /// A latency quantile (0.0..=1.0) of every recorded request.
+    pub fn quantile(&self, q: f64) -> Duration {
+        Duration::from_micros(self.histogram.value_at_quantile(q))
+    }
+
+    pub fn max(&self) -> Duration {
+        Duration::from_micros(self.histogram.max())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn summary_of(values: &[u64], errors: u64) -> Summary {
+        let mut h = histogram();
+        for v in values {
+            record(&mut h, Duration::from_micros(*v));
+        }
+        let errs = if errors > 0 { BTreeMap::from([(ErrorKind::Http5xx, errors)]) } else { BTreeMap::new() };
+        let msg = Summary::to_message(values.len() as u64 + errors, errs, 0, Duration::from_secs(2), &h)
+            .unwrap_or_else(|e| panic!("{e}"));
+        Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_summary_round_trips_through_its_message() {
+        let s = summary_of(&[1_000, 2_000, 3_000, 250_000], 2);
+        assert_eq!(s.requests, 6);
+        assert_eq!(s.error_count(), 2);
+        assert_eq!(s.digits, 3);
+        let h = s.histogram().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(h.len(), 4);
+        assert!(h.equivalent(h.max(), 250_000));
+    }
+
+    #[test]
+    fn a_wide_histogram_still_fits_in_the_termination_message() {
+        // Latencies spread over every order of magnitude, as a bad run has.
+        let mut h = histogram();
+        let mut v = 1u64;
+        while v < MAX_MICROS {
+            for k in 0..50 {
+                h.saturating_record(v + k * (v / 50).max(1));
+            }
+            v = v * 11 / 10 + 1;
+        }
+        let msg = Summary::to_message(h.len(), BTreeMap::new(), 0, Duration::from_secs(1), &h)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(msg.len() <= MAX_MESSAGE, "{} bytes", msg.len());
+        let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.histogram().map(|h| h.len()).unwrap_or(0), h.len());
+    }
+
+    #[test]
+    fn merging_adds_counts_and_takes_the_longest_run() {
+        let a = summary_of(&[1_000; 10], 1);
+        let mut b = summary_of(&[5_000; 30], 0);
+        b.elapsed_ms = 5_000;
+        let m = Merged::of(&[a, b]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((m.runners, m.requests, m.error_count()), (2, 41, 1));
+        assert_eq!(m.elapsed, Duration::from_secs(5));
+        assert!((m.error_ratio() - 1.0 / 41.0).abs() < 1e-12);
+        // 40 answered: the median is the slower runner's latency, which
+        // averaging the two runners' medians (3 ms) would never show.
+        assert!(m.histogram.equivalent(m.quantile(0.5).as_micros() as u64, 5_000));
+    }
+
+    proptest! {
+        /// Merged percentiles equal those of one histogram fed every value,
+        /// however the values were split among runners.
+        #[test]
+        fn merged_percentiles_equal_one_histograms(
+            values in proptest::collection::vec(1u64..60_000_000, 1..400),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..6),
+        ) {
+            let mut bounds: Vec<usize> = cuts.iter().map(|c| c.index(values.len() + 1)).collect();
+            bounds.push(0);
+            bounds.push(values.len());
+            bounds.sort_unstable();
+            let parts: Vec<Summary> = bounds.windows(2).map(|w| summary_of(&values[w[0]..w[1]], 0)).collect();
+            let merged = Merged::of(&parts).unwrap_or_else(|e| panic!("{e}"));
+            let mut one = histogram();
+            for v in &values {
+                record(&mut one, Duration::from_micros(*v));
+            }
+            for q in [0.0, 0.5, 0.9, 0.99, 0.999, 1.0] {
+                prop_assert_eq!(merged.histogram.value_at_quantile(q), one.value_at_quantile(q), "q {}", q);
+            }
+            prop_assert_eq!(merged.histogram.len(), values.len() as u64);
+        }
+    }
+}
