@@ -54,6 +54,19 @@ target "pod-debugger" {
   tags     = ["${REGISTRY}/flotilla-pod-debugger:${TAG}"]
 }
 
+target "load-tester" {
+  inherits = ["_operator"]
+  args     = { OPERATOR = "load-tester" }
+  tags     = ["${REGISTRY}/flotilla-load-tester:${TAG}"]
+}
+
+# The load-tester's runner (the workspace crate loadgen, not an operator).
+target "loadgen" {
+  inherits = ["_operator"]
+  args     = { OPERATOR = "loadgen" }
+  tags     = ["${REGISTRY}/flotilla-loadgen:${TAG}"]
+}
+
 group "default" {
-  targets = ["service-dns", "config-copier", "pod-alert", "pod-debugger"]
+  targets = ["service-dns", "config-copier", "pod-alert", "pod-debugger", "load-tester", "loadgen"]
 }

@@ -150,6 +150,27 @@ pub fn chart_image_reference(op: &str) -> anyhow::Result<String> {
     Ok(format!("{registry}/{repository}:{tag}"))
 }
 
+/// The runners' image reference the load-tester chart renders by default
+/// (`--loadgen-image`): `<loadgen.image.registry>/<loadgen.image.repository>:<appVersion>`.
+pub fn loadgen_image_reference() -> anyhow::Result<String> {
+    let dir = charts_dir().join("load-tester");
+    let values: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("values.yaml")).context("reading values.yaml")?)?;
+    let chart: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("Chart.yaml")).context("reading Chart.yaml")?)?;
+    let image = &values["loadgen"]["image"];
+    let (registry, repository) =
+        (image["registry"].as_str().unwrap_or_default(), image["repository"].as_str().unwrap_or_default());
+    let tag = match image["tag"].as_str().filter(|t| !t.is_empty()) {
+        Some(t) => t.to_string(),
+        None => chart["appVersion"].as_str().unwrap_or_default().to_string(),
+    };
+    if registry.is_empty() || repository.is_empty() || tag.is_empty() {
+        bail!("charts/load-tester: loadgen.image.registry, loadgen.image.repository and appVersion must be set");
+    }
+    Ok(format!("{registry}/{repository}:{tag}"))
+}
+
 /// A real Prometheus (Debian's package) scraping static targets on this
 /// machine, queried through its HTTP API. Killed (its data removed) on drop.
 pub struct Prometheus {

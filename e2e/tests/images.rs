@@ -7,7 +7,8 @@
 use std::io::Read;
 
 use flotilla_e2e::{
-    build_chart_dependencies, chart_image_reference, charts_dir, helm_ok, operators, root, yaml_documents,
+    build_chart_dependencies, chart_image_reference, charts_dir, helm_ok, loadgen_image_reference, operators, root,
+    yaml_documents,
 };
 use flotilla_testenv::node::images::{OPERATOR_BINARY_PATH, OPERATOR_USER, archive_name, images_dir};
 use serde_json::Value;
@@ -58,8 +59,10 @@ fn local_operator_images_agree_with_the_dockerfile() {
     assert_eq!(user, OPERATOR_USER, "Dockerfile USER vs the local image");
     assert_eq!(entrypoint, vec![OPERATOR_BINARY_PATH.to_string()], "Dockerfile ENTRYPOINT vs the local image");
     assert_eq!(dest, OPERATOR_BINARY_PATH, "where the Dockerfile copies the binary");
-    for op in operators().unwrap() {
-        let reference = chart_image_reference(&op).unwrap();
+    let mut images: Vec<(String, String)> =
+        operators().unwrap().into_iter().map(|op| (chart_image_reference(&op).unwrap(), op)).collect();
+    images.push((loadgen_image_reference().unwrap(), "loadgen".into()));
+    for (reference, op) in images {
         let config = image_config(&reference);
         assert_eq!(config["config"]["User"], Value::from(user.clone()), "{op}");
         assert_eq!(config["config"]["Entrypoint"], serde_json::json!(entrypoint), "{op}");
@@ -81,5 +84,9 @@ fn local_image_references_are_what_the_charts_render_by_default() {
         let c = &d["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(c["image"], Value::from(chart_image_reference(&op).unwrap()), "{op}");
         assert_eq!(c["imagePullPolicy"], "IfNotPresent", "{op}: nothing is pulled when the image is present");
+        if op == "load-tester" {
+            let flag = format!("--loadgen-image={}", loadgen_image_reference().unwrap());
+            assert!(c["args"].as_array().unwrap().iter().any(|a| a == flag.as_str()), "{op}: {}", c["args"]);
+        }
     }
 }

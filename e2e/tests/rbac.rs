@@ -407,6 +407,150 @@ async fn pod_debugger_rbac_is_sufficient_and_minimal() {
     prove(&shared(), "pod-debugger", &[], &[], &[], pod_debugger_scenario).await;
 }
 
+/// A node object the scheduler binds the load-tester's runner pods to,
+/// kept Ready by heartbeats for the whole test (no kubelet runs it: the
+/// scenario writes pod statuses as one would).
+static LOAD_NODE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+async fn load_node(admin: &Client) {
+    use k8s_openapi::api::core::v1::Node;
+    const NAME: &str = "rbac-load-node";
+    LOAD_NODE
+        .get_or_init(|| async {
+            let nodes: Api<Node> = Api::all(admin.clone());
+            let node: Node = serde_json::from_value(json!({"metadata": {"name": NAME}})).unwrap();
+            let _ = nodes.create(&PostParams::default(), &node).await;
+            let beat = || {
+                let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                json!({"status": {
+                    "capacity": {"pods": "100", "cpu": "10", "memory": "10Gi"},
+                    "allocatable": {"pods": "100", "cpu": "10", "memory": "10Gi"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "rbac test",
+                                    "lastHeartbeatTime": now, "lastTransitionTime": now}]
+                }})
+            };
+            nodes.patch_status(NAME, &PatchParams::default(), &Patch::Merge(beat())).await.unwrap();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    let _ = nodes.patch_status(NAME, &PatchParams::default(), &Patch::Merge(beat())).await;
+                }
+            });
+        })
+        .await;
+}
+
+/// load-tester: a SimpleDeployment gets its child; a LoadTest checks its
+/// Service (no selector, a hand-made ready EndpointSlice), creates its
+/// runner, signals it once Running, reads its summary once Succeeded
+/// (statuses written as a kubelet would), finishes and cleans up.
+fn load_tester_scenario(
+    admin: Client,
+    ns: String,
+    round: usize,
+    timeout: Duration,
+) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    Box::pin(async move {
+        use k8s_openapi::api::core::v1::Pod;
+        use k8s_openapi::api::discovery::v1::EndpointSlice;
+        let err = |e: kube::Error| e.to_string();
+        load_node(&admin).await;
+        let (svc, sd, lt) = (format!("web-{round}"), format!("sd-{round}"), format!("lt-{round}"));
+        let service: Service =
+            serde_json::from_value(json!({"metadata": {"name": svc}, "spec": {"ports": [{"port": 80}]}})).unwrap();
+        Api::<Service>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &service).await.map_err(err)?;
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": svc, "labels": {"kubernetes.io/service-name": svc, "endpointslice.kubernetes.io/managed-by": "e2e"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}],
+            "ports": [{"port": 80}]
+        }))
+        .unwrap();
+        Api::<EndpointSlice>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &slice)
+            .await
+            .map_err(err)?;
+        let dynamic = |kind: &str| {
+            kube::Api::<kube::api::DynamicObject>::namespaced_with(
+                admin.clone(),
+                &ns,
+                &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("flotilla.dev", "v1alpha1", kind)),
+            )
+        };
+        let obj = |kind: &str, name: &str, spec: serde_json::Value| -> kube::api::DynamicObject {
+            serde_json::from_value(
+                json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}),
+            )
+            .unwrap()
+        };
+        let (sds, lts) = (dynamic("SimpleDeployment"), dynamic("LoadTest"));
+        sds.create(&PostParams::default(), &obj("SimpleDeployment", &sd, json!({"sleepytime": "1"})))
+            .await
+            .map_err(err)?;
+        lts.create(
+            &PostParams::default(),
+            &obj("LoadTest", &lt, json!({"replicas": 1, "cleanup": "Always", "test": {"serviceName": svc}})),
+        )
+        .await
+        .map_err(err)?;
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+        let runner = format!("{lt}-r1-0");
+        wait_for("the SimpleDeployment's child and the runner, bound", timeout, || async {
+            let child = pods.get_opt(&format!("{sd}-child")).await?;
+            let r = pods.get_opt(&runner).await?;
+            let bound = r.and_then(|p| p.spec).and_then(|s| s.node_name).is_some();
+            Ok::<_, kube::Error>((child.is_some() && bound).then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let running = json!({"status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "loadgen", "image": "loadgen", "imageID": "", "ready": true, "restartCount": 0,
+                                   "state": {"running": {"startedAt": now}}}]}});
+        pods.patch_status(&runner, &PatchParams::default(), &Patch::Merge(&running)).await.map_err(err)?;
+        wait_for("the start signal", timeout, || async {
+            let p = pods.get(&runner).await?;
+            let go = p.metadata.annotations.unwrap_or_default().get("flotilla.dev/start").is_some_and(|v| v == "go");
+            Ok::<_, kube::Error>(go.then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let mut h = loadgen::summary::histogram();
+        loadgen::summary::record(&mut h, Duration::from_millis(3));
+        let summary =
+            loadgen::summary::Summary::to_message(1, Default::default(), 0, Duration::from_secs(1), &h).unwrap();
+        let done = json!({"status": {"phase": "Succeeded",
+            "containerStatuses": [{"name": "loadgen", "image": "loadgen", "imageID": "", "ready": false, "restartCount": 0,
+                                   "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": summary}}}]}});
+        pods.patch_status(&runner, &PatchParams::default(), &Patch::Merge(&done)).await.map_err(err)?;
+        wait_for("the LoadTest to finish with its results, and its runner to be cleaned up", timeout, || async {
+            let t = lts.get(&lt).await?;
+            let finished = t.data["status"]["state"] == "Finished" && t.data["status"]["results"]["requests"] == 1;
+            let gone = pods.get_opt(&runner).await?.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+            let child = sds.get(&sd).await?.data["status"]["child"] == format!("{sd}-child");
+            Ok::<_, kube::Error>((finished && gone && child).then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
+        wait_for("the Finished Event", timeout, || async {
+            let list = events.list(&Default::default()).await?;
+            let found = list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("Finished")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(lt.as_str())
+            });
+            Ok::<_, kube::Error>(found.then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
+
+#[tokio::test]
+async fn load_tester_rbac_is_sufficient_and_minimal() {
+    prove(&shared(), "load-tester", &[], &[], &[], load_tester_scenario).await;
+}
+
 /// The Route53 zone of the service-dns proof (moto): endpoint, zone id, domain.
 static ZONE: std::sync::OnceLock<(String, String, String)> = std::sync::OnceLock::new();
 

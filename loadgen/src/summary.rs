@@ -94,7 +94,8 @@ pub enum SummaryError {
     TooLarge,
 }
 
-fn encode(h: &Histogram<u64>) -> Result<String, SummaryError> {
+/// A histogram as V2 + deflate, base64 (what `hist` holds).
+pub fn encode(h: &Histogram<u64>) -> Result<String, SummaryError> {
     let mut buf = Vec::new();
     V2DeflateSerializer::new().serialize(h, &mut buf).map_err(|e| SummaryError::Histogram(format!("{e:?}")))?;
     Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(buf))

@@ -66,6 +66,7 @@ pub mod conditions;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod duration;
 pub mod events;
 pub mod health;
 pub mod leader;

@@ -15,6 +15,7 @@ pub fn by_operator() -> Vec<(&'static str, Vec<CustomResourceDefinition>)> {
         ("config-copier", config_copier::crds()),
         ("pod-alert", pod_alert::crds()),
         ("pod-debugger", pod_debugger::crds()),
+        ("load-tester", load_tester::crds()),
     ]
 }
 

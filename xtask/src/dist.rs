@@ -31,6 +31,16 @@ const RUNTIME_LIBS: &[&str] = &[
 /// glibc of Debian 12 (bookworm), the runtime base.
 const MAX_GLIBC: (u32, u32) = (2, 36);
 
+/// What gets an image: every operator, and the load-tester's runner.
+pub fn images() -> anyhow::Result<Vec<String>> {
+    let mut all = operators()?;
+    all.push(LOADGEN.to_string());
+    Ok(all)
+}
+
+/// The load-tester's runner: a workspace crate with an image of its own.
+pub const LOADGEN: &str = "loadgen";
+
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
@@ -73,7 +83,7 @@ pub fn run() -> anyhow::Result<()> {
         bail!("the Dockerfile no longer runs `{DOCKERFILE_BUILD}`: keep xtask/src/dist.rs and the Dockerfile in step");
     }
     let mut rows = Vec::new();
-    for op in operators()? {
+    for op in images()? {
         let command = DOCKERFILE_BUILD.replace("\"${OPERATOR}\"", &op);
         say(&format!("dist: {command}"));
         let args: Vec<&str> = command.split_whitespace().skip(1).collect();

@@ -11,13 +11,17 @@ use flotilla_testenv::node::images::{build, build_system_images, import, operato
 use flotilla_testenv::node::{self, NodePaths};
 use flotilla_testenv::node_assets::NodeAssets;
 
-use crate::util::{operators, say};
+use crate::util::say;
 
 pub fn run() -> anyhow::Result<()> {
     crate::dist::run()?;
     let mut built = Vec::new();
-    for op in operators()? {
-        let reference = flotilla_e2e::chart_image_reference(&op)?;
+    for op in crate::dist::images()? {
+        let reference = if op == crate::dist::LOADGEN {
+            flotilla_e2e::loadgen_image_reference()?
+        } else {
+            flotilla_e2e::chart_image_reference(&op)?
+        };
         let version = reference.rsplit(':').next().unwrap_or_default().to_string();
         let binary = crate::dist::target_dir().join("release").join(&op);
         let spec = operator_spec(&op, &binary, &reference, &version)?;

@@ -94,11 +94,7 @@ fn default_max_bytes() -> i32 {
     8192
 }
 
-/// A duration in Go's syntax: a sequence of numbers with units ms, s, m or
-/// h, e.g. 90s, 5m, 1h30m.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(transparent)]
-pub struct GoDuration(#[schemars(length(min = 2, max = 32), pattern(r"^([0-9]{1,9}(ms|s|m|h))+$"))] pub String);
+pub use flotilla_shared::duration::GoDuration;
 
 /// When a pod is unhealthy, and for how long before it is an incident.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]

@@ -35,37 +35,7 @@ impl Invalid {
 }
 
 /// Parses a Go duration (`90s`, `5m`, `1h30m`, `250ms`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    if s.is_empty() {
-        return Err("an empty duration".into());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 || digits > 9 {
-            return Err(format!("{s:?} is not a duration like 90s, 5m or 1h30m"));
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| format!("{s:?}: bad number"))?;
-        rest = &rest[digits..];
-        let (unit, len) = if rest.starts_with("ms") {
-            (Duration::from_millis(1), 2)
-        } else if rest.starts_with('s') {
-            (Duration::from_secs(1), 1)
-        } else if rest.starts_with('m') {
-            (Duration::from_secs(60), 1)
-        } else if rest.starts_with('h') {
-            (Duration::from_secs(3600), 1)
-        } else {
-            return Err(format!("{s:?} is not a duration like 90s, 5m or 1h30m (units ms, s, m, h)"));
-        };
-        rest = &rest[len..];
-        let part =
-            u32::try_from(n).ok().and_then(|n| unit.checked_mul(n)).ok_or_else(|| format!("{s:?} is too long"))?;
-        total = total.checked_add(part).ok_or_else(|| format!("{s:?} is too long"))?;
-    }
-    Ok(total)
-}
+pub use flotilla_shared::duration::parse as parse_duration;
 
 /// The checked rule.
 #[derive(Debug, Clone)]

@@ -7,6 +7,7 @@
 //! `examples/<operator>/` resources and prints what the operator did.
 
 mod config_copier;
+mod load_tester;
 mod pod_alert;
 mod pod_debugger;
 mod service_dns;
@@ -103,6 +104,7 @@ pub fn run() -> anyhow::Result<()> {
             ("config-copier", config_copier::start as Part),
             ("pod-alert", pod_alert::start as Part),
             ("pod-debugger", pod_debugger::start as Part),
+            ("load-tester", load_tester::start as Part),
         ] {
             say(&format!("demo: {name}"));
             if let Err(e) = part(&env).await {

@@ -1,0 +1,44 @@
+{{/*
+What load-tester needs of the API: its LoadTests and SimpleDeployments
+(status by server-side apply); pods: list and watch (its own, by label),
+create (runners, SimpleDeployment children), get (a child by name), patch
+(the runners' start signal) and delete (old runs' runners, replaced
+children); Services (get) and EndpointSlices (list) to check a test's
+target before starting it. Events are added by flotilla.rbac. With
+watchNamespace set, all of it is a Role in that namespace only.
+e2e/tests/rbac.rs proves each rule is needed.
+*/}}
+{{- define "load-tester.rules" -}}
+- apiGroups: ["flotilla.dev"]
+  resources: ["loadtests", "simpledeployments"]
+  verbs: ["list", "watch"]
+- apiGroups: ["flotilla.dev"]
+  resources: ["loadtests/status", "simpledeployments/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
+{{- end -}}
+
+{{- define "load-tester.loadgenImage" -}}
+{{- $g := default dict (default dict .Values.global).image -}}
+{{- $registry := default .Values.loadgen.image.registry $g.registry -}}
+{{- $tag := default (default .Chart.AppVersion .Values.loadgen.image.tag) $g.tag -}}
+{{- printf "%s/%s:%s" $registry .Values.loadgen.image.repository $tag -}}
+{{- end -}}
+
+{{- define "load-tester.args" -}}
+{{- if .Values.watchNamespace }}
+- {{ printf "--watch-namespace=%v" .Values.watchNamespace | quote }}
+{{- end }}
+- {{ printf "--loadgen-image=%v" (include "load-tester.loadgenImage" .) | quote }}
+{{- end -}}
+
+{{- define "load-tester.env" -}}
+{{- end -}}

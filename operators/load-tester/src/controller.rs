@@ -1,0 +1,310 @@
+//! The two controllers. LoadTest: runner pods (owned, labelled) trigger
+//! their LoadTest; each reconcile lists the test's runners, asks the state
+//! machine for the next step, checks the target Service when it must, and
+//! carries the step out (delete, create, signal, Events, status).
+//! SimpleDeployment: its one child pod, recreated when deleted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_shared::Context;
+use flotilla_shared::conditions::{READY, Status};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::crd::{LoadTest, LoadTestStatus, SimpleDeployment, SimpleDeploymentStatus, State, Verdict};
+use crate::error::Error;
+use crate::machine::{Limits, Step, Target, Wanted, step};
+use crate::metrics::LoadMetrics;
+use crate::runner::{self, LOADTEST_LABEL, Runner, START_ANNOTATION};
+use crate::simple::{self, OWNER_LABEL};
+
+/// Annotation: re-run a LoadTest whose spec did not change (any new value).
+pub const RERUN_ANNOTATION: &str = "flotilla.dev/rerun";
+/// Annotation on a SimpleDeployment's child: the generation it was made for.
+const CHILD_GENERATION: &str = "flotilla.dev/generation";
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub watch_namespace: Option<String>,
+    /// The runners' image unless a LoadTest names one.
+    pub loadgen_image: String,
+}
+
+pub struct Data {
+    pub ctx: Context,
+    pub metrics: LoadMetrics,
+    pub options: Options,
+}
+
+/// Runs both controllers until shutdown.
+pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
+    let metrics = LoadMetrics::new()?;
+    metrics.register(&ctx.metrics)?;
+    let client = ctx.client.clone();
+    let (tests, sds, pods): (Api<LoadTest>, Api<SimpleDeployment>, Api<Pod>) = match &options.watch_namespace {
+        Some(ns) => {
+            (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns), Api::namespaced(client, ns))
+        }
+        None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
+    };
+    let data = Arc::new(Data { ctx: ctx.clone(), metrics, options });
+    // Only our own pods are watched (by label), and only to wake owners.
+    let runners = Controller::new(tests, watcher::Config::default().any_semantic())
+        .owns(pods.clone(), watcher::Config::default().labels(LOADTEST_LABEL).any_semantic());
+    let children = Controller::new(sds, watcher::Config::default().any_semantic())
+        .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic());
+    let a = ctx.run_controller("loadtest", runners, reconcile_test, error_policy, Arc::clone(&data));
+    let b = ctx.run_controller("simpledeployment", children, reconcile_simple, error_policy, Arc::clone(&data));
+    tokio::try_join!(a, b)?;
+    Ok(())
+}
+
+pub fn error_policy<K>(_: Arc<K>, error: &Error, _: Arc<Data>) -> Action {
+    tracing::warn!(error = %error, label = error.metric_label(), "will retry in 10s");
+    Action::requeue(Duration::from_secs(10))
+}
+
+fn owned_by(pod: &Pod, uid: &str) -> bool {
+    pod.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|r| r.uid == uid))
+}
+
+/// Whether the Service exists and has a ready endpoint.
+async fn check_target(client: &kube::Client, ns: &str, service: &str) -> Result<Target, Error> {
+    let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
+    if svcs.get_opt(service).await.map_err(|e| Error::Kube("service", e))?.is_none() {
+        return Ok(Target::Missing);
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let list = slices.list(&lp).await.map_err(|e| Error::Kube("endpointslices", e))?;
+    let ready = list
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
+    Ok(if ready { Target::Ready } else { Target::NoReadyEndpoints })
+}
+
+fn ready_condition(old: Option<&LoadTestStatus>, new: &mut LoadTestStatus, generation: Option<i64>) {
+    let mut c = flotilla_shared::Conditions::new(old.map(|s| s.conditions.as_slice()), generation);
+    let (status, reason, message) = match new.state {
+        State::Pending => (Status::False, "Pending".to_string(), format!("run {}: starting the runners", new.run)),
+        State::Executing => {
+            (Status::False, "Executing".to_string(), format!("run {}: the runners are sending", new.run))
+        }
+        State::Finished => (Status::from(new.verdict != Verdict::Failed), new.reason.clone(), new.message.clone()),
+        State::Failed => (Status::False, new.reason.clone(), new.message.clone()),
+    };
+    c.set(READY, status, &reason, message);
+    new.conditions = c.into_vec();
+    new.observed_generation = generation;
+}
+
+fn same(a: &LoadTestStatus, b: &LoadTestStatus) -> bool {
+    let strip = |s: &LoadTestStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
+        }
+        s
+    };
+    strip(a) == strip(b)
+}
+
+pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Action, Error> {
+    let ns = test.namespace().ok_or(Error::NoNamespace)?;
+    let (name, uid) = (test.name_any(), test.uid().unwrap_or_default());
+    let client = data.ctx.client.clone();
+    let oref = test.object_ref(&());
+    let generation = test.metadata.generation.unwrap_or(0);
+    let rerun = test.annotations().get(RERUN_ANNOTATION).cloned().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("{LOADTEST_LABEL}={name}")))
+        .await
+        .map_err(|e| Error::Kube("pods", e))?;
+    // Only pods this LoadTest owns (a same-named older test's are not ours).
+    let runners: Vec<Runner> = listed.items.iter().filter(|p| owned_by(p, &uid)).map(runner::view).collect();
+    let limits = match (test.spec.deadline.get(), test.spec.start_timeout.get(), test.spec.test.timeout.get()) {
+        (Ok(deadline), Ok(start_timeout), Ok(_)) => Limits { deadline, start_timeout },
+        (d, s, t) => {
+            let why = [d.err(), s.err(), t.err()].into_iter().flatten().collect::<Vec<_>>().join("; ");
+            let mut st = test.status.clone().unwrap_or_default();
+            st.state = State::Failed;
+            st.reason = "InvalidSpec".into();
+            st.message = why.clone();
+            return write_status(&test, &ns, &name, st, &data, &oref, vec![(true, "InvalidSpec", why)]).await;
+        }
+    };
+    let now = Timestamp::now();
+    let old = test.status.as_ref();
+    let mut next: Step =
+        step(&test.spec, &limits, &Wanted { generation, rerun: &rerun }, old, &runners, &Target::Unchecked, now);
+    if next.needs_target {
+        let target = check_target(&client, &ns, &test.spec.test.service_name).await?;
+        next = step(&test.spec, &limits, &Wanted { generation, rerun: &rerun }, old, &runners, &target, now);
+    }
+
+    for pod in &next.delete {
+        match pods.delete(pod, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(Error::Kube("delete runner", e)),
+        }
+    }
+    let image = test.spec.image.clone().unwrap_or_else(|| data.options.loadgen_image.clone());
+    let run = next.status.run;
+    let mut to_create: Vec<Pod> = Vec::with_capacity(next.create.len());
+    for i in &next.create {
+        let pod = runner::pod(&name, &uid, &ns, &test.spec, &image, run, *i);
+        to_create.push(serde_json::from_value(pod).map_err(|e| Error::Kube("runner pod", kube::Error::SerdeError(e)))?);
+    }
+    let made: Vec<Result<(), Error>> = futures::stream::iter(to_create.into_iter().map(|pod| {
+        let pods = pods.clone();
+        async move {
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(Error::Kube("create runner", e)),
+            }
+        }
+    }))
+    .buffer_unordered(16)
+    .collect()
+    .await;
+    made.into_iter().collect::<Result<Vec<()>, Error>>()?;
+    if !next.create.is_empty() {
+        next.status.children += i32::try_from(next.create.len()).unwrap_or(0);
+    }
+    let go = Patch::Merge(serde_json::json!({"metadata": {"annotations": {START_ANNOTATION: "go"}}}));
+    for pod in &next.signal {
+        pods.patch(pod, &PatchParams::default(), &go).await.map_err(|e| Error::Kube("signal runner", e))?;
+    }
+
+    let was_terminal = old.is_some_and(|s| s.state.is_terminal() && s.run == next.status.run);
+    if next.status.state.is_terminal() && !was_terminal {
+        let s = &next.status;
+        data.metrics.runs.with_label_values(&[s.state.as_str(), &format!("{:?}", s.verdict)]).inc();
+        if let Some(r) = &s.results {
+            let errors: i64 = r.errors.values().sum();
+            data.metrics.requests.with_label_values(&["ok"]).inc_by(u64::try_from(r.requests - errors).unwrap_or(0));
+            for (kind, n) in &r.errors {
+                data.metrics.requests.with_label_values(&[kind]).inc_by(u64::try_from(*n).unwrap_or(0));
+            }
+        }
+        tracing::info!(loadtest = %name, run = s.run, state = s.state.as_str(), reason = %s.reason, "run ended");
+    }
+    let requeue = next.requeue;
+    let terminal = next.status.state.is_terminal();
+    write_status(&test, &ns, &name, next.status, &data, &oref, next.events).await?;
+    Ok(match requeue {
+        Some(d) => Action::requeue(d.clamp(Duration::from_secs(1), Duration::from_secs(300))),
+        None if terminal => Action::await_change(),
+        None => Action::requeue(Duration::from_secs(300)),
+    })
+}
+
+async fn write_status(
+    test: &LoadTest,
+    ns: &str,
+    name: &str,
+    mut st: LoadTestStatus,
+    data: &Data,
+    oref: &k8s_openapi::api::core::v1::ObjectReference,
+    events: Vec<(bool, &'static str, String)>,
+) -> Result<Action, Error> {
+    ready_condition(test.status.as_ref(), &mut st, test.metadata.generation);
+    if test.status.as_ref().is_none_or(|old| !same(old, &st)) {
+        let api: Api<LoadTest> = Api::namespaced(data.ctx.client.clone(), ns);
+        flotilla_shared::apply_status(&api, name, &data.ctx.field_manager, &st)
+            .await
+            .map_err(|e| Error::Kube("status", e))?;
+        // Events only once the status that caused them is written: a
+        // failed write is retried and must not repeat them.
+        for (warning, reason, note) in events {
+            if warning {
+                data.ctx.events.warning(oref, reason, "Run", note);
+            } else {
+                data.ctx.events.normal(oref, reason, "Run", note);
+            }
+        }
+    }
+    Ok(Action::await_change())
+}
+
+pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Result<Action, Error> {
+    let ns = sd.namespace().ok_or(Error::NoNamespace)?;
+    let (name, uid) = (sd.name_any(), sd.uid().unwrap_or_default());
+    let generation = sd.metadata.generation.unwrap_or(0).to_string();
+    let pods: Api<Pod> = Api::namespaced(data.ctx.client.clone(), &ns);
+    let child = simple::child_name(&name);
+    let oref = sd.object_ref(&());
+    let mut c =
+        flotilla_shared::Conditions::new(sd.status.as_ref().map(|s| s.conditions.as_slice()), sd.metadata.generation);
+    let mut status = SimpleDeploymentStatus { child: child.clone(), ..Default::default() };
+    match pods.get_opt(&child).await.map_err(|e| Error::Kube("child", e))? {
+        None => {
+            let mut pod = simple::pod(&name, &uid, &sd.spec);
+            pod["metadata"]["annotations"] = serde_json::json!({CHILD_GENERATION: generation});
+            let pod: Pod =
+                serde_json::from_value(pod).map_err(|e| Error::Kube("child pod", kube::Error::SerdeError(e)))?;
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => data.ctx.events.normal(&oref, "ChildCreated", "Create", format!("created pod {child}")),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(Error::Kube("create child", e)),
+            }
+            status.child_phase = "Pending".into();
+            c.set(READY, true, "ChildCreated", format!("pod {child} created"));
+        }
+        Some(pod) if !owned_by(&pod, &uid) => {
+            status.child = String::new();
+            let msg = format!("a pod named {child} exists and is not this SimpleDeployment's: left alone");
+            if sd.status.as_ref().is_none_or(|s| !s.conditions.iter().any(|c| c.reason == "NameConflict")) {
+                data.ctx.events.warning(&oref, "NameConflict", "Create", msg.clone());
+            }
+            c.set(READY, false, "NameConflict", msg);
+        }
+        Some(pod) => {
+            let made_for = pod.annotations().get(CHILD_GENERATION).cloned().unwrap_or_default();
+            if made_for != generation && pod.metadata.deletion_timestamp.is_none() {
+                // The spec changed: a pod cannot be changed, so it is replaced.
+                pods.delete(&child, &DeleteParams::default()).await.map_err(|e| Error::Kube("replace child", e))?;
+                data.ctx.events.normal(
+                    &oref,
+                    "ChildReplaced",
+                    "Delete",
+                    format!("pod {child} replaced: the spec changed"),
+                );
+            }
+            status.child_phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+            c.set(READY, true, "ChildExists", format!("pod {child} is {}", status.child_phase));
+        }
+    }
+    status.conditions = c.into_vec();
+    status.observed_generation = sd.metadata.generation;
+    let old = sd.status.clone().unwrap_or_default();
+    let changed = {
+        let strip = |s: &SimpleDeploymentStatus| {
+            let mut s = s.clone();
+            for c in &mut s.conditions {
+                c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
+            }
+            s
+        };
+        strip(&old) != strip(&status)
+    };
+    if changed {
+        let api: Api<SimpleDeployment> = Api::namespaced(data.ctx.client.clone(), &ns);
+        flotilla_shared::apply_status(&api, &name, &data.ctx.field_manager, &status)
+            .await
+            .map_err(|e| Error::Kube("status", e))?;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}

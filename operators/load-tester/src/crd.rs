@@ -1,0 +1,371 @@
+//! The `LoadTest` and `SimpleDeployment` custom resources
+//! (`flotilla.dev/v1alpha1`). Every field's doc comment is its `kubectl
+//! explain` description; the schema rejects at admission what would fail
+//! later (replicas 0 or over 500, an unknown method, a path without `/`).
+
+use std::collections::BTreeMap;
+
+use flotilla_shared::duration::GoDuration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Runs `replicas` coordinated loadgen pods against a Service of this
+/// namespace and reports one merged result: the runners' latency
+/// histograms are added bucket by bucket, never averaged.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = kube::core::Rule::new(
+    "duration(self.deadline) <= duration('24h') && duration(self.startTimeout) <= duration('1h')"
+).message("deadline is at most 24h and startTimeout at most 1h"))]
+#[kube(
+    group = "flotilla.dev",
+    version = "v1alpha1",
+    kind = "LoadTest",
+    doc = "Runs N coordinated load-generating pods against a Service and merges their results (state Pending, Executing, Finished or Failed).",
+    namespaced,
+    status = "LoadTestStatus",
+    shortname = "ld",
+    category = "flotilla",
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state","description":"Pending, Executing, Finished or Failed"}"#,
+    printcolumn = r#"{"name":"Verdict","type":"string","jsonPath":".status.verdict","description":"Passed, Failed or None (no thresholds)"}"#,
+    printcolumn = r#"{"name":"Run","type":"integer","jsonPath":".status.run"}"#,
+    printcolumn = r#"{"name":"Children","type":"integer","jsonPath":".status.children","description":"runner pods of the current run"}"#,
+    printcolumn = r#"{"name":"Requests","type":"integer","jsonPath":".status.results.requests"}"#,
+    printcolumn = r#"{"name":"P99","type":"string","jsonPath":".status.results.latency.p99"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadTestSpec {
+    /// Runner pods (1-500), each sending test.repeat requests on each of
+    /// test.concurrency connections.
+    #[schemars(range(min = 1, max = 500))]
+    pub replicas: i32,
+    /// What each runner sends, and where.
+    pub test: TestSpec,
+    /// Requests per second per runner (open model: latencies count from the
+    /// scheduled time, so a slow server cannot hide its queueing); 0 (the
+    /// default) sends each request as soon as the previous one on its
+    /// connection is answered.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100000))]
+    pub rate: i32,
+    /// The verdict: Passed when every threshold holds on the merged
+    /// results, else Failed. Omitted: verdict None.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thresholds: Option<Thresholds>,
+    /// The whole run, from its start (Go duration, default 10m, at most
+    /// 24h); past it the run is Failed (DeadlineExceeded).
+    #[serde(default = "default_deadline")]
+    #[schemars(default = "default_deadline")]
+    pub deadline: GoDuration,
+    /// How long the runners may take to all be Running (Go duration,
+    /// default 2m); past it the run is Failed (StartTimeout).
+    #[serde(default = "default_start_timeout")]
+    #[schemars(default = "default_start_timeout")]
+    pub start_timeout: GoDuration,
+    /// When the runner pods are deleted after the run: Always, OnSuccess
+    /// (the default: deleted when the run Finished with a verdict other
+    /// than Failed; a failed run's pods stay for `kubectl logs`) or Never.
+    /// The results stay in status either way.
+    #[serde(default)]
+    #[schemars(default = "Cleanup::default")]
+    pub cleanup: Cleanup,
+    /// The runners' image. Omitted: the operator's --loadgen-image (the
+    /// suite's loadgen of the same version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
+}
+
+fn default_deadline() -> GoDuration {
+    GoDuration::new("10m")
+}
+fn default_start_timeout() -> GoDuration {
+    GoDuration::new("2m")
+}
+fn default_port() -> i32 {
+    80
+}
+fn default_repeat() -> i32 {
+    10
+}
+fn default_concurrency() -> i32 {
+    1
+}
+fn default_timeout() -> GoDuration {
+    GoDuration::new("5s")
+}
+
+/// The requests.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TestSpec {
+    /// HTTP method (default GET).
+    #[serde(default)]
+    #[schemars(default = "Method::default")]
+    pub method: Method,
+    /// The Service, in this namespace: runners send to
+    /// http://<serviceName>.<namespace>.svc:<port><path>. It must exist and
+    /// have ready endpoints when the run starts.
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    pub service_name: String,
+    /// The Service port (default 80).
+    #[serde(default = "default_port")]
+    #[schemars(default = "default_port", range(min = 1, max = 65535))]
+    pub port: i32,
+    /// The path, starting with / (default /).
+    #[serde(default = "default_path")]
+    #[schemars(default = "default_path", length(min = 1, max = 2048), pattern(r"^/[^\s]*$"))]
+    pub path: String,
+    /// Requests per connection (1-1000000, default 10).
+    #[serde(default = "default_repeat")]
+    #[schemars(default = "default_repeat", range(min = 1, max = 1000000))]
+    pub repeat: i32,
+    /// Connections per runner (1-1000, default 1).
+    #[serde(default = "default_concurrency")]
+    #[schemars(default = "default_concurrency", range(min = 1, max = 1000))]
+    pub concurrency: i32,
+    /// Timeout of one request (Go duration, default 5s): a request without
+    /// an answer by then is an error of kind timeout.
+    #[serde(default = "default_timeout")]
+    #[schemars(default = "default_timeout")]
+    pub timeout: GoDuration,
+    /// Request headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    pub headers: BTreeMap<String, String>,
+    /// Request body.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 65536))]
+    pub body: String,
+}
+
+fn default_path() -> String {
+    "/".into()
+}
+
+/// HTTP methods.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Method {
+    #[default]
+    GET,
+    HEAD,
+    POST,
+    PUT,
+    PATCH,
+    DELETE,
+    OPTIONS,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::GET => "GET",
+            Method::HEAD => "HEAD",
+            Method::POST => "POST",
+            Method::PUT => "PUT",
+            Method::PATCH => "PATCH",
+            Method::DELETE => "DELETE",
+            Method::OPTIONS => "OPTIONS",
+        }
+    }
+}
+
+/// What a passing run must show.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Thresholds {
+    /// Failed requests over requests sent, at most (0-1, e.g. 0.01).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub max_error_ratio: Option<f64>,
+    /// The merged 99th-percentile latency, at most (Go duration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99: Option<GoDuration>,
+}
+
+/// When runner pods are deleted.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Cleanup {
+    Always,
+    #[default]
+    OnSuccess,
+    Never,
+}
+
+/// A run's state.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum State {
+    /// Runners are being created and started.
+    #[default]
+    Pending,
+    /// Every runner is running and sending.
+    Executing,
+    /// Every runner finished; results merged.
+    Finished,
+    /// The run failed; reason and message say why. Never re-run by itself.
+    Failed,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "Pending",
+            State::Executing => "Executing",
+            State::Finished => "Finished",
+            State::Failed => "Failed",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, State::Finished | State::Failed)
+    }
+}
+
+/// The thresholds' judgement.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Verdict {
+    Passed,
+    Failed,
+    /// Not judged (no thresholds, or the run did not finish).
+    #[default]
+    None,
+}
+
+/// The current run.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadTestStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready: the current run finished and passed (or finished without
+    /// thresholds); False with the failure's reason otherwise.
+    #[serde(default)]
+    #[schemars(schema_with = "flotilla_shared::conditions::schema")]
+    pub conditions: Vec<Condition>,
+    /// Pending, Executing, Finished or Failed.
+    #[serde(default)]
+    pub state: State,
+    /// Passed, Failed or None.
+    #[serde(default)]
+    pub verdict: Verdict,
+    /// The run number: 1, then one more on each spec change or
+    /// flotilla.dev/rerun annotation. Runner pods are <test>-r<run>-<i>.
+    #[serde(default)]
+    pub run: i64,
+    /// The generation the current run is for.
+    #[serde(default)]
+    pub run_generation: i64,
+    /// The flotilla.dev/rerun value the current run honoured.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rerun: String,
+    /// Runner pods of the current run that exist.
+    #[serde(default)]
+    pub children: i32,
+    /// When the current run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the runners were told to start sending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executing_time: Option<Time>,
+    /// When it finished or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Why it failed (ServiceNotFound, NoReadyEndpoints, RunnerFailed,
+    /// StartTimeout, DeadlineExceeded, BadSummary, InvalidSpec), or the
+    /// verdict's reason (ThresholdsMet, ThresholdsMissed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The merged results of a finished run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<Results>,
+}
+
+/// Every runner's requests, merged.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Results {
+    /// Runners whose summaries were merged.
+    pub runners: i32,
+    /// Requests sent.
+    pub requests: i64,
+    /// Failed requests by kind (http5xx, http4xx, timeout, connect, other).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, i64>,
+    /// Requests not sent because the deadline came first.
+    #[serde(default)]
+    pub not_sent: i64,
+    /// Failed requests over requests sent, as a decimal string.
+    pub error_ratio: String,
+    /// Requests per second over the longest runner's wall time.
+    pub rps: String,
+    /// Latencies of the answered requests, from the merged histogram.
+    pub latency: Latency,
+    /// The merged histogram (HdrHistogram V2 + deflate, base64), for
+    /// tools that want more than these percentiles.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub histogram: String,
+}
+
+/// Percentiles of the merged histogram, e.g. "12.4ms".
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct Latency {
+    pub p50: String,
+    pub p90: String,
+    pub p99: String,
+    pub max: String,
+}
+
+/// Keeps exactly one pod that prints a line and sleeps `sleepytime`
+/// seconds (seed 004's first example); the pod is recreated if deleted.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "flotilla.dev",
+    version = "v1alpha1",
+    kind = "SimpleDeployment",
+    doc = "Keeps exactly one pod that prints a line and sleeps spec.sleepytime seconds.",
+    namespaced,
+    status = "SimpleDeploymentStatus",
+    shortname = "simdep",
+    shortname = "sd",
+    category = "flotilla",
+    printcolumn = r#"{"name":"Children","type":"string","jsonPath":".status.child","description":"The child pod created by the operator."}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.childPhase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SimpleDeploymentSpec {
+    /// Seconds the pod sleeps after printing (a string of digits, as the
+    /// seed has it; default "0").
+    #[serde(default = "default_sleepytime")]
+    #[schemars(default = "default_sleepytime", length(min = 1, max = 7), pattern(r"^[0-9]+$"))]
+    pub sleepytime: String,
+    /// The pod's image (it needs sh, echo and sleep). Omitted: busybox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
+}
+
+fn default_sleepytime() -> String {
+    "0".into()
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SimpleDeploymentStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready: the child pod exists and is ours.
+    #[serde(default)]
+    #[schemars(schema_with = "flotilla_shared::conditions::schema")]
+    pub conditions: Vec<Condition>,
+    /// The child pod's name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub child: String,
+    /// Its phase.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub child_phase: String,
+}

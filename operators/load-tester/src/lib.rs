@@ -1,0 +1,33 @@
+//! # load-tester
+//!
+//! A `LoadTest` (`flotilla.dev/v1alpha1`) runs `replicas` loadgen pods
+//! against a Service of its namespace, started together once all run, and
+//! merges their latency histograms into one result with a verdict; a
+//! `SimpleDeployment` keeps exactly one sleeping pod (seed 004).
+//!
+//! | module | concern |
+//! | --- | --- |
+//! | [`crd`] | the CRD types, schema, printer columns |
+//! | [`runner`] | runner pods and their projection (pure) |
+//! | [`machine`] | the LoadTest state machine (pure) |
+//! | [`results`] | merged results and the verdict (pure) |
+//! | [`simple`] | SimpleDeployment's child pod (pure) |
+//! | [`metrics`] | `flotilla_load_tester_*` |
+//! | [`controller`] | the two controllers: watches, actions, status |
+
+pub mod controller;
+pub mod crd;
+pub mod error;
+pub mod machine;
+pub mod metrics;
+pub mod results;
+pub mod runner;
+pub mod simple;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The operator's CRDs, for `cargo xtask crds`.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![crd::LoadTest::crd(), crd::SimpleDeployment::crd()]
+}

@@ -1,0 +1,181 @@
+//! Runner pods: the pod a run creates for runner `i`, and what the state
+//! machine reads of one. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use crate::crd::LoadTestSpec;
+
+/// Label: the LoadTest a runner belongs to.
+pub const LOADTEST_LABEL: &str = "flotilla.dev/loadtest";
+/// Label: the run a runner belongs to.
+pub const RUN_LABEL: &str = "flotilla.dev/run";
+/// Annotation the operator sets to "go" once every runner is Running; the
+/// runners read it through a downward-API file.
+pub const START_ANNOTATION: &str = "flotilla.dev/start";
+/// Where runners see it.
+pub const START_FILE: &str = "/etc/flotilla/start";
+pub const MANAGED_BY: &str = "flotilla-load-tester";
+
+/// `<test>-r<run>-<i>`, cut to a valid pod name when the test's is long.
+pub fn name(test: &str, run: i64, i: usize) -> String {
+    let suffix = format!("-r{run}-{i}");
+    let keep = 253usize.saturating_sub(suffix.len()).min(test.len());
+    format!("{}{suffix}", test[..keep].trim_end_matches(['-', '.']))
+}
+
+/// What the runner pod for `i` of `run` is (an object for the API).
+pub fn pod(test: &str, uid: &str, namespace: &str, spec: &LoadTestSpec, image: &str, run: i64, i: usize) -> Value {
+    let t = &spec.test;
+    let url = format!("http://{}.{namespace}.svc:{}{}", t.service_name, t.port, t.path);
+    let headers: Vec<String> = t.headers.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    let env = json!([
+        {"name": "URL", "value": url},
+        {"name": "METHOD", "value": t.method.as_str()},
+        {"name": "HEADERS", "value": headers.join("\n")},
+        {"name": "BODY", "value": t.body},
+        {"name": "REPEAT", "value": t.repeat.to_string()},
+        {"name": "CONCURRENCY", "value": t.concurrency.to_string()},
+        {"name": "TIMEOUT", "value": t.timeout.0},
+        {"name": "RATE", "value": spec.rate.to_string()},
+        {"name": "DEADLINE", "value": spec.deadline.0},
+        {"name": "START_FILE", "value": START_FILE},
+    ]);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name(test, run, i),
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": MANAGED_BY,
+                "app.kubernetes.io/name": "loadgen",
+                LOADTEST_LABEL: test,
+                RUN_LABEL: run.to_string(),
+            },
+            "ownerReferences": [{
+                "apiVersion": "flotilla.dev/v1alpha1", "kind": "LoadTest", "name": test, "uid": uid,
+                "controller": true
+            }]
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "terminationGracePeriodSeconds": 5,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "loadgen",
+                "image": image,
+                "env": env,
+                "terminationMessagePolicy": "File",
+                "resources": {"requests": {"cpu": "50m", "memory": "16Mi"}, "limits": {"memory": "128Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                                    "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "start", "mountPath": "/etc/flotilla", "readOnly": true}]
+            }],
+            "volumes": [{"name": "start", "downwardAPI": {"items": [
+                {"path": "start", "fieldRef": {"fieldPath": format!("metadata.annotations['{START_ANNOTATION}']")}}
+            ]}}]
+        }
+    })
+}
+
+/// What the state machine reads of a runner pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Runner {
+    pub name: String,
+    pub run: i64,
+    /// Its index in the run (from the name).
+    pub index: Option<usize>,
+    pub phase: String,
+    pub terminating: bool,
+    /// The loadgen container runs.
+    pub running: bool,
+    /// The start annotation is set.
+    pub signalled: bool,
+    /// A waiting reason and message (ImagePullBackOff, ...).
+    pub waiting: Option<(String, String)>,
+    /// Exit code, reason and termination message once it ended.
+    pub terminated: Option<(i32, String, String)>,
+    /// The scheduler's reason it was not placed.
+    pub unschedulable: Option<String>,
+}
+
+/// Projects a runner pod.
+pub fn view(pod: &Pod) -> Runner {
+    let meta = &pod.metadata;
+    let labels = meta.labels.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let run: i64 = labels.get(RUN_LABEL).and_then(|r| r.parse().ok()).unwrap_or(0);
+    let index = name.rsplit('-').next().and_then(|i| i.parse().ok());
+    let status = pod.status.as_ref();
+    let cs = status.and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first());
+    let state = cs.and_then(|c| c.state.as_ref());
+    let annotations: BTreeMap<String, String> = meta.annotations.clone().unwrap_or_default();
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+        .map(|c| c.message.clone().unwrap_or_else(|| "Unschedulable".into()));
+    Runner {
+        run,
+        index,
+        phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+        terminating: meta.deletion_timestamp.is_some(),
+        running: state.is_some_and(|s| s.running.is_some()),
+        signalled: annotations.get(START_ANNOTATION).is_some_and(|v| v == "go"),
+        waiting: state
+            .and_then(|s| s.waiting.as_ref())
+            .map(|w| (w.reason.clone().unwrap_or_default(), w.message.clone().unwrap_or_default())),
+        terminated: state
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| (t.exit_code, t.reason.clone().unwrap_or_default(), t.message.clone().unwrap_or_default())),
+        unschedulable,
+        name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_and_carry_run_and_index() {
+        assert_eq!(name("example-02", 3, 4), "example-02-r3-4");
+        let long = "a".repeat(253);
+        let n = name(&long, 12, 499);
+        assert!(n.len() <= 253 && n.ends_with("-r12-499"), "{n}");
+    }
+
+    #[test]
+    fn the_runner_pod_is_owned_unprivileged_and_waits_for_the_start_signal() {
+        let spec: LoadTestSpec = serde_json::from_value(json!({
+            "replicas": 5, "test": {"serviceName": "nginx", "headers": {"X-A": "1"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let p = pod("example-02", "uid-1", "shop", &spec, "loadgen:1", 2, 0);
+        assert_eq!(p["metadata"]["name"], "example-02-r2-0");
+        assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+        assert_eq!(p["metadata"]["labels"][RUN_LABEL], "2");
+        assert_eq!(p["spec"]["restartPolicy"], "Never");
+        let c = &p["spec"]["containers"][0];
+        let env: BTreeMap<String, String> = c["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| (e["name"].as_str().unwrap_or("").into(), e["value"].as_str().unwrap_or("").into()))
+            .collect();
+        assert_eq!(env["URL"], "http://nginx.shop.svc:80/");
+        assert_eq!((env["REPEAT"].as_str(), env["CONCURRENCY"].as_str()), ("10", "1"));
+        assert_eq!(env["HEADERS"], "X-A:1");
+        assert_eq!(env["START_FILE"], START_FILE);
+        assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
+        assert_eq!(p["spec"]["securityContext"]["runAsNonRoot"], true);
+        let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+    }
+}

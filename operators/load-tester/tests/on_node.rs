@@ -1,0 +1,275 @@
+//! load-tester on the one-node cluster, with real pods sending real HTTP
+//! to a real Service (busybox httpd from the toolbox image; a CGI script
+//! answers 500): the seed's example-02 (5 runners) goes Pending →
+//! Executing → Finished with every request counted and a Passed verdict;
+//! a failing target's errors fail the verdict and keep its pods; a spec
+//! change starts run 2 and removes run 1's pods; a runner that cannot
+//! start, a missing Service, one without ready endpoints and a deadline
+//! fail the run with their reason,
+//! never hanging; deleting a LoadTest removes its pods; a
+//! SimpleDeployment's child is recreated when deleted.
+//! Needs the loadgen image (`cargo xtask images`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::node;
+use flotilla_testenv::node::images::TOOLBOX_IMAGE;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use load_tester::crd::{State, Verdict};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(180);
+
+/// busybox httpd on :8080 behind Service `web` (port 80): `/` answers 200,
+/// `/cgi-bin/fail` 500, `/cgi-bin/slow` after 2 s.
+async fn target(client: &kube::Client, ns: &str) {
+    let script = r#"mkdir -p /www/cgi-bin && echo ok > /www/index.html
+printf '#!/bin/sh\necho "Status: 500 Internal Server Error"\necho "Content-Type: text/plain"\necho\necho boom\n' > /www/cgi-bin/fail
+printf '#!/bin/sh\nsleep 2\necho "Content-Type: text/plain"\necho\necho slow\n' > /www/cgi-bin/slow
+chmod +x /www/cgi-bin/fail /www/cgi-bin/slow
+exec httpd -f -p 8080 -h /www"#;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "httpd", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", script],
+            "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
+        }]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await.unwrap();
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &svc).await.unwrap();
+    // Ready endpoints first: a LoadTest against a Service without them
+    // fails at once (NoReadyEndpoints), which is the next test's business.
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    flotilla_testenv::wait_for("the web Service's ready endpoint", T, || async {
+        let list = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await?;
+        let ready = list
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false));
+        Ok::<_, kube::Error>(ready.then_some(()))
+    })
+    .await
+    .unwrap();
+}
+
+async fn runner_pods(client: &kube::Client, ns: &str, test: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("flotilla.dev/loadtest={test}"));
+    pods.list(&lp).await.unwrap().items.into_iter().filter_map(|p| p.metadata.name).collect()
+}
+
+async fn wait_no_runners(client: &kube::Client, ns: &str, test: &str, what: &str) {
+    flotilla_testenv::wait_for(what, T, || async {
+        Ok::<_, std::convert::Infallible>(runner_pods(client, ns, test).await.is_empty().then_some(()))
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn example_02_finishes_with_merged_results_and_a_failing_target_fails_its_verdict() {
+    let env = node();
+    install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-main").await.unwrap();
+    target(&client, &ns).await;
+    let operator = start_operator(&env, &ns);
+
+    let thresholds = json!({"maxErrorRatio": 0.01, "p99": "3s"});
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "example-02",
+        json!({"replicas": 5, "test": {"method": "GET", "serviceName": "web", "path": "/", "repeat": 10, "concurrency": 2},
+               "thresholds": thresholds}),
+    )
+    .await
+    .unwrap();
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "failing",
+        json!({"replicas": 2, "test": {"serviceName": "web", "path": "/cgi-bin/fail", "repeat": 5}, "thresholds": thresholds}),
+    )
+    .await
+    .unwrap();
+
+    let s =
+        wait_test(&client, &ns, "example-02", "example-02 to finish", T, |s| s.state.is_terminal().then(|| s.clone()))
+            .await;
+    assert_eq!((s.state, s.verdict, s.run), (State::Finished, Verdict::Passed, 1), "{s:#?}");
+    let r = s.results.clone().unwrap();
+    assert_eq!((r.runners, r.requests), (5, 5 * 10 * 2), "{r:#?}");
+    assert!(r.errors.is_empty(), "{r:#?}");
+    assert!(!r.histogram.is_empty() && r.latency.p50.ends_with('s'), "{r:#?}");
+    let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "ThresholdsMet"));
+    let events = events_about(&client, &ns, "example-02").await;
+    for reason in ["RunStarted", "Executing", "Finished"] {
+        assert!(events.iter().any(|(_, r, _)| r == reason), "no {reason} Event: {events:?}");
+    }
+    // OnSuccess: the runners go, the results stay.
+    wait_no_runners(&client, &ns, "example-02", "example-02's runners to be cleaned up").await;
+
+    let f =
+        wait_test(&client, &ns, "failing", "the failing test to end", T, |s| s.state.is_terminal().then(|| s.clone()))
+            .await;
+    assert_eq!((f.state, f.verdict), (State::Finished, Verdict::Failed), "{f:#?}");
+    let r = f.results.clone().unwrap();
+    assert_eq!((r.requests, r.errors.get("http5xx").copied()), (10, Some(10)), "{r:#?}");
+    assert!(f.message.contains("error ratio"), "{}", f.message);
+    // A failed verdict keeps the runners (OnSuccess) for `kubectl logs`.
+    assert_eq!(runner_pods(&client, &ns, "failing").await.len(), 2);
+
+    // A spec change starts run 2 and removes run 1's pods.
+    patch_spec(&client, &ns, "LoadTest", "failing", json!({"test": {"path": "/"}})).await;
+    let f2 = wait_test(&client, &ns, "failing", "run 2 to finish", T, |s| {
+        (s.run == 2 && s.state.is_terminal()).then(|| s.clone())
+    })
+    .await;
+    assert_eq!((f2.state, f2.verdict), (State::Finished, Verdict::Passed), "{f2:#?}");
+    let left = runner_pods(&client, &ns, "failing").await;
+    assert!(left.iter().all(|p| !p.contains("-r1-")), "run 1's pods remain: {left:?}");
+
+    // flotilla.dev/rerun runs an unchanged spec again.
+    let rerun = json!({"metadata": {"annotations": {"flotilla.dev/rerun": "1"}}});
+    api(&client, &ns, "LoadTest")
+        .patch("example-02", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&rerun))
+        .await
+        .unwrap();
+    wait_test(&client, &ns, "example-02", "run 2 of example-02", T, |s| {
+        (s.run == 2 && s.state == State::Finished).then_some(())
+    })
+    .await;
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+#[tokio::test]
+async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_removes_its_pods() {
+    let env = node();
+    install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-fail").await.unwrap();
+    target(&client, &ns).await;
+    let operator = start_operator(&env, &ns);
+
+    create(&client, &ns, "LoadTest", "no-service", json!({"replicas": 1, "test": {"serviceName": "nope"}}))
+        .await
+        .unwrap();
+    // A Service whose selector matches no pod has no ready endpoints.
+    let empty: Service = serde_json::from_value(
+        json!({"metadata": {"name": "empty"}, "spec": {"selector": {"app": "none"}, "ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &empty).await.unwrap();
+    create(&client, &ns, "LoadTest", "no-endpoints", json!({"replicas": 1, "test": {"serviceName": "empty"}}))
+        .await
+        .unwrap();
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "bad-image",
+        json!({"replicas": 2, "image": "localhost/flotilla/missing:1", "test": {"serviceName": "web"}}),
+    )
+    .await
+    .unwrap();
+    // 1 request per second for 100 s, with a 10 s deadline.
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "too-long",
+        json!({"replicas": 1, "rate": 1, "deadline": "10s", "test": {"serviceName": "web", "repeat": 100}}),
+    )
+    .await
+    .unwrap();
+
+    let s =
+        wait_test(&client, &ns, "no-service", "ServiceNotFound", T, |s| s.state.is_terminal().then(|| s.clone())).await;
+    assert_eq!((s.state, s.reason.as_str()), (State::Failed, "ServiceNotFound"), "{s:#?}");
+    assert!(runner_pods(&client, &ns, "no-service").await.is_empty());
+    let s =
+        wait_test(&client, &ns, "no-endpoints", "NoReadyEndpoints", T, |s| s.state.is_terminal().then(|| s.clone()))
+            .await;
+    assert_eq!((s.state, s.reason.as_str()), (State::Failed, "NoReadyEndpoints"), "{s:#?}");
+
+    let s = wait_test(&client, &ns, "bad-image", "the missing image to fail the run", T, |s| {
+        s.state.is_terminal().then(|| s.clone())
+    })
+    .await;
+    assert_eq!((s.state, s.reason.as_str()), (State::Failed, "RunnerFailed"), "{s:#?}");
+    assert!(s.message.contains("ErrImagePull") || s.message.contains("ImagePullBackOff"), "{}", s.message);
+
+    let s = wait_test(&client, &ns, "too-long", "the deadline", T, |s| s.state.is_terminal().then(|| s.clone())).await;
+    assert_eq!((s.state, s.reason.as_str()), (State::Failed, "DeadlineExceeded"), "{s:#?}");
+    wait_no_runners(&client, &ns, "too-long", "the runner past its deadline to be stopped").await;
+
+    // Terminal: never retried by itself.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again: Api<LoadTest> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(again.get("bad-image").await.unwrap().status.map(|s| s.run), Some(1));
+
+    // Deleting the LoadTest removes its pods (owner references).
+    assert_eq!(runner_pods(&client, &ns, "bad-image").await.len(), 2);
+    again.delete("bad-image", &Default::default()).await.unwrap();
+    wait_no_runners(&client, &ns, "bad-image", "the deleted test's pods to go").await;
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+#[tokio::test]
+async fn a_simple_deployment_keeps_exactly_one_child() {
+    let env = node();
+    install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-simple").await.unwrap();
+    let operator = start_operator(&env, &ns);
+    create(&client, &ns, "SimpleDeployment", "example-01", json!({"sleepytime": "120"})).await.unwrap();
+    let sds: Api<SimpleDeployment> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let first = flotilla_testenv::wait_for("the child to run", T, || async {
+        let child = sds.get("example-01").await?.status.map(|s| s.child).unwrap_or_default();
+        let pod = if child.is_empty() { None } else { pods.get_opt(&child).await? };
+        Ok::<_, kube::Error>(pod.filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
+    })
+    .await
+    .unwrap();
+    let name = first.metadata.name.clone().unwrap();
+    assert_eq!(name, "example-01-child");
+    let log = env.kubectl(&["logs", "-n", &ns, &name]).unwrap();
+    assert!(log.contains("I'm so very useful!"), "{log}");
+
+    pods.delete(&name, &Default::default()).await.unwrap();
+    let old_uid = first.metadata.uid.clone().unwrap();
+    flotilla_testenv::wait_for("the child to be recreated", T, || async {
+        let p = pods.get_opt(&name).await?;
+        Ok::<_, kube::Error>(p.filter(|p| p.metadata.uid.as_deref() != Some(old_uid.as_str())).map(|_| ()))
+    })
+    .await
+    .unwrap();
+    let all = pods.list(&ListParams::default().labels("flotilla.dev/simpledeployment=example-01")).await.unwrap();
+    assert!(all.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count() == 1, "more than one child");
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
