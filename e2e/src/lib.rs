@@ -258,3 +258,52 @@ pub async fn objects_of_release(client: &kube::Client, ns: &str, release: &str) 
     collect!(Api::<ClusterRoleBinding>::all(client.clone()), "ClusterRoleBinding");
     Ok(found)
 }
+
+/// Renders one template of a chart (as if the API served
+/// ValidatingAdmissionPolicy) and applies each object server-side as
+/// `admin`; returns the kinds applied, in order. For tests of a chart's
+/// access objects (roles, admission policies) without installing it.
+pub async fn apply_chart_template(
+    admin: &kube::Client,
+    chart: &str,
+    release: &str,
+    template: &str,
+) -> anyhow::Result<Vec<String>> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    build_chart_dependencies()?;
+    let path = charts_dir().join(chart).display().to_string();
+    let rendered = helm_ok(
+        None,
+        &[
+            "template",
+            release,
+            &path,
+            "--show-only",
+            template,
+            "--api-versions",
+            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+        ],
+    )?;
+    let mut kinds = Vec::new();
+    for doc in yaml_documents(&rendered)? {
+        let (group_version, kind) = (
+            doc["apiVersion"].as_str().context("apiVersion")?.to_string(),
+            doc["kind"].as_str().context("kind")?.to_string(),
+        );
+        let (group, version) = group_version.split_once('/').unwrap_or(("", group_version.as_str()));
+        let plural = match kind.as_str() {
+            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
+            "ClusterRole" => "clusterroles",
+            other => bail!("{chart}/{template}: no plural known for {other}"),
+        };
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &kind), plural);
+        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+        let name = obj.metadata.name.clone().context("metadata.name")?;
+        kube::Api::<DynamicObject>::all_with(admin.clone(), &ar)
+            .patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&obj))
+            .await?;
+        kinds.push(kind);
+    }
+    Ok(kinds)
+}

@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use flotilla_e2e::{apply_crds, build_chart_dependencies, charts_dir, helm_ok, yaml_documents};
+use flotilla_e2e::{apply_chart_template, apply_crds};
 use flotilla_testenv::{shared, wait_for};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -30,43 +30,11 @@ fn rule(name: &str, spec: Value) -> DynamicObject {
 
 /// Applies the chart's access objects (roles, policy, binding) as rendered.
 async fn apply_chart_access(admin: &Client) {
-    build_chart_dependencies().unwrap();
-    let chart = charts_dir().join("config-copier").display().to_string();
-    let rendered = helm_ok(
-        None,
-        &[
-            "template",
-            "vap",
-            &chart,
-            "--show-only",
-            "templates/copyrule-access.yaml",
-            "--api-versions",
-            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
-        ],
-    )
-    .unwrap();
-    let docs = yaml_documents(&rendered).unwrap();
-    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    let kinds = apply_chart_template(admin, "config-copier", "vap", "templates/copyrule-access.yaml").await.unwrap();
     assert_eq!(
         kinds,
         ["ClusterRole", "ClusterRole", "ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     );
-    for doc in docs {
-        let (group_version, kind) = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
-        let (group, version) = group_version.split_once('/').unwrap();
-        let plural = match kind {
-            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
-            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
-            _ => "clusterroles",
-        };
-        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
-        let name = obj.metadata.name.clone().unwrap();
-        Api::<DynamicObject>::all_with(admin.clone(), &ar)
-            .patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&obj))
-            .await
-            .unwrap();
-    }
 }
 
 async fn bind(admin: &Client, ns: &str, user: &str, cluster_role: &str) {

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use flotilla_e2e::{apply_crds, build_chart_dependencies, charts_dir, helm_ok, yaml_documents};
+use flotilla_e2e::{apply_chart_template, apply_crds};
 use flotilla_testenv::{shared, wait_for};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
@@ -36,40 +36,9 @@ fn debugger(name: &str) -> DynamicObject {
 
 /// Applies the chart's access objects (roles, policy, binding) as rendered.
 async fn apply_chart_access(admin: &Client) {
-    build_chart_dependencies().unwrap();
-    let chart = charts_dir().join("pod-debugger").display().to_string();
-    let rendered = helm_ok(
-        None,
-        &[
-            "template",
-            RELEASE,
-            &chart,
-            "--show-only",
-            "templates/poddebugger-access.yaml",
-            "--api-versions",
-            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
-        ],
-    )
-    .unwrap();
-    let docs = yaml_documents(&rendered).unwrap();
-    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    let kinds =
+        apply_chart_template(admin, "pod-debugger", RELEASE, "templates/poddebugger-access.yaml").await.unwrap();
     assert_eq!(kinds, ["ClusterRole", "ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]);
-    for doc in docs {
-        let (group_version, kind) = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
-        let (group, version) = group_version.split_once('/').unwrap();
-        let plural = match kind {
-            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
-            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
-            _ => "clusterroles",
-        };
-        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
-        let name = obj.metadata.name.clone().unwrap();
-        Api::<DynamicObject>::all_with(admin.clone(), &ar)
-            .patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&obj))
-            .await
-            .unwrap();
-    }
 }
 
 async fn bind(admin: &Client, ns: &str, user: &str, kind: &str, role: &str) {

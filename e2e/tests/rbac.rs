@@ -23,6 +23,12 @@ use serde_json::json;
 
 type Scenario = fn(Client, String, usize, Duration) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
+/// A namespaced `flotilla.dev/v1alpha1` kind, untyped.
+fn flotilla_api(client: &Client, ns: &str, kind: &str) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("flotilla.dev", "v1alpha1", kind);
+    Api::namespaced_with(client.clone(), ns, &kube::api::ApiResource::from_gvk(&gvk))
+}
+
 /// Which object a rule lives in.
 #[derive(Clone, Debug)]
 enum RuleHome {
@@ -192,15 +198,7 @@ fn config_copier_scenario(
             .create(&PostParams::default(), &secret)
             .await
             .map_err(|e| e.to_string())?;
-        let copyrules = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-            admin.clone(),
-            &ns,
-            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-                "flotilla.dev",
-                "v1alpha1",
-                "CopyRule",
-            )),
-        );
+        let copyrules = flotilla_api(&admin, &ns, "CopyRule");
         for (kind, name) in [("ConfigMap", "cm"), ("Secret", "sec")] {
             let rule: kube::api::DynamicObject = serde_json::from_value(json!({
                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "CopyRule",
@@ -272,15 +270,7 @@ fn pod_alert_scenario(
             "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now, "containerID": format!("containerd://rbac-{round}")}}
         }]}});
         pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
-        let alerts = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-            admin.clone(),
-            &ns,
-            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-                "flotilla.dev",
-                "v1alpha1",
-                "PodAlert",
-            )),
-        );
+        let alerts = flotilla_api(&admin, &ns, "PodAlert");
         let pa: kube::api::DynamicObject = serde_json::from_value(json!({
             "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": alert},
             "spec": {
@@ -357,15 +347,7 @@ fn pod_debugger_scenario(
             "state": {"running": {"startedAt": k8s_openapi::jiff::Timestamp::now().to_string()}}
         }]}});
         pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
-        let debuggers = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-            admin.clone(),
-            &ns,
-            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-                "flotilla.dev",
-                "v1alpha1",
-                "PodDebugger",
-            )),
-        );
+        let debuggers = flotilla_api(&admin, &ns, "PodDebugger");
         let pd: kube::api::DynamicObject = serde_json::from_value(json!({
             "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodDebugger", "metadata": {"name": rule},
             "spec": {"selector": {"matchLabels": {"round": round.to_string()}}, "image": "busybox:1.37"}
@@ -470,20 +452,13 @@ fn load_tester_scenario(
             .create(&PostParams::default(), &slice)
             .await
             .map_err(err)?;
-        let dynamic = |kind: &str| {
-            kube::Api::<kube::api::DynamicObject>::namespaced_with(
-                admin.clone(),
-                &ns,
-                &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("flotilla.dev", "v1alpha1", kind)),
-            )
-        };
         let obj = |kind: &str, name: &str, spec: serde_json::Value| -> kube::api::DynamicObject {
             serde_json::from_value(
                 json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}),
             )
             .unwrap()
         };
-        let (sds, lts) = (dynamic("SimpleDeployment"), dynamic("LoadTest"));
+        let (sds, lts) = (flotilla_api(&admin, &ns, "SimpleDeployment"), flotilla_api(&admin, &ns, "LoadTest"));
         sds.create(&PostParams::default(), &obj("SimpleDeployment", &sd, json!({"sleepytime": "1"})))
             .await
             .map_err(err)?;

@@ -152,6 +152,43 @@ impl<T: PartialEq> Writer<T> {
     }
 }
 
+impl<T: PartialEq> Writer<T> {
+    /// Feeds this writer from a watch until the stream ends, handing each
+    /// event's changes to `changed` and calling `synced` once, after the
+    /// first complete list. A failed watch call is logged and the stream
+    /// polled again after a second (the watcher re-lists by itself).
+    pub async fn run<K, S>(
+        mut self,
+        watch: S,
+        project: impl Fn(K) -> (String, T),
+        synced: impl FnOnce(),
+        mut changed: impl FnMut(&[Change<T>]),
+    ) where
+        S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    {
+        use futures::StreamExt;
+        let mut watch = std::pin::pin!(watch);
+        let mut synced = Some(synced);
+        while let Some(event) = watch.next().await {
+            let event = match event {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watch failed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let changes = self.apply_changes(event, &project);
+            if *self.ready.borrow()
+                && let Some(f) = synced.take()
+            {
+                f();
+            }
+            changed(&changes);
+        }
+    }
+}
+
 impl<T> Store<T> {
     /// Every projection, in no particular order.
     pub fn state(&self) -> Vec<Arc<T>> {

@@ -2,6 +2,8 @@
 //! subresource: the operator owns exactly the fields it sends, and fields
 //! written by other managers survive.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource};
 use serde::Serialize;
@@ -21,4 +23,58 @@ where
         "status": status,
     });
     api.patch_status(name, &PatchParams::apply(field_manager).force(), &Patch::Apply(&patch)).await
+}
+
+/// Whether two statuses say the same, ignoring when their conditions last
+/// changed and in which order they are listed: an unchanged status is not
+/// written again (every write would wake every watcher of the object).
+/// `conditions` picks a status's conditions.
+pub fn same_ignoring_times<S: Clone + PartialEq>(
+    a: &S,
+    b: &S,
+    conditions: impl Fn(&mut S) -> &mut Vec<Condition>,
+) -> bool {
+    let strip = |s: &S| {
+        let mut s = s.clone();
+        let list = conditions(&mut s);
+        for c in list.iter_mut() {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        list.sort_by(|x, y| x.type_.cmp(&y.type_));
+        s
+    };
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, PartialEq, Debug)]
+    struct St {
+        n: i32,
+        conditions: Vec<Condition>,
+    }
+
+    fn cond(t: &str, status: &str, secs: i64) -> Condition {
+        Condition {
+            type_: t.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH)),
+        }
+    }
+
+    #[test]
+    fn times_and_order_do_not_count_anything_else_does() {
+        let a = St { n: 1, conditions: vec![cond("Ready", "True", 1), cond("Synced", "True", 2)] };
+        let b = St { n: 1, conditions: vec![cond("Synced", "True", 9), cond("Ready", "True", 8)] };
+        assert!(same_ignoring_times(&a, &b, |s| &mut s.conditions));
+        let c = St { n: 2, ..b.clone() };
+        assert!(!same_ignoring_times(&a, &c, |s| &mut s.conditions));
+        let d = St { n: 1, conditions: vec![cond("Ready", "False", 1), cond("Synced", "True", 2)] };
+        assert!(!same_ignoring_times(&a, &d, |s| &mut s.conditions));
+    }
 }

@@ -252,6 +252,46 @@ where
     }
 }
 
+/// Waits until the object `name` satisfies `check` (polled with
+/// [`wait_for`]); on a timeout, panics with the object's status as it is
+/// then, so a failing test says what it saw. For tests only.
+pub async fn wait_object<K, T>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&K) -> Option<T>,
+) -> T
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let check = &check;
+    let result = wait_for(what, timeout, || {
+        let api = api.clone();
+        async move { Ok::<_, kube::Error>(check(&api.get(name).await?)) }
+    })
+    .await;
+    match result {
+        Ok(v) => v,
+        Err(e) => {
+            let now = api.get(name).await.ok().and_then(|o| serde_json::to_value(o).ok());
+            let status = now.map(|v| v["status"].clone()).unwrap_or_default();
+            panic!("{e}; status now: {}", serde_json::to_string_pretty(&status).unwrap_or_default())
+        }
+    }
+}
+
+/// The Events (events.k8s.io/v1) of `ns` about the object named `name`, as
+/// (type, reason, note).
+pub async fn events_about(client: &Client, ns: &str, name: &str) -> Vec<(String, String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let list = events.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+    list.into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
 /// Server-side-applies CRDs (field manager `flotilla-tests`) and waits until
 /// each is Established, so the next request for its kind is served.
 pub async fn install_crds(

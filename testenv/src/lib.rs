@@ -34,5 +34,5 @@ pub mod versions;
 
 pub use assets::Assets;
 pub use control_plane::{ControlPlane, Options};
-pub use harness::{TestEnv, WaitTimeout, node, shared, wait_for};
+pub use harness::{TestEnv, WaitTimeout, events_about, node, shared, wait_for, wait_object};
 pub use process::Lifetime;

@@ -108,14 +108,7 @@ fn ready_condition(old: Option<&LoadTestStatus>, new: &mut LoadTestStatus, gener
 }
 
 fn same(a: &LoadTestStatus, b: &LoadTestStatus) -> bool {
-    let strip = |s: &LoadTestStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
-        }
-        s
-    };
-    strip(a) == strip(b)
+    flotilla_shared::status::same_ignoring_times(a, b, |s| &mut s.conditions)
 }
 
 pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Action, Error> {
@@ -290,16 +283,7 @@ pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Res
     status.conditions = c.into_vec();
     status.observed_generation = sd.metadata.generation;
     let old = sd.status.clone().unwrap_or_default();
-    let changed = {
-        let strip = |s: &SimpleDeploymentStatus| {
-            let mut s = s.clone();
-            for c in &mut s.conditions {
-                c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
-            }
-            s
-        };
-        strip(&old) != strip(&status)
-    };
+    let changed = !flotilla_shared::status::same_ignoring_times(&old, &status, |s| &mut s.conditions);
     if changed {
         let api: Api<SimpleDeployment> = Api::namespaced(data.ctx.client.clone(), &ns);
         flotilla_shared::apply_status(&api, &name, &data.ctx.field_manager, &status)

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use flotilla_shared::Context;
 use flotilla_shared::projection;
-use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -135,44 +134,34 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
 /// Keeps the pod projection and triggers the PodAlerts a change concerns.
 async fn watch_pods(
     api: Api<Pod>,
-    mut writer: projection::Writer<PodView>,
+    writer: projection::Writer<PodView>,
     data: Arc<Data>,
     synced: impl Fn() + Send + 'static,
 ) {
     // Small list pages: a page of full Pods is what peaks memory at start
     // (each becomes a few hundred bytes of projection right away).
     let watch = watcher(api, watcher::Config::default().any_semantic().page_size(50));
-    let mut watch = std::pin::pin!(watch);
-    let mut was_ready = false;
-    while let Some(event) = watch.next().await {
-        let event = match event {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(error = %e, "pod watch failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
+    let project = |pod: Pod| {
+        let v = view(&pod);
+        (format!("{}/{}", v.namespace, v.name), v)
+    };
+    writer
+        .run(watch, project, synced, |changes| {
+            data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
+            let mut namespaces: Vec<&str> = changes
+                .iter()
+                .filter_map(|c| c.new.as_ref().or(c.old.as_ref()).map(|p| p.namespace.as_str()))
+                .collect();
+            namespaces.sort_unstable();
+            namespaces.dedup();
+            for alert in data.alerts.state() {
+                let ns = alert.namespace().unwrap_or_default();
+                if alert.spec.all_namespaces || namespaces.binary_search(&ns.as_str()).is_ok() {
+                    let _ = data.trigger.unbounded_send(ObjectRef::from_obj(alert.as_ref()));
+                }
             }
-        };
-        let changes = writer.apply_changes(event, |pod: Pod| {
-            let v = view(&pod);
-            (format!("{}/{}", v.namespace, v.name), v)
-        });
-        if !was_ready && data.pods.is_ready() {
-            was_ready = true;
-            synced();
-        }
-        data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
-        let mut namespaces: Vec<&str> =
-            changes.iter().filter_map(|c| c.new.as_ref().or(c.old.as_ref()).map(|p| p.namespace.as_str())).collect();
-        namespaces.sort_unstable();
-        namespaces.dedup();
-        for alert in data.alerts.state() {
-            let ns = alert.namespace().unwrap_or_default();
-            if alert.spec.all_namespaces || namespaces.binary_search(&ns.as_str()).is_ok() {
-                let _ = data.trigger.unbounded_send(ObjectRef::from_obj(alert.as_ref()));
-            }
-        }
-    }
+        })
+        .await;
 }
 
 impl Data {

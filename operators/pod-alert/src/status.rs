@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_shared::Conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, Reason, SinkStatus};
 use crate::incident::{Book, Incident, Phase};
@@ -109,15 +108,7 @@ pub fn build(previous: Option<&PodAlertStatus>, generation: Option<i64>, book: &
 
 /// Whether two statuses say the same, ignoring condition times.
 pub fn same(a: &PodAlertStatus, b: &PodAlertStatus) -> bool {
-    let strip = |s: &PodAlertStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        }
-        s.conditions.sort_by(|x, y| x.type_.cmp(&y.type_));
-        s
-    };
-    strip(a) == strip(b)
+    flotilla_shared::status::same_ignoring_times(a, b, |s| &mut s.conditions)
 }
 
 fn parse_workload(s: &str) -> Option<Workload> {

@@ -121,15 +121,7 @@ pub fn build(
 
 /// Whether two statuses say the same (ignoring condition timestamps).
 pub fn same(a: &PodDebuggerStatus, b: &PodDebuggerStatus) -> bool {
-    let strip = |s: &PodDebuggerStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time =
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-        }
-        s
-    };
-    strip(a) == strip(b)
+    flotilla_shared::status::same_ignoring_times(a, b, |s| &mut s.conditions)
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! `examples/load-tester/`. example-02 sends 5 × 10 requests to an nginx
 //! Service and prints its merged results; example-01 keeps one pod.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -11,11 +10,6 @@ use super::DemoEnv;
 
 pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + '_>> {
     Box::pin(run(env))
-}
-
-fn kubectl_out(env: &DemoEnv, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(&env.kubectl).args(args).env("KUBECONFIG", &env.kubeconfig).output()?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 async fn run(env: &DemoEnv) -> anyhow::Result<()> {
@@ -32,7 +26,7 @@ async fn run(env: &DemoEnv) -> anyhow::Result<()> {
     let mut last = String::new();
     loop {
         let state =
-            kubectl_out(env, &["get", "loadtest", "example-02", "-n", "default", "-o", "jsonpath={.status.state}"])?;
+            env.kubectl_output(&["get", "loadtest", "example-02", "-n", "default", "-o", "jsonpath={.status.state}"])?;
         if state != last {
             eprintln!("    example-02: {state} ({:.1?})", started.elapsed());
             last = state.clone();

@@ -39,6 +39,12 @@ impl DemoEnv {
         run_cmd(Command::new(&self.kubectl).args(args).env("KUBECONFIG", &self.kubeconfig))
     }
 
+    /// `kubectl …`'s standard output, trimmed (for polling what a demo waits for).
+    pub fn kubectl_output(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(&self.kubectl).args(args).env("KUBECONFIG", &self.kubeconfig).output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
     fn helm(&self, args: &[&str]) -> anyhow::Result<()> {
         eprintln!("    helm {}", args.join(" "));
         flotilla_e2e::helm_ok(Some(&self.kubeconfig), args).map(|out| eprint!("{out}"))

@@ -3,7 +3,6 @@
 //! container; the demo shows it running, `ps` in it seeing the app's
 //! process, and prints the `kubectl exec` line to use.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -12,11 +11,6 @@ use super::DemoEnv;
 
 pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + '_>> {
     Box::pin(run(env))
-}
-
-fn kubectl_out(env: &DemoEnv, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(&env.kubectl).args(args).env("KUBECONFIG", &env.kubeconfig).output()?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 async fn run(env: &DemoEnv) -> anyhow::Result<()> {
@@ -28,7 +22,7 @@ async fn run(env: &DemoEnv) -> anyhow::Result<()> {
     let started = Instant::now();
     let state = "jsonpath={.status.ephemeralContainerStatuses[0].state.running.startedAt}";
     loop {
-        if !kubectl_out(env, &["get", "pod", "payment", "-n", "default", "-o", state])?.is_empty() {
+        if !env.kubectl_output(&["get", "pod", "payment", "-n", "default", "-o", state])?.is_empty() {
             break;
         }
         if started.elapsed() > Duration::from_secs(120) {
@@ -37,7 +31,7 @@ async fn run(env: &DemoEnv) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let container =
-        kubectl_out(env, &["get", "pdbg", "payment", "-n", "default", "-o", "jsonpath={.status.container}"])?;
+        env.kubectl_output(&["get", "pdbg", "payment", "-n", "default", "-o", "jsonpath={.status.container}"])?;
     eprintln!(
         "    debug container {container} running in pod payment, {:.1?} after the rule was applied",
         started.elapsed()

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_testenv::process::OperatorProcess;
-use flotilla_testenv::{TestEnv, wait_for};
+use flotilla_testenv::TestEnv;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -51,31 +51,8 @@ pub async fn wait_test<T>(
     check: impl Fn(&LoadTestStatus) -> Option<T>,
 ) -> T {
     let api: Api<LoadTest> = Api::namespaced(client.clone(), ns);
-    let check = &check;
-    let r = wait_for(what, timeout, || {
-        let api = api.clone();
-        async move { Ok::<_, kube::Error>(api.get(name).await?.status.as_ref().and_then(check)) }
-    })
-    .await;
-    match r {
-        Ok(v) => v,
-        Err(e) => {
-            let s = api.get(name).await.ok().and_then(|t| t.status);
-            panic!("{e}; status now: {}", serde_json::to_string_pretty(&s).unwrap_or_default())
-        }
-    }
+    flotilla_testenv::wait_object(&api, name, what, timeout, |t| t.status.as_ref().and_then(&check)).await
 }
 
-/// Events on `name`, as (type, reason, note).
-pub async fn events_about(client: &kube::Client, ns: &str, name: &str) -> Vec<(String, String, String)> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
-    events
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
-}
+#[allow(unused_imports)]
+pub use flotilla_testenv::events_about;

@@ -50,22 +50,7 @@ pub async fn wait_status<T>(
     check: impl Fn(&PodAlertStatus) -> Option<T>,
 ) -> T {
     let api: Api<PodAlert> = Api::namespaced(client.clone(), ns);
-    let check = &check;
-    let result = wait_for(what, timeout, || {
-        let api = api.clone();
-        async move {
-            let pa = api.get(name).await?;
-            Ok::<_, kube::Error>(pa.status.as_ref().and_then(check))
-        }
-    })
-    .await;
-    match result {
-        Ok(v) => v,
-        Err(e) => {
-            let pa = api.get(name).await.ok();
-            panic!("{e}; status now: {}", serde_json::to_string_pretty(&pa.and_then(|p| p.status)).unwrap_or_default())
-        }
-    }
+    flotilla_testenv::wait_object(&api, name, what, timeout, |a| a.status.as_ref().and_then(&check)).await
 }
 
 pub fn condition(s: &PodAlertStatus, t: &str) -> Option<(String, String, String)> {

@@ -55,22 +55,7 @@ pub async fn wait_status<T>(
     check: impl Fn(&PodDebuggerStatus) -> Option<T>,
 ) -> T {
     let api: Api<PodDebugger> = Api::namespaced(client.clone(), ns);
-    let check = &check;
-    let result = wait_for(what, timeout, || {
-        let api = api.clone();
-        async move {
-            let d = api.get(name).await?;
-            Ok::<_, kube::Error>(d.status.as_ref().and_then(check))
-        }
-    })
-    .await;
-    match result {
-        Ok(v) => v,
-        Err(e) => {
-            let d = api.get(name).await.ok();
-            panic!("{e}; status now: {}", serde_json::to_string_pretty(&d.and_then(|p| p.status)).unwrap_or_default())
-        }
-    }
+    flotilla_testenv::wait_object(&api, name, what, timeout, |d| d.status.as_ref().and_then(&check)).await
 }
 
 /// The Ready condition: (status, reason, message).
@@ -107,19 +92,8 @@ pub async fn wait_debug_running(pods: &Api<Pod>, pod: &str, container: &str, tim
     }
 }
 
-/// Events whose regarding object is `name`, as (type, reason, note).
-pub async fn events_about(client: &kube::Client, ns: &str, name: &str) -> Vec<(String, String, String)> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
-    events
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
-}
+#[allow(unused_imports)]
+pub use flotilla_testenv::events_about;
 
 /// A metric's value in the operator's /metrics (0 when absent).
 pub async fn metric(operator: &OperatorProcess, line_prefix: &str) -> f64 {
