@@ -167,6 +167,27 @@ async fn prove(
     helm_ok(Some(&env.kubeconfig), &["uninstall", release, "--namespace", &ns]).unwrap();
 }
 
+/// A pod labelled `round`, bound to a node that does not exist (no kubelet
+/// runs it), with one container `app` whose status is written as a kubelet
+/// would: `container_status` (Running phase).
+async fn pod_as_kubelet_writes_it(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    round: usize,
+    container_status: serde_json::Value,
+) -> Result<(), kube::Error> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), ns);
+    let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"round": round.to_string()}},
+        "spec": {"nodeName": "rbac-no-such-node", "containers": [{"name": "app", "image": "busybox"}]}
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    pods.create(&PostParams::default(), &p).await?;
+    let status = json!({"status": {"phase": "Running", "containerStatuses": [container_status]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.map(|_| ())
+}
+
 /// config-copier: a CopyRule copies a labelled ConfigMap and a labelled
 /// Secret from the rule's namespace into a namespace made for the round.
 fn config_copier_scenario(
@@ -256,20 +277,13 @@ fn pod_alert_scenario(
             serde_json::from_value(json!({"metadata": {"name": hook}, "stringData": {"url": "http://127.0.0.1:9/"}}))
                 .unwrap();
         Api::<Secret>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &secret).await.map_err(err)?;
-        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
-        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-            "metadata": {"name": pod, "labels": {"round": round.to_string()}},
-            "spec": {"nodeName": "rbac-no-such-node", "containers": [{"name": "app", "image": "busybox"}]}
-        }))
-        .unwrap();
-        pods.create(&PostParams::default(), &p).await.map_err(err)?;
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+        let crashing = json!({
             "name": "app", "image": "busybox", "imageID": "", "ready": false, "restartCount": 2,
             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
             "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now, "containerID": format!("containerd://rbac-{round}")}}
-        }]}});
-        pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+        });
+        pod_as_kubelet_writes_it(&admin, &ns, &pod, round, crashing).await.map_err(err)?;
         let alerts = flotilla_api(&admin, &ns, "PodAlert");
         let pa: kube::api::DynamicObject = serde_json::from_value(json!({
             "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": alert},
@@ -335,18 +349,12 @@ fn pod_debugger_scenario(
         let ns = format!("{ns}-d{round}");
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
         Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await.map_err(err)?;
-        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
-        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-            "metadata": {"name": pod, "labels": {"round": round.to_string()}},
-            "spec": {"nodeName": "rbac-no-such-node", "containers": [{"name": "app", "image": "busybox"}]}
-        }))
-        .unwrap();
-        pods.create(&PostParams::default(), &p).await.map_err(err)?;
-        let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+        let running = json!({
             "name": "app", "image": "busybox", "imageID": "", "ready": true, "restartCount": 0,
             "state": {"running": {"startedAt": k8s_openapi::jiff::Timestamp::now().to_string()}}
-        }]}});
-        pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+        });
+        pod_as_kubelet_writes_it(&admin, &ns, &pod, round, running).await.map_err(err)?;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
         let debuggers = flotilla_api(&admin, &ns, "PodDebugger");
         let pd: kube::api::DynamicObject = serde_json::from_value(json!({
             "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodDebugger", "metadata": {"name": rule},

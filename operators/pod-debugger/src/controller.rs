@@ -150,12 +150,7 @@ async fn watch_pods(
     writer
         .run(watch, project, synced, |changes| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
-            let mut namespaces: Vec<&str> = changes
-                .iter()
-                .filter_map(|c| c.new.as_ref().or(c.old.as_ref()).map(|p| p.namespace.as_str()))
-                .collect();
-            namespaces.sort_unstable();
-            namespaces.dedup();
+            let namespaces = projection::touched(changes, |p| p.namespace.as_str());
             for rule in data.rules.state() {
                 let ns = rule.namespace().unwrap_or_default();
                 if namespaces.binary_search(&ns.as_str()).is_ok() {

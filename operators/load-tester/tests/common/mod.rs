@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_testenv::process::OperatorProcess;
 use flotilla_testenv::TestEnv;
+use flotilla_testenv::process::OperatorProcess;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
