@@ -42,6 +42,11 @@ struct Args {
     /// The whole run; requests not sent by then are counted as not sent.
     #[arg(long, env = "DEADLINE", default_value = "10m", value_parser = humantime::parse_duration)]
     deadline: Duration,
+    /// Stop sending at this time (Unix seconds), if that comes before
+    /// --deadline: the operator sets it so that every runner has written its
+    /// summary before the LoadTest's own deadline.
+    #[arg(long, env = "END_AT", value_name = "UNIX_SECONDS")]
+    end_at: Option<u64>,
     /// Wait until this file says "go" before sending (the operator's start
     /// signal, a downward-API file of a pod annotation), at most --deadline.
     #[arg(long, env = "START_FILE")]
@@ -75,8 +80,8 @@ fn main() -> ExitCode {
     if args.repeat == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
         return bad("repeat/concurrency", "repeat must be at least 1 and concurrency 1-10000");
     }
-    if !(args.rate >= 0.0 && args.rate.is_finite()) {
-        return bad("rate", "must be 0 or more");
+    if !(args.rate == 0.0 || (args.rate >= 0.001 && args.rate.is_finite())) {
+        return bad("rate", "must be 0 (closed model) or at least 0.001 requests/s");
     }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -86,14 +91,22 @@ fn main() -> ExitCode {
         }
     };
     let started = Instant::now();
+    // The run ends at --deadline from now, or at --end-at if that is sooner.
+    let deadline = match args.end_at {
+        Some(at) => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            args.deadline.min(Duration::from_secs(at).saturating_sub(now))
+        }
+        None => args.deadline,
+    };
     if let Some(file) = &args.start_file {
         eprintln!("waiting for the start signal in {}", file.display());
         loop {
             if std::fs::read_to_string(file).is_ok_and(|s| s.trim() == "go") {
                 break;
             }
-            if started.elapsed() >= args.deadline {
-                eprintln!("error: no start signal within the deadline ({:?})", args.deadline);
+            if started.elapsed() >= deadline {
+                eprintln!("error: no start signal within the deadline ({deadline:?})");
                 return ExitCode::from(3);
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -109,7 +122,7 @@ fn main() -> ExitCode {
         concurrency: args.concurrency,
         timeout: args.timeout,
         rate: args.rate,
-        deadline: args.deadline.saturating_sub(started.elapsed()),
+        deadline: deadline.saturating_sub(started.elapsed()),
     };
     let outcome = match rt.block_on(run(cfg)) {
         Ok(o) => o,

@@ -101,6 +101,61 @@ pub fn encode(h: &Histogram<u64>) -> Result<String, SummaryError> {
     Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(buf))
 }
 
+/// HdrHistogram V2 cookies (8-byte word size), plain and deflated.
+const V2_COOKIE: u32 = 0x1c84_9313;
+const V2_DEFLATE_COOKIE: u32 = 0x1c84_9314;
+/// V2's header: cookie, payload length, offset, digits (u32 each), lowest,
+/// highest (u64 each), integer-to-double ratio (f64).
+const V2_HEADER: usize = 40;
+/// No histogram of ours inflates past this (1 digit to 3, 1 µs to 10 min).
+const MAX_INFLATED: usize = 256 * 1024;
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4).and_then(|s| s.try_into().ok()).map(u32::from_be_bytes)
+}
+
+fn be64(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_be_bytes)
+}
+
+/// The plain V2 form of `bytes`, if it is a histogram this module could have
+/// written; never inflates more than [`MAX_INFLATED`].
+fn checked_v2(bytes: &[u8]) -> Result<Vec<u8>, SummaryError> {
+    use std::io::Read;
+    let bad = |why: &str| SummaryError::Histogram(why.to_string());
+    let inner = match be32(bytes, 0) {
+        Some(V2_COOKIE) => bytes.to_vec(),
+        Some(V2_DEFLATE_COOKIE) => {
+            let len = be32(bytes, 4).ok_or_else(|| bad("truncated"))? as usize;
+            let compressed = bytes.get(8..8usize.saturating_add(len)).ok_or_else(|| bad("truncated"))?;
+            let mut out = Vec::new();
+            let limit = u64::try_from(MAX_INFLATED).unwrap_or(u64::MAX) + 1;
+            flate2::read::ZlibDecoder::new(compressed)
+                .take(limit)
+                .read_to_end(&mut out)
+                .map_err(|e| bad(&format!("inflating: {e}")))?;
+            if out.len() > MAX_INFLATED {
+                return Err(bad("inflates past 256 KiB"));
+            }
+            out
+        }
+        _ => return Err(bad("not an HdrHistogram V2 encoding")),
+    };
+    if be32(&inner, 0) != Some(V2_COOKIE) {
+        return Err(bad("not an HdrHistogram V2 encoding"));
+    }
+    let payload = be32(&inner, 4).ok_or_else(|| bad("truncated"))? as usize;
+    let digits = be32(&inner, 12).ok_or_else(|| bad("truncated"))?;
+    let (low, high) = (be64(&inner, 16), be64(&inner, 24));
+    if payload > inner.len().saturating_sub(V2_HEADER) {
+        return Err(bad("declares more payload than it holds"));
+    }
+    if !(1..=3).contains(&digits) || low != Some(1) || high != Some(MAX_MICROS) {
+        return Err(bad("not a loadgen histogram (bounds or precision differ)"));
+    }
+    Ok(inner)
+}
+
 /// A copy of `h` at fewer significant digits (coarser buckets).
 fn reduce(h: &Histogram<u64>, digits: u8) -> Histogram<u64> {
     let mut out = Histogram::new_with_bounds(1, MAX_MICROS, digits).unwrap_or_else(|_| histogram());
@@ -144,15 +199,19 @@ impl Summary {
         Ok(serde_json::from_str(message.trim())?)
     }
 
-    /// The histogram.
+    /// The histogram. The summary comes from a runner pod, which may run
+    /// any image its LoadTest names: the bytes are checked before the
+    /// decoder sizes anything by them (inflated size capped, the declared
+    /// payload no longer than what is there, our bounds and precision only).
     pub fn histogram(&self) -> Result<Histogram<u64>, SummaryError> {
         let bytes = base64::engine::general_purpose::STANDARD_NO_PAD.decode(self.hist.as_bytes())?;
-        Deserializer::new().deserialize(&mut bytes.as_slice()).map_err(|e| SummaryError::Histogram(format!("{e:?}")))
+        let v2 = checked_v2(&bytes)?;
+        Deserializer::new().deserialize(&mut v2.as_slice()).map_err(|e| SummaryError::Histogram(format!("{e:?}")))
     }
 
     /// Failed requests.
     pub fn error_count(&self) -> u64 {
-        self.errors.values().sum()
+        self.errors.values().fold(0u64, |a, b| a.saturating_add(*b))
     }
 }
 
@@ -183,10 +242,11 @@ impl Merged {
             histogram: histogram(),
         };
         for s in summaries {
-            m.requests += s.requests;
-            m.not_sent += s.not_sent;
+            m.requests = m.requests.saturating_add(s.requests);
+            m.not_sent = m.not_sent.saturating_add(s.not_sent);
             for (k, n) in &s.errors {
-                *m.errors.entry(*k).or_default() += n;
+                let e = m.errors.entry(*k).or_default();
+                *e = e.saturating_add(*n);
             }
             m.elapsed = m.elapsed.max(Duration::from_millis(s.elapsed_ms));
             m.digits = m.digits.min(s.digits);
@@ -196,7 +256,7 @@ impl Merged {
     }
 
     pub fn error_count(&self) -> u64 {
-        self.errors.values().sum()
+        self.errors.values().fold(0u64, |a, b| a.saturating_add(*b))
     }
 
     /// Failed requests over requests sent (0 when none were sent).
@@ -263,6 +323,46 @@ mod tests {
         assert!(msg.len() <= MAX_MESSAGE, "{} bytes", msg.len());
         let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.histogram().map(|h| h.len()).unwrap_or(0), h.len());
+    }
+
+    #[test]
+    fn a_hostile_histogram_is_refused_before_anything_is_sized_by_it() {
+        let mut s = summary_of(&[1_000], 0);
+        // Plain V2 declaring a 4 GiB payload.
+        let mut v2 = Vec::new();
+        for w in [V2_COOKIE, u32::MAX, 0, 3] {
+            v2.extend(w.to_be_bytes());
+        }
+        for w in [1u64, MAX_MICROS, 1f64.to_bits()] {
+            v2.extend(w.to_be_bytes());
+        }
+        s.hist = base64::engine::general_purpose::STANDARD_NO_PAD.encode(&v2);
+        assert!(s.histogram().is_err());
+        // Other bounds or precision than ours (a 50 MB histogram to allocate).
+        let mut other = histogram_with(1, u64::MAX / 2, 5);
+        other.saturating_record(5);
+        s.hist = encode(&other).unwrap_or_default();
+        assert!(s.histogram().is_err());
+        // A deflate bomb: megabytes of zeros in a few KiB.
+        let mut bomb = Vec::new();
+        {
+            use std::io::Write;
+            let mut z = flate2::write::ZlibEncoder::new(&mut bomb, flate2::Compression::best());
+            let _ = z.write_all(&V2_COOKIE.to_be_bytes());
+            let _ = z.write_all(&vec![0u8; 8 << 20]);
+            let _ = z.finish();
+        }
+        let mut wrapped = V2_DEFLATE_COOKIE.to_be_bytes().to_vec();
+        wrapped.extend(u32::try_from(bomb.len()).unwrap_or(0).to_be_bytes());
+        wrapped.extend(&bomb);
+        s.hist = base64::engine::general_purpose::STANDARD_NO_PAD.encode(&wrapped);
+        let e = s.histogram().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("256 KiB"), "{e}");
+        assert!(Summary::parse("not json").is_err());
+    }
+
+    fn histogram_with(low: u64, high: u64, digits: u8) -> Histogram<u64> {
+        Histogram::new_with_bounds(low, high, digits).unwrap_or_else(|e| panic!("{e:?}"))
     }
 
     #[test]

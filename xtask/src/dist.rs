@@ -78,12 +78,18 @@ pub fn max_glibc(objdump_t: &str) -> Option<(u32, u32)> {
 }
 
 pub fn run() -> anyhow::Result<()> {
+    build(&images()?)
+}
+
+/// Builds and checks the release binaries of `names` (operators, loadgen).
+pub fn build(names: &[String]) -> anyhow::Result<()> {
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).context("reading Dockerfile")?;
     if !dockerfile.contains(DOCKERFILE_BUILD) {
         bail!("the Dockerfile no longer runs `{DOCKERFILE_BUILD}`: keep xtask/src/dist.rs and the Dockerfile in step");
     }
     let mut rows = Vec::new();
-    for op in images()? {
+    for op in names {
+        let op = op.as_str();
         let command = DOCKERFILE_BUILD.replace("\"${OPERATOR}\"", &op);
         say(&format!("dist: {command}"));
         let args: Vec<&str> = command.split_whitespace().skip(1).collect();

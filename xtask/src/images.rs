@@ -13,10 +13,15 @@ use flotilla_testenv::node_assets::NodeAssets;
 
 use crate::util::say;
 
-pub fn run() -> anyhow::Result<()> {
-    crate::dist::run()?;
+pub fn run(only: &[String]) -> anyhow::Result<()> {
+    let selected: Vec<String> =
+        crate::dist::images()?.into_iter().filter(|i| only.is_empty() || only.contains(i)).collect();
+    if let Some(unknown) = only.iter().find(|o| !selected.contains(o)) {
+        anyhow::bail!("no image named {unknown:?}; known: {}", crate::dist::images()?.join(", "));
+    }
+    crate::dist::build(&selected)?;
     let mut built = Vec::new();
-    for op in crate::dist::images()? {
+    for op in selected {
         let reference = if op == crate::dist::LOADGEN {
             flotilla_e2e::loadgen_image_reference()?
         } else {

@@ -45,8 +45,8 @@ enum Command {
     },
     /// Build the release binary of every operator with the Dockerfile's command; check its libraries; print sizes.
     Dist,
-    /// OCI images (operators from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster.
-    Images,
+    /// OCI images (operators and loadgen from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster. Names (e.g. `loadgen`): only those, plus the node's own.
+    Images { only: Vec<String> },
     /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-debugger`.
     Bench { operator: String },
 }
@@ -61,7 +61,7 @@ fn main() -> std::process::ExitCode {
         Command::Crds { check } => crds::run(check),
         Command::Charts { check } => charts::run(check),
         Command::Dist => dist::run(),
-        Command::Images => images::run(),
+        Command::Images { only } => images::run(&only),
         Command::Bench { operator } => bench::run(&operator),
     };
     match result {

@@ -15,7 +15,7 @@ fn steps() -> Vec<Step> {
         }),
         ("CRD files match the types", || crate::crds::run(true)),
         ("chart dependencies and READMEs", || crate::charts::run(true)),
-        ("release binaries and images", crate::images::run),
+        ("release binaries and images", || crate::images::run(&[])),
         ("one-node cluster up", node_up),
         ("cargo test --workspace", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-fail-fast"]))),
         ("one-node cluster down leaves nothing", node_down),

@@ -120,20 +120,26 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
     let rerun = test.annotations().get(RERUN_ANNOTATION).cloned().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let listed = pods
-        .list(&ListParams::default().labels(&format!("{LOADTEST_LABEL}={name}")))
+        .list(&ListParams::default().labels(&format!("{LOADTEST_LABEL}={}", runner::label_value(&name))))
         .await
         .map_err(|e| Error::Kube("pods", e))?;
     // Only pods this LoadTest owns (a same-named older test's are not ours).
     let runners: Vec<Runner> = listed.items.iter().filter(|p| owned_by(p, &uid)).map(runner::view).collect();
-    let limits = match (test.spec.deadline.get(), test.spec.start_timeout.get(), test.spec.test.timeout.get()) {
-        (Ok(deadline), Ok(start_timeout), Ok(_)) => Limits { deadline, start_timeout },
-        (d, s, t) => {
-            let why = [d.err(), s.err(), t.err()].into_iter().flatten().collect::<Vec<_>>().join("; ");
+    let headers = match test.spec.test.headers.keys().find(|k| !crate::crd::is_header_name(k)) {
+        Some(bad) => Err(format!("header name {bad:?} is not an HTTP token")),
+        None => Ok(()),
+    };
+    let limits = match (test.spec.deadline.get(), test.spec.start_timeout.get(), test.spec.test.timeout.get(), headers)
+    {
+        (Ok(deadline), Ok(start_timeout), Ok(_), Ok(())) => Limits { deadline, start_timeout },
+        (d, s, t, h) => {
+            let why = [d.err(), s.err(), t.err(), h.err()].into_iter().flatten().collect::<Vec<_>>().join("; ");
             let mut st = test.status.clone().unwrap_or_default();
             st.state = State::Failed;
             st.reason = "InvalidSpec".into();
             st.message = why.clone();
-            return write_status(&test, &ns, &name, st, &data, &oref, vec![(true, "InvalidSpec", why)]).await;
+            write_status(&test, &ns, &name, st, &data, &oref, vec![(true, "InvalidSpec", why)]).await?;
+            return Ok(Action::await_change());
         }
     };
     let now = Timestamp::now();
@@ -145,6 +151,15 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
         next = step(&test.spec, &limits, &Wanted { generation, rerun: &rerun }, old, &runners, &target, now);
     }
 
+    // The status first: a new run's number and start time are recorded
+    // before any pod exists, so a failure below is retried within this run
+    // (its startTimeout still counts) instead of starting it again.
+    if !next.create.is_empty() {
+        next.status.children += i32::try_from(next.create.len()).unwrap_or(0);
+    }
+    let written = write_status(&test, &ns, &name, next.status.clone(), &data, &oref, next.events.clone()).await?;
+    count_ended_run(old, &next.status, &data.metrics, &name);
+
     for pod in &next.delete {
         match pods.delete(pod, &DeleteParams::background()).await {
             Ok(_) => {}
@@ -153,55 +168,77 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
         }
     }
     let image = test.spec.image.clone().unwrap_or_else(|| data.options.loadgen_image.clone());
-    let run = next.status.run;
+    let (run, end_at) = (next.status.run, crate::machine::runners_end(&next.status, &limits));
     let mut to_create: Vec<Pod> = Vec::with_capacity(next.create.len());
     for i in &next.create {
-        let pod = runner::pod(&name, &uid, &ns, &test.spec, &image, run, *i);
+        let pod = runner::pod(&name, &uid, &ns, &test.spec, &image, run, *i, end_at);
         to_create.push(serde_json::from_value(pod).map_err(|e| Error::Kube("runner pod", kube::Error::SerdeError(e)))?);
     }
-    let made: Vec<Result<(), Error>> = futures::stream::iter(to_create.into_iter().map(|pod| {
+    let made: Vec<Result<(), kube::Error>> = futures::stream::iter(to_create.into_iter().map(|pod| {
         let pods = pods.clone();
         async move {
             match pods.create(&PostParams::default(), &pod).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                Err(e) => Err(Error::Kube("create runner", e)),
+                Err(e) => Err(e),
             }
         }
     }))
     .buffer_unordered(16)
     .collect()
     .await;
-    made.into_iter().collect::<Result<Vec<()>, Error>>()?;
-    if !next.create.is_empty() {
-        next.status.children += i32::try_from(next.create.len()).unwrap_or(0);
+    // A refusal (quota, a policy, validation) will not pass on a retry:
+    // the run fails with the API's answer. Anything else is retried.
+    let refused = made.iter().find_map(|r| match r {
+        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => Some(s.message.clone()),
+        _ => None,
+    });
+    if let Some(message) = refused {
+        let mut failed = written.unwrap_or(next.status);
+        let event = crate::machine::creation_refused(
+            &mut failed,
+            Timestamp::now(),
+            format!("a runner pod was refused: {message}"),
+        );
+        let before = failed.clone();
+        write_status(&test, &ns, &name, failed, &data, &oref, vec![event]).await?;
+        count_ended_run(old, &before, &data.metrics, &name);
+        return Ok(Action::await_change());
+    }
+    if let Some(Err(e)) = made.into_iter().find(Result::is_err) {
+        return Err(Error::Kube("create runner", e));
     }
     let go = Patch::Merge(serde_json::json!({"metadata": {"annotations": {START_ANNOTATION: "go"}}}));
     for pod in &next.signal {
         pods.patch(pod, &PatchParams::default(), &go).await.map_err(|e| Error::Kube("signal runner", e))?;
     }
-
-    let was_terminal = old.is_some_and(|s| s.state.is_terminal() && s.run == next.status.run);
-    if next.status.state.is_terminal() && !was_terminal {
-        let s = &next.status;
-        data.metrics.runs.with_label_values(&[s.state.as_str(), &format!("{:?}", s.verdict)]).inc();
-        if let Some(r) = &s.results {
-            let errors: i64 = r.errors.values().sum();
-            data.metrics.requests.with_label_values(&["ok"]).inc_by(u64::try_from(r.requests - errors).unwrap_or(0));
-            for (kind, n) in &r.errors {
-                data.metrics.requests.with_label_values(&[kind]).inc_by(u64::try_from(*n).unwrap_or(0));
-            }
-        }
-        tracing::info!(loadtest = %name, run = s.run, state = s.state.as_str(), reason = %s.reason, "run ended");
-    }
     let requeue = next.requeue;
     let terminal = next.status.state.is_terminal();
-    write_status(&test, &ns, &name, next.status, &data, &oref, next.events).await?;
     Ok(match requeue {
         Some(d) => Action::requeue(d.clamp(Duration::from_secs(1), Duration::from_secs(300))),
         None if terminal => Action::await_change(),
         None => Action::requeue(Duration::from_secs(300)),
     })
+}
+
+/// Counts a run that has just ended (once: when its status says so first).
+fn count_ended_run(old: Option<&LoadTestStatus>, new: &LoadTestStatus, metrics: &LoadMetrics, name: &str) {
+    let was_terminal = old.is_some_and(|s| s.state.is_terminal() && s.run == new.run);
+    if !new.state.is_terminal() || was_terminal {
+        return;
+    }
+    metrics.runs.with_label_values(&[new.state.as_str(), &format!("{:?}", new.verdict)]).inc();
+    if let Some(r) = &new.results {
+        let errors = r.errors.values().fold(0i64, |a, b| a.saturating_add(*b));
+        metrics
+            .requests
+            .with_label_values(&["ok"])
+            .inc_by(u64::try_from(r.requests.saturating_sub(errors)).unwrap_or(0));
+        for (kind, n) in &r.errors {
+            metrics.requests.with_label_values(&[kind]).inc_by(u64::try_from(*n).unwrap_or(0));
+        }
+    }
+    tracing::info!(loadtest = %name, run = new.run, state = new.state.as_str(), reason = %new.reason, "run ended");
 }
 
 async fn write_status(
@@ -212,8 +249,9 @@ async fn write_status(
     data: &Data,
     oref: &k8s_openapi::api::core::v1::ObjectReference,
     events: Vec<(bool, &'static str, String)>,
-) -> Result<Action, Error> {
+) -> Result<Option<LoadTestStatus>, Error> {
     ready_condition(test.status.as_ref(), &mut st, test.metadata.generation);
+    let written = st.clone();
     if test.status.as_ref().is_none_or(|old| !same(old, &st)) {
         let api: Api<LoadTest> = Api::namespaced(data.ctx.client.clone(), ns);
         flotilla_shared::apply_status(&api, name, &data.ctx.field_manager, &st)
@@ -229,7 +267,7 @@ async fn write_status(
             }
         }
     }
-    Ok(Action::await_change())
+    Ok(Some(written))
 }
 
 pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Result<Action, Error> {

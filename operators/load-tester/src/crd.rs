@@ -131,14 +131,28 @@ pub struct TestSpec {
     #[serde(default = "default_timeout")]
     #[schemars(default = "default_timeout")]
     pub timeout: GoDuration,
-    /// Request headers.
+    /// Request headers: values are single lines (checked at admission);
+    /// names must be HTTP tokens (a LoadTest with another name fails with
+    /// InvalidSpec).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
-    pub headers: BTreeMap<String, String>,
+    pub headers: BTreeMap<String, HeaderValue>,
     /// Request body.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 65536))]
     pub body: String,
+}
+
+/// A header value: one line, at most 4096 characters.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct HeaderValue(#[schemars(length(max = 4096), pattern(r"^[^\r\n]*$"))] pub String);
+
+/// Whether `name` is an HTTP token (what a header name must be).
+pub fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 256
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 fn default_path() -> String {

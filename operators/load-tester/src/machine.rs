@@ -137,11 +137,13 @@ pub fn step(
             Cleanup::OnSuccess => step.status.state == State::Finished && step.status.verdict != Verdict::Failed,
             Cleanup::Never => false,
         };
-        // A failed run's runners stop sending at once, whatever the policy
-        // keeps: only those still running are deleted then.
-        let deadline = step.status.reason == "DeadlineExceeded";
+        // A failed run's runners stop at once, whatever the policy keeps:
+        // those running (sending, or waiting for the signal) are deleted;
+        // those that ended or never started stay for `kubectl logs` and
+        // `describe`.
+        let failed = step.status.state == State::Failed;
         for r in &mine {
-            if !r.terminating && (clean || (deadline && r.terminated.is_none())) {
+            if !r.terminating && (clean || (failed && r.running)) {
                 step.delete.push(r.name.clone());
             }
         }
@@ -149,6 +151,26 @@ pub fn step(
     step.delete.sort();
     step.delete.dedup();
     step
+}
+
+/// When the current run's runners stop sending (Unix seconds): before the
+/// LoadTest's deadline by a grace (a tenth of it, at most 10 s), so every
+/// runner has written its summary when the deadline comes.
+pub fn runners_end(status: &LoadTestStatus, limits: &Limits) -> i64 {
+    let start = status.start_time.as_ref().map_or(0, |t| t.0.as_second());
+    let grace = (limits.deadline / 10).min(Duration::from_secs(10));
+    start.saturating_add(i64::try_from(limits.deadline.saturating_sub(grace).as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The run failed after its status was written because the API refused a
+/// runner (quota, a policy, validation): Failed with the API's answer.
+pub fn creation_refused(status: &mut LoadTestStatus, now: Timestamp, message: String) -> (bool, &'static str, String) {
+    status.state = State::Failed;
+    status.verdict = Verdict::None;
+    status.completion_time = Some(Time(now));
+    status.reason = "CreateFailed".into();
+    status.message = message.clone();
+    (true, "CreateFailed", format!("run {} failed: {message}", status.run))
 }
 
 fn runner_problem(r: &Runner) -> Option<String> {
@@ -427,5 +449,17 @@ mod tests {
         let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&exec), &rs, &Target::Unchecked, t(2));
         assert_eq!(st.status.reason, "RunnerFailed");
         assert!(st.status.message.contains("OOMKilled (exit code 137)"), "{}", st.status.message);
+        // The other runner stops sending; the failed one stays for its logs.
+        assert_eq!(st.delete, ["t-r1-1"]);
+    }
+
+    #[test]
+    fn runners_end_before_the_deadline_by_a_grace() {
+        let s = spec(1);
+        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, None, &[], &Target::Ready, t(0)).status;
+        // 600 s deadline: the runners stop at 590 s.
+        assert_eq!(runners_end(&st, &L), 1_800_000_000 + 590);
+        let short = Limits { deadline: Duration::from_secs(10), start_timeout: Duration::from_secs(5) };
+        assert_eq!(runners_end(&st, &short), 1_800_000_000 + 9);
     }
 }

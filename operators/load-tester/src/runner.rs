@@ -19,6 +19,22 @@ pub const START_ANNOTATION: &str = "flotilla.dev/start";
 pub const START_FILE: &str = "/etc/flotilla/start";
 pub const MANAGED_BY: &str = "flotilla-load-tester";
 
+/// A name as a label value (at most 63 characters): names longer than that
+/// are cut and given a hash of the whole name. Pods are also filtered by
+/// owner UID, so a shared cut never mixes two owners' pods.
+pub fn label_value(name: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_string();
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let start: String = name.chars().take(54).collect();
+    format!("{}-{:08x}", start.trim_end_matches(['-', '.']), h >> 32)
+}
+
 /// `<test>-r<run>-<i>`, cut to a valid pod name when the test's is long.
 pub fn name(test: &str, run: i64, i: usize) -> String {
     let suffix = format!("-r{run}-{i}");
@@ -27,10 +43,22 @@ pub fn name(test: &str, run: i64, i: usize) -> String {
 }
 
 /// What the runner pod for `i` of `run` is (an object for the API).
-pub fn pod(test: &str, uid: &str, namespace: &str, spec: &LoadTestSpec, image: &str, run: i64, i: usize) -> Value {
+/// `end_at`: when the runner stops sending (Unix seconds), ahead of the
+/// LoadTest's deadline so its summary is written in time.
+#[allow(clippy::too_many_arguments)]
+pub fn pod(
+    test: &str,
+    uid: &str,
+    namespace: &str,
+    spec: &LoadTestSpec,
+    image: &str,
+    run: i64,
+    i: usize,
+    end_at: i64,
+) -> Value {
     let t = &spec.test;
     let url = format!("http://{}.{namespace}.svc:{}{}", t.service_name, t.port, t.path);
-    let headers: Vec<String> = t.headers.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    let headers: Vec<String> = t.headers.iter().map(|(k, v)| format!("{k}:{}", v.0)).collect();
     let env = json!([
         {"name": "URL", "value": url},
         {"name": "METHOD", "value": t.method.as_str()},
@@ -41,6 +69,7 @@ pub fn pod(test: &str, uid: &str, namespace: &str, spec: &LoadTestSpec, image: &
         {"name": "TIMEOUT", "value": t.timeout.0},
         {"name": "RATE", "value": spec.rate.to_string()},
         {"name": "DEADLINE", "value": spec.deadline.0},
+        {"name": "END_AT", "value": end_at.to_string()},
         {"name": "START_FILE", "value": START_FILE},
     ]);
     json!({
@@ -52,7 +81,7 @@ pub fn pod(test: &str, uid: &str, namespace: &str, spec: &LoadTestSpec, image: &
             "labels": {
                 "app.kubernetes.io/managed-by": MANAGED_BY,
                 "app.kubernetes.io/name": "loadgen",
-                LOADTEST_LABEL: test,
+                LOADTEST_LABEL: label_value(test),
                 RUN_LABEL: run.to_string(),
             },
             "ownerReferences": [{
@@ -145,6 +174,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn header_names_are_http_tokens() {
+        use crate::crd::is_header_name;
+        assert!(is_header_name("X-Request-Id") && is_header_name("authorization"));
+        for bad in ["", "X A", "X:A", "X\nA", "é"] {
+            assert!(!is_header_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn long_names_become_valid_distinct_label_values() {
+        assert_eq!(label_value("example-02"), "example-02");
+        let (a, b) = ("a".repeat(100) + "-one", "a".repeat(100) + "-two");
+        assert!(label_value(&a).len() <= 63 && label_value(&b).len() <= 63);
+        assert_ne!(label_value(&a), label_value(&b));
+    }
+
+    #[test]
     fn names_fit_and_carry_run_and_index() {
         assert_eq!(name("example-02", 3, 4), "example-02-r3-4");
         let long = "a".repeat(253);
@@ -158,7 +204,7 @@ mod tests {
             "replicas": 5, "test": {"serviceName": "nginx", "headers": {"X-A": "1"}}
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        let p = pod("example-02", "uid-1", "shop", &spec, "loadgen:1", 2, 0);
+        let p = pod("example-02", "uid-1", "shop", &spec, "loadgen:1", 2, 0, 1_900_000_000);
         assert_eq!(p["metadata"]["name"], "example-02-r2-0");
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "uid-1");
         assert_eq!(p["metadata"]["labels"][RUN_LABEL], "2");
@@ -174,6 +220,7 @@ mod tests {
         assert_eq!((env["REPEAT"].as_str(), env["CONCURRENCY"].as_str()), ("10", "1"));
         assert_eq!(env["HEADERS"], "X-A:1");
         assert_eq!(env["START_FILE"], START_FILE);
+        assert_eq!(env["END_AT"], "1900000000");
         assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
         assert_eq!(p["spec"]["securityContext"]["runAsNonRoot"], true);
         let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));

@@ -25,7 +25,7 @@ pub fn pod(sd: &str, uid: &str, spec: &SimpleDeploymentSpec) -> Value {
         "kind": "Pod",
         "metadata": {
             "name": child_name(sd),
-            "labels": {"app.kubernetes.io/managed-by": crate::runner::MANAGED_BY, OWNER_LABEL: sd},
+            "labels": {"app.kubernetes.io/managed-by": crate::runner::MANAGED_BY, OWNER_LABEL: crate::runner::label_value(sd)},
             "ownerReferences": [{
                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "SimpleDeployment", "name": sd, "uid": uid,
                 "controller": true

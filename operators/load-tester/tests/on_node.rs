@@ -4,8 +4,8 @@
 //! Executing → Finished with every request counted and a Passed verdict;
 //! a failing target's errors fail the verdict and keep its pods; a spec
 //! change starts run 2 and removes run 1's pods; a runner that cannot
-//! start, a missing Service, one without ready endpoints and a deadline
-//! fail the run with their reason,
+//! start, a missing Service and one without ready endpoints fail the run
+//! with their reason; a run cut by its deadline reports what was not sent,
 //! never hanging; deleting a LoadTest removes its pods; a
 //! SimpleDeployment's child is recreated when deleted.
 //! Needs the loadgen image (`cargo xtask images`).
@@ -120,10 +120,14 @@ async fn example_02_finishes_with_merged_results_and_a_failing_target_fails_its_
     assert!(!r.histogram.is_empty() && r.latency.p50.ends_with('s'), "{r:#?}");
     let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "ThresholdsMet"));
-    let events = events_about(&client, &ns, "example-02").await;
-    for reason in ["RunStarted", "Executing", "Finished"] {
-        assert!(events.iter().any(|(_, r, _)| r == reason), "no {reason} Event: {events:?}");
-    }
+    // Events are sent in the background, after the status that caused them.
+    let every = flotilla_testenv::wait_for("the RunStarted, Executing and Finished Events", T, || async {
+        let events = events_about(&client, &ns, "example-02").await;
+        let all = ["RunStarted", "Executing", "Finished"].iter().all(|want| events.iter().any(|(_, r, _)| r == want));
+        Ok::<_, std::convert::Infallible>(all.then_some(()))
+    })
+    .await;
+    assert!(every.is_ok(), "{every:?}: {:?}", events_about(&client, &ns, "example-02").await);
     // OnSuccess: the runners go, the results stay.
     wait_no_runners(&client, &ns, "example-02", "example-02's runners to be cleaned up").await;
 
@@ -192,13 +196,15 @@ async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_rem
     )
     .await
     .unwrap();
-    // 1 request per second for 100 s, with a 10 s deadline.
+    // 1 request per second for 100 s, with a 20 s deadline: the runner
+    // stops in time to report what it did not send.
     create(
         &client,
         &ns,
         "LoadTest",
         "too-long",
-        json!({"replicas": 1, "rate": 1, "deadline": "10s", "test": {"serviceName": "web", "repeat": 100}}),
+        json!({"replicas": 1, "rate": 1, "deadline": "20s", "thresholds": {"maxErrorRatio": 0.5},
+               "test": {"serviceName": "web", "repeat": 100}}),
     )
     .await
     .unwrap();
@@ -220,8 +226,10 @@ async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_rem
     assert!(s.message.contains("ErrImagePull") || s.message.contains("ImagePullBackOff"), "{}", s.message);
 
     let s = wait_test(&client, &ns, "too-long", "the deadline", T, |s| s.state.is_terminal().then(|| s.clone())).await;
-    assert_eq!((s.state, s.reason.as_str()), (State::Failed, "DeadlineExceeded"), "{s:#?}");
-    wait_no_runners(&client, &ns, "too-long", "the runner past its deadline to be stopped").await;
+    assert_eq!((s.state, s.verdict), (State::Finished, Verdict::Failed), "{s:#?}");
+    let r = s.results.clone().unwrap();
+    assert!(r.not_sent > 50 && r.requests + r.not_sent == 100, "{r:#?}");
+    assert!(s.message.contains("not sent before the deadline"), "{}", s.message);
 
     // Terminal: never retried by itself.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -24,6 +24,11 @@ async fn admission_rejects_what_would_fail_later() {
         ("path without /", test(json!({"serviceName": "web", "path": "index.html"})), "spec.test.path"),
         ("bad service name", test(json!({"serviceName": "Web_1"})), "spec.test.serviceName"),
         ("bad timeout", test(json!({"serviceName": "web", "timeout": "5 seconds"})), "spec.test.timeout"),
+        (
+            "a header value with a newline",
+            test(json!({"serviceName": "web", "headers": {"X-A": "1\nX-B: 2"}})),
+            "spec.test.headers",
+        ),
         ("deadline over 24h", json!({"replicas": 1, "deadline": "25h", "test": {"serviceName": "web"}}), "24h"),
     ];
     for (i, (what, spec, expect)) in cases.into_iter().enumerate() {

@@ -32,9 +32,11 @@ pub fn ephemeral_container(spec: &PodDebuggerSpec, name: &str, target: &str) -> 
     }
 }
 
-/// The strategic-merge patch adding `container` (and nothing else).
-pub fn patch(container: &EphemeralContainer) -> Value {
-    json!({"spec": {"ephemeralContainers": [container]}})
+/// The strategic-merge patch adding `container` (and nothing else) to the
+/// pod with UID `uid`: a pod replaced under the same name since the plan
+/// (a StatefulSet's) refuses it, as its UID cannot change.
+pub fn patch(container: &EphemeralContainer, uid: &str) -> Value {
+    json!({"metadata": {"uid": uid}, "spec": {"ephemeralContainers": [container]}})
 }
 
 #[cfg(test)]
@@ -52,7 +54,8 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         let c = ephemeral_container(&spec, "dbg-x-0123456789", "app");
-        let v = patch(&c);
+        let v = patch(&c, "uid-1");
+        assert_eq!(v["metadata"]["uid"], "uid-1");
         let c = &v["spec"]["ephemeralContainers"][0];
         assert_eq!(c["name"], "dbg-x-0123456789");
         assert_eq!(c["image"], "busybox:1.37");

@@ -272,6 +272,11 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     let uid = rule.uid().unwrap_or_default();
     let oref = rule.object_ref(&());
     let container = naming::container_name(&name, &rule.spec);
+    // Until the pod cache holds the first complete list, a plan would see
+    // too few pods (and a status written from it would say so).
+    if !data.pods.is_ready() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     let state = data.state(&rule);
     let mut st = state.lock().await;
     let now = Instant::now();
@@ -353,7 +358,8 @@ async fn dry_run(
         _ => None,
     })?;
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
-    let body = patch(&ephemeral_container(&rule.spec, container, target));
+    let uid = plans.iter().find(|p| p.pod == pod).map(|p| p.uid.as_str()).unwrap_or_default();
+    let body = patch(&ephemeral_container(&rule.spec, container, target), uid);
     let pp = PatchParams { dry_run: true, field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
     let result = match api.patch_ephemeral_containers(pod, &pp, &Patch::Strategic(&body)).await {
         Ok(_) => Ok(()),
@@ -387,18 +393,18 @@ async fn add(
 ) {
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
     let pp = PatchParams { field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
-    let jobs: Vec<(usize, String, String)> = plans
+    let jobs: Vec<(usize, String, String, String)> = plans
         .iter()
         .enumerate()
         .filter_map(|(i, p)| match &p.decision {
-            Decision::Add { target } => Some((i, p.pod.clone(), target.clone())),
+            Decision::Add { target } => Some((i, p.pod.clone(), p.uid.clone(), target.clone())),
             _ => None,
         })
         .collect();
     let results: Vec<(usize, String, Result<(), kube::Error>)> = futures::stream::iter(jobs)
-        .map(|(i, pod, target)| {
+        .map(|(i, pod, uid, target)| {
             let (api, pp) = (api.clone(), pp.clone());
-            let body = patch(&ephemeral_container(&rule.spec, container, &target));
+            let body = patch(&ephemeral_container(&rule.spec, container, &target), &uid);
             async move {
                 let r = api.patch_ephemeral_containers(&pod, &pp, &Patch::Strategic(&body)).await.map(|_| ());
                 (i, target, r)

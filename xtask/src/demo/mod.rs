@@ -55,7 +55,7 @@ const RELEASE_NAMESPACE: &str = "flotilla-system";
 
 pub fn run() -> anyhow::Result<()> {
     say("building the operator images (release binaries, as the Dockerfile builds them)");
-    crate::images::run()?;
+    crate::images::run(&[])?;
     let started = crate::cluster::up_node("cargo xtask demo")?;
     let info = flotilla_testenv::node::running(&flotilla_testenv::node::NodePaths::default())
         .context("the one-node cluster is not running")?;
