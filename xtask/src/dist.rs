@@ -90,11 +90,11 @@ pub fn build(names: &[String]) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for op in names {
         let op = op.as_str();
-        let command = DOCKERFILE_BUILD.replace("\"${OPERATOR}\"", &op);
+        let command = DOCKERFILE_BUILD.replace("\"${OPERATOR}\"", op);
         say(&format!("dist: {command}"));
         let args: Vec<&str> = command.split_whitespace().skip(1).collect();
         run_cmd(cargo().args(&args))?;
-        let bin = target_dir().join("release").join(&op);
+        let bin = target_dir().join("release").join(op);
         let size = std::fs::metadata(&bin).with_context(|| format!("{} was not built", bin.display()))?.len();
         let bin_s = bin.display().to_string();
         let needed = needed_libs(&tool_output("readelf", &["-d", &bin_s])?);
