@@ -445,7 +445,10 @@ fn load_tester_scenario(
         use k8s_openapi::api::discovery::v1::EndpointSlice;
         let err = |e: kube::Error| e.to_string();
         load_node(&admin).await;
-        let (svc, sd, lt) = (format!("web-{round}"), format!("sd-{round}"), format!("lt-{round}"));
+        // Not web-<round>: service-dns's proof (in the same process, on the
+        // same control plane) publishes kube-web-<round> for its Services and
+        // would find this one first.
+        let (svc, sd, lt) = (format!("lt-web-{round}"), format!("sd-{round}"), format!("lt-{round}"));
         let service: Service =
             serde_json::from_value(json!({"metadata": {"name": svc}, "spec": {"ports": [{"port": 80}]}})).unwrap();
         Api::<Service>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &service).await.map_err(err)?;
