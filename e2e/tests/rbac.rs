@@ -29,6 +29,16 @@ fn flotilla_api(client: &Client, ns: &str, kind: &str) -> Api<kube::api::Dynamic
     Api::namespaced_with(client.clone(), ns, &kube::api::ApiResource::from_gvk(&gvk))
 }
 
+/// Waits for an Event with `reason` about the object named `name`.
+async fn wait_event(admin: &Client, ns: &str, name: &str, reason: &str, timeout: Duration) -> Result<(), String> {
+    wait_for(&format!("the {reason} Event on {name}"), timeout, || async {
+        let events = flotilla_testenv::events_about(admin, ns, name).await;
+        Ok::<_, std::convert::Infallible>(events.iter().any(|(_, r, _)| r == reason).then_some(()))
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
 /// Which object a rule lives in.
 #[derive(Clone, Debug)]
 enum RuleHome {
@@ -312,17 +322,7 @@ fn pod_alert_scenario(
         if logs.to_lowercase().contains("forbidden") {
             return Err(format!("the log read was forbidden: {logs}"));
         }
-        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
-        wait_for("the IncidentOpened Event", timeout, || async {
-            let list = events.list(&Default::default()).await?;
-            let found = list.items.iter().any(|e| {
-                e.reason.as_deref() == Some("IncidentOpened")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(alert.as_str())
-            });
-            Ok::<_, kube::Error>(found.then_some(()))
-        })
-        .await
-        .map_err(|e| e.to_string())
+        wait_event(&admin, &ns, &alert, "IncidentOpened", timeout).await
     })
 }
 
@@ -378,17 +378,7 @@ fn pod_debugger_scenario(
         })
         .await
         .map_err(|e| e.to_string())?;
-        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
-        wait_for("the DebugContainerAdded Event on the pod", timeout, || async {
-            let list = events.list(&Default::default()).await?;
-            let found = list.items.iter().any(|e| {
-                e.reason.as_deref() == Some("DebugContainerAdded")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod.as_str())
-            });
-            Ok::<_, kube::Error>(found.then_some(()))
-        })
-        .await
-        .map_err(|e| e.to_string())
+        wait_event(&admin, &ns, &pod, "DebugContainerAdded", timeout).await
     })
 }
 
@@ -518,17 +508,7 @@ fn load_tester_scenario(
         })
         .await
         .map_err(|e| e.to_string())?;
-        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
-        wait_for("the Finished Event", timeout, || async {
-            let list = events.list(&Default::default()).await?;
-            let found = list.items.iter().any(|e| {
-                e.reason.as_deref() == Some("Finished")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(lt.as_str())
-            });
-            Ok::<_, kube::Error>(found.then_some(()))
-        })
-        .await
-        .map_err(|e| e.to_string())
+        wait_event(&admin, &ns, &lt, "Finished", timeout).await
     })
 }
 
