@@ -177,9 +177,6 @@ fn runner_problem(r: &Runner) -> Option<String> {
     if let Some((reason, message)) = r.waiting.as_ref().filter(|(reason, _)| CANNOT_START.contains(&reason.as_str())) {
         return Some(format!("runner {}: {reason}: {message}", r.name));
     }
-    if let Some(msg) = &r.unschedulable {
-        return Some(format!("runner {}: Unschedulable: {msg}", r.name));
-    }
     if let Some((code, reason, message)) = r.terminated.as_ref().filter(|(code, ..)| *code != 0) {
         let tail: String = message.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
         return Some(format!("runner {}: {reason} (exit code {code}) {tail}", r.name).trim_end().to_string());
@@ -236,11 +233,17 @@ fn pending(
     }
     let waited = since(step.status.start_time.as_ref(), now);
     if waited >= limits.start_timeout {
+        // Unschedulable is not fatal before the timeout: an autoscaler may
+        // add a node, another pod may finish. Past it, it is the likely why.
+        let why = mine
+            .iter()
+            .find_map(|r| r.unschedulable.as_ref().map(|msg| format!("; runner {}: Unschedulable: {msg}", r.name)))
+            .unwrap_or_default();
         return fail(
             step,
             now,
             "StartTimeout",
-            format!("{running} of {replicas} runners running after {:?} (startTimeout)", limits.start_timeout),
+            format!("{running} of {replicas} runners running after {:?} (startTimeout){why}", limits.start_timeout),
         );
     }
     step.requeue = Some(limits.start_timeout - waited);
@@ -403,8 +406,15 @@ mod tests {
         let rs = vec![runner(1, 0)];
         let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(60));
         assert_eq!((st.status.state, st.requeue), (State::Pending, Some(Duration::from_secs(60))));
+        let mut rs = rs;
+        rs[0].unschedulable = Some("0/3 nodes are available: 3 Insufficient cpu.".into());
+        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(60));
+        assert_eq!(st.status.state, State::Pending, "unschedulable waits: an autoscaler may add a node");
         let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(121));
         assert_eq!(st.status.reason, "StartTimeout");
+        assert!(
+            st.status.message.ends_with("runner t-r1-0: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.")
+        );
         let mut running = rs.clone();
         running[0].running = true;
         let exec =
