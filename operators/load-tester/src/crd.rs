@@ -60,7 +60,8 @@ pub struct LoadTestSpec {
     #[schemars(default = "default_deadline")]
     pub deadline: GoDuration,
     /// How long the runners may take to all be Running (Go duration,
-    /// default 2m); past it the run is Failed (StartTimeout).
+    /// default 2m); past it the run is Failed (StartTimeout, or
+    /// RunnerFailed naming a runner the scheduler still cannot place).
     #[serde(default = "default_start_timeout")]
     #[schemars(default = "default_start_timeout")]
     pub start_timeout: GoDuration,
@@ -309,7 +310,8 @@ pub struct Results {
     /// Failed requests by kind (http5xx, http4xx, timeout, connect, other).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, i64>,
-    /// Requests not sent because the deadline came first.
+    /// Requests not sent because the deadline came first, or cut short by
+    /// it (in flight at the end: neither answered nor failed).
     #[serde(default)]
     pub not_sent: i64,
     /// Failed requests over requests sent, as a decimal string.

@@ -233,17 +233,18 @@ fn pending(
     }
     let waited = since(step.status.start_time.as_ref(), now);
     if waited >= limits.start_timeout {
-        // Unschedulable is not fatal before the timeout: an autoscaler may
-        // add a node, another pod may finish. Past it, it is the likely why.
-        let why = mine
-            .iter()
-            .find_map(|r| r.unschedulable.as_ref().map(|msg| format!("; runner {}: Unschedulable: {msg}", r.name)))
-            .unwrap_or_default();
+        // Unschedulable is not fatal before the timeout (an autoscaler may
+        // add a node, a new node loses its not-ready taint); past it, it is
+        // the runner failure to report.
+        if let Some((name, msg)) = mine.iter().find_map(|r| Some((&r.name, r.unschedulable.as_ref()?))) {
+            let timeout = limits.start_timeout;
+            return fail(step, now, "RunnerFailed", format!("runner {name}: Unschedulable for {timeout:?}: {msg}"));
+        }
         return fail(
             step,
             now,
             "StartTimeout",
-            format!("{running} of {replicas} runners running after {:?} (startTimeout){why}", limits.start_timeout),
+            format!("{running} of {replicas} runners running after {:?} (startTimeout)", limits.start_timeout),
         );
     }
     step.requeue = Some(limits.start_timeout - waited);
@@ -411,10 +412,14 @@ mod tests {
         let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(60));
         assert_eq!(st.status.state, State::Pending, "unschedulable waits: an autoscaler may add a node");
         let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(121));
-        assert_eq!(st.status.reason, "StartTimeout");
-        assert!(
-            st.status.message.ends_with("runner t-r1-0: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.")
+        assert_eq!(st.status.reason, "RunnerFailed", "past startTimeout, unschedulable is the runner's failure");
+        assert_eq!(
+            st.status.message,
+            "runner t-r1-0: Unschedulable for 120s: 0/3 nodes are available: 3 Insufficient cpu."
         );
+        rs[0].unschedulable = None;
+        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(121));
+        assert_eq!(st.status.reason, "StartTimeout");
         let mut running = rs.clone();
         running[0].running = true;
         let exec =
