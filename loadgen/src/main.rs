@@ -39,7 +39,8 @@ struct Args {
     /// scheduled time); 0: each connection sends as soon as it is answered.
     #[arg(long, env = "RATE", default_value_t = 0.0)]
     rate: f64,
-    /// The whole run; requests not sent by then are counted as not sent.
+    /// The whole run; requests not sent by then, or still in flight then,
+    /// are counted as not sent (neither answered nor failed).
     #[arg(long, env = "DEADLINE", default_value = "10m", value_parser = humantime::parse_duration)]
     deadline: Duration,
     /// Stop sending at this time (Unix seconds), if that comes before

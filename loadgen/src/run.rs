@@ -62,15 +62,8 @@ fn classify(e: &reqwest::Error) -> ErrorKind {
 }
 
 /// One request; its error kind, if it failed.
-async fn one(client: &reqwest::Client, cfg: &Config) -> Option<ErrorKind> {
-    let mut req = client.request(cfg.method.clone(), &cfg.url);
-    for (k, v) in &cfg.headers {
-        req = req.header(k, v);
-    }
-    if !cfg.body.is_empty() {
-        req = req.body(cfg.body.clone());
-    }
-    match req.send().await {
+async fn one(client: &reqwest::Client, req: reqwest::Request) -> Option<ErrorKind> {
+    match client.execute(req).await {
         Ok(resp) => {
             let status = resp.status();
             // Read the body: the latency is the whole answer's.
@@ -98,6 +91,15 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("flotilla-loadgen/", env!("CARGO_PKG_VERSION")))
         .build()?;
+    // Built once (URL parsed, headers set), cloned for each request.
+    let mut template = client.request(cfg.method.clone(), &cfg.url);
+    for (k, v) in &cfg.headers {
+        template = template.header(k, v);
+    }
+    if !cfg.body.is_empty() {
+        template = template.body(cfg.body.clone());
+    }
+    let template = Arc::new(template.build()?);
     let total = cfg.repeat.saturating_mul(cfg.concurrency);
     let started = Instant::now();
     let end = started + cfg.deadline;
@@ -107,8 +109,8 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
     let cfg = Arc::new(cfg);
     let mut workers = Vec::new();
     for _ in 0..cfg.concurrency {
-        let (client, cfg, next, sent, shared) =
-            (client.clone(), cfg.clone(), next.clone(), sent.clone(), shared.clone());
+        let (client, cfg, next, sent, shared, template) =
+            (client.clone(), cfg.clone(), next.clone(), sent.clone(), shared.clone(), template.clone());
         workers.push(tokio::spawn(async move {
             let mut local = histogram();
             let mut errors: BTreeMap<ErrorKind, u64> = BTreeMap::new();
@@ -120,24 +122,34 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
                 // Open model: request i is due at start + i/rate, and its
                 // latency counts from then, not from when it went out.
                 let due = if cfg.rate > 0.0 {
-                    started + Duration::from_secs_f64(i as f64 / cfg.rate)
+                    let due = started + Duration::from_secs_f64(i as f64 / cfg.rate);
+                    if due >= end {
+                        break;
+                    }
+                    tokio::time::sleep_until(due.into()).await;
+                    due
                 } else {
                     Instant::now()
                 };
-                if due >= end {
-                    break;
-                }
-                tokio::time::sleep_until(due.into()).await;
-                if Instant::now() >= end {
-                    break;
-                }
-                sent.fetch_add(1, Ordering::Relaxed);
                 let left = end.saturating_duration_since(Instant::now());
-                match tokio::time::timeout(left, one(&client, &cfg)).await {
-                    Ok(None) => record(&mut local, due.elapsed()),
-                    Ok(Some(kind)) => *errors.entry(kind).or_default() += 1,
-                    // The deadline cut the request short.
-                    Err(_) => *errors.entry(ErrorKind::Timeout).or_default() += 1,
+                if left.is_zero() {
+                    break;
+                }
+                // The body is bytes: a clone always exists.
+                let Some(mut req) = template.try_clone() else { break };
+                // The run's end bounds the request when it comes first.
+                let cut_by_end = left < cfg.timeout;
+                *req.timeout_mut() = Some(left.min(cfg.timeout));
+                sent.fetch_add(1, Ordering::Relaxed);
+                match one(&client, req).await {
+                    None => record(&mut local, due.elapsed()),
+                    // Cut short by the run's end, not by its own timeout:
+                    // no answer and no failure to count (as wrk does), so
+                    // it is one more not sent.
+                    Some(ErrorKind::Timeout) if cut_by_end => {
+                        sent.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    Some(kind) => *errors.entry(kind).or_default() += 1,
                 }
             }
             let mut s = shared.lock().await;

@@ -69,7 +69,8 @@ pub struct Summary {
     /// Failed requests by kind.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<ErrorKind, u64>,
-    /// Requests not sent because the deadline came first.
+    /// Requests not sent because the deadline came first, or cut short by
+    /// it (in flight at the end: neither answered nor failed).
     #[serde(default)]
     pub not_sent: u64,
     /// Wall time of the run, in milliseconds.

@@ -98,6 +98,10 @@ async fn the_deadline_stops_the_run_and_counts_what_was_not_sent() {
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     assert!((4..=7).contains(&out.requests), "{} sent", out.requests);
     assert_eq!(out.requests + out.not_sent, 100);
+    // The request in flight at the deadline was cut short: not sent, not
+    // a timeout.
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    assert_eq!(out.histogram.len(), out.requests);
 }
 
 #[tokio::test]
