@@ -107,6 +107,8 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("conntrack", "/usr/sbin/conntrack"),
     ("busybox-static", "/bin/busybox"),
     ("ca-certificates", "/etc/ssl/certs/ca-certificates.crt"),
+    // The load-tester benchmark's reference client.
+    ("wrk", "/usr/bin/wrk"),
 ];
 
 fn is_root() -> bool {

@@ -47,7 +47,7 @@ enum Command {
     Dist,
     /// OCI images (operators and loadgen from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster. Names (e.g. `loadgen`): only those, plus the node's own.
     Images { only: Vec<String> },
-    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-debugger`.
+    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-debugger|load-tester`.
     Bench { operator: String },
 }
 

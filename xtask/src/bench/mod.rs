@@ -2,6 +2,7 @@
 //! local control plane (and emulators). Not tests: nothing here asserts a time.
 
 mod config_copier;
+mod load_tester;
 mod pod_alert;
 mod pod_debugger;
 mod service_dns;
@@ -91,7 +92,8 @@ impl Measured {
     }
 
     /// The sum of a metric's series on /metrics; `name` may carry labels to
-    /// pick one series.
+    /// pick one series, or the first of them (`x{controller="a"`) for all
+    /// that start so.
     fn metric_sum(&self, name: &str) -> anyhow::Result<f64> {
         let mut s = TcpStream::connect(&self.metrics)?;
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -100,7 +102,7 @@ impl Measured {
         s.read_to_string(&mut body)?;
         Ok(body
             .lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ', ',', '}']))
             .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
             // An empty f64 sum is -0.0; + 0.0 makes "no series" print as 0.
             .sum::<f64>()
@@ -151,8 +153,11 @@ pub fn run(operator: &str) -> anyhow::Result<()> {
         "config-copier" => config_copier::run(),
         "pod-alert" => pod_alert::run(),
         "pod-debugger" => pod_debugger::run(),
+        "load-tester" => load_tester::run(),
         other => {
-            anyhow::bail!("no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-debugger")
+            anyhow::bail!(
+                "no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-debugger, load-tester"
+            )
         }
     }
 }
