@@ -78,6 +78,15 @@ fn main() -> ExitCode {
             _ => return bad("header", format!("{h:?} is not NAME:VALUE")),
         }
     }
+    // Refused here, before the start signal, not after it by the client.
+    for (k, v) in &headers {
+        if let Err(e) = reqwest::header::HeaderName::from_bytes(k.as_bytes()) {
+            return bad("header", format!("{k:?}: {e}"));
+        }
+        if let Err(e) = reqwest::header::HeaderValue::from_str(v) {
+            return bad("header", format!("{k}: {e}"));
+        }
+    }
     if args.repeat == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
         return bad("repeat/concurrency", "repeat must be at least 1 and concurrency 1-10000");
     }
@@ -128,7 +137,7 @@ fn main() -> ExitCode {
     let outcome = match rt.block_on(run(cfg)) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("error: building the HTTP client: {e}");
+            eprintln!("error: building the HTTP client or the request: {e}");
             return ExitCode::FAILURE;
         }
     };

@@ -146,7 +146,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
                     // Cut short by the run's end, not by its own timeout:
                     // no answer and no failure to count (as wrk does), so
                     // it is one more not sent.
-                    Some(ErrorKind::Timeout) if cut_by_end => {
+                    Some(ErrorKind::Timeout) if cut_by_end && Instant::now() >= end => {
                         sent.fetch_sub(1, Ordering::Relaxed);
                     }
                     Some(kind) => *errors.entry(kind).or_default() += 1,

@@ -148,5 +148,14 @@ async fn the_binary_writes_a_summary_the_operator_can_merge() {
     assert_eq!((m.requests, m.histogram.len()), (20, 20));
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen")).args(["--url", "not a url"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
+    // A header no request could carry is refused before the start signal
+    // (which never comes here), not after it.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--url", &format!("{base}/ok"), "--header", "x-bad:a\u{1}b", "--start-file"])
+        .arg(dir.join("never"))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--header"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -128,7 +128,8 @@ pub struct TestSpec {
     #[schemars(default = "default_concurrency", range(min = 1, max = 1000))]
     pub concurrency: i32,
     /// Timeout of one request (Go duration, default 5s): a request without
-    /// an answer by then is an error of kind timeout.
+    /// an answer by then is an error of kind timeout (unless the run's end
+    /// cuts it short first: then it counts as not sent).
     #[serde(default = "default_timeout")]
     #[schemars(default = "default_timeout")]
     pub timeout: GoDuration,
@@ -147,7 +148,7 @@ pub struct TestSpec {
 /// A header value: one line, at most 4096 characters.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(transparent)]
-pub struct HeaderValue(#[schemars(length(max = 4096), pattern(r"^[^\r\n]*$"))] pub String);
+pub struct HeaderValue(#[schemars(length(max = 4096), pattern(r"^[^\x00-\x08\x0A-\x1F\x7F]*$"))] pub String);
 
 /// Whether `name` is an HTTP token (what a header name must be).
 pub fn is_header_name(name: &str) -> bool {
@@ -288,7 +289,8 @@ pub struct LoadTestStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
     /// Why it failed (ServiceNotFound, NoReadyEndpoints, RunnerFailed,
-    /// StartTimeout, DeadlineExceeded, BadSummary, InvalidSpec), or the
+    /// RunnerLost, StartTimeout, DeadlineExceeded, BadSummary, CreateFailed,
+    /// InvalidSpec), or the
     /// verdict's reason (ThresholdsMet, ThresholdsMissed).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,

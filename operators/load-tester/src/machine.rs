@@ -138,12 +138,13 @@ pub fn step(
             Cleanup::Never => false,
         };
         // A failed run's runners stop at once, whatever the policy keeps:
-        // those running (sending, or waiting for the signal) are deleted;
-        // those that ended or never started stay for `kubectl logs` and
-        // `describe`.
+        // those running (sending, or waiting for the signal) are deleted,
+        // and those the scheduler never placed (no logs; left Pending they
+        // would keep an autoscaler adding nodes for a dead run); those that
+        // ended or could not start stay for `kubectl logs` and `describe`.
         let failed = step.status.state == State::Failed;
         for r in &mine {
-            if !r.terminating && (clean || (failed && r.running)) {
+            if !r.terminating && (clean || (failed && (r.running || r.unschedulable.is_some()))) {
                 step.delete.push(r.name.clone());
             }
         }
@@ -236,9 +237,14 @@ fn pending(
         // Unschedulable is not fatal before the timeout (an autoscaler may
         // add a node, a new node loses its not-ready taint); past it, it is
         // the runner failure to report.
-        if let Some((name, msg)) = mine.iter().find_map(|r| Some((&r.name, r.unschedulable.as_ref()?))) {
+        if let Some((name, msg)) = unschedulable(mine) {
             let timeout = limits.start_timeout;
-            return fail(step, now, "RunnerFailed", format!("runner {name}: Unschedulable for {timeout:?}: {msg}"));
+            return fail(
+                step,
+                now,
+                "RunnerFailed",
+                format!("runner {name}: still Unschedulable at startTimeout ({timeout:?}): {msg}"),
+            );
         }
         return fail(
             step,
@@ -247,7 +253,17 @@ fn pending(
             format!("{running} of {replicas} runners running after {:?} (startTimeout)", limits.start_timeout),
         );
     }
+    // Why the run waits, while it does (kubectl get -o yaml, describe).
+    step.status.message = match unschedulable(mine) {
+        Some((name, msg)) => format!("runner {name}: Unschedulable (waiting up to startTimeout): {msg}"),
+        None => String::new(),
+    };
     step.requeue = Some(limits.start_timeout - waited);
+}
+
+/// The first runner the scheduler cannot place, and its message.
+fn unschedulable<'a>(mine: &[&'a Runner]) -> Option<(&'a str, &'a str)> {
+    mine.iter().find_map(|r| Some((r.name.as_str(), r.unschedulable.as_deref()?)))
 }
 
 fn executing(step: &mut Step, spec: &LoadTestSpec, limits: &Limits, mine: &[&Runner], replicas: usize, now: Timestamp) {
@@ -411,12 +427,15 @@ mod tests {
         rs[0].unschedulable = Some("0/3 nodes are available: 3 Insufficient cpu.".into());
         let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(60));
         assert_eq!(st.status.state, State::Pending, "unschedulable waits: an autoscaler may add a node");
+        assert!(st.status.message.contains("t-r1-0: Unschedulable (waiting"), "{}", st.status.message);
+        assert!(st.delete.is_empty());
         let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(121));
         assert_eq!(st.status.reason, "RunnerFailed", "past startTimeout, unschedulable is the runner's failure");
         assert_eq!(
             st.status.message,
-            "runner t-r1-0: Unschedulable for 120s: 0/3 nodes are available: 3 Insufficient cpu."
+            "runner t-r1-0: still Unschedulable at startTimeout (120s): 0/3 nodes are available: 3 Insufficient cpu."
         );
+        assert_eq!(st.delete, ["t-r1-0"], "a runner never placed has no logs to keep: it goes");
         rs[0].unschedulable = None;
         let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(121));
         assert_eq!(st.status.reason, "StartTimeout");

@@ -68,7 +68,7 @@ pub fn verdict(merged: &Merged, thresholds: Option<&Thresholds>) -> (Verdict, St
         ));
     }
     if merged.not_sent > 0 {
-        missed.push(format!("{} requests not sent before the deadline", merged.not_sent));
+        missed.push(format!("{} requests not sent before the deadline (or cut short by it)", merged.not_sent));
     }
     if let Some(p99) = t.p99.as_ref().and_then(|d| d.get().ok()) {
         let got = merged.quantile(0.99);
