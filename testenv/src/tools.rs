@@ -107,8 +107,6 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("conntrack", "/usr/sbin/conntrack"),
     ("busybox-static", "/bin/busybox"),
     ("ca-certificates", "/etc/ssl/certs/ca-certificates.crt"),
-    // The load-tester benchmark's reference client.
-    ("wrk", "/usr/bin/wrk"),
 ];
 
 fn is_root() -> bool {
@@ -118,8 +116,15 @@ fn is_root() -> bool {
 /// `apt-get install` of every package in [`DEBIAN_PACKAGES`] that is missing
 /// (one call; needs root).
 pub fn ensure_debian_packages(progress: Progress<'_>) -> Result<(), AssetsError> {
+    install_missing(DEBIAN_PACKAGES, progress)
+}
+
+/// `apt-get install` of the packages (name, a file that shows it is
+/// installed) that are missing: for tools one command alone needs (the
+/// load-tester benchmark's `wrk`), not every setup.
+pub fn install_missing(packages: &[(&str, &str)], progress: Progress<'_>) -> Result<(), AssetsError> {
     let missing: Vec<&str> =
-        DEBIAN_PACKAGES.iter().filter(|(_, file)| !std::path::Path::new(file).exists()).map(|(p, _)| *p).collect();
+        packages.iter().filter(|(_, file)| !std::path::Path::new(file).exists()).map(|(p, _)| *p).collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -127,7 +132,7 @@ pub fn ensure_debian_packages(progress: Progress<'_>) -> Result<(), AssetsError>
         return Err(AssetsError::Build {
             what: format!("installing Debian packages {}", missing.join(" ")),
             detail: format!(
-                "not root: run `sudo apt-get install -y {}` (Debian/Ubuntu), then `cargo xtask setup` again",
+                "not root: run `sudo apt-get install -y {}` (Debian/Ubuntu), then run this command again",
                 missing.join(" ")
             ),
         });

@@ -48,9 +48,9 @@ pub fn run() -> anyhow::Result<()> {
     let tests = env_usize("LOAD_TESTER_BENCH_TESTS", 100)?.max(1);
     let replicas = env_usize("LOAD_TESTER_BENCH_REPLICAS", 2)?.max(1);
     let assets = setup()?;
-    if !Path::new(WRK).is_file() {
-        bail!("{WRK} is missing: `apt-get install wrk` (Debian's package; `cargo xtask setup` as root installs it)");
-    }
+    // Only this benchmark needs wrk: installed here (as root), not by setup.
+    flotilla_testenv::tools::install_missing(&[("wrk", WRK)], &crate::util::progress)
+        .context("wrk, the reference client (Debian's package `wrk`)")?;
     say("building loadgen, the benchmark's server and load-tester (release)");
     run_cmd(cargo().args([
         "build",
@@ -147,10 +147,12 @@ struct ClientRun {
     cpu: Duration,
 }
 
-/// Runs `cmd` to its end and reads its user + system CPU time from
-/// /proc/<pid>/stat while it is a zombie (exited, not yet reaped: the
-/// kernel keeps its accounting, every thread's included, until then).
-fn run_measured(mut cmd: Command) -> anyhow::Result<ClientRun> {
+/// Runs `cmd` to its end (killed past `limit`) and reads its user + system
+/// CPU time from /proc/<pid>/stat while it is a zombie (exited, not yet
+/// reaped: the kernel keeps its accounting, every thread's included, until
+/// then).
+fn run_measured(mut cmd: Command, limit: Duration) -> anyhow::Result<ClientRun> {
+    let started = Instant::now();
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().context("starting a client")?;
     let mut out = child.stdout.take().context("the client's stdout")?;
     let reader = std::thread::spawn(move || {
@@ -171,6 +173,11 @@ fn run_measured(mut cmd: Command) -> anyhow::Result<ClientRun> {
         let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).unwrap_or("");
         if state == "Z" {
             break ticks(&stat).context("parsing /proc stat")?;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the client ran past {limit:?}: killed");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -213,17 +220,19 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// How long past its own duration a client may run before it is killed.
+const CLIENT_SLACK: Duration = Duration::from_secs(60);
+
 fn loadgen(binary: &Path, url: &str, connections: u64, seconds: u64) -> anyhow::Result<Figures> {
-    let summary_file = root().join("target").join("flotilla-bench-loadgen-summary");
     let mut cmd = Command::new(binary);
     cmd.args(["--url", url, "--concurrency", &connections.to_string(), "--repeat", "1000000000"])
         .args(["--deadline", &format!("{seconds}s"), "--timeout", "5s"])
-        .arg("--termination-log")
-        .arg(&summary_file)
+        // The summary is read from stdout, where loadgen prints it too.
+        .args(["--termination-log", "/dev/null"])
         .env("TOKIO_WORKER_THREADS", "2");
-    let run = run_measured(cmd)?;
-    let text = std::fs::read_to_string(&summary_file).context("loadgen's summary")?;
-    let merged = Merged::of(&[Summary::parse(&text)?])?;
+    let run = run_measured(cmd, Duration::from_secs(seconds) + CLIENT_SLACK)?;
+    let line = run.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    let merged = Merged::of(&[Summary::parse(line).with_context(|| format!("loadgen's summary: {line:?}"))?])?;
     Ok(Figures {
         requests: merged.requests,
         errors: merged.error_count(),
@@ -244,6 +253,7 @@ fn wrk_duration(s: &str) -> Option<Duration> {
         "ms" => v / 1e3,
         "s" => v,
         "m" => v * 60.0,
+        "h" => v * 3600.0,
         _ => return None,
     };
     Some(Duration::from_secs_f64(secs))
@@ -273,7 +283,7 @@ fn parse_wrk(out: &str) -> Option<(u64, f64, u64, Duration, Duration, Duration)>
 fn wrk(url: &str, connections: u64, seconds: u64) -> anyhow::Result<Figures> {
     let mut cmd = Command::new(WRK);
     cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s"), "--latency", url]);
-    let run = run_measured(cmd)?;
+    let run = run_measured(cmd, Duration::from_secs(seconds) + CLIENT_SLACK)?;
     let (requests, secs, errors, p50, p90, p99) =
         parse_wrk(&run.stdout).with_context(|| format!("reading wrk's report:\n{}", run.stdout))?;
     Ok(Figures { requests, errors, secs, cpu: run.cpu, p50, p90, p99 })
@@ -349,28 +359,37 @@ async fn kubelet(pods: Api<Pod>, summary: String) {
             }
             let now = Timestamp::now().to_string();
             if go {
-                done.insert(name.clone());
                 writes.push((
                     name,
+                    true,
                     json!({"status": {"phase": "Succeeded", "containerStatuses": [{
                     "name": "loadgen", "image": "loadgen", "imageID": "", "ready": false, "restartCount": 0,
                     "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": summary}}}]}}),
                 ));
-            } else if bound && running.insert(name.clone()) {
-                writes.push((name, json!({"status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}],
+            } else if bound && !running.contains(&name) {
+                writes.push((name, false, json!({"status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}],
                     "containerStatuses": [{"name": "loadgen", "image": "loadgen", "imageID": "", "ready": true, "restartCount": 0,
                                            "state": {"running": {"startedAt": now}}}]}})));
             }
         }
-        futures::stream::iter(writes.into_iter().map(|(name, status)| {
+        // A write that failed is tried again on the next round.
+        let written = futures::stream::iter(writes.into_iter().map(|(name, finished, status)| {
             let pods = pods.clone();
             async move {
-                let _ = pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
+                let ok = pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.is_ok();
+                (name, finished, ok)
             }
         }))
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
+        for (name, finished, _) in written.into_iter().filter(|w| w.2) {
+            if finished {
+                done.insert(name);
+            } else {
+                running.insert(name);
+            }
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
