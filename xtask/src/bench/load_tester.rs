@@ -36,7 +36,7 @@ use kube::{Api, Client};
 use loadgen::summary::{Merged, Summary, histogram, record};
 use serde_json::json;
 
-use super::{Measured, env_usize, from_json, make_node, wait};
+use super::{Killed, Measured, env_usize, from_json, make_node, wait};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
 const NS: &str = "bench";
@@ -86,15 +86,8 @@ pub fn run() -> anyhow::Result<()> {
 /// The benchmark's server (`loadgen/examples/bench_server.rs`, release):
 /// its own process, one worker thread; killed when dropped.
 struct Server {
-    child: std::process::Child,
+    _process: Killed,
     url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The server's own measure of its `/slow` answers: count, p50, p90, p99.
@@ -107,20 +100,21 @@ struct ServerTimes {
 
 impl Server {
     fn start(binary: &Path) -> anyhow::Result<Self> {
-        let mut child = Command::new(binary)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut process = Killed(
+            Command::new(binary)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .with_context(|| format!("starting {}", binary.display()))?,
+        );
         let mut line = String::new();
-        let out = child.stdout.take().context("the server's stdout")?;
+        let out = process.0.stdout.take().context("the server's stdout")?;
         std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)?;
         let url = line.trim().to_string();
         if !url.starts_with("http://") {
-            let _ = child.kill();
             bail!("the benchmark server printed {url:?}, not its URL");
         }
-        Ok(Self { child, url })
+        Ok(Self { _process: process, url })
     }
 
     fn get(&self, path: &str) -> anyhow::Result<String> {

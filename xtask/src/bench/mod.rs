@@ -50,18 +50,22 @@ fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
     }
 }
 
+/// A process a benchmark started: killed and reaped when dropped, on every
+/// way out (an error included).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// An operator process under measurement: its memory from /proc, its
 /// metrics scraped; killed when dropped.
 struct Measured {
-    child: Child,
+    child: Killed,
     metrics: String,
-}
-
-impl Drop for Measured {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Measured {
@@ -80,12 +84,12 @@ impl Measured {
             .stderr(std::fs::File::create(log).with_context(|| log.display().to_string())?)
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
-        Ok(Self { child, metrics: format!("127.0.0.1:{mp}") })
+        Ok(Self { child: Killed(child), metrics: format!("127.0.0.1:{mp}") })
     }
 
     /// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`).
     fn status_kib(&self, field: &str) -> Option<u64> {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.0.id())).ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix(field))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
