@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use flotilla_testenv::shared;
+use flotilla_testenv::{shared, wait_for};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -354,4 +354,59 @@ async fn deny_configmap_deletes(client: &Client, ns: &str) {
     })
     .await
     .unwrap();
+}
+
+/// Sum of the `Conflict` Warnings about `rule`, counting each Event's series.
+async fn conflict_warnings(client: &Client, ns: &str, rule: &str) -> i32 {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(rule))
+        .filter(|e| e.reason.as_deref() == Some("Conflict"))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// More than 20 conflicts (more than status lists and more than one
+/// reconcile reports as Events): the Warnings are sent once, not again at
+/// every reconcile of the rule.
+#[tokio::test]
+async fn many_conflicts_are_warned_about_once() {
+    let (client, src) = setup("noisy-src").await;
+    let mut targets = Vec::new();
+    for _ in 0..24 {
+        let dst = target("noisy-dst").await;
+        configmap(&client, &dst, "cfg", &[], &[("k", "theirs")]).await;
+        targets.push(dst);
+    }
+    configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "ours")]).await;
+    let refs: Vec<&str> = targets.iter().map(String::as_str).collect();
+    copy_rule(&client, &src, "r", "ConfigMap", &refs, json!({})).await;
+    let r = wait_rule(&client, &src, "r", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 24)).await;
+    assert_eq!(r.status.unwrap().conflicting.len(), 20, "status lists at most 20");
+    // Five conflicts by name and one "19 more" (the Event publisher is asynchronous).
+    wait_for("the first Conflict Warnings", T, || async {
+        Ok::<_, String>((conflict_warnings(&client, &src, "r").await == 6).then_some(()))
+    })
+    .await
+    .unwrap();
+
+    // Three more reconciles, each seen through observedGeneration (a spec
+    // change that leaves the conflicts as they are).
+    let rules: Api<CopyRule> = Api::namespaced(client.clone(), &src);
+    for prune in [false, true, false] {
+        let r =
+            rules.patch("r", &PatchParams::default(), &Patch::Merge(json!({"spec": {"prune": prune}}))).await.unwrap();
+        let generation = r.metadata.generation;
+        wait_rule(&client, &src, "r", |r| {
+            r.status.as_ref().is_some_and(|s| s.observed_generation == generation && s.conflicts == 24)
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(conflict_warnings(&client, &src, "r").await, 6, "Conflict Warnings repeated by later reconciles");
 }

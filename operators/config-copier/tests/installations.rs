@@ -1,0 +1,74 @@
+//! Two config-copier installations, each with `--watch-namespace`, on one
+//! cluster: neither takes, overwrites or prunes the other's copies, even
+//! with `onConflict: Overwrite` in a namespace that accepts overwrites.
+//! A test binary of its own: the other suites run one operator that
+//! watches every namespace, which would handle both rules itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::process::OperatorProcess;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::DeleteParams;
+use serde_json::json;
+
+const RULE_LABEL: &str = "flotilla.dev/copy-rule";
+
+fn installation(env: &flotilla_testenv::TestEnv, namespace: &str) -> OperatorProcess {
+    OperatorProcess::start(&binary(), &env.kubeconfig, &[format!("--watch-namespace={namespace}")], &[])
+        .expect("starting config-copier")
+}
+
+#[tokio::test]
+async fn two_installations_never_take_each_others_copies() {
+    let env = flotilla_testenv::shared();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let (a, b, dst) = (target("inst-a").await, target("inst-b").await, target("inst-dst").await);
+    label_namespace(&client, &dst, "flotilla.dev/accept-overwrite", Some("true")).await;
+    let op_a = installation(&env, &a);
+    let op_b = installation(&env, &b);
+    let logs = || format!("installation A:\n{}\ninstallation B:\n{}", op_a.logs(), op_b.logs());
+
+    configmap(&client, &a, "cfg", &[("copy", "yes")], &[("k", "from-a")]).await;
+    configmap(&client, &b, "cfg", &[("copy", "yes")], &[("k", "from-b")]).await;
+    copy_rule(&client, &a, "r", "ConfigMap", &[&dst], json!({})).await;
+    let holder = format!("{a}.r");
+    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &dst);
+    wait_cm(&client, &dst, "cfg", |c| data(c, "k") == Some("from-a")).await;
+
+    // B's rule wants the same object and may overwrite: it reports A's copy
+    // as another installation's and leaves it alone.
+    copy_rule(&client, &b, "r", "ConfigMap", &[&dst], json!({"onConflict": "Overwrite"})).await;
+    let r = wait_rule(&client, &b, "r", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 1)).await;
+    let c = &r.status.unwrap().conflicting[0];
+    assert_eq!(c.reason, "OwnedByAnotherRule", "{}", logs());
+    assert!(c.message.contains("another config-copier installation"), "{c:?}");
+    let rv = copies.get("cfg").await.unwrap().metadata.resource_version;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let copy = copies.get("cfg").await.unwrap();
+    assert_eq!(copy.metadata.resource_version, rv, "installation B wrote A's copy\n{}", logs());
+    assert_eq!(label(&copy.metadata, RULE_LABEL), Some(holder.as_str()));
+
+    // Deleting B's rule prunes only what B made: A's copy stays, A's rule Ready.
+    Api::<CopyRule>::namespaced(client.clone(), &b).delete("r", &DeleteParams::default()).await.unwrap();
+    flotilla_testenv::wait_for("B's rule to be deleted (its finalizer done)", T, || async {
+        let gone = Api::<CopyRule>::namespaced(client.clone(), &b).get_opt("r").await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(gone.is_none().then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    let copy = copies.get("cfg").await.unwrap();
+    assert_eq!(data(&copy, "k"), Some("from-a"));
+    assert_eq!(copy.metadata.resource_version, rv, "B's rule deletion touched A's copy");
+    wait_rule(&client, &a, "r", |r| ready(r) == Some("True")).await;
+
+    // A's own rule deleted: A still prunes its copy.
+    Api::<CopyRule>::namespaced(client.clone(), &a).delete("r", &DeleteParams::default()).await.unwrap();
+    wait_cm_gone(&client, &dst, "cfg").await;
+    drop((op_a, op_b));
+}
