@@ -17,6 +17,7 @@ use flotilla_e2e::{
 };
 use flotilla_testenv::moto::{MotoServer, route53};
 use flotilla_testenv::node::paths::NODE_IP;
+use flotilla_testenv::route53_proxy::Route53Proxy;
 use flotilla_testenv::{Lifetime, TestEnv, node, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -169,8 +170,11 @@ async fn config_copier_copies(env: &TestEnv, client: &Client) {
     .unwrap();
 }
 
-/// service-dns, running as a pod, publishes a Service's record in moto
-/// (listening on the node's address, where pods reach it).
+/// service-dns, running as a pod, publishes a Service's record, updates it
+/// (an UPSERT carrying the guard on our ownership TXT, which Route53 — and
+/// the proxy in front of moto — applies atomically) and removes it with the
+/// Service. The pod talks to the Route53-faithful proxy on the node's
+/// address; the records are read from moto behind it.
 async fn service_dns_publishes(env: &TestEnv, client: &Client, moto: &str, zone: &str) {
     let ns = env.namespace("dns-svc").await.unwrap();
     // A name of its own: the node outlives test runs, and an older Service
@@ -186,6 +190,24 @@ async fn service_dns_publishes(env: &TestEnv, client: &Client, moto: &str, zone:
     wait_for(&format!("the A record of {host}"), T, || async {
         let values = route53::find(moto, zone, &host, "A").map_err(|e| e.to_string())?;
         Ok::<_, String>(values.filter(|v| v.contains(&ip)))
+    })
+    .await
+    .unwrap();
+
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+    let ttl = json!({"metadata": {"annotations": {"flotilla.dev/ttl": "77"}}});
+    services.patch(&name, &PatchParams::default(), &Patch::Merge(&ttl)).await.unwrap();
+    wait_for(&format!("the A record of {host} with TTL 77"), T, || async {
+        let set = route53::find_set(moto, zone, &host, "A").map_err(|e| e.to_string())?;
+        Ok::<_, String>(set.filter(|(ttl, _)| *ttl == Some(77)))
+    })
+    .await
+    .unwrap();
+
+    services.delete(&name, &Default::default()).await.unwrap();
+    wait_for(&format!("the A record of {host} to be removed"), T, || async {
+        let set = route53::find_set(moto, zone, &host, "A").map_err(|e| e.to_string())?;
+        Ok::<_, String>(set.is_none().then_some(()))
     })
     .await
     .unwrap();
@@ -231,6 +253,7 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
     // Route53 for service-dns: moto on the node's address.
     let moto_dir = std::env::temp_dir().join(format!("flotilla-e2e-moto-{}", std::process::id()));
     let moto = MotoServer::start_on(&moto_dir, Lifetime::DieWithParent, &NODE_IP.to_string()).unwrap();
+    let proxy = Route53Proxy::start_on(&moto.endpoint, &NODE_IP.to_string()).unwrap();
     let zone = route53::create_hosted_zone(&moto.endpoint, "flotilla-e2e.test").unwrap();
     let creds: Secret = from_json(json!({
         "metadata": {"name": "aws"},
@@ -241,7 +264,7 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
     let path = charts_dir().join(UMBRELLA).display().to_string();
     let kubeconfig = Some(env.kubeconfig.as_path());
     let zone_arg = format!("service-dns.route53.hostedZoneId={zone}");
-    let endpoint_arg = format!("service-dns.aws.endpointUrl={}", moto.endpoint);
+    let endpoint_arg = format!("service-dns.aws.endpointUrl={}", proxy.endpoint);
     #[rustfmt::skip]
     let values = [
         "--set", "service-dns.enabled=true",
@@ -307,6 +330,7 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
         client.clone(),
     );
     assert!(crds.get_opt("copyrules.flotilla.dev").await.unwrap().is_some(), "the CRDs stay after uninstall");
+    drop(proxy);
     drop(moto);
     let _ = std::fs::remove_dir_all(moto_dir);
 }

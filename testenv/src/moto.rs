@@ -260,6 +260,14 @@ pub mod route53 {
 
     /// The values of `name`/`rtype` if that record set exists (one request).
     pub fn find(endpoint: &str, zone: &str, name: &str, rtype: &str) -> Result<Option<Vec<String>>, MotoError> {
+        Ok(find_set(endpoint, zone, name, rtype)?.map(|(_, values)| values))
+    }
+
+    /// A record set as read back: its TTL (none for an alias) and values.
+    pub type Found = (Option<u64>, Vec<String>);
+
+    /// The TTL and values of the record set `name`/`rtype`, if it exists.
+    pub fn find_set(endpoint: &str, zone: &str, name: &str, rtype: &str) -> Result<Option<Found>, MotoError> {
         let (status, text) = call(
             endpoint,
             "GET",
@@ -273,7 +281,8 @@ pub mod route53 {
             let n = between(set, "<Name>", "</Name>").first().map(|n| n.trim_end_matches('.').to_string());
             let t = between(set, "<Type>", "</Type>").first().map(|t| t.to_string());
             if n.as_deref() == Some(name) && t.as_deref() == Some(rtype) {
-                return Ok(Some(between(set, "<Value>", "</Value>").into_iter().map(str::to_string).collect()));
+                let ttl = between(set, "<TTL>", "</TTL>").first().and_then(|t| t.trim().parse().ok());
+                return Ok(Some((ttl, between(set, "<Value>", "</Value>").into_iter().map(str::to_string).collect())));
             }
         }
         Ok(None)

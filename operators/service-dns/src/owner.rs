@@ -7,8 +7,10 @@
 //!
 //! The id is short on purpose: it is in every ownership TXT, and Route53
 //! counts those characters against its 32,000 per request — the whole UID
-//! (36 characters) would cost a 5,000-Service burst five more requests.
-//! 48 bits of a random UID tell a user's clusters apart.
+//! (36 characters) cost a 5,000-Service burst five more requests, and
+//! `k8s-` + 8 hex digits still one more than `default`: 8 hex digits alone
+//! cost what `default` does. 32 bits of a random UID tell a user's clusters
+//! apart (and `--owner-id` pins any other id).
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client};
@@ -31,17 +33,17 @@ fn fnv1a(parts: &[&str]) -> u64 {
     h
 }
 
-/// `k8s-<first 12 hex digits of the UID>` for an installation watching the
-/// whole cluster, else `k8s-<12 hex>-<6 hex of what it watches>` (16 or 23
+/// `<first 8 hex digits of the UID>` for an installation watching the
+/// whole cluster, else `<8 hex>-<6 hex of what it watches>` (8 or 15
 /// characters).
 pub fn derive(cluster_uid: &str, watch_namespace: Option<&str>, selector: Option<&str>) -> String {
     let uid: String =
-        cluster_uid.chars().filter(char::is_ascii_hexdigit).take(12).collect::<String>().to_ascii_lowercase();
+        cluster_uid.chars().filter(char::is_ascii_hexdigit).take(8).collect::<String>().to_ascii_lowercase();
     match (watch_namespace, selector) {
-        (None, None) => format!("k8s-{uid}"),
+        (None, None) => uid,
         (ns, sel) => {
             let scope = fnv1a(&[ns.unwrap_or(""), sel.unwrap_or("")]);
-            format!("k8s-{uid}-{:06x}", scope & 0xff_ffff)
+            format!("{uid}-{:06x}", scope & 0xff_ffff)
         }
     }
 }
@@ -60,14 +62,14 @@ mod tests {
     fn derived_ids_are_stable_valid_and_scoped() {
         let uid = "0f6f2c3e-8a1b-4f7e-9c1d-2b3a4c5d6e7f";
         let all = derive(uid, None, None);
-        assert_eq!(all, "k8s-0f6f2c3e8a1b");
+        assert_eq!(all, "0f6f2c3e");
         let a = derive(uid, Some("team-a"), None);
         let b = derive(uid, Some("team-b"), None);
         assert_ne!(a, b, "two installations watching different namespaces differ");
         assert_ne!(a, all);
         assert_eq!(a, derive(uid, Some("team-a"), None), "stable");
         assert_ne!(derive(uid, None, Some("dns=public")), all);
-        assert!(a.starts_with("k8s-0f6f2c3e8a1b-") && a.len() == 23, "{a}");
+        assert!(a.starts_with("0f6f2c3e-") && a.len() == 15, "{a}");
         for id in [&all, &a] {
             assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'), "{id}");
         }

@@ -45,8 +45,8 @@ async fn seed_scenario_create_and_delete() {
     let uid =
         Api::<Namespace>::all(client.clone()).get("kube-system").await.expect("kube-system").metadata.uid.expect("uid");
     let owner = service_dns::owner::derive(&uid, Some("test"), None);
-    let uid_hex: String = uid.chars().filter(char::is_ascii_hexdigit).take(12).collect();
-    assert!(owner.starts_with(&format!("k8s-{uid_hex}-")), "{owner}");
+    let uid_hex: String = uid.chars().filter(char::is_ascii_hexdigit).take(8).collect();
+    assert!(owner.starts_with(&format!("{uid_hex}-")) && owner.len() == 15, "{owner}");
     let txt = find(&r53, &zone, &format!("_flotilla-owner.{name}"), RecordType::Txt).await.expect("ownership TXT");
     assert_eq!(txt.values, vec![format!("\"heritage=flotilla,owner={owner},resource=service/test/hello-world\"")]);
     assert!(op.logs().contains(&owner), "the derived owner id is logged\n{}", op.logs());

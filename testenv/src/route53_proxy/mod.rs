@@ -136,7 +136,7 @@ impl Faults {
 
 /// A running proxy; stopped when dropped.
 pub struct Route53Proxy {
-    /// `http://127.0.0.1:<port>`: the operator's Route53 endpoint.
+    /// `http://<host>:<port>`: the operator's Route53 endpoint.
     pub endpoint: String,
     faults: Faults,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -148,8 +148,14 @@ impl Route53Proxy {
     /// a free loopback port, served by a thread of its own (so a test's own
     /// runtime blocking never stalls it).
     pub fn start(upstream: &str) -> Result<Self, ProxyError> {
+        Self::start_on(upstream, "127.0.0.1")
+    }
+
+    /// [`start`](Self::start) on a free port of `host`: the node's address,
+    /// for operators running as pods.
+    pub fn start_on(upstream: &str, host: &str) -> Result<Self, ProxyError> {
         let upstream = upstream.trim_start_matches("http://").trim_end_matches('/').to_string();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| ProxyError(e.to_string()))?;
+        let listener = std::net::TcpListener::bind((host, 0)).map_err(|e| ProxyError(format!("{host}: {e}")))?;
         listener.set_nonblocking(true).map_err(|e| ProxyError(e.to_string()))?;
         let endpoint = format!("http://{}", listener.local_addr().map_err(|e| ProxyError(e.to_string()))?);
         let faults = Faults::default();

@@ -18,6 +18,7 @@ use std::process::Command;
 use anyhow::Context;
 use flotilla_testenv::moto::{self, MotoServer, route53};
 use flotilla_testenv::node::paths::NODE_IP;
+use flotilla_testenv::route53_proxy::Route53Proxy;
 use flotilla_testenv::{Assets, Lifetime};
 
 use crate::util::{root, run_cmd, say};
@@ -63,8 +64,16 @@ pub fn run() -> anyhow::Result<()> {
     let dir = root().join("target").join("flotilla-demo");
     moto::locate().context("the Route53 emulator")?;
     let moto = MotoServer::start_on(&dir, Lifetime::DieWithParent, &NODE_IP.to_string()).context("starting moto")?;
+    // service-dns talks to moto through the Route53-faithful proxy, so that
+    // its guarded UPSERTs are applied atomically as on AWS.
+    let proxy = Route53Proxy::start_on(&moto.endpoint, &NODE_IP.to_string()).context("starting the Route53 proxy")?;
     let zone = route53::create_hosted_zone(&moto.endpoint, service_dns::DOMAIN).context("creating the hosted zone")?;
-    eprintln!("    moto on {} (pods reach it there): hosted zone {zone} ({})", moto.endpoint, service_dns::DOMAIN);
+    eprintln!(
+        "    moto on {}, behind the Route53-faithful proxy on {} (pods reach both there): hosted zone {zone} ({})",
+        moto.endpoint,
+        proxy.endpoint,
+        service_dns::DOMAIN
+    );
     let env = DemoEnv {
         kubeconfig: info.kubeconfig.clone(),
         kubectl: assets.bin("kubectl"),
@@ -89,7 +98,7 @@ pub fn run() -> anyhow::Result<()> {
     let chart = root().join("charts").join(flotilla_e2e::UMBRELLA).display().to_string();
     let zone_value = format!("service-dns.route53.hostedZoneId={zone}");
     let domain_value = format!("service-dns.route53.domainName={}", service_dns::DOMAIN);
-    let endpoint_value = format!("service-dns.aws.endpointUrl={}", moto.endpoint);
+    let endpoint_value = format!("service-dns.aws.endpointUrl={}", proxy.endpoint);
     #[rustfmt::skip]
     env.helm(&[
         "install", "flotilla", &chart, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "5m",
@@ -128,6 +137,7 @@ pub fn run() -> anyhow::Result<()> {
     })?;
     say("stopping");
     let _ = env.helm(&["uninstall", "flotilla", "--namespace", RELEASE_NAMESPACE, "--wait"]);
+    drop(proxy);
     drop(moto);
     if started {
         let left = flotilla_testenv::node::down(&crate::util::progress)?;

@@ -2,8 +2,10 @@
 //! a pod (installed by the umbrella chart) against moto's hosted zone
 //! `demo.example`, the seed's scenario from `examples/service-dns/`: the
 //! NodePort Service `hello-world` in namespace `test` gets
-//! `kube-hello-world.demo.example` → its ClusterIP; an annotated Service gets
-//! two names; deleting it removes them. Prints the zone and the Events.
+//! `kube-hello-world.demo.example` → its ClusterIP, then TTL 120 by
+//! annotation (an UPSERT, through the Route53-faithful proxy); an annotated
+//! Service gets two names; deleting it removes them. Prints the zone and the
+//! Events.
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,12 @@ async fn run(env: &DemoEnv) -> anyhow::Result<()> {
     let name = format!("kube-hello-world.{DOMAIN}");
     let (values, took) = wait_record(&endpoint, &zone, &name, true).await?;
     eprintln!("    {name} A {} appeared in {took:.1?}", values.join(", "));
+
+    // An update is an UPSERT guarded by our ownership TXT in the same batch.
+    eprintln!("    kubectl annotate service hello-world -n test flotilla.dev/ttl=120");
+    kubectl(&["annotate", "--overwrite", "service", "hello-world", "-n", "test", "flotilla.dev/ttl=120"])?;
+    let took = wait_ttl(&endpoint, &zone, &name, 120).await?;
+    eprintln!("    {name} A now has TTL 120, {took:.1?} after the annotation");
 
     apply("02-annotated.yaml")?;
     for n in [format!("api.{DOMAIN}"), format!("grpc.{DOMAIN}")] {
@@ -78,6 +86,20 @@ async fn wait_record(endpoint: &str, zone: &str, name: &str, present: bool) -> a
         }
         if started.elapsed() > Duration::from_secs(60) {
             bail!("{name} did not {} within 60s", if present { "appear" } else { "go away" });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until `name`'s A record has TTL `ttl`.
+async fn wait_ttl(endpoint: &str, zone: &str, name: &str, ttl: u64) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    loop {
+        if route53::find_set(endpoint, zone, name, "A")?.is_some_and(|(t, _)| t == Some(ttl)) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("{name} did not get TTL {ttl} within 60s");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
