@@ -56,12 +56,12 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// ```
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
-    /// Address for GET /metrics (Prometheus text format); "0" disables the endpoint.
-    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    /// Address for GET /metrics (Prometheus text format): HOST:PORT, or :PORT for every address (IPv4 and IPv6); "0" disables the endpoint.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080", value_name = "ADDR")]
     pub metrics_bind_address: String,
 
-    /// Address for GET /healthz (process alive) and GET /readyz (caches synced; leading or standing by); "0" disables.
-    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081", value_name = "ADDR")]
+    /// Address for GET /healthz (process alive) and GET /readyz (caches synced; leading or standing by): HOST:PORT or :PORT; "0" disables.
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_name = "ADDR")]
     pub health_probe_bind_address: String,
 
     /// Elect a leader on a coordination.k8s.io Lease so that only one replica acts; standbys wait and stay ready.
@@ -95,6 +95,14 @@ pub struct CommonArgs {
     /// Log format [default: text on a terminal, json otherwise]. Filter with RUST_LOG (e.g. info,kube=warn).
     #[arg(long, env = "LOG_FORMAT", value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+
+    /// Kubeconfig file(s), ':'-separated as kubectl reads KUBECONFIG [default: ~/.kube/config, else the in-cluster config].
+    #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<String>,
+
+    /// Kubeconfig context to use [default: the kubeconfig's current context].
+    #[arg(long, env = "CONTEXT", value_name = "NAME")]
+    pub context: Option<String>,
 }
 
 /// `--watch-namespace`, for operators where a namespace scope applies.
@@ -119,15 +127,34 @@ impl WatchNamespaceArgs {
     }
 }
 
-/// An address flag: a socket address, or `None` for "0" (disabled).
+/// An address flag: a socket address, or `None` for "0" (disabled). Go's
+/// `:8080` (every address, as controller-runtime reads it) is `[::]:8080`:
+/// an IPv6 socket that takes IPv4 too, and IPv4 alone where the node has no
+/// IPv6 ([`crate::server::serve`] falls back), so that neither IPv4-only nor
+/// IPv6-only clusters fail their probes.
 pub fn parse_bind_address(flag: &'static str, value: &str) -> Result<Option<SocketAddr>, ConfigError> {
     if value == "0" {
         return Ok(None);
     }
-    value
-        .parse::<SocketAddr>()
-        .map(Some)
-        .map_err(|_| ConfigError::new(flag, format!("{value:?} is not HOST:PORT (e.g. 0.0.0.0:8080) or 0 to disable")))
+    let bad = || {
+        ConfigError::new(
+            flag,
+            format!("{value:?} is not HOST:PORT (e.g. :8080, 0.0.0.0:8080, [::1]:8080) or 0 to disable"),
+        )
+    };
+    match value.strip_prefix(':') {
+        Some(port) => {
+            let port: u16 = port.parse().map_err(|_| bad())?;
+            Ok(Some(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))))
+        }
+        None => value.parse::<SocketAddr>().map(Some).map_err(|_| bad()),
+    }
+}
+
+/// Whether two bind addresses would take the same port: the same address,
+/// or one of them every address.
+fn same_listener(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// RFC 1123 label: what namespace names must be.
@@ -176,6 +203,9 @@ pub struct CommonConfig {
     pub lease_timings: LeaseTimings,
     pub graceful_shutdown_timeout: Duration,
     pub log_format: LogFormat,
+    /// `--kubeconfig` paths (empty: kube's default search).
+    pub kubeconfig: Vec<std::path::PathBuf>,
+    pub context: Option<String>,
 }
 
 impl CommonArgs {
@@ -184,7 +214,8 @@ impl CommonArgs {
         let metrics_address = parse_bind_address("metrics-bind-address", &self.metrics_bind_address)?;
         let health_address = parse_bind_address("health-probe-bind-address", &self.health_probe_bind_address)?;
         if let (Some(m), Some(h)) = (metrics_address, health_address)
-            && m == h
+            && m.port() != 0
+            && same_listener(m, h)
         {
             return Err(ConfigError::new(
                 "health-probe-bind-address",
@@ -248,6 +279,13 @@ impl CommonArgs {
             lease_timings: t,
             graceful_shutdown_timeout: self.graceful_shutdown_timeout,
             log_format: self.log_format.unwrap_or_else(default_log_format),
+            kubeconfig: self
+                .kubeconfig
+                .iter()
+                .flat_map(|k| std::env::split_paths(k).collect::<Vec<_>>())
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect(),
+            context: self.context.clone().filter(|c| !c.is_empty()),
         })
     }
 }
@@ -293,8 +331,8 @@ mod tests {
     #[test]
     fn defaults_follow_controller_runtime() {
         let c = parse(&[]).unwrap();
-        assert_eq!(c.metrics_address, Some("0.0.0.0:8080".parse().unwrap()));
-        assert_eq!(c.health_address, Some("0.0.0.0:8081".parse().unwrap()));
+        assert_eq!(c.metrics_address, Some("[::]:8080".parse().unwrap()));
+        assert_eq!(c.health_address, Some("[::]:8081".parse().unwrap()));
         assert!(!c.leader_elect);
         assert_eq!(c.lease_name, "flotilla-toy");
         assert_eq!(c.lease_timings, LeaseTimings::default());
@@ -305,6 +343,33 @@ mod tests {
         assert!(parse(&["--leader-elect"]).unwrap().leader_elect);
         assert!(parse(&["--leader-elect=true"]).unwrap().leader_elect);
         assert!(!parse(&["--leader-elect=false"]).unwrap().leader_elect);
+    }
+
+    #[test]
+    fn go_style_port_only_addresses_mean_every_address() {
+        let c = parse(&["--metrics-bind-address=:9090", "--health-probe-bind-address=127.0.0.1:9091"]).unwrap();
+        assert_eq!(c.metrics_address, Some("[::]:9090".parse().unwrap()));
+        assert_eq!(c.health_address, Some("127.0.0.1:9091".parse().unwrap()));
+        assert_eq!(
+            parse(&["--metrics-bind-address=[::1]:9090"]).unwrap().metrics_address,
+            Some("[::1]:9090".parse().unwrap())
+        );
+        for bad in [":", ":http", ":70000", "8080"] {
+            assert_eq!(
+                parse(&[&format!("--metrics-bind-address={bad}")]).unwrap_err().flag,
+                "metrics-bind-address",
+                "{bad}"
+            );
+        }
+        // One port for both, however it is spelled, is refused.
+        for (m, h) in [(":9000", ":9000"), (":9000", "127.0.0.1:9000"), ("0.0.0.0:9000", ":9000")] {
+            let e = parse(&[&format!("--metrics-bind-address={m}"), &format!("--health-probe-bind-address={h}")]);
+            assert_eq!(e.unwrap_err().flag, "health-probe-bind-address", "{m} {h}");
+        }
+        assert!(
+            parse(&["--metrics-bind-address=127.0.0.1:9000", "--health-probe-bind-address=127.0.0.2:9000"]).is_ok()
+        );
+        assert!(parse(&["--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"]).is_ok());
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! Running a kube-runtime `Controller` the Flotilla way: reconcile metrics,
-//! a `reconcile` span per call, readiness once its cache has synced, and a
-//! graceful stop on shutdown (in-flight reconciles finish, no new ones start).
+//! a `reconcile` span per call, a panicking reconcile caught and retried,
+//! readiness once its cache has synced, and a graceful stop on shutdown
+//! (in-flight reconciles finish, no new ones start).
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -91,9 +92,11 @@ impl Context {
         });
 
         let reconcile = Arc::new(reconcile);
+        let panicked = Arc::new(PanicBackoff::default());
         let wrapped = move |obj: Arc<K>, data: Arc<D>| -> BoxFuture<'static, Result<Action, E>> {
             let m = m.clone();
             let reconcile = reconcile.clone();
+            let panicked = panicked.clone();
             let span = tracing::info_span!(
                 "reconcile",
                 controller = name,
@@ -103,9 +106,26 @@ impl Context {
             async move {
                 m.active.inc();
                 let started = Instant::now();
-                let result = reconcile(obj, data).await;
+                let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
+                // A panic is caught, counted and retried with backoff (as
+                // controller-runtime does), never a crash of every controller.
+                let result = std::panic::AssertUnwindSafe(async move { reconcile(obj, data).await }).catch_unwind().await;
                 m.time.observe(started.elapsed().as_secs_f64());
                 m.active.dec();
+                let result = match result {
+                    Ok(result) => {
+                        panicked.forget(&key);
+                        result
+                    }
+                    Err(payload) => {
+                        m.panics.inc();
+                        m.error.inc();
+                        m.errors.inc();
+                        let retry = panicked.next(&key);
+                        tracing::error!(panic = %panic_message(payload.as_ref()), ?retry, "reconcile panicked; retried with backoff");
+                        return Ok(Action::requeue(retry));
+                    }
+                };
                 match &result {
                     Ok(action) if *action == Action::await_change() => m.success.inc(),
                     Ok(_) => m.requeue_after.inc(),
@@ -138,6 +158,36 @@ impl Context {
         tracing::info!(controller = name, "controller stopped");
         Ok(())
     }
+}
+
+/// Retry delays of objects whose last reconcile panicked: 1 s, doubling up
+/// to 5 min, forgotten at the next reconcile that returns.
+#[derive(Default)]
+struct PanicBackoff(std::sync::Mutex<std::collections::HashMap<String, Duration>>);
+
+impl PanicBackoff {
+    fn next(&self, key: &str) -> Duration {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let next = map.get(key).map_or(Duration::from_secs(1), |d| (*d * 2).min(Duration::from_secs(300)));
+        map.insert(key.to_string(), next);
+        next
+    }
+
+    fn forget(&self, key: &str) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !map.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+/// The message of a caught panic (a `&str` or `String` payload).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// Displays an error with its sources: `outer: inner: root`.

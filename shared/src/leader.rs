@@ -192,10 +192,13 @@ impl LeaderElector {
                 let attempt = tokio::time::timeout_at(deadline, elector.try_acquire_or_renew(&mut observed)).await;
                 match attempt {
                     Ok(Ok(true)) => last_renewed = Instant::now(),
-                    Ok(Ok(false)) => {
-                        tracing::error!(lease = %elector.name, "another candidate holds the leader lease");
-                        break;
-                    }
+                    // A conflict, or the lease rewritten by someone else: like
+                    // client-go, try again until the renew deadline; leadership
+                    // is lost only if no renewal succeeds by then.
+                    Ok(Ok(false)) => tracing::warn!(
+                        lease = %elector.name,
+                        "the leader lease was changed by someone else; retrying until the renew deadline"
+                    ),
                     Ok(Err(e)) => tracing::warn!(error = %e, "renewing the leader lease failed; retrying"),
                     Err(_) => {}
                 }

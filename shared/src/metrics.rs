@@ -22,6 +22,7 @@ pub struct Metrics {
     registry: Registry,
     reconcile_total: IntCounterVec,
     reconcile_errors: IntCounterVec,
+    reconcile_panics: IntCounterVec,
     reconcile_time: HistogramVec,
     active_workers: IntGaugeVec,
     leader_status: IntGaugeVec,
@@ -38,6 +39,13 @@ impl Metrics {
             Opts::new(
                 "controller_runtime_reconcile_errors_total",
                 "Total number of reconciliation errors per controller",
+            ),
+            &["controller"],
+        )?;
+        let reconcile_panics = IntCounterVec::new(
+            Opts::new(
+                "controller_runtime_reconcile_panics_total",
+                "Total number of reconciliation panics per controller",
             ),
             &["controller"],
         )?;
@@ -62,12 +70,21 @@ impl Metrics {
         )?;
         registry.register(Box::new(reconcile_total.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
+        registry.register(Box::new(reconcile_panics.clone()))?;
         registry.register(Box::new(reconcile_time.clone()))?;
         registry.register(Box::new(active_workers.clone()))?;
         registry.register(Box::new(leader_status.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
-        Ok(Self { registry, reconcile_total, reconcile_errors, reconcile_time, active_workers, leader_status })
+        Ok(Self {
+            registry,
+            reconcile_total,
+            reconcile_errors,
+            reconcile_panics,
+            reconcile_time,
+            active_workers,
+            leader_status,
+        })
     }
 
     /// Registers an operator's own metric.
@@ -94,6 +111,7 @@ impl Metrics {
             error: self.reconcile_total.with_label_values(&[name, "error"]),
             requeue_after: self.reconcile_total.with_label_values(&[name, "requeue_after"]),
             errors: self.reconcile_errors.with_label_values(&[name]),
+            panics: self.reconcile_panics.with_label_values(&[name]),
             time: self.reconcile_time.with_label_values(&[name]),
             active: self.active_workers.with_label_values(&[name]),
         }
@@ -121,6 +139,7 @@ pub struct ControllerMetrics {
     pub error: IntCounter,
     pub requeue_after: IntCounter,
     pub errors: IntCounter,
+    pub panics: IntCounter,
     pub time: prometheus::Histogram,
     pub active: IntGauge,
 }

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
@@ -118,9 +119,7 @@ impl Operator {
         }
         spawn_signal_handler(shutdown.clone(), readiness.clone());
 
-        let client = Client::try_default()
-            .await
-            .map_err(|e| anyhow::anyhow!("no cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config): {e}"))?;
+        let client = client(cfg).await?;
         let identity = default_identity();
         let instance = identity.rsplit_once('_').map(|(host, _)| host.to_string()).unwrap_or_else(|| identity.clone());
         let ctx = Context {
@@ -135,8 +134,10 @@ impl Operator {
         metrics.register(ctx.events.dropped())?;
 
         let mut leadership = None;
-        let leader_gauge = metrics.leader_status(&cfg.lease_name);
-        if cfg.leader_elect {
+        // Only an operator that elects a leader has a leader status (as in
+        // controller-runtime): without election the series does not exist.
+        let leader_gauge = cfg.leader_elect.then(|| metrics.leader_status(&cfg.lease_name));
+        if let Some(leader_gauge) = &leader_gauge {
             leader_gauge.set(0);
             let elector =
                 LeaderElector::new(client, &cfg.lease_namespace, &cfg.lease_name, &identity, cfg.lease_timings);
@@ -189,7 +190,9 @@ impl Operator {
 
         match end {
             End::LostLeadership => {
-                leader_gauge.set(0);
+                if let Some(g) = &leader_gauge {
+                    g.set(0);
+                }
                 shutdown.cancel();
                 tracing::error!("leader election lost: stopping so that a clean process can start");
                 Ok(ExitCode::from(EXIT_FAILURE))
@@ -206,21 +209,54 @@ impl Operator {
                     Err(e) => Err(e.context("controllers failed")),
                 }
             }
+            // Work was cut off: exit non-zero (as controller-runtime's
+            // manager does), so that it shows in the pod's last state.
             End::ShutdownTimedOut => {
-                tracing::warn!(timeout = ?cfg.graceful_shutdown_timeout, "in-flight reconciles did not finish in time; exiting anyway");
+                tracing::error!(timeout = ?cfg.graceful_shutdown_timeout, "in-flight reconciles did not finish in time; exiting anyway");
                 release(leadership, &leader_gauge).await;
-                Ok(ExitCode::SUCCESS)
+                Ok(ExitCode::from(EXIT_FAILURE))
             }
         }
     }
 }
 
-async fn release(leadership: Option<crate::leader::Leadership>, gauge: &prometheus::IntGauge) {
+/// The cluster client: `--kubeconfig`/`--context` when given, else kube's
+/// default search (KUBECONFIG, ~/.kube/config, the in-cluster config).
+async fn client(cfg: &CommonConfig) -> anyhow::Result<Client> {
+    use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions { context: cfg.context.clone(), ..Default::default() };
+    let config = match (cfg.kubeconfig.split_first(), &cfg.context) {
+        (None, None) => {
+            return Client::try_default()
+                .await
+                .context("no cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config)");
+        }
+        (None, Some(_)) => Config::from_kubeconfig(&options).await,
+        (Some((first, rest)), _) => {
+            let mut merged =
+                Kubeconfig::read_from(first).with_context(|| format!("--kubeconfig {}", first.display()))?;
+            for path in rest {
+                let next = Kubeconfig::read_from(path).with_context(|| format!("--kubeconfig {}", path.display()))?;
+                merged = merged.merge(next).with_context(|| format!("--kubeconfig {}", path.display()))?;
+            }
+            Config::from_custom_kubeconfig(merged, &options).await
+        }
+    };
+    let config = config.with_context(|| match &cfg.context {
+        Some(c) => format!("kubeconfig context {c:?}"),
+        None => "the kubeconfig's current context".to_string(),
+    })?;
+    Client::try_from(config).context("building the cluster client")
+}
+
+async fn release(leadership: Option<crate::leader::Leadership>, gauge: &Option<prometheus::IntGauge>) {
     if let Some(l) = leadership {
         if let Err(e) = l.release().await {
             tracing::warn!(error = %e, "could not release the leader lease; a standby takes over when it expires");
         }
-        gauge.set(0);
+        if let Some(g) = gauge {
+            g.set(0);
+        }
     }
 }
 

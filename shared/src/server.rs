@@ -53,8 +53,19 @@ pub async fn serve(
     router: Router,
     stop: CancellationToken,
 ) -> Result<SocketAddr, BindError> {
-    let listener =
-        tokio::net::TcpListener::bind(address).await.map_err(|source| BindError { flag, address, source })?;
+    let listener = match tokio::net::TcpListener::bind(address).await {
+        Ok(l) => l,
+        // `:PORT` where the node has no IPv6: every IPv4 address instead.
+        Err(e)
+            if address.ip() == std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+                && e.kind() != std::io::ErrorKind::AddrInUse =>
+        {
+            let v4 = SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, address.port()));
+            tracing::debug!(error = %e, %address, fallback = %v4, "no IPv6 socket; listening on IPv4 only");
+            tokio::net::TcpListener::bind(v4).await.map_err(|source| BindError { flag, address: v4, source })?
+        }
+        Err(source) => return Err(BindError { flag, address, source }),
+    };
     let bound = listener.local_addr().map_err(|source| BindError { flag, address, source })?;
     tokio::spawn(async move {
         let result = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;

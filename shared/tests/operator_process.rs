@@ -266,3 +266,156 @@ async fn sigterm_lets_the_reconcile_in_flight_finish_releases_the_lease_and_exit
     assert_eq!(ready.map(|c| c.status), Some("True".to_string()), "logs:\n{}", toy.logs());
     assert_eq!(lease_holder(&ns, id).await.unwrap_or_default(), "", "the lease is released");
 }
+
+#[tokio::test]
+async fn a_panicking_reconcile_is_caught_counted_and_retried_while_the_rest_goes_on() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("panics").await.unwrap();
+    let mut toy = Toy::start(&env.kubeconfig, &[]);
+    let api: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
+    api.create(&PostParams::default(), &widget("boom", json!({"panic": true}))).await.unwrap();
+    let panics = r#"controller_runtime_reconcile_panics_total{controller="widget"}"#;
+    // Retried with backoff (1 s, then 2 s): a second panic, no crash.
+    wait_for("two caught panics", T, || async {
+        Ok::<_, String>((toy.metric(panics).await >= Some(2.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    api.create(&PostParams::default(), &widget("fine", json!({"message": "still here"}))).await.unwrap();
+    wait_for("the other widget to be Ready", T, || async {
+        let w = api.get("fine").await.map_err(|e| e.to_string())?;
+        let ready = w.status.and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"));
+        Ok::<_, String>(ready.filter(|c| c.status == "True").map(|_| ()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    assert!(toy.child.try_wait().unwrap().is_none(), "the process exited:\n{}", toy.logs());
+    assert!(toy.metric(r#"controller_runtime_reconcile_errors_total{controller="widget"}"#).await >= Some(2.0));
+    assert!(toy.logs().contains("reconcile panicked"), "{}", toy.logs());
+    // Backoff, not a hot loop: at most a handful of tries in ~5 s (1+2+4 s).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let tries = toy.metric(panics).await.unwrap_or_default();
+    assert!(tries <= 5.0, "{tries} panics: retried too fast");
+    api.delete("boom", &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn without_leader_election_there_is_no_leader_status() {
+    let env = shared();
+    let toy = Toy::start(&env.kubeconfig, &[]);
+    wait_for("/metrics", T, || async { Ok::<_, String>(common::get(&toy.metrics_url()).await.ok()) })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    let (_, text) = common::get(&toy.metrics_url()).await.unwrap();
+    assert!(text.contains("controller_runtime_reconcile_total"), "{text}");
+    assert!(!text.contains("leader_election_master_status{"), "{text}");
+}
+
+#[tokio::test]
+async fn a_shutdown_timeout_with_work_in_flight_exits_1() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("cutoff").await.unwrap();
+    let mut toy = Toy::start(&env.kubeconfig, &["--graceful-shutdown-timeout=1s"]);
+    let api: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
+    // Every toy in this test binary watches every namespace: 8 s of work,
+    // well within the other tests' 30 s shutdown timeout.
+    api.create(&PostParams::default(), &widget("slow", json!({"sleepSeconds": 8}))).await.unwrap();
+    let active = r#"controller_runtime_active_workers{controller="widget"}"#;
+    wait_for("the slow reconcile to be in flight", T, || async {
+        Ok::<_, String>((toy.metric(active).await == Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    let asked = Instant::now();
+    toy.signal(libc::SIGTERM);
+    let status = toy.wait_exit(T).await;
+    assert_eq!(status.code(), Some(1), "logs:\n{}", toy.logs());
+    assert!(asked.elapsed() < Duration::from_secs(6), "exited after {:?}", asked.elapsed());
+    assert!(toy.logs().contains("did not finish in time"), "{}", toy.logs());
+    api.delete("slow", &DeleteParams::default()).await.unwrap();
+}
+
+/// `--metrics-bind-address=:PORT` (Go's form, the chart's default) listens
+/// on every address: IPv4 and IPv6 (this machine has both on loopback).
+#[tokio::test]
+async fn a_port_only_bind_address_serves_ipv4_and_ipv6() {
+    let env = shared();
+    let (mp, hp) = (flotilla_testenv::process::free_port().unwrap(), flotilla_testenv::process::free_port().unwrap());
+    let log = std::env::temp_dir().join(format!("toy-bind-{}-{mp}.log", std::process::id()));
+    let mut child = Command::new(common::toy_binary())
+        .args([format!("--metrics-bind-address=:{mp}"), format!("--health-probe-bind-address=:{hp}")])
+        .env("KUBECONFIG", &env.kubeconfig)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    for url in [
+        format!("http://127.0.0.1:{mp}/metrics"),
+        format!("http://[::1]:{mp}/metrics"),
+        format!("http://[::1]:{hp}/healthz"),
+    ] {
+        wait_for(&format!("GET {url}"), T, || async {
+            Ok::<_, String>(matches!(common::get(&url).await, Ok((200, _))).then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", logs()));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&log);
+}
+
+/// `--kubeconfig` and `--context` choose the cluster, as with kubectl: a
+/// context that does not exist is exit 1 naming it.
+#[tokio::test]
+async fn kubeconfig_and_context_flags_choose_the_cluster() {
+    let env = shared();
+    let path = env.kubeconfig.display().to_string();
+    let toy = Toy::start(std::path::Path::new("/nonexistent/kubeconfig"), &[&format!("--kubeconfig={path}")]);
+    wait_for("/readyz with --kubeconfig", T, || async { Ok::<_, String>(toy.ready().await.then_some(())) })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    drop(toy);
+
+    let mut toy = Toy::start(&env.kubeconfig, &["--context=no-such-context"]);
+    let status = toy.wait_exit(T).await;
+    assert_eq!(status.code(), Some(1), "logs:\n{}", toy.logs());
+    assert!(toy.logs().contains("no-such-context"), "{}", toy.logs());
+}
+
+/// A write to the Lease by someone else while we lead (here: another
+/// holder for a moment) is retried until the renew deadline, as client-go
+/// does, not an immediate loss of leadership and exit.
+#[tokio::test]
+async fn a_foreign_write_to_the_lease_is_retried_until_the_renew_deadline() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("le-foreign").await.unwrap();
+    let id = "toy-foreign";
+    let mut toy = start(&env.kubeconfig, &le_flags(&ns, id, "15s", "10s", "1s"));
+    wait_leader(&toy, id, T).await;
+    let leases: Api<Lease> = Api::namespaced(env.client().await, &ns);
+    let set_holder = |holder: String| {
+        let leases = leases.clone();
+        async move {
+            let mut lease = leases.get(id).await.unwrap();
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            spec.holder_identity = Some(holder);
+            spec.renew_time =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()));
+            leases.replace(id, &PostParams::default(), &lease).await.unwrap();
+        }
+    };
+    let ours = lease_holder(&ns, id).await.unwrap();
+    set_holder("intruder".into()).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(toy.child.try_wait().unwrap().is_none(), "gave up before the renew deadline:\n{}", toy.logs());
+    assert!(toy.logs().contains("changed by someone else"), "{}", toy.logs());
+    set_holder(ours.clone()).await;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(toy.child.try_wait().unwrap().is_none(), "exited:\n{}", toy.logs());
+    assert_eq!(lease_holder(&ns, id).await.as_deref(), Some(ours.as_str()));
+    assert_eq!(toy.metric(&format!("leader_election_master_status{{name=\"{id}\"}}")).await, Some(1.0));
+}

@@ -17,7 +17,8 @@ use kube::{Api, CustomResourceExt, Resource, ResourceExt};
 use widget::{Widget, WidgetStatus};
 
 #[derive(Parser)]
-#[command(about = "Toy operator: marks Widgets Ready (an example of flotilla-shared)")]
+// The last of a repeated flag wins, as in every Flotilla operator.
+#[command(about = "Toy operator: marks Widgets Ready (an example of flotilla-shared)", args_override_self = true)]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
@@ -39,6 +40,12 @@ async fn reconcile(widget: Arc<Widget>, ctx: Arc<Context>) -> Result<Action, Err
     if let Some(secs) = widget.spec.sleep_seconds {
         tracing::info!(secs, "working slowly");
         tokio::time::sleep(Duration::from_secs(u64::try_from(secs).unwrap_or(0))).await;
+    }
+    if widget.spec.panic {
+        #[allow(clippy::panic)]
+        {
+            panic!("spec.panic is true");
+        }
     }
     if widget.spec.fail {
         ctx.events.warning(&widget.object_ref(&()), "Failed", "Reconcile", "spec.fail is true");

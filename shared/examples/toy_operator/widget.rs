@@ -29,6 +29,9 @@ pub struct WidgetSpec {
     /// Make every reconcile fail (to test error metrics).
     #[serde(default)]
     pub fail: bool,
+    /// Make every reconcile panic (to test that a panic is caught).
+    #[serde(default)]
+    pub panic: bool,
 }
 
 /// What the toy operator observed.
