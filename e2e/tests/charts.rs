@@ -80,9 +80,10 @@ fn defaults_render_a_hardened_deployment_with_probes_and_least_privilege() {
         for flag in [
             "--leader-elect=true",
             "--leader-election-namespace=ops",
-            "--metrics-bind-address=0.0.0.0:8080",
-            "--health-probe-bind-address=0.0.0.0:8081",
+            "--metrics-bind-address=:8080",
+            "--health-probe-bind-address=:8081",
             "--log-format=json",
+            "--graceful-shutdown-timeout=25s",
         ] {
             assert!(args.contains(&flag.to_string()), "{op}: {flag} not in {args:?}");
         }
@@ -225,6 +226,166 @@ fn a_watch_namespace_turns_the_cluster_role_into_a_role() {
     assert!(scoped["rules"].to_string().contains("services"));
     let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
     assert!(d["spec"]["template"]["spec"]["containers"][0]["args"].to_string().contains("--watch-namespace=team-a"));
+}
+
+/// The container args of the chart's Deployment, rendered with `values`
+/// (a values file's text) on top of the required values.
+fn rendered_args(op: &str, values: &str) -> Vec<String> {
+    let dir = tempfile_dir(op);
+    let file = dir.join("values.yaml");
+    std::fs::write(&file, values).unwrap();
+    let path = chart(op);
+    let file = file.display().to_string();
+    let mut args = vec!["template", "rel", &path, "--namespace", "ops", "-f", &file];
+    args.extend(required_values(op));
+    let docs = yaml_documents(&helm_ok(None, &args).unwrap_or_else(|e| panic!("{op}: {e}"))).unwrap();
+    let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    serde_json::from_value(d["spec"]["template"]["spec"]["containers"][0]["args"].clone()).unwrap()
+}
+
+/// A directory of its own per call (tests run in parallel in one process).
+fn tempfile_dir(op: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("flotilla-chart-values-{}-{op}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// extraArgs, as a list or a map, add flags and override the chart's own:
+/// the chart renders them last and every operator takes the last of a
+/// repeated flag. Proven by running each operator's binary with the rendered
+/// args: it accepts them (no exit 2) and logs in the overriding format.
+#[test]
+fn extra_args_add_flags_and_override_the_charts_own() {
+    for op in operators().unwrap() {
+        for values in ["extraArgs: [\"--log-format=text\"]\n", "extraArgs: {log-format: text}\n"] {
+            let args = rendered_args(&op, values);
+            let json = args.iter().position(|a| a == "--log-format=json").unwrap_or_else(|| panic!("{op}: {args:?}"));
+            let text = args.iter().rposition(|a| a == "--log-format=text").unwrap_or_else(|| panic!("{op}: {args:?}"));
+            assert!(json < text, "{op}: extraArgs must come after the chart's flags: {args:?}");
+
+            // The binary: flags accepted, the last --log-format wins. It then
+            // fails to find a cluster (exit 1, logged as text, not JSON).
+            let bin = flotilla_e2e::operator_binary(&op).unwrap();
+            let out = std::process::Command::new(&bin)
+                .args(&args)
+                .args(["--metrics-bind-address=0", "--health-probe-bind-address=0"])
+                .env("KUBECONFIG", tempfile_dir(&op).join("no-such-kubeconfig"))
+                .env_remove("RUST_LOG")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{op} {values}: {args:?}\n{stderr}");
+            assert!(stderr.contains("no-such-kubeconfig"), "{op}: {stderr}");
+            assert!(!stderr.trim_start().starts_with('{'), "{op}: logged as JSON, the override lost: {stderr}");
+        }
+    }
+}
+
+/// Numbers from a values file reach templates as floats: a large one must
+/// still render as an integer (`2000000`, not `2e+06`), in the chart's own
+/// flags and in extraArgs.
+#[test]
+fn large_numbers_render_as_integers() {
+    let args = rendered_args("service-dns", "route53:\n  ttl: 2000000\nextraArgs: {route53-rps: 1000000}\n");
+    assert!(args.contains(&"--ttl=2000000".to_string()), "{args:?}");
+    assert!(args.contains(&"--route53-rps=1000000".to_string()), "{args:?}");
+    let args = rendered_args("config-copier", "copyConcurrency: 200\nextraArgs: [--copy-concurrency=100]\n");
+    assert!(args.contains(&"--copy-concurrency=200".to_string()), "{args:?}");
+    assert!(args.contains(&"--copy-concurrency=100".to_string()), "{args:?}");
+    let args = rendered_args("service-dns", "route53:\n  rps: 0.5\n");
+    assert!(args.contains(&"--route53-rps=0.5".to_string()), "a fraction stays one: {args:?}");
+}
+
+/// Values whose meaning is more than their text: without leader election
+/// the chart runs one replica (two would both act); the operator's shutdown
+/// timeout follows the pod's grace period (5 s less, so the process exits
+/// on its own); a release name as long as Helm allows (53) still gives
+/// every object a name of at most 63 characters (the `-metrics` Service
+/// and Roles included).
+#[test]
+fn replicas_shutdown_timeout_and_long_names_follow_the_values() {
+    let long = "r".repeat(53);
+    for op in operators().unwrap() {
+        let args = rendered_args(
+            &op,
+            "leaderElection: {enabled: false}\nreplicaCount: 3\nterminationGracePeriodSeconds: 45\n",
+        );
+        assert!(args.contains(&"--leader-elect=false".to_string()), "{op}: {args:?}");
+        assert!(args.contains(&"--graceful-shutdown-timeout=40s".to_string()), "{op}: {args:?}");
+        let path = chart(&op);
+        let mut cmd =
+            vec!["template", "rel", &path, "--set", "leaderElection.enabled=false", "--set", "replicaCount=3"];
+        cmd.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &cmd).unwrap()).unwrap();
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        assert_eq!(d["spec"]["replicas"], 1, "{op}: leader election off must mean one replica");
+        let mut cmd = vec!["template", "rel", &path, "--set", "replicaCount=3"];
+        cmd.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &cmd).unwrap()).unwrap();
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        assert_eq!(d["spec"]["replicas"], 3, "{op}");
+
+        let mut cmd = vec![
+            "template",
+            &long,
+            &path,
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "podDisruptionBudget.enabled=true",
+        ];
+        cmd.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &cmd).unwrap_or_else(|e| panic!("{op}: {e}"))).unwrap();
+        let mut names = BTreeSet::new();
+        for doc in &docs {
+            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+            assert!(name.len() <= 63, "{op}: {} {name} is {} characters", doc["kind"], name.len());
+            assert!(!name.ends_with('-') && !name.contains("--"), "{op}: {name}");
+            names.insert((doc["kind"].to_string(), name.to_string()));
+        }
+        assert_eq!(names.len(), docs.len(), "{op}: two objects of one kind share a shortened name");
+    }
+}
+
+/// The umbrella's NOTES give each enabled operator's status command, and no
+/// NOTES point at a moving branch (CRD links name the release's tag); pods
+/// carry `app.kubernetes.io/part-of`, so the NOTES' `-l` selector finds them.
+#[test]
+fn notes_show_status_commands_and_pods_carry_part_of() {
+    // A client-side dry run still asks the cluster for its version.
+    let env = shared();
+    let kubeconfig = Some(env.kubeconfig.as_path());
+    let path = chart(UMBRELLA);
+    let mut args = vec!["install", "rel", &path, "--dry-run=client", "--namespace", "ops"];
+    args.extend(required_values(UMBRELLA));
+    let out = helm_ok(kubeconfig, &args).unwrap();
+    let notes = out.split("NOTES:").nth(1).unwrap_or_else(|| panic!("no NOTES in {out}"));
+    assert!(notes.contains("config-copier: enabled; status: kubectl get copyrules -A"), "{notes}");
+    assert!(notes.contains("service-dns: enabled; status: kubectl -n ops logs deploy/rel-service-dns"), "{notes}");
+    for op in operators().unwrap() {
+        let path = chart(&op);
+        let mut args = vec!["install", "rel", &path, "--dry-run=client", "--namespace", "ops"];
+        args.extend(required_values(&op));
+        let out = helm_ok(kubeconfig, &args).unwrap();
+        assert!(!out.contains("/raw/main/") && !out.contains("/blob/main/"), "{op}: NOTES point at main:\n{out}");
+        let mut args = vec!["template", "rel", &path];
+        args.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &args).unwrap()).unwrap();
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        assert_eq!(d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/part-of"], "flotilla", "{op}");
+    }
+}
+
+/// service-dns without a hosted zone fails at render, saying what to set,
+/// not at run time in a crash-looping pod.
+#[test]
+fn service_dns_without_a_zone_fails_at_render() {
+    let out = helm(None, &["template", "rel", &chart("service-dns")]).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "rendered without a zone");
+    assert!(stderr.contains("route53.hostedZoneId") && stderr.contains("route53.domainName"), "{stderr}");
 }
 
 #[test]

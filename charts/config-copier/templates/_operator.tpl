@@ -21,17 +21,17 @@ e2e/tests/rbac.rs proves each rule is needed.
 
 {{- define "config-copier.args" -}}
 {{- if .Values.ruleNamespace }}
-- {{ printf "--watch-namespace=%v" .Values.ruleNamespace | quote }}
+- {{ printf "--watch-namespace=%s" (include "flotilla.value" .Values.ruleNamespace) | quote }}
 {{- end }}
-- {{ printf "--copy-concurrency=%v" .Values.copyConcurrency | quote }}
-- {{ printf "--max-bytes-in-flight=%v" .Values.maxBytesInFlight | quote }}
-- {{ printf "--target-consent=%v" .Values.targetConsent | quote }}
-- {{ printf "--secret-types=%v" (join "," .Values.secretTypes) | quote }}
+- {{ printf "--copy-concurrency=%s" (include "flotilla.value" .Values.copyConcurrency) | quote }}
+- {{ printf "--max-bytes-in-flight=%s" (include "flotilla.value" .Values.maxBytesInFlight) | quote }}
+- {{ printf "--target-consent=%s" (include "flotilla.value" .Values.targetConsent) | quote }}
+- {{ printf "--secret-types=%s" (include "flotilla.value" (join "," .Values.secretTypes)) | quote }}
 {{- with .Values.protectedNamespaces }}
-- {{ printf "--protected-namespaces=%v" (join "," .) | quote }}
+- {{ printf "--protected-namespaces=%s" (include "flotilla.value" (join "," .)) | quote }}
 {{- end }}
 {{- with .Values.stripLabels }}
-- {{ printf "--strip-labels=%v" (join "," .) | quote }}
+- {{ printf "--strip-labels=%s" (include "flotilla.value" (join "," .)) | quote }}
 {{- end }}
 {{- end -}}
 

@@ -7,7 +7,8 @@ metadata:
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 spec:
-  replicas: {{ .Values.replicaCount }}
+  {{- /* Without leader election two replicas would both act: one only. */}}
+  replicas: {{ if .Values.leaderElection.enabled }}{{ .Values.replicaCount }}{{ else }}1{{ end }}
   revisionHistoryLimit: 5
   selector:
     matchLabels:
@@ -16,6 +17,7 @@ spec:
     metadata:
       labels:
         {{- include "flotilla.selectorLabels" . | nindent 8 }}
+        app.kubernetes.io/part-of: flotilla
         {{- with .Values.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}

@@ -16,6 +16,16 @@ chart that includes it (its .Chart, .Values, .Release).
 {{- end -}}
 {{- end -}}
 
+{{/*
+fullname-<suffix>, the fullname shortened so that the whole still fits 63
+characters (a Service name is a DNS label). Call with (list . "metrics").
+*/}}
+{{- define "flotilla.suffixed" -}}
+{{- $suffix := index . 1 -}}
+{{- $room := sub 62 (len $suffix) | int -}}
+{{- printf "%s-%s" (include "flotilla.fullname" (index . 0) | trunc $room | trimSuffix "-") $suffix -}}
+{{- end -}}
+
 {{- define "flotilla.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "flotilla.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -66,21 +76,45 @@ imagePullSecrets:
 {{- end -}}
 
 {{/*
+A value as a flag's text. YAML numbers reach templates as float64, which
+"%v" prints as 2e+06: a whole number prints as an integer instead.
+*/}}
+{{- define "flotilla.value" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{ int64 . }}
+{{- else -}}
+{{ . }}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The operator's command line: the common flags of CONVENTIONS.md, then the
-operator's own ("<chart>.args"), then extraArgs.
+operator's own ("<chart>.args"), then extraArgs. Every operator takes the
+last of a repeated flag (as Go's flag package does), so extraArgs override
+what the chart sets. extraArgs is a list of flags (["--ttl=60"]) or a map
+({ttl: 60} renders --ttl=60).
 */}}
 {{- define "flotilla.args" -}}
-- --metrics-bind-address=0.0.0.0:{{ .Values.metrics.port }}
-- --health-probe-bind-address=0.0.0.0:{{ .Values.healthProbePort }}
+- --metrics-bind-address=:{{ .Values.metrics.port }}
+- --health-probe-bind-address=:{{ .Values.healthProbePort }}
 - --leader-elect={{ .Values.leaderElection.enabled }}
 - --leader-election-namespace={{ .Release.Namespace }}
 - --leader-election-id={{ include "flotilla.fullname" . }}
 - --log-format={{ include "flotilla.logFormat" . }}
+{{- /* In-flight work gets the pod's grace period less 5 s to finish, so
+the process exits (non-zero if cut off) before the kubelet kills it. */}}
+- --graceful-shutdown-timeout={{ min 3600 (max 1 (sub (int .Values.terminationGracePeriodSeconds) 5)) }}s
 {{- $own := include (printf "%s.args" .Chart.Name) . | trim }}
 {{- if $own }}
 {{ $own }}
 {{- end }}
+{{- if kindIs "map" .Values.extraArgs }}
+{{- range $flag, $value := .Values.extraArgs }}
+- {{ printf "--%s=%s" $flag (include "flotilla.value" $value) | quote }}
+{{- end }}
+{{- else }}
 {{- range .Values.extraArgs }}
-- {{ . | quote }}
+- {{ include "flotilla.value" . | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}

@@ -44,7 +44,7 @@ subjects:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
-  name: {{ include "flotilla.fullname" . }}-leader-election
+  name: {{ include "flotilla.suffixed" (list . "leader-election") }}
   namespace: {{ .Release.Namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
@@ -56,14 +56,14 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
-  name: {{ include "flotilla.fullname" . }}-leader-election
+  name: {{ include "flotilla.suffixed" (list . "leader-election") }}
   namespace: {{ .Release.Namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
-  name: {{ include "flotilla.fullname" . }}-leader-election
+  name: {{ include "flotilla.suffixed" (list . "leader-election") }}
 subjects:
   - kind: ServiceAccount
     name: {{ include "flotilla.serviceAccountName" . }}

@@ -19,7 +19,7 @@ automountServiceAccountToken: true
 apiVersion: v1
 kind: Service
 metadata:
-  name: {{ include "flotilla.fullname" . }}-metrics
+  name: {{ include "flotilla.suffixed" (list . "metrics") }}
   namespace: {{ .Release.Namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}

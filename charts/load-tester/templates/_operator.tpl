@@ -35,9 +35,9 @@ e2e/tests/rbac.rs proves each rule is needed.
 
 {{- define "load-tester.args" -}}
 {{- if .Values.watchNamespace }}
-- {{ printf "--watch-namespace=%v" .Values.watchNamespace | quote }}
+- {{ printf "--watch-namespace=%s" (include "flotilla.value" .Values.watchNamespace) | quote }}
 {{- end }}
-- {{ printf "--loadgen-image=%v" (include "load-tester.loadgenImage" .) | quote }}
+- {{ printf "--loadgen-image=%s" (include "flotilla.value" (include "load-tester.loadgenImage" .)) | quote }}
 {{- end -}}
 
 {{- define "load-tester.env" -}}

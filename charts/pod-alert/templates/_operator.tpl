@@ -26,10 +26,10 @@ e2e/tests/rbac.rs proves each rule is needed.
 
 {{- define "pod-alert.args" -}}
 {{- if .Values.watchNamespace }}
-- {{ printf "--watch-namespace=%v" .Values.watchNamespace | quote }}
+- {{ printf "--watch-namespace=%s" (include "flotilla.value" .Values.watchNamespace) | quote }}
 {{- end }}
-- {{ printf "--cluster-scope-namespaces=%v" (join "," (.Values.clusterScopeNamespaces | default (list .Release.Namespace))) | quote }}
-- {{ printf "--sink-timeout=%v" .Values.sinkTimeout | quote }}
+- {{ printf "--cluster-scope-namespaces=%s" (include "flotilla.value" (join "," (.Values.clusterScopeNamespaces | default (list .Release.Namespace)))) | quote }}
+- {{ printf "--sink-timeout=%s" (include "flotilla.value" .Values.sinkTimeout) | quote }}
 {{- end -}}
 
 {{- define "pod-alert.env" -}}

@@ -28,13 +28,13 @@ e2e/tests/rbac.rs proves each rule is needed.
 
 {{- define "pod-debugger.args" -}}
 {{- if .Values.watchNamespace }}
-- {{ printf "--watch-namespace=%v" .Values.watchNamespace | quote }}
+- {{ printf "--watch-namespace=%s" (include "flotilla.value" .Values.watchNamespace) | quote }}
 {{- end }}
-- {{ printf "--allowed-images=%v" (join "," .Values.allowedImages) | quote }}
+- {{ printf "--allowed-images=%s" (include "flotilla.value" (join "," .Values.allowedImages)) | quote }}
 {{- with .Values.protectedNamespaces }}
-- {{ printf "--protected-namespaces=%v" (join "," .) | quote }}
+- {{ printf "--protected-namespaces=%s" (include "flotilla.value" (join "," .)) | quote }}
 {{- end }}
-- {{ printf "--inject-concurrency=%v" .Values.injectConcurrency | quote }}
+- {{ printf "--inject-concurrency=%s" (include "flotilla.value" .Values.injectConcurrency) | quote }}
 {{- end -}}
 
 {{- define "pod-debugger.env" -}}

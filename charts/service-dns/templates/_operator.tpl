@@ -7,39 +7,42 @@
 
 {{- define "service-dns.args" -}}
 {{- with .Values.route53 }}
+{{- if not (or .hostedZoneId .domainName) }}
+{{- fail "service-dns needs a hosted zone: set route53.hostedZoneId (e.g. Z0123456789ABC) or route53.domainName (e.g. example.com)" }}
+{{- end }}
 {{- if .hostedZoneId }}
-- {{ printf "--hosted-zone-id=%v" .hostedZoneId | quote }}
+- {{ printf "--hosted-zone-id=%s" (include "flotilla.value" .hostedZoneId) | quote }}
 {{- end }}
 {{- if .domainName }}
-- {{ printf "--domain-name=%v" .domainName | quote }}
+- {{ printf "--domain-name=%s" (include "flotilla.value" .domainName) | quote }}
 {{- end }}
-- {{ printf "--domain-prefix=%v" .domainPrefix | quote }}
-- {{ printf "--hostname-template=%v" .hostnameTemplate | quote }}
-- {{ printf "--ttl=%v" .ttl | quote }}
+- {{ printf "--domain-prefix=%s" (include "flotilla.value" .domainPrefix) | quote }}
+- {{ printf "--hostname-template=%s" (include "flotilla.value" .hostnameTemplate) | quote }}
+- {{ printf "--ttl=%s" (include "flotilla.value" .ttl) | quote }}
 {{- if .ownerId }}
-- {{ printf "--owner-id=%v" .ownerId | quote }}
+- {{ printf "--owner-id=%s" (include "flotilla.value" .ownerId) | quote }}
 {{- end }}
 {{- if .adoptExternalDnsOwner }}
-- {{ printf "--adopt-external-dns-owner=%v" .adoptExternalDnsOwner | quote }}
+- {{ printf "--adopt-external-dns-owner=%s" (include "flotilla.value" .adoptExternalDnsOwner) | quote }}
 {{- if .adoptExternalDnsTxtPrefix }}
-- {{ printf "--adopt-external-dns-txt-prefix=%v" .adoptExternalDnsTxtPrefix | quote }}
+- {{ printf "--adopt-external-dns-txt-prefix=%s" (include "flotilla.value" .adoptExternalDnsTxtPrefix) | quote }}
 {{- end }}
 {{- if .adoptExternalDnsTxtSuffix }}
-- {{ printf "--adopt-external-dns-txt-suffix=%v" .adoptExternalDnsTxtSuffix | quote }}
+- {{ printf "--adopt-external-dns-txt-suffix=%s" (include "flotilla.value" .adoptExternalDnsTxtSuffix) | quote }}
 {{- end }}
 {{- end }}
-- {{ printf "--policy=%v" .policy | quote }}
-- {{ printf "--interval=%v" .interval | quote }}
-- {{ printf "--route53-rps=%v" .rps | quote }}
+- {{ printf "--policy=%s" (include "flotilla.value" .policy) | quote }}
+- {{ printf "--interval=%s" (include "flotilla.value" .interval) | quote }}
+- {{ printf "--route53-rps=%s" (include "flotilla.value" .rps) | quote }}
 {{- if .dryRun }}
 - --dry-run
 {{- end }}
 {{- if .serviceSelector }}
-- {{ printf "--service-selector=%v" .serviceSelector | quote }}
+- {{ printf "--service-selector=%s" (include "flotilla.value" .serviceSelector) | quote }}
 {{- end }}
 {{- end }}
 {{- if .Values.watchNamespace }}
-- {{ printf "--watch-namespace=%v" .Values.watchNamespace | quote }}
+- {{ printf "--watch-namespace=%s" (include "flotilla.value" .Values.watchNamespace) | quote }}
 {{- end }}
 {{- end -}}
 
@@ -79,7 +82,7 @@ ClusterRole even when watchNamespace makes the rest a Role).
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
-  name: {{ include "flotilla.fullname" . }}-cluster-id
+  name: {{ include "flotilla.suffixed" (list . "cluster-id") }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 rules:
@@ -91,13 +94,13 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata:
-  name: {{ include "flotilla.fullname" . }}-cluster-id
+  name: {{ include "flotilla.suffixed" (list . "cluster-id") }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: ClusterRole
-  name: {{ include "flotilla.fullname" . }}-cluster-id
+  name: {{ include "flotilla.suffixed" (list . "cluster-id") }}
 subjects:
   - kind: ServiceAccount
     name: {{ include "flotilla.serviceAccountName" . }}

@@ -7,8 +7,11 @@ use config_copier::plan::{Consent, DEFAULT_SECRET_TYPES, NEVER_COPIED_TYPES, Pol
 use flotilla_shared::{CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
 
 #[derive(Parser)]
+// The last of a repeated flag wins (as with Go's flag package), so the
+// chart's extraArgs can override a flag the chart sets.
 #[command(
     version,
+    args_override_self = true,
     about = "Flotilla config-copier: CopyRules copy ConfigMaps and Secrets into namespaces and keep them in sync"
 )]
 struct Args {

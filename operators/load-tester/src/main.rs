@@ -8,8 +8,11 @@ use load_tester::controller::{self, Options};
 const DEFAULT_LOADGEN_IMAGE: &str = concat!("ghcr.io/flotilla-dev/flotilla-loadgen:", env!("CARGO_PKG_VERSION"));
 
 #[derive(Parser)]
+// The last of a repeated flag wins (as with Go's flag package), so the
+// chart's extraArgs can override a flag the chart sets.
 #[command(
     version,
+    args_override_self = true,
     about = "Flotilla load-tester: LoadTests run coordinated loadgen pods against a Service and merge their results; SimpleDeployments keep one pod"
 )]
 struct Args {

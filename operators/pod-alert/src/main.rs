@@ -7,8 +7,11 @@ use flotilla_shared::{CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
 use pod_alert::controller::{self, Options};
 
 #[derive(Parser)]
+// The last of a repeated flag wins (as with Go's flag package), so the
+// chart's extraArgs can override a flag the chart sets.
 #[command(
     version,
+    args_override_self = true,
     about = "Flotilla pod-alert: PodAlerts turn unhealthy pods into incidents with their logs, sent to status, Events, Slack, webhooks and Alertmanager"
 )]
 struct Args {

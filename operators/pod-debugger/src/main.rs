@@ -8,8 +8,11 @@ use pod_debugger::controller::{self, Options};
 use pod_debugger::images::ImagePolicy;
 
 #[derive(Parser)]
+// The last of a repeated flag wins (as with Go's flag package), so the
+// chart's extraArgs can override a flag the chart sets.
 #[command(
     version,
+    args_override_self = true,
     about = "Flotilla pod-debugger: PodDebuggers add an ephemeral debug container to the running pods that match a label, once, within Pod Security and an image allow-list"
 )]
 struct Args {

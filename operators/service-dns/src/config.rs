@@ -22,7 +22,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE for IRSA, …;
 /// AWS_ENDPOINT_URL_ROUTE_53 or AWS_ENDPOINT_URL to override the endpoint).
 #[derive(clap::Parser, Debug, Clone)]
-#[command(version, about, long_about = None)]
+// The last of a repeated flag wins (as with Go's flag package), so the
+// chart's extraArgs can override a flag the chart sets.
+#[command(version, about, long_about = None, args_override_self = true)]
 pub struct Args {
     /// Route53 hosted zone id (e.g. Z0123456789ABC). Either this or --domain-name.
     #[arg(long, env = "HOSTED_ZONE_ID", value_name = "ID")]
@@ -47,7 +49,7 @@ pub struct Args {
     pub ttl: i64,
 
     /// Written into every ownership TXT record; only records with our owner id are ever changed.
-    /// Default: derived from the cluster (k8s-<12 hex digits of the kube-system namespace UID>, plus a hash of
+    /// Default: derived from the cluster (<first 8 hex digits of the kube-system namespace UID>, plus a hash of
     /// --watch-namespace/--service-selector when set), logged at start. Pin one to keep it across
     /// clusters (e.g. a rebuilt cluster taking over a zone).
     #[arg(long, env = "OWNER_ID", value_name = "ID")]
