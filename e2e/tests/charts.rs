@@ -378,6 +378,28 @@ fn notes_show_status_commands_and_pods_carry_part_of() {
     }
 }
 
+/// The umbrella as a parent chart's dependency: its root is closed (a typo
+/// such as `servicedns.enabled` fails), `global` is open (a parent's own
+/// global keys pass) and `global.imageRegistry`, the key parents commonly
+/// set, moves every image.
+#[test]
+fn the_umbrella_root_is_closed_and_global_is_open() {
+    let path = chart(UMBRELLA);
+    let out = helm(None, &["template", "rel", &path, "--set", "servicedns.enabled=true"]).unwrap();
+    assert!(!out.status.success(), "a misspelt operator key is accepted");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("servicedns"), "{}", String::from_utf8_lossy(&out.stderr));
+    let args =
+        ["template", "rel", &path, "--set", "global.parentOnly=x", "--set", "global.imageRegistry=mirror.example/flotilla"];
+    let docs = yaml_documents(&helm_ok(None, &args).unwrap()).unwrap();
+    let images: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .filter_map(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].as_str())
+        .collect();
+    assert_eq!(images.len(), 4, "{images:?}");
+    assert!(images.iter().all(|i| i.starts_with("mirror.example/flotilla/flotilla-")), "{images:?}");
+}
+
 /// service-dns without a hosted zone fails at render, saying what to set,
 /// not at run time in a crash-looping pod.
 #[test]

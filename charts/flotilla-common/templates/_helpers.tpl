@@ -50,8 +50,9 @@ app.kubernetes.io/component: operator
 
 {{/* global.* wins over the chart's own image settings when set. */}}
 {{- define "flotilla.image" -}}
-{{- $g := default dict (default dict .Values.global).image -}}
-{{- $registry := default .Values.image.registry $g.registry -}}
+{{- $global := default dict .Values.global -}}
+{{- $g := default dict $global.image -}}
+{{- $registry := default .Values.image.registry (default $global.imageRegistry $g.registry) -}}
 {{- $tag := default (default .Chart.AppVersion .Values.image.tag) $g.tag -}}
 {{- printf "%s/%s:%s" $registry .Values.image.repository $tag -}}
 {{- end -}}
