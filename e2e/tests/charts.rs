@@ -388,8 +388,15 @@ fn the_umbrella_root_is_closed_and_global_is_open() {
     let out = helm(None, &["template", "rel", &path, "--set", "servicedns.enabled=true"]).unwrap();
     assert!(!out.status.success(), "a misspelt operator key is accepted");
     assert!(String::from_utf8_lossy(&out.stderr).contains("servicedns"), "{}", String::from_utf8_lossy(&out.stderr));
-    let args =
-        ["template", "rel", &path, "--set", "global.parentOnly=x", "--set", "global.imageRegistry=mirror.example/flotilla"];
+    let args = [
+        "template",
+        "rel",
+        &path,
+        "--set",
+        "global.parentOnly=x",
+        "--set",
+        "global.imageRegistry=mirror.example/flotilla",
+    ];
     let docs = yaml_documents(&helm_ok(None, &args).unwrap()).unwrap();
     let images: Vec<&str> = docs
         .iter()
@@ -398,6 +405,42 @@ fn the_umbrella_root_is_closed_and_global_is_open() {
         .collect();
     assert_eq!(images.len(), 4, "{images:?}");
     assert!(images.iter().all(|i| i.starts_with("mirror.example/flotilla/flotilla-")), "{images:?}");
+}
+
+/// The schemas accept what the binaries accept (`/hostedzone/Z…` as the
+/// AWS CLI prints it, Go-style durations such as `1m30s`) and the chart
+/// refuses what the binaries refuse (one port for metrics and health).
+#[test]
+fn values_accept_what_the_binary_accepts_and_refuse_what_it_refuses() {
+    let path = chart("service-dns");
+    let args = [
+        "template",
+        "rel",
+        &path,
+        "--set",
+        "route53.hostedZoneId=/hostedzone/Z0123456789ABC",
+        "--set",
+        "route53.interval=1m30s",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.interval=1m30s",
+    ];
+    let docs = yaml_documents(&helm_ok(None, &args).unwrap()).unwrap();
+    let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let flags = d["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        flags.contains("--hosted-zone-id=/hostedzone/Z0123456789ABC") && flags.contains("--interval=1m30s"),
+        "{flags}"
+    );
+    for op in operators().unwrap() {
+        let path = chart(&op);
+        let mut args = vec!["template", "rel", &path, "--set", "metrics.port=9000", "--set", "healthProbePort=9000"];
+        args.extend(required_values(&op));
+        let out = helm(None, &args).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("two ports"), "{op}: one port for both accepted: {stderr}");
+    }
 }
 
 /// service-dns without a hosted zone fails at render, saying what to set,

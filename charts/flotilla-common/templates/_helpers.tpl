@@ -96,6 +96,9 @@ what the chart sets. extraArgs is a list of flags (["--ttl=60"]) or a map
 ({ttl: 60} renders --ttl=60).
 */}}
 {{- define "flotilla.args" -}}
+{{- if eq (int .Values.metrics.port) (int .Values.healthProbePort) }}
+{{- fail (printf "metrics.port and healthProbePort are both %v: the operator needs two ports" .Values.metrics.port) }}
+{{- end }}
 - --metrics-bind-address=:{{ .Values.metrics.port }}
 - --health-probe-bind-address=:{{ .Values.healthProbePort }}
 - --leader-elect={{ .Values.leaderElection.enabled }}
