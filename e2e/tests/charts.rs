@@ -114,6 +114,10 @@ fn every_optional_feature_renders() {
             "--set",
             "metrics.serviceMonitor.labels.release=prom",
             "--set",
+            "metrics.podMonitor.enabled=true",
+            "--set",
+            "metrics.podMonitor.interval=1m30s",
+            "--set",
             "podDisruptionBudget.enabled=true",
             "--set",
             "imagePullSecrets[0]=regcred",
@@ -166,6 +170,16 @@ fn every_optional_feature_renders() {
         let sm = docs.iter().find(|d| d["kind"] == "ServiceMonitor").unwrap();
         assert_eq!(sm["metadata"]["labels"]["release"], "prom");
         assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+        // The PodMonitor selects the operator's pods by labels they carry,
+        // on the container port named metrics.
+        let pm = docs.iter().find(|d| d["kind"] == "PodMonitor").unwrap_or_else(|| panic!("{op}: no PodMonitor"));
+        assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
+        assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["interval"], "1m30s");
+        let pod_labels = &d["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in pm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(&pod_labels[k], v, "{op}: the PodMonitor selects {k}={v}, the pods do not carry it");
+        }
+        assert_eq!(c["ports"][0]["name"], "metrics");
     }
 }
 

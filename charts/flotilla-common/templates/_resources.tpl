@@ -64,6 +64,34 @@ spec:
 {{- end }}
 {{- end -}}
 
+{{/* A PodMonitor: for a Prometheus Operator that selects PodMonitors, or
+scraping every replica without the metrics Service. */}}
+{{- define "flotilla.podMonitor" -}}
+{{- if .Values.metrics.podMonitor.enabled }}
+apiVersion: monitoring.coreos.com/v1
+kind: PodMonitor
+metadata:
+  name: {{ include "flotilla.fullname" . }}
+  namespace: {{ default .Release.Namespace .Values.metrics.podMonitor.namespace }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+    {{- with .Values.metrics.podMonitor.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  namespaceSelector:
+    matchNames: [{{ .Release.Namespace | quote }}]
+  selector:
+    matchLabels:
+      {{- include "flotilla.selectorLabels" . | nindent 6 }}
+  podMetricsEndpoints:
+    - port: metrics
+      path: /metrics
+      interval: {{ .Values.metrics.podMonitor.interval }}
+      scrapeTimeout: {{ .Values.metrics.podMonitor.scrapeTimeout }}
+{{- end }}
+{{- end -}}
+
 {{- define "flotilla.pdb" -}}
 {{- if .Values.podDisruptionBudget.enabled }}
 apiVersion: policy/v1
