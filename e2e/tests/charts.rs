@@ -457,6 +457,74 @@ fn values_accept_what_the_binary_accepts_and_refuse_what_it_refuses() {
     }
 }
 
+/// The opt-in NetworkPolicy: it selects the operator's pods, lets scrapes
+/// (from `metricsFrom` only, when set) and probes in, and DNS, the API
+/// server and the operator's own egress out; the API server accepts it
+/// (a server-side dry run on the real control plane). This cluster's CNI does
+/// not enforce NetworkPolicies, so what is tested is the object, not traffic.
+#[tokio::test]
+async fn the_network_policy_selects_the_pods_and_is_accepted_by_the_api_server() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let env = shared();
+    let client = env.client().await;
+    let ns = env.namespace("netpol").await.unwrap();
+    for op in operators().unwrap() {
+        let path = chart(&op);
+        let mut args = vec![
+            "template",
+            "rel",
+            &path,
+            "--namespace",
+            &ns,
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
+            "--set",
+            "networkPolicy.apiServer.cidrs={10.0.0.1/32}",
+            "--set",
+            "networkPolicy.extraEgress[0].ports[0].port=8443",
+        ];
+        args.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &args).unwrap_or_else(|e| panic!("{op}: {e}"))).unwrap();
+        let np = docs.iter().find(|d| d["kind"] == "NetworkPolicy").unwrap_or_else(|| panic!("{op}: none"));
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let pod_labels = &d["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in np["spec"]["podSelector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(&pod_labels[k], v, "{op}: selects {k}={v}, the pods do not carry it");
+        }
+        let ports: Vec<&str> = d["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        for rule in np["spec"]["ingress"].as_array().unwrap() {
+            let port = rule["ports"][0]["port"].as_str().unwrap();
+            assert!(ports.contains(&port), "{op}: ingress on port {port}, not a container port {ports:?}");
+        }
+        assert_eq!(np["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["team"], "monitoring");
+        let egress = np["spec"]["egress"].to_string();
+        assert!(
+            egress.contains("\"port\":53") && egress.contains("10.0.0.1/32") && egress.contains("\"port\":6443"),
+            "{op}: {egress}"
+        );
+        assert!(egress.contains("\"port\":8443"), "{op}: extraEgress missing: {egress}");
+        if op == "service-dns" {
+            let route53 = &np["spec"]["egress"][2];
+            assert!(
+                route53.get("to").is_none() && route53["ports"][0]["port"] == 443,
+                "{op}: Route53 egress: {egress}"
+            );
+        }
+        let object: NetworkPolicy = serde_json::from_value(np.clone()).unwrap();
+        let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+        api.create(&kube::api::PostParams { dry_run: true, field_manager: None }, &object)
+            .await
+            .unwrap_or_else(|e| panic!("{op}: the API server refuses the NetworkPolicy: {e}"));
+    }
+}
+
 /// service-dns without a hosted zone fails at render, saying what to set,
 /// not at run time in a crash-looping pod.
 #[test]

@@ -37,3 +37,7 @@ e2e/tests/rbac.rs proves each rule is needed.
 
 {{- define "config-copier.env" -}}
 {{- end -}}
+
+{{/* Nothing but the API server. */}}
+{{- define "config-copier.egress" -}}
+{{- end -}}

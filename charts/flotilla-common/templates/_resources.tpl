@@ -92,6 +92,61 @@ spec:
 {{- end }}
 {{- end -}}
 
+{{/*
+An opt-in NetworkPolicy for the operator's pods: scrapes and probes in;
+DNS, the API server and the operator's own egress ("<chart>.egress", e.g.
+Route53 for service-dns) out, plus networkPolicy.extraEgress.
+*/}}
+{{- define "flotilla.networkPolicy" -}}
+{{- if .Values.networkPolicy.enabled }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "flotilla.fullname" . }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "flotilla.selectorLabels" . | nindent 6 }}
+  policyTypes: ["Ingress", "Egress"]
+  ingress:
+    - ports:
+        - port: metrics
+          protocol: TCP
+      {{- with .Values.networkPolicy.metricsFrom }}
+      from:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    - ports:
+        - port: health
+          protocol: TCP
+  egress:
+    - ports:
+        - port: 53
+          protocol: UDP
+        - port: 53
+          protocol: TCP
+    - to:
+        {{- range .Values.networkPolicy.apiServer.cidrs }}
+        - ipBlock:
+            cidr: {{ . | quote }}
+        {{- end }}
+      ports:
+        {{- range .Values.networkPolicy.apiServer.ports }}
+        - port: {{ include "flotilla.value" . }}
+          protocol: TCP
+        {{- end }}
+    {{- with (include (printf "%s.egress" .Chart.Name) . | trim) }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with .Values.networkPolicy.extraEgress }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "flotilla.pdb" -}}
 {{- if .Values.podDisruptionBudget.enabled }}
 apiVersion: policy/v1

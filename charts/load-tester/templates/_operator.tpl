@@ -42,3 +42,7 @@ e2e/tests/rbac.rs proves each rule is needed.
 
 {{- define "load-tester.env" -}}
 {{- end -}}
+
+{{/* Nothing but the API server (runners are pods of their own). */}}
+{{- define "load-tester.egress" -}}
+{{- end -}}

@@ -34,3 +34,15 @@ e2e/tests/rbac.rs proves each rule is needed.
 
 {{- define "pod-alert.env" -}}
 {{- end -}}
+
+{{/* The alert sinks: Slack and webhooks over HTTPS or HTTP, Alertmanager
+on 9093. A sink on another port needs networkPolicy.extraEgress. */}}
+{{- define "pod-alert.egress" -}}
+- ports:
+    - port: 443
+      protocol: TCP
+    - port: 80
+      protocol: TCP
+    - port: 9093
+      protocol: TCP
+{{- end -}}

@@ -39,3 +39,7 @@ e2e/tests/rbac.rs proves each rule is needed.
 
 {{- define "pod-debugger.env" -}}
 {{- end -}}
+
+{{/* Nothing but the API server. */}}
+{{- define "pod-debugger.egress" -}}
+{{- end -}}

@@ -107,3 +107,10 @@ subjects:
     namespace: {{ .Release.Namespace }}
 {{- end }}
 {{- end -}}
+
+{{/* Route53 (HTTPS, anywhere: AWS publishes no fixed addresses). */}}
+{{- define "service-dns.egress" -}}
+- ports:
+    - port: 443
+      protocol: TCP
+{{- end -}}
