@@ -525,6 +525,98 @@ async fn the_network_policy_selects_the_pods_and_is_accepted_by_the_api_server()
     }
 }
 
+/// The opt-in PrometheusRule of every chart: `promtool check rules` accepts
+/// it, `promtool test rules` runs each alert's unit tests
+/// (`e2e/alerts/<operator>.test.yaml`: firing and quiet cases), every
+/// metric an alert reads is one the operator (or the shared runtime)
+/// defines, and every alert has its runbook section in the README.
+#[test]
+fn every_alert_passes_promtool_and_has_a_runbook() {
+    let prometheus = flotilla_testenv::tools::prometheus().unwrap_or_else(|e| panic!("{e}"));
+    let promtool = prometheus.with_file_name("promtool");
+    assert!(promtool.is_file(), "{} is missing: it comes with Debian's prometheus package", promtool.display());
+    let root = flotilla_e2e::root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let shared_src = sources(&root.join("shared/src"));
+    for op in operators().unwrap() {
+        let path = chart(&op);
+        let mut args = vec!["template", "rel", &path, "--namespace", "ops", "--set", "prometheusRule.enabled=true"];
+        args.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &args).unwrap_or_else(|e| panic!("{op}: {e}"))).unwrap();
+        let rule = docs.iter().find(|d| d["kind"] == "PrometheusRule").unwrap_or_else(|| panic!("{op}: none"));
+        let dir = tempfile_dir(&op);
+        let rules = dir.join("rules.yaml");
+        std::fs::write(&rules, serde_yaml::to_string(&serde_json::json!({"groups": rule["spec"]["groups"]})).unwrap())
+            .unwrap();
+        let tests = dir.join("alerts.test.yaml");
+        std::fs::copy(root.join("e2e/alerts").join(format!("{op}.test.yaml")), &tests).unwrap();
+        for cmd in [vec!["check", "rules", "rules.yaml"], vec!["test", "rules", "alerts.test.yaml"]] {
+            let out = std::process::Command::new(&promtool).args(&cmd).current_dir(&dir).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{op}: promtool {}:\n{}{}",
+                cmd.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+
+        let op_src = sources(&root.join("operators").join(&op).join("src"));
+        let prefix = format!("flotilla_{}_", op.replace('-', "_"));
+        for group in rule["spec"]["groups"].as_array().unwrap() {
+            for r in group["rules"].as_array().unwrap() {
+                let alert = r["alert"].as_str().unwrap();
+                let anchor = format!("#### {alert}");
+                assert!(readme.contains(&anchor), "{op}: {alert} has no runbook section ({anchor}) in the README");
+                assert!(
+                    r["annotations"]["runbook_url"].as_str().unwrap().ends_with(&format!("#{}", alert.to_lowercase()))
+                );
+                let names = metric_names(r["expr"].as_str().unwrap());
+                assert!(!names.is_empty(), "{op}: {alert} reads no metric: {}", r["expr"]);
+                for name in names {
+                    let quoted = format!("\"{name}\"");
+                    // service-dns spells its names as format!("{p}…") with p = its prefix.
+                    let spelled = name.strip_prefix(&prefix).map(|rest| format!("\"{{p}}{rest}\""));
+                    let known = name == "up"
+                        || shared_src.contains(&quoted)
+                        || op_src.contains(&quoted)
+                        || spelled.is_some_and(|s| op_src.contains(&s));
+                    assert!(known, "{op}: {alert} reads {name}, which no Flotilla code defines");
+                }
+            }
+        }
+    }
+}
+
+/// Every `.rs` file under `dir`, concatenated.
+fn sources(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.push_str(&sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push_str(&std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    out
+}
+
+/// The metric names a PromQL expression reads (`name{…}`), histogram
+/// series suffixes removed.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for (i, _) in expr.match_indices('{') {
+        let before = &expr[..i];
+        let start = before.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')).map_or(0, |p| p + 1);
+        let name = &before[start..];
+        if !name.is_empty() {
+            names.push(name.strip_suffix("_bucket").unwrap_or(name).to_string());
+        }
+    }
+    names
+}
+
 /// service-dns without a hosted zone fails at render, saying what to set,
 /// not at run time in a crash-looping pod.
 #[test]

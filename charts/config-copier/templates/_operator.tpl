@@ -41,3 +41,24 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{/* Nothing but the API server. */}}
 {{- define "config-copier.egress" -}}
 {{- end -}}
+
+{{/* config-copier's alerts (see flotilla.prometheusRule). */}}
+{{- define "config-copier.alerts" -}}
+{{- $sel := .sel }}
+- alert: FlotillaCopyRuleNotInSync
+  expr: max by (exported_namespace, rule) (flotilla_config_copier_copies_desired{ {{- $sel -}} }) - max by (exported_namespace, rule) (flotilla_config_copier_copies_in_sync{ {{- $sel -}} }) > 0
+  for: 15m
+  labels:
+    severity: warning
+  annotations:
+    summary: {{ printf "%s: CopyRule {{ $labels.exported_namespace }}/{{ $labels.rule }} has had {{ $value }} copies out of sync for 15 minutes" .name | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaCopyRuleNotInSync") }}
+- alert: FlotillaCopyRuleConflicts
+  expr: max by (exported_namespace, rule) (flotilla_config_copier_conflicts{ {{- $sel -}} }) > 0
+  for: 30m
+  labels:
+    severity: info
+  annotations:
+    summary: {{ printf "%s: CopyRule {{ $labels.exported_namespace }}/{{ $labels.rule }} has {{ $value }} targets held by objects it does not own" .name | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaCopyRuleConflicts") }}
+{{- end -}}

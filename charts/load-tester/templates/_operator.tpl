@@ -46,3 +46,15 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{/* Nothing but the API server (runners are pods of their own). */}}
 {{- define "load-tester.egress" -}}
 {{- end -}}
+
+{{/* load-tester's alerts (see flotilla.prometheusRule). */}}
+{{- define "load-tester.alerts" -}}
+{{- $sel := .sel }}
+- alert: FlotillaLoadTestsFailing
+  expr: sum(increase(flotilla_load_tester_runs_total{ {{- $sel -}} ,state="Failed"}[1h])) > 0
+  labels:
+    severity: info
+  annotations:
+    summary: {{ printf "%s: LoadTest runs failed (not a verdict: the run itself) in the last hour" .name | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaLoadTestsFailing") }}
+{{- end -}}

@@ -46,3 +46,16 @@ on 9093. A sink on another port needs networkPolicy.extraEgress. */}}
     - port: 9093
       protocol: TCP
 {{- end -}}
+
+{{/* pod-alert's alerts (see flotilla.prometheusRule). */}}
+{{- define "pod-alert.alerts" -}}
+{{- $sel := .sel }}
+- alert: FlotillaPodAlertSinkFailing
+  expr: sum by (sink) (increase(flotilla_pod_alert_notifications_total{ {{- $sel -}} ,result=~"error|dropped"}[15m])) > 0
+  for: 15m
+  labels:
+    severity: warning
+  annotations:
+    summary: {{ printf "%s: notifications to {{ $labels.sink }} fail or are dropped: incidents may go unseen" .name | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaPodAlertSinkFailing") }}
+{{- end -}}

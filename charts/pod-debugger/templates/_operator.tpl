@@ -43,3 +43,16 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{/* Nothing but the API server. */}}
 {{- define "pod-debugger.egress" -}}
 {{- end -}}
+
+{{/* pod-debugger's alerts (see flotilla.prometheusRule). */}}
+{{- define "pod-debugger.alerts" -}}
+{{- $sel := .sel }}
+- alert: FlotillaPodDebuggerInjectionErrors
+  expr: sum(increase(flotilla_pod_debugger_injections_total{ {{- $sel -}} ,result="error"}[15m])) > 0
+  for: 15m
+  labels:
+    severity: warning
+  annotations:
+    summary: {{ printf "%s: adding debug containers fails" .name | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaPodDebuggerInjectionErrors") }}
+{{- end -}}

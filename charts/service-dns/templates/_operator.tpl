@@ -114,3 +114,40 @@ subjects:
     - port: 443
       protocol: TCP
 {{- end -}}
+
+{{/* service-dns's alerts (see flotilla.prometheusRule). */}}
+{{- define "service-dns.alerts" -}}
+{{- $sel := .sel }}
+- alert: FlotillaServiceDnsSyncStale
+  expr: time() - max(flotilla_service_dns_last_successful_sync_timestamp_seconds{ {{- $sel -}} }) > {{ include "flotilla.value" .ctx.Values.prometheusRule.syncStaleSeconds }}
+  for: 5m
+  labels:
+    severity: critical
+  annotations:
+    summary: {{ printf "%s has not finished a sync without error for %v s: Service changes are not reaching Route53" .name .ctx.Values.prometheusRule.syncStaleSeconds | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaServiceDnsSyncStale") }}
+- alert: FlotillaServiceDnsRoute53Errors
+  expr: sum(rate(flotilla_service_dns_route53_requests_total{ {{- $sel -}} ,result=~"error|throttled"}[10m])) / sum(rate(flotilla_service_dns_route53_requests_total{ {{- $sel -}} }[10m])) > 0.2
+  for: 15m
+  labels:
+    severity: warning
+  annotations:
+    summary: {{ printf "%s: over 20%% of Route53 requests fail or are throttled" .name | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaServiceDnsRoute53Errors") }}
+- alert: FlotillaServiceDnsConflicts
+  expr: max(flotilla_service_dns_conflicts{ {{- $sel -}} }) > 0
+  for: 30m
+  labels:
+    severity: warning
+  annotations:
+    summary: {{ printf "%s: {{ $value }} names are wanted by two Services or held by records it does not own" .name | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaServiceDnsConflicts") }}
+- alert: FlotillaServiceDnsQuarantined
+  expr: max(flotilla_service_dns_quarantined_names{ {{- $sel -}} }) > 0
+  for: 30m
+  labels:
+    severity: warning
+  annotations:
+    summary: {{ printf "%s: Route53 keeps refusing {{ $value }} names" .name | quote }}
+    runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaServiceDnsQuarantined") }}
+{{- end -}}

@@ -1,0 +1,89 @@
+{{/*
+An opt-in PrometheusRule: the alerts every operator shares, then the
+operator's own ("<chart>.alerts", a list of rules that may use $sel).
+Alerts select the operator's series by namespace and pod name, which holds
+for a ServiceMonitor, a PodMonitor and annotation-based scraping alike;
+prometheusRule.selector replaces that. Each alert links its runbook in the
+README at the release's tag.
+*/}}
+{{- define "flotilla.alertSelector" -}}
+{{- default (printf "namespace=%q,pod=~%q" .Release.Namespace (printf "%s-.*" (include "flotilla.fullname" .))) .Values.prometheusRule.selector -}}
+{{- end -}}
+
+{{- define "flotilla.runbook" -}}
+{{- printf "https://github.com/flotilla-dev/flotilla/blob/v%s/README.md#%s" .ctx.Chart.AppVersion (lower .alert) -}}
+{{- end -}}
+
+{{- define "flotilla.prometheusRule" -}}
+{{- if .Values.prometheusRule.enabled }}
+{{- $sel := include "flotilla.alertSelector" . }}
+{{- $name := include "flotilla.fullname" . }}
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: {{ $name }}
+  namespace: {{ default .Release.Namespace .Values.prometheusRule.namespace }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+    {{- with .Values.prometheusRule.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  groups:
+    - name: {{ $name }}.operator
+      rules:
+        - alert: FlotillaOperatorDown
+          expr: absent(up{ {{- $sel -}} } == 1)
+          for: 5m
+          labels:
+            severity: critical
+          annotations:
+            summary: {{ printf "%s is not being scraped, or none of its pods is up" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaOperatorDown") }}
+        {{- if .Values.leaderElection.enabled }}
+        - alert: FlotillaNoLeader
+          expr: (max(leader_election_master_status{ {{- $sel -}} }) or vector(0)) < 1
+          for: 5m
+          labels:
+            severity: critical
+          annotations:
+            summary: {{ printf "no replica of %s has held the leader lease for 5 minutes: nothing is reconciled" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaNoLeader") }}
+        {{- end }}
+        - alert: FlotillaReconcileErrors
+          expr: sum by (controller) (rate(controller_runtime_reconcile_errors_total{ {{- $sel -}} }[5m])) / sum by (controller) (rate(controller_runtime_reconcile_total{ {{- $sel -}} }[5m])) > 0.1
+          for: 15m
+          labels:
+            severity: warning
+          annotations:
+            summary: {{ printf "%s: more than 10%% of {{ $labels.controller }} reconciles fail" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaReconcileErrors") }}
+        - alert: FlotillaReconcilePanics
+          expr: sum by (controller) (increase(controller_runtime_reconcile_panics_total{ {{- $sel -}} }[15m])) > 0
+          labels:
+            severity: warning
+          annotations:
+            summary: {{ printf "%s: a {{ $labels.controller }} reconcile panicked (caught and retried; a bug to report)" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaReconcilePanics") }}
+        - alert: FlotillaReconcileSlow
+          expr: histogram_quantile(0.99, sum by (le, controller) (rate(controller_runtime_reconcile_time_seconds_bucket{ {{- $sel -}} }[10m]))) > 30
+          for: 15m
+          labels:
+            severity: warning
+          annotations:
+            summary: {{ printf "%s: the slowest {{ $labels.controller }} reconciles take over 30 s; work is backing up" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaReconcileSlow") }}
+        - alert: FlotillaEventsDropped
+          expr: sum(increase(flotilla_events_dropped_total{ {{- $sel -}} }[15m])) > 0
+          labels:
+            severity: info
+          annotations:
+            summary: {{ printf "%s dropped Kubernetes Events (the API server refused or was unreachable)" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaEventsDropped") }}
+    {{- with (include (printf "%s.alerts" .Chart.Name) (dict "ctx" . "sel" $sel "name" $name) | trim) }}
+    - name: {{ $name }}.{{ $.Chart.Name }}
+      rules:
+        {{- . | nindent 8 }}
+    {{- end }}
+{{- end }}
+{{- end -}}
