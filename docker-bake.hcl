@@ -1,6 +1,6 @@
 # docker buildx bake                     every operator image, both platforms
 # docker buildx bake service-dns         one operator
-# REGISTRY=ghcr.io/me TAG=v0.1.0 docker buildx bake --push
+# REGISTRY=ghcr.io/me TAG=0.1.0 docker buildx bake --push
 #
 # A test (`cargo xtask test`) checks that every crate in operators/ has a
 # target here and that the file parses (`buildx bake --print`).

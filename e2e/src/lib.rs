@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 use flotilla_testenv::Assets;
 
+pub mod release;
+
 /// The umbrella chart.
 pub const UMBRELLA: &str = "flotilla";
 

@@ -49,6 +49,12 @@ enum Command {
     Images { only: Vec<String> },
     /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-debugger|load-tester`.
     Bench { operator: String },
+    /// Package every chart for release tag vX.Y.Z (must be the Cargo.toml workspace version): versions, appVersions and subchart versions all X.Y.Z. Helm: $HELM, else the one `cargo xtask setup` builds.
+    PackageCharts {
+        tag: String,
+        #[arg(long, default_value = "dist")]
+        out: std::path::PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -63,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Command::Dist => dist::run(),
         Command::Images { only } => images::run(&only),
         Command::Bench { operator } => bench::run(&operator),
+        Command::PackageCharts { tag, out } => package_charts(&tag, &out),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -71,4 +78,17 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn package_charts(tag: &str, out: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let version = flotilla_e2e::release::release_version(tag)?;
+    let helm = match std::env::var_os("HELM") {
+        Some(h) => std::path::PathBuf::from(h),
+        None => flotilla_testenv::Assets::helm().context("helm: set HELM, or run `cargo xtask setup`")?,
+    };
+    for p in flotilla_e2e::release::package_charts(&helm, &version, out)? {
+        println!("{}", p.display());
+    }
+    Ok(())
 }

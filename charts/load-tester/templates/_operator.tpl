@@ -27,8 +27,9 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{- end -}}
 
 {{- define "load-tester.loadgenImage" -}}
-{{- $g := default dict (default dict .Values.global).image -}}
-{{- $registry := default .Values.loadgen.image.registry $g.registry -}}
+{{- $global := default dict .Values.global -}}
+{{- $g := default dict $global.image -}}
+{{- $registry := default .Values.loadgen.image.registry (default $global.imageRegistry $g.registry) -}}
 {{- $tag := default (default .Chart.AppVersion .Values.loadgen.image.tag) $g.tag -}}
 {{- printf "%s/%s:%s" $registry .Values.loadgen.image.repository $tag -}}
 {{- end -}}
