@@ -588,6 +588,68 @@ fn every_alert_passes_promtool_and_has_a_runbook() {
     }
 }
 
+/// The opt-in Grafana dashboard of every chart: valid JSON in a ConfigMap
+/// the Grafana sidecar picks up, every panel's PromQL accepted by promtool
+/// (as recording rules), and every metric it reads defined by the operator
+/// or the shared runtime (the same check as the alerts').
+#[test]
+fn every_dashboard_panel_is_valid_promql_on_metrics_the_operator_defines() {
+    let prometheus = flotilla_testenv::tools::prometheus().unwrap_or_else(|e| panic!("{e}"));
+    let promtool = prometheus.with_file_name("promtool");
+    let root = flotilla_e2e::root();
+    let shared_src = sources(&root.join("shared/src"));
+    for op in operators().unwrap() {
+        let path = chart(&op);
+        let mut args = vec!["template", "rel", &path, "--namespace", "ops", "--set", "grafanaDashboard.enabled=true"];
+        args.extend(required_values(&op));
+        let docs = yaml_documents(&helm_ok(None, &args).unwrap_or_else(|e| panic!("{op}: {e}"))).unwrap();
+        let cm = docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["labels"]["grafana_dashboard"] == "1")
+            .unwrap_or_else(|| panic!("{op}: no dashboard ConfigMap"));
+        let json = cm["data"].as_object().unwrap().values().next().unwrap().as_str().unwrap();
+        let dashboard: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{op}: {e}"));
+        let panels = dashboard["panels"].as_array().unwrap();
+        assert!(panels.len() > 8, "{op}: only the shared panels");
+        let ids: BTreeSet<i64> = panels.iter().map(|p| p["id"].as_i64().unwrap()).collect();
+        assert_eq!(ids.len(), panels.len(), "{op}: panel ids repeat");
+        let exprs: Vec<&str> = panels.iter().map(|p| p["targets"][0]["expr"].as_str().unwrap()).collect();
+
+        let rules: Vec<serde_json::Value> = exprs
+            .iter()
+            .enumerate()
+            .map(|(i, e)| serde_json::json!({"record": format!("flotilla:panel_{i}"), "expr": e}))
+            .collect();
+        let dir = tempfile_dir(&op);
+        let file = dir.join("panels.yaml");
+        let groups = serde_json::json!({"groups": [{"name": "panels", "rules": rules}]});
+        std::fs::write(&file, serde_yaml::to_string(&groups).unwrap()).unwrap();
+        let out = std::process::Command::new(&promtool).args(["check", "rules"]).arg(&file).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{op}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        let op_src = sources(&root.join("operators").join(&op).join("src"));
+        let prefix = format!("flotilla_{}_", op.replace('-', "_"));
+        for e in exprs {
+            let names = metric_names(e);
+            assert!(!names.is_empty(), "{op}: a panel reads no metric: {e}");
+            for name in names {
+                let quoted = format!("\"{name}\"");
+                let spelled = name.strip_prefix(&prefix).map(|rest| format!("\"{{p}}{rest}\""));
+                let known = shared_src.contains(&quoted)
+                    || op_src.contains(&quoted)
+                    || spelled.is_some_and(|s| op_src.contains(&s))
+                    || name == "process_resident_memory_bytes";
+                assert!(known, "{op}: a panel reads {name}, which no Flotilla code defines");
+            }
+        }
+    }
+}
+
 /// Every `.rs` file under `dir`, concatenated.
 fn sources(dir: &std::path::Path) -> String {
     let mut out = String::new();

@@ -62,3 +62,19 @@ e2e/tests/rbac.rs proves each rule is needed.
     summary: {{ printf "%s: CopyRule {{ $labels.exported_namespace }}/{{ $labels.rule }} has {{ $value }} targets held by objects it does not own" .name | quote }}
     runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaCopyRuleConflicts") }}
 {{- end -}}
+
+{{/* config-copier's dashboard panels (see flotilla.dashboard). */}}
+{{- define "config-copier.dashboardPanels" -}}
+- title: "Copies out of sync"
+  expr: {{ printf "sum(flotilla_config_copier_copies_desired{%s}) - sum(flotilla_config_copier_copies_in_sync{%s})" .sel .sel | quote }}
+  unit: short
+- title: "Copy writes per second, by action and result"
+  expr: {{ printf "sum by (action, result) (rate(flotilla_config_copier_copy_operations_total{%s}[5m]))" .sel | quote }}
+  unit: reqps
+- title: "Conflicts"
+  expr: {{ printf "sum(flotilla_config_copier_conflicts{%s})" .sel | quote }}
+  unit: short
+- title: "API requests per second, by verb"
+  expr: {{ printf "sum by (verb) (rate(flotilla_config_copier_api_requests_total{%s}[5m]))" .sel | quote }}
+  unit: reqps
+{{- end -}}

@@ -59,3 +59,13 @@ e2e/tests/rbac.rs proves each rule is needed.
     summary: {{ printf "%s: LoadTest runs failed (not a verdict: the run itself) in the last hour" .name | quote }}
     runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaLoadTestsFailing") }}
 {{- end -}}
+
+{{/* load-tester's dashboard panels (see flotilla.dashboard). */}}
+{{- define "load-tester.dashboardPanels" -}}
+- title: "Runs ended (1 h), by state and verdict"
+  expr: {{ printf "sum by (state, verdict) (increase(flotilla_load_tester_runs_total{%s}[1h]))" .sel | quote }}
+  unit: short
+- title: "Requests sent by runs per second"
+  expr: {{ printf "sum(rate(flotilla_load_tester_requests_total{%s}[5m]))" .sel | quote }}
+  unit: reqps
+{{- end -}}

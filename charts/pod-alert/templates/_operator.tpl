@@ -59,3 +59,16 @@ on 9093. A sink on another port needs networkPolicy.extraEgress. */}}
     summary: {{ printf "%s: notifications to {{ $labels.sink }} fail or are dropped: incidents may go unseen" .name | quote }}
     runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaPodAlertSinkFailing") }}
 {{- end -}}
+
+{{/* pod-alert's dashboard panels (see flotilla.dashboard). */}}
+{{- define "pod-alert.dashboardPanels" -}}
+- title: "Incidents firing"
+  expr: {{ printf "sum(flotilla_pod_alert_incidents_firing{%s})" .sel | quote }}
+  unit: short
+- title: "Notifications per second, by sink and result"
+  expr: {{ printf "sum by (sink, result) (rate(flotilla_pod_alert_notifications_total{%s}[5m]))" .sel | quote }}
+  unit: reqps
+- title: "Pods cached"
+  expr: {{ printf "max(flotilla_pod_alert_pods_cached{%s})" .sel | quote }}
+  unit: short
+{{- end -}}

@@ -56,3 +56,16 @@ e2e/tests/rbac.rs proves each rule is needed.
     summary: {{ printf "%s: adding debug containers fails" .name | quote }}
     runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaPodDebuggerInjectionErrors") }}
 {{- end -}}
+
+{{/* pod-debugger's dashboard panels (see flotilla.dashboard). */}}
+{{- define "pod-debugger.dashboardPanels" -}}
+- title: "Debug containers added per second, by result"
+  expr: {{ printf "sum by (result) (rate(flotilla_pod_debugger_injections_total{%s}[5m]))" .sel | quote }}
+  unit: reqps
+- title: "PodDebuggers refused (15 min), by reason"
+  expr: {{ printf "sum by (reason) (increase(flotilla_pod_debugger_refusals_total{%s}[15m]))" .sel | quote }}
+  unit: short
+- title: "Pods cached"
+  expr: {{ printf "max(flotilla_pod_debugger_pods_cached{%s})" .sel | quote }}
+  unit: short
+{{- end -}}

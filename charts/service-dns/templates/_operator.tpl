@@ -151,3 +151,22 @@ subjects:
     summary: {{ printf "%s: Route53 keeps refusing {{ $value }} names" .name | quote }}
     runbook_url: {{ include "flotilla.runbook" (dict "ctx" .ctx "alert" "FlotillaServiceDnsQuarantined") }}
 {{- end -}}
+
+{{/* service-dns's dashboard panels (see flotilla.dashboard). */}}
+{{- define "service-dns.dashboardPanels" -}}
+- title: "Records managed"
+  expr: {{ printf "max(flotilla_service_dns_managed_records{%s})" .sel | quote }}
+  unit: short
+- title: "Route53 requests per second, by result"
+  expr: {{ printf "sum by (operation, result) (rate(flotilla_service_dns_route53_requests_total{%s}[5m]))" .sel | quote }}
+  unit: reqps
+- title: "Route53 answer time, p99"
+  expr: {{ printf "histogram_quantile(0.99, sum by (le, operation) (rate(flotilla_service_dns_route53_request_duration_seconds_bucket{%s}[5m])))" .sel | quote }}
+  unit: s
+- title: "Seconds since the last good sync"
+  expr: {{ printf "time() - max(flotilla_service_dns_last_successful_sync_timestamp_seconds{%s})" .sel | quote }}
+  unit: s
+- title: "Conflicts and quarantined names"
+  expr: {{ printf "max(flotilla_service_dns_conflicts{%s}) + max(flotilla_service_dns_quarantined_names{%s})" .sel .sel | quote }}
+  unit: short
+{{- end -}}
