@@ -189,6 +189,8 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // tick. An event on an idle loop is synced at once.
         let mut leading = false;
         if events.first.is_none() && syncer.held_since.is_none() {
+            // Nothing pending: whatever stream there was has ended.
+            events.stream_ended();
             let wake = syncer.next_retry().map_or(next_full, |t| next_full.min(t.into()));
             tokio::select! {
                 _ = tokio::time::sleep_until(wake) => {}
@@ -212,13 +214,18 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 let cap = oldest.map_or(tokio::time::Instant::now(), |t| (t + cfg.max_batch_delay).into());
                 // Inside a stream (changes held, or events that came while a
                 // request was in flight), a pause of one debounce is not its
-                // end: a loaded API server stalls creations that long.
-                let quiet = if syncer.held_since.is_some() || streaming { check_every } else { cfg.debounce };
+                // end: a loaded API server stalls creations that long, and
+                // longer — see `Unsynced::stream_quiet`.
+                let quiet = if syncer.held_since.is_some() || streaming {
+                    events.stream_quiet(check_every)
+                } else {
+                    cfg.debounce
+                };
                 let due = (events.last + quiet).min(cap);
                 let check = last_sync + check_every;
                 tokio::select! {
                     got = rx.recv() => match got {
-                        Some(()) => events.saw_one(),
+                        Some(()) => events.saw_next(),
                         None => break false,
                     },
                     _ = tokio::time::sleep_until(due) => break false,
@@ -278,17 +285,71 @@ struct Unsynced {
     first: Option<Instant>,
     /// When the last one came: the stream has paused when this is old.
     last: tokio::time::Instant,
+    /// The longest pause between two events of the current stream, as seen
+    /// while gathering (a pause across a sync measures the sync, not the
+    /// stream, and is not counted).
+    longest_gap: Duration,
 }
 
 impl Default for Unsynced {
     fn default() -> Self {
-        Self { first: None, last: tokio::time::Instant::now() }
+        Self { first: None, last: tokio::time::Instant::now(), longest_gap: Duration::ZERO }
     }
 }
 
 impl Unsynced {
+    /// An event seen after a sync (or on an idle loop): no gap measured.
     fn saw_one(&mut self) {
         self.first.get_or_insert_with(Instant::now);
         self.last = tokio::time::Instant::now();
+    }
+
+    /// An event seen while gathering a stream: the pause before it counts.
+    fn saw_next(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.longest_gap = self.longest_gap.max(now.saturating_duration_since(self.last));
+        self.first.get_or_insert_with(Instant::now);
+        self.last = now;
+    }
+
+    fn stream_ended(&mut self) {
+        self.longest_gap = Duration::ZERO;
+    }
+
+    /// How long a stream must pause before its partial request is sent:
+    /// at least `check_every`, and twice the longest pause the stream has
+    /// already had. A stream whose creations stall for 1.5 s now and then
+    /// (an API server on 2 busy cores) is not taken to have ended at each
+    /// stall — every such stall would cost a partial request — while a
+    /// steady stream still ends after `check_every`. `--max-batch-delay`
+    /// bounds the wait whatever this says.
+    fn stream_quiet(&self, check_every: Duration) -> Duration {
+        check_every.max(self.longest_gap.saturating_mul(2))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_stalled_must_pause_longer_to_end() {
+        let check = Duration::from_secs(1);
+        let mut ev = Unsynced::default();
+        ev.saw_one();
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_millis(50)).await;
+            ev.saw_next();
+        }
+        assert_eq!(ev.stream_quiet(check), check, "a steady stream ends after check_every");
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        ev.saw_next();
+        assert_eq!(ev.stream_quiet(check), Duration::from_secs(3), "twice the longest stall");
+        // A pause across a sync (events seen after it) is not a stall.
+        tokio::time::advance(Duration::from_secs(6)).await;
+        ev.saw_one();
+        assert_eq!(ev.stream_quiet(check), Duration::from_secs(3));
+        ev.stream_ended();
+        assert_eq!(ev.stream_quiet(check), check, "a new stream starts afresh");
     }
 }

@@ -216,6 +216,14 @@ impl Syncer {
         let Applied { done, refused, unsent: _, outage } =
             apply(to_send, &alone, limits, |batch| async move { r53.change(zone_id, &batch).await }).await;
         self.first_planned = since;
+        tracing::debug!(
+            requests = done.len(),
+            names = done.iter().map(|(_, g)| g.len()).sum::<usize>(),
+            sizes = ?done.iter().map(|(_, g)| g.len()).collect::<Vec<_>>(),
+            held = held.len(),
+            hold,
+            "applied"
+        );
         let mut applied_records = 0i64;
         for (id, groups) in &done {
             let mut notes = Vec::new();

@@ -20,7 +20,9 @@
 //! `SERVICE_DNS_BENCH_SERVICES` pick a
 //! smaller scale for a quick run; `SERVICE_DNS_BENCH_PROFILE=debug` uses the
 //! debug binary instead of building the release one, and
-//! `SERVICE_DNS_BENCH_BINARY=<path>` another build altogether. Nothing here asserts a
+//! `SERVICE_DNS_BENCH_BINARY=<path>` another build altogether;
+//! `SERVICE_DNS_BENCH_LOG` is the operators' `RUST_LOG` (default `info`;
+//! `service_dns=debug` logs every sync's requests). Nothing here asserts a
 //! time: it prints.
 
 use std::collections::HashSet;
@@ -64,6 +66,8 @@ fn start_operator_with(
     extra: &[String],
 ) -> anyhow::Result<Measured> {
     let kubeconfig = kubeconfig.display().to_string();
+    // SERVICE_DNS_BENCH_LOG=service_dns=debug shows each sync's requests.
+    let log_filter = std::env::var("SERVICE_DNS_BENCH_LOG").unwrap_or_else(|_| "info".into());
     let mut args = vec![format!("--hosted-zone-id={zone}"), format!("--domain-name={DOMAIN}")];
     args.extend_from_slice(extra);
     let env = [
@@ -72,7 +76,7 @@ fn start_operator_with(
         ("AWS_ACCESS_KEY_ID", "bench"),
         ("AWS_SECRET_ACCESS_KEY", "bench"),
         ("AWS_REGION", "us-east-1"),
-        ("RUST_LOG", "info"),
+        ("RUST_LOG", log_filter.as_str()),
     ];
     Measured::start(binary, &args, &env, log)
 }
