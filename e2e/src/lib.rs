@@ -64,6 +64,22 @@ pub fn helm_ok(kubeconfig: Option<&Path>, args: &[&str]) -> anyhow::Result<Strin
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The CRD files an operator's chart renders (`charts/<op>/files/crds/`,
+/// see `cargo xtask crds`); empty for a chart without CRDs.
+pub fn chart_crd_files(op: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let dir = charts_dir().join(op).join("files").join("crds");
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(Vec::new()) };
+    let mut files = Vec::new();
+    for e in entries {
+        let path = e?.path();
+        if path.extension().is_some_and(|x| x == "yaml") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 /// `helm dependency build` for every operator chart (library inside), then
 /// the umbrella. Once per process; `cargo xtask charts` runs the same.
 pub fn build_chart_dependencies() -> anyhow::Result<()> {

@@ -85,7 +85,11 @@ fn chart_crds_are_byte_identical_to_the_generated_ones() {
     let top = root().join("crds");
     let mut seen = std::collections::BTreeMap::<String, Vec<String>>::new();
     for op in operators().unwrap() {
-        let dir = charts_dir().join(&op).join("crds");
+        assert!(
+            !charts_dir().join(&op).join("crds").exists(),
+            "charts/{op}/crds/ is Helm's install-once directory: CRDs live in files/crds/ and are templated"
+        );
+        let dir = charts_dir().join(&op).join("files").join("crds");
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -93,11 +97,11 @@ fn chart_crds_are_byte_identical_to_the_generated_ones() {
                 continue;
             }
             let committed = top.join(&name);
-            assert!(committed.is_file(), "charts/{op}/crds/{name} has no counterpart in crds/");
+            assert!(committed.is_file(), "charts/{op}/files/crds/{name} has no counterpart in crds/");
             assert_eq!(
                 std::fs::read(e.path()).unwrap(),
                 std::fs::read(&committed).unwrap(),
-                "charts/{op}/crds/{name} differs from crds/{name} (run `cargo xtask crds`)"
+                "charts/{op}/files/crds/{name} differs from crds/{name} (run `cargo xtask crds`)"
             );
             seen.entry(name).or_default().push(op.clone());
         }

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use flotilla_e2e::{
-    Prometheus, UMBRELLA, build_chart_dependencies, chart_image_reference, charts_dir, helm_ok, objects_of_release,
-    operators,
+    Prometheus, UMBRELLA, apply_crds, build_chart_dependencies, chart_crd_files, chart_image_reference, charts_dir,
+    helm_ok, objects_of_release, operators,
 };
 use flotilla_testenv::moto::{MotoServer, route53};
 use flotilla_testenv::node::paths::NODE_IP;
@@ -273,8 +273,19 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
         "--set", "service-dns.aws.credentialsSecret=aws",
         "--set", &endpoint_arg,
     ];
+    // Other test binaries on this node apply the CRDs too (a node outlives
+    // them): applied here, kept out of the release (tests/chart_crds.rs
+    // proves the chart's own CRD lifecycle on a control plane of its own).
+    apply_crds(&client).await.unwrap();
+    let no_crds: Vec<String> = operators()
+        .unwrap()
+        .into_iter()
+        .filter(|op| !chart_crd_files(op).unwrap().is_empty())
+        .flat_map(|op| ["--set".to_string(), format!("{op}.crds.enabled=false")])
+        .collect();
     let mut install = vec!["install", "flotilla", &path, "--namespace", &ns, "--wait", "--timeout", "3m"];
     install.extend(values);
+    install.extend(no_crds.iter().map(String::as_str));
     let _release = Release { name: "flotilla", namespace: ns.clone(), kubeconfig: env.kubeconfig.clone() };
     helm_ok(kubeconfig, &install).unwrap();
 
@@ -301,6 +312,7 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
         operator_pods(&client, &ns, "config-copier").await.into_iter().filter_map(|p| p.metadata.name).collect();
     let mut upgrade = vec!["upgrade", "flotilla", &path, "--namespace", &ns, "--wait", "--timeout", "3m"];
     upgrade.extend(values);
+    upgrade.extend(no_crds.iter().map(String::as_str));
     upgrade.extend(["--set", "config-copier.copyConcurrency=8"]);
     helm_ok(kubeconfig, &upgrade).unwrap();
     let after = wait_rolled_out(&client, &ns, "flotilla-config-copier", "config-copier", 2).await;
@@ -326,10 +338,6 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
     })
     .await
     .unwrap();
-    let crds = Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
-        client.clone(),
-    );
-    assert!(crds.get_opt("copyrules.flotilla.dev").await.unwrap().is_some(), "the CRDs stay after uninstall");
     drop(proxy);
     drop(moto);
     let _ = std::fs::remove_dir_all(moto_dir);
@@ -343,7 +351,10 @@ async fn one_operator_chart_alone_runs_as_pods() {
     let path = charts_dir().join("config-copier").display().to_string();
     let kubeconfig = Some(env.kubeconfig.as_path());
     let _release = Release { name: "alone", namespace: ns.clone(), kubeconfig: env.kubeconfig.clone() };
-    helm_ok(kubeconfig, &["install", "alone", &path, "--namespace", &ns, "--wait", "--timeout", "3m"]).unwrap();
+    apply_crds(&client).await.unwrap();
+    #[rustfmt::skip]
+    let install = ["install", "alone", &path, "--namespace", &ns, "--wait", "--timeout", "3m", "--set", "crds.enabled=false"];
+    helm_ok(kubeconfig, &install).unwrap();
     let pods = wait_rolled_out(&client, &ns, "alone-config-copier", "config-copier", 2).await;
     let image = chart_image_reference("config-copier").unwrap();
     for p in &pods {

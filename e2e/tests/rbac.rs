@@ -115,6 +115,10 @@ async fn prove(
     let chart = charts_dir().join(op).display().to_string();
     let mut args = vec!["install", release, &chart, "--namespace", &ns];
     args.extend_from_slice(values);
+    // The CRDs were applied above, for every release in this control plane.
+    if !flotilla_e2e::chart_crd_files(op).unwrap().is_empty() {
+        args.extend(["--set", "crds.enabled=false"]);
+    }
     helm_ok(Some(&env.kubeconfig), &args).unwrap();
 
     let kubeconfig = env.service_account_kubeconfig(&ns, &fullname).await.unwrap();

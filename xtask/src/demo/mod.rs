@@ -100,7 +100,7 @@ pub fn run() -> anyhow::Result<()> {
     let domain_value = format!("service-dns.route53.domainName={}", service_dns::DOMAIN);
     let endpoint_value = format!("service-dns.aws.endpointUrl={}", proxy.endpoint);
     #[rustfmt::skip]
-    env.helm(&[
+    let mut install = vec![
         "install", "flotilla", &chart, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "5m",
         "--set", "service-dns.enabled=true",
         "--set", &zone_value,
@@ -108,7 +108,24 @@ pub fn run() -> anyhow::Result<()> {
         "--set", "service-dns.aws.region=us-east-1",
         "--set", "service-dns.aws.credentialsSecret=aws",
         "--set", &endpoint_value,
-    ])?;
+    ];
+    // A node that tests ran on has the CRDs already (applied by them, not
+    // owned by a release): the release then leaves them alone.
+    let existing = env.kubectl_output(&["get", "crd", "-o", "name"])?;
+    let no_crds: Vec<String> = crate::crds::by_operator()
+        .into_iter()
+        .filter(|(_, crds)| {
+            crds.iter().any(|c| existing.contains(&format!("/{}", c.metadata.name.as_deref().unwrap_or("-"))))
+        })
+        .map(|(op, _)| format!("{op}.crds.enabled=false"))
+        .collect();
+    if !no_crds.is_empty() {
+        eprintln!("    CRDs already in the cluster: installing with {}", no_crds.join(", "));
+    }
+    for v in &no_crds {
+        install.extend(["--set", v.as_str()]);
+    }
+    env.helm(&install)?;
     eprintln!("    kubectl get pods -A");
     env.kubectl(&["get", "pods", "-A", "-o", "wide"])?;
 
