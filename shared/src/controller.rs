@@ -143,6 +143,8 @@ impl Context {
 
         tracing::info!(controller = name, "starting controller");
         controller
+            // Watches retry within 2 s, not kube-runtime's 30 s (see backoff.rs).
+            .trigger_backoff(crate::backoff::watch_backoff())
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(wrapped, error_policy, data)
             .for_each(|result| async move {

@@ -62,6 +62,7 @@
 //! `shared/examples/toy_operator.rs` is a complete one with a CRD, status
 //! conditions and Events; the crate's integration tests run it as a process.
 
+pub mod backoff;
 pub mod conditions;
 pub mod config;
 pub mod controller;

@@ -375,7 +375,7 @@ impl Caches {
             _ => NOT_A_COPY.to_string(),
         };
         let cfg = watcher::Config::default().labels(&full).any_semantic();
-        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
+        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff()));
         let strip = self.strip.clone();
         // Objects not selected are held as their name only: no payload.
         let project = |o: DynamicObject| {
@@ -414,7 +414,7 @@ impl Caches {
         let Some(mut writer) = lock(&self.writers).namespaces.take() else { return };
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().any_semantic();
-        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
+        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff()));
         let project = |o: PartialObjectMeta<Namespace>| {
             let info =
                 NamespaceInfo { labels: o.labels().clone(), terminating: o.metadata.deletion_timestamp.is_some() };
@@ -452,7 +452,7 @@ impl Caches {
         let Some(mut writer) = lock(&self.writers).copies.remove(&kind) else { return };
         let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
-        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
+        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff()));
         let fm = self.field_manager.clone();
         let project = |o: PartialObjectMeta<K>| {
             let key = copy_key_str(&o.namespace().unwrap_or_default(), &o.name_any());

@@ -114,7 +114,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     // The cache keeps a ServiceInfo per Service, not the Service.
     let (store, mut writer) = projection::store::<ServiceInfo>();
     let (tx, mut rx) = mpsc::channel::<()>(1);
-    let watch = watcher(api, wc).default_backoff();
+    let watch = watcher(api, wc).backoff(flotilla_shared::backoff::watch_backoff());
     let watch_shutdown = shutdown.clone();
     let watch_task = tokio::spawn(async move {
         let mut watch = std::pin::pin!(watch);
