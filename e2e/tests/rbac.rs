@@ -5,6 +5,10 @@
 //! operator's main scenario with no `forbidden` anywhere. Then each rule is
 //! removed in turn: the scenario must fail or the operator must hit a
 //! `forbidden` — a rule nothing needs would be caught here.
+//!
+//! The same scenarios show every operator riding out an API server restart
+//! (`every_operator_rides_out_an_api_server_restart`, on a control plane of
+//! its own).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::future::Future;
@@ -22,6 +26,9 @@ use kube::{Api, Client};
 use serde_json::json;
 
 type Scenario = fn(Client, String, usize, Duration) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// An operator, its chart values, its extra environment and its scenario.
+type Proof<'a> = (&'a str, Vec<&'a str>, &'a [(&'a str, &'a str)], Scenario);
 
 /// A namespaced `flotilla.dev/v1alpha1` kind, untyped.
 fn flotilla_api(client: &Client, ns: &str, kind: &str) -> Api<kube::api::DynamicObject> {
@@ -95,6 +102,34 @@ fn forbidden(logs: &str) -> bool {
     l.contains("forbidden") || l.contains("\"code\":403") || l.contains(" 403")
 }
 
+/// Installs `op`'s chart as release `rbac` into a new namespace (the CRDs
+/// applied beforehand, not by the release); returns the namespace, the
+/// release's full name, a kubeconfig of its ServiceAccount and the
+/// Deployment's arguments and environment (with `POD_NAMESPACE`).
+async fn install_chart(
+    env: &TestEnv,
+    op: &str,
+    values: &[&str],
+) -> (String, String, std::path::PathBuf, Vec<String>, Vec<(String, String)>) {
+    build_chart_dependencies().unwrap();
+    let admin = env.client().await;
+    apply_crds(&admin).await.unwrap();
+    let ns = env.namespace(&format!("rbac-{op}")).await.unwrap();
+    let release = "rbac";
+    let fullname = format!("{release}-{op}");
+    let chart = charts_dir().join(op).display().to_string();
+    let mut args = vec!["install", release, &chart, "--namespace", &ns];
+    args.extend_from_slice(values);
+    if !flotilla_e2e::chart_crd_files(op).unwrap().is_empty() {
+        args.extend(["--set", "crds.enabled=false"]);
+    }
+    helm_ok(Some(&env.kubeconfig), &args).unwrap();
+    let kubeconfig = env.service_account_kubeconfig(&ns, &fullname).await.unwrap();
+    let (op_args, mut op_env) = deployment_command(&admin, &ns, &fullname).await;
+    op_env.push(("POD_NAMESPACE".into(), ns.clone()));
+    (ns, fullname, kubeconfig, op_args, op_env)
+}
+
 /// Installs `op`'s chart, proves the scenario works with exactly its RBAC,
 /// then that removing any single rule breaks it. `extra_cluster_roles`:
 /// the suffixes of the chart's other ClusterRoles (`<fullname>-<suffix>`).
@@ -106,25 +141,10 @@ async fn prove(
     extra_cluster_roles: &[&str],
     scenario: Scenario,
 ) {
-    build_chart_dependencies().unwrap();
     let admin = env.client().await;
-    apply_crds(&admin).await.unwrap();
-    let ns = env.namespace(&format!("rbac-{op}")).await.unwrap();
-    let release = "rbac";
-    let fullname = format!("{release}-{op}");
-    let chart = charts_dir().join(op).display().to_string();
-    let mut args = vec!["install", release, &chart, "--namespace", &ns];
-    args.extend_from_slice(values);
-    // The CRDs were applied above, for every release in this control plane.
-    if !flotilla_e2e::chart_crd_files(op).unwrap().is_empty() {
-        args.extend(["--set", "crds.enabled=false"]);
-    }
-    helm_ok(Some(&env.kubeconfig), &args).unwrap();
-
-    let kubeconfig = env.service_account_kubeconfig(&ns, &fullname).await.unwrap();
-    let (op_args, mut op_env) = deployment_command(&admin, &ns, &fullname).await;
-    op_env.push(("POD_NAMESPACE".into(), ns.clone()));
+    let (ns, fullname, kubeconfig, op_args, mut op_env) = install_chart(env, op, values).await;
     op_env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let release = "rbac";
     let env_refs: Vec<(&str, &str)> = op_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
 
     // Sufficient: the scenario converges and nothing is forbidden.
@@ -353,6 +373,19 @@ fn pod_debugger_scenario(
         let ns = format!("{ns}-d{round}");
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
         Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await.map_err(err)?;
+        // Pods are refused until the namespace's `default` ServiceAccount
+        // exists; the controller-manager makes it, but just after an API
+        // server restart its own watches back off for up to a minute. Made
+        // here (it would find it there), so the scenario waits for nothing
+        // but the operator.
+        let account: k8s_openapi::api::core::v1::ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin.clone(), &ns);
+        match accounts.create(&PostParams::default(), &account).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.to_string()),
+        }
         let running = json!({
             "name": "app", "image": "busybox", "imageID": "", "ready": true, "restartCount": 0,
             "state": {"running": {"startedAt": k8s_openapi::jiff::Timestamp::now().to_string()}}
@@ -392,36 +425,42 @@ async fn pod_debugger_rbac_is_sufficient_and_minimal() {
 }
 
 /// A node object the scheduler binds the load-tester's runner pods to,
-/// kept Ready by heartbeats for the whole test (no kubelet runs it: the
-/// scenario writes pod statuses as one would).
-static LOAD_NODE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-
+/// kept Ready by heartbeats (no kubelet runs it: the scenario writes pod
+/// statuses as one would). Once per control plane: whoever creates it keeps
+/// it beating; the others wait until it is Ready.
 async fn load_node(admin: &Client) {
     use k8s_openapi::api::core::v1::Node;
     const NAME: &str = "rbac-load-node";
-    LOAD_NODE
-        .get_or_init(|| async {
-            let nodes: Api<Node> = Api::all(admin.clone());
-            let node: Node = serde_json::from_value(json!({"metadata": {"name": NAME}})).unwrap();
-            let _ = nodes.create(&PostParams::default(), &node).await;
-            let beat = || {
-                let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                json!({"status": {
-                    "capacity": {"pods": "100", "cpu": "10", "memory": "10Gi"},
-                    "allocatable": {"pods": "100", "cpu": "10", "memory": "10Gi"},
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "rbac test",
-                                    "lastHeartbeatTime": now, "lastTransitionTime": now}]
-                }})
-            };
-            nodes.patch_status(NAME, &PatchParams::default(), &Patch::Merge(beat())).await.unwrap();
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_secs(10)).await;
-                    let _ = nodes.patch_status(NAME, &PatchParams::default(), &Patch::Merge(beat())).await;
-                }
-            });
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": NAME}})).unwrap();
+    if nodes.create(&PostParams::default(), &node).await.is_err() {
+        wait_for("the load node to be Ready", Duration::from_secs(60), || {
+            let nodes = nodes.clone();
+            async move {
+                let ready = nodes.get_opt(NAME).await?.and_then(|n| n.status).and_then(|s| s.conditions).is_some();
+                Ok::<_, kube::Error>(ready.then_some(()))
+            }
         })
-        .await;
+        .await
+        .unwrap();
+        return;
+    }
+    let beat = || {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        json!({"status": {
+            "capacity": {"pods": "100", "cpu": "10", "memory": "10Gi"},
+            "allocatable": {"pods": "100", "cpu": "10", "memory": "10Gi"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "rbac test",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]
+        }})
+    };
+    nodes.patch_status(NAME, &PatchParams::default(), &Patch::Merge(beat())).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let _ = nodes.patch_status(NAME, &PatchParams::default(), &Patch::Merge(beat())).await;
+        }
+    });
 }
 
 /// load-tester: a SimpleDeployment gets its child; a LoadTest checks its
@@ -521,8 +560,29 @@ async fn load_tester_rbac_is_sufficient_and_minimal() {
     prove(&shared(), "load-tester", &[], &[], &[], load_tester_scenario).await;
 }
 
-/// The Route53 zone of the service-dns proof (moto): endpoint, zone id, domain.
-static ZONE: std::sync::OnceLock<(String, String, String)> = std::sync::OnceLock::new();
+/// The Route53 zone of the service-dns proofs (moto): endpoint, zone id,
+/// domain, and the Route53-faithful proxy the operators talk to.
+struct Zone {
+    endpoint: String,
+    zone: String,
+    domain: String,
+    proxy: flotilla_testenv::route53_proxy::Route53Proxy,
+}
+
+static ZONE: tokio::sync::OnceCell<Zone> = tokio::sync::OnceCell::const_new();
+
+async fn zone() -> &'static Zone {
+    ZONE.get_or_init(|| async {
+        let moto = moto::shared();
+        let domain = "rbac.flotilla.test";
+        let endpoint = moto.endpoint.clone();
+        let zone =
+            tokio::task::spawn_blocking(move || route53::create_hosted_zone(&endpoint, domain)).await.unwrap().unwrap();
+        let proxy = flotilla_testenv::route53_proxy::Route53Proxy::start(&moto.endpoint).unwrap();
+        Zone { endpoint: moto.endpoint.clone(), zone, domain: domain.to_string(), proxy }
+    })
+    .await
+}
 
 /// service-dns: a Service made for the round (its own name, so no earlier
 /// round's record can satisfy it) gets its A record with its ClusterIP.
@@ -533,7 +593,8 @@ fn service_dns_scenario(
     timeout: Duration,
 ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
     Box::pin(async move {
-        let (endpoint, zone, domain) = ZONE.get().cloned().ok_or("no zone")?;
+        let z = zone().await;
+        let (endpoint, zone, domain) = (z.endpoint.clone(), z.zone.clone(), z.domain.clone());
         let name = format!("web-{round}");
         let svc: Service =
             serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}})).unwrap();
@@ -558,22 +619,94 @@ fn service_dns_scenario(
     })
 }
 
+/// The chart values and credentials service-dns runs with here.
+fn service_dns_values(z: &Zone) -> [String; 6] {
+    [
+        "--set".into(),
+        format!("route53.hostedZoneId={}", z.zone),
+        "--set".into(),
+        "route53.interval=2s".into(),
+        "--set".into(),
+        format!("aws.endpointUrl={}", z.proxy.endpoint),
+    ]
+}
+
+/// The chart reads static credentials from a Secret; moto takes any.
+const AWS_CREDENTIALS: [(&str, &str); 2] = [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")];
+
 #[tokio::test]
 async fn service_dns_rbac_is_sufficient_and_minimal() {
-    let moto = moto::shared();
-    let domain = "rbac.flotilla.test";
-    let endpoint = moto.endpoint.clone();
-    let zone =
-        tokio::task::spawn_blocking(move || route53::create_hosted_zone(&endpoint, domain)).await.unwrap().unwrap();
-    ZONE.set((moto.endpoint.clone(), zone.clone(), domain.to_string())).unwrap();
-    let zone_flag = format!("route53.hostedZoneId={zone}");
-    // The operator talks to moto through the Route53-faithful proxy.
-    let proxy = flotilla_testenv::route53_proxy::Route53Proxy::start(&moto.endpoint).unwrap();
-    let endpoint_flag = format!("aws.endpointUrl={}", proxy.endpoint);
-    let values = ["--set", &zone_flag, "--set", "route53.interval=2s", "--set", &endpoint_flag];
-    // The chart reads static credentials from a Secret; moto takes any.
-    let creds = [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")];
+    let values = service_dns_values(zone().await);
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
     // No ownerId (the default): the owner id is derived from the kube-system
     // Namespace, which the chart's `-cluster-id` ClusterRole lets it read.
-    prove(&shared(), "service-dns", &values, &creds, &["cluster-id"], service_dns_scenario).await;
+    prove(&shared(), "service-dns", &values, &AWS_CREDENTIALS, &["cluster-id"], service_dns_scenario).await;
+}
+
+/// The API server restarting never needs an operator restart. On a control
+/// plane of its own, every operator runs with its chart's RBAC and does its
+/// scenario; the API server is stopped for 20 s (every watch breaks, every
+/// request is refused) and started again on the same address and data;
+/// the scenario is then done again at once, while the operators' watches
+/// are still backing off: each converges within 30 s, in the same process
+/// (run without leader election; see below).
+#[tokio::test]
+async fn every_operator_rides_out_an_api_server_restart() {
+    const OUTAGE: Duration = Duration::from_secs(20);
+    const CONVERGE: Duration = Duration::from_secs(30);
+    let assets = flotilla_testenv::Assets::locate().unwrap();
+    let dir = std::env::temp_dir().join(format!("flotilla-api-restart-{}", std::process::id()));
+    let options = flotilla_testenv::Options { dir, lifetime: flotilla_testenv::Lifetime::DieWithParent };
+    let mut cp = flotilla_testenv::ControlPlane::start(&assets, &options).await.unwrap();
+    let env = TestEnv::of(&cp);
+    let admin = env.client().await;
+    let z = zone().await;
+    let dns_values = service_dns_values(z);
+    let scenarios: [Proof; 5] = [
+        ("config-copier", vec![], &[], config_copier_scenario),
+        ("pod-alert", vec![], &[], pod_alert_scenario),
+        ("pod-debugger", vec![], &[], pod_debugger_scenario),
+        ("load-tester", vec![], &[], load_tester_scenario),
+        ("service-dns", dns_values.iter().map(String::as_str).collect(), &AWS_CREDENTIALS, service_dns_scenario),
+    ];
+    // Rounds of their own: service-dns's records share the zone with the
+    // RBAC proof's.
+    let (before, after) = (1000, 1001);
+    let mut running = Vec::new();
+    for (op, mut values, extra_env, scenario) in scenarios {
+        // Without leader election: an outage longer than the renew deadline
+        // (10 s) ends a leader's term, and a leader that cannot renew exits
+        // (controller-runtime's rule: another replica may be leading by
+        // now). What is shown here is that nothing else needs a restart.
+        values.extend(["--set", "leaderElection.enabled=false"]);
+        let (ns, _, kubeconfig, args, mut op_env) = install_chart(&env, op, &values).await;
+        op_env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let env_refs: Vec<(&str, &str)> = op_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let operator = start_operator(op, &kubeconfig, &args, &env_refs).unwrap();
+        let result = scenario(admin.clone(), ns.clone(), before, Duration::from_secs(60)).await;
+        assert!(result.is_ok(), "{op}: before the restart: {result:?}\nlogs:\n{}", operator.logs());
+        running.push((op, ns, operator, scenario));
+    }
+
+    cp.stop_api_server();
+    tokio::time::sleep(OUTAGE).await;
+    cp.start_api_server().await.unwrap();
+    let restarted = std::time::Instant::now();
+
+    let results = futures::future::join_all(
+        running.iter().map(|(_, ns, _, scenario)| scenario(admin.clone(), ns.clone(), after, CONVERGE)),
+    )
+    .await;
+    for ((op, _, operator, _), result) in running.iter_mut().zip(results) {
+        assert_eq!(operator.exited(), None, "{op} exited across the restart:\n{}", operator.logs());
+        assert!(
+            result.is_ok(),
+            "{op}: not converged within {CONVERGE:?} of the restart: {result:?}\nlogs:\n{}",
+            operator.logs()
+        );
+    }
+    eprintln!("every operator converged {:?} after the API server came back", restarted.elapsed());
+    for (_, _, operator, _) in running {
+        operator.stop();
+    }
 }

@@ -46,6 +46,17 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     pub pki: Pki,
     processes: Vec<Process>,
+    /// How the API server was started, to start it again.
+    api_server: Option<Respawn>,
+}
+
+/// A component's command line, kept to restart it on the same port and data.
+#[derive(Debug, Clone)]
+struct Respawn {
+    bin: PathBuf,
+    args: Vec<String>,
+    logs: PathBuf,
+    lifetime: Lifetime,
 }
 
 impl ControlPlane {
@@ -109,6 +120,7 @@ impl ControlPlane {
             dir: dir.clone(),
             pki,
             processes: Vec::new(),
+            api_server: None,
         };
 
         // etcd
@@ -167,6 +179,12 @@ impl ControlPlane {
             api_args.push("--endpoint-reconciler-type=none".into());
         }
         cp.spawn(assets, "kube-apiserver", &api_args, &logs, options.lifetime)?;
+        cp.api_server = Some(Respawn {
+            bin: assets.bin("kube-apiserver"),
+            args: api_args.clone(),
+            logs: logs.clone(),
+            lifetime: options.lifetime,
+        });
         let admin = kubeconfig::render(
             "flotilla-testenv",
             &cp.server,
@@ -291,6 +309,33 @@ impl ControlPlane {
             async move { api.get_opt("default").await.map(|sa| sa.is_some()).map_err(|e| e.to_string()) }
         })
         .await
+    }
+
+    /// Stops the API server (SIGTERM, as a restart or an upgrade would);
+    /// etcd and the other components go on. [`Self::start_api_server`]
+    /// brings it back on the same address and data.
+    pub fn stop_api_server(&mut self) {
+        if let Some(i) = self.processes.iter().position(|p| p.name == "kube-apiserver") {
+            let mut p = self.processes.remove(i);
+            p.stop(Duration::from_secs(10));
+        }
+    }
+
+    /// Starts the API server again (same flags, port, certificates and etcd)
+    /// and waits until `/readyz` says ok. Its earlier log is kept as
+    /// `kube-apiserver.before-restart.log`.
+    pub async fn start_api_server(&mut self) -> Result<(), StartError> {
+        let started = Instant::now();
+        let r = self.api_server.clone().ok_or_else(|| self.not_ready("the API server was never started".into()))?;
+        let log = r.logs.join("kube-apiserver.log");
+        let _ = std::fs::rename(&log, r.logs.join("kube-apiserver.before-restart.log"));
+        let process = Process::spawn("kube-apiserver", &r.bin, &r.args, &r.logs, r.lifetime)
+            .map_err(|e| StartError::Io(format!("starting {}", r.bin.display()), e))?;
+        // Stop order stays the reverse of start order: after etcd.
+        let at = self.processes.iter().position(|p| p.name == "etcd").map_or(0, |i| i + 1);
+        self.processes.insert(at, process);
+        let client = self.client().await.map_err(|e| self.not_ready(format!("building a client: {e:#}")))?;
+        self.wait_readyz(&client, started).await
     }
 
     /// Admin client.

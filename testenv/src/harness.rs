@@ -28,6 +28,19 @@ pub struct TestEnv {
     ca_pem: String,
 }
 
+impl TestEnv {
+    /// A handle on a control plane the test started itself — one it may
+    /// stop parts of (see [`ControlPlane::stop_api_server`]).
+    pub fn of(cp: &ControlPlane) -> Self {
+        Self {
+            server: cp.server.clone(),
+            kubeconfig: cp.kubeconfig.clone(),
+            dir: cp.dir.clone(),
+            ca_pem: cp.pki.ca_cert_pem.clone(),
+        }
+    }
+}
+
 static SHARED: OnceLock<Result<TestEnv, String>> = OnceLock::new();
 
 /// The control plane shared by every test in this binary. The first call

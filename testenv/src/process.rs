@@ -234,6 +234,11 @@ impl OperatorProcess {
         self.child.id()
     }
 
+    /// `Some(status)` once the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Sends `signal` (e.g. `libc::SIGTERM`).
     pub fn signal(&self, signal: i32) {
         if let Ok(pid) = i32::try_from(self.child.id()) {
