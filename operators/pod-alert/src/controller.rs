@@ -329,6 +329,14 @@ async fn read_logs(
         if let Some((pod, previous)) = inc.log_source.clone() {
             let container = inc.key.container.clone();
             let pod_ns = if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() };
+            // Which run holds the crash is decided now, from the newest view
+            // of the pod: a container seen in back-off may have restarted
+            // since, and then the crashed run is the kubelet's `previous`.
+            let previous = data
+                .pods
+                .get(&format!("{pod_ns}/{pod}"))
+                .and_then(|v| v.containers.iter().find(|c| c.name == container).map(|c| c.state.clone()))
+                .map_or(previous, |state| matches!(state, crate::pod::State::Running { .. }));
             // The kubelet may have dropped a run's log file (it keeps one dead
             // container per container): try the other run of this pod, then
             // other pods of the incident, at most three reads.
