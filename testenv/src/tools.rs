@@ -128,21 +128,35 @@ pub fn install_missing(packages: &[(&str, &str)], progress: Progress<'_>) -> Res
     if missing.is_empty() {
         return Ok(());
     }
-    if !is_root() {
+    // Not root (a CI runner's user, a developer): apt-get through sudo when
+    // it needs no password, else say what to run.
+    let sudo = !is_root();
+    if sudo && !Command::new("sudo").args(["-n", "true"]).output().is_ok_and(|o| o.status.success()) {
         return Err(AssetsError::Build {
             what: format!("installing Debian packages {}", missing.join(" ")),
             detail: format!(
-                "not root: run `sudo apt-get install -y {}` (Debian/Ubuntu), then run this command again",
+                "not root and no password-less sudo: run `sudo apt-get install -y {}` (Debian/Ubuntu), then run this command again",
                 missing.join(" ")
             ),
         });
     }
     let started = Instant::now();
-    progress(&format!("installing Debian packages: {} (apt-get)", missing.join(" ")));
+    progress(&format!(
+        "installing Debian packages: {} ({}apt-get)",
+        missing.join(" "),
+        if sudo { "sudo " } else { "" }
+    ));
     let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
+        let mut cmd = if sudo {
+            let mut c = Command::new("sudo");
+            c.args(["-n", "env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]);
+            c
+        } else {
+            let mut c = Command::new("apt-get");
+            c.env("DEBIAN_FRONTEND", "noninteractive");
+            c
+        };
+        cmd.args(args)
             .stdout(Stdio::null())
             .output()
             .map_err(|source| AssetsError::Io { path: PathBuf::from("apt-get"), source })
