@@ -46,9 +46,12 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     pub pki: Pki,
     processes: Vec<Process>,
-    /// How the API server was started, to start it again.
-    api_server: Option<Respawn>,
+    /// How each component was started, to start it again.
+    respawn: std::collections::BTreeMap<String, Respawn>,
 }
+
+/// The order the components start in (they stop in reverse).
+const START_ORDER: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 
 /// A component's command line, kept to restart it on the same port and data.
 #[derive(Debug, Clone)]
@@ -120,7 +123,7 @@ impl ControlPlane {
             dir: dir.clone(),
             pki,
             processes: Vec::new(),
-            api_server: None,
+            respawn: std::collections::BTreeMap::new(),
         };
 
         // etcd
@@ -179,12 +182,6 @@ impl ControlPlane {
             api_args.push("--endpoint-reconciler-type=none".into());
         }
         cp.spawn(assets, "kube-apiserver", &api_args, &logs, options.lifetime)?;
-        cp.api_server = Some(Respawn {
-            bin: assets.bin("kube-apiserver"),
-            args: api_args.clone(),
-            logs: logs.clone(),
-            lifetime: options.lifetime,
-        });
         let admin = kubeconfig::render(
             "flotilla-testenv",
             &cp.server,
@@ -239,6 +236,8 @@ impl ControlPlane {
         let process = Process::spawn(name, &assets.bin(name), args, logs, lifetime)
             .map_err(|e| StartError::Io(format!("starting {}", assets.bin(name).display()), e))?;
         self.processes.push(process);
+        let respawn = Respawn { bin: assets.bin(name), args: args.to_vec(), logs: logs.to_path_buf(), lifetime };
+        self.respawn.insert(name.to_string(), respawn);
         Ok(())
     }
 
@@ -315,27 +314,46 @@ impl ControlPlane {
     /// etcd and the other components go on. [`Self::start_api_server`]
     /// brings it back on the same address and data.
     pub fn stop_api_server(&mut self) {
-        if let Some(i) = self.processes.iter().position(|p| p.name == "kube-apiserver") {
+        self.stop_component("kube-apiserver");
+    }
+
+    /// Starts the API server again (same flags, port, certificates and etcd)
+    /// and waits until `/readyz` says ok.
+    pub async fn start_api_server(&mut self) -> Result<(), StartError> {
+        let started = Instant::now();
+        self.start_component("kube-apiserver")?;
+        let client = self.client().await.map_err(|e| self.not_ready(format!("building a client: {e:#}")))?;
+        self.wait_readyz(&client, started).await
+    }
+
+    /// Stops and starts a component (`kube-controller-manager`,
+    /// `kube-scheduler`) with its own flags: a fresh one lists everything at
+    /// once, where the running one may still be backing off.
+    pub fn restart_component(&mut self, name: &str) -> Result<(), StartError> {
+        self.stop_component(name);
+        self.start_component(name)
+    }
+
+    fn stop_component(&mut self, name: &str) {
+        if let Some(i) = self.processes.iter().position(|p| p.name == name) {
             let mut p = self.processes.remove(i);
             p.stop(Duration::from_secs(10));
         }
     }
 
-    /// Starts the API server again (same flags, port, certificates and etcd)
-    /// and waits until `/readyz` says ok. Its earlier log is kept as
-    /// `kube-apiserver.before-restart.log`.
-    pub async fn start_api_server(&mut self) -> Result<(), StartError> {
-        let started = Instant::now();
-        let r = self.api_server.clone().ok_or_else(|| self.not_ready("the API server was never started".into()))?;
-        let log = r.logs.join("kube-apiserver.log");
-        let _ = std::fs::rename(&log, r.logs.join("kube-apiserver.before-restart.log"));
-        let process = Process::spawn("kube-apiserver", &r.bin, &r.args, &r.logs, r.lifetime)
+    /// Starts a stopped component again; its earlier log is kept as
+    /// `<name>.before-restart.log`. Stop order stays the reverse of start
+    /// order.
+    fn start_component(&mut self, name: &str) -> Result<(), StartError> {
+        let r = self.respawn.get(name).cloned().ok_or_else(|| self.not_ready(format!("{name} was never started")))?;
+        let _ = std::fs::rename(r.logs.join(format!("{name}.log")), r.logs.join(format!("{name}.before-restart.log")));
+        let process = Process::spawn(name, &r.bin, &r.args, &r.logs, r.lifetime)
             .map_err(|e| StartError::Io(format!("starting {}", r.bin.display()), e))?;
-        // Stop order stays the reverse of start order: after etcd.
-        let at = self.processes.iter().position(|p| p.name == "etcd").map_or(0, |i| i + 1);
+        let at = START_ORDER.iter().position(|n| *n == name).map_or(self.processes.len(), |rank| {
+            self.processes.iter().take_while(|p| START_ORDER.iter().position(|n| *n == p.name) < Some(rank)).count()
+        });
         self.processes.insert(at, process);
-        let client = self.client().await.map_err(|e| self.not_ready(format!("building a client: {e:#}")))?;
-        self.wait_readyz(&client, started).await
+        Ok(())
     }
 
     /// Admin client.
