@@ -130,6 +130,11 @@ async fn install_chart(
     (ns, fullname, kubeconfig, op_args, op_env)
 }
 
+/// The restart test runs alone: its own control plane, five operators and an
+/// outage beside the RBAC proofs starved them on 2 cores (a proof's pod was
+/// garbage-collected before its operator got to it, once in CI).
+static ALONE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// Installs `op`'s chart, proves the scenario works with exactly its RBAC,
 /// then that removing any single rule breaks it. `extra_cluster_roles`:
 /// the suffixes of the chart's other ClusterRoles (`<fullname>-<suffix>`).
@@ -141,6 +146,7 @@ async fn prove(
     extra_cluster_roles: &[&str],
     scenario: Scenario,
 ) {
+    let _shared = ALONE.read().await;
     let admin = env.client().await;
     let (ns, fullname, kubeconfig, op_args, mut op_env) = install_chart(env, op, values).await;
     op_env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -654,6 +660,7 @@ async fn service_dns_rbac_is_sufficient_and_minimal() {
 async fn every_operator_rides_out_an_api_server_restart() {
     const OUTAGE: Duration = Duration::from_secs(20);
     const CONVERGE: Duration = Duration::from_secs(30);
+    let _alone = ALONE.write().await;
     let assets = flotilla_testenv::Assets::locate().unwrap();
     let dir = std::env::temp_dir().join(format!("flotilla-api-restart-{}", std::process::id()));
     let options = flotilla_testenv::Options { dir, lifetime: flotilla_testenv::Lifetime::DieWithParent };
