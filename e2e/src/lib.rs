@@ -80,6 +80,20 @@ pub fn chart_crd_files(op: &str) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// `--set` arguments that keep the CRDs out of a release of `chart` (an
+/// operator chart or the umbrella): for clusters where they are applied
+/// otherwise (the tests' `apply_crds`), or owned by another release.
+pub fn without_crds(chart: &str) -> anyhow::Result<Vec<String>> {
+    let mut args = Vec::new();
+    for op in operators()? {
+        if (chart == UMBRELLA || chart == op) && !chart_crd_files(&op)?.is_empty() {
+            let key = if chart == UMBRELLA { format!("{op}.crds.enabled=false") } else { "crds.enabled=false".into() };
+            args.extend(["--set".to_string(), key]);
+        }
+    }
+    Ok(args)
+}
+
 /// `helm dependency build` for every operator chart (library inside), then
 /// the umbrella. Once per process; `cargo xtask charts` runs the same.
 pub fn build_chart_dependencies() -> anyhow::Result<()> {

@@ -35,14 +35,7 @@ fn required_values(chart: &str) -> Vec<&'static str> {
 /// could own them; tests/chart_crds.rs proves their lifecycle).
 fn install_values(chart: &str) -> Vec<String> {
     let mut v: Vec<String> = required_values(chart).into_iter().map(str::to_string).collect();
-    for op in operators().unwrap() {
-        if !flotilla_e2e::chart_crd_files(&op).unwrap().is_empty() {
-            let key = if chart == UMBRELLA { format!("{op}.crds.enabled=false") } else { "crds.enabled=false".into() };
-            if chart == UMBRELLA || chart == op {
-                v.extend(["--set".to_string(), key]);
-            }
-        }
-    }
+    v.extend(flotilla_e2e::without_crds(chart).unwrap());
     v
 }
 

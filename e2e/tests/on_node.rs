@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use flotilla_e2e::{
-    Prometheus, UMBRELLA, apply_crds, build_chart_dependencies, chart_crd_files, chart_image_reference, charts_dir,
-    helm_ok, objects_of_release, operators,
+    Prometheus, UMBRELLA, apply_crds, build_chart_dependencies, chart_image_reference, charts_dir, helm_ok,
+    objects_of_release, operators, without_crds,
 };
 use flotilla_testenv::moto::{MotoServer, route53};
 use flotilla_testenv::node::paths::NODE_IP;
@@ -277,12 +277,7 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
     // them): applied here, kept out of the release (tests/chart_crds.rs
     // proves the chart's own CRD lifecycle on a control plane of its own).
     apply_crds(&client).await.unwrap();
-    let no_crds: Vec<String> = operators()
-        .unwrap()
-        .into_iter()
-        .filter(|op| !chart_crd_files(op).unwrap().is_empty())
-        .flat_map(|op| ["--set".to_string(), format!("{op}.crds.enabled=false")])
-        .collect();
+    let no_crds = without_crds(UMBRELLA).unwrap();
     let mut install = vec!["install", "flotilla", &path, "--namespace", &ns, "--wait", "--timeout", "3m"];
     install.extend(values);
     install.extend(no_crds.iter().map(String::as_str));
@@ -352,8 +347,9 @@ async fn one_operator_chart_alone_runs_as_pods() {
     let kubeconfig = Some(env.kubeconfig.as_path());
     let _release = Release { name: "alone", namespace: ns.clone(), kubeconfig: env.kubeconfig.clone() };
     apply_crds(&client).await.unwrap();
-    #[rustfmt::skip]
-    let install = ["install", "alone", &path, "--namespace", &ns, "--wait", "--timeout", "3m", "--set", "crds.enabled=false"];
+    let no_crds = without_crds("config-copier").unwrap();
+    let mut install = vec!["install", "alone", &path, "--namespace", &ns, "--wait", "--timeout", "3m"];
+    install.extend(no_crds.iter().map(String::as_str));
     helm_ok(kubeconfig, &install).unwrap();
     let pods = wait_rolled_out(&client, &ns, "alone-config-copier", "config-copier", 2).await;
     let image = chart_image_reference("config-copier").unwrap();

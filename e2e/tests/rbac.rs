@@ -102,32 +102,40 @@ fn forbidden(logs: &str) -> bool {
     l.contains("forbidden") || l.contains("\"code\":403") || l.contains(" 403")
 }
 
+/// The release name of every chart the proofs install.
+const RELEASE: &str = "rbac";
+
+/// An operator chart installed for a proof, and how to run its binary as
+/// its Deployment would.
+struct Installed {
+    namespace: String,
+    /// `rbac-<op>`: the ServiceAccount, Deployment and ClusterRole name.
+    fullname: String,
+    /// A kubeconfig of the release's ServiceAccount.
+    kubeconfig: std::path::PathBuf,
+    args: Vec<String>,
+    /// The Deployment's environment, with `POD_NAMESPACE`.
+    env: Vec<(String, String)>,
+}
+
 /// Installs `op`'s chart as release `rbac` into a new namespace (the CRDs
-/// applied beforehand, not by the release); returns the namespace, the
-/// release's full name, a kubeconfig of its ServiceAccount and the
-/// Deployment's arguments and environment (with `POD_NAMESPACE`).
-async fn install_chart(
-    env: &TestEnv,
-    op: &str,
-    values: &[&str],
-) -> (String, String, std::path::PathBuf, Vec<String>, Vec<(String, String)>) {
+/// applied beforehand, not by the release).
+async fn install_chart(env: &TestEnv, op: &str, values: &[&str]) -> Installed {
     build_chart_dependencies().unwrap();
     let admin = env.client().await;
     apply_crds(&admin).await.unwrap();
-    let ns = env.namespace(&format!("rbac-{op}")).await.unwrap();
-    let release = "rbac";
-    let fullname = format!("{release}-{op}");
+    let namespace = env.namespace(&format!("rbac-{op}")).await.unwrap();
+    let fullname = format!("{RELEASE}-{op}");
     let chart = charts_dir().join(op).display().to_string();
-    let mut args = vec!["install", release, &chart, "--namespace", &ns];
+    let no_crds = flotilla_e2e::without_crds(op).unwrap();
+    let mut args = vec!["install", RELEASE, &chart, "--namespace", &namespace];
     args.extend_from_slice(values);
-    if !flotilla_e2e::chart_crd_files(op).unwrap().is_empty() {
-        args.extend(["--set", "crds.enabled=false"]);
-    }
+    args.extend(no_crds.iter().map(String::as_str));
     helm_ok(Some(&env.kubeconfig), &args).unwrap();
-    let kubeconfig = env.service_account_kubeconfig(&ns, &fullname).await.unwrap();
-    let (op_args, mut op_env) = deployment_command(&admin, &ns, &fullname).await;
-    op_env.push(("POD_NAMESPACE".into(), ns.clone()));
-    (ns, fullname, kubeconfig, op_args, op_env)
+    let kubeconfig = env.service_account_kubeconfig(&namespace, &fullname).await.unwrap();
+    let (args, mut env) = deployment_command(&admin, &namespace, &fullname).await;
+    env.push(("POD_NAMESPACE".into(), namespace.clone()));
+    Installed { namespace, fullname, kubeconfig, args, env }
 }
 
 /// The restart test runs alone: its own control plane, five operators and an
@@ -148,9 +156,9 @@ async fn prove(
 ) {
     let _shared = ALONE.read().await;
     let admin = env.client().await;
-    let (ns, fullname, kubeconfig, op_args, mut op_env) = install_chart(env, op, values).await;
+    let Installed { namespace: ns, fullname, kubeconfig, args: op_args, env: mut op_env } =
+        install_chart(env, op, values).await;
     op_env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let release = "rbac";
     let env_refs: Vec<(&str, &str)> = op_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
 
     // Sufficient: the scenario converges and nothing is forbidden.
@@ -204,7 +212,7 @@ async fn prove(
             eprintln!("{op}: without {:?} {:?}: {outcome}", removed.resources, removed.verbs);
         }
     }
-    helm_ok(Some(&env.kubeconfig), &["uninstall", release, "--namespace", &ns]).unwrap();
+    helm_ok(Some(&env.kubeconfig), &["uninstall", RELEASE, "--namespace", &ns]).unwrap();
 }
 
 /// A pod labelled `round`, bound to a node that does not exist (no kubelet
@@ -686,7 +694,7 @@ async fn every_operator_rides_out_an_api_server_restart() {
         // (controller-runtime's rule: another replica may be leading by
         // now). What is shown here is that nothing else needs a restart.
         values.extend(["--set", "leaderElection.enabled=false"]);
-        let (ns, _, kubeconfig, args, mut op_env) = install_chart(&env, op, &values).await;
+        let Installed { namespace: ns, kubeconfig, args, env: mut op_env, .. } = install_chart(&env, op, &values).await;
         op_env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let env_refs: Vec<(&str, &str)> = op_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let operator = start_operator(op, &kubeconfig, &args, &env_refs).unwrap();
@@ -723,4 +731,6 @@ async fn every_operator_rides_out_an_api_server_restart() {
     for (_, _, operator, _) in running {
         operator.stop();
     }
+    cp.stop();
+    let _ = std::fs::remove_dir_all(&cp.dir);
 }
