@@ -335,8 +335,10 @@ async fn read_logs(
             let previous = data
                 .pods
                 .get(&format!("{pod_ns}/{pod}"))
-                .and_then(|v| v.containers.iter().find(|c| c.name == container).map(|c| c.state.clone()))
-                .map_or(previous, |state| matches!(state, crate::pod::State::Running { .. }));
+                .and_then(|v| {
+                    v.containers.iter().find(|c| c.name == container).map(|c| c.state.crashed_run_is_previous())
+                })
+                .unwrap_or(previous);
             // The kubelet may have dropped a run's log file (it keeps one dead
             // container per container): try the other run of this pod, then
             // other pods of the incident, at most three reads.

@@ -273,10 +273,9 @@ fn container_problem(
                 let message = format!("{} restarts, last: {}", c.restart_count, describe(last));
                 let since = last.finished_at.unwrap_or(now);
                 let incarnation = Some(last.container_id.clone()).filter(|s| !s.is_empty());
-                // The crashed run's log: the kubelet's `previous` is the run
-                // before the current container, which is the crashed one only
-                // while a new run is alive; in back-off the newest run is it.
-                let previous = matches!(c.state, State::Running { .. });
+                // Decided again when the log is read (the container may
+                // restart meanwhile); this is the fallback.
+                let previous = c.state.crashed_run_is_previous();
                 return Some(problem(pod, &c.name, reason, message, c.restart_count, since, incarnation, previous));
             }
         }

@@ -42,6 +42,15 @@ pub enum State {
     Unknown,
 }
 
+impl State {
+    /// Whether a container's crashed run is the kubelet's `previous` log:
+    /// only while a new run is alive; in back-off (or terminated) the
+    /// newest run is the crashed one.
+    pub fn crashed_run_is_previous(&self) -> bool {
+        matches!(self, State::Running { .. })
+    }
+}
+
 /// One container (or init container) of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerView {
