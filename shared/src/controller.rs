@@ -2,6 +2,10 @@
 //! a `reconcile` span per call, a panicking reconcile caught and retried,
 //! readiness once its cache has synced, and a graceful stop on shutdown
 //! (in-flight reconciles finish, no new ones start).
+//!
+//! Under leader election the controllers start while the process stands by:
+//! their watches fill the caches (a standby is warm, as controller-runtime's
+//! are), but no reconcile runs before the lease is won ([`Context::leading`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -10,6 +14,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -35,12 +40,27 @@ pub struct Context {
     pub field_manager: String,
     pub(crate) readiness: Readiness,
     pub(crate) shutdown: CancellationToken,
+    /// `true` once this process leads (from the start without election).
+    pub(crate) leading: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Context {
     /// Cancelled when the process is asked to stop (or loses leadership).
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
+    }
+
+    /// Resolves once this process leads — at once without leader election;
+    /// `false` when shutdown comes first. Work that is not a `Controller`
+    /// (a sync loop) waits for it before it writes anything: the operator's
+    /// code runs while standing by, to keep its caches warm.
+    pub async fn leading(&self) -> bool {
+        wait_leading(self.leading.clone(), &self.shutdown).await
+    }
+
+    /// Whether this process leads now.
+    pub fn is_leading(&self) -> bool {
+        *self.leading.borrow()
     }
 
     /// Readiness gate for work that is not a `Controller` (a periodic sync
@@ -93,10 +113,13 @@ impl Context {
 
         let reconcile = Arc::new(reconcile);
         let panicked = Arc::new(PanicBackoff::default());
+        let cache = controller.store();
+        let (leading, shutdown) = (self.leading.clone(), self.shutdown.clone());
         let wrapped = move |obj: Arc<K>, data: Arc<D>| -> BoxFuture<'static, Result<Action, E>> {
             let m = m.clone();
             let reconcile = reconcile.clone();
             let panicked = panicked.clone();
+            let (cache, leading, shutdown) = (cache.clone(), leading.clone(), shutdown.clone());
             let span = tracing::info_span!(
                 "reconcile",
                 controller = name,
@@ -104,6 +127,20 @@ impl Context {
                 namespace = obj.namespace().as_deref().unwrap_or(""),
             );
             async move {
+                // Standing by: nothing starts before the lease is won; then
+                // the object is read again from the cache, since what was
+                // scheduled may be hours old, or deleted since.
+                let obj = if *leading.borrow() {
+                    obj
+                } else {
+                    if !wait_leading(leading, &shutdown).await {
+                        return Ok(Action::await_change());
+                    }
+                    match cache.get(&ObjectRef::from_obj(obj.as_ref())) {
+                        Some(latest) => latest,
+                        None => return Ok(Action::await_change()),
+                    }
+                };
                 m.active.inc();
                 let started = Instant::now();
                 let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
@@ -142,23 +179,37 @@ impl Context {
         };
 
         tracing::info!(controller = name, "starting controller");
+        let readiness = self.readiness.clone();
         controller
             // Watches retry within 2 s, not kube-runtime's 30 s (see backoff.rs).
             .trigger_backoff(crate::backoff::watch_backoff())
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(wrapped, error_policy, data)
-            .for_each(|result| async move {
-                if let Err(e) = result {
-                    match e {
-                        // Already logged (with its span) by the wrapper.
-                        kube::runtime::controller::Error::ReconcilerFailed(..) => {}
-                        other => tracing::debug!(controller = name, error = %other, "controller event"),
+            .for_each(|result| {
+                match result {
+                    // Already logged (with its span) by the wrapper.
+                    Ok(_) | Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+                    // A watch (of the kind or of one it owns/watches) failed:
+                    // the cache is stale until it resumes (health.rs).
+                    Err(kube::runtime::controller::Error::QueueError(e)) => {
+                        readiness.watch_failed(name);
+                        tracing::warn!(controller = name, error = %e, "watch failed; retrying");
                     }
+                    Err(other) => tracing::debug!(controller = name, error = %other, "controller event"),
                 }
+                futures::future::ready(())
             })
             .await;
         tracing::info!(controller = name, "controller stopped");
         Ok(())
+    }
+}
+
+/// Whether `leading` became true before `shutdown` (see `Context::leading`).
+async fn wait_leading(mut leading: tokio::sync::watch::Receiver<bool>, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        r = leading.wait_for(|l| *l) => r.is_ok(),
+        () = shutdown.cancelled() => false,
     }
 }
 

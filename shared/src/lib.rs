@@ -11,6 +11,8 @@
 //! | `/metrics`, `/healthz`, `/readyz` | [`server`], [`health`] |
 //! | controller-runtime reconcile metrics, process metrics, your own | [`metrics`] |
 //! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown | [`leader`] |
+//! | warm standbys: controllers watch before the lease is won, reconcile after | [`controller`], [`Context::leading`] |
+//! | `/readyz` unready while a watch feeding a cache fails | [`health`] |
 //! | status by server-side apply, `metav1.Condition` semantics | [`status`], [`conditions`] |
 //! | Events as `flotilla-<operator>`, never blocking a reconcile | [`events`] |
 //! | SIGTERM: stop taking work, finish in-flight reconciles, release, exit 0 | [`operator`] |

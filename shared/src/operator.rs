@@ -120,8 +120,10 @@ impl Operator {
         spawn_signal_handler(shutdown.clone(), readiness.clone());
 
         let client = client(cfg).await?;
+        tokio::spawn(crate::health::probe_while_failing(readiness.clone(), client.clone(), servers_stop.clone()));
         let identity = default_identity();
         let instance = identity.rsplit_once('_').map(|(host, _)| host.to_string()).unwrap_or_else(|| identity.clone());
+        let (leading, leading_rx) = tokio::sync::watch::channel(!cfg.leader_elect);
         let ctx = Context {
             events: Events::new(client.clone(), self.name, &instance),
             client: client.clone(),
@@ -130,8 +132,12 @@ impl Operator {
             field_manager: format!("flotilla-{}", self.name),
             readiness: readiness.clone(),
             shutdown: shutdown.clone(),
+            leading: leading_rx,
         };
         metrics.register(ctx.events.dropped())?;
+        // Started now, also while standing by: the watches fill the caches
+        // (a warm standby), the reconciles wait for the lease (controller.rs).
+        let mut run = std::pin::pin!(controllers(ctx));
 
         let mut leadership = None;
         // Only an operator that elects a leader has a leader status (as in
@@ -151,26 +157,31 @@ impl Operator {
                     }
                 })
             };
-            // Ready while standing by: the first attempt decides health.
+            // Ready while standing by (once the caches synced): the first
+            // attempt decides health.
             readiness.set_standby(true);
             let acquired = tokio::select! {
-                l = elector.acquire() => Some(l),
-                _ = shutdown.cancelled() => None,
-            };
-            standby_health.abort();
-            match acquired {
-                Some(l) => leadership = Some(l),
-                None => {
+                l = elector.acquire() => Ok(l),
+                r = &mut run => Err(r),
+                _ = shutdown.cancelled() => {
                     tracing::info!("shut down while standing by");
                     return Ok(ExitCode::SUCCESS);
                 }
+            };
+            standby_health.abort();
+            match acquired {
+                Ok(l) => leadership = Some(l),
+                Err(Err(e)) => return Err(e.context("controllers failed while standing by")),
+                Err(Ok(())) if shutdown.is_cancelled() => return Ok(ExitCode::SUCCESS),
+                Err(Ok(())) => anyhow::bail!("the controllers stopped while standing by, without being asked to"),
             }
             leader_gauge.set(1);
         }
         readiness.set_active();
+        // Only now do the reconciles start (each with the cache's latest).
+        let _ = leading.send(true);
 
         let end = {
-            let mut run = std::pin::pin!(controllers(ctx));
             let mut deadline: Option<tokio::time::Instant> = None;
             loop {
                 tokio::select! {

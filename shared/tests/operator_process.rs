@@ -132,6 +132,8 @@ async fn two_instances_one_leader_and_the_standby_takes_over_when_the_leader_die
     let ns = env.namespace("le-kill").await.unwrap();
     let id = "toy-kill";
     let flags = le_flags(&ns, id, "3s", "2s", "500ms");
+    let widgets: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
+    widgets.create(&PostParams::default(), &widget("kept", json!({"message": "one"}))).await.unwrap();
     let mut a = start(&env.kubeconfig, &flags);
     wait_leader(&a, id, T).await;
     let b = start(&env.kubeconfig, &flags);
@@ -139,6 +141,15 @@ async fn two_instances_one_leader_and_the_standby_takes_over_when_the_leader_die
     wait_for("the standby to be ready", T, || async { Ok::<_, String>(b.ready().await.then_some(())) })
         .await
         .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", b.logs()));
+    // Warm: the standby's cache synced before it leads, and nothing of it
+    // reconciled — not even a Widget created and deleted meanwhile, which
+    // its controller scheduled and must drop once leading (gone from the
+    // cache), rather than reconcile from the old copy.
+    assert!(b.logs().contains("cache synced"), "the standby's cache is synced:\n{}", b.logs());
+    widgets.create(&PostParams::default(), &widget("gone", json!({"message": "two"}))).await.unwrap();
+    widgets.delete("gone", &DeleteParams::default()).await.unwrap();
+    let successes = r#"controller_runtime_reconcile_total{controller="widget",result="success"}"#;
+    let errors = r#"controller_runtime_reconcile_errors_total{controller="widget"}"#;
     wait_for("the leader to be ready (cache synced)", T, || async { Ok::<_, String>(a.ready().await.then_some(())) })
         .await
         .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", a.logs()));
@@ -148,16 +159,28 @@ async fn two_instances_one_leader_and_the_standby_takes_over_when_the_leader_die
     assert_eq!(b.metric(&series).await, Some(0.0));
     assert!(b.ready().await, "a healthy standby is ready");
 
+    assert_eq!(b.metric(successes).await, Some(0.0), "a standby reconciles nothing:\n{}", b.logs());
+
     // Kill the leader without a chance to release.
     a.child.kill().unwrap();
     let _ = a.child.wait();
     let killed = Instant::now();
     wait_leader(&b, id, Duration::from_secs(15)).await;
     let took = killed.elapsed();
-    eprintln!("standby took over {took:?} after the leader was killed (lease 3s, retry 500ms)");
+    // Its first reconcile needs no list: the cache is already there.
+    wait_for("the new leader's first reconcile", T, || async {
+        Ok::<_, String>((b.metric(successes).await >= Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", b.logs()));
+    let first = killed.elapsed();
+    eprintln!(
+        "standby took over {took:?} after the leader was killed (lease 3s, retry 500ms); its first reconcile {first:?} after"
+    );
     // Not before the lease could have expired, and within lease + retry (+ jitter and scrape slack).
     assert!(took >= Duration::from_millis(2500), "took over too early: {took:?}");
     assert!(took <= Duration::from_millis(3000 + 600 + 1500), "took over too late: {took:?}");
+    assert_eq!(b.metric(errors).await, Some(0.0), "the deleted Widget was not reconciled:\n{}", b.logs());
 }
 
 #[tokio::test]

@@ -11,6 +11,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use flotilla_shared::health::WatchHealth;
 use flotilla_shared::projection::{self, Change};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
@@ -410,11 +411,12 @@ impl Caches {
     }
 
     /// Watches namespaces (metadata only) until the stream ends.
-    pub async fn watch_namespaces(self: Arc<Self>, on_synced: impl Fn()) {
+    pub async fn watch_namespaces(self: Arc<Self>, health: WatchHealth) {
         let Some(mut writer) = lock(&self.writers).namespaces.take() else { return };
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().any_semantic();
-        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff()));
+        let mut stream =
+            std::pin::pin!(health.track(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff())));
         let project = |o: PartialObjectMeta<Namespace>| {
             let info =
                 NamespaceInfo { labels: o.labels().clone(), terminating: o.metadata.deletion_timestamp.is_some() };
@@ -426,7 +428,7 @@ impl Caches {
                     let init_done = matches!(ev, watcher::Event::InitDone);
                     let changes = writer.apply_changes(ev, project);
                     if init_done {
-                        on_synced();
+                        health.synced();
                     }
                     if init_done || !changes.is_empty() {
                         self.trigger_all();
@@ -438,21 +440,22 @@ impl Caches {
     }
 
     /// Watches the copies of one kind: metadata only, by the ownership label.
-    pub async fn watch_copies(self: Arc<Self>, kind: SourceKind, on_synced: impl Fn()) {
+    pub async fn watch_copies(self: Arc<Self>, kind: SourceKind, health: WatchHealth) {
         match kind {
-            SourceKind::ConfigMap => self.watch_copies_of::<ConfigMap>(kind, on_synced).await,
-            SourceKind::Secret => self.watch_copies_of::<Secret>(kind, on_synced).await,
+            SourceKind::ConfigMap => self.watch_copies_of::<ConfigMap>(kind, health).await,
+            SourceKind::Secret => self.watch_copies_of::<Secret>(kind, health).await,
         }
     }
 
-    async fn watch_copies_of<K>(self: Arc<Self>, kind: SourceKind, on_synced: impl Fn())
+    async fn watch_copies_of<K>(self: Arc<Self>, kind: SourceKind, health: WatchHealth)
     where
         K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     {
         let Some(mut writer) = lock(&self.writers).copies.remove(&kind) else { return };
         let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
-        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff()));
+        let mut stream =
+            std::pin::pin!(health.track(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff())));
         let fm = self.field_manager.clone();
         let project = |o: PartialObjectMeta<K>| {
             let key = copy_key_str(&o.namespace().unwrap_or_default(), &o.name_any());
@@ -468,7 +471,7 @@ impl Caches {
                         self.copy_changed(c);
                     }
                     if init_done {
-                        on_synced();
+                        health.synced();
                         self.trigger_all();
                     }
                 }

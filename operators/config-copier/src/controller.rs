@@ -98,19 +98,13 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
 
     let readiness = ctx.readiness().clone();
     let mut tasks = Vec::new();
-    readiness.register("namespaces");
-    {
-        let r = readiness.clone();
-        tasks.push(tokio::spawn(Arc::clone(&caches).watch_namespaces(move || r.set_synced("namespaces"))));
-    }
+    tasks.push(tokio::spawn(Arc::clone(&caches).watch_namespaces(readiness.watch("namespaces"))));
     for kind in SourceKind::ALL {
         let name = match kind {
             SourceKind::ConfigMap => "copies-configmaps",
             SourceKind::Secret => "copies-secrets",
         };
-        readiness.register(name);
-        let r = readiness.clone();
-        tasks.push(tokio::spawn(Arc::clone(&caches).watch_copies(kind, move || r.set_synced(name))));
+        tasks.push(tokio::spawn(Arc::clone(&caches).watch_copies(kind, readiness.watch(name))));
     }
     {
         let caches = Arc::clone(&caches);

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_shared::Context;
+use flotilla_shared::health::WatchHealth;
 use flotilla_shared::projection;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -109,12 +110,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     });
 
     let readiness = ctx.readiness().clone();
-    readiness.register("pods");
     let mut tasks = Vec::new();
-    {
-        let (data, r) = (Arc::clone(&data), readiness.clone());
-        tasks.push(tokio::spawn(watch_pods(pods_api, writer, data, move || r.set_synced("pods"))));
-    }
+    tasks.push(tokio::spawn(watch_pods(pods_api, writer, Arc::clone(&data), readiness.watch("pods"))));
     {
         let data = Arc::clone(&data);
         tasks.push(tokio::spawn(async move {
@@ -136,17 +133,17 @@ async fn watch_pods(
     api: Api<Pod>,
     writer: projection::Writer<PodView>,
     data: Arc<Data>,
-    synced: impl Fn() + Send + 'static,
+    health: WatchHealth,
 ) {
     // Small list pages: a page of full Pods is what peaks memory at start
     // (each becomes a few hundred bytes of projection right away).
-    let watch = watcher(api, watcher::Config::default().any_semantic().page_size(50));
+    let watch = health.track(watcher(api, watcher::Config::default().any_semantic().page_size(50)));
     let project = |pod: Pod| {
         let v = view(&pod);
         (format!("{}/{}", v.namespace, v.name), v)
     };
     writer
-        .run(watch, project, synced, |changes| {
+        .run(watch, project, move || health.synced(), |changes| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
             let namespaces = projection::touched(changes, |p| p.namespace.as_str());
             for alert in data.alerts.state() {

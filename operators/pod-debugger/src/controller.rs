@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_shared::Context;
+use flotilla_shared::health::WatchHealth;
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
 use futures::StreamExt;
@@ -111,12 +112,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     });
 
     let readiness = ctx.readiness().clone();
-    readiness.register("pods");
     let mut tasks = Vec::new();
-    {
-        let (data, r) = (Arc::clone(&data), readiness.clone());
-        tasks.push(tokio::spawn(watch_pods(pods_api, writer, data, move || r.set_synced("pods"))));
-    }
+    tasks.push(tokio::spawn(watch_pods(pods_api, writer, Arc::clone(&data), readiness.watch("pods"))));
     {
         let data = Arc::clone(&data);
         tasks.push(tokio::spawn(async move {
@@ -139,16 +136,16 @@ async fn watch_pods(
     api: Api<Pod>,
     writer: projection::Writer<PodView>,
     data: Arc<Data>,
-    synced: impl Fn() + Send + 'static,
+    health: WatchHealth,
 ) {
     // Small list pages: a page of full Pods is what peaks memory at start.
-    let watch = watcher(api, watcher::Config::default().any_semantic().page_size(50));
+    let watch = health.track(watcher(api, watcher::Config::default().any_semantic().page_size(50)));
     let project = |pod: Pod| {
         let v = view(&pod);
         (format!("{}/{}", v.namespace, v.name), v)
     };
     writer
-        .run(watch, project, synced, |changes| {
+        .run(watch, project, move || health.synced(), |changes| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
             let namespaces = projection::touched(changes, |p| p.namespace.as_str());
             for rule in data.rules.state() {

@@ -97,7 +97,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     let metrics = DnsMetrics::new()?;
     metrics.register(&ctx.metrics)?;
     let shutdown = ctx.shutdown_token();
-    ctx.readiness().register(CONTROLLER);
+    ctx.readiness().register_leader_work(CONTROLLER);
     let r53 = Route53::from_env(cfg.route53_rps, cfg.route53_timeout, metrics.clone()).await;
     let Some(zone) = resolve_zone(&r53, &cfg.zone, &shutdown).await? else { return Ok(()) };
     let Some(owner_id) = owner_id(&ctx, &cfg, &shutdown).await else { return Ok(()) };
@@ -114,7 +114,8 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     // The cache keeps a ServiceInfo per Service, not the Service.
     let (store, mut writer) = projection::store::<ServiceInfo>();
     let (tx, mut rx) = mpsc::channel::<()>(1);
-    let watch = watcher(api, wc).backoff(flotilla_shared::backoff::watch_backoff());
+    let services = ctx.readiness().watch("services");
+    let watch = services.track(watcher(api, wc).backoff(flotilla_shared::backoff::watch_backoff()));
     let watch_shutdown = shutdown.clone();
     let watch_task = tokio::spawn(async move {
         let mut watch = std::pin::pin!(watch);
@@ -143,6 +144,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         _ = shutdown.cancelled() => return Ok(()),
     }
     tracing::info!("Service cache synced");
+    services.synced();
 
     let naming = Naming {
         template: cfg.template.clone(),
@@ -168,6 +170,14 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         held_since: None,
         quarantine: Quarantine::new(cfg.interval.max(Duration::from_secs(300))),
     };
+    // A standby keeps its cache warm; only the leader writes to the zone.
+    if !ctx.is_leading() {
+        tracing::info!("standing by: the cache is kept, the first sync waits for the lease");
+        if !ctx.leading().await {
+            watch_task.abort();
+            return Ok(());
+        }
+    }
     let reconcile = ctx.metrics.controller(CONTROLLER);
     let mut failures: u32 = 0;
     let mut next_full = tokio::time::Instant::now();

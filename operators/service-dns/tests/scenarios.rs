@@ -136,6 +136,52 @@ async fn service_deleted_while_stopped_is_removed_after_restart() {
     assert!(left.iter().any(|r| r.name == format!("kube-keep.{domain}") && r.values == vec![cluster_ip(&keep)]));
 }
 
+/// Under leader election a standby keeps its Service cache (it is ready once
+/// synced) but writes nothing; it publishes once the lease is its own.
+#[tokio::test]
+async fn a_standby_keeps_its_cache_and_writes_nothing_until_it_leads() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let proxy = faithful(&moto);
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "standby").await;
+    let ns = env.namespace("standby").await.expect("namespace");
+    // Someone else leads, for an hour.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "service-dns-standby"},
+        "spec": {
+            "holderIdentity": "someone-else",
+            "leaseDurationSeconds": 3600,
+            "renewTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        },
+    }))
+    .unwrap();
+    leases.create(&kube::api::PostParams::default(), &lease).await.unwrap();
+    let le = [
+        "--leader-elect".to_string(),
+        format!("--leader-election-namespace={ns}"),
+        "--leader-election-id=service-dns-standby".to_string(),
+    ];
+    let args = [zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")], le.to_vec()].concat();
+    let mut op = Operator::start(&env, &proxy.endpoint, &args);
+    let svc = create_service(&client, &ns, &service("standby", "ClusterIP", &[])).await;
+    op.wait_ready().await;
+    // Several resync intervals (2 s) later: nothing written, no sync run.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(op.logs().contains("standing by"), "{}", op.logs());
+    assert_eq!(user_records(&r53, &zone).await, vec![], "a standby wrote to the zone");
+    let syncs = "controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}";
+    assert_eq!(op.metric(syncs).await.unwrap_or(0.0), 0.0, "a standby synced");
+
+    // Released: the standby leads and publishes from the cache it kept.
+    let release = serde_json::json!({"spec": {"holderIdentity": null}});
+    leases.patch("service-dns-standby", &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+    wait_record(&r53, &zone, &format!("kube-standby.{domain}"), RecordType::A, &[&cluster_ip(&svc)]).await;
+}
+
 /// A record we do not own is never changed; the Service gets a conflict Event
 /// and the metric counts it; other Services are published.
 #[tokio::test]
