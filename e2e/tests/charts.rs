@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 
+use flotilla_e2e::observability::metric_names;
 use flotilla_e2e::{
     UMBRELLA, build_chart_dependencies, charts_dir, helm, helm_ok, objects_of_release, operators, yaml_documents,
 };
@@ -693,21 +694,6 @@ fn sources(dir: &std::path::Path) -> String {
         }
     }
     out
-}
-
-/// The metric names a PromQL expression reads (`name{…}`), histogram
-/// series suffixes removed.
-fn metric_names(expr: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    for (i, _) in expr.match_indices('{') {
-        let before = &expr[..i];
-        let start = before.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')).map_or(0, |p| p + 1);
-        let name = &before[start..];
-        if !name.is_empty() {
-            names.push(name.strip_suffix("_bucket").unwrap_or(name).to_string());
-        }
-    }
-    names
 }
 
 /// service-dns without a hosted zone fails at render, saying what to set,
