@@ -249,7 +249,12 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         events.first = None;
         reconcile.active.inc();
         let started = Instant::now();
-        let full = tokio::time::Instant::now() >= next_full;
+        // A full listing that falls due inside a stream waits for the sync
+        // that ends it (the stream's pause, or `--max-batch-delay`): listing
+        // thousands of records between two full requests delays the rest of
+        // the burst, and the oldest held change with it, which is what cuts a
+        // burst into more requests than its size needs.
+        let full = tokio::time::Instant::now() >= next_full && !hold;
         syncer.listed = false;
         let result = syncer.sync(full, hold).await;
         let took = started.elapsed();
