@@ -798,7 +798,10 @@ async fn every_operator_rides_out_an_api_server_restart() {
                 }
             }
         }
-        assert!(missing.is_empty(), "{op}: its alerts or dashboard read {missing:?}, which it does not export:\n{text}");
+        assert!(
+            missing.is_empty(),
+            "{op}: its alerts or dashboard read {missing:?}, which it does not export:\n{text}"
+        );
     }
     for (_, _, operator, _) in running {
         operator.stop();

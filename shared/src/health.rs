@@ -323,7 +323,10 @@ mod tests {
         r.watch_failed_at("pods", t0);
         r.watch_failed_at("pods", t0 + Duration::from_secs(3));
         assert!(r.any_watch_failing());
-        assert_eq!(r.check_at(t0 + Duration::from_secs(4)), Err("caches stale, watch failing: pods (failing for 4s)".into()));
+        assert_eq!(
+            r.check_at(t0 + Duration::from_secs(4)),
+            Err("caches stale, watch failing: pods (failing for 4s)".into())
+        );
         r.watch_event("namespaces");
         assert!(r.check().is_err(), "another watch's event says nothing about this one");
         r.watch_event("pods");

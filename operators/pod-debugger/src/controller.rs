@@ -132,12 +132,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
 
 /// Keeps the pod projection and triggers the PodDebuggers of the namespaces
 /// that changed.
-async fn watch_pods(
-    api: Api<Pod>,
-    writer: projection::Writer<PodView>,
-    data: Arc<Data>,
-    health: WatchHealth,
-) {
+async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Arc<Data>, health: WatchHealth) {
     // Small list pages: a page of full Pods is what peaks memory at start.
     let watch = health.track(watcher(api, watcher::Config::default().any_semantic().page_size(50)));
     let project = |pod: Pod| {
@@ -145,16 +140,21 @@ async fn watch_pods(
         (format!("{}/{}", v.namespace, v.name), v)
     };
     writer
-        .run(watch, project, move || health.synced(), |changes| {
-            data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
-            let namespaces = projection::touched(changes, |p| p.namespace.as_str());
-            for rule in data.rules.state() {
-                let ns = rule.namespace().unwrap_or_default();
-                if namespaces.binary_search(&ns.as_str()).is_ok() {
-                    let _ = data.trigger.unbounded_send(ObjectRef::from_obj(rule.as_ref()));
+        .run(
+            watch,
+            project,
+            move || health.synced(),
+            |changes| {
+                data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
+                let namespaces = projection::touched(changes, |p| p.namespace.as_str());
+                for rule in data.rules.state() {
+                    let ns = rule.namespace().unwrap_or_default();
+                    if namespaces.binary_search(&ns.as_str()).is_ok() {
+                        let _ = data.trigger.unbounded_send(ObjectRef::from_obj(rule.as_ref()));
+                    }
                 }
-            }
-        })
+            },
+        )
         .await;
 }
 
