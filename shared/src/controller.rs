@@ -142,12 +142,16 @@ impl Context {
                     }
                 };
                 m.active.inc();
+                let running = m.running.start();
                 let started = Instant::now();
                 let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
                 // A panic is caught, counted and retried with backoff (as
                 // controller-runtime does), never a crash of every controller.
                 let result = std::panic::AssertUnwindSafe(async move { reconcile(obj, data).await }).catch_unwind().await;
-                m.time.observe(started.elapsed().as_secs_f64());
+                let took = started.elapsed().as_secs_f64();
+                m.time.observe(took);
+                m.work_duration.observe(took);
+                drop(running);
                 m.active.dec();
                 let result = match result {
                     Ok(result) => {
@@ -158,6 +162,7 @@ impl Context {
                         m.panics.inc();
                         m.error.inc();
                         m.errors.inc();
+                        m.retries.inc();
                         let retry = panicked.next(&key);
                         tracing::error!(panic = %panic_message(payload.as_ref()), ?retry, "reconcile panicked; retried with backoff");
                         return Ok(Action::requeue(retry));
@@ -176,6 +181,16 @@ impl Context {
             }
             .instrument(span)
             .boxed()
+        };
+
+        // An error's retry is the policy's requeue (client-go's AddRateLimited).
+        let retries = self.metrics.controller(name).retries;
+        let error_policy = move |obj: Arc<K>, e: &E, data: Arc<D>| {
+            let action = error_policy(obj, e, data);
+            if action != Action::await_change() {
+                retries.inc();
+            }
+            action
         };
 
         tracing::info!(controller = name, "starting controller");

@@ -3,8 +3,13 @@
 //! them around every reconcile, so no operator counts by hand. Operators
 //! register their own `flotilla_<operator>_…` metrics on the same registry.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 /// controller-runtime's `reconcile_time_seconds` buckets.
@@ -12,6 +17,9 @@ const RECONCILE_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5,
     1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
 ];
+
+/// client-go's `workqueue_work_duration_seconds` buckets: 10 ns × 10^0..11.
+const WORK_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0];
 
 /// Values of `controller_runtime_reconcile_total`'s `result` label.
 pub const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
@@ -26,6 +34,23 @@ pub struct Metrics {
     reconcile_time: HistogramVec,
     active_workers: IntGaugeVec,
     leader_status: IntGaugeVec,
+    work: WorkMetrics,
+}
+
+/// The processing side of client-go's `workqueue_*` metrics (label `name`,
+/// the controller). The queue side (`depth`, `adds_total`,
+/// `queue_duration_seconds`) is not exported: kube-runtime's scheduler does
+/// not show what waits in it (kube-rs/kube#1917), and a figure guessed from
+/// outside would mislead.
+#[derive(Clone)]
+struct WorkMetrics {
+    duration: HistogramVec,
+    retries: IntCounterVec,
+    unfinished: GaugeVec,
+    longest: GaugeVec,
+    /// The reconciles running now, per controller (the two gauges are
+    /// computed from them at scrape time, as client-go updates them).
+    running: Arc<Mutex<HashMap<String, Arc<Running>>>>,
 }
 
 impl Metrics {
@@ -74,6 +99,39 @@ impl Metrics {
         registry.register(Box::new(reconcile_time.clone()))?;
         registry.register(Box::new(active_workers.clone()))?;
         registry.register(Box::new(leader_status.clone()))?;
+        let work = WorkMetrics {
+            duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "workqueue_work_duration_seconds",
+                    "How long in seconds processing an item from workqueue takes.",
+                )
+                .buckets(WORK_BUCKETS.to_vec()),
+                &["name"],
+            )?,
+            retries: IntCounterVec::new(
+                Opts::new("workqueue_retries_total", "Total number of retries handled by workqueue"),
+                &["name"],
+            )?,
+            unfinished: GaugeVec::new(
+                Opts::new(
+                    "workqueue_unfinished_work_seconds",
+                    "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+                ),
+                &["name"],
+            )?,
+            longest: GaugeVec::new(
+                Opts::new(
+                    "workqueue_longest_running_processor_seconds",
+                    "How many seconds has the longest running processor for workqueue been running.",
+                ),
+                &["name"],
+            )?,
+            running: Arc::default(),
+        };
+        registry.register(Box::new(work.duration.clone()))?;
+        registry.register(Box::new(work.retries.clone()))?;
+        registry.register(Box::new(work.unfinished.clone()))?;
+        registry.register(Box::new(work.longest.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(Self {
@@ -84,6 +142,7 @@ impl Metrics {
             reconcile_time,
             active_workers,
             leader_status,
+            work,
         })
     }
 
@@ -106,7 +165,16 @@ impl Metrics {
         for result in RESULTS {
             self.reconcile_total.with_label_values(&[name, result]);
         }
+        let running = match self.work.running.lock() {
+            Ok(mut r) => r.entry(name.to_string()).or_default().clone(),
+            Err(poisoned) => poisoned.into_inner().entry(name.to_string()).or_default().clone(),
+        };
+        self.work.unfinished.with_label_values(&[name]);
+        self.work.longest.with_label_values(&[name]);
         ControllerMetrics {
+            work_duration: self.work.duration.with_label_values(&[name]),
+            retries: self.work.retries.with_label_values(&[name]),
+            running,
             success: self.reconcile_total.with_label_values(&[name, "success"]),
             error: self.reconcile_total.with_label_values(&[name, "error"]),
             requeue_after: self.reconcile_total.with_label_values(&[name, "requeue_after"]),
@@ -124,6 +192,7 @@ impl Metrics {
 
     /// The Prometheus text exposition of everything registered.
     pub fn encode(&self) -> String {
+        self.work.refresh(Instant::now());
         let mut buf = Vec::new();
         if let Err(e) = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
             tracing::error!(error = %e, "encoding metrics");
@@ -132,9 +201,72 @@ impl Metrics {
     }
 }
 
+impl WorkMetrics {
+    /// Sets the in-progress gauges from the reconciles running at `now`.
+    fn refresh(&self, now: Instant) {
+        let running: Vec<(String, Arc<Running>)> = match self.running.lock() {
+            Ok(r) => r.iter().map(|(n, r)| (n.clone(), r.clone())).collect(),
+            Err(_) => return,
+        };
+        for (name, r) in running {
+            let (unfinished, longest) = r.in_progress(now);
+            self.unfinished.with_label_values(&[&name]).set(unfinished);
+            self.longest.with_label_values(&[&name]).set(longest);
+        }
+    }
+}
+
+/// The start times of one controller's running reconciles.
+#[derive(Default)]
+pub struct Running {
+    next: AtomicU64,
+    started: Mutex<HashMap<u64, Instant>>,
+}
+
+impl Running {
+    /// Records a reconcile started now until the guard drops.
+    pub fn start(self: &Arc<Self>) -> RunningGuard {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut s) = self.started.lock() {
+            s.insert(id, Instant::now());
+        }
+        RunningGuard { running: self.clone(), id }
+    }
+
+    /// Seconds of work in progress (summed) and of the longest running.
+    fn in_progress(&self, now: Instant) -> (f64, f64) {
+        let Ok(s) = self.started.lock() else { return (0.0, 0.0) };
+        s.values().fold((0.0, 0.0), |(sum, max), t| {
+            let secs = now.saturating_duration_since(*t).as_secs_f64();
+            (sum + secs, f64::max(max, secs))
+        })
+    }
+}
+
+/// See [`Running::start`].
+pub struct RunningGuard {
+    running: Arc<Running>,
+    id: u64,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.running.started.lock() {
+            s.remove(&self.id);
+        }
+    }
+}
+
 /// One controller's reconcile metrics.
 #[derive(Clone)]
 pub struct ControllerMetrics {
+    /// `workqueue_work_duration_seconds{name}`.
+    pub work_duration: prometheus::Histogram,
+    /// `workqueue_retries_total{name}`: requeues after an error or a panic.
+    pub retries: IntCounter,
+    /// Running reconciles (`workqueue_unfinished_work_seconds`,
+    /// `workqueue_longest_running_processor_seconds`).
+    pub running: Arc<Running>,
     pub success: IntCounter,
     pub error: IntCounter,
     pub requeue_after: IntCounter,
@@ -160,5 +292,29 @@ mod tests {
             );
         }
         assert!(text.contains("process_resident_memory_bytes"), "{text}");
+        for family in [
+            "workqueue_unfinished_work_seconds",
+            "workqueue_longest_running_processor_seconds",
+            "workqueue_retries_total",
+        ] {
+            assert!(text.contains(&format!("{family}{{name=\"widget\"}} 0")), "{family}: {text}");
+        }
+    }
+
+    #[test]
+    fn work_in_progress_is_summed_and_its_longest_reported() {
+        let m = Metrics::new().unwrap();
+        let c = m.controller("widget");
+        let first = c.running.start();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let second = c.running.start();
+        let (sum, longest) = c.running.in_progress(Instant::now());
+        assert!(longest >= 0.02 && sum >= longest && sum < longest * 2.0, "sum {sum}, longest {longest}");
+        drop(first);
+        let (_, longest_after) = c.running.in_progress(Instant::now());
+        assert!(longest_after < longest, "the longest one finished: {longest_after} < {longest}");
+        drop(second);
+        assert_eq!(c.running.in_progress(Instant::now()), (0.0, 0.0));
+        assert!(m.encode().contains("workqueue_longest_running_processor_seconds{name=\"widget\"} 0"));
     }
 }

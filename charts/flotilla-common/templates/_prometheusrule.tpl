@@ -73,6 +73,14 @@ spec:
           annotations:
             summary: {{ printf "%s: the slowest {{ $labels.controller }} reconciles take over 30 s; work is backing up" $name | quote }}
             runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaReconcileSlow") }}
+        - alert: FlotillaReconcileStuck
+          expr: max by (name) (workqueue_longest_running_processor_seconds{ {{- $sel -}} }) > 600
+          for: 5m
+          labels:
+            severity: warning
+          annotations:
+            summary: {{ printf "%s: a {{ $labels.name }} reconcile has been running for over 10 minutes" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaReconcileStuck") }}
         - alert: FlotillaEventsDropped
           expr: sum(increase(flotilla_events_dropped_total{ {{- $sel -}} }[15m])) > 0
           labels:

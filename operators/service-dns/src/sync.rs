@@ -248,6 +248,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         }
         events.first = None;
         reconcile.active.inc();
+        let running = reconcile.running.start();
         let started = Instant::now();
         // A full listing that falls due inside a stream waits for the sync
         // that ends it (the stream's pause, or `--max-batch-delay`): listing
@@ -260,7 +261,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         let took = started.elapsed();
         last_sync = tokio::time::Instant::now();
         reconcile.time.observe(took.as_secs_f64());
+        reconcile.work_duration.observe(took.as_secs_f64());
         syncer.metrics.sync_duration.observe(took.as_secs_f64());
+        drop(running);
         reconcile.active.dec();
         ctx.readiness().set_synced(CONTROLLER);
         // A sync of thousands of records frees megabytes: give them back.
@@ -277,6 +280,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 failures += 1;
                 reconcile.error.inc();
                 reconcile.errors.inc();
+                reconcile.retries.inc();
                 syncer.metrics.sync_errors.inc();
                 let wait = sync_backoff(failures, &e, cfg.interval);
                 tracing::warn!(error = %Error::Route53(e), retry_in = ?wait, "sync failed; backing off with every pending change");
