@@ -80,7 +80,7 @@ pub struct CommonArgs {
     #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     pub leader_elect_lease_duration: Duration,
 
-    /// How long the leader keeps retrying a failed renewal before it gives up leadership (and exits).
+    /// How long the leader keeps retrying a failed renewal before it stops all work (suspended); it resumes if it renews the lease before anyone else takes it, and exits 1 if someone did.
     #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub leader_elect_renew_deadline: Duration,
 

@@ -63,6 +63,14 @@ impl Context {
         *self.leading.borrow()
     }
 
+    /// Resolves when leading is suspended (the lease was not renewed in
+    /// time, `leader.rs`): work outside `run_controller` that writes stops
+    /// there, and waits for [`Context::leading`] again. Never resolves
+    /// without leader election.
+    pub async fn suspended(&self) {
+        suspended(self.leading.clone()).await;
+    }
+
     /// Readiness gate for work that is not a `Controller` (a periodic sync
     /// loop, say): register it, then mark it synced.
     pub fn readiness(&self) -> &Readiness {
@@ -133,7 +141,7 @@ impl Context {
                 let obj = if *leading.borrow() {
                     obj
                 } else {
-                    if !wait_leading(leading, &shutdown).await {
+                    if !wait_leading(leading.clone(), &shutdown).await {
                         return Ok(Action::await_change());
                     }
                     match cache.get(&ObjectRef::from_obj(obj.as_ref())) {
@@ -147,7 +155,19 @@ impl Context {
                 let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
                 // A panic is caught, counted and retried with backoff (as
                 // controller-runtime does), never a crash of every controller.
-                let result = std::panic::AssertUnwindSafe(async move { reconcile(obj, data).await }).catch_unwind().await;
+                let work = std::panic::AssertUnwindSafe(async move { reconcile(obj, data).await }).catch_unwind();
+                // A leader whose lease was not renewed in time acts no more:
+                // the reconcile is dropped where it waits (as a process exit
+                // would stop it), and retried once leading again.
+                let result = tokio::select! {
+                    r = work => r,
+                    () = suspended(leading) => {
+                        drop(running);
+                        m.active.dec();
+                        tracing::warn!("reconcile cancelled: leadership suspended");
+                        return Ok(Action::requeue(Duration::from_secs(1)));
+                    }
+                };
                 let took = started.elapsed().as_secs_f64();
                 m.time.observe(took);
                 m.work_duration.observe(took);
@@ -217,6 +237,14 @@ impl Context {
             .await;
         tracing::info!(controller = name, "controller stopped");
         Ok(())
+    }
+}
+
+/// Resolves when `leading` turns false (a suspended term, `leader.rs`);
+/// never without leader election.
+async fn suspended(mut leading: tokio::sync::watch::Receiver<bool>) {
+    if leading.wait_for(|l| !*l).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

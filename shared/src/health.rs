@@ -27,8 +27,12 @@ pub const RESUMED_AFTER: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Starting,
-    Standby { healthy: bool },
+    Standby {
+        healthy: bool,
+    },
     Active,
+    /// Leading, but the lease was not renewed in time (see `leader.rs`).
+    Suspended,
     ShuttingDown,
 }
 
@@ -92,6 +96,16 @@ impl Readiness {
         self.with(|s| {
             if s.mode != Mode::ShuttingDown {
                 s.mode = Mode::Active;
+            }
+        });
+    }
+
+    /// A leader whose lease was not renewed in time: it acts no more
+    /// until it is (`leader.rs`).
+    pub fn set_suspended(&self) {
+        self.with(|s| {
+            if s.mode != Mode::ShuttingDown {
+                s.mode = Mode::Suspended;
             }
         });
     }
@@ -196,6 +210,9 @@ impl Readiness {
                 Mode::ShuttingDown => return Err("shutting down".into()),
                 Mode::Standby { healthy: false } => {
                     return Err("standing by, but the leader-election lease cannot be read".into());
+                }
+                Mode::Suspended => {
+                    return Err("leading suspended: the leader-election lease could not be renewed in time".into());
                 }
                 Mode::Standby { healthy: true } => false,
                 Mode::Active => true,

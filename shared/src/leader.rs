@@ -5,7 +5,14 @@
 //!   passed since *we observed* its last change (our clock, not theirs, so
 //!   clock skew between nodes does not matter).
 //! * The leader renews every retry period; when it has not renewed
-//!   successfully for the renew deadline, or sees another holder, it has lost.
+//!   successfully for the renew deadline, its term is *suspended*: it must
+//!   act no more (another candidate may acquire the lease a lease duration
+//!   after the last renewal). client-go ends the term there and
+//!   controller-runtime exits; here the leader keeps trying, and if the
+//!   lease still shows its term — its holder, acquire time and transition
+//!   count unchanged, so nobody led meanwhile — it renews and resumes. An
+//!   API server outage longer than the renew deadline thus costs a pause,
+//!   not a process restart. If anyone else took the lease, the term is lost.
 //! * Releasing (on shutdown) empties `holderIdentity`, so a standby takes over
 //!   at its next retry instead of waiting a whole lease duration.
 //!
@@ -38,6 +45,26 @@ pub enum LeaderError {
 struct Observed {
     resource_version: Option<String>,
     at: Instant,
+    /// Our term, when we wrote the lease last: its acquire time and
+    /// transition count, which change whenever anyone else acquires it.
+    term: Option<(Option<MicroTime>, Option<i32>)>,
+}
+
+/// The state of a leader's term (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Term {
+    Leading,
+    /// Not renewed within the renew deadline: do nothing until it resumes.
+    Suspended,
+    /// Someone else acquired the lease (or it was deleted): over for good.
+    Lost,
+}
+
+/// What a suspended leader found when it tried to renew.
+enum Reclaim {
+    Renewed,
+    Taken(String),
+    Retry,
 }
 
 /// Competes for one Lease.
@@ -119,7 +146,10 @@ impl LeaderElector {
                 }),
             };
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
+                Ok(created) => {
+                    *observed = Some(Observed::written(&created));
+                    Ok(true)
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(self.api_err(e)),
             };
@@ -127,7 +157,8 @@ impl LeaderElector {
 
         let rv = lease.metadata.resource_version.clone();
         if observed.as_ref().map(|o| &o.resource_version) != Some(&rv) {
-            *observed = Some(Observed { resource_version: rv, at: Instant::now() });
+            let term = observed.as_ref().and_then(|o| o.term.clone());
+            *observed = Some(Observed { resource_version: rv, at: Instant::now(), term });
         }
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         let holder = spec.holder_identity.clone().unwrap_or_default();
@@ -149,10 +180,32 @@ impl LeaderElector {
         spec.renew_time = Some(now);
         match self.api.replace(&self.name, &PostParams::default(), &lease).await {
             Ok(updated) => {
-                *observed = Some(Observed { resource_version: updated.metadata.resource_version, at: Instant::now() });
+                *observed = Some(Observed::written(&updated));
                 Ok(true)
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(self.api_err(e)),
+        }
+    }
+
+    /// A suspended leader's renewal: only if the lease still shows our term.
+    async fn reclaim(&self, observed: &mut Option<Observed>) -> Result<Reclaim, LeaderError> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await.map_err(|e| self.api_err(e))? else {
+            return Ok(Reclaim::Taken("nobody: the lease was deleted".into()));
+        };
+        let ours = observed.as_ref().and_then(|o| o.term.clone());
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        if holder != self.identity || ours != Some((spec.acquire_time.clone(), spec.lease_transitions)) {
+            return Ok(Reclaim::Taken(if holder.is_empty() { "nobody (released)".into() } else { holder }));
+        }
+        spec.renew_time = Some(now_micro());
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(updated) => {
+                *observed = Some(Observed::written(&updated));
+                Ok(Reclaim::Renewed)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Reclaim::Retry),
             Err(e) => Err(self.api_err(e)),
         }
     }
@@ -181,13 +234,31 @@ impl LeaderElector {
     }
 
     fn start_renewing(&self, observed: Option<Observed>) -> Leadership {
-        let (lost_tx, lost_rx) = watch::channel(false);
+        let (term_tx, term_rx) = watch::channel(Term::Leading);
         let elector = self.clone();
         let task = tokio::spawn(async move {
             let mut observed = observed;
             let mut last_renewed = Instant::now();
             loop {
                 tokio::time::sleep(elector.timings.retry_period).await;
+                if *term_tx.borrow() == Term::Suspended {
+                    let attempt = tokio::time::timeout(elector.timings.renew_deadline, elector.reclaim(&mut observed));
+                    match attempt.await {
+                        Ok(Ok(Reclaim::Renewed)) => {
+                            last_renewed = Instant::now();
+                            tracing::info!(lease = %elector.name, "renewed the leader lease: nobody took it meanwhile; resuming");
+                            let _ = term_tx.send(Term::Leading);
+                        }
+                        Ok(Ok(Reclaim::Taken(holder))) => {
+                            tracing::error!(lease = %elector.name, %holder, "the leader lease was taken while suspended");
+                            break;
+                        }
+                        Ok(Ok(Reclaim::Retry)) => {}
+                        Ok(Err(e)) => tracing::debug!(error = %e, "still cannot renew the leader lease"),
+                        Err(_) => tracing::debug!("still cannot renew the leader lease (timed out)"),
+                    }
+                    continue;
+                }
                 let deadline = last_renewed + elector.timings.renew_deadline;
                 let attempt = tokio::time::timeout_at(deadline, elector.try_acquire_or_renew(&mut observed)).await;
                 match attempt {
@@ -206,14 +277,14 @@ impl LeaderElector {
                     tracing::error!(
                         lease = %elector.name,
                         renew_deadline = ?elector.timings.renew_deadline,
-                        "could not renew the leader lease within the renew deadline"
+                        "could not renew the leader lease within the renew deadline: suspended; renewing it if nobody takes it"
                     );
-                    break;
+                    let _ = term_tx.send(Term::Suspended);
                 }
             }
-            let _ = lost_tx.send(true);
+            let _ = term_tx.send(Term::Lost);
         });
-        Leadership { elector: self.clone(), lost: lost_rx, task }
+        Leadership { elector: self.clone(), term: term_rx, task }
     }
 
     /// Empties `holderIdentity` if we still hold the lease, so a standby takes
@@ -239,22 +310,45 @@ impl LeaderElector {
     }
 }
 
+impl Observed {
+    /// The lease as we have just written it.
+    fn written(lease: &Lease) -> Self {
+        let spec = lease.spec.as_ref();
+        Self {
+            resource_version: lease.metadata.resource_version.clone(),
+            at: Instant::now(),
+            term: Some((spec.and_then(|s| s.acquire_time.clone()), spec.and_then(|s| s.lease_transitions))),
+        }
+    }
+}
+
 /// Held leadership: renews in the background until lost or released.
 pub struct Leadership {
     elector: LeaderElector,
-    lost: watch::Receiver<bool>,
+    term: watch::Receiver<Term>,
     task: JoinHandle<()>,
 }
 
 impl Leadership {
-    /// Resolves when leadership is lost (renew deadline passed, or another
-    /// holder seen).
+    /// Resolves when leadership is lost for good (another holder, after the
+    /// renew deadline).
     pub async fn lost(&mut self) {
-        let _ = self.lost.wait_for(|lost| *lost).await;
+        let _ = self.term.wait_for(|t| *t == Term::Lost).await;
     }
 
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow()
+        *self.term.borrow() == Term::Lost
+    }
+
+    /// The term's next state, when it changes (`Lost` stays `Lost`).
+    pub async fn changed(&mut self) -> Term {
+        if self.is_lost() {
+            return Term::Lost;
+        }
+        match self.term.changed().await {
+            Ok(()) => *self.term.borrow_and_update(),
+            Err(_) => Term::Lost,
+        }
     }
 
     /// Stops renewing and hands the lease back.

@@ -9,8 +9,8 @@
 //! | common flags/env, checked before touching the cluster (bad → exit 2) | [`config`] |
 //! | `text`/`json` logs, `RUST_LOG`, a span per reconcile | [`telemetry`], [`controller`] |
 //! | `/metrics`, `/healthz`, `/readyz` | [`server`], [`health`] |
-//! | controller-runtime reconcile metrics, process metrics, your own | [`metrics`] |
-//! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown | [`leader`] |
+//! | controller-runtime reconcile metrics, client-go's work-side `workqueue_*`, process metrics, your own | [`metrics`] |
+//! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown; a term not renewed in time is suspended and resumed if nobody took the lease | [`leader`], [`Context::suspended`] |
 //! | warm standbys: controllers watch before the lease is won, reconcile after | [`controller`], [`Context::leading`] |
 //! | `/readyz` unready while a watch feeding a cache fails | [`health`] |
 //! | status by server-side apply, `metav1.Condition` semantics | [`status`], [`conditions`] |

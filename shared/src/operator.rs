@@ -15,7 +15,7 @@ use crate::config::{CommonArgs, CommonConfig};
 use crate::controller::Context;
 use crate::events::Events;
 use crate::health::Readiness;
-use crate::leader::{LeaderElector, default_identity};
+use crate::leader::{LeaderElector, Term, default_identity};
 use crate::metrics::Metrics;
 use crate::server;
 
@@ -186,8 +186,29 @@ impl Operator {
             loop {
                 tokio::select! {
                     r = &mut run => break End::Finished(r),
-                    _ = async { match leadership.as_mut() { Some(l) => l.lost().await, None => std::future::pending().await } } => {
-                        break End::LostLeadership;
+                    term = async { match leadership.as_mut() { Some(l) => l.changed().await, None => std::future::pending().await } } => {
+                        match term {
+                            Term::Lost => break End::LostLeadership,
+                            // Nothing may act until the lease is renewed:
+                            // every reconcile in flight is cancelled, the
+                            // next ones wait (controller.rs).
+                            Term::Suspended => {
+                                let _ = leading.send(false);
+                                if let Some(g) = &leader_gauge {
+                                    g.set(0);
+                                }
+                                readiness.set_suspended();
+                                tracing::warn!("leadership suspended: every reconcile stops until the lease is renewed");
+                            }
+                            Term::Leading => {
+                                if let Some(g) = &leader_gauge {
+                                    g.set(1);
+                                }
+                                readiness.set_active();
+                                let _ = leading.send(true);
+                                tracing::info!("leading again: reconciles resume");
+                            }
+                        }
                     }
                     _ = shutdown.cancelled(), if deadline.is_none() => {
                         deadline = Some(tokio::time::Instant::now() + cfg.graceful_shutdown_timeout);

@@ -207,8 +207,14 @@ async fn a_released_lease_is_taken_over_within_about_two_retry_periods() {
     assert!(a.logs().contains("released the leader lease"), "{}", a.logs());
 }
 
+/// A leader that cannot renew its lease within the renew deadline (here:
+/// its rights on leases revoked; in life, an API server outage) is
+/// suspended: the reconcile in flight is cancelled, no other starts, and
+/// `/readyz` says why. If nobody took the lease meanwhile, it renews it and
+/// resumes in the same process, reconciling what changed; if someone did,
+/// it exits 1 (its memory may be stale), as controller-runtime does.
 #[tokio::test]
-async fn a_leader_that_cannot_renew_past_the_deadline_stops_and_exits_non_zero() {
+async fn a_leader_that_cannot_renew_is_suspended_resumes_if_nobody_took_the_lease_and_exits_if_someone_did() {
     let env = shared();
     install_widget_crd(&env).await;
     let ns = env.namespace("le-renew").await.unwrap();
@@ -251,13 +257,92 @@ async fn a_leader_that_cannot_renew_past_the_deadline_stops_and_exits_non_zero()
     let kubeconfig = env.service_account_kubeconfig(&ns, "toy").await.unwrap();
     let mut toy = start(&kubeconfig, &le_flags(&ns, id, "3s", "2s", "500ms"));
     wait_leader(&toy, id, T).await;
+    let widgets: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
+    let is_ready = |name: &'static str| {
+        let widgets = widgets.clone();
+        async move {
+            let w = widgets.get(name).await.ok()?;
+            let ready = w.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+            (ready.status == "True").then_some(())
+        }
+    };
+    widgets
+        .create(&PostParams::default(), &widget("slow", json!({"message": "slow", "sleepSeconds": 6})))
+        .await
+        .unwrap();
+    let active = r#"controller_runtime_active_workers{controller="widget"}"#;
+    let leader = format!("leader_election_master_status{{name=\"{id}\"}}");
+    wait_for("the slow reconcile to be in flight", T, || async {
+        Ok::<_, String>((toy.metric(active).await == Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
 
+    // Suspended: the slow reconcile is cancelled, /readyz says why.
     rbs.delete("leases", &DeleteParams::default()).await.unwrap();
     let revoked = Instant::now();
-    let status = toy.wait_exit(Duration::from_secs(20)).await;
-    eprintln!("leader exited {:?} after its lease rights were revoked (renew deadline 2s)", revoked.elapsed());
+    wait_for("the leader to be suspended", T, || async {
+        let body = common::get(&format!("{}/readyz", toy.health)).await.map(|r| r.1).unwrap_or_default();
+        Ok::<_, String>(body.contains("leading suspended").then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    eprintln!("suspended {:?} after its lease rights were revoked (renew deadline 2s)", revoked.elapsed());
+    assert_eq!(toy.metric(&leader).await, Some(0.0), "logs:\n{}", toy.logs());
+    wait_for("the reconcile in flight to be cancelled", Duration::from_secs(5), || async {
+        Ok::<_, String>((toy.metric(active).await == Some(0.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    assert!(toy.logs().contains("reconcile cancelled: leadership suspended"), "{}", toy.logs());
+    // Nothing starts while suspended.
+    widgets.create(&PostParams::default(), &widget("meanwhile", json!({"message": "meanwhile"}))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(is_ready("meanwhile").await.is_none(), "reconciled while suspended:\n{}", toy.logs());
+    assert!(is_ready("slow").await.is_none(), "the cancelled reconcile wrote:\n{}", toy.logs());
+    assert_eq!(toy.exited(), None, "exited while suspended:\n{}", toy.logs());
+
+    // Nobody took the lease: renewed, leading again, both reconciled.
+    rbs.create(&PostParams::default(), &rb).await.unwrap();
+    let restored = Instant::now();
+    wait_leader(&toy, id, T).await;
+    eprintln!("leading again {:?} after its lease rights came back", restored.elapsed());
+    for name in ["meanwhile", "slow"] {
+        wait_for(&format!("{name} to be reconciled after resuming"), T, || async {
+            Ok::<_, String>(is_ready(name).await)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    }
+    assert_eq!(toy.exited(), None, "{}", toy.logs());
+    assert!(toy.logs().contains("nobody took it meanwhile; resuming"), "{}", toy.logs());
+
+    // Suspended again, and this time another candidate takes the lease (as
+    // a standby does once it expired): the old leader exits 1.
+    rbs.delete("leases", &DeleteParams::default()).await.unwrap();
+    wait_for("the leader to be suspended again", T, || async {
+        Ok::<_, String>((toy.metric(&leader).await == Some(0.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    let other = flotilla_shared::leader::LeaderElector::new(
+        env.client().await,
+        &ns,
+        id,
+        "another-replica",
+        flotilla_shared::config::LeaseTimings {
+            lease_duration: Duration::from_secs(3),
+            renew_deadline: Duration::from_secs(2),
+            retry_period: Duration::from_millis(500),
+        },
+    );
+    let taken = tokio::time::timeout(T, other.acquire()).await.expect("the other candidate acquires the expired lease");
+    rbs.create(&PostParams::default(), &rb).await.unwrap();
+    let status = toy.wait_exit(T).await;
     assert_eq!(status.code(), Some(1), "logs:\n{}", toy.logs());
+    assert!(toy.logs().contains("the leader lease was taken while suspended"), "{}", toy.logs());
     assert!(toy.logs().contains("leader election lost"), "{}", toy.logs());
+    taken.abandon();
 }
 
 #[tokio::test]

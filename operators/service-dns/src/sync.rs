@@ -246,6 +246,14 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         if shutdown.is_cancelled() {
             break;
         }
+        // Leadership suspended (the lease not renewed in time): nothing is
+        // written until it is renewed; what waits is synced then.
+        if !ctx.is_leading() {
+            tracing::warn!("leadership suspended: the next sync waits for the lease");
+            if !ctx.leading().await {
+                break;
+            }
+        }
         events.first = None;
         reconcile.active.inc();
         let running = reconcile.running.start();
@@ -257,7 +265,19 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // burst into more requests than its size needs.
         let full = tokio::time::Instant::now() >= next_full && !hold;
         syncer.listed = false;
-        let result = syncer.sync(full, hold).await;
+        // Leadership suspended mid-sync: the sync is dropped where it waits
+        // (its zone copy with it, so the next sync lists the zone afresh).
+        let outcome = tokio::select! {
+            r = syncer.sync(full, hold) => Some(r),
+            () = ctx.suspended() => None,
+        };
+        let Some(result) = outcome else {
+            drop(running);
+            reconcile.active.dec();
+            tracing::warn!("sync cancelled: leadership suspended");
+            events.saw_one();
+            continue;
+        };
         let took = started.elapsed();
         last_sync = tokio::time::Instant::now();
         reconcile.time.observe(took.as_secs_f64());
