@@ -16,8 +16,11 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 
+/// Leader election in `ns`, whose Widgets alone the toy watches (the
+/// tests of this binary run side by side, each with its own toys).
 fn le_flags<'a>(ns: &'a str, id: &'a str, lease: &'a str, renew: &'a str, retry: &'a str) -> Vec<String> {
     vec![
+        format!("--watch-namespace={ns}"),
         "--leader-elect".into(),
         format!("--leader-election-namespace={ns}"),
         format!("--leader-election-id={id}"),
@@ -425,10 +428,11 @@ async fn a_shutdown_timeout_with_work_in_flight_exits_1() {
     let env = shared();
     install_widget_crd(&env).await;
     let ns = env.namespace("cutoff").await.unwrap();
-    let mut toy = Toy::start(&env.kubeconfig, &["--graceful-shutdown-timeout=1s"]);
+    // Its own namespace only, so the reconcile in flight is this one.
+    let mut toy = Toy::start(&env.kubeconfig, &["--graceful-shutdown-timeout=1s", &format!("--watch-namespace={ns}")]);
     let api: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
-    // Every toy in this test binary watches every namespace: 8 s of work,
-    // well within the other tests' 30 s shutdown timeout.
+    // The toys of this binary that watch every namespace reconcile it too:
+    // 8 s of work, well within their 30 s shutdown timeout.
     api.create(&PostParams::default(), &widget("slow", json!({"sleepSeconds": 8}))).await.unwrap();
     let active = r#"controller_runtime_active_workers{controller="widget"}"#;
     wait_for("the slow reconcile to be in flight", T, || async {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use flotilla_shared::{CommonArgs, Conditions, Context, Operator, apply_status};
+use flotilla_shared::{CommonArgs, Conditions, Context, Operator, WatchNamespaceArgs, apply_status};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, CustomResourceExt, Resource, ResourceExt};
@@ -22,6 +22,8 @@ use widget::{Widget, WidgetStatus};
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    watch: WatchNamespaceArgs,
     /// Print the Widget CRD as YAML and exit.
     #[arg(long)]
     print_crd: bool,
@@ -74,8 +76,15 @@ fn main() -> std::process::ExitCode {
         }
         return std::process::ExitCode::SUCCESS;
     }
+    if let Err(e) = args.watch.validate() {
+        e.exit();
+    }
+    let namespace = args.watch.namespace().map(str::to_string);
     Operator::new("toy", &args.common).run(|ctx| async move {
-        let api: Api<Widget> = Api::all(ctx.client.clone());
+        let api: Api<Widget> = match &namespace {
+            Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+            None => Api::all(ctx.client.clone()),
+        };
         let controller = Controller::new(api, watcher::Config::default());
         ctx.run_controller("widget", controller, reconcile, error_policy, Arc::new(ctx.clone())).await
     })
