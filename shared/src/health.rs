@@ -212,7 +212,11 @@ impl Readiness {
                     return Err("standing by, but the leader-election lease cannot be read".into());
                 }
                 Mode::Suspended => {
-                    return Err("leading suspended: the leader-election lease could not be renewed in time".into());
+                    let suspended = "leading suspended: the leader-election lease could not be renewed in time";
+                    return Err(match stale(s, now) {
+                        Some(stale) => format!("{suspended}; {stale}"),
+                        None => suspended.into(),
+                    });
                 }
                 Mode::Standby { healthy: true } => false,
                 Mode::Active => true,
@@ -226,17 +230,25 @@ impl Readiness {
             if !waiting.is_empty() {
                 return Err(format!("caches not synced: {}", waiting.join(", ")));
             }
-            if s.failing.is_empty() {
-                return Ok(());
+            match stale(s, now) {
+                Some(stale) => Err(stale),
+                None => Ok(()),
             }
-            let failing: Vec<String> = s
-                .failing
-                .iter()
-                .map(|(n, f)| format!("{n} (failing for {}s)", now.saturating_duration_since(f.since).as_secs()))
-                .collect();
-            Err(format!("caches stale, watch failing: {}", failing.join(", ")))
         })
     }
+}
+
+/// Which caches are stale (their watch failing), if any.
+fn stale(s: &State, now: Instant) -> Option<String> {
+    if s.failing.is_empty() {
+        return None;
+    }
+    let failing: Vec<String> = s
+        .failing
+        .iter()
+        .map(|(n, f)| format!("{n} (failing for {}s)", now.saturating_duration_since(f.since).as_secs()))
+        .collect();
+    Some(format!("caches stale, watch failing: {}", failing.join(", ")))
 }
 
 /// One cache's readiness: see [`Readiness::watch`].
@@ -348,6 +360,22 @@ mod tests {
         assert!(r.check().is_err(), "another watch's event says nothing about this one");
         r.watch_event("pods");
         assert!(!r.any_watch_failing());
+        assert_eq!(r.check(), Ok(()));
+    }
+
+    #[test]
+    fn a_suspended_leader_is_unready_and_says_which_caches_are_stale_too() {
+        let r = ready_with(&["pods"]);
+        r.set_suspended();
+        assert_eq!(r.check(), Err("leading suspended: the leader-election lease could not be renewed in time".into()));
+        let t0 = Instant::now();
+        r.watch_failed_at("pods", t0);
+        assert_eq!(
+            r.check_at(t0 + Duration::from_secs(2)),
+            Err("leading suspended: the leader-election lease could not be renewed in time; caches stale, watch failing: pods (failing for 2s)".into())
+        );
+        r.watch_event("pods");
+        r.set_active();
         assert_eq!(r.check(), Ok(()));
     }
 
