@@ -60,7 +60,7 @@ pub struct CommonArgs {
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080", value_name = "ADDR")]
     pub metrics_bind_address: String,
 
-    /// Address for GET /healthz (process alive) and GET /readyz (caches synced and their watches not failing; leading or standing by): HOST:PORT or :PORT; "0" disables.
+    /// Address for GET /healthz (process alive) and GET /readyz (caches synced and their watches not failing; leading, or standing by with the lease readable; unready while leading is suspended): HOST:PORT or :PORT; "0" disables.
     #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_name = "ADDR")]
     pub health_probe_bind_address: String,
 

@@ -160,13 +160,16 @@ impl Context {
                 // the reconcile is dropped where it waits (as a process exit
                 // would stop it), and retried once leading again.
                 let result = tokio::select! {
-                    r = work => r,
+                    // Suspension first: a reconcile must not be polled (and
+                    // send a request) once leading has turned false.
+                    biased;
                     () = suspended(leading) => {
                         drop(running);
                         m.active.dec();
                         tracing::warn!("reconcile cancelled: leadership suspended");
                         return Ok(Action::requeue(Duration::from_secs(1)));
                     }
+                    r = work => r,
                 };
                 let took = started.elapsed().as_secs_f64();
                 m.time.observe(took);

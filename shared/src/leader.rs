@@ -238,14 +238,22 @@ impl LeaderElector {
         let elector = self.clone();
         let task = tokio::spawn(async move {
             let mut observed = observed;
+            // When the last successful renewal was *sent*: others count the
+            // lease from the write, and a reply can come late.
             let mut last_renewed = Instant::now();
             loop {
-                tokio::time::sleep(elector.timings.retry_period).await;
-                if *term_tx.borrow() == Term::Suspended {
+                let suspended = *term_tx.borrow() == Term::Suspended;
+                // Never sleep past the renew deadline: suspension must come
+                // at the deadline, well before a standby may take the lease.
+                let wake = Instant::now() + elector.timings.retry_period;
+                let wake = if suspended { wake } else { wake.min(last_renewed + elector.timings.renew_deadline) };
+                tokio::time::sleep_until(wake).await;
+                if suspended {
                     let attempt = tokio::time::timeout(elector.timings.renew_deadline, elector.reclaim(&mut observed));
+                    let sent = Instant::now();
                     match attempt.await {
                         Ok(Ok(Reclaim::Renewed)) => {
-                            last_renewed = Instant::now();
+                            last_renewed = sent;
                             tracing::info!(lease = %elector.name, "renewed the leader lease: nobody took it meanwhile; resuming");
                             let _ = term_tx.send(Term::Leading);
                         }
@@ -260,9 +268,10 @@ impl LeaderElector {
                     continue;
                 }
                 let deadline = last_renewed + elector.timings.renew_deadline;
+                let sent = Instant::now();
                 let attempt = tokio::time::timeout_at(deadline, elector.try_acquire_or_renew(&mut observed)).await;
                 match attempt {
-                    Ok(Ok(true)) => last_renewed = Instant::now(),
+                    Ok(Ok(true)) => last_renewed = sent,
                     // A conflict, or the lease rewritten by someone else: like
                     // client-go, try again until the renew deadline; leadership
                     // is lost only if no renewal succeeds by then.

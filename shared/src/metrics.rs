@@ -308,10 +308,11 @@ mod tests {
         let first = c.running.start();
         std::thread::sleep(std::time::Duration::from_millis(20));
         let second = c.running.start();
-        let (sum, longest) = c.running.in_progress(Instant::now());
+        let now = Instant::now();
+        let (sum, longest) = c.running.in_progress(now);
         assert!(longest >= 0.02 && sum >= longest && sum < longest * 2.0, "sum {sum}, longest {longest}");
         drop(first);
-        let (_, longest_after) = c.running.in_progress(Instant::now());
+        let (_, longest_after) = c.running.in_progress(now);
         assert!(longest_after < longest, "the longest one finished: {longest_after} < {longest}");
         drop(second);
         assert_eq!(c.running.in_progress(Instant::now()), (0.0, 0.0));

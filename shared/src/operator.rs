@@ -169,6 +169,8 @@ impl Operator {
                 }
             };
             standby_health.abort();
+            // Awaited: a last `set_standby` must not land after `set_active`.
+            let _ = standby_health.await;
             match acquired {
                 Ok(l) => leadership = Some(l),
                 Err(Err(e)) => return Err(e.context("controllers failed while standing by")),

@@ -268,8 +268,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // Leadership suspended mid-sync: the sync is dropped where it waits
         // (its zone copy with it, so the next sync lists the zone afresh).
         let outcome = tokio::select! {
-            r = syncer.sync(full, hold) => Some(r),
+            biased;
             () = ctx.suspended() => None,
+            r = syncer.sync(full, hold) => Some(r),
         };
         let Some(result) = outcome else {
             drop(running);
