@@ -123,6 +123,7 @@ impl Context {
         let panicked = Arc::new(PanicBackoff::default());
         let cache = controller.store();
         let (leading, shutdown) = (self.leading.clone(), self.shutdown.clone());
+        let retries = m.retries.clone();
         let wrapped = move |obj: Arc<K>, data: Arc<D>| -> BoxFuture<'static, Result<Action, E>> {
             let m = m.clone();
             let reconcile = reconcile.clone();
@@ -207,7 +208,6 @@ impl Context {
         };
 
         // An error's retry is the policy's requeue (client-go's AddRateLimited).
-        let retries = self.metrics.controller(name).retries;
         let error_policy = move |obj: Arc<K>, e: &E, data: Arc<D>| {
             let action = error_policy(obj, e, data);
             if action != Action::await_change() {

@@ -264,6 +264,20 @@ impl WatchHealth {
         self.readiness.set_synced(&self.name);
     }
 
+    /// A watch of `api` feeding this cache: kube's watcher with the suite's
+    /// retry delays (`backoff.rs`), its errors and events recorded.
+    pub fn watcher<K>(
+        &self,
+        api: kube::Api<K>,
+        cfg: kube::runtime::watcher::Config,
+    ) -> impl Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>> + use<K>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        use kube::runtime::WatchStreamExt;
+        self.track(kube::runtime::watcher(api, cfg).backoff(crate::backoff::watch_backoff()))
+    }
+
     /// `watch`, passed through, its errors and events recorded.
     pub fn track<S, T, E>(&self, watch: S) -> impl Stream<Item = Result<T, E>> + use<S, T, E>
     where

@@ -178,14 +178,9 @@ impl LeaderElector {
         spec.holder_identity = Some(self.identity.clone());
         spec.lease_duration_seconds = Some(lease_secs);
         spec.renew_time = Some(now);
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
-            Ok(updated) => {
-                *observed = Some(Observed::written(&updated));
-                Ok(true)
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(self.api_err(e)),
-        }
+        let Some(updated) = self.replace(&lease).await? else { return Ok(false) };
+        *observed = Some(Observed::written(&updated));
+        Ok(true)
     }
 
     /// A suspended leader's renewal: only if the lease still shows our term.
@@ -200,12 +195,17 @@ impl LeaderElector {
             return Ok(Reclaim::Taken(if holder.is_empty() { "nobody (released)".into() } else { holder }));
         }
         spec.renew_time = Some(now_micro());
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
-            Ok(updated) => {
-                *observed = Some(Observed::written(&updated));
-                Ok(Reclaim::Renewed)
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Reclaim::Retry),
+        let Some(updated) = self.replace(&lease).await? else { return Ok(Reclaim::Retry) };
+        *observed = Some(Observed::written(&updated));
+        Ok(Reclaim::Renewed)
+    }
+
+    /// Writes `lease` back, conditional on the resourceVersion it was read
+    /// at: `None` when someone wrote it meanwhile (409).
+    async fn replace(&self, lease: &Lease) -> Result<Option<Lease>, LeaderError> {
+        match self.api.replace(&self.name, &PostParams::default(), lease).await {
+            Ok(updated) => Ok(Some(updated)),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
             Err(e) => Err(self.api_err(e)),
         }
     }
@@ -311,11 +311,7 @@ impl LeaderElector {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(now.clone());
         spec.acquire_time = Some(now);
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(self.api_err(e)),
-        }
+        Ok(self.replace(&lease).await?.is_some())
     }
 }
 

@@ -415,8 +415,7 @@ impl Caches {
         let Some(mut writer) = lock(&self.writers).namespaces.take() else { return };
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().any_semantic();
-        let mut stream =
-            std::pin::pin!(health.track(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff())));
+        let mut stream = std::pin::pin!(health.watcher(api, cfg));
         let project = |o: PartialObjectMeta<Namespace>| {
             let info =
                 NamespaceInfo { labels: o.labels().clone(), terminating: o.metadata.deletion_timestamp.is_some() };
@@ -454,8 +453,7 @@ impl Caches {
         let Some(mut writer) = lock(&self.writers).copies.remove(&kind) else { return };
         let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
-        let mut stream =
-            std::pin::pin!(health.track(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff())));
+        let mut stream = std::pin::pin!(health.watcher(api, cfg));
         let fm = self.field_manager.clone();
         let project = |o: PartialObjectMeta<K>| {
             let key = copy_key_str(&o.namespace().unwrap_or_default(), &o.name_any());

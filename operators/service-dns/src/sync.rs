@@ -18,7 +18,7 @@ use flotilla_shared::projection;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
 use tokio_util::sync::CancellationToken;
@@ -115,7 +115,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     let (store, mut writer) = projection::store::<ServiceInfo>();
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let services = ctx.readiness().watch("services");
-    let watch = services.track(watcher(api, wc).backoff(flotilla_shared::backoff::watch_backoff()));
+    let watch = services.watcher(api, wc);
     let watch_shutdown = shutdown.clone();
     let watch_task = tokio::spawn(async move {
         let mut watch = std::pin::pin!(watch);
