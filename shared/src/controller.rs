@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::applier;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::utils::StreamBackoff;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +25,8 @@ use tracing::Instrument;
 use crate::events::Events;
 use crate::health::Readiness;
 use crate::metrics::Metrics;
+use crate::triggers::{Controller, queue_key};
+use crate::workqueue::{QueueMirror, requeue_after};
 
 /// What every reconcile needs from the runtime. Cheap to clone; put it in
 /// your own context struct next to your state.
@@ -98,6 +102,7 @@ impl Context {
         P: Fn(Arc<K>, &E, Arc<D>) -> Action + Send + Sync + 'static,
     {
         let m = self.metrics.controller(name);
+        let queue = self.metrics.queue(name, controller.debounce);
         self.readiness.register(name);
         let store = controller.store();
         let readiness = self.readiness.clone();
@@ -124,6 +129,7 @@ impl Context {
         let cache = controller.store();
         let (leading, shutdown) = (self.leading.clone(), self.shutdown.clone());
         let retries = m.retries.clone();
+        let mirror = queue.clone();
         let wrapped = move |obj: Arc<K>, data: Arc<D>| -> BoxFuture<'static, Result<Action, E>> {
             let m = m.clone();
             let reconcile = reconcile.clone();
@@ -135,7 +141,10 @@ impl Context {
                 object = %obj.name_any(),
                 namespace = obj.namespace().as_deref().unwrap_or(""),
             );
-            async move {
+            // The scheduler let it out: it leaves the queue mirror, and is
+            // back in it with its requeue (if any) once finished.
+            let in_queue = InQueue::start(mirror.clone(), queue_key(obj.namespace().as_deref(), &obj.name_any()));
+            let work = async move {
                 // Standing by: nothing starts before the lease is won; then
                 // the object is read again from the cache, since what was
                 // scheduled may be hours old, or deleted since.
@@ -203,26 +212,58 @@ impl Context {
                 }
                 result
             }
-            .instrument(span)
+            .instrument(span);
+            // Each reconcile on its own task, as kube-runtime's
+            // `Controller::run` does (aborted if the runner drops it).
+            let task = AbortOnDrop(tokio::spawn(async move {
+                let result = work.await;
+                in_queue.finish(result.as_ref().ok());
+                result
+            }));
+            async move {
+                match task.await {
+                    Ok(result) => result,
+                    // A panic is caught inside, so only an abort gets here,
+                    // and nobody awaits an aborted reconcile's result.
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reconcile task ended early");
+                        Ok(Action::requeue(Duration::from_secs(1)))
+                    }
+                }
+            }
             .boxed()
         };
 
         // An error's retry is the policy's requeue (client-go's AddRateLimited).
+        let mirror = queue.clone();
         let error_policy = move |obj: Arc<K>, e: &E, data: Arc<D>| {
+            let key = queue_key(obj.namespace().as_deref(), &obj.name_any());
             let action = error_policy(obj, e, data);
             if action != Action::await_change() {
                 retries.inc();
+            }
+            if let Some(at) = requeue_after(&action).and_then(|after| Instant::now().checked_add(after)) {
+                mirror.request(&key, at);
             }
             action
         };
 
         tracing::info!(controller = name, "starting controller");
         let readiness = self.readiness.clone();
-        controller
-            // Watches retry within 2 s, not kube-runtime's 30 s (see backoff.rs).
-            .trigger_backoff(crate::backoff::watch_backoff())
-            .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
-            .run(wrapped, error_policy, data)
+        let crate::triggers::Controller { triggers, reader, debounce, concurrency } = controller;
+        let mirror = queue.clone();
+        // Every request on its way into the scheduler is mirrored.
+        let requests = StreamBackoff::new(futures::stream::select_all(triggers), crate::backoff::watch_backoff())
+            .inspect(move |request| {
+                if let Ok(request) = request {
+                    let key = queue_key(request.obj_ref.namespace.as_deref(), &request.obj_ref.name);
+                    mirror.request(&key, Instant::now());
+                }
+            })
+            // Graceful shutdown: no new request is taken; what runs finishes.
+            .take_until(self.shutdown.clone().cancelled_owned());
+        let config = kube::runtime::controller::Config::default().debounce(debounce).concurrency(concurrency);
+        applier(wrapped, error_policy, data, reader, requests, config)
             .for_each(|result| {
                 match result {
                     // Already logged (with its span) by the wrapper.
@@ -233,6 +274,10 @@ impl Context {
                         readiness.watch_failed(name);
                         tracing::warn!(controller = name, error = %e, "watch failed; retrying");
                     }
+                    // Its turn came after it was deleted: it left the queue.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(obj_ref)) => {
+                        queue.forget(&queue_key(obj_ref.namespace.as_deref(), &obj_ref.name), Instant::now());
+                    }
                     Err(other) => tracing::debug!(controller = name, error = %other, "controller event"),
                 }
                 futures::future::ready(())
@@ -240,6 +285,57 @@ impl Context {
             .await;
         tracing::info!(controller = name, "controller stopped");
         Ok(())
+    }
+}
+
+/// A reconcile between the scheduler letting it out and its end, for the
+/// queue mirror (`workqueue.rs`).
+struct InQueue {
+    mirror: Arc<QueueMirror>,
+    key: String,
+    done: bool,
+}
+
+impl InQueue {
+    fn start(mirror: Arc<QueueMirror>, key: String) -> Self {
+        mirror.started(&key, Instant::now());
+        Self { mirror, key, done: false }
+    }
+
+    /// Finished with `action` (`None`: an error, whose requeue the error
+    /// policy requests).
+    fn finish(mut self, action: Option<&Action>) {
+        let now = Instant::now();
+        self.mirror.finished(&self.key, now);
+        self.done = true;
+        if let Some(at) = action.and_then(requeue_after).and_then(|after| now.checked_add(after)) {
+            self.mirror.request(&self.key, at);
+        }
+    }
+}
+
+impl Drop for InQueue {
+    fn drop(&mut self) {
+        if !self.done {
+            self.mirror.finished(&self.key, Instant::now());
+        }
+    }
+}
+
+/// A spawned reconcile, aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
     }
 }
 

@@ -9,7 +9,8 @@
 //! | common flags/env, checked before touching the cluster (bad → exit 2) | [`config`] |
 //! | `text`/`json` logs, `RUST_LOG`, a span per reconcile | [`telemetry`], [`controller`] |
 //! | `/metrics`, `/healthz`, `/readyz` | [`server`], [`health`] |
-//! | controller-runtime reconcile metrics, client-go's work-side `workqueue_*`, process metrics, your own | [`metrics`] |
+//! | controller-runtime reconcile metrics, client-go's `workqueue_*` (the queue side from a mirror of kube-runtime's scheduler), process metrics, your own | [`metrics`], [`workqueue`] |
+//! | a controller's watches and triggers (kube-runtime's `Controller` builder, run with `applier` so its queue is seen) | [`triggers`] |
 //! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown; a term not renewed in time is suspended and resumed if nobody took the lease | [`leader`], [`Context::suspended`] |
 //! | warm standbys: controllers watch before the lease is won, reconcile after | [`controller`], [`Context::leading`] |
 //! | `/readyz` unready while a watch feeding a cache fails | [`health`] |
@@ -23,9 +24,9 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use clap::Parser;
-//! use flotilla_shared::{CommonArgs, Context, Operator};
+//! use flotilla_shared::{CommonArgs, Context, Controller, Operator};
 //! use k8s_openapi::api::core::v1::ConfigMap;
-//! use kube::runtime::controller::{Action, Controller};
+//! use kube::runtime::controller::Action;
 //! use kube::runtime::watcher;
 //! use kube::Api;
 //!
@@ -81,6 +82,8 @@ pub mod selector;
 pub mod server;
 pub mod status;
 pub mod telemetry;
+pub mod triggers;
+pub mod workqueue;
 
 pub use conditions::Conditions;
 pub use config::{CommonArgs, ConfigError, WatchNamespaceArgs};
@@ -89,3 +92,4 @@ pub use events::Events;
 pub use metrics::Metrics;
 pub use operator::Operator;
 pub use status::apply_status;
+pub use triggers::Controller;

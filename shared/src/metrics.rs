@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::workqueue::{QueueHandles, QueueMirror};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
@@ -37,13 +38,17 @@ pub struct Metrics {
     work: WorkMetrics,
 }
 
-/// The processing side of client-go's `workqueue_*` metrics (label `name`,
-/// the controller). The queue side (`depth`, `adds_total`,
-/// `queue_duration_seconds`) is not exported: kube-runtime's scheduler does
-/// not show what waits in it (kube-rs/kube#1917), and a figure guessed from
-/// outside would mislead.
+/// client-go's `workqueue_*` metrics (label `name`, the controller): the
+/// processing side from the reconciles themselves, the queue side (`depth`,
+/// `adds_total`, `queue_duration_seconds`) from a mirror of kube-runtime's
+/// scheduler (`workqueue.rs`).
 #[derive(Clone)]
 struct WorkMetrics {
+    depth: IntGaugeVec,
+    adds: IntCounterVec,
+    queue_duration: HistogramVec,
+    /// The queue mirrors, refreshed at scrape time.
+    queues: Arc<Mutex<Vec<Arc<QueueMirror>>>>,
     duration: HistogramVec,
     retries: IntCounterVec,
     unfinished: GaugeVec,
@@ -100,6 +105,20 @@ impl Metrics {
         registry.register(Box::new(active_workers.clone()))?;
         registry.register(Box::new(leader_status.clone()))?;
         let work = WorkMetrics {
+            depth: IntGaugeVec::new(Opts::new("workqueue_depth", "Current depth of workqueue"), &["name"])?,
+            adds: IntCounterVec::new(
+                Opts::new("workqueue_adds_total", "Total number of adds handled by workqueue"),
+                &["name"],
+            )?,
+            queue_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "workqueue_queue_duration_seconds",
+                    "How long in seconds an item stays in workqueue before being requested.",
+                )
+                .buckets(WORK_BUCKETS.to_vec()),
+                &["name"],
+            )?,
+            queues: Arc::default(),
             duration: HistogramVec::new(
                 HistogramOpts::new(
                     "workqueue_work_duration_seconds",
@@ -128,6 +147,9 @@ impl Metrics {
             )?,
             running: Arc::default(),
         };
+        registry.register(Box::new(work.depth.clone()))?;
+        registry.register(Box::new(work.adds.clone()))?;
+        registry.register(Box::new(work.queue_duration.clone()))?;
         registry.register(Box::new(work.duration.clone()))?;
         registry.register(Box::new(work.retries.clone()))?;
         registry.register(Box::new(work.unfinished.clone()))?;
@@ -185,6 +207,23 @@ impl Metrics {
         }
     }
 
+    /// The queue mirror of controller `name` (the `workqueue_depth`,
+    /// `workqueue_adds_total` and `workqueue_queue_duration_seconds` of
+    /// label `name`), for a scheduler with this `debounce`.
+    pub fn queue(&self, name: &str, debounce: std::time::Duration) -> Arc<QueueMirror> {
+        let handles = QueueHandles {
+            depth: self.work.depth.with_label_values(&[name]),
+            adds: self.work.adds.with_label_values(&[name]),
+            queue_duration: self.work.queue_duration.with_label_values(&[name]),
+        };
+        let mirror = Arc::new(QueueMirror::new(debounce, handles));
+        match self.work.queues.lock() {
+            Ok(mut q) => q.push(mirror.clone()),
+            Err(poisoned) => poisoned.into_inner().push(mirror.clone()),
+        }
+        mirror
+    }
+
     /// `leader_election_master_status{name}`.
     pub fn leader_status(&self, lease: &str) -> IntGauge {
         self.leader_status.with_label_values(&[lease])
@@ -202,8 +241,16 @@ impl Metrics {
 }
 
 impl WorkMetrics {
-    /// Sets the in-progress gauges from the reconciles running at `now`.
+    /// Sets the queue mirrors' depth, and the in-progress gauges from the
+    /// reconciles running at `now`.
     fn refresh(&self, now: Instant) {
+        let queues: Vec<Arc<QueueMirror>> = match self.queues.lock() {
+            Ok(q) => q.clone(),
+            Err(_) => Vec::new(),
+        };
+        for q in queues {
+            q.refresh(now);
+        }
         let running: Vec<(String, Arc<Running>)> = match self.running.lock() {
             Ok(r) => r.iter().map(|(n, r)| (n.clone(), r.clone())).collect(),
             Err(_) => return,

@@ -411,6 +411,62 @@ async fn a_panicking_reconcile_is_caught_counted_and_retried_while_the_rest_goes
     api.delete("boom", &DeleteParams::default()).await.unwrap();
 }
 
+/// `workqueue_depth`, `_adds_total` and `_queue_duration_seconds` against
+/// a real scheduler: one worker, busy with a slow Widget, while others wait.
+#[tokio::test]
+async fn the_queue_metrics_show_what_waits_for_a_worker() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("queue").await.unwrap();
+    let toy = start(&env.kubeconfig, &[format!("--watch-namespace={ns}"), "--concurrency=1".into()]);
+    let api: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
+    let (depth, adds) = (r#"workqueue_depth{name="widget"}"#, r#"workqueue_adds_total{name="widget"}"#);
+    let waited = r#"workqueue_queue_duration_seconds_sum{name="widget"}"#;
+    let waits = r#"workqueue_queue_duration_seconds_count{name="widget"}"#;
+    wait_for("/readyz", T, || async { Ok::<_, String>(toy.ready().await.then_some(())) })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    assert_eq!(toy.metric(depth).await, Some(0.0), "an empty queue is exported as 0");
+
+    api.create(&PostParams::default(), &widget("slow", json!({"message": "slow", "sleepSeconds": 6}))).await.unwrap();
+    let active = r#"controller_runtime_active_workers{controller="widget"}"#;
+    wait_for("the slow reconcile to be in flight", T, || async {
+        Ok::<_, String>((toy.metric(active).await == Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    let started = Instant::now();
+    for name in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &widget(name, json!({"message": name}))).await.unwrap();
+    }
+    // The one worker is busy: the three wait, and the queue says so.
+    wait_for("workqueue_depth 3", Duration::from_secs(4), || async {
+        Ok::<_, String>((toy.metric(depth).await == Some(3.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    // A change to the object being reconciled is not depth (client-go:
+    // dirty while processing), but it is run again once that finishes.
+    let patch = json!({"spec": {"message": "changed while slow", "sleepSeconds": 0}});
+    api.patch("slow", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(toy.metric(depth).await, Some(3.0), "logs:\n{}", toy.logs());
+    assert!(started.elapsed() < Duration::from_secs(5), "the slow reconcile ended before the checks");
+
+    wait_for("everything reconciled, the queue empty", T, || async {
+        let done = toy.metric(r#"controller_runtime_reconcile_total{controller="widget",result="success"}"#).await;
+        Ok::<_, String>((done >= Some(5.0) && toy.metric(depth).await == Some(0.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    // slow, a, b, c, slow again; the status writes trigger more.
+    assert!(toy.metric(adds).await >= Some(5.0), "adds {:?}", toy.metric(adds).await);
+    assert!(toy.metric(waits).await >= Some(5.0), "waits {:?}", toy.metric(waits).await);
+    // a, b and c each waited for most of the slow reconcile's 6 s.
+    let sum = toy.metric(waited).await.unwrap_or_default();
+    assert!(sum > 3.0 * 3.0, "queue time {sum} s: a, b and c waited for the one worker");
+}
+
 #[tokio::test]
 async fn without_leader_election_there_is_no_leader_status() {
     let env = shared();

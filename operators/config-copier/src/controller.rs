@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::Context;
+use flotilla_shared::{Context, Controller};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -87,7 +87,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     };
     let (tx, rx) = trigger_channel();
     let controller = Controller::new(rules, watcher::Config::default().any_semantic())
-        .with_config(controller::Config::default().debounce(Duration::from_millis(200)).concurrency(8))
+        .debounce(Duration::from_millis(200))
+        .concurrency(8)
         .reconcile_on(rx);
     let cache_options = CacheOptions {
         field_manager: ctx.field_manager.clone(),

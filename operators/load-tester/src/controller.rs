@@ -7,14 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::Context;
 use flotilla_shared::conditions::{READY, Status};
+use flotilla_shared::{Context, Controller};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 

@@ -8,14 +8,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use flotilla_shared::Context;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::projection;
+use flotilla_shared::{Context, Controller};
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -87,7 +87,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     };
     let (tx, rx) = futures::channel::mpsc::unbounded();
     let controller = Controller::new(alerts_api, watcher::Config::default().any_semantic())
-        .with_config(controller::Config::default().debounce(Duration::from_millis(500)).concurrency(8))
+        .debounce(Duration::from_millis(500))
+        .concurrency(8)
         .reconcile_on(rx);
     let http = reqwest::Client::builder()
         .timeout(options.sink_timeout)

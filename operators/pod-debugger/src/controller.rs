@@ -10,15 +10,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use flotilla_shared::Context;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
+use flotilla_shared::{Context, Controller};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -96,7 +96,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     };
     let (tx, rx) = futures::channel::mpsc::unbounded();
     let controller = Controller::new(rules_api, watcher::Config::default().any_semantic())
-        .with_config(controller::Config::default().debounce(Duration::from_millis(500)).concurrency(8))
+        .debounce(Duration::from_millis(500))
+        .concurrency(8)
         .reconcile_on(rx);
     let (pods, writer) = projection::store::<PodView>();
     let data = Arc::new(Data {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use flotilla_shared::{CommonArgs, Conditions, Context, Operator, WatchNamespaceArgs, apply_status};
-use kube::runtime::controller::{Action, Controller};
+use flotilla_shared::{CommonArgs, Conditions, Context, Controller, Operator, WatchNamespaceArgs, apply_status};
+use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, CustomResourceExt, Resource, ResourceExt};
 use widget::{Widget, WidgetStatus};
@@ -27,6 +27,9 @@ struct Args {
     /// Print the Widget CRD as YAML and exit.
     #[arg(long)]
     print_crd: bool,
+    /// At most this many reconciles at once (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    concurrency: u16,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,12 +83,13 @@ fn main() -> std::process::ExitCode {
         e.exit();
     }
     let namespace = args.watch.namespace().map(str::to_string);
-    Operator::new("toy", &args.common).run(|ctx| async move {
+    let concurrency = args.concurrency;
+    Operator::new("toy", &args.common).run(move |ctx| async move {
         let api: Api<Widget> = match &namespace {
             Some(ns) => Api::namespaced(ctx.client.clone(), ns),
             None => Api::all(ctx.client.clone()),
         };
-        let controller = Controller::new(api, watcher::Config::default());
+        let controller = Controller::new(api, watcher::Config::default()).concurrency(concurrency);
         ctx.run_controller("widget", controller, reconcile, error_policy, Arc::new(ctx.clone())).await
     })
 }

@@ -1,0 +1,93 @@
+//! What a controller reconciles and what triggers it: the builder half of
+//! kube-runtime's `Controller` (`new`, `owns`, `reconcile_on`, debounce,
+//! concurrency), built from kube-runtime's own public parts (`reflector`,
+//! `watcher`, `trigger_self`, `trigger_owners`) so that
+//! [`Context::run_controller`](crate::Context::run_controller) can run it
+//! with `applier` and see every request that enters the scheduler — which
+//! is what its `workqueue_depth`, `workqueue_adds_total` and
+//! `workqueue_queue_duration_seconds` are made of (`workqueue.rs`).
+//! kube-runtime's own builder keeps its trigger streams private.
+
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::controller::{ReconcileRequest, trigger_owners, trigger_self};
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+
+/// A trigger stream, as kube-runtime's `Controller` keeps them.
+pub(crate) type Trigger<K> = BoxStream<'static, Result<ReconcileRequest<K>, watcher::Error>>;
+
+/// A controller for kind `K`, to hand to
+/// [`Context::run_controller`](crate::Context::run_controller). Same
+/// semantics as kube-runtime's `Controller` of the same calls.
+pub struct Controller<K: Resource<DynamicType = ()> + Clone + 'static> {
+    pub(crate) triggers: Vec<Trigger<K>>,
+    pub(crate) reader: Store<K>,
+    pub(crate) debounce: Duration,
+    pub(crate) concurrency: u16,
+}
+
+impl<K> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    /// Watches `api` with `wc` into the cache ([`Controller::store`]); every
+    /// object applied (created, changed, or listed) is reconciled.
+    pub fn new(api: Api<K>, wc: watcher::Config) -> Self {
+        let (reader, writer) = reflector::store();
+        let own = trigger_self(reflector(writer, watcher(api, wc)).applied_objects(), ()).boxed();
+        Self { triggers: vec![own], reader, debounce: Duration::ZERO, concurrency: 0 }
+    }
+
+    /// Reconciles the `K` owners (by ownerReferences) of the `Child`
+    /// objects `api` and `wc` select whenever one changes or is deleted
+    /// (a metadata-only watch: nothing of them is cached).
+    #[must_use]
+    pub fn owns<Child>(mut self, api: Api<Child>, wc: watcher::Config) -> Self
+    where
+        Child: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        #[allow(deprecated)] // as kube-runtime's own `owns` does in version 5
+        let children = kube::runtime::metadata_watcher(api, wc).touched_objects();
+        self.triggers.push(trigger_owners(children, (), ()).boxed());
+        self
+    }
+
+    /// Reconciles every object `trigger` names.
+    #[must_use]
+    pub fn reconcile_on(mut self, trigger: impl Stream<Item = ObjectRef<K>> + Send + 'static) -> Self {
+        self.triggers.push(trigger.map(|obj_ref| Ok(ReconcileRequest::from(obj_ref))).boxed());
+        self
+    }
+
+    /// An object's reconcile starts only after `debounce` without a new
+    /// request for it (kube-runtime's `Config::debounce`).
+    #[must_use]
+    pub fn debounce(mut self, debounce: Duration) -> Self {
+        self.debounce = debounce;
+        self
+    }
+
+    /// At most `n` reconciles at once (0: no limit; kube-runtime's
+    /// `Config::concurrency`).
+    #[must_use]
+    pub fn concurrency(mut self, n: u16) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// The cache of `K` the watch fills.
+    pub fn store(&self) -> Store<K> {
+        self.reader.clone()
+    }
+}
+
+/// The key of an object in the queue mirror: `<namespace>/<name>`.
+pub(crate) fn queue_key(namespace: Option<&str>, name: &str) -> String {
+    format!("{}/{name}", namespace.unwrap_or_default())
+}
