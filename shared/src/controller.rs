@@ -1,5 +1,6 @@
-//! Running a kube-runtime `Controller` the Flotilla way: reconcile metrics,
-//! a `reconcile` span per call, a panicking reconcile caught and retried,
+//! Running a controller ([`crate::triggers::Controller`], kube-runtime's
+//! triggers run by its `applier`) the Flotilla way: reconcile and workqueue
+//! metrics, a `reconcile` span per call, a panicking reconcile caught and retried,
 //! readiness once its cache has synced, and a graceful stop on shutdown
 //! (in-flight reconciles finish, no new ones start).
 //!
@@ -26,7 +27,7 @@ use crate::events::Events;
 use crate::health::Readiness;
 use crate::metrics::Metrics;
 use crate::triggers::{Controller, queue_key};
-use crate::workqueue::{QueueMirror, requeue_after};
+use crate::workqueue::{InQueue, requeue_after};
 
 /// What every reconcile needs from the runtime. Cheap to clone; put it in
 /// your own context struct next to your state.
@@ -82,7 +83,8 @@ impl Context {
     }
 
     /// Runs `controller` until shutdown. `name` is the `controller` label of
-    /// the `controller_runtime_*` metrics and of the reconcile span.
+    /// the `controller_runtime_*` metrics and of the reconcile span, and the
+    /// `name` label of the `workqueue_*` metrics.
     /// Returns when the controller has stopped (after shutdown, in-flight
     /// reconciles finished).
     pub async fn run_controller<K, D, E, F, Fut, P>(
@@ -103,6 +105,17 @@ impl Context {
     {
         let m = self.metrics.controller(name);
         let queue = self.metrics.queue(name, controller.debounce);
+        // A replica that does not lead works on nothing: its queue is empty.
+        let (mirror, mut leading_rx) = (queue.clone(), self.leading.clone());
+        tokio::spawn(async move {
+            loop {
+                let leading = *leading_rx.borrow_and_update();
+                mirror.set_leading(leading, Instant::now());
+                if leading_rx.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
         self.readiness.register(name);
         let store = controller.store();
         let readiness = self.readiness.clone();
@@ -135,15 +148,16 @@ impl Context {
             let reconcile = reconcile.clone();
             let panicked = panicked.clone();
             let (cache, leading, shutdown) = (cache.clone(), leading.clone(), shutdown.clone());
+            let mirror = mirror.clone();
+            let key = queue_key(obj.namespace().as_deref(), &obj.name_any());
             let span = tracing::info_span!(
                 "reconcile",
                 controller = name,
                 object = %obj.name_any(),
                 namespace = obj.namespace().as_deref().unwrap_or(""),
             );
-            // The scheduler let it out: it leaves the queue mirror, and is
-            // back in it with its requeue (if any) once finished.
-            let in_queue = InQueue::start(mirror.clone(), queue_key(obj.namespace().as_deref(), &obj.name_any()));
+            let (task_m, task_panicked, task_key, task_mirror) =
+                (m.clone(), panicked.clone(), key.clone(), mirror.clone());
             let work = async move {
                 // Standing by: nothing starts before the lease is won; then
                 // the object is read again from the cache, since what was
@@ -151,18 +165,25 @@ impl Context {
                 let obj = if *leading.borrow() {
                     obj
                 } else {
-                    if !wait_leading(leading.clone(), &shutdown).await {
-                        return Ok(Action::await_change());
-                    }
-                    match cache.get(&ObjectRef::from_obj(obj.as_ref())) {
+                    let latest = match wait_leading(leading.clone(), &shutdown).await {
+                        true => cache.get(&ObjectRef::from_obj(obj.as_ref())),
+                        false => None,
+                    };
+                    match latest {
                         Some(latest) => latest,
-                        None => return Ok(Action::await_change()),
+                        // Deleted meanwhile (or shutdown came first): it
+                        // leaves the queue without a reconcile.
+                        None => {
+                            mirror.taken(&key, Instant::now());
+                            return Ok(Action::await_change());
+                        }
                     }
                 };
+                // It leaves the queue now, and comes back with its requeue.
+                let in_queue = InQueue::start(mirror, key.clone());
                 m.active.inc();
                 let running = m.running.start();
                 let started = Instant::now();
-                let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
                 // A panic is caught, counted and retried with backoff (as
                 // controller-runtime does), never a crash of every controller.
                 let work = std::panic::AssertUnwindSafe(async move { reconcile(obj, data).await }).catch_unwind();
@@ -177,7 +198,9 @@ impl Context {
                         drop(running);
                         m.active.dec();
                         tracing::warn!("reconcile cancelled: leadership suspended");
-                        return Ok(Action::requeue(Duration::from_secs(1)));
+                        let retry = Action::requeue(Duration::from_secs(1));
+                        in_queue.finish(Some(&retry));
+                        return Ok(retry);
                     }
                     r = work => r,
                 };
@@ -198,7 +221,9 @@ impl Context {
                         m.retries.inc();
                         let retry = panicked.next(&key);
                         tracing::error!(panic = %panic_message(payload.as_ref()), ?retry, "reconcile panicked; retried with backoff");
-                        return Ok(Action::requeue(retry));
+                        let retry = Action::requeue(retry);
+                        in_queue.finish(Some(&retry));
+                        return Ok(retry);
                     }
                 };
                 match &result {
@@ -210,24 +235,30 @@ impl Context {
                         tracing::warn!(error = %DisplayChain(e), "reconcile failed");
                     }
                 }
+                // An error's requeue is the error policy's (below).
+                in_queue.finish(result.as_ref().ok());
                 result
             }
             .instrument(span);
             // Each reconcile on its own task, as kube-runtime's
             // `Controller::run` does (aborted if the runner drops it).
-            let task = AbortOnDrop(tokio::spawn(async move {
-                let result = work.await;
-                in_queue.finish(result.as_ref().ok());
-                result
-            }));
+            let task = AbortOnDrop(tokio::spawn(work));
             async move {
                 match task.await {
                     Ok(result) => result,
-                    // A panic is caught inside, so only an abort gets here,
-                    // and nobody awaits an aborted reconcile's result.
+                    // The reconcile's own panics are caught above; this is a
+                    // panic in the code around it (an error's `Display`, say),
+                    // or an abort, whose result nobody awaits. Counted and
+                    // retried with the same backoff, as a caught one is.
                     Err(e) => {
-                        tracing::debug!(error = %e, "reconcile task ended early");
-                        Ok(Action::requeue(Duration::from_secs(1)))
+                        let retry = task_panicked.next(&task_key);
+                        task_mirror.requeue(&task_key, Instant::now(), retry);
+                        if e.is_panic() {
+                            task_m.panics.inc();
+                            task_m.errors.inc();
+                            tracing::error!(controller = name, key = %task_key, ?retry, "reconcile task panicked; retried with backoff");
+                        }
+                        Ok(Action::requeue(retry))
                     }
                 }
             }
@@ -242,8 +273,8 @@ impl Context {
             if action != Action::await_change() {
                 retries.inc();
             }
-            if let Some(at) = requeue_after(&action).and_then(|after| Instant::now().checked_add(after)) {
-                mirror.request(&key, at);
+            if let Some(after) = requeue_after(&action) {
+                mirror.requeue(&key, Instant::now(), after);
             }
             action
         };
@@ -276,7 +307,7 @@ impl Context {
                     }
                     // Its turn came after it was deleted: it left the queue.
                     Err(kube::runtime::controller::Error::ObjectNotFound(obj_ref)) => {
-                        queue.forget(&queue_key(obj_ref.namespace.as_deref(), &obj_ref.name), Instant::now());
+                        queue.taken(&queue_key(obj_ref.namespace.as_deref(), &obj_ref.name), Instant::now());
                     }
                     Err(other) => tracing::debug!(controller = name, error = %other, "controller event"),
                 }
@@ -285,40 +316,6 @@ impl Context {
             .await;
         tracing::info!(controller = name, "controller stopped");
         Ok(())
-    }
-}
-
-/// A reconcile between the scheduler letting it out and its end, for the
-/// queue mirror (`workqueue.rs`).
-struct InQueue {
-    mirror: Arc<QueueMirror>,
-    key: String,
-    done: bool,
-}
-
-impl InQueue {
-    fn start(mirror: Arc<QueueMirror>, key: String) -> Self {
-        mirror.started(&key, Instant::now());
-        Self { mirror, key, done: false }
-    }
-
-    /// Finished with `action` (`None`: an error, whose requeue the error
-    /// policy requests).
-    fn finish(mut self, action: Option<&Action>) {
-        let now = Instant::now();
-        self.mirror.finished(&self.key, now);
-        self.done = true;
-        if let Some(at) = action.and_then(requeue_after).and_then(|after| now.checked_add(after)) {
-            self.mirror.request(&self.key, at);
-        }
-    }
-}
-
-impl Drop for InQueue {
-    fn drop(&mut self) {
-        if !self.done {
-            self.mirror.finished(&self.key, Instant::now());
-        }
     }
 }
 

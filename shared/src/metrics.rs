@@ -47,8 +47,8 @@ struct WorkMetrics {
     depth: IntGaugeVec,
     adds: IntCounterVec,
     queue_duration: HistogramVec,
-    /// The queue mirrors, refreshed at scrape time.
-    queues: Arc<Mutex<Vec<Arc<QueueMirror>>>>,
+    /// The queue mirrors by controller, refreshed at scrape time.
+    queues: Arc<Mutex<HashMap<String, Arc<QueueMirror>>>>,
     duration: HistogramVec,
     retries: IntCounterVec,
     unfinished: GaugeVec,
@@ -209,19 +209,21 @@ impl Metrics {
 
     /// The queue mirror of controller `name` (the `workqueue_depth`,
     /// `workqueue_adds_total` and `workqueue_queue_duration_seconds` of
-    /// label `name`), for a scheduler with this `debounce`.
+    /// label `name`), for a scheduler with this `debounce`; the same one
+    /// for the same name.
     pub fn queue(&self, name: &str, debounce: std::time::Duration) -> Arc<QueueMirror> {
-        let handles = QueueHandles {
-            depth: self.work.depth.with_label_values(&[name]),
-            adds: self.work.adds.with_label_values(&[name]),
-            queue_duration: self.work.queue_duration.with_label_values(&[name]),
-        };
-        let mirror = Arc::new(QueueMirror::new(debounce, handles));
-        match self.work.queues.lock() {
-            Ok(mut q) => q.push(mirror.clone()),
-            Err(poisoned) => poisoned.into_inner().push(mirror.clone()),
-        }
-        mirror
+        let mut queues = self.work.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        queues
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                let handles = QueueHandles {
+                    depth: self.work.depth.with_label_values(&[name]),
+                    adds: self.work.adds.with_label_values(&[name]),
+                    queue_duration: self.work.queue_duration.with_label_values(&[name]),
+                };
+                Arc::new(QueueMirror::new(debounce, handles))
+            })
+            .clone()
     }
 
     /// `leader_election_master_status{name}`.
@@ -244,10 +246,8 @@ impl WorkMetrics {
     /// Sets the queue mirrors' depth, and the in-progress gauges from the
     /// reconciles running at `now`.
     fn refresh(&self, now: Instant) {
-        let queues: Vec<Arc<QueueMirror>> = match self.queues.lock() {
-            Ok(q) => q.clone(),
-            Err(_) => Vec::new(),
-        };
+        let queues: Vec<Arc<QueueMirror>> =
+            self.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().cloned().collect();
         for q in queues {
             q.refresh(now);
         }

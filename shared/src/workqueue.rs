@@ -4,11 +4,12 @@
 //!
 //! kube-runtime's scheduler keeps what waits in it to itself
 //! (kube-rs/kube#1917). Everything that enters or leaves it passes through
-//! code of ours, though ([`crate::controller::Controller`]): the triggers
-//! (watch events, `reconcile_on`) on their way in, each reconcile's
-//! requeue `Action`, a reconcile starting, an object gone before its turn.
-//! [`QueueMirror`] applies the scheduler's own rules (kube-runtime 5,
-//! `scheduler.rs`) to those, so what it reports is what the scheduler holds:
+//! code of ours, though ([`crate::triggers::Controller`] and
+//! [`crate::Context::run_controller`]): the triggers (watch events,
+//! `reconcile_on`) on their way in, each reconcile's requeue `Action`, a
+//! reconcile starting, an object gone before its turn. [`QueueMirror`]
+//! applies the scheduler's own rules (kube-runtime 5, `scheduler.rs`) to
+//! those, so what it reports is what the scheduler holds:
 //!
 //! - one entry per object; a request for an object already waiting keeps
 //!   the earlier time, and moves it to the request's time plus the debounce
@@ -17,18 +18,29 @@
 //!   reconciled, and for a free worker (`concurrency`);
 //! - it leaves when its reconcile starts, or when the object is gone.
 //!
-//! client-go's meaning of each metric is kept: `depth` counts what is due
-//! and waits for a worker (not what is scheduled for later, not an object
-//! whose reconcile is running); `adds_total` counts entries as they fall
-//! due (a requeue is counted when its time comes, as `AddAfter` does);
-//! `queue_duration_seconds` is how long an entry waited for a worker once
-//! due (or once its object's running reconcile finished).
+//! The metrics keep client-go's meanings (`workqueue/queue.go`, `metrics.go`),
+//! with "added" meaning "fallen due" (kube-runtime's debounce and requeues
+//! are client-go's `AddAfter`, counted when the delay is over):
+//! `depth` counts what is due and not yet started — an object changed while
+//! its reconcile runs included, as client-go counts a dirty item being
+//! processed; `adds_total` counts entries as they fall due;
+//! `queue_duration_seconds` is from falling due to the reconcile starting
+//! (or to the scheduler dropping it, the object gone).
+//!
+//! A replica that does not lead (standing by, or suspended) works on
+//! nothing: it reports an empty queue and counts nothing, and once it leads
+//! what waited counts as added then.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kube::runtime::controller::Action;
 use prometheus::{Histogram, IntCounter, IntGauge};
+
+/// kube-runtime's scheduler caps a requeue at about six months from now
+/// (`max_schedule_time`); so does the mirror.
+const MAX_SCHEDULE: Duration = Duration::from_secs(86_400 * 30 * 6);
 
 /// The scheduler's view of one controller (see the module docs). Keys are
 /// `<namespace>/<name>` (empty namespace for cluster-scoped kinds).
@@ -49,24 +61,15 @@ pub struct QueueHandles {
 #[derive(Default)]
 struct State {
     entries: HashMap<String, Entry>,
-    running: HashSet<String>,
+    /// Since when this replica leads (`None`: it does not).
+    leading_since: Option<Instant>,
 }
 
 struct Entry {
     /// When the scheduler lets it out (the request's time plus debounce).
     run_at: Instant,
-    /// When its object's running reconcile finished, if that was after
-    /// `run_at`: it waited for that, not for a worker, until then.
-    freed_at: Option<Instant>,
-    /// Counted in `adds_total` (once due).
+    /// Counted in `adds_total` (once due, while leading).
     counted: bool,
-}
-
-impl Entry {
-    /// When it started waiting for a worker.
-    fn waiting_since(&self) -> Instant {
-        self.freed_at.map_or(self.run_at, |f| f.max(self.run_at))
-    }
 }
 
 impl QueueMirror {
@@ -76,6 +79,16 @@ impl QueueMirror {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether this replica leads, from `now` on.
+    pub fn set_leading(&self, leading: bool, now: Instant) {
+        let mut state = self.state();
+        state.leading_since = match (leading, state.leading_since) {
+            (true, Some(since)) => Some(since),
+            (true, None) => Some(now),
+            (false, _) => None,
+        };
     }
 
     /// A request to reconcile `key` at `run_at`: a trigger (now) or a
@@ -89,47 +102,32 @@ impl QueueMirror {
             // already counted stays counted (client-go counts a repeated
             // `Add` of what waits once).
             Some(e) if e.run_at >= run_at => e.run_at = next,
-            // Later than what waits (or what is due and held while its
-            // object is reconciled): nothing changes.
+            // Later than what waits: nothing changes.
             Some(_) => {}
             None => {
-                state.entries.insert(key.to_string(), Entry { run_at: next, freed_at: None, counted: false });
+                state.entries.insert(key.to_string(), Entry { run_at: next, counted: false });
             }
         }
     }
 
-    /// `key`'s reconcile starts: its entry leaves the queue.
-    pub fn started(&self, key: &str, now: Instant) {
+    /// A requeue `after` from `now` (the scheduler's cap applied).
+    pub fn requeue(&self, key: &str, now: Instant, after: Duration) {
+        self.request(key, now + after.min(MAX_SCHEDULE));
+    }
+
+    /// `key`'s entry leaves the queue at `now`: its reconcile starts, or
+    /// (`object_gone`) the scheduler let it out with its object no longer
+    /// in the cache.
+    pub fn taken(&self, key: &str, now: Instant) {
         let mut state = self.state();
-        state.running.insert(key.to_string());
+        // Not leading (a race with `set_leading`): it waited from now.
+        let since = state.leading_since.unwrap_or(now);
         if let Some(e) = state.entries.remove(key) {
             if !e.counted {
                 self.handles.adds.inc();
             }
-            self.handles.queue_duration.observe(now.saturating_duration_since(e.waiting_since()).as_secs_f64());
-        }
-    }
-
-    /// `key`'s reconcile finished (before its requeue is requested).
-    pub fn finished(&self, key: &str, now: Instant) {
-        let mut state = self.state();
-        state.running.remove(key);
-        if let Some(e) = state.entries.get_mut(key)
-            && e.run_at < now
-        {
-            e.freed_at = Some(now);
-        }
-    }
-
-    /// `key`'s turn came but its object was gone from the cache: the
-    /// scheduler let it out without a reconcile.
-    pub fn forget(&self, key: &str, now: Instant) {
-        let mut state = self.state();
-        if let Some(e) = state.entries.remove(key)
-            && !e.counted
-            && e.run_at <= now
-        {
-            self.handles.adds.inc();
+            let due = e.run_at.max(since);
+            self.handles.queue_duration.observe(now.saturating_duration_since(due).as_secs_f64());
         }
     }
 
@@ -137,66 +135,103 @@ impl QueueMirror {
     /// last look; called at scrape time.
     pub fn refresh(&self, now: Instant) {
         let mut state = self.state();
-        let State { entries, running } = &mut *state;
+        if state.leading_since.is_none() {
+            self.handles.depth.set(0);
+            return;
+        }
         let mut depth = 0i64;
-        for (key, e) in entries.iter_mut() {
-            if e.run_at > now {
-                continue;
-            }
+        for e in state.entries.values_mut().filter(|e| e.run_at <= now) {
+            depth += 1;
             if !e.counted {
                 e.counted = true;
                 self.handles.adds.inc();
-            }
-            if !running.contains(key) {
-                depth += 1;
             }
         }
         self.handles.depth.set(depth);
     }
 
-    /// How many entries wait, due or not (for tests and logs).
+    /// How many entries wait, due or not.
     pub fn scheduled(&self) -> usize {
         self.state().entries.len()
     }
 }
 
-/// An `Action`'s `requeue_after`, read from its `Debug` form
-/// (`Action { requeue_after: Some(1.5s) }`): kube-runtime 5 keeps the field
-/// private. `None` for `await_change`, and for a form not understood — then
-/// the requeue is simply not mirrored; the test below pins the form, so a
-/// kube-runtime that changes it fails here rather than in production.
-pub fn requeue_after(action: &kube::runtime::controller::Action) -> Option<Duration> {
+/// A reconcile between its start and its end, for the queue mirror: the
+/// entry leaves at the start, and the requeue comes back at the end.
+pub struct InQueue {
+    mirror: Arc<QueueMirror>,
+    key: String,
+}
+
+impl InQueue {
+    /// The reconcile of `key` starts now.
+    pub fn start(mirror: Arc<QueueMirror>, key: String) -> Self {
+        mirror.taken(&key, Instant::now());
+        Self { mirror, key }
+    }
+
+    /// It finished with `action` (`None`: an error, whose requeue the error
+    /// policy requests).
+    pub fn finish(self, action: Option<&Action>) {
+        if let Some(after) = action.and_then(requeue_after) {
+            self.mirror.requeue(&self.key, Instant::now(), after);
+        }
+    }
+}
+
+/// An `Action`'s `requeue_after`: kube-runtime 5 keeps the field private,
+/// so it is read from the `Debug` form (`Action { requeue_after:
+/// Some(1.5s) }`), exactly, and accepted only if `Action::requeue` of it is
+/// that same action. `None` for `await_change` and for a form not
+/// understood — then the requeue is not mirrored; the tests below pin the
+/// form, so a kube-runtime that changes it fails there.
+pub fn requeue_after(action: &Action) -> Option<Duration> {
     let debug = format!("{action:?}");
     let inner = debug.strip_prefix("Action { requeue_after: Some(")?.strip_suffix(") }")?;
-    let (number, unit) = [("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)]
+    let duration = parse_debug_duration(inner)?;
+    (Action::requeue(duration) == *action).then_some(duration)
+}
+
+/// `Duration`'s `Debug` form (`1.5s`, `250ms`, `7µs`, `1ns`) back to it.
+fn parse_debug_duration(text: &str) -> Option<Duration> {
+    let (number, unit_ns): (&str, u128) = [("ns", 1), ("µs", 1_000), ("ms", 1_000_000), ("s", 1_000_000_000)]
         .into_iter()
-        .find_map(|(suffix, unit)| inner.strip_suffix(suffix).map(|n| (n, unit)))?;
-    let value: f64 = number.parse().ok()?;
-    Duration::try_from_secs_f64(value * unit).ok()
+        .find_map(|(suffix, unit)| text.strip_suffix(suffix).map(|n| (n, unit)))?;
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let whole: u128 = whole.parse().ok()?;
+    let mut nanos = whole.checked_mul(unit_ns)?;
+    if !fraction.is_empty() {
+        let digits = u32::try_from(fraction.len()).ok()?;
+        let scale = 10u128.checked_pow(digits)?;
+        let fraction: u128 = fraction.parse().ok()?;
+        nanos = nanos.checked_add(fraction.checked_mul(unit_ns)? / scale)?;
+    }
+    let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
+    let sub = u32::try_from(nanos % 1_000_000_000).ok()?;
+    Some(Duration::new(secs, sub))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::controller::Action;
 
     #[test]
-    fn the_requeue_of_an_action_is_read() {
+    fn the_requeue_of_an_action_is_read_exactly() {
         for d in [
+            Duration::ZERO,
             Duration::from_nanos(1),
             Duration::from_micros(7),
+            Duration::new(0, 1_234_567),
             Duration::from_millis(500),
             Duration::from_millis(1500),
             Duration::from_secs(300),
             Duration::from_secs(86_400 * 365),
             Duration::new(2, 1),
+            Duration::MAX,
         ] {
-            let got = requeue_after(&Action::requeue(d)).unwrap_or_else(|| panic!("{d:?} not read"));
-            let diff = got.abs_diff(d);
-            assert!(diff <= d / 1_000_000 + Duration::from_nanos(1), "{d:?} read as {got:?}");
+            assert_eq!(requeue_after(&Action::requeue(d)), Some(d), "{d:?}");
         }
         assert_eq!(requeue_after(&Action::await_change()), None);
-        assert_eq!(requeue_after(&Action::requeue(Duration::MAX)), None, "beyond f64 seconds: not mirrored, no panic");
     }
 
     fn mirror(debounce_ms: u64) -> QueueMirror {
@@ -205,11 +240,17 @@ mod tests {
             adds: IntCounter::new("a", "a").unwrap(),
             queue_duration: Histogram::with_opts(prometheus::HistogramOpts::new("q", "q")).unwrap(),
         };
-        QueueMirror::new(Duration::from_millis(debounce_ms), handles)
+        let q = QueueMirror::new(Duration::from_millis(debounce_ms), handles);
+        q.set_leading(true, Instant::now());
+        q
     }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    fn waited(q: &QueueMirror) -> (u64, f64) {
+        (q.handles.queue_duration.get_sample_count(), q.handles.queue_duration.get_sample_sum())
     }
 
     #[test]
@@ -224,18 +265,19 @@ mod tests {
         assert_eq!(q.handles.adds.get(), 2);
         q.refresh(t0 + ms(3));
         assert_eq!(q.handles.adds.get(), 2, "counted once");
-        q.started("ns/a", t0 + ms(10));
+        q.taken("ns/a", t0 + ms(10));
         q.refresh(t0 + ms(10));
         assert_eq!(q.handles.depth.get(), 1);
-        assert_eq!(q.handles.queue_duration.get_sample_count(), 1);
-        assert!((q.handles.queue_duration.get_sample_sum() - 0.010).abs() < 1e-6, "waited from t0 to t0+10ms");
+        let (count, sum) = waited(&q);
+        assert_eq!(count, 1);
+        assert!((sum - 0.010).abs() < 1e-6, "waited from t0 to t0+10ms: {sum}");
     }
 
     #[test]
     fn a_requeue_is_not_in_the_queue_before_its_time() {
         let q = mirror(0);
         let t0 = Instant::now();
-        q.request("ns/a", t0 + Duration::from_secs(300));
+        q.requeue("ns/a", t0, Duration::from_secs(300));
         q.refresh(t0);
         assert_eq!((q.handles.depth.get(), q.handles.adds.get()), (0, 0), "scheduled for later: not added yet");
         assert_eq!(q.scheduled(), 1);
@@ -244,9 +286,12 @@ mod tests {
         q.refresh(t0 + ms(5));
         assert_eq!((q.handles.depth.get(), q.handles.adds.get()), (1, 1));
         // And a requeue later than what is due changes nothing.
-        q.request("ns/a", t0 + Duration::from_secs(600));
+        q.requeue("ns/a", t0 + ms(6), Duration::from_secs(600));
         q.refresh(t0 + ms(6));
         assert_eq!((q.handles.depth.get(), q.handles.adds.get()), (1, 1));
+        // A requeue beyond the scheduler's cap is capped, not lost.
+        q.requeue("ns/b", t0, Duration::MAX);
+        assert_eq!(q.scheduled(), 2);
     }
 
     #[test]
@@ -259,24 +304,23 @@ mod tests {
         assert_eq!(q.handles.depth.get(), 0, "still debouncing");
         q.refresh(t0 + ms(900));
         assert_eq!(q.handles.depth.get(), 1);
+        q.taken("ns/a", t0 + ms(950));
+        assert!((waited(&q).1 - 0.050).abs() < 1e-6, "the debounce is not queue time");
     }
 
     #[test]
-    fn an_object_being_reconciled_waits_and_is_not_depth() {
+    fn an_object_changed_while_reconciled_is_depth_and_waits_for_it() {
         let q = mirror(0);
         let t0 = Instant::now();
         q.request("ns/a", t0);
-        q.started("ns/a", t0);
+        q.taken("ns/a", t0);
         q.request("ns/a", t0 + ms(10)); // changed while reconciled
         q.refresh(t0 + ms(20));
-        assert_eq!(q.handles.depth.get(), 0, "client-go: dirty while processing is not in the queue");
+        assert_eq!(q.handles.depth.get(), 1, "client-go: a dirty item being processed counts");
         assert_eq!(q.handles.adds.get(), 2);
-        q.finished("ns/a", t0 + ms(100));
-        q.refresh(t0 + ms(100));
-        assert_eq!(q.handles.depth.get(), 1, "back in the queue once the reconcile is done");
-        q.started("ns/a", t0 + ms(130));
-        // Waited 30 ms for a worker (not the 120 ms since the event).
-        assert!((q.handles.queue_duration.get_sample_sum() - 0.030).abs() < 1e-6);
+        // Its reconcile finishes at 100 ms; the next starts at 130 ms.
+        q.taken("ns/a", t0 + ms(130));
+        assert!((waited(&q).1 - 0.120).abs() < 1e-6, "waited from the change, as client-go measures");
     }
 
     #[test]
@@ -284,10 +328,10 @@ mod tests {
         let q = mirror(0);
         let t0 = Instant::now();
         q.request("ns/a", t0);
-        q.forget("ns/a", t0 + ms(1));
+        q.taken("ns/a", t0 + ms(1));
         q.refresh(t0 + ms(2));
         assert_eq!((q.handles.depth.get(), q.handles.adds.get(), q.scheduled()), (0, 1, 0));
-        assert_eq!(q.handles.queue_duration.get_sample_count(), 0);
+        assert_eq!(waited(&q).0, 1);
     }
 
     #[test]
@@ -298,10 +342,33 @@ mod tests {
             q.request(&format!("ns/o{i}"), t0);
         }
         for i in 0..4 {
-            q.started(&format!("ns/o{i}"), t0 + ms(1)); // 4 workers busy
+            q.taken(&format!("ns/o{i}"), t0 + ms(1)); // 4 workers busy
         }
         q.refresh(t0 + ms(2));
         assert_eq!(q.handles.depth.get(), 6);
         assert_eq!(q.handles.adds.get(), 10);
+    }
+
+    #[test]
+    fn a_replica_that_does_not_lead_reports_an_empty_queue() {
+        let q = mirror(0);
+        let t0 = Instant::now();
+        q.set_leading(false, t0);
+        for i in 0..10 {
+            q.request(&format!("ns/o{i}"), t0);
+        }
+        q.refresh(t0 + Duration::from_secs(3600));
+        assert_eq!((q.handles.depth.get(), q.handles.adds.get()), (0, 0), "a standby works on nothing");
+        // It leads after an hour: what waited is added now, and waited from now.
+        let led = t0 + Duration::from_secs(3600);
+        q.set_leading(true, led);
+        q.refresh(led);
+        assert_eq!((q.handles.depth.get(), q.handles.adds.get()), (10, 10));
+        q.taken("ns/o0", led + ms(5));
+        assert!((waited(&q).1 - 0.005).abs() < 1e-6, "not the hour it stood by: {}", waited(&q).1);
+        // A second `set_leading(true)` keeps the first time.
+        q.set_leading(true, led + ms(100));
+        q.taken("ns/o1", led + ms(200));
+        assert!((waited(&q).1 - 0.205).abs() < 1e-6);
     }
 }

@@ -13,13 +13,18 @@ then the operator's own ("<chart>.dashboardPanels": a YAML list of
   (dict "title" "Reconcile errors per second" "expr" (printf "sum by (controller) (rate(controller_runtime_reconcile_errors_total{%s}[5m]))" $sel) "unit" "reqps")
   (dict "title" "Reconcile time, p99" "expr" (printf "histogram_quantile(0.99, sum by (le, controller) (rate(controller_runtime_reconcile_time_seconds_bucket{%s}[5m])))" $sel) "unit" "s")
   (dict "title" "Reconciles in flight" "expr" (printf "sum by (controller) (controller_runtime_active_workers{%s})" $sel) "unit" "short")
-  (dict "title" "Queue depth (waiting for a worker)" "expr" (printf "sum by (name) (workqueue_depth{%s})" $sel) "unit" "short")
-  (dict "title" "Time in queue, p99" "expr" (printf "histogram_quantile(0.99, sum by (le, name) (rate(workqueue_queue_duration_seconds_bucket{%s}[5m])))" $sel) "unit" "s")
   (dict "title" "Panics caught (15 min)" "expr" (printf "sum by (controller) (increase(controller_runtime_reconcile_panics_total{%s}[15m]))" $sel) "unit" "short")
   (dict "title" "Leader (1: this pod holds the lease)" "expr" (printf "max by (pod) (leader_election_master_status{%s})" $sel) "unit" "short")
   (dict "title" "Resident memory" "expr" (printf "max by (pod) (process_resident_memory_bytes{%s})" $sel) "unit" "bytes")
   (dict "title" "Events dropped (15 min)" "expr" (printf "sum(increase(flotilla_events_dropped_total{%s}[15m]))" $sel) "unit" "short")
 }}
+{{- /* service-dns's sync loop has no work queue (README, "Scraping with Prometheus") */}}
+{{- if ne .Chart.Name "service-dns" }}
+{{- $panels = concat $panels (list
+  (dict "title" "Queue depth (due, not started)" "expr" (printf "sum by (name) (workqueue_depth{%s})" $sel) "unit" "short")
+  (dict "title" "Time in queue, p99" "expr" (printf "histogram_quantile(0.99, sum by (le, name) (rate(workqueue_queue_duration_seconds_bucket{%s}[5m])))" $sel) "unit" "s")
+) }}
+{{- end }}
 {{- $own := include (printf "%s.dashboardPanels" .Chart.Name) (dict "sel" $sel) | fromYamlArray }}
 {{- $all := concat $panels $own }}
 {{- $grafana := list }}

@@ -81,14 +81,17 @@ spec:
           annotations:
             summary: {{ printf "%s: a {{ $labels.name }} reconcile has been running for over 10 minutes" $name | quote }}
             runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaReconcileStuck") }}
+        {{- /* service-dns's sync loop has no work queue (README, "Scraping with Prometheus") */}}
+        {{- if ne .Chart.Name "service-dns" }}
         - alert: FlotillaWorkqueueBacklog
           expr: max by (name) (min_over_time(workqueue_depth{ {{- $sel -}} }[15m])) > 0
           for: 15m
           labels:
             severity: warning
           annotations:
-            summary: {{ printf "%s: the {{ $labels.name }} queue has not emptied in over 15 minutes; objects wait for a worker" $name | quote }}
+            summary: {{ printf "%s: the {{ $labels.name }} queue has not emptied in over 15 minutes; objects wait to be reconciled" $name | quote }}
             runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaWorkqueueBacklog") }}
+        {{- end }}
         - alert: FlotillaEventsDropped
           expr: sum(increase(flotilla_events_dropped_total{ {{- $sel -}} }[15m])) > 0
           labels:

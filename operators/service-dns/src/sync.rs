@@ -11,12 +11,10 @@
 //! refused name does not fail the sync (it is quarantined).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::Context;
 use flotilla_shared::projection;
-use flotilla_shared::workqueue::QueueMirror;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
@@ -184,10 +182,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     let mut failures: u32 = 0;
     let mut next_full = tokio::time::Instant::now();
     // Startup counts as an event: the first sync covers every Service.
-    // client-go's queue metrics for a queue of one key, the zone: it is in
-    // the queue from the first unsynced event (or a timer) to its sync.
-    let queue = ctx.metrics.queue(CONTROLLER, Duration::ZERO);
-    let mut events = Unsynced::new(queue.clone());
+    let mut events = Unsynced::default();
     events.saw_one();
     let mut last_sync = tokio::time::Instant::now();
     let check_every = cfg.debounce.max(BATCH_CHECK);
@@ -208,7 +203,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
             events.stream_ended();
             let wake = syncer.next_retry().map_or(next_full, |t| next_full.min(t.into()));
             tokio::select! {
-                _ = tokio::time::sleep_until(wake) => queue.request(ZONE_KEY, Instant::now()),
+                _ = tokio::time::sleep_until(wake) => {}
                 got = rx.recv() => match got {
                     Some(()) => {
                         events.saw_one();
@@ -260,7 +255,6 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
             }
         }
         events.first = None;
-        queue.started(ZONE_KEY, Instant::now());
         reconcile.active.inc();
         let running = reconcile.running.start();
         let started = Instant::now();
@@ -278,11 +272,6 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
             () = ctx.suspended() => None,
             r = syncer.sync(full, hold) => Some(r),
         };
-        queue.finished(ZONE_KEY, Instant::now());
-        if syncer.held_since.is_some() {
-            // Changes held back for a fuller request wait in the queue.
-            queue.request(ZONE_KEY, Instant::now());
-        }
         let Some(result) = outcome else {
             drop(running);
             reconcile.active.dec();
@@ -330,9 +319,6 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     Ok(())
 }
 
-/// The one key of service-dns's queue (`workqueue_*{name="service-dns"}`).
-const ZONE_KEY: &str = "zone";
-
 /// The Service events not yet covered by a sync.
 struct Unsynced {
     /// When the first of them came (None: there are none).
@@ -343,18 +329,17 @@ struct Unsynced {
     /// while gathering (a pause across a sync measures the sync, not the
     /// stream, and is not counted).
     longest_gap: Duration,
-    /// Every event puts the zone in the queue.
-    queue: Arc<QueueMirror>,
+}
+
+impl Default for Unsynced {
+    fn default() -> Self {
+        Self { first: None, last: tokio::time::Instant::now(), longest_gap: Duration::ZERO }
+    }
 }
 
 impl Unsynced {
-    fn new(queue: Arc<QueueMirror>) -> Self {
-        Self { first: None, last: tokio::time::Instant::now(), longest_gap: Duration::ZERO, queue }
-    }
-
     /// An event seen after a sync (or on an idle loop): no gap measured.
     fn saw_one(&mut self) {
-        self.queue.request(ZONE_KEY, Instant::now());
         self.first.get_or_insert_with(Instant::now);
         self.last = tokio::time::Instant::now();
     }
@@ -363,7 +348,6 @@ impl Unsynced {
     fn saw_next(&mut self) {
         let now = tokio::time::Instant::now();
         self.longest_gap = self.longest_gap.max(now.saturating_duration_since(self.last));
-        self.queue.request(ZONE_KEY, Instant::now());
         self.first.get_or_insert_with(Instant::now);
         self.last = now;
     }
@@ -391,8 +375,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stream_that_stalled_must_pause_longer_to_end() {
         let check = Duration::from_secs(1);
-        let metrics = flotilla_shared::Metrics::new().unwrap();
-        let mut ev = Unsynced::new(metrics.queue(CONTROLLER, Duration::ZERO));
+        let mut ev = Unsynced::default();
         ev.saw_one();
         for _ in 0..10 {
             tokio::time::advance(Duration::from_millis(50)).await;
