@@ -2,7 +2,7 @@
 //! limits, never separating a name's records from its ownership TXT.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::plan::ChangeGroup;
 
@@ -50,6 +50,32 @@ pub fn batches(groups: &[ChangeGroup], limits: Limits) -> Vec<Vec<&ChangeGroup>>
 pub fn full_batches(groups: &[ChangeGroup], limits: Limits) -> usize {
     let batches = batches(groups, limits);
     batches.iter().rev().skip(1).map(Vec::len).sum()
+}
+
+/// How many of `groups` (ordered by [`oldest_first`], their times in
+/// `since`) a sync sends. When the stream of changes has ended (`hold`
+/// false): all. While it goes on: the full requests — and the last, partial
+/// one too when it holds a change first planned `max_wait`
+/// (`--max-batch-delay`) or longer before `now`: that change has waited long enough, and
+/// the request it goes in might as well carry everything pending. The
+/// oldest change is always in the first request, so a change that falls
+/// overdue while full requests exist goes with them, costing no request.
+pub fn sending(
+    groups: &[ChangeGroup],
+    limits: Limits,
+    hold: bool,
+    since: &HashMap<String, Instant>,
+    now: Instant,
+    max_wait: Duration,
+) -> usize {
+    if !hold {
+        return groups.len();
+    }
+    let full = full_batches(groups, limits);
+    let late = groups[full..]
+        .iter()
+        .any(|g| since.get(&g.name).is_some_and(|t| now.saturating_duration_since(*t) >= max_wait));
+    if late { groups.len() } else { full }
 }
 
 /// Orders `groups` oldest first — by when each name's change was first
@@ -131,6 +157,29 @@ mod tests {
         assert_eq!(full_batches(&gs[..1], limits), 0);
         // Sending the full prefix makes exactly the full requests.
         assert_eq!(batches(&gs[..4], limits).len(), 2);
+    }
+
+    #[test]
+    fn a_partial_request_goes_mid_stream_only_with_an_overdue_change() {
+        let t0 = Instant::now();
+        let limits = Limits { max_records: 4, max_chars: 10_000 }; // 2 names per request
+        let mut gs = groups(&["a", "b", "c", "d", "e"]);
+        let first: HashMap<String, Instant> = [("a.z".to_string(), t0)].into();
+        let later = t0 + Duration::from_secs(10);
+        let since = oldest_first(&mut gs, &first, later);
+        let (now, wait) = (later + Duration::from_secs(5), Duration::from_secs(15));
+        // The stream has ended: everything.
+        assert_eq!(sending(&gs, limits, false, &since, now, wait), 5);
+        // Mid-stream, nothing overdue in the partial request: the full ones.
+        assert_eq!(sending(&gs, limits, true, &since, now, wait), 4, "a (overdue) goes in the first full request");
+        assert_eq!(
+            sending(&gs[..1], limits, true, &since, now, wait),
+            1,
+            "a alone is overdue: its partial request goes"
+        );
+        assert_eq!(sending(&gs[1..], limits, true, &since, now, wait), 2, "b..e: nothing overdue, d and e wait");
+        // 15 s after b..e were planned, e is overdue too: the partial goes.
+        assert_eq!(sending(&gs, limits, true, &since, later + wait, wait), 5);
     }
 
     #[test]

@@ -215,9 +215,8 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
             }
         }
         // Gather the burst: sync everything once the stream pauses for a
-        // `--debounce` or its oldest unsent change has waited
-        // `--max-batch-delay`; meanwhile, every `check_every`, send the
-        // requests that are full (`hold`).
+        // `--debounce`; meanwhile, every `check_every`, send the requests
+        // that are full (`hold`), and what has waited `--max-batch-delay`.
         let hold = !leading
             && loop {
                 let oldest = [events.first, syncer.held_since].into_iter().flatten().min();
@@ -231,14 +230,24 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 } else {
                     cfg.debounce
                 };
-                let due = (events.last + quiet).min(cap);
+                let paused = events.last + quiet;
+                let due = paused.min(cap);
                 let check = last_sync + check_every;
                 tokio::select! {
                     got = rx.recv() => match got {
                         Some(()) => events.saw_next(),
                         None => break false,
                     },
-                    _ = tokio::time::sleep_until(due) => break false,
+                    // The stream paused, or an event not yet planned waited
+                    // `--max-batch-delay`: send it all. A held change that
+                    // waited that long while the stream goes on goes with
+                    // the full requests instead (`batch::sending`): a partial
+                    // request only if the full ones cannot carry it.
+                    _ = tokio::time::sleep_until(due) => {
+                        let held_is_oldest =
+                            syncer.held_since.is_some_and(|h| events.first.is_none_or(|f| h <= f));
+                        break due < paused && held_is_oldest;
+                    }
                     _ = tokio::time::sleep_until(check), if check < due => break true,
                     _ = shutdown.cancelled() => break false,
                 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use flotilla_shared::projection::Store;
 
 use crate::apply::{Applied, apply, refresh_names, update_zone};
-use crate::batch::{Limits, full_batches, oldest_first};
+use crate::batch::{Limits, oldest_first, sending};
 use crate::config::Config;
 use crate::desired::{Claim, Desired, Naming, desired, resource_id};
 use crate::hostname::owner_txt_name;
@@ -99,8 +99,9 @@ impl Syncer {
         out
     }
 
-    /// One sync. `full`: list the zone. `hold`: send only full requests and
-    /// keep the rest for later (a stream of changes is still arriving).
+    /// One sync. `full`: list the zone. `hold`: a stream of changes is still
+    /// arriving: send the full requests and keep the rest for later, unless
+    /// it holds a change that has waited `--max-batch-delay` (`batch::sending`).
     pub async fn sync(&mut self, full: bool, hold: bool) -> Result<(), Route53Error> {
         let services = self.store.state();
         let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
@@ -204,10 +205,11 @@ impl Syncer {
             }
         }
 
-        // Apply: whole batches, the full ones only while a stream goes on.
+        // Apply: whole batches; while a stream goes on, the full ones (and a
+        // partial one holding a change overdue).
         let limits = Limits::default();
-        let sending = if hold { full_batches(&normal, limits) } else { normal.len() };
-        let (to_send, held) = normal.split_at(sending);
+        let count = sending(&normal, limits, hold, &since, Instant::now(), self.cfg.max_batch_delay);
+        let (to_send, held) = normal.split_at(count);
         self.held_since = held.iter().filter_map(|g| since.get(&g.name)).min().copied();
         if !held.is_empty() {
             tracing::debug!(sending = to_send.len(), held = held.len(), "holding a partial request for more changes");

@@ -307,14 +307,25 @@ async fn a_continuous_stream_is_written_within_max_batch_delay() {
             ips
         }
     });
-    let first = format!("kube-s00.{domain}");
-    wait_for("the first record, while the stream goes on", T, || async {
-        Ok::<_, String>(find(&r53, &zone, &first, RecordType::A).await.map(|_| ()))
+    // s00 goes at once (the leading edge); s01 onwards are held for a
+    // fuller request, but none longer than --max-batch-delay (3 s) and a
+    // sync (1 s), while the stream goes on for 12 s.
+    let held = format!("kube-s04.{domain}");
+    wait_for("s04 created", T, || async {
+        Ok::<_, String>((created.load(std::sync::atomic::Ordering::SeqCst) > 4).then_some(()))
     })
     .await
     .unwrap();
+    let s04_created = std::time::Instant::now();
+    wait_for("s04's record, while the stream goes on", T, || async {
+        Ok::<_, String>(find(&r53, &zone, &held, RecordType::A).await.map(|_| ()))
+    })
+    .await
+    .unwrap();
+    let waited = s04_created.elapsed();
     let so_far = created.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(so_far < COUNT, "the first record appeared only after the whole stream ({so_far} Services created)");
+    assert!(so_far < COUNT, "s04's record appeared only after the whole stream ({so_far} Services created)");
+    assert!(waited < Duration::from_secs(3 + 2), "s04 waited {waited:?}: over --max-batch-delay and a sync");
     let ips = stream.await.expect("the stream");
     for (i, ip) in ips.iter().enumerate() {
         wait_record(&r53, &zone, &format!("kube-s{i:02}.{domain}"), RecordType::A, &[ip]).await;
