@@ -18,6 +18,7 @@
 //! | Events as `flotilla-<operator>`, never blocking a reconcile | [`events`] |
 //! | SIGTERM: stop taking work, finish in-flight reconciles, release, exit 0 | [`operator`] |
 //! | CRD files generated from the Rust types, drift check | [`crd`] |
+//! | watch caches of small projections, not whole objects; Pods by namespace | [`projection`], [`pods`] |
 //!
 //! ## A minimal operator
 //!
@@ -77,6 +78,7 @@ pub mod leader;
 pub mod memory;
 pub mod metrics;
 pub mod operator;
+pub mod pods;
 pub mod projection;
 pub mod selector;
 pub mod server;

@@ -134,29 +134,23 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
 /// Keeps the pod projection and triggers the PodDebuggers of the namespaces
 /// that changed.
 async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Arc<Data>, health: WatchHealth) {
-    // Small list pages: a page of full Pods is what peaks memory at start.
-    let watch = health.track(watcher(api, watcher::Config::default().any_semantic().page_size(50)));
-    let project = |pod: Pod| {
-        let v = view(&pod);
-        (format!("{}/{}", v.namespace, v.name), v)
-    };
-    writer
-        .run(
-            watch,
-            project,
-            move || health.synced(),
-            |changes| {
-                data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
-                let namespaces = projection::touched(changes, |p| p.namespace.as_str());
-                for rule in data.rules.state() {
-                    let ns = rule.namespace().unwrap_or_default();
-                    if namespaces.binary_search(&ns.as_str()).is_ok() {
-                        let _ = data.trigger.unbounded_send(ObjectRef::from_obj(rule.as_ref()));
-                    }
+    flotilla_shared::pods::watch_pods(
+        api,
+        writer,
+        view,
+        |p: &PodView| p.namespace.as_str(),
+        health,
+        |namespaces| {
+            data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
+            for rule in data.rules.state() {
+                let ns = rule.namespace().unwrap_or_default();
+                if namespaces.binary_search(&ns.as_str()).is_ok() {
+                    let _ = data.trigger.unbounded_send(ObjectRef::from_obj(rule.as_ref()));
                 }
-            },
-        )
-        .await;
+            }
+        },
+    )
+    .await;
 }
 
 impl Data {
