@@ -107,7 +107,7 @@ impl Context {
         let queue = self.metrics.queue(name, controller.debounce);
         // A replica that does not lead works on nothing: its queue is empty.
         let (mirror, mut leading_rx) = (queue.clone(), self.leading.clone());
-        tokio::spawn(async move {
+        let follow_leading = tokio::spawn(async move {
             loop {
                 let leading = *leading_rx.borrow_and_update();
                 mirror.set_leading(leading, Instant::now());
@@ -314,6 +314,7 @@ impl Context {
                 futures::future::ready(())
             })
             .await;
+        follow_leading.abort();
         tracing::info!(controller = name, "controller stopped");
         Ok(())
     }
