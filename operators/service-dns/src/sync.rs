@@ -196,7 +196,10 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
             events.saw_one();
         }
         // Idle: wait for an event, a quarantined name's retry or the resync
-        // tick. An event on an idle loop is synced at once.
+        // tick. An event on an idle loop is synced at once — idle meaning no
+        // sync for a `--debounce` either: a burst whose first creates
+        // trickle in (a loaded API server) would otherwise send each of
+        // them alone, one leading edge after the other.
         let mut leading = false;
         if events.first.is_none() && syncer.held_since.is_none() {
             // Nothing pending: whatever stream there was has ended.
@@ -207,7 +210,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 got = rx.recv() => match got {
                     Some(()) => {
                         events.saw_one();
-                        leading = true;
+                        leading = last_sync.elapsed() >= cfg.debounce;
                     }
                     None => break,
                 },
