@@ -25,6 +25,7 @@ use tracing::Instrument;
 
 use crate::events::Events;
 use crate::health::Readiness;
+use crate::leadership::{Leadership, suspended, wait_leading};
 use crate::metrics::Metrics;
 use crate::triggers::{Controller, queue_key};
 use crate::workqueue::{InQueue, requeue_after};
@@ -66,6 +67,13 @@ impl Context {
     /// Whether this process leads now.
     pub fn is_leading(&self) -> bool {
         *self.leading.borrow()
+    }
+
+    /// The same answers as [`Context::leading`], [`Context::is_leading`] and
+    /// [`Context::suspended`], for a task that does not hold the context
+    /// (a sink's delivery worker).
+    pub fn leadership(&self) -> Leadership {
+        Leadership::new(self.leading.clone(), self.shutdown.clone())
     }
 
     /// Resolves when leading is suspended (the lease was not renewed in
@@ -334,22 +342,6 @@ impl<T> Future for AbortOnDrop<T> {
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
         std::pin::Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-/// Resolves when `leading` turns false (a suspended term, `leader.rs`);
-/// never without leader election.
-async fn suspended(mut leading: tokio::sync::watch::Receiver<bool>) {
-    if leading.wait_for(|l| !*l).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-/// Whether `leading` became true before `shutdown` (see `Context::leading`).
-async fn wait_leading(mut leading: tokio::sync::watch::Receiver<bool>, shutdown: &CancellationToken) -> bool {
-    tokio::select! {
-        r = leading.wait_for(|l| *l) => r.is_ok(),
-        () = shutdown.cancelled() => false,
     }
 }
 

@@ -11,7 +11,7 @@
 //! | `/metrics`, `/healthz`, `/readyz` | [`server`], [`health`] |
 //! | controller-runtime reconcile metrics, client-go's `workqueue_*` (the queue side from a mirror of kube-runtime's scheduler), process metrics, your own | [`metrics`], [`workqueue`] |
 //! | a controller's watches and triggers (kube-runtime's `Controller` builder, run with `applier` so its queue is seen) | [`triggers`] |
-//! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown; a term not renewed in time is suspended and resumed if nobody took the lease | [`leader`], [`Context::suspended`] |
+//! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown; a term not renewed in time is suspended and resumed if nobody took the lease | [`leader`], [`Context::suspended`], [`Leadership`] (for work outside a reconcile) |
 //! | warm standbys: controllers watch before the lease is won, reconcile after | [`controller`], [`Context::leading`] |
 //! | `/readyz` unready while a watch feeding a cache fails | [`health`] |
 //! | status by server-side apply, `metav1.Condition` semantics | [`status`], [`conditions`] |
@@ -75,6 +75,7 @@ pub mod duration;
 pub mod events;
 pub mod health;
 pub mod leader;
+pub mod leadership;
 pub mod memory;
 pub mod metrics;
 pub mod operator;
@@ -91,6 +92,7 @@ pub use conditions::Conditions;
 pub use config::{CommonArgs, ConfigError, WatchNamespaceArgs};
 pub use controller::Context;
 pub use events::Events;
+pub use leadership::Leadership;
 pub use metrics::Metrics;
 pub use operator::Operator;
 pub use status::apply_status;

@@ -100,7 +100,13 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     let data = Arc::new(Data {
         ctx: ctx.clone(),
         metrics: metrics.clone(),
-        delivery: Delivery { http, kube: ctx.client.clone(), metrics, retry: options.retry },
+        delivery: Delivery {
+            http,
+            kube: ctx.client.clone(),
+            metrics,
+            retry: options.retry,
+            leadership: ctx.leadership(),
+        },
         options,
         pods,
         alerts: controller.store(),

@@ -4,6 +4,13 @@
 //! to 5 min, at most 8 attempts, never for a notification older than 30 min)
 //! and honour `Retry-After`; redirects are not followed; a sink's state
 //! (last success, last error) is kept for the PodAlert's status.
+//!
+//! No attempt starts while this replica does not lead (its term suspended):
+//! a successor may already be sending the same incidents, and a sink has no
+//! way to tell the two apart. The notifications wait, and go out when the
+//! term resumes (the 30 min age limit still applies); an attempt already in
+//! flight finishes, since cutting it could not take back what was sent and
+//! would only lose its answer.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -13,6 +20,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use serde_json::Value;
 use tokio::sync::mpsc;
+
+use flotilla_shared::Leadership;
 
 use crate::crd::{SecretKeyRef, SinkStatus};
 use crate::metrics::AlertMetrics;
@@ -92,6 +101,8 @@ pub struct Delivery {
     pub kube: kube::Client,
     pub metrics: AlertMetrics,
     pub retry: Retry,
+    /// Attempts start only while this replica leads.
+    pub leadership: Leadership,
 }
 
 /// A running sink worker; dropping it ends the worker once its queue is
@@ -220,6 +231,27 @@ impl Delivery {
     async fn deliver(&self, target: &Target, path: &str, body: &Value, queued: Timestamp) -> Result<(), Failure> {
         let mut attempt = 0;
         loop {
+            if !self.leadership.is_leading() {
+                tracing::info!("notification held: leadership suspended; it goes out when the term resumes");
+                if !self.leadership.leading().await {
+                    return Err(Failure {
+                        message: "not sent: the operator stopped while its leadership was suspended".into(),
+                        retryable: false,
+                        retry_after: None,
+                    });
+                }
+                let age = crate::pod::elapsed(queued, Timestamp::now());
+                if age >= self.retry.max_age {
+                    return Err(Failure {
+                        message: format!(
+                            "not sent: held {}s while leadership was suspended, past the age limit",
+                            age.as_secs()
+                        ),
+                        retryable: false,
+                        retry_after: None,
+                    });
+                }
+            }
             attempt += 1;
             let failure = match self.attempt(target, path, body).await {
                 Ok(()) => return Ok(()),
@@ -346,5 +378,115 @@ mod tests {
         assert_eq!(delay(&r, 1, &f), Duration::from_secs(7));
         let f = Failure { retry_after: Some(Duration::from_secs(86_400)), ..f };
         assert_eq!(delay(&r, 1, &f), Duration::from_secs(600));
+    }
+
+    /// Polls `done` every 20 ms for up to 10 s.
+    async fn eventually(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// The sink fails the first request, and the leader's term is suspended
+    /// while it answers: the retry (due 10 ms later) must wait until the
+    /// term resumes, and then go out.
+    #[tokio::test]
+    async fn a_suspended_leader_sends_no_retry_until_its_term_resumes() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let (lead_tx, lead_rx) = tokio::sync::watch::channel(true);
+        let lead_tx = Arc::new(lead_tx);
+        let requests = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post({
+                let (requests, lead_tx) = (requests.clone(), lead_tx.clone());
+                move || {
+                    let (requests, lead_tx) = (requests.clone(), lead_tx.clone());
+                    async move {
+                        if requests.fetch_add(1, SeqCst) == 0 {
+                            lead_tx.send_replace(false);
+                            http::StatusCode::SERVICE_UNAVAILABLE
+                        } else {
+                            http::StatusCode::OK
+                        }
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        // Never called: the target is a fixed URL, not a Secret.
+        let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let delivery = Delivery {
+            http: reqwest::Client::new(),
+            kube,
+            metrics: AlertMetrics::new().unwrap(),
+            retry: Retry { first: Duration::from_millis(10), ..Retry::default() },
+            leadership: Leadership::new(lead_rx, tokio_util::sync::CancellationToken::new()),
+        };
+        let sink = delivery.start("webhook", Target::Url(format!("http://{addr}/hook")), "", false, || {});
+        assert!(sink.send(serde_json::json!({"text": "pod crashed"}), &delivery.metrics, "webhook"));
+        eventually("the first request", || requests.load(SeqCst) == 1).await;
+
+        // Fifty retry delays later: still one request, nothing settled.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(requests.load(SeqCst), 1, "a retry went out while leadership was suspended");
+        assert_eq!(sink.state().delivered + sink.state().failed, 0, "{:?}", sink.state());
+
+        lead_tx.send_replace(true);
+        eventually("the retry once the term resumed", || sink.state().delivered == 1).await;
+        assert_eq!(requests.load(SeqCst), 2);
+        assert_eq!(sink.state().failed, 0);
+    }
+
+    /// A notification queued while the term is suspended waits for it too.
+    #[tokio::test]
+    async fn a_notification_queued_while_suspended_waits_for_the_term() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let (lead_tx, lead_rx) = tokio::sync::watch::channel(false);
+        let requests = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post({
+                let requests = requests.clone();
+                move || {
+                    requests.fetch_add(1, SeqCst);
+                    async { http::StatusCode::OK }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let delivery = Delivery {
+            http: reqwest::Client::new(),
+            kube,
+            metrics: AlertMetrics::new().unwrap(),
+            retry: Retry::default(),
+            leadership: Leadership::new(lead_rx, shutdown.clone()),
+        };
+        let sink = delivery.start("webhook", Target::Url(format!("http://{addr}/hook")), "", false, || {});
+        assert!(sink.send(serde_json::json!({"text": "one"}), &delivery.metrics, "webhook"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(requests.load(SeqCst), 0, "sent while leadership was suspended");
+        lead_tx.send_replace(true);
+        eventually("the held notification", || sink.state().delivered == 1).await;
+
+        // Suspended again, then stopped: the held one is given up, not sent.
+        lead_tx.send_replace(false);
+        assert!(sink.send(serde_json::json!({"text": "two"}), &delivery.metrics, "webhook"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        shutdown.cancel();
+        eventually("the held notification given up", || sink.state().failed == 1).await;
+        assert_eq!(requests.load(SeqCst), 1);
+        assert!(sink.state().last_error.contains("stopped while its leadership was suspended"), "{:?}", sink.state());
     }
 }
