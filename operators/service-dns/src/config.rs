@@ -89,7 +89,8 @@ pub struct Args {
     #[arg(long, env = "SERVICE_SELECTOR", value_name = "SELECTOR")]
     pub service_selector: Option<String>,
 
-    /// How long to wait after a Service change for more changes before syncing.
+    /// Quiet time, during a stream of Service changes, before the changes gathered are synced (at most 1m).
+    /// A change on an idle operator (no sync for this long) is synced at once.
     #[arg(long, env = "DEBOUNCE", default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
     pub debounce: Duration,
 

@@ -333,6 +333,59 @@ async fn a_continuous_stream_is_written_within_max_batch_delay() {
     assert_eq!(op.stop().await.code(), Some(0), "{}", op.logs());
 }
 
+/// The leading edge is for an idle loop only. A change on a loop that has
+/// not synced for `--debounce` goes at once; a change that comes sooner
+/// after a sync is gathered with what follows it — else a burst whose first
+/// creates trickle in (a loaded API server) costs a request per create.
+#[tokio::test]
+async fn a_change_soon_after_a_sync_is_gathered_not_sent_alone() {
+    let mut f = Fixture::start("edge", &["--interval=10m", "--debounce=4s"]).await;
+    let syncs = "controller_runtime_reconcile_total{controller=\"service-dns\",result=\"success\"}";
+    // Idle for longer than --debounce: a goes at once, alone.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    f.proxy.faults().reset_stats();
+    let before = f.op.metric(syncs).await.unwrap_or(0.0);
+    let created = std::time::Instant::now();
+    let a_ip = f.service("a").await;
+    wait_record(&f.r53, &f.zone, &f.record("a"), RecordType::A, &[&a_ip]).await;
+    let a_took = created.elapsed();
+    assert!(a_took < Duration::from_secs(4), "a, on an idle loop, waited {a_took:?}: it was not sent at once");
+    // The sync that wrote a has ended (its INSYNC wait included); b and c
+    // come well within --debounce of it.
+    wait_for("a's sync to end", T, || async {
+        Ok::<_, String>((f.op.metric(syncs).await.unwrap_or(0.0) > before).then_some(()))
+    })
+    .await
+    .unwrap();
+    let synced = std::time::Instant::now();
+    let b_ip = f.service("b").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c_ip = f.service("c").await;
+    let c_after_sync = synced.elapsed();
+    assert!(c_after_sync < Duration::from_secs(3), "c was created {c_after_sync:?} after the sync: too late to test");
+    wait_record(&f.r53, &f.zone, &f.record("b"), RecordType::A, &[&b_ip]).await;
+    wait_record(&f.r53, &f.zone, &f.record("c"), RecordType::A, &[&c_ip]).await;
+
+    let stats = f.proxy.faults().stats();
+    let requests_with = |record: &str| -> Vec<usize> {
+        let owns = |n: &String| {
+            let n = n.trim_end_matches('.');
+            n == record || n.ends_with(&format!(".{record}"))
+        };
+        stats.batches.iter().enumerate().filter(|(_, names)| names.iter().any(owns)).map(|(i, _)| i).collect()
+    };
+    let (a, b, c) = (requests_with(&f.record("a")), requests_with(&f.record("b")), requests_with(&f.record("c")));
+    assert_eq!(a.len(), 1, "a: {a:?} of {:?}", stats.batches);
+    assert_eq!(b.len(), 1, "b: {b:?} of {:?}", stats.batches);
+    assert_eq!(
+        b, c,
+        "b and c, created {c_after_sync:?} after a sync (within --debounce), went in separate requests: {:?}",
+        stats.batches
+    );
+    assert_eq!(stats.change_requests, 2, "{:?}", stats.batches);
+    assert_eq!(f.op.stop().await.code(), Some(0), "{}", f.op.logs());
+}
+
 /// flotilla.dev/hostname (several names), /ttl, /dns=false, /target=load-balancer.
 #[tokio::test]
 async fn annotations() {
