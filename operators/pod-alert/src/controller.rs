@@ -145,11 +145,9 @@ async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Ar
         health,
         |namespaces| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
-            for alert in data.alerts.state() {
-                let ns = alert.namespace().unwrap_or_default();
-                if alert.spec.all_namespaces || namespaces.binary_search(&ns.as_str()).is_ok() {
-                    let _ = data.trigger.unbounded_send(ObjectRef::from_obj(alert.as_ref()));
-                }
+            let alerts = data.alerts.state();
+            for alert in flotilla_shared::pods::concerned(&alerts, namespaces, |a: &PodAlert| a.spec.all_namespaces) {
+                let _ = data.trigger.unbounded_send(alert);
             }
         },
     )

@@ -142,11 +142,9 @@ async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Ar
         health,
         |namespaces| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
-            for rule in data.rules.state() {
-                let ns = rule.namespace().unwrap_or_default();
-                if namespaces.binary_search(&ns.as_str()).is_ok() {
-                    let _ = data.trigger.unbounded_send(ObjectRef::from_obj(rule.as_ref()));
-                }
+            let rules = data.rules.state();
+            for rule in flotilla_shared::pods::concerned(&rules, namespaces, |_: &PodDebugger| false) {
+                let _ = data.trigger.unbounded_send(rule);
             }
         },
     )
