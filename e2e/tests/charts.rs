@@ -710,12 +710,24 @@ fn service_dns_without_a_zone_fails_at_render() {
 fn bad_values_are_rejected_by_the_schema_with_a_clear_message() {
     for op in operators().unwrap() {
         let path = chart(&op);
-        let out = helm(None, &["template", "rel", &path, "--set", "logFormat=xml"]).unwrap();
+        let render = |extra: &[&str]| {
+            let mut args = vec!["template", "rel", path.as_str()];
+            args.extend(required_values(&op));
+            args.extend_from_slice(extra);
+            helm(None, &args).unwrap()
+        };
+        // The same values without the bad one render: what fails below is
+        // the bad value, not something else.
+        let out = render(&[]);
+        assert!(out.status.success(), "{op}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = render(&["--set", "logFormat=xml"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{op}: logFormat=xml accepted");
         assert!(stderr.contains("logFormat"), "{op}: {stderr}");
-        let out = helm(None, &["template", "rel", &path, "--set", "replicasCount=3"]).unwrap();
+        let out = render(&["--set", "replicasCount=3"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{op}: a misspelt key is accepted");
+        assert!(stderr.contains("replicasCount"), "{op}: the error does not name the misspelt key: {stderr}");
     }
 }
 

@@ -78,7 +78,11 @@ async fn wait_rolled_out(client: &Client, ns: &str, deployment: &str, op: &str, 
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
-    operator_pods(client, ns, op).await.into_iter().filter(ready).collect()
+    // Rolled out: the old ReplicaSet is at 0, so every pod not being
+    // deleted is a new, Ready one.
+    let pods: Vec<Pod> = operator_pods(client, ns, op).await.into_iter().filter(ready).collect();
+    assert_eq!(pods.len(), replicas, "{deployment}: Ready pods not being deleted");
+    pods
 }
 
 /// The pod's container runs the local image as the chart says: non-root

@@ -54,7 +54,9 @@ async fn an_abandoned_lease_is_taken_only_after_it_expires() {
     let took = started.elapsed();
     eprintln!("abandoned lease taken after {took:?} (lease 3s, retry 250ms)");
     assert!(took >= Duration::from_secs(3), "taken before expiry: {took:?}");
-    assert!(took <= Duration::from_millis(3000 + 2 * 300 + 500), "taken too late: {took:?}");
+    // Expiry and two retries, plus slack for a loaded 2-core machine; well
+    // short of a second lease duration.
+    assert!(took <= Duration::from_millis(3000 + 2 * 300 + 1500), "taken too late: {took:?}");
     lb.abandon();
 }
 

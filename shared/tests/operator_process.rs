@@ -173,7 +173,7 @@ async fn two_instances_one_leader_and_the_standby_takes_over_when_the_leader_die
     let killed = Instant::now();
     wait_leader(&b, id, Duration::from_secs(15)).await;
     let took = killed.elapsed();
-    // Its first reconcile needs no list: the cache is already there.
+    // Its first reconcile reads the cache the standby's watch already filled.
     wait_for("the new leader's first reconcile", T, || async {
         Ok::<_, String>((b.metric(successes).await >= Some(1.0)).then_some(()))
     })

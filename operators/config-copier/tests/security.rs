@@ -96,14 +96,23 @@ async fn a_namespace_without_consent_gets_nothing_and_is_not_revealed() {
     assert_eq!(r.status.as_ref().unwrap().namespaces, 1);
     let theirs = Api::<ConfigMap>::namespaced(client.clone(), &no).get("cfg").await.unwrap();
     assert_eq!(data(&theirs, "k"), Some("theirs"));
+    // Events go out in the background: wait for the sync's own Event (the
+    // copy to `yes`) before looking at what the Events say.
+    wait_event(&client, &src, "r", "Synced").await;
     let events = Api::<Event>::namespaced(client.clone(), &src).list(&ListParams::default()).await.unwrap();
-    for e in events.items.iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("r")) {
+    let on_rule: Vec<&Event> =
+        events.items.iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("r")).collect();
+    assert!(!on_rule.is_empty());
+    for e in on_rule {
         assert!(!e.note.as_deref().unwrap_or("").contains(&no), "an Event reveals {no}: {:?}", e.note);
     }
-    // Consent given: the copy follows; withdrawn: it is pruned.
+    // Consent given: the namespace is a target now, and its own cfg is
+    // reported as a conflict (NotOwned) and still left alone.
     label_namespace(&client, &no, ACCEPT, Some(&src)).await;
     let r = wait_rule(&client, &src, "r", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 1)).await;
     assert_eq!(r.status.unwrap().conflicting[0].reason, "NotOwned", "consenting: the conflict is reported");
+    let theirs = Api::<ConfigMap>::namespaced(client.clone(), &no).get("cfg").await.unwrap();
+    assert_eq!(data(&theirs, "k"), Some("theirs"));
 }
 
 /// `onConflict: Overwrite` without the namespace's accept-overwrite adopts

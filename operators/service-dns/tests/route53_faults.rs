@@ -1,8 +1,9 @@
 //! What real Route53 does and moto does not, each failure mode shown gone:
 //! the operator talks to the Route53-faithful proxy, which refuses what
 //! Route53 refuses and injects the faults (blackhole, throttling, delayed
-//! INSYNC, a name that always fails). Every test checks that the loop
-//! keeps publishing other Services within seconds.
+//! INSYNC, a name that always fails). Where a fault could stall the loop
+//! (a name that always fails, a delayed INSYNC), the test checks that other
+//! Services keep being published within seconds.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
