@@ -4,7 +4,6 @@
 
 mod common;
 
-
 use common::widget::{Widget, WidgetStatus};
 use common::{T, install_widget_crd, widget};
 use flotilla_shared::conditions::{READY, Status};

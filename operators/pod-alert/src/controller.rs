@@ -90,12 +90,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         .debounce(Duration::from_millis(500))
         .concurrency(8)
         .reconcile_on(rx);
-    let http = reqwest::Client::builder()
-        .timeout(options.sink_timeout)
-        .connect_timeout(Duration::from_secs(5))
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("flotilla-pod-alert/", env!("CARGO_PKG_VERSION")))
-        .build()?;
+    let http = crate::delivery::http_client(options.sink_timeout)?;
     let (pods, writer) = projection::store::<PodView>();
     let data = Arc::new(Data {
         ctx: ctx.clone(),

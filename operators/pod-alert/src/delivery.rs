@@ -89,6 +89,10 @@ impl SinkState {
 /// Why one attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
+    /// For the PodAlert's status and Events: never the URL (a Slack webhook
+    /// URL is itself the credential, and may come from a Secret the author
+    /// cannot read) nor the response's body (the sink may be a service the
+    /// author cannot reach: its answers are not theirs to read).
     pub message: String,
     pub retryable: bool,
     pub retry_after: Option<Duration>,
@@ -136,22 +140,36 @@ impl Sink {
     }
 }
 
+/// The sinks' HTTP client: `timeout` per attempt, no redirects (a sink
+/// cannot send us elsewhere), and host names resolved without the refused
+/// addresses.
+pub fn http_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::none())
+        .dns_resolver(Arc::new(crate::address::SafeResolver))
+        .user_agent(concat!("flotilla-pod-alert/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
 /// Checks a sink URL: http or https with a host, and not a link-local
-/// address (cloud metadata endpoints live there).
+/// address (cloud metadata endpoints live there; a host name that resolves
+/// there is refused at connect time, `address::SafeResolver`). The messages
+/// do not repeat the URL: it may come from a Secret.
 pub fn check_url(raw: &str) -> Result<reqwest::Url, String> {
     let url = reqwest::Url::parse(raw.trim()).map_err(|e| format!("not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("scheme {:?} is not http or https", url.scheme()));
+        return Err("the scheme is not http or https".into());
     }
-    match url.host() {
+    let literal = match url.host() {
         None => return Err("the URL has no host".into()),
-        Some(url::Host::Ipv4(ip)) if ip.is_link_local() => {
-            return Err(format!("{ip} is link-local (cloud metadata); never sent to"));
-        }
-        Some(url::Host::Ipv6(ip)) if (ip.segments()[0] & 0xffc0) == 0xfe80 => {
-            return Err(format!("{ip} is link-local; never sent to"));
-        }
-        _ => {}
+        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+        Some(url::Host::Domain(_)) => None,
+    };
+    if literal.is_some_and(crate::address::refused) {
+        return Err("the address is link-local (cloud metadata); never sent to".into());
     }
     Ok(url)
 }
@@ -282,7 +300,7 @@ impl Delivery {
             url.set_path(&joined);
         }
         let response = self.http.post(url).json(body).send().await.map_err(|e| Failure {
-            message: format!("sending: {}", flotilla_shared::controller::DisplayChain(&e)),
+            message: format!("sending: {}", flotilla_shared::controller::DisplayChain(&e.without_url())),
             retryable: true,
             retry_after: None,
         })?;
@@ -296,13 +314,15 @@ impl Delivery {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, Timestamp::now()));
         let retryable = status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408;
-        let text: String = response.text().await.unwrap_or_default().chars().take(200).collect();
         let mut message = format!("HTTP {}", status.as_u16());
         if let Some(ra) = retry_after {
             message.push_str(&format!(" (retry after {}s)", ra.as_secs()));
         }
+        // The body (Slack's `invalid_payload`, say) is for the operator's
+        // log only; see `Failure::message`.
+        let text: String = response.text().await.unwrap_or_default().chars().take(200).collect();
         if !text.trim().is_empty() {
-            message.push_str(&format!(": {}", text.trim()));
+            tracing::info!(status = status.as_u16(), body = %text.trim(), "a sink refused a notification");
         }
         Err(Failure { message, retryable, retry_after })
     }
@@ -351,8 +371,15 @@ mod tests {
         assert!(check_url("https://hooks.slack.example/services/T/B/x").is_ok());
         assert!(check_url("http://alertmanager.monitoring:9093").is_ok());
         assert!(check_url("ftp://x").unwrap_err().contains("scheme"));
-        assert!(check_url("http://169.254.169.254/latest/meta-data").unwrap_err().contains("link-local"));
-        assert!(check_url("http://[fe80::1]/").unwrap_err().contains("link-local"));
+        for metadata in [
+            "http://169.254.169.254/latest/meta-data",
+            "http://[fe80::1]/",
+            "http://[fd00:ec2::254]/latest/meta-data",
+            "http://[::ffff:169.254.169.254]/",
+        ] {
+            let err = check_url(metadata).unwrap_err();
+            assert!(err.contains("link-local") && !err.contains("169.254") && !err.contains("fe80"), "{err}");
+        }
         assert!(check_url("not a url").is_err());
     }
 
@@ -424,13 +451,15 @@ mod tests {
         // Never called: the target is a fixed URL, not a Secret.
         let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
         let delivery = Delivery {
-            http: reqwest::Client::new(),
+            http: http_client(Duration::from_secs(10)).unwrap(),
             kube,
             metrics: AlertMetrics::new().unwrap(),
             retry: Retry { first: Duration::from_millis(10), ..Retry::default() },
             leadership: Leadership::new(lead_rx, tokio_util::sync::CancellationToken::new()),
         };
-        let sink = delivery.start("webhook", Target::Url(format!("http://{addr}/hook")), "", false, || {});
+        // By name: the sinks' own client resolves it (loopback is allowed).
+        let url = format!("http://localhost:{}/hook", addr.port());
+        let sink = delivery.start("webhook", Target::Url(url), "", false, || {});
         assert!(sink.send(serde_json::json!({"text": "pod crashed"}), &delivery.metrics, "webhook"));
         eventually("the first request", || requests.load(SeqCst) == 1).await;
 
@@ -488,5 +517,39 @@ mod tests {
         eventually("the held notification given up", || sink.state().failed == 1).await;
         assert_eq!(requests.load(SeqCst), 1);
         assert!(sink.state().last_error.contains("stopped while its leadership was suspended"), "{:?}", sink.state());
+    }
+
+    /// What a failure says in status names neither the URL (a Slack webhook
+    /// URL is the credential) nor what the sink answered.
+    #[tokio::test]
+    async fn failures_reveal_neither_the_url_nor_the_answer() {
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(|| async { (http::StatusCode::FORBIDDEN, "internal: db password is hunter2") }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let (_lead, leading) = tokio::sync::watch::channel(true);
+        let delivery = Delivery {
+            http: http_client(Duration::from_secs(10)).unwrap(),
+            kube,
+            metrics: AlertMetrics::new().unwrap(),
+            retry: Retry { attempts: 1, ..Retry::default() },
+            leadership: Leadership::new(leading, tokio_util::sync::CancellationToken::new()),
+        };
+        // Nothing listens on port 1: a connection error.
+        let closed = "http://localhost:1/services/T0/B0/s3cr3t-token";
+        let refused = delivery.start("slack", Target::Url(closed.into()), "", false, || {});
+        assert!(refused.send(serde_json::json!({}), &delivery.metrics, "slack"));
+        eventually("the connection error", || refused.state().failed == 1).await;
+        let error = refused.state().last_error;
+        assert!(error.starts_with("sending:") && !error.contains("s3cr3t") && !error.contains("services"), "{error}");
+
+        let answered = delivery.start("webhook", Target::Url(format!("http://{addr}/hook")), "", false, || {});
+        assert!(answered.send(serde_json::json!({}), &delivery.metrics, "webhook"));
+        eventually("the refusal", || answered.state().failed == 1).await;
+        assert_eq!(answered.state().last_error, "HTTP 403");
     }
 }

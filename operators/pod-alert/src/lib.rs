@@ -19,9 +19,11 @@
 //! | [`status`] | status from the incidents and back (pure) |
 //! | [`logs`] | log tails |
 //! | [`delivery`] | sink workers: HTTP, retries, `Retry-After` |
+//! | [`address`] | addresses never sent to (link-local, cloud metadata), also after DNS |
 //! | [`metrics`] | `flotilla_pod_alert_*` |
 //! | [`controller`] | the watch, the reconcile loop and wiring |
 
+pub mod address;
 pub mod controller;
 pub mod crd;
 pub mod delivery;
