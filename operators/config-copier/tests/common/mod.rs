@@ -31,10 +31,10 @@ pub fn rbac_rules() -> Vec<PolicyRule> {
         ..Default::default()
     };
     vec![
-        rule(&["flotilla.dev"], &["copyrules"], &["get", "list", "watch", "patch", "update"]),
-        rule(&["flotilla.dev"], &["copyrules/status"], &["get", "patch", "update"]),
+        rule(&["flotilla.dev"], &["copyrules"], &["list", "watch", "patch"]),
+        rule(&["flotilla.dev"], &["copyrules/status"], &["patch"]),
         rule(&[""], &["namespaces"], &["get", "list", "watch"]),
-        rule(&[""], &["configmaps", "secrets"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
+        rule(&[""], &["configmaps", "secrets"], &["get", "list", "watch", "create", "patch", "delete"]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
         rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update"]),
     ]
