@@ -1,0 +1,118 @@
+//! The pod-alert chart's ValidatingAdmissionPolicy, on the real API server:
+//! a PodAlert sends its namespace's pod log tails to sinks whose URLs come
+//! from Secrets its author names, so only a user who could read those logs
+//! (`get pods/log`) and each named Secret themselves may write one. Requests
+//! are made as those users by impersonation.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use flotilla_e2e::{apply_chart_template, apply_crds};
+use flotilla_testenv::{shared, wait_for};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+const RELEASE: &str = "pavap";
+
+fn alerts(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("flotilla.dev", "v1alpha1", "PodAlert"));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn alert(name: &str, sinks: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": name},
+        "spec": {"alerts": {"checkRunningPods": true}, "sinks": sinks}
+    }))
+    .unwrap()
+}
+
+async fn grant(admin: &Client, ns: &str, user: &str, name: &str, rules: Value) {
+    let r: Role = serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).unwrap();
+    Api::<Role>::namespaced(admin.clone(), ns).create(&PostParams::default(), &r).await.unwrap();
+    let rb: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{user}-{name}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &rb).await.unwrap();
+}
+
+/// Creates until the answer is not a 403 without the policy's message
+/// (RBAC and the policy apply within moments, not at once); returns it.
+async fn create_settled(api: &Api<DynamicObject>, obj: &DynamicObject, refusal: Option<&str>) -> Result<(), String> {
+    let name = obj.metadata.name.clone().unwrap();
+    wait_for("the grants and the policy to apply", Duration::from_secs(60), || {
+        let (api, obj, name) = (api.clone(), obj.clone(), name.clone());
+        async move {
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) if refusal.is_none() => Ok::<_, String>(Some(Ok(()))),
+                Ok(_) => {
+                    let _ = api.delete(&name, &Default::default()).await;
+                    Ok(None)
+                }
+                Err(kube::Error::Api(s)) => match refusal {
+                    Some(needle) if s.message.contains(needle) => Ok(Some(Err(s.message))),
+                    _ => Ok(None),
+                },
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[tokio::test]
+async fn only_users_who_could_read_what_it_sends_write_podalerts() {
+    let env = shared();
+    let admin = env.client().await;
+    apply_crds(&admin).await.unwrap();
+    let kinds = apply_chart_template(&admin, "pod-alert", RELEASE, "templates/podalert-access.yaml").await.unwrap();
+    assert_eq!(kinds, ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]);
+    let ns = env.namespace("pavap").await.unwrap();
+    let writer = json!([{"apiGroups": ["flotilla.dev"], "resources": ["podalerts"],
+                         "verbs": ["get", "list", "create", "update", "patch", "delete"]}]);
+
+    // dave may write PodAlerts, and read no pod log: refused.
+    let dave = format!("dave-{ns}");
+    grant(&admin, &ns, &dave, "podalert-writer", writer.clone()).await;
+    let as_dave = alerts(&env.impersonating(&dave, &["system:authenticated"]).await.unwrap(), &ns);
+    let msg = create_settled(&as_dave, &alert("a", json!({})), Some("pods/log")).await.unwrap_err();
+    assert!(msg.contains("get on pods/log"), "{msg}");
+
+    // Once he may read the logs himself: allowed.
+    grant(&admin, &ns, &dave, "logs", json!([{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}])).await;
+    create_settled(&as_dave, &alert("a", json!({})), None).await.unwrap();
+
+    // A Slack sink whose Secret he may not read: refused; with get on that
+    // Secret (by name): allowed. A webhook naming another Secret: refused.
+    let slack = json!({"slack": {"webhookSecretRef": {"name": "team-slack", "key": "url"}}});
+    let msg = create_settled(&as_dave, &alert("s", slack.clone()), Some("sinks.slack")).await.unwrap_err();
+    assert!(msg.contains("get on that Secret"), "{msg}");
+    let read_hook =
+        json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["team-slack"], "verbs": ["get"]}]);
+    grant(&admin, &ns, &dave, "read-team-slack", read_hook).await;
+    create_settled(&as_dave, &alert("s", slack), None).await.unwrap();
+    let webhook = json!({"webhook": {"urlSecretRef": {"name": "other-team", "key": "url"}}});
+    create_settled(&as_dave, &alert("w", webhook), Some("sinks.webhook")).await.unwrap_err();
+
+    // erin writes PodAlerts and reads no log: a label edit passes, a spec
+    // update is judged like a create.
+    let erin = format!("erin-{ns}");
+    grant(&admin, &ns, &erin, "podalert-writer-erin", writer).await;
+    let as_erin = alerts(&env.impersonating(&erin, &["system:authenticated"]).await.unwrap(), &ns);
+    let label = Patch::Merge(json!({"metadata": {"labels": {"team": "payments"}}}));
+    wait_for("erin's grant to apply", Duration::from_secs(60), || {
+        let (api, label) = (as_erin.clone(), label.clone());
+        async move { Ok::<_, String>(api.patch("a", &PatchParams::default(), &label).await.ok().map(|_| ())) }
+    })
+    .await
+    .unwrap();
+    let spec = Patch::Merge(json!({"spec": {"alerts": {"checkRunningPods": false}}}));
+    let refused = as_erin.patch("a", &PatchParams::default(), &spec).await;
+    assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("pods/log")), "{refused:?}");
+}
