@@ -280,19 +280,43 @@ pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Res
     let mut c =
         flotilla_shared::Conditions::new(sd.status.as_ref().map(|s| s.conditions.as_slice()), sd.metadata.generation);
     let mut status = SimpleDeploymentStatus { child: child.clone(), ..Default::default() };
+    let mut refused = false;
     match pods.get_opt(&child).await.map_err(|e| Error::Kube("child", e))? {
         None => {
             let mut pod = simple::pod(&name, &uid, &sd.spec);
             pod["metadata"]["annotations"] = serde_json::json!({CHILD_GENERATION: generation});
             let pod: Pod =
                 serde_json::from_value(pod).map_err(|e| Error::Kube("child pod", kube::Error::SerdeError(e)))?;
-            match pods.create(&PostParams::default(), &pod).await {
-                Ok(_) => data.ctx.events.normal(&oref, "ChildCreated", "Create", format!("created pod {child}")),
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+            // Some(made by this call); None: refused.
+            let created = match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => Some(true),
+                // Made by an earlier reconcile, not yet in what we read.
+                Err(kube::Error::Api(s)) if s.code == 409 => Some(false),
+                // Refused by admission (Pod Security, a quota, a webhook):
+                // said once, retried slowly — the namespace has to change.
+                Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
+                    refused = true;
+                    status.child = String::new();
+                    let msg = format!("pod {child} was refused: {}", s.message);
+                    let said = sd
+                        .status
+                        .as_ref()
+                        .is_some_and(|st| st.conditions.iter().any(|c| c.reason == "ChildRefused" && c.message == msg));
+                    if !said {
+                        data.ctx.events.warning(&oref, "ChildRefused", "Create", msg.clone());
+                    }
+                    c.set(READY, false, "ChildRefused", msg);
+                    None
+                }
                 Err(e) => return Err(Error::Kube("create child", e)),
+            };
+            if let Some(made) = created {
+                if made {
+                    data.ctx.events.normal(&oref, "ChildCreated", "Create", format!("created pod {child}"));
+                }
+                status.child_phase = "Pending".into();
+                c.set(READY, true, "ChildCreated", format!("pod {child} created"));
             }
-            status.child_phase = "Pending".into();
-            c.set(READY, true, "ChildCreated", format!("pod {child} created"));
         }
         Some(pod) if !owned_by(&pod, &uid) => {
             status.child = String::new();
@@ -328,5 +352,5 @@ pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Res
             .await
             .map_err(|e| Error::Kube("status", e))?;
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(Duration::from_secs(if refused { 60 } else { 300 })))
 }

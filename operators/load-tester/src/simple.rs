@@ -1,6 +1,9 @@
 //! SimpleDeployment's child pod (seed 004's first example): prints a line
 //! and sleeps `sleepytime` seconds. Exactly one per SimpleDeployment: its
-//! name is fixed (`<name>-child`), so a second can never be created. Pure.
+//! name is fixed (`<name>-child`), so a second can never be created. It
+//! meets the `restricted` Pod Security level (non-root, no capabilities,
+//! RuntimeDefault seccomp), and `sleepytime` reaches `sleep` as an argument,
+//! never as shell text. Pure.
 
 use serde_json::{Value, json};
 
@@ -19,7 +22,9 @@ pub fn child_name(sd: &str) -> String {
 
 /// The child pod.
 pub fn pod(sd: &str, uid: &str, spec: &SimpleDeploymentSpec) -> Value {
-    let script = format!("echo \"I'm so very useful!\"; exec sleep {}", spec.sleepytime);
+    // `sleepytime` is `$1`: even a value the schema's pattern let through
+    // could not become a command.
+    let script = r#"echo "I'm so very useful!"; exec sleep "$1""#;
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -35,11 +40,17 @@ pub fn pod(sd: &str, uid: &str, spec: &SimpleDeploymentSpec) -> Value {
             "restartPolicy": "Never",
             "automountServiceAccountToken": false,
             "terminationGracePeriodSeconds": 1,
+            "securityContext": {
+                "runAsNonRoot": true,
+                "runAsUser": 65532,
+                "runAsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"}
+            },
             "containers": [{
                 "name": "simple",
                 "image": spec.image.as_deref().unwrap_or(DEFAULT_IMAGE),
-                "command": ["sh", "-c", script],
-                "securityContext": {"allowPrivilegeEscalation": false}
+                "command": ["sh", "-c", script, "simple", spec.sleepytime],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
             }]
         }
     })
@@ -56,7 +67,10 @@ mod tests {
         let p = pod("example-01", "u", &spec);
         assert_eq!(p["metadata"]["name"], "example-01-child");
         assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "SimpleDeployment");
-        assert!(p["spec"]["containers"][0]["command"][2].as_str().unwrap_or("").ends_with("sleep 120"));
+        assert_eq!(p["spec"]["containers"][0]["command"][4], "120", "sleepytime is an argument");
+        assert!(!p["spec"]["containers"][0]["command"][2].as_str().unwrap_or("").contains("120"));
+        assert_eq!(p["spec"]["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(p["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"][0], "ALL");
         assert_eq!(p["spec"]["containers"][0]["image"], DEFAULT_IMAGE);
         assert!(child_name(&"x".repeat(253)).len() <= 253);
     }

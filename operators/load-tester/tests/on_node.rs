@@ -7,7 +7,9 @@
 //! start, a missing Service and one without ready endpoints fail the run
 //! with their reason; a run cut by its deadline reports what was not sent,
 //! never hanging; deleting a LoadTest removes its pods; a
-//! SimpleDeployment's child is recreated when deleted.
+//! SimpleDeployment's child is recreated when deleted, and runs in a
+//! `restricted` namespace; a child the namespace refuses (a quota) is
+//! reported, and made once the namespace lets it.
 //! Needs the loadgen image (`cargo xtask images`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -277,6 +279,72 @@ async fn a_simple_deployment_keeps_exactly_one_child() {
     .unwrap();
     let all = pods.list(&ListParams::default().labels("flotilla.dev/simpledeployment=example-01")).await.unwrap();
     assert!(all.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count() == 1, "more than one child");
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// A child refused by admission (here a quota of 0 pods) is a status
+/// condition and one Warning Event, not a silent retry; once the namespace
+/// lets it (the quota gone, the spec changed), the child is made, and runs
+/// under the `restricted` Pod Security level the namespace enforces.
+#[tokio::test]
+async fn a_refused_child_is_reported_and_a_restricted_namespace_runs_it() {
+    use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+    use kube::api::{Patch, PatchParams};
+    let env = node();
+    install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-refused").await.unwrap();
+    let restricted =
+        Patch::Merge(json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}));
+    Api::<Namespace>::all(client.clone()).patch(&ns, &PatchParams::default(), &restricted).await.unwrap();
+    let quota: ResourceQuota =
+        serde_json::from_value(json!({"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}})).unwrap();
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    // The quota's usage is known before the SimpleDeployment comes.
+    flotilla_testenv::wait_for("the quota's status", T, || async {
+        Ok::<_, kube::Error>(quotas.get("no-pods").await?.status.and_then(|s| s.used).map(|_| ()))
+    })
+    .await
+    .unwrap();
+    let operator = start_operator(&env, &ns);
+    create(&client, &ns, "SimpleDeployment", "sd", json!({"sleepytime": "120"})).await.unwrap();
+    let sds: Api<SimpleDeployment> = Api::namespaced(client.clone(), &ns);
+    let ready = flotilla_testenv::wait_for("Ready=False ChildRefused", T, || async {
+        let sd = sds.get("sd").await?;
+        let c = sd.status.and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"));
+        Ok::<_, kube::Error>(c.filter(|c| c.reason == "ChildRefused"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(ready.status, "False");
+    assert!(ready.message.contains("sd-child was refused") && ready.message.contains("quota"), "{}", ready.message);
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let refused_events = flotilla_testenv::wait_for("the ChildRefused Event", T, || async {
+        let list = events.list(&ListParams::default()).await?;
+        let found: Vec<_> = list.items.into_iter().filter(|e| e.reason.as_deref() == Some("ChildRefused")).collect();
+        Ok::<_, kube::Error>((!found.is_empty()).then_some(found))
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused_events[0].type_.as_deref(), Some("Warning"));
+
+    // The namespace changes: the quota goes; a spec change reconciles at once.
+    quotas.delete("no-pods", &Default::default()).await.unwrap();
+    let spec = Patch::Merge(json!({"spec": {"sleepytime": "121"}}));
+    sds.patch("sd", &PatchParams::default(), &spec).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let running = flotilla_testenv::wait_for("the child to run under restricted", T, || async {
+        let pod = pods.get_opt("sd-child").await?;
+        Ok::<_, kube::Error>(pod.filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", operator.logs()));
+    assert_eq!(running.spec.as_ref().unwrap().security_context.as_ref().unwrap().run_as_user, Some(65532));
+    let log = env.kubectl(&["logs", "-n", &ns, "sd-child"]).unwrap();
+    assert!(log.contains("I'm so very useful!"), "{log}");
     let logs = operator.logs();
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
