@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 
 use crate::copy::{COPIES_SELECTOR, CopyKey, NOT_A_COPY, Observed, Payload, RuleId, Source, StripLabels};
 use crate::crd::{CopyRule, SourceKind};
+use crate::interner::SourceInterner;
 use crate::metrics::CopierMetrics;
 use crate::plan::{Claim, NamespaceInfo, OwnerState};
 
@@ -66,7 +67,17 @@ pub struct Caches {
     claims: Mutex<HashMap<RuleId, Claim>>,
     reported: Mutex<HashMap<RuleId, BTreeSet<(String, String)>>>,
     backoff: Mutex<HashMap<RuleId, Duration>>,
+    /// One copy of each source, whichever rules' watches hold it.
+    interner: SourceInterner,
+    /// Source watches listing at once (see `watch_sources`).
+    listing: Arc<tokio::sync::Semaphore>,
 }
+
+/// Source watches that may run their initial list at the same time: after a
+/// restart every rule's watch starts at once, and each list's payloads are
+/// in memory until projected (the interner shares what they keep, not what
+/// they read).
+const CONCURRENT_SOURCE_LISTS: usize = 4;
 
 #[derive(Default)]
 struct Writers {
@@ -136,6 +147,8 @@ impl Caches {
             claims: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
             backoff: Mutex::new(HashMap::new()),
+            interner: SourceInterner::default(),
+            listing: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SOURCE_LISTS)),
         })
     }
 
@@ -354,6 +367,12 @@ impl Caches {
             self.rules.state().iter().filter_map(|r| r.namespace().map(|ns| RuleId::new(ns, r.name_any()))).collect();
         lock(&self.sources).retain(|id, _| live.contains(id));
         lock(&self.claims).retain(|id, _| live.contains(id));
+        self.interner.collect_garbage();
+    }
+
+    /// Sources held in memory, each once whatever the rules selecting it.
+    pub fn sources_held(&self) -> usize {
+        self.interner.len()
     }
 
     pub fn source_watch_count(&self) -> usize {
@@ -378,16 +397,28 @@ impl Caches {
         let cfg = watcher::Config::default().labels(&full).any_semantic();
         let mut stream = std::pin::pin!(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff()));
         let strip = self.strip.clone();
-        // Objects not selected are held as their name only: no payload.
+        // Objects not selected are held as their name only: no payload; the
+        // selected ones once, shared with every other rule selecting them.
+        let interner = &self.interner;
         let project = |o: DynamicObject| {
             let name = o.name_any();
             let held = keep(&name, o.labels())
-                .then(|| serde_json::to_value(&o).ok().and_then(|v| Source::from_json_strip(kind, &v, &strip)))
-                .flatten()
-                .map(Arc::new);
+                .then(|| {
+                    let rv = o.metadata.resource_version.as_deref();
+                    interner.get_or_build(kind, &rule.namespace, &name, rv, || {
+                        serde_json::to_value(&o).ok().and_then(|v| Source::from_json_strip(kind, &v, &strip))
+                    })
+                })
+                .flatten();
             (name, held)
         };
+        // The initial list waits for a turn; later events (and re-lists)
+        // do not.
+        let mut turn = Arc::clone(&self.listing).acquire_owned().await.ok();
         while let Some(ev) = stream.next().await {
+            if !matches!(ev, Ok(watcher::Event::Init | watcher::Event::InitApply(_))) {
+                drop(turn.take());
+            }
             match ev {
                 Ok(ev) => {
                     let init_done = matches!(ev, watcher::Event::InitDone);

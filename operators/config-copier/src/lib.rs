@@ -15,6 +15,7 @@
 //! | [`copy`] | what a copy looks like: content, ownership marks, hashes (pure) |
 //! | [`plan`] | which copies should exist and the diff against what exists (pure) |
 //! | [`cache`] | label-selected, reduced watches that trigger rules |
+//! | [`interner`] | one copy of each source in memory, whatever the rules selecting it |
 //! | [`apply`] | the writes: create, server-side apply, delete, each proving ownership |
 //! | [`status`] | status and conditions (pure) |
 //! | [`metrics`] | `flotilla_config_copier_*` |
@@ -26,6 +27,7 @@ pub mod controller;
 pub mod copy;
 pub mod crd;
 pub mod error;
+pub mod interner;
 pub mod metrics;
 pub mod plan;
 pub mod selector;

@@ -7,9 +7,12 @@
 //! 4. API requests the operator's reconciles issued for each converge (its
 //!    `flotilla_config_copier_api_requests_total`).
 //!
-//! 5. with `CONFIG_COPIER_BENCH_RESTART=1` (default), the operator is
-//!    restarted against the converged copies: its peak RSS while it
-//!    re-lists, and the time until the rule is Ready again.
+//! 5. `CONFIG_COPIER_BENCH_RULES` more rules (default 100) over the first
+//!    source, copying nowhere: the memory they add (each rule has a source
+//!    watch of its own; the source is held once);
+//! 6. with `CONFIG_COPIER_BENCH_RESTART=1` (default), the operator is
+//!    restarted against the converged copies and those rules: its peak RSS
+//!    while it re-lists, and the time until the rule is Ready again.
 //!
 //! `CONFIG_COPIER_BENCH_NAMESPACES` and `CONFIG_COPIER_BENCH_SOURCES` pick a
 //! smaller scale for a quick run; `CONFIG_COPIER_BENCH_PAYLOAD` is the size
@@ -22,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use config_copier::crd::{
-    CopyRule, CopyRuleSpec, LabelKey, LabelSelector, LabelValue, NamespaceTargets, OnConflict, SourceKind,
+    CopyRule, CopyRuleSpec, LabelKey, LabelSelector, LabelValue, NamespaceTargets, ObjectName, OnConflict, SourceKind,
 };
 use flotilla_testenv::{ControlPlane, Lifetime, Options};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -47,6 +50,7 @@ pub fn run() -> anyhow::Result<()> {
     let sources = env_usize("CONFIG_COPIER_BENCH_SOURCES", 10)?.max(1);
     let payload = env_usize("CONFIG_COPIER_BENCH_PAYLOAD", 256)?;
     let restart = env_usize("CONFIG_COPIER_BENCH_RESTART", 1)? != 0;
+    let extra_rules = env_usize("CONFIG_COPIER_BENCH_RULES", 100)?;
     let assets = setup()?;
     let profile = std::env::var("CONFIG_COPIER_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
     say(&format!("building config-copier ({profile})"));
@@ -67,7 +71,7 @@ pub fn run() -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
         say("starting a control plane for the benchmark");
         let mut cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent }).await?;
-        let result = bench(&cp, &binary, Scale { n: namespaces, sources, payload, restart }).await;
+        let result = bench(&cp, &binary, Scale { n: namespaces, sources, payload, restart, extra_rules }).await;
         cp.stop();
         result
     })
@@ -78,10 +82,11 @@ struct Scale {
     sources: usize,
     payload: usize,
     restart: bool,
+    extra_rules: usize,
 }
 
 async fn bench(cp: &ControlPlane, binary: &std::path::Path, scale: Scale) -> anyhow::Result<()> {
-    let Scale { n, sources, payload, restart } = scale;
+    let Scale { n, sources, payload, restart, extra_rules } = scale;
     let client = cp.client().await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in config_copier::crds() {
@@ -155,7 +160,29 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, scale: Scale) -> any
     let hwm = op.status_kib("VmHWM:").unwrap_or(0);
     let rss = op.status_kib("VmRSS:").unwrap_or(0);
 
-    // 5. Restart against every copy: the re-list must not blow memory up.
+    // 5. Many rules over one source, copying nowhere.
+    let rss_before_rules = op.status_kib("VmRSS:").unwrap_or(0);
+    let started = Instant::now();
+    for i in 0..extra_rules {
+        rules.create(&PostParams::default(), &idle_rule(&format!("idle-{i}"))).await?;
+    }
+    wait("every extra rule to be reconciled", || async {
+        let list = rules.list(&ListParams::default()).await?;
+        let done = list
+            .items
+            .iter()
+            .filter(|r| r.metadata.name.as_deref().is_some_and(|n| n.starts_with("idle-")))
+            .filter(|r| r.status.as_ref().and_then(|s| s.observed_generation) == r.metadata.generation)
+            .count();
+        Ok(done == extra_rules)
+    })
+    .await?;
+    let rules_time = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_after_rules = op.status_kib("VmRSS:").unwrap_or(0);
+    let hwm_after_rules = op.status_kib("VmHWM:").unwrap_or(0);
+
+    // 6. Restart against every copy: the re-list must not blow memory up.
     let mut restarted = None;
     if restart {
         drop(op);
@@ -193,6 +220,13 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, scale: Scale) -> any
     println!("{sources} sources -> {} copies        {:.2} s", n * sources, many_time.as_secs_f64());
     println!("RSS idle (before the rule)         {:.1} MiB", idle_rss as f64 / 1024.0);
     println!("RSS now / peak (VmHWM)             {:.1} MiB / {:.1} MiB", rss as f64 / 1024.0, hwm as f64 / 1024.0);
+    println!(
+        "{extra_rules} more rules over src-0       {:.2} s; RSS {:.1} -> {:.1} MiB, peak {:.1} MiB",
+        rules_time.as_secs_f64(),
+        rss_before_rules as f64 / 1024.0,
+        rss_after_rules as f64 / 1024.0,
+        hwm_after_rules as f64 / 1024.0
+    );
     if let Some((t, hwm, reqs)) = restarted {
         println!(
             "restart: first reconcile + 5 s      {:.2} s, peak RSS {:.1} MiB, {reqs} API requests",
@@ -237,6 +271,22 @@ fn rule() -> CopyRule {
             prune: true,
         },
     )
+}
+
+/// A rule over `src-0` whose targets match no namespace: it only watches.
+fn idle_rule(name: &str) -> CopyRule {
+    let mut r = rule();
+    r.metadata.name = Some(name.into());
+    r.spec.selector = None;
+    r.spec.names = vec![ObjectName("src-0".into())];
+    r.spec.namespaces = Some(NamespaceTargets {
+        selector: Some(LabelSelector {
+            match_labels: BTreeMap::from([(LabelKey("bench".into()), LabelValue("none".into()))]),
+            match_expressions: vec![],
+        }),
+        ..Default::default()
+    });
+    r
 }
 
 async fn create_namespace(client: &Client, name: &str, target: bool) -> anyhow::Result<()> {
