@@ -33,6 +33,18 @@ pub fn cap(text: &str, max_bytes: usize) -> String {
     }
 }
 
+/// Log tails one PodAlert holds at most, across its incidents. Its incidents
+/// are as many as its namespace's failing workloads, containers and reasons,
+/// and each carries up to `logs.maxBytes` (64 KiB): without a bound, a
+/// namespace's author could make the operator hold as much as they like.
+pub const BUDGET: usize = 4 << 20;
+
+/// Bytes a new tail may take: `max_bytes`, less when the PodAlert's other
+/// tails (`held`) leave less of `budget`.
+pub fn room(held: usize, budget: usize, max_bytes: usize) -> usize {
+    max_bytes.min(budget.saturating_sub(held))
+}
+
 /// Reads the tail of `container`'s log in `pod`.
 pub async fn tail(
     client: &kube::Client,
@@ -72,6 +84,15 @@ pub async fn tail(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tail_gets_what_the_budget_leaves() {
+        assert_eq!(room(0, BUDGET, 65536), 65536);
+        assert_eq!(room(BUDGET - 1000, BUDGET, 65536), 1000);
+        assert_eq!(room(BUDGET, BUDGET, 65536), 0);
+        assert_eq!(room(BUDGET + 5, BUDGET, 65536), 0, "over the budget (a smaller budget than held) is no room");
+        assert_eq!(room(0, BUDGET, 0), 0);
+    }
 
     #[test]
     fn cap_keeps_the_end_from_a_line_start() {
