@@ -55,11 +55,17 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
     };
     let data = Arc::new(Data { ctx: ctx.clone(), metrics, options });
-    // Only our own pods are watched (by label), and only to wake owners.
+    // Only our own pods are watched (by label), and only to wake owners. A
+    // test's runners change status together (up to 500 at once): the
+    // debounce makes that one reconcile (each lists the test's runners),
+    // and a bounded number of tests reconcile at a time.
     let runners = Controller::new(tests, watcher::Config::default().any_semantic())
-        .owns(pods.clone(), watcher::Config::default().labels(LOADTEST_LABEL).any_semantic());
+        .owns(pods.clone(), watcher::Config::default().labels(LOADTEST_LABEL).any_semantic())
+        .debounce(Duration::from_millis(250))
+        .concurrency(8);
     let children = Controller::new(sds, watcher::Config::default().any_semantic())
-        .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic());
+        .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic())
+        .concurrency(8);
     let a = ctx.run_controller("loadtest", runners, reconcile_test, error_policy, Arc::clone(&data));
     let b = ctx.run_controller("simpledeployment", children, reconcile_simple, error_policy, Arc::clone(&data));
     tokio::try_join!(a, b)?;

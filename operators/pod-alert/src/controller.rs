@@ -141,7 +141,13 @@ async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Ar
         |namespaces| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
             let alerts = data.alerts.state();
-            for alert in flotilla_shared::pods::concerned(&alerts, namespaces, |a: &PodAlert| a.spec.all_namespaces) {
+            // `allNamespaces` counts only where it is honoured: a refused
+            // one must not wake on every pod change of the cluster.
+            let everywhere = |a: &PodAlert| {
+                a.spec.all_namespaces
+                    && a.metadata.namespace.as_ref().is_some_and(|ns| data.options.cluster_scope.contains(ns))
+            };
+            for alert in flotilla_shared::pods::concerned(&alerts, namespaces, everywhere) {
                 let _ = data.trigger.unbounded_send(alert);
             }
         },
