@@ -87,6 +87,11 @@ async fn only_users_who_could_read_what_it_sends_write_podalerts() {
     // Once he may read the logs himself: allowed.
     grant(&admin, &ns, &dave, "logs", json!([{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}])).await;
     create_settled(&as_dave, &alert("a", json!({})), None).await.unwrap();
+    // allNamespaces needs every namespace's logs: his are this one's only.
+    let mut everywhere = alert("everywhere", json!({}));
+    everywhere.data["spec"]["allNamespaces"] = json!(true);
+    let msg = create_settled(&as_dave, &everywhere, Some("allNamespaces")).await.unwrap_err();
+    assert!(msg.contains("pods/log cluster-wide"), "{msg}");
 
     // A Slack sink whose Secret he may not read: refused; with get on that
     // Secret (by name): allowed. A webhook naming another Secret: refused.

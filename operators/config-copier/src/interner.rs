@@ -3,8 +3,10 @@
 //! this, each held its own copy of what it selected, so 100 rules over one
 //! 1 MiB Secret held 100 MiB — a way for anyone who may write CopyRules in
 //! one namespace to run the operator, and every namespace's copying, out of
-//! memory. Sources are shared by kind, namespace, name and resourceVersion;
-//! an entry lives as long as some rule's store holds it.
+//! memory. Sources are shared by kind, namespace, name and resourceVersion
+//! (versions never evict each other: a rule's watch that lags a version
+//! behind the others shares that version's copy); an entry lives as long as
+//! some rule's store holds it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -12,11 +14,11 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use crate::copy::Source;
 use crate::crd::SourceKind;
 
-type Key = (SourceKind, String, String);
+type Key = (SourceKind, String, String, String);
 
 #[derive(Default)]
 pub struct SourceInterner {
-    held: Mutex<HashMap<Key, (String, Weak<Source>)>>,
+    held: Mutex<HashMap<Key, Weak<Source>>>,
 }
 
 impl SourceInterner {
@@ -31,32 +33,28 @@ impl SourceInterner {
         build: impl FnOnce() -> Option<Source>,
     ) -> Option<Arc<Source>> {
         let Some(rv) = resource_version else { return build().map(Arc::new) };
-        let key = (kind, namespace.to_string(), name.to_string());
-        if let Some(held) = self.held_at(&key, rv) {
+        let key = (kind, namespace.to_string(), name.to_string(), rv.to_string());
+        if let Some(held) = self.held_at(&key) {
             return Some(held);
         }
         // Built without the lock (it parses the payload); another watch may
         // have built the same meanwhile: the first one stays.
         let built = Arc::new(build()?);
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((v, weak)) = held.get(&key)
-            && v == rv
-            && let Some(first) = weak.upgrade()
-        {
+        if let Some(first) = held.get(&key).and_then(Weak::upgrade) {
             return Some(first);
         }
-        held.insert(key, (rv.to_string(), Arc::downgrade(&built)));
+        held.insert(key, Arc::downgrade(&built));
         Some(built)
     }
 
-    fn held_at(&self, key: &Key, rv: &str) -> Option<Arc<Source>> {
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.get(key).filter(|(v, _)| v == rv).and_then(|(_, weak)| weak.upgrade())
+    fn held_at(&self, key: &Key) -> Option<Arc<Source>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).get(key).and_then(Weak::upgrade)
     }
 
     /// Forgets the entries no rule's store holds any more.
     pub fn collect_garbage(&self) {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, (_, weak)| weak.strong_count() > 0);
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, weak| weak.strong_count() > 0);
     }
 
     /// Entries (held or not yet collected).
@@ -106,10 +104,12 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &second), "a second rule got its own copy");
         assert_eq!(builds.load(SeqCst), 1, "parsed again");
 
-        // A new version is a new copy; the old one lives while held.
+        // A new version is a new copy; the old one lives while held, and a
+        // rule still at the old version shares it.
         let newer = get(Some("2"), "b");
         assert!(!Arc::ptr_eq(&first, &newer));
         assert!(Arc::ptr_eq(&newer, &get(Some("2"), "b")));
+        assert!(Arc::ptr_eq(&first, &get(Some("1"), "a")), "a lagging rule made a second copy of version 1");
         // Another kind, or no resourceVersion, is never shared.
         let secret = interner.get_or_build(SourceKind::Secret, "ns", "cfg", Some("2"), build("b")).unwrap();
         assert!(!Arc::ptr_eq(&newer, &secret));
@@ -117,7 +117,7 @@ mod tests {
 
         // Nobody holds them any more: collected.
         drop((first, second, newer, secret));
-        assert_eq!(interner.len(), 2);
+        assert_eq!(interner.len(), 3);
         interner.collect_garbage();
         assert!(interner.is_empty());
     }

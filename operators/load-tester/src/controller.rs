@@ -56,12 +56,11 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     };
     let data = Arc::new(Data { ctx: ctx.clone(), metrics, options });
     // Only our own pods are watched (by label), and only to wake owners. A
-    // test's runners change status together (up to 500 at once): the
-    // debounce makes that one reconcile (each lists the test's runners),
-    // and a bounded number of tests reconcile at a time.
+    // bounded number of tests reconcile at a time. (No debounce: the
+    // scheduler restarts it on every trigger, and a test's runners change
+    // often enough to push its deadline's reconcile back.)
     let runners = Controller::new(tests, watcher::Config::default().any_semantic())
         .owns(pods.clone(), watcher::Config::default().labels(LOADTEST_LABEL).any_semantic())
-        .debounce(Duration::from_millis(250))
         .concurrency(8);
     let children = Controller::new(sds, watcher::Config::default().any_semantic())
         .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic())

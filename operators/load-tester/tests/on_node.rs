@@ -329,6 +329,7 @@ async fn a_refused_child_is_reported_and_a_restricted_namespace_runs_it() {
     })
     .await
     .unwrap();
+    assert_eq!(refused_events.len(), 1, "said once: {refused_events:?}");
     assert_eq!(refused_events[0].type_.as_deref(), Some("Warning"));
 
     // The namespace changes: the quota goes; a spec change reconciles at once.

@@ -341,35 +341,43 @@ async fn read_logs(
             // other pods of the incident, at most three reads.
             let mut tries = vec![(pod.clone(), previous), (pod.clone(), !previous)];
             tries.extend(inc.pods.iter().filter(|p| **p != pod).take(1).map(|p| (p.clone(), previous)));
-            let (mut logs, mut read) = (Ok(String::new()), false);
-            held = held.saturating_sub(inc.logs.len());
-            let bytes = crate::logs::room(held, crate::logs::BUDGET, rules.max_bytes);
-            if bytes == 0 && rules.max_bytes > 0 {
-                logs = Ok(format!(
-                    "(log tail left out: this PodAlert's incidents already hold {} MiB of log tails)",
-                    crate::logs::BUDGET >> 20
-                ));
-            } else if !container.is_empty() {
-                read = true;
+            let mut logs = Ok(String::new());
+            if !container.is_empty() {
                 for (p, prev) in tries {
-                    let lines = rules.tail_lines;
+                    let (lines, bytes) = (rules.tail_lines, rules.max_bytes);
                     logs = crate::logs::tail(&data.ctx.client, &pod_ns, &p, &container, prev, lines, bytes).await;
                     if logs.is_ok() {
                         break;
                     }
                 }
-            }
-            if read {
                 let result = if logs.is_ok() { "success" } else { "unavailable" };
                 data.metrics.log_reads.with_label_values(&[result]).inc();
             }
             if let Err(e) = &logs {
                 tracing::warn!(incident = %t.key, pod = %pod, error = %e, "could not read the log tail");
             }
-            inc.logs = logs.unwrap_or_else(|e| e);
+            // The whole tail is read and judged (ignore.logPatterns); what is
+            // kept is what the PodAlert's log budget leaves room for.
+            let tail = logs.unwrap_or_else(|e| e);
+            if let Some(pattern) = rules.suppressing_pattern(&tail) {
+                tracing::info!(incident = %t.key, pattern, "held back: the log matches ignore.logPatterns");
+                st.book.silence(&t.key);
+                continue;
+            }
+            held = held.saturating_sub(inc.logs.len());
+            let room = crate::logs::room(held, crate::logs::BUDGET, tail.len());
+            inc.logs = if room == tail.len() {
+                tail
+            } else if room == 0 {
+                format!(
+                    "(log tail left out: this PodAlert's incidents already hold {} MiB of log tails)",
+                    crate::logs::BUDGET >> 20
+                )
+            } else {
+                crate::logs::cap(&tail, room)
+            };
             held += inc.logs.len();
-        }
-        if let Some(pattern) = rules.suppressing_pattern(&inc.logs) {
+        } else if let Some(pattern) = rules.suppressing_pattern(&inc.logs) {
             tracing::info!(incident = %t.key, pattern, "held back: the log matches ignore.logPatterns");
             st.book.silence(&t.key);
             continue;

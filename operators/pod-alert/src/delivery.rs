@@ -212,6 +212,12 @@ impl Delivery {
         let tgt = target.clone();
         tokio::spawn(async move {
             while let Some(mut job) = rx.recv().await {
+                // While the term is suspended, wait before coalescing, so that
+                // what goes out when it resumes is the newest (Alertmanager's
+                // full list), not the one that waited.
+                if !this.leadership.is_leading() {
+                    this.leadership.leading().await;
+                }
                 if coalesce {
                     while let Ok(newer) = rx.try_recv() {
                         job = newer;
