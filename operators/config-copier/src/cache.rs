@@ -370,11 +370,6 @@ impl Caches {
         self.interner.collect_garbage();
     }
 
-    /// Sources held in memory, each once whatever the rules selecting it.
-    pub fn sources_held(&self) -> usize {
-        self.interner.len()
-    }
-
     pub fn source_watch_count(&self) -> usize {
         lock(&self.sources).len()
     }
