@@ -112,7 +112,7 @@ impl Context {
         P: Fn(Arc<K>, &E, Arc<D>) -> Action + Send + Sync + 'static,
     {
         let m = self.metrics.controller(name);
-        let queue = self.metrics.queue(name, controller.debounce);
+        let queue = self.metrics.queue(name);
         // A replica that does not lead works on nothing: its queue is empty.
         let (mirror, mut leading_rx) = (queue.clone(), self.leading.clone());
         let follow_leading = tokio::spawn(async move {
@@ -291,8 +291,12 @@ impl Context {
         let readiness = self.readiness.clone();
         let crate::triggers::Controller { triggers, reader, debounce, concurrency } = controller;
         let mirror = queue.clone();
-        // Every request on its way into the scheduler is mirrored.
-        let requests = StreamBackoff::new(futures::stream::select_all(triggers), crate::backoff::watch_backoff())
+        // Triggers are debounced here, with a bound (`debounce.rs`), not by
+        // the scheduler, whose debounce a stream of triggers postpones
+        // forever. Every request on its way into the scheduler is mirrored.
+        let triggers =
+            StreamBackoff::new(futures::stream::select_all(triggers), crate::backoff::watch_backoff()).boxed();
+        let requests = crate::debounce::debounce(triggers, debounce, crate::debounce::MAX_TRIGGER_DELAY)
             .inspect(move |request| {
                 if let Ok(request) = request {
                     let key = queue_key(request.obj_ref.namespace.as_deref(), &request.obj_ref.name);
@@ -301,7 +305,7 @@ impl Context {
             })
             // Graceful shutdown: no new request is taken; what runs finishes.
             .take_until(self.shutdown.clone().cancelled_owned());
-        let config = kube::runtime::controller::Config::default().debounce(debounce).concurrency(concurrency);
+        let config = kube::runtime::controller::Config::default().concurrency(concurrency);
         applier(wrapped, error_policy, data, reader, requests, config)
             .for_each(|result| {
                 match result {

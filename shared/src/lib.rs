@@ -11,6 +11,7 @@
 //! | `/metrics`, `/healthz`, `/readyz` | [`server`], [`health`] |
 //! | controller-runtime reconcile metrics, client-go's `workqueue_*` (the queue side from a mirror of kube-runtime's scheduler), process metrics, your own | [`metrics`], [`workqueue`] |
 //! | a controller's watches and triggers (kube-runtime's `Controller` builder, run with `applier` so its queue is seen) | [`triggers`] |
+//! | a debounce that a stream of triggers cannot postpone past 2 s | [`debounce`] |
 //! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown; a term not renewed in time is suspended and resumed if nobody took the lease | [`leader`], [`Context::suspended`], [`Leadership`] (for work outside a reconcile) |
 //! | warm standbys: controllers watch before the lease is won, reconcile after | [`controller`], [`Context::leading`] |
 //! | `/readyz` unready while a watch feeding a cache fails | [`health`] |
@@ -71,6 +72,7 @@ pub mod conditions;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod debounce;
 pub mod duration;
 pub mod events;
 pub mod health;

@@ -209,9 +209,8 @@ impl Metrics {
 
     /// The queue mirror of controller `name` (the `workqueue_depth`,
     /// `workqueue_adds_total` and `workqueue_queue_duration_seconds` of
-    /// label `name`), for a scheduler with this `debounce`; the same one
-    /// for the same name.
-    pub fn queue(&self, name: &str, debounce: std::time::Duration) -> Arc<QueueMirror> {
+    /// label `name`); the same one for the same name.
+    pub fn queue(&self, name: &str) -> Arc<QueueMirror> {
         let mut queues = self.work.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         queues
             .entry(name.to_string())
@@ -221,7 +220,7 @@ impl Metrics {
                     adds: self.work.adds.with_label_values(&[name]),
                     queue_duration: self.work.queue_duration.with_label_values(&[name]),
                 };
-                Arc::new(QueueMirror::new(debounce, handles))
+                Arc::new(QueueMirror::new(handles))
             })
             .clone()
     }

@@ -66,7 +66,10 @@ where
     }
 
     /// An object's reconcile starts only after `debounce` without a new
-    /// request for it (kube-runtime's `Config::debounce`).
+    /// request for it — but never later than
+    /// [`MAX_TRIGGER_DELAY`](crate::debounce::MAX_TRIGGER_DELAY) after the
+    /// first, however the triggers keep coming (`debounce.rs`; kube-runtime's
+    /// `Config::debounce` has no such bound).
     #[must_use]
     pub fn debounce(mut self, debounce: Duration) -> Self {
         self.debounce = debounce;

@@ -12,15 +12,16 @@
 //! those, so what it reports is what the scheduler holds:
 //!
 //! - one entry per object; a request for an object already waiting keeps
-//!   the earlier time, and moves it to the request's time plus the debounce
-//!   when the request is not later (the debounce restarts);
+//!   the earlier of the two times (the scheduler runs with no debounce of
+//!   its own: triggers are debounced before they reach it, `debounce.rs`,
+//!   so a trigger the mirror sees is due at once);
 //! - an entry falls due at its time; it waits while its object is being
 //!   reconciled, and for a free worker (`concurrency`);
 //! - it leaves when its reconcile starts, or when the object is gone.
 //!
 //! The metrics keep client-go's meanings (`workqueue/queue.go`, `metrics.go`),
-//! with "added" meaning "fallen due" (kube-runtime's debounce and requeues
-//! are client-go's `AddAfter`, counted when the delay is over):
+//! with "added" meaning "fallen due" (requeues are client-go's `AddAfter`,
+//! counted when the delay is over):
 //! `depth` counts what is due and not yet started — an object changed while
 //! its reconcile runs included, as client-go counts a dirty item being
 //! processed; `adds_total` counts entries as they fall due;
@@ -45,7 +46,6 @@ const MAX_SCHEDULE: Duration = Duration::from_secs(86_400 * 30 * 6);
 /// The scheduler's view of one controller (see the module docs). Keys are
 /// `<namespace>/<name>` (empty namespace for cluster-scoped kinds).
 pub struct QueueMirror {
-    debounce: Duration,
     state: Mutex<State>,
     handles: QueueHandles,
 }
@@ -66,15 +66,15 @@ struct State {
 }
 
 struct Entry {
-    /// When the scheduler lets it out (the request's time plus debounce).
+    /// When the scheduler lets it out.
     run_at: Instant,
     /// Counted in `adds_total` (once due, while leading).
     counted: bool,
 }
 
 impl QueueMirror {
-    pub fn new(debounce: Duration, handles: QueueHandles) -> Self {
-        Self { debounce, state: Mutex::default(), handles }
+    pub fn new(handles: QueueHandles) -> Self {
+        Self { state: Mutex::default(), handles }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -94,18 +94,16 @@ impl QueueMirror {
     /// A request to reconcile `key` at `run_at`: a trigger (now) or a
     /// requeue (when the reconcile finished, plus its `requeue_after`).
     pub fn request(&self, key: &str, run_at: Instant) {
-        let next = run_at.checked_add(self.debounce).unwrap_or(run_at);
         let mut state = self.state();
         match state.entries.get_mut(key) {
-            // Not later than what waits: it moves to this request's time
-            // (debounce included), as the scheduler's `reset_at` does. One
-            // already counted stays counted (client-go counts a repeated
-            // `Add` of what waits once).
-            Some(e) if e.run_at >= run_at => e.run_at = next,
+            // Not later than what waits: it moves to this request's time,
+            // as the scheduler's `reset_at` does. One already counted stays
+            // counted (client-go counts a repeated `Add` of what waits once).
+            Some(e) if e.run_at >= run_at => e.run_at = run_at,
             // Later than what waits: nothing changes.
             Some(_) => {}
             None => {
-                state.entries.insert(key.to_string(), Entry { run_at: next, counted: false });
+                state.entries.insert(key.to_string(), Entry { run_at, counted: false });
             }
         }
     }
@@ -234,13 +232,13 @@ mod tests {
         assert_eq!(requeue_after(&Action::await_change()), None);
     }
 
-    fn mirror(debounce_ms: u64) -> QueueMirror {
+    fn mirror() -> QueueMirror {
         let handles = QueueHandles {
             depth: IntGauge::new("d", "d").unwrap(),
             adds: IntCounter::new("a", "a").unwrap(),
             queue_duration: Histogram::with_opts(prometheus::HistogramOpts::new("q", "q")).unwrap(),
         };
-        let q = QueueMirror::new(Duration::from_millis(debounce_ms), handles);
+        let q = QueueMirror::new(handles);
         q.set_leading(true, Instant::now());
         q
     }
@@ -255,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_trigger_is_due_at_once_and_counted_once() {
-        let q = mirror(0);
+        let q = mirror();
         let t0 = Instant::now();
         q.request("ns/a", t0);
         q.request("ns/a", t0 + ms(1)); // same object: one entry
@@ -275,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_requeue_is_not_in_the_queue_before_its_time() {
-        let q = mirror(0);
+        let q = mirror();
         let t0 = Instant::now();
         q.requeue("ns/a", t0, Duration::from_secs(300));
         q.refresh(t0);
@@ -295,22 +293,8 @@ mod tests {
     }
 
     #[test]
-    fn debounce_restarts_with_every_request() {
-        let q = mirror(500);
-        let t0 = Instant::now();
-        q.request("ns/a", t0);
-        q.request("ns/a", t0 + ms(400)); // before the first is due: pushed to 900
-        q.refresh(t0 + ms(600));
-        assert_eq!(q.handles.depth.get(), 0, "still debouncing");
-        q.refresh(t0 + ms(900));
-        assert_eq!(q.handles.depth.get(), 1);
-        q.taken("ns/a", t0 + ms(950));
-        assert!((waited(&q).1 - 0.050).abs() < 1e-6, "the debounce is not queue time");
-    }
-
-    #[test]
     fn an_object_changed_while_reconciled_is_depth_and_waits_for_it() {
-        let q = mirror(0);
+        let q = mirror();
         let t0 = Instant::now();
         q.request("ns/a", t0);
         q.taken("ns/a", t0);
@@ -325,7 +309,7 @@ mod tests {
 
     #[test]
     fn an_object_gone_before_its_turn_leaves_the_queue() {
-        let q = mirror(0);
+        let q = mirror();
         let t0 = Instant::now();
         q.request("ns/a", t0);
         q.taken("ns/a", t0 + ms(1));
@@ -336,7 +320,7 @@ mod tests {
 
     #[test]
     fn depth_counts_what_waits_for_a_worker() {
-        let q = mirror(0);
+        let q = mirror();
         let t0 = Instant::now();
         for i in 0..10 {
             q.request(&format!("ns/o{i}"), t0);
@@ -351,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_replica_that_does_not_lead_reports_an_empty_queue() {
-        let q = mirror(0);
+        let q = mirror();
         let t0 = Instant::now();
         q.set_leading(false, t0);
         for i in 0..10 {

@@ -480,6 +480,42 @@ async fn the_queue_metrics_show_what_waits_for_a_worker() {
     assert!(sum > 3.0 * 6.0, "queue time {sum} s: a, b and c waited for the one worker");
 }
 
+/// The attack on kube-runtime's debounce: a Widget changed every 150 ms,
+/// under a 500 ms debounce, was never reconciled while the changes went on
+/// (the debounce restarted with each). With the bound of `debounce.rs` it
+/// is reconciled every 2 s or so while the stream goes on.
+#[tokio::test]
+async fn a_stream_of_changes_does_not_postpone_a_reconcile() {
+    let env = shared();
+    install_widget_crd(&env).await;
+    let ns = env.namespace("stream").await.unwrap();
+    let toy = start(&env.kubeconfig, &[format!("--watch-namespace={ns}"), "--debounce=500ms".into()]);
+    let api: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
+    let ok = r#"controller_runtime_reconcile_total{controller="widget",result="success"}"#;
+    api.create(&PostParams::default(), &widget("w", json!({"message": "m0"}))).await.unwrap();
+    wait_for("the first reconcile", T, || async { Ok::<_, String>((toy.metric(ok).await >= Some(1.0)).then_some(())) })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    // Let the first reconcile's own status write settle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = toy.metric(ok).await.unwrap_or_default();
+    let (started, mut i) = (Instant::now(), 0u32);
+    let mut during = before;
+    while started.elapsed() < Duration::from_secs(7) {
+        i += 1;
+        let patch = json!({"spec": {"message": format!("m{i}")}});
+        api.patch("w", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        during = toy.metric(ok).await.unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(
+        during - before >= 2.0,
+        "{} reconciles during 7 s of changes every 150 ms ({i} changes): the debounce let a stream postpone them\nlogs:\n{}",
+        during - before,
+        toy.logs()
+    );
+}
+
 #[tokio::test]
 async fn without_leader_election_there_is_no_leader_status() {
     let env = shared();

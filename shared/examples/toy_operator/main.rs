@@ -30,6 +30,9 @@ struct Args {
     /// At most this many reconciles at once (0: no limit).
     #[arg(long, default_value_t = 0)]
     concurrency: u16,
+    /// A Widget is reconciled after this long without a change (at most 2 s after its first change).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    debounce: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,13 +86,13 @@ fn main() -> std::process::ExitCode {
         e.exit();
     }
     let namespace = args.watch.namespace().map(str::to_string);
-    let concurrency = args.concurrency;
+    let (concurrency, debounce) = (args.concurrency, args.debounce);
     Operator::new("toy", &args.common).run(move |ctx| async move {
         let api: Api<Widget> = match &namespace {
             Some(ns) => Api::namespaced(ctx.client.clone(), ns),
             None => Api::all(ctx.client.clone()),
         };
-        let controller = Controller::new(api, watcher::Config::default()).concurrency(concurrency);
+        let controller = Controller::new(api, watcher::Config::default()).concurrency(concurrency).debounce(debounce);
         ctx.run_controller("widget", controller, reconcile, error_policy, Arc::new(ctx.clone())).await
     })
 }
