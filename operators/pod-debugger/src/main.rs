@@ -20,10 +20,11 @@ struct Args {
     common: CommonArgs,
     #[command(flatten)]
     watch: WatchNamespaceArgs,
-    /// Images a PodDebugger may run (comma-separated globs: '*' matches any
-    /// run of characters, '?' one). Whoever may create a PodDebugger runs
-    /// its image inside the namespace's pods: narrow this to your own
-    /// registry. Default: busybox, busybox:*, */busybox:* and the test
+    /// Images a PodDebugger may run (comma-separated globs: '*' matches a
+    /// run of characters within one path segment, never '/'; '**' any run
+    /// across segments; '?' one character). Whoever may create a PodDebugger
+    /// runs its image inside the namespace's pods: narrow this to your own
+    /// registry. Default: busybox, busybox:*, **/busybox:* and the test
     /// toolbox localhost/flotilla/toolbox:*.
     #[arg(long, env = "ALLOWED_IMAGES", value_delimiter = ',', value_name = "GLOB,...")]
     allowed_images: Option<Vec<String>>,
