@@ -21,9 +21,10 @@ use flotilla_e2e::{OperatorProcess, apply_crds, build_chart_dependencies, charts
 use flotilla_testenv::moto::{self, route53};
 use flotilla_testenv::{TestEnv, shared, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -200,6 +201,10 @@ async fn prove(
             let mut fewer = all.clone();
             let removed = fewer.remove(i);
             set_rules(&admin, &home, &fewer).await;
+            // Each round elects from scratch: without its Lease, `create`
+            // is needed as much as `get` and `update` are.
+            let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
+            let _ = leases.delete(&fullname, &DeleteParams::default()).await;
             // RBAC changes apply at once; a fresh process sees only the new rules.
             let operator = start_operator(op, &kubeconfig, &op_args, &env_refs).unwrap();
             // The round ends at the first `forbidden` or when the scenario settles.
@@ -323,6 +328,50 @@ fn config_copier_scenario(
         .await
         .map_err(|e| e.to_string())
     })
+}
+
+/// The attack: an operator's leader-election Role allowed `update` on every
+/// Lease of the release namespace, so its ServiceAccount (or whoever steals
+/// its token) could take over any other controller's election there. Now it
+/// reads and renews its own Lease only; `create` stays (it has no name yet).
+#[tokio::test]
+async fn each_operator_may_renew_only_its_own_lease() {
+    let env = shared();
+    let admin = env.client().await;
+    for op in flotilla_e2e::operators().unwrap() {
+        // service-dns installs only with a zone; the zone is not used here.
+        let values: &[&str] = if op == "service-dns" { &["--set", "route53.domainName=example.com"] } else { &[] };
+        let installed = install_chart(&env, &op, values).await;
+        let (ns, fullname) = (installed.namespace.clone(), installed.fullname.clone());
+        let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
+        let lease = |name: &str| -> Lease {
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"holderIdentity": "other-controller", "leaseDurationSeconds": 15}
+            }))
+            .unwrap()
+        };
+        leases.create(&PostParams::default(), &lease("other-controller")).await.unwrap();
+        let yaml = std::fs::read_to_string(&installed.kubeconfig).unwrap();
+        let sa = flotilla_testenv::kubeconfig::client_from_yaml(&yaml).await.unwrap();
+        let as_operator: Api<Lease> = Api::namespaced(sa, &ns);
+        // Its own Lease: created, read and renewed.
+        as_operator.create(&PostParams::default(), &lease(&fullname)).await.unwrap();
+        let mut own = as_operator.get(&fullname).await.unwrap();
+        own.spec.get_or_insert_with(Default::default).holder_identity = Some("me".into());
+        as_operator.replace(&fullname, &PostParams::default(), &own).await.unwrap();
+        // Another controller's: neither read nor taken over.
+        let mut other = leases.get("other-controller").await.unwrap();
+        other.spec.get_or_insert_with(Default::default).holder_identity = Some("me".into());
+        let refused = as_operator.replace("other-controller", &PostParams::default(), &other).await;
+        assert!(
+            matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403),
+            "{op}: its ServiceAccount took over another Lease of {ns}: {refused:?}"
+        );
+        let read = as_operator.get("other-controller").await;
+        assert!(matches!(&read, Err(kube::Error::Api(e)) if e.code == 403), "{op}: read another Lease: {read:?}");
+        helm_ok(Some(&env.kubeconfig), &["uninstall", RELEASE, "--namespace", &ns]).unwrap();
+    }
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 Least privilege: the operator's rules ("<chart>.rules") and events in a
 ClusterRole, or in a Role of that namespace when the chart has a
 watchNamespace value set; leader-election leases only in the release
-namespace.
+namespace, and of those only the operator's own (by name) beyond `create`.
 */}}
 {{- define "flotilla.rbac" -}}
 {{- if .Values.rbac.create }}
@@ -49,9 +49,16 @@ metadata:
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 rules:
+  {{- /* `create` cannot be limited by name (the object has none yet);
+  reading and renewing can: only the operator's own Lease, never another
+  controller's election in the same namespace. */}}
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
-    verbs: ["get", "create", "update"]
+    verbs: ["create"]
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    resourceNames: [{{ include "flotilla.fullname" . | quote }}]
+    verbs: ["get", "update"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
