@@ -36,11 +36,33 @@ pub fn operators() -> anyhow::Result<Vec<String>> {
     Ok(ops)
 }
 
-/// Runs helm (from `cargo xtask setup`) with `KUBECONFIG`, returning its output.
+/// What a cluster of the tests' version answers about itself, for helm's
+/// client-only renders: its Kubernetes version (helm assumes 1.20, which
+/// the charts' `kubeVersion` refuses) and, for `template`, the
+/// ValidatingAdmissionPolicy API (which the charts' default
+/// `admissionPolicy.enabled` requires). `lint` takes the version only.
+pub fn as_the_test_cluster(subcommand: &str) -> Vec<String> {
+    let mut args = vec!["--kube-version".to_string(), flotilla_testenv::versions::kubernetes_version()];
+    if subcommand == "template" {
+        args.extend(["--api-versions".into(), "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy".into()]);
+    }
+    args
+}
+
+/// Runs helm (from `cargo xtask setup`) with `KUBECONFIG`, returning its
+/// output. `template` and `lint`, which ask no cluster, answer as the test
+/// cluster would ([`as_the_test_cluster`]) unless the call says
+/// `--kube-version` or `--api-versions` itself (a test of what an older
+/// cluster gets).
 pub fn helm(kubeconfig: Option<&Path>, args: &[&str]) -> anyhow::Result<Output> {
     let bin = Assets::helm()?;
     let mut cmd = Command::new(bin);
     cmd.args(args);
+    if let Some(sub @ ("template" | "lint")) = args.first().copied()
+        && !args.iter().any(|a| a.starts_with("--kube-version") || a.starts_with("--api-versions"))
+    {
+        cmd.args(as_the_test_cluster(sub));
+    }
     if let Some(k) = kubeconfig {
         cmd.env("KUBECONFIG", k);
     }
@@ -292,8 +314,8 @@ pub async fn objects_of_release(client: &kube::Client, ns: &str, release: &str) 
     Ok(found)
 }
 
-/// Renders one template of a chart (as if the API served
-/// ValidatingAdmissionPolicy) and applies each object server-side as
+/// Renders one template of a chart (as the test cluster would answer,
+/// [`helm`]) and applies each object server-side as
 /// `admin`; returns the kinds applied, in order. For tests of a chart's
 /// access objects (roles, admission policies) without installing it.
 pub async fn apply_chart_template(
@@ -305,18 +327,7 @@ pub async fn apply_chart_template(
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     build_chart_dependencies()?;
     let path = charts_dir().join(chart).display().to_string();
-    let rendered = helm_ok(
-        None,
-        &[
-            "template",
-            release,
-            &path,
-            "--show-only",
-            template,
-            "--api-versions",
-            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
-        ],
-    )?;
+    let rendered = helm_ok(None, &["template", release, &path, "--show-only", template])?;
     let mut kinds = Vec::new();
     for doc in yaml_documents(&rendered)? {
         let (group_version, kind) = (

@@ -57,6 +57,63 @@ fn every_chart_passes_helm_lint_strict() {
     }
 }
 
+/// The admission policies fail closed. Before, on a cluster (or a `helm
+/// template`) without the ValidatingAdmissionPolicy API, every chart
+/// rendered without its policy — the powers it guards open to anyone who
+/// may write the resource — and NOTES still claimed it. Now: every chart
+/// declares Kubernetes 1.30, and a chart with `admissionPolicy.enabled`
+/// refuses to render without the API, naming the value and the minimum.
+#[test]
+fn the_charts_refuse_to_render_without_the_admission_policy_api() {
+    let mut charts = operators().unwrap();
+    charts.push(UMBRELLA.to_string());
+    for c in &charts {
+        let path = chart(c);
+        let mut old = vec!["template", "rel", &path, "--kube-version", "1.29.0"];
+        old.extend(required_values(c));
+        let out = helm(None, &old).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(">=1.30.0-0"), "{c} renders for Kubernetes 1.29: {err}");
+    }
+    let guarded: Vec<String> = charts.iter().filter(|c| c.as_str() != "service-dns").cloned().collect();
+    for c in &guarded {
+        let path = chart(c);
+        // A 1.31 cluster that does not serve the API (or a bare `helm template`).
+        let mut no_api = vec!["template", "rel", &path, "--kube-version", "1.31.0"];
+        no_api.extend(required_values(c));
+        let out = helm(None, &no_api).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("admissionPolicy.enabled=true") && err.contains("1.30"),
+            "{c} renders without the ValidatingAdmissionPolicy API: {err}"
+        );
+        // Turned off knowingly, it renders (the umbrella: each operator's value).
+        let mut off = no_api.clone();
+        let keys: Vec<String> = if c == UMBRELLA {
+            guarded
+                .iter()
+                .filter(|o| o.as_str() != UMBRELLA)
+                .map(|o| format!("{o}.admissionPolicy.enabled=false"))
+                .collect()
+        } else {
+            vec!["admissionPolicy.enabled=false".to_string()]
+        };
+        for k in &keys {
+            off.extend(["--set", k.as_str()]);
+        }
+        let docs = yaml_documents(&helm_ok(None, &off).unwrap()).unwrap();
+        assert!(!kinds(&docs).contains("ValidatingAdmissionPolicy"), "{c}: the policy rendered while turned off");
+        // And with the API, the policy and its binding are there.
+        let mut with_api = vec!["template", "rel", &path];
+        with_api.extend(required_values(c));
+        let k = kinds(&yaml_documents(&helm_ok(None, &with_api).unwrap()).unwrap());
+        assert!(
+            k.contains("ValidatingAdmissionPolicy") && k.contains("ValidatingAdmissionPolicyBinding"),
+            "{c}: {k:?}"
+        );
+    }
+}
+
 #[test]
 fn defaults_render_a_hardened_deployment_with_probes_and_least_privilege() {
     for op in operators().unwrap() {

@@ -127,3 +127,17 @@ the process exits (non-zero if cut off) before the kubelet kills it. */}}
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+Fail closed on the admission policy: with admissionPolicy.enabled (the
+default) the chart renders only where the API serves
+ValidatingAdmissionPolicy, instead of leaving the policy out and the
+powers it guards open to anyone who may write the resource. `helm template`
+answers for a client-only Kubernetes unless told otherwise: pass
+--kube-version and --api-versions as your cluster would answer.
+*/}}
+{{- define "flotilla.requireAdmissionPolicyApi" -}}
+{{- if not (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") }}
+{{- fail (printf "%s: admissionPolicy.enabled=true needs the ValidatingAdmissionPolicy API (admissionregistration.k8s.io/v1, Kubernetes 1.30 or newer), which the target does not serve. Upgrade the cluster; with helm template, pass --kube-version and --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy as your cluster would answer; or set admissionPolicy.enabled=false, knowing that anyone who may write the resource then gets the powers it guards (see the chart's README)" .Chart.Name) }}
+{{- end }}
+{{- end -}}
