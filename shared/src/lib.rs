@@ -12,6 +12,7 @@
 //! | controller-runtime reconcile metrics, client-go's `workqueue_*` (the queue side from a mirror of kube-runtime's scheduler), process metrics, your own | [`metrics`], [`workqueue`] |
 //! | a controller's watches and triggers (kube-runtime's `Controller` builder, run with `applier` so its queue is seen) | [`triggers`] |
 //! | a debounce that a stream of triggers cannot postpone past 2 s | [`debounce`] |
+//! | refusing the powers an admission policy guards while that policy is missing (`--require-admission-policy`) | [`admission`] |
 //! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown; a term not renewed in time is suspended and resumed if nobody took the lease | [`leader`], [`Context::suspended`], [`Leadership`] (for work outside a reconcile) |
 //! | warm standbys: controllers watch before the lease is won, reconcile after | [`controller`], [`Context::leading`] |
 //! | `/readyz` unready while a watch feeding a cache fails | [`health`] |
@@ -67,6 +68,7 @@
 //! `shared/examples/toy_operator.rs` is a complete one with a CRD, status
 //! conditions and Events; the crate's integration tests run it as a process.
 
+pub mod admission;
 pub mod backoff;
 pub mod conditions;
 pub mod config;
@@ -90,6 +92,7 @@ pub mod telemetry;
 pub mod triggers;
 pub mod workqueue;
 
+pub use admission::{AdmissionGuard, AdmissionPolicyArgs};
 pub use conditions::Conditions;
 pub use config::{CommonArgs, ConfigError, WatchNamespaceArgs};
 pub use controller::Context;

@@ -1,0 +1,208 @@
+//! Whether the ValidatingAdmissionPolicy that guards an operator's wider
+//! powers is in place — and, when it is not, refusing those powers.
+//!
+//! Some of what an operator can do on a custom resource's behalf is safe
+//! only because an admission policy let just the right people write it
+//! (config-copier's `onConflict: Overwrite`, pod-alert's `allNamespaces`,
+//! pod-debugger's debug containers, load-tester's custom images). A policy
+//! can go missing without anyone choosing it: a GitOps tool that renders
+//! the chart for a cluster without the API, a sync that failed for that one
+//! object, a cleanup. Then the operator would grant the powers to anyone
+//! who may write the resource. With `--require-admission-policy=<name>`
+//! (the charts set it whenever they install the policy) the operator checks,
+//! at start and then every minute, that the policy and its binding exist
+//! and deny: policy `<name>` with `failurePolicy: Fail`, binding `<name>`
+//! naming it with the `Deny` action. Until they do, [`AdmissionGuard::check`]
+//! says why, and the operator refuses the guarded powers with that message
+//! as a condition (fail closed: an unreadable policy counts as missing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use kube::{Api, Client};
+use prometheus::IntGauge;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// How often the policy is looked at again.
+pub const CHECK_PERIOD: Duration = Duration::from_secs(60);
+
+/// `--require-admission-policy`, for the operators whose powers a policy guards.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct AdmissionPolicyArgs {
+    /// Name of the ValidatingAdmissionPolicy (and of its binding) that guards this operator's wider powers.
+    /// When set, those powers are refused while the policy or its binding is missing, checked at start and
+    /// every minute (the chart sets it whenever it installs the policy). Empty: not checked.
+    #[arg(long, env = "REQUIRE_ADMISSION_POLICY", value_name = "NAME")]
+    pub require_admission_policy: Option<String>,
+}
+
+impl AdmissionPolicyArgs {
+    /// The policy's name, when one is required.
+    pub fn name(&self) -> Option<&str> {
+        self.require_admission_policy.as_deref().filter(|n| !n.is_empty())
+    }
+
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        if let Some(name) = self.name() {
+            crate::config::check_dns_subdomain(name)
+                .map_err(|m| crate::ConfigError::new("require-admission-policy", m))?;
+        }
+        Ok(())
+    }
+}
+
+/// The answer of one check: `None` when the policy is in place (or none is
+/// required), else why the guarded powers are refused.
+type Verdict = Option<String>;
+
+/// See the module docs. Cheap to clone.
+#[derive(Clone)]
+pub struct AdmissionGuard {
+    verdict: watch::Receiver<Verdict>,
+}
+
+impl AdmissionGuard {
+    /// No policy required: every check passes.
+    pub fn not_required() -> Self {
+        let (_, verdict) = watch::channel(None);
+        Self { verdict }
+    }
+
+    /// The guard `args` ask for, its gauge
+    /// `flotilla_admission_policy_in_place{policy}` registered with the
+    /// operator's metrics; checked every [`CHECK_PERIOD`].
+    pub async fn for_operator(ctx: &crate::Context, args: &AdmissionPolicyArgs) -> Result<Self, prometheus::Error> {
+        let Some(name) = args.name() else { return Ok(Self::not_required()) };
+        let opts = prometheus::Opts::new(
+            "flotilla_admission_policy_in_place",
+            "1 while the admission policy guarding this operator's wider powers (--require-admission-policy) and its \
+             binding are in place; 0 while those powers are refused",
+        )
+        .const_label("policy", name);
+        let gauge = ctx.metrics.register(IntGauge::with_opts(opts)?)?;
+        Ok(Self::start(ctx.client.clone(), name.to_string(), gauge, ctx.shutdown_token(), CHECK_PERIOD).await)
+    }
+
+    /// Checks policy `name` once (so the first reconciles already know), then
+    /// every `period` until `shutdown`. `in_place`: a gauge set to 1 while
+    /// the policy is in place, 0 while not.
+    pub async fn start(
+        client: Client,
+        name: String,
+        in_place: IntGauge,
+        shutdown: CancellationToken,
+        period: Duration,
+    ) -> Self {
+        let first = verify(&client, &name).await;
+        report(&name, None, &first, &in_place);
+        let (tx, verdict) = watch::channel(first);
+        let tx = Arc::new(tx);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(period) => {}
+                }
+                let now = verify(&client, &name).await;
+                let before = tx.borrow().clone();
+                report(&name, before.as_deref(), &now, &in_place);
+                tx.send_if_modified(|v| {
+                    // A new reason for the same refusal is not a change.
+                    let changed = v.is_some() != now.is_some();
+                    *v = now;
+                    changed
+                });
+            }
+        });
+        Self { verdict }
+    }
+
+    /// `Ok` when the guarded powers may be used; else the message to put
+    /// into the refusing condition.
+    pub fn check(&self) -> Result<(), String> {
+        match self.verdict.borrow().as_deref() {
+            None => Ok(()),
+            Some(why) => Err(why.to_string()),
+        }
+    }
+
+    /// Yields each time the policy goes missing or comes back: the
+    /// operator reconciles what uses the guarded powers again.
+    pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
+        let mut rx = self.verdict.clone();
+        rx.mark_unchanged();
+        futures::stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
+    }
+}
+
+fn report(name: &str, before: Option<&str>, now: &Verdict, in_place: &IntGauge) {
+    in_place.set(i64::from(now.is_none()));
+    match (before, now) {
+        (_, Some(why)) => tracing::warn!(policy = name, "{why}"),
+        (Some(_), None) => tracing::info!(policy = name, "admission policy in place again: guarded powers restored"),
+        (None, None) => tracing::info!(policy = name, "admission policy in place"),
+    }
+}
+
+/// Policy `name` with `failurePolicy: Fail` (the default), and binding
+/// `name` naming it with the `Deny` action.
+async fn verify(client: &Client, name: &str) -> Verdict {
+    let missing = |what: String| {
+        Some(format!(
+            "the admission policy {name} that guards this is not in place ({what}); refused until it is restored \
+             (--require-admission-policy)"
+        ))
+    };
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policy = match policies.get_opt(name).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return missing("no ValidatingAdmissionPolicy of that name".into()),
+        // Fail closed, and keep the API's answer in the log (a refusal
+        // names the rule the operator lacks).
+        Err(e) => {
+            tracing::warn!(policy = name, error = %e, "reading the admission policy");
+            return missing("it could not be read".into());
+        }
+    };
+    if policy.spec.as_ref().and_then(|s| s.failure_policy.as_deref()) == Some("Ignore") {
+        return missing("its failurePolicy is Ignore".into());
+    }
+    let binding = match bindings.get_opt(name).await {
+        Ok(Some(b)) => b,
+        Ok(None) => return missing("no ValidatingAdmissionPolicyBinding of that name".into()),
+        Err(e) => {
+            tracing::warn!(policy = name, error = %e, "reading the admission policy binding");
+            return missing("its binding could not be read".into());
+        }
+    };
+    let spec = binding.spec;
+    if spec.policy_name != name {
+        return missing(format!("the binding {name} does not name it"));
+    }
+    if !spec.validation_actions.iter().any(|a| a == "Deny") {
+        return missing(format!("the binding {name} does not deny"));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_required_passes() {
+        assert!(AdmissionGuard::not_required().check().is_ok());
+    }
+
+    #[test]
+    fn a_bad_policy_name_is_refused() {
+        let args = AdmissionPolicyArgs { require_admission_policy: Some("Not_A_Name".into()) };
+        assert!(args.validate().is_err());
+        let empty = AdmissionPolicyArgs { require_admission_policy: Some(String::new()) };
+        assert_eq!(empty.name(), None, "empty: not required");
+    }
+}
