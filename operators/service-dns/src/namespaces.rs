@@ -63,10 +63,16 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A namespace's name and its grant, if it has the annotation.
+/// A namespace's name and its grant, if it has the annotation. Entries that
+/// are not names are logged here (and named in the Warning of a Service
+/// they would have concerned, see `desired`).
 fn grant_of(ns: &PartialObjectMeta<Namespace>) -> (String, Option<Grant>) {
     let grant = ns.annotations().get(ANNOTATION_ALLOWED_HOSTNAMES).map(|v| Grant::parse(v));
-    (ns.name_any(), grant)
+    let name = ns.name_any();
+    if let Some(bad) = grant.as_ref().map(Grant::bad_entries).filter(|b| !b.is_empty()) {
+        tracing::warn!(namespace = %name, entries = ?bad, "{ANNOTATION_ALLOWED_HOSTNAMES}: entries that are not names are ignored");
+    }
+    (name, grant)
 }
 
 impl Writer {

@@ -135,6 +135,35 @@ async fn a_service_cannot_publish_a_name_its_namespace_was_not_granted() {
     assert_eq!(w.a(&w.name("kube-plain")).await, Some(vec![cluster_ip(&plain)]), "template names stay");
 }
 
+/// With `watchNamespace` the chart lets the operator read only its own
+/// Namespace (`resourceNames`); the operator watches it by a `metadata.name`
+/// field selector, which that rule admits: its grant works, nothing is
+/// refused.
+#[tokio::test]
+async fn a_watch_namespace_install_reads_only_its_own_namespace_grant() {
+    let w = World::new("scoped").await;
+    let env = flotilla_testenv::shared();
+    let ns = env.namespace("scoped").await.expect("namespace");
+    let kubeconfig = scoped_chart_kubeconfig(&env, &ns).await;
+    grant(&w.client, &ns, Some(&w.name("shop"))).await;
+    let mut all = zone_args(&w.zone, &w.domain);
+    all.push(format!("--watch-namespace={ns}"));
+    let mut op = Operator::start_with(&kubeconfig, &w.proxy.endpoint, &all, &[]);
+    op.wait_ready().await;
+    let s =
+        create_service(&w.client, &ns, &service("shop", "ClusterIP", &[("flotilla.dev/hostname", &w.name("shop"))]))
+            .await;
+    wait_record(&w.r53, &w.zone, &w.name("shop"), RecordType::A, &[&cluster_ip(&s)]).await;
+    // A grant changed later is seen through the narrowed watch too.
+    grant(&w.client, &ns, Some(&w.name("other"))).await;
+    wait_for("shop's record to go with its grant", T, || async {
+        Ok::<_, String>(w.a(&w.name("shop")).await.is_none().then_some(()))
+    })
+    .await
+    .unwrap();
+    assert!(!op.logs().to_lowercase().contains("forbidden"), "refused something:\n{}", op.logs());
+}
+
 /// One annotation naming thousands of names would fill the zone's 10,000
 /// records for every tool using it. Over `--max-hostnames-per-service` (10):
 /// nothing from the annotation, a `TooManyHostnames` Warning; 10 are fine.

@@ -13,7 +13,7 @@ use flotilla_testenv::route53_proxy::Route53Proxy;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use service_dns::model::{RecordSet, RecordType};
@@ -502,4 +502,67 @@ pub async fn chart_kubeconfig(env: &TestEnv) -> PathBuf {
         })
         .await
         .clone()
+}
+
+/// A kubeconfig of a ServiceAccount with the rules the chart gives a
+/// `watchNamespace=<ns>` install: a Role in `ns` (Services, Events), the
+/// `-namespaces` ClusterRole narrowed to Namespace `ns` (`resourceNames`),
+/// and `-cluster-id`.
+pub async fn scoped_chart_kubeconfig(env: &TestEnv, ns: &str) -> PathBuf {
+    let client = env.client().await;
+    let rule = |resources: &[&str], groups: &[&str], names: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        resource_names: (!names.is_empty()).then(|| names.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let name = format!("flotilla-service-dns-{ns}");
+    let meta = |namespace: Option<&str>| ObjectMeta {
+        name: Some(name.clone()),
+        namespace: namespace.map(str::to_string),
+        ..Default::default()
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: "service-dns".into(),
+        namespace: Some(ns.into()),
+        ..Default::default()
+    };
+    let role_ref = |kind: &str| RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.into(),
+        name: name.clone(),
+    };
+    let apply = PatchParams::apply("tests").force();
+    let role = Role {
+        metadata: meta(Some(ns)),
+        rules: Some(vec![
+            rule(&["services"], &[""], &[], &["get", "list", "watch"]),
+            rule(&["events"], &["events.k8s.io"], &[], &["create", "patch"]),
+        ]),
+    };
+    Api::<Role>::namespaced(client.clone(), ns).patch(&name, &apply, &Patch::Apply(&role)).await.expect("Role");
+    let binding =
+        RoleBinding { metadata: meta(Some(ns)), role_ref: role_ref("Role"), subjects: Some(vec![subject.clone()]) };
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .patch(&name, &apply, &Patch::Apply(&binding))
+        .await
+        .expect("RoleBinding");
+    let cluster = ClusterRole {
+        metadata: meta(None),
+        rules: Some(vec![
+            rule(&["namespaces"], &[""], &[ns], &["list", "watch"]),
+            rule(&["namespaces"], &[""], &["kube-system"], &["get"]),
+        ]),
+        ..Default::default()
+    };
+    Api::<ClusterRole>::all(client.clone()).patch(&name, &apply, &Patch::Apply(&cluster)).await.expect("ClusterRole");
+    let binding =
+        ClusterRoleBinding { metadata: meta(None), role_ref: role_ref("ClusterRole"), subjects: Some(vec![subject]) };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(&name, &apply, &Patch::Apply(&binding))
+        .await
+        .expect("ClusterRoleBinding");
+    env.service_account_kubeconfig(ns, "service-dns").await.expect("a token of the ServiceAccount")
 }
