@@ -271,13 +271,19 @@ fn a_watch_namespace_turns_the_cluster_role_into_a_role() {
         .unwrap(),
     )
     .unwrap();
-    // The only cluster-wide grant: reading the kube-system Namespace, for
-    // the owner id derived from it (no ownerId set).
+    // The only cluster-wide grants: reading the kube-system Namespace, for
+    // the owner id derived from it (no ownerId set), and the watched
+    // Namespace's metadata, for its hostname grant.
     let cluster_roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
-    assert_eq!(cluster_roles.len(), 1, "{:?}", kinds(&docs));
-    assert_eq!(
-        cluster_roles[0]["rules"],
-        serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}])
+    assert_eq!(cluster_roles.len(), 2, "{:?}", kinds(&docs));
+    let rules: Vec<&Value> = cluster_roles.iter().map(|r| &r["rules"]).collect();
+    assert!(
+        rules.contains(&&serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}])),
+        "{rules:?}"
+    );
+    assert!(
+        rules.contains(&&serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["team-a"], "verbs": ["list", "watch"]}])),
+        "{rules:?}"
     );
     let pinned = yaml_documents(
         &helm_ok(
@@ -297,10 +303,36 @@ fn a_watch_namespace_turns_the_cluster_role_into_a_role() {
         .unwrap(),
     )
     .unwrap();
+    let pinned_roles: Vec<&Value> = pinned.iter().filter(|d| d["kind"] == "ClusterRole").collect();
     assert!(
-        !kinds(&pinned).contains("ClusterRole"),
-        "a pinned owner id needs no cluster-wide read: {:?}",
+        pinned_roles.len() == 1 && pinned_roles[0]["metadata"]["name"] == "rel-service-dns-namespaces",
+        "a pinned owner id needs no read of kube-system: {:?}",
         kinds(&pinned)
+    );
+    let no_grants = yaml_documents(
+        &helm_ok(
+            None,
+            &[
+                "template",
+                "rel",
+                &path,
+                "--set",
+                "route53.hostedZoneId=Z1",
+                "--set",
+                "watchNamespace=team-a",
+                "--set",
+                "route53.ownerId=blue",
+                "--set",
+                "route53.hostnameAnnotations=any",
+            ],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        !kinds(&no_grants).contains("ClusterRole"),
+        "without grants to read, no cluster-wide read at all: {:?}",
+        kinds(&no_grants)
     );
     let scoped =
         docs.iter().find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "team-a").expect("a Role in team-a");

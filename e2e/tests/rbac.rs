@@ -681,7 +681,10 @@ async fn zone() -> &'static Zone {
 }
 
 /// service-dns: a Service made for the round (its own name, so no earlier
-/// round's record can satisfy it) gets its A record with its ClusterIP.
+/// round's record can satisfy it) gets its A record with its ClusterIP; and
+/// another, with a `flotilla.dev/hostname` its namespace was granted
+/// (`flotilla.dev/allowed-hostnames`, read through the `-namespaces`
+/// ClusterRole), gets its annotated name.
 fn service_dns_scenario(
     admin: Client,
     ns: String,
@@ -692,26 +695,40 @@ fn service_dns_scenario(
         let z = zone().await;
         let (endpoint, zone, domain) = (z.endpoint.clone(), z.zone.clone(), z.domain.clone());
         let name = format!("web-{round}");
-        let svc: Service =
-            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}})).unwrap();
-        let svc = Api::<Service>::namespaced(admin.clone(), &ns)
-            .create(&PostParams::default(), &svc)
+        let named = format!("named-{round}.{domain}");
+        let grant = json!({"metadata": {"annotations": {"flotilla.dev/allowed-hostnames": format!("*.{domain}")}}});
+        Api::<Namespace>::all(admin.clone())
+            .patch(&ns, &PatchParams::default(), &Patch::Merge(&grant))
             .await
             .map_err(|e| e.to_string())?;
-        let ip = svc.spec.and_then(|s| s.cluster_ip).ok_or("no ClusterIP")?;
-        let record = format!("kube-{name}.{domain}");
-        wait_for(&format!("A {record} -> {ip}"), timeout, || {
-            let (endpoint, zone, record, ip) = (endpoint.clone(), zone.clone(), record.clone(), ip.clone());
-            async move {
-                let found = tokio::task::spawn_blocking(move || route53::find(&endpoint, &zone, &record, "A"))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(found.filter(|v| v.contains(&ip)).map(|_| ()))
-            }
-        })
-        .await
-        .map_err(|e| e.to_string())
+        let services = Api::<Service>::namespaced(admin.clone(), &ns);
+        let mut wanted = Vec::new();
+        for (svc_name, record, annotations) in [
+            (name.clone(), format!("kube-{name}.{domain}"), json!({})),
+            (format!("named-{round}"), named.clone(), json!({"flotilla.dev/hostname": named})),
+        ] {
+            let svc: Service = serde_json::from_value(
+                json!({"metadata": {"name": svc_name, "annotations": annotations}, "spec": {"ports": [{"port": 80}]}}),
+            )
+            .unwrap();
+            let svc = services.create(&PostParams::default(), &svc).await.map_err(|e| e.to_string())?;
+            wanted.push((record, svc.spec.and_then(|s| s.cluster_ip).ok_or("no ClusterIP")?));
+        }
+        for (record, ip) in wanted {
+            wait_for(&format!("A {record} -> {ip}"), timeout, || {
+                let (endpoint, zone, record, ip) = (endpoint.clone(), zone.clone(), record.clone(), ip.clone());
+                async move {
+                    let found = tokio::task::spawn_blocking(move || route53::find(&endpoint, &zone, &record, "A"))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>(found.filter(|v| v.contains(&ip)).map(|_| ()))
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     })
 }
 
@@ -735,8 +752,11 @@ async fn service_dns_rbac_is_sufficient_and_minimal() {
     let values = service_dns_values(zone().await);
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
     // No ownerId (the default): the owner id is derived from the kube-system
-    // Namespace, which the chart's `-cluster-id` ClusterRole lets it read.
-    prove(&shared(), "service-dns", &values, &AWS_CREDENTIALS, &["cluster-id"], service_dns_scenario).await;
+    // Namespace, which the chart's `-cluster-id` ClusterRole lets it read;
+    // the hostname grants are the Namespaces' metadata, read through
+    // `-namespaces` (hostnameAnnotations=namespace-allowed, the default).
+    prove(&shared(), "service-dns", &values, &AWS_CREDENTIALS, &["cluster-id", "namespaces"], service_dns_scenario)
+        .await;
 }
 
 /// Polls `op`'s `/readyz` every 250 ms until it is `ready` (200) or, for

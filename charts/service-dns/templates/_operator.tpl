@@ -19,6 +19,10 @@
 - {{ printf "--domain-prefix=%s" (include "flotilla.value" .domainPrefix) | quote }}
 - {{ printf "--hostname-template=%s" (include "flotilla.value" .hostnameTemplate) | quote }}
 - {{ printf "--ttl=%s" (include "flotilla.value" .ttl) | quote }}
+- {{ printf "--max-ttl=%s" (include "flotilla.value" .maxTtl) | quote }}
+- {{ printf "--hostname-annotations=%s" (include "flotilla.value" .hostnameAnnotations) | quote }}
+- {{ printf "--max-hostnames-per-service=%s" (include "flotilla.value" .maxHostnamesPerService) | quote }}
+- {{ printf "--handover-grace=%s" (include "flotilla.value" .handoverGrace) | quote }}
 {{- if .ownerId }}
 - {{ printf "--owner-id=%s" (include "flotilla.value" .ownerId) | quote }}
 {{- end }}
@@ -101,6 +105,47 @@ roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: ClusterRole
   name: {{ include "flotilla.suffixed" (list . "cluster-id") }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "flotilla.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end }}
+{{- end -}}
+
+{{/*
+With hostnameAnnotations=namespace-allowed the operator reads each
+Namespace's flotilla.dev/allowed-hostnames (metadata only): list and watch
+on namespaces, cluster-scoped, so a ClusterRole even when watchNamespace
+makes the rest a Role — then narrowed to that one Namespace (the operator
+watches it by a metadata.name field selector, which RBAC's resourceNames
+matches).
+*/}}
+{{- define "service-dns.namespacesRbac" -}}
+{{- if and .Values.rbac.create (eq (.Values.route53.hostnameAnnotations | toString) "namespace-allowed") }}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ include "flotilla.suffixed" (list . "namespaces") }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: ["namespaces"]
+    {{- with .Values.watchNamespace }}
+    resourceNames: [{{ . | quote }}]
+    {{- end }}
+    verbs: ["list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ include "flotilla.suffixed" (list . "namespaces") }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ include "flotilla.suffixed" (list . "namespaces") }}
 subjects:
   - kind: ServiceAccount
     name: {{ include "flotilla.serviceAccountName" . }}

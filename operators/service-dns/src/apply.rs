@@ -9,7 +9,7 @@ use std::future::Future;
 
 use crate::batch::{Limits, batches};
 use crate::model::{Action, RecordSet, RecordType};
-use crate::plan::ChangeGroup;
+use crate::plan::{ChangeGroup, ChangeKind};
 use crate::route53::{FailureKind, Route53Error};
 
 /// What was sent.
@@ -68,7 +68,9 @@ pub fn after_failure<'a>(batch: &[&'a ChangeGroup], e: &Route53Error) -> Next<'a
 
 /// Sends `groups` in as few requests as `limits` allow, and each of `alone`
 /// in a request of its own (names coming back from quarantine: if one
-/// fails again it must not take a full batch down with it).
+/// fails again it must not take a full batch down with it). Deletions go
+/// first (`groups` is ordered so by `batch::oldest_first`): the deletions
+/// among `alone`, then `groups`, then the rest of `alone`.
 pub async fn apply<'a, F, Fut>(
     groups: &'a [ChangeGroup],
     alone: &'a [ChangeGroup],
@@ -80,8 +82,10 @@ where
     Fut: Future<Output = Result<String, Route53Error>>,
 {
     let mut out = Applied::default();
-    let mut queue: VecDeque<Vec<&ChangeGroup>> = alone.iter().map(|g| vec![g]).collect();
+    let deletion = |g: &&ChangeGroup| g.kind == ChangeKind::Deleted;
+    let mut queue: VecDeque<Vec<&ChangeGroup>> = alone.iter().filter(deletion).map(|g| vec![g]).collect();
     queue.extend(batches(groups, limits));
+    queue.extend(alone.iter().filter(|g| !deletion(g)).map(|g| vec![g]));
     while let Some(batch) = queue.pop_front() {
         let e = match send(batch.clone()).await {
             Ok(id) => {
@@ -239,8 +243,20 @@ mod tests {
             std::future::ready(Ok::<_, Route53Error>("C".to_string()))
         })
         .await;
-        assert_eq!(calls, [1, 5]);
+        assert_eq!(calls, [5, 1], "a creation back from quarantine goes after the deletions, alone");
         assert_eq!(out.done.len(), 2);
+        // A deletion back from quarantine goes first, alone.
+        let zone = update_zone(Vec::new(), &gs.iter().collect::<Vec<_>>());
+        let claims: Vec<Claim> = Vec::new();
+        let deletions = plan(&claims, &zone, "me", Policy::Sync).groups;
+        let (alone, _) = deletions.split_at(1);
+        let mut calls = Vec::new();
+        apply(rest, alone, Limits::default(), |b| {
+            calls.push((b.len(), b[0].kind));
+            std::future::ready(Ok::<_, Route53Error>("C".to_string()))
+        })
+        .await;
+        assert_eq!(calls, [(1, ChangeKind::Deleted), (5, ChangeKind::Created)]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::plan::ChangeGroup;
+use crate::plan::{ChangeGroup, ChangeKind};
 
 /// Route53's per-request limits (UPSERT counted twice, as Route53 does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,10 +78,15 @@ pub fn sending(
     if late { groups.len() } else { full }
 }
 
-/// Orders `groups` oldest first — by when each name's change was first
-/// planned (`first_planned`; new ones at `now`), then by name — so that a
-/// change held back for a fuller request goes out in the next one. Returns
-/// those times.
+/// Orders `groups` deletions first, then oldest first — by when each
+/// name's change was first planned (`first_planned`; new ones at `now`),
+/// then by name — so that a change held back for a fuller request goes out
+/// in the next one. Returns those times.
+///
+/// Deletions first: after an outage or a restart, a record of a Service
+/// deleted meanwhile still points at its ClusterIP, which the cluster may
+/// have given to another Service since; it must not wait behind thousands
+/// of creations (at `--route53-rps` a request or two a second).
 pub fn oldest_first(
     groups: &mut [ChangeGroup],
     first_planned: &HashMap<String, Instant>,
@@ -89,7 +94,7 @@ pub fn oldest_first(
 ) -> HashMap<String, Instant> {
     let since: HashMap<String, Instant> =
         groups.iter().map(|g| (g.name.clone(), first_planned.get(&g.name).copied().unwrap_or(now))).collect();
-    groups.sort_by_cached_key(|g| (since.get(&g.name).copied(), g.name.clone()));
+    groups.sort_by_cached_key(|g| (g.kind != ChangeKind::Deleted, since.get(&g.name).copied(), g.name.clone()));
     since
 }
 
@@ -180,6 +185,47 @@ mod tests {
         assert_eq!(sending(&gs[1..], limits, true, &since, now, wait), 2, "b..e: nothing overdue, d and e wait");
         // 15 s after b..e were planned, e is overdue too: the partial goes.
         assert_eq!(sending(&gs, limits, true, &since, later + wait, wait), 5);
+    }
+
+    #[test]
+    fn deletions_go_before_creations_and_updates() {
+        // After a restart every change is new: by name, the deletion of
+        // zz.z (its Service gone, its ClusterIP maybe someone else's now)
+        // would go last.
+        let mut zone = Vec::new();
+        for g in groups(&["zz", "m"]) {
+            zone.extend(g.changes.into_iter().map(|c| c.record));
+        }
+        let mut claims: Vec<Claim> = ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                let resource = format!("service/ns/{n}");
+                let records = vec![RecordSet::new(format!("{n}.z"), RecordType::A, 300, vec!["10.0.0.9".into()])];
+                Claim { order: (0, resource.clone()), records, resource }
+            })
+            .collect();
+        claims.push(Claim {
+            resource: "service/ns/m".into(),
+            order: (0, "service/ns/m".into()),
+            records: vec![RecordSet::new("m.z", RecordType::A, 300, vec!["10.0.0.2".into()])],
+        });
+        let mut p = plan(&claims, &zone, "me", Policy::Sync).groups;
+        let since = oldest_first(&mut p, &HashMap::new(), Instant::now());
+        let order: Vec<(&str, ChangeKind)> = p.iter().map(|g| (g.name.as_str(), g.kind)).collect();
+        assert_eq!(
+            order,
+            [
+                ("zz.z", ChangeKind::Deleted),
+                ("a.z", ChangeKind::Created),
+                ("b.z", ChangeKind::Created),
+                ("c.z", ChangeKind::Created),
+                ("m.z", ChangeKind::Updated)
+            ]
+        );
+        // In requests of two names, the deletion is in the first.
+        let limits = Limits { max_records: 4, max_chars: 10_000 };
+        assert_eq!(batches(&p, limits)[0][0].name, "zz.z");
+        assert_eq!(sending(&p, limits, false, &since, Instant::now(), Duration::from_secs(15)), 5);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use flotilla_shared::{CommonArgs, ConfigError, WatchNamespaceArgs};
 
 use crate::desired::MAX_TTL;
 use crate::extdns::ExternalDnsOwner;
+use crate::grant::HostnameAnnotations;
 use crate::hostname::{self, Template};
 use crate::plan::Policy;
 
@@ -44,9 +45,34 @@ pub struct Args {
     #[arg(long, env = "HOSTNAME_TEMPLATE", default_value = "{prefix}-{name}.{domain}", value_name = "TEMPLATE")]
     pub hostname_template: String,
 
-    /// TTL of the records, in seconds (a Service may set flotilla.dev/ttl).
+    /// TTL of the records, in seconds (a Service may set flotilla.dev/ttl). At most --max-ttl.
     #[arg(long, env = "TTL", default_value_t = 300, value_name = "SECONDS")]
     pub ttl: i64,
+
+    /// The largest TTL a Service may ask for with flotilla.dev/ttl: larger ones are published with this
+    /// one and get a TTLClamped Warning (a week-long TTL keeps a wrong answer in resolvers for a week).
+    #[arg(long, env = "MAX_TTL", default_value_t = 86_400, value_name = "SECONDS")]
+    pub max_ttl: i64,
+
+    /// What a Service's flotilla.dev/hostname (and external-dns's hostname alias) may name.
+    /// namespace-allowed: only names its Namespace's flotilla.dev/allowed-hostnames annotation grants
+    /// (exact names or *.sub.domain subtrees; only who may edit Namespaces can set it), others get a
+    /// HostnameNotAllowed Warning; any: any name in the zone — trusts every Service author with the
+    /// whole zone (e.g. a login page's name, and a certificate for it); off: the annotation is ignored,
+    /// every Service gets its --hostname-template name. Template names never need a grant.
+    #[arg(long, env = "HOSTNAME_ANNOTATIONS", value_enum, default_value_t = HostnameAnnotations::NamespaceAllowed)]
+    pub hostname_annotations: HostnameAnnotations,
+
+    /// The most names one Service may ask for with flotilla.dev/hostname: one with more publishes none of
+    /// them and gets a TooManyHostnames Warning (Route53 holds 10,000 records per zone, for everyone).
+    #[arg(long, env = "MAX_HOSTNAMES_PER_SERVICE", default_value_t = 10, value_name = "N")]
+    pub max_hostnames_per_service: usize,
+
+    /// How long a name a Service stopped publishing (deleted, its annotation or grant changed) is kept for
+    /// its namespace: a Service of another namespace waiting for it gets it only after this, so that a
+    /// helm reinstall or an Argo replace gets its name back instead of a squatter. 0 hands it over at once.
+    #[arg(long, env = "HANDOVER_GRACE", default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
+    pub handover_grace: Duration,
 
     /// Written into every ownership TXT record; only records with our owner id are ever changed.
     /// Default: derived from the cluster (<first 8 hex digits of the kube-system namespace UID>, plus a hash of
@@ -81,8 +107,10 @@ pub struct Args {
     #[arg(long, env = "DRY_RUN", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
     pub dry_run: bool,
 
-    /// Route53 requests per second, at most (Route53 allows 5 per account).
-    #[arg(long = "route53-rps", env = "ROUTE53_RPS", default_value_t = 5.0, value_name = "N")]
+    /// Route53 requests per second, at most. Route53 allows 5 per second for the whole AWS account,
+    /// shared with everything else using it there (cert-manager's DNS-01 challenges, Terraform, other
+    /// clusters' service-dns): 2 leaves them room. Requests are batched, so this rarely limits a sync.
+    #[arg(long = "route53-rps", env = "ROUTE53_RPS", default_value_t = 2.0, value_name = "N")]
     pub route53_rps: f64,
 
     /// Only Services matching this label selector (e.g. dns=public,tier!=internal).
@@ -115,6 +143,10 @@ pub struct Args {
     pub common: CommonArgs,
 }
 
+/// The largest `--max-hostnames-per-service`: a Service's names share one
+/// sync's requests with everyone's.
+pub const MAX_HOSTNAMES: usize = 1000;
+
 /// Where the zone comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZoneSource {
@@ -131,6 +163,10 @@ pub struct Config {
     pub prefix: String,
     pub template: Template,
     pub ttl: i64,
+    pub max_ttl: i64,
+    pub hostname_annotations: HostnameAnnotations,
+    pub max_hostnames: usize,
+    pub handover_grace: Duration,
     /// `None`: derive it from the cluster at start.
     pub owner_id: Option<String>,
     pub adopt: Option<ExternalDnsOwner>,
@@ -212,8 +248,17 @@ impl Args {
                 ConfigError::new("hostname-template", format!("gives {sample:?} for Service default/my-service: {e}"))
             })?;
         }
-        if !(0..=MAX_TTL).contains(&self.ttl) {
-            return Err(ConfigError::new("ttl", format!("{} is not in 0..={MAX_TTL}", self.ttl)));
+        if !(0..=MAX_TTL).contains(&self.max_ttl) {
+            return Err(ConfigError::new("max-ttl", format!("{} is not in 0..={MAX_TTL}", self.max_ttl)));
+        }
+        if !(0..=self.max_ttl).contains(&self.ttl) {
+            return Err(ConfigError::new("ttl", format!("{} is not in 0..={} (--max-ttl)", self.ttl, self.max_ttl)));
+        }
+        if !(1..=MAX_HOSTNAMES).contains(&self.max_hostnames_per_service) {
+            return Err(ConfigError::new(
+                "max-hostnames-per-service",
+                format!("{} is not in 1..={MAX_HOSTNAMES}", self.max_hostnames_per_service),
+            ));
         }
         let owner_id = self.owner_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
         if let Some(id) = owner_id {
@@ -236,6 +281,7 @@ impl Args {
         check_duration("debounce", self.debounce, Duration::ZERO, min)?;
         check_duration("insync-timeout", self.insync_timeout, Duration::ZERO, hour)?;
         check_duration("route53-timeout", self.route53_timeout, sec, 10 * min)?;
+        check_duration("handover-grace", self.handover_grace, Duration::ZERO, day)?;
         if !(self.route53_rps.is_finite() && self.route53_rps > 0.0 && self.route53_rps <= 1000.0) {
             return Err(ConfigError::new("route53-rps", format!("{} is not in (0, 1000]", self.route53_rps)));
         }
@@ -254,6 +300,10 @@ impl Args {
             prefix: self.domain_prefix.clone(),
             template,
             ttl: self.ttl,
+            max_ttl: self.max_ttl,
+            hostname_annotations: self.hostname_annotations,
+            max_hostnames: self.max_hostnames_per_service,
+            handover_grace: self.handover_grace,
             owner_id: owner_id.map(str::to_string),
             adopt,
             policy: self.policy,
@@ -360,6 +410,22 @@ mod tests {
     }
 
     #[test]
+    fn safe_defaults() {
+        let c = parse(&["--domain-name=a.b"]).unwrap();
+        assert_eq!(c.hostname_annotations, HostnameAnnotations::NamespaceAllowed);
+        assert_eq!(c.max_hostnames, 10);
+        assert_eq!(c.max_ttl, 86_400);
+        assert_eq!(c.handover_grace, Duration::from_secs(300));
+        assert_eq!(c.route53_rps, 2.0, "5 is the whole AWS account's limit");
+        let c = parse(&["--domain-name=a.b", "--hostname-annotations=any", "--handover-grace=0s"]).unwrap();
+        assert_eq!(c.hostname_annotations, HostnameAnnotations::Any);
+        assert_eq!(c.handover_grace, Duration::ZERO);
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("whole AWS account"), "--route53-rps says why its default is 2:\n{help}");
+    }
+
+    #[test]
     fn bad_values_name_their_flag() {
         assert_eq!(parse(&[]).unwrap_err().flag, "hosted-zone-id");
         assert_eq!(parse(&["--domain-name=not a domain"]).unwrap_err().flag, "domain-name");
@@ -372,6 +438,20 @@ mod tests {
             "hostname-template"
         );
         assert_eq!(parse(&["--domain-name=a.b", "--ttl=-5"]).unwrap_err().flag, "ttl");
+        assert_eq!(parse(&["--domain-name=a.b", "--ttl=90000"]).unwrap_err().flag, "ttl", "above --max-ttl");
+        assert!(parse(&["--domain-name=a.b", "--ttl=90000", "--max-ttl=90000"]).is_ok());
+        assert_eq!(parse(&["--domain-name=a.b", "--max-ttl=-1"]).unwrap_err().flag, "max-ttl");
+        assert_eq!(parse(&["--domain-name=a.b", "--max-ttl=2147483648"]).unwrap_err().flag, "max-ttl");
+        assert!(parse(&["--domain-name=a.b", "--max-ttl=soon"]).is_err());
+        assert_eq!(
+            parse(&["--domain-name=a.b", "--max-hostnames-per-service=0"]).unwrap_err().flag,
+            "max-hostnames-per-service"
+        );
+        assert_eq!(
+            parse(&["--domain-name=a.b", "--max-hostnames-per-service=1001"]).unwrap_err().flag,
+            "max-hostnames-per-service"
+        );
+        assert!(parse(&["--domain-name=a.b", "--hostname-annotations=some"]).is_err());
         assert_eq!(parse(&["--domain-name=a.b", "--owner-id=a,b"]).unwrap_err().flag, "owner-id");
         assert_eq!(parse(&["--domain-name=a.b", "--route53-rps=0"]).unwrap_err().flag, "route53-rps");
         assert_eq!(parse(&["--domain-name=a.b", "--service-selector=a=(b"]).unwrap_err().flag, "service-selector");
@@ -390,7 +470,7 @@ mod tests {
 
     #[test]
     fn every_duration_is_bounded() {
-        for flag in ["interval", "debounce", "max-batch-delay", "insync-timeout", "route53-timeout"] {
+        for flag in ["interval", "debounce", "max-batch-delay", "insync-timeout", "route53-timeout", "handover-grace"] {
             let e = parse(&["--domain-name=a.b", &format!("--{flag}=400000000000y")]).unwrap_err();
             assert_eq!(e.flag, flag, "{e:?}");
             let e = parse(&["--domain-name=a.b", &format!("--{flag}=3d")]).unwrap_err();

@@ -1,10 +1,13 @@
 //! Desired state: which records each Service asks for (its ClusterIPs, or its
-//! load balancer's ingress, at its hostnames), or why it asks for none.
+//! load balancer's ingress, at its hostnames), or why it asks for none; and
+//! what of its wish it may not have (a name its namespace was not granted,
+//! too many names, too long a TTL), said as Warnings.
 
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use crate::grant::{ANNOTATION_ALLOWED_HOSTNAMES, Grant, HostnameAnnotations};
 use crate::hostname::{self, Template, Vars};
 use crate::model::{RecordSet, RecordType};
 use crate::service::ServiceInfo;
@@ -29,7 +32,7 @@ fn parse_ttl(v: &str) -> Option<i64> {
     })
 }
 
-/// Route53's largest TTL.
+/// Route53's largest TTL (the largest `--max-ttl`).
 pub const MAX_TTL: i64 = 2_147_483_647;
 
 /// How hostnames are made.
@@ -40,6 +43,38 @@ pub struct Naming {
     /// The zone's name (normalized), `{domain}`.
     pub domain: String,
     pub default_ttl: i64,
+    /// `--max-ttl`: larger annotated TTLs are clamped to it.
+    pub max_ttl: i64,
+    /// `--max-hostnames-per-service`.
+    pub max_hostnames: usize,
+    /// `--hostname-annotations`.
+    pub annotations: HostnameAnnotations,
+}
+
+/// Event reasons of the refusals and corrections made here.
+pub const HOSTNAME_NOT_ALLOWED: &str = "HostnameNotAllowed";
+pub const TOO_MANY_HOSTNAMES: &str = "TooManyHostnames";
+pub const TTL_CLAMPED: &str = "TTLClamped";
+
+/// Something the Service asked for and does not get (a Warning), while the
+/// rest of its wish stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What one Service gets, and what it was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wish {
+    pub desired: Desired,
+    pub notices: Vec<Notice>,
+}
+
+impl From<Desired> for Wish {
+    fn from(desired: Desired) -> Self {
+        Wish { desired, notices: Vec::new() }
+    }
 }
 
 /// What one Service wants: records (grouped by nothing; the plan groups by
@@ -76,44 +111,151 @@ pub fn resource_id(namespace: &str, name: &str) -> String {
     format!("service/{namespace}/{name}")
 }
 
-/// The records a Service asks for.
-pub fn desired(svc: &ServiceInfo, naming: &Naming) -> Desired {
+/// At most this many refused names are listed in an Event.
+const LISTED: usize = 5;
+
+fn listed(names: &[&str]) -> String {
+    let mut out = names.iter().take(LISTED).copied().collect::<Vec<_>>().join(", ");
+    if names.len() > LISTED {
+        out.push_str(&format!(" and {} more", names.len() - LISTED));
+    }
+    out
+}
+
+/// The records a Service asks for, given `--hostname-annotations` and its
+/// namespace's grant (`None`: the Namespace has no `flotilla.dev/allowed-hostnames`).
+pub fn desired(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>) -> Wish {
     let (namespace, name) = (svc.namespace.as_str(), svc.name.as_str());
     if svc.annotation(ANNOTATION_DNS).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
-        return Desired::Quiet;
+        return Desired::Quiet.into();
     }
+    let mut notices = Vec::new();
 
     let ttl_annotation = [ANNOTATION_TTL, EXTERNAL_DNS_TTL].into_iter().find_map(|k| svc.annotation(k).map(|v| (k, v)));
     let ttl = match ttl_annotation {
         None => naming.default_ttl,
         Some((key, v)) => match parse_ttl(v) {
-            Some(t) if (0..=MAX_TTL).contains(&t) => t,
+            Some(t) if t > naming.max_ttl => {
+                notices.push(Notice {
+                    reason: TTL_CLAMPED,
+                    message: format!(
+                        "{key}={v:?} is above the largest TTL allowed here ({}s, --max-ttl); published with {}s",
+                        naming.max_ttl, naming.max_ttl
+                    ),
+                });
+                naming.max_ttl
+            }
+            Some(t) if t >= 0 => t,
             _ => {
                 return Desired::Invalid {
                     reason: "InvalidAnnotation",
-                    message: format!("{key}={v:?} is not a TTL (whole seconds, 0..={MAX_TTL}); no record published"),
-                };
+                    message: format!("{key}={v:?} is not a TTL (whole seconds, or e.g. 1m); no record published"),
+                }
+                .into();
             }
         },
     };
 
-    let hostname_annotation = svc.annotation(ANNOTATION_HOSTNAME).or_else(|| svc.annotation(EXTERNAL_DNS_HOSTNAME));
+    let template = || naming.template.render(Vars { name, namespace, prefix: &naming.prefix, domain: &naming.domain });
+    let mut hostname_annotation =
+        [ANNOTATION_HOSTNAME, EXTERNAL_DNS_HOSTNAME].into_iter().find_map(|k| svc.annotation(k).map(|v| (k, v)));
+    if let Some((key, _)) = hostname_annotation.filter(|_| naming.annotations == HostnameAnnotations::Off) {
+        notices.push(Notice {
+            reason: HOSTNAME_NOT_ALLOWED,
+            message: format!(
+                "{key} is ignored here (--hostname-annotations=off): the Service gets its --hostname-template name"
+            ),
+        });
+        hostname_annotation = None;
+    }
     let hostnames: Vec<String> = match hostname_annotation {
-        Some(v) => v.split(',').map(hostname::normalize).filter(|h| !h.is_empty()).collect(),
-        None => vec![naming.template.render(Vars { name, namespace, prefix: &naming.prefix, domain: &naming.domain })],
-    };
-    if hostnames.is_empty() {
-        return Desired::Invalid {
-            reason: "InvalidHostname",
-            message: format!("{ANNOTATION_HOSTNAME} names no hostname; no record published"),
-        };
-    }
-    for h in &hostnames {
-        if let Err(e) = hostname::validate(h, &naming.domain) {
-            return Desired::Invalid { reason: "InvalidHostname", message: format!("{e}; no record published") };
+        Some((key, v)) => {
+            let mut names: Vec<String> = v.split(',').map(hostname::normalize).filter(|h| !h.is_empty()).collect();
+            names.sort();
+            names.dedup();
+            if names.len() > naming.max_hostnames {
+                // None of them, rather than the first N: which N would be
+                // an accident of spelling, and the author sees at once.
+                return Wish {
+                    desired: Desired::Quiet,
+                    notices: vec![Notice {
+                        reason: TOO_MANY_HOSTNAMES,
+                        message: format!(
+                            "{key} names {} hostnames; at most {} per Service are published here \
+                             (--max-hostnames-per-service); none of them published",
+                            names.len(),
+                            naming.max_hostnames
+                        ),
+                    }],
+                };
+            }
+            if names.is_empty() {
+                return Desired::Invalid {
+                    reason: "InvalidHostname",
+                    message: format!("{key} names no hostname; no record published"),
+                }
+                .into();
+            }
+            for h in &names {
+                if let Err(e) = hostname::validate(h, &naming.domain) {
+                    return Desired::Invalid {
+                        reason: "InvalidHostname",
+                        message: format!("{e}; no record published"),
+                    }
+                    .into();
+                }
+            }
+            if naming.annotations == HostnameAnnotations::NamespaceAllowed {
+                let (allowed, refused): (Vec<String>, Vec<String>) =
+                    names.into_iter().partition(|h| grant.is_some_and(|g| g.allows(h)));
+                if !refused.is_empty() {
+                    notices.push(not_allowed(key, namespace, &refused, grant));
+                }
+                if allowed.is_empty() {
+                    return Wish { desired: Desired::Quiet, notices };
+                }
+                allowed
+            } else {
+                names
+            }
         }
-    }
+        None => {
+            let h = template();
+            if let Err(e) = hostname::validate(&h, &naming.domain) {
+                return Desired::Invalid { reason: "InvalidHostname", message: format!("{e}; no record published") }
+                    .into();
+            }
+            vec![h]
+        }
+    };
+    let desired = publish(svc, hostnames, ttl);
+    Wish { desired, notices }
+}
 
+/// The Warning for names the namespace was not granted.
+fn not_allowed(key: &str, namespace: &str, refused: &[String], grant: Option<&Grant>) -> Notice {
+    let names: Vec<&str> = refused.iter().map(String::as_str).collect();
+    let (verb, them) = if names.len() == 1 { ("is", "it") } else { ("are", "them") };
+    let mut message = format!(
+        "{key}: {} {verb} not granted to namespace {namespace}; nothing is published for {them}. Ask a cluster \
+         admin to grant {them} with the Namespace annotation {ANNOTATION_ALLOWED_HOSTNAMES} (comma-separated \
+         exact names or *.sub.domain subtrees)",
+        listed(&names),
+    );
+    match grant {
+        None => message.push_str(&format!("; namespace {namespace} has none")),
+        Some(g) if !g.bad_entries().is_empty() => {
+            let bad: Vec<String> = g.bad_entries().iter().map(|b| format!("{b:?}")).collect();
+            message.push_str(&format!("; its entries {} are not names and were ignored", bad.join(", ")));
+        }
+        Some(_) => {}
+    }
+    Notice { reason: HOSTNAME_NOT_ALLOWED, message }
+}
+
+/// The records at `hostnames` for the Service's targets.
+fn publish(svc: &ServiceInfo, hostnames: Vec<String>, ttl: i64) -> Desired {
+    let (namespace, name) = (svc.namespace.as_str(), svc.name.as_str());
     let targets = match svc.annotation(ANNOTATION_TARGET).map(|s| s.trim()) {
         None | Some("") | Some("cluster-ip") => match cluster_ip_targets(svc) {
             Ok(t) => t,
@@ -212,13 +354,22 @@ mod tests {
     use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Service, ServiceSpec, ServiceStatus};
     use kube::api::ObjectMeta;
 
+    /// `--hostname-annotations=any`: the checks of the names themselves.
     fn naming() -> Naming {
         Naming {
             template: Template::parse("{prefix}-{name}.{domain}").unwrap(),
             prefix: "kube".into(),
             domain: "vipmind.me".into(),
             default_ttl: 300,
+            max_ttl: 86_400,
+            max_hostnames: 10,
+            annotations: HostnameAnnotations::Any,
         }
+    }
+
+    /// The defaults: names need the namespace's grant.
+    fn granted() -> Naming {
+        Naming { annotations: HostnameAnnotations::NamespaceAllowed, ..naming() }
     }
 
     fn svc(name: &str, ips: &[&str], annotations: &[(&str, &str)]) -> Service {
@@ -242,7 +393,18 @@ mod tests {
     }
 
     fn want(s: Service, naming: &Naming) -> Desired {
-        desired(&ServiceInfo::from(s), naming)
+        desired(&ServiceInfo::from(s), naming, None).desired
+    }
+
+    fn wish(s: Service, naming: &Naming, grant: &str) -> Wish {
+        desired(&ServiceInfo::from(s), naming, Some(&Grant::parse(grant)))
+    }
+
+    fn names(d: &Desired) -> Vec<&str> {
+        match d {
+            Desired::Publish(c) => c.records.iter().map(|r| r.name.as_str()).collect(),
+            _ => Vec::new(),
+        }
     }
 
     fn records(d: Desired) -> Vec<RecordSet> {
@@ -311,6 +473,74 @@ mod tests {
         assert_eq!((r[0].name.as_str(), r[0].ttl), ("ours.vipmind.me", 30));
         let bad = want(svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_TTL, "1.5s")]), &naming());
         assert!(matches!(&bad, Desired::Invalid { message, .. } if message.contains(EXTERNAL_DNS_TTL)), "{bad:?}");
+    }
+
+    #[test]
+    fn annotated_names_need_the_namespace_grant() {
+        let login = svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "login.vipmind.me")]);
+        // No grant on the namespace: nothing, and the Warning says what to ask for.
+        let w = desired(&ServiceInfo::from(login.clone()), &granted(), None);
+        assert_eq!(w.desired, Desired::Quiet, "not kept: a name it held is released");
+        assert_eq!(w.notices.len(), 1);
+        assert_eq!(w.notices[0].reason, HOSTNAME_NOT_ALLOWED);
+        assert!(w.notices[0].message.contains(ANNOTATION_ALLOWED_HOSTNAMES), "{}", w.notices[0].message);
+        assert!(w.notices[0].message.contains("login.vipmind.me"), "{}", w.notices[0].message);
+        // Granted exactly, or by a subtree: published.
+        for grant in ["login.vipmind.me", "LOGIN.vipmind.me.", "*.vipmind.me", "other.vipmind.me, login.vipmind.me"] {
+            let w = wish(login.clone(), &granted(), grant);
+            assert_eq!(names(&w.desired), ["login.vipmind.me"], "{grant}");
+            assert!(w.notices.is_empty(), "{grant}: {:?}", w.notices);
+        }
+        // *.sub.domain does not cover sub.domain; a granted and a refused name: only the granted one.
+        let two = svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_HOSTNAME, "team.vipmind.me, a.team.vipmind.me")]);
+        let w = wish(two, &granted(), "*.team.vipmind.me, bad entry");
+        assert_eq!(names(&w.desired), ["a.team.vipmind.me"]);
+        assert_eq!(w.notices[0].reason, HOSTNAME_NOT_ALLOWED);
+        let m = &w.notices[0].message;
+        assert!(m.starts_with(EXTERNAL_DNS_HOSTNAME) && m.contains("team.vipmind.me is not granted"), "{m}");
+        assert!(m.contains("\"bad entry\" are not names"), "bad entries are pointed out: {m}");
+        // Template names need no grant.
+        let w = desired(&ServiceInfo::from(svc("y", &["10.0.0.1"], &[])), &granted(), None);
+        assert_eq!(names(&w.desired), ["kube-y.vipmind.me"]);
+        assert!(w.notices.is_empty());
+        // any: today's behaviour; off: the template name, said once.
+        assert_eq!(names(&want(login.clone(), &naming())), ["login.vipmind.me"]);
+        let off = Naming { annotations: HostnameAnnotations::Off, ..naming() };
+        let w = wish(login, &off, "*.vipmind.me");
+        assert_eq!(names(&w.desired), ["kube-x.vipmind.me"]);
+        assert_eq!(w.notices[0].reason, HOSTNAME_NOT_ALLOWED);
+        assert!(w.notices[0].message.contains("--hostname-annotations=off"));
+    }
+
+    #[test]
+    fn too_many_names_publish_none() {
+        let ten: Vec<String> = (0..10).map(|i| format!("n{i}.vipmind.me")).collect();
+        let ok = svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, &ten.join(","))]);
+        assert_eq!(names(&wish(ok, &granted(), "*.vipmind.me").desired).len(), 10);
+        // Duplicates count once.
+        let dup = format!("{},N0.vipmind.me.", ten.join(","));
+        assert_eq!(names(&want(svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, &dup)]), &naming())).len(), 10);
+        let eleven = format!("{},n10.vipmind.me", ten.join(","));
+        for naming in [granted(), naming()] {
+            let w = wish(svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, &eleven)]), &naming, "*.vipmind.me");
+            assert_eq!(w.desired, Desired::Quiet);
+            assert_eq!(w.notices[0].reason, TOO_MANY_HOSTNAMES);
+            assert!(w.notices[0].message.contains("11 hostnames"), "{}", w.notices[0].message);
+        }
+    }
+
+    #[test]
+    fn a_ttl_above_max_ttl_is_clamped() {
+        for v in ["2147483647", "86401", "99999999999", "1000d"] {
+            let w = wish(svc("x", &["10.0.0.1"], &[(ANNOTATION_TTL, v)]), &granted(), "");
+            let Desired::Publish(c) = &w.desired else { panic!("{v}: {w:?}") };
+            assert_eq!(c.records[0].ttl, 86_400, "{v}");
+            assert_eq!(w.notices[0].reason, TTL_CLAMPED, "{v}");
+        }
+        let w = wish(svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_TTL, "86400")]), &granted(), "");
+        assert!(w.notices.is_empty());
+        let bad = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_TTL, "-1")]), &naming());
+        assert!(matches!(bad, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{bad:?}");
     }
 
     #[test]

@@ -8,8 +8,10 @@
 //! | [`zone`] | which hosted zone (and its cross-check with the domain) |
 //! | [`owner`] | the owner id derived from the cluster when none is given |
 //! | [`sync`] | the Service cache and the level-triggered loop (leading edge, batching, backoff) |
+//! | [`namespaces`] | the Namespace cache: each namespace's hostname grant (metadata watch, only the granted held) |
 //! | [`syncer`] | one sync: desired, current, plan, apply, hand-offs |
-//! | [`desired`] | desired state: the records a Service asks for |
+//! | [`desired`] | desired state: the records a Service asks for, and what of it is refused (grant, cap, TTL) |
+//! | [`grant`] | `flotilla.dev/allowed-hostnames`: parsing and matching a namespace's grant; `--hostname-annotations` |
 //! | [`service`] | the few fields of a Service that are kept in the cache |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests) |
@@ -18,7 +20,7 @@
 //! | [`quarantine`] | names Route53 keeps refusing, each with its own backoff |
 //! | [`insync`] | waiting for INSYNC off the loop, then the Events |
 //! | [`extdns`] | external-dns's TXT registry formats (for adoption) |
-//! | [`registry`] | the ownership TXT records |
+//! | [`registry`] | the ownership TXT records (and the `freed=` mark of a name held for its namespace) |
 //! | [`hostname`] | the hostname template and name checks |
 //! | [`metrics`], [`report`] | `flotilla_service_dns_*` metrics; Events on Services |
 
@@ -27,10 +29,12 @@ pub mod batch;
 pub mod config;
 pub mod desired;
 pub mod extdns;
+pub mod grant;
 pub mod hostname;
 pub mod insync;
 pub mod metrics;
 pub mod model;
+pub mod namespaces;
 pub mod owner;
 pub mod plan;
 pub mod quarantine;

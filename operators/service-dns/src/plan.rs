@@ -17,7 +17,15 @@
 //!   refused if the name stopped being ours since we last listed the zone;
 //! * with `--adopt-external-dns-owner`, a name whose records that
 //!   external-dns owner published for the same Service is taken over: our
-//!   TXT created and theirs deleted in the same batch.
+//!   TXT created and theirs deleted in the same batch;
+//! * a name its holder stopped publishing (the Service deleted, its
+//!   annotation or its namespace's grant changed) goes at once to a Service
+//!   of the holder's namespace; a Service of another namespace gets it only
+//!   `--handover-grace` after it was freed. Meanwhile its records are deleted
+//!   (policy `sync`) and its TXT stays, marked `freed=<when>`, so that the
+//!   grace outlives a restart; a restarted operator that finds a freed name
+//!   not yet marked starts the grace then. When the grace ends with nobody
+//!   waiting, the TXT goes. The time is an input (`Rules::now`), never read here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,7 +33,7 @@ use crate::desired::Claim;
 use crate::extdns::{self, ExternalDnsOwner};
 use crate::hostname::{owned_name_of_txt, owner_txt_name};
 use crate::model::{Action, Change, RecordSet, RecordType};
-use crate::registry::{self, Ownership};
+use crate::registry::{self, Ownership, namespace_of};
 
 /// `--policy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -56,6 +64,12 @@ pub enum ChangeKind {
     Created,
     Updated,
     Deleted,
+    /// A freed name's TXT marked: the name is held for its namespace for
+    /// `--handover-grace` (its records, if any are left, stay).
+    Held,
+    /// Only the ownership TXT of a name held for `--handover-grace` goes:
+    /// the name is free.
+    Released,
 }
 
 /// The changes to one hostname: its records and its ownership TXT. A group
@@ -90,6 +104,9 @@ pub enum ConflictCause {
     Unowned(String),
     /// The change needs a delete `--policy` does not allow (A ↔ CNAME).
     Policy(String),
+    /// Freed by a Service of another namespace: held for that namespace
+    /// until then (Unix seconds, `--handover-grace`).
+    Reserved(i64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,9 +119,21 @@ pub struct Conflict {
 impl Conflict {
     pub fn message(&self) -> String {
         match &self.cause {
-            ConflictCause::OtherService(other) => {
+            // Which Service holds it is another namespace's business: the
+            // operator's log says (`syncer`), the Event does not.
+            ConflictCause::OtherService(_) => {
                 format!(
-                    "dns name {} is already published for {other}; not publishing it for {}",
+                    "dns name {} is already published by another Service; not publishing it for {}",
+                    self.name, self.resource
+                )
+            }
+            ConflictCause::Reserved(until) => {
+                let until = k8s_openapi::jiff::Timestamp::from_second(*until)
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|_| until.to_string());
+                format!(
+                    "dns name {} was published by another Service until recently and is held for that Service's \
+                     namespace until {until} (--handover-grace); not publishing it for {} before then",
                     self.name, self.resource
                 )
             }
@@ -139,6 +168,12 @@ pub struct Rules<'a> {
     pub policy: Policy,
     /// `--adopt-external-dns-owner` (with its TXT naming).
     pub adopt: Option<&'a ExternalDnsOwner>,
+    /// `--handover-grace`, in seconds (0: a freed name is handed over, or
+    /// deleted, at once).
+    pub grace: i64,
+    /// Now, in Unix seconds: when a name freed by this plan is marked freed,
+    /// and what a mark's age is measured against.
+    pub now: i64,
 }
 
 /// Computes the changes that make `current` hold exactly the claimed records
@@ -156,7 +191,7 @@ pub fn plan_keeping(
     owner_id: &str,
     policy: Policy,
 ) -> Plan {
-    plan_with(claims, keep, current, &Rules { owner_id, policy, adopt: None })
+    plan_with(claims, keep, current, &Rules { owner_id, policy, adopt: None, grace: 0, now: 0 })
 }
 
 /// The external-dns TXTs that make `name` adoptable for `resource`: some
@@ -232,6 +267,34 @@ pub fn plan_with(claims: &[Claim], keep: &BTreeSet<String>, current: &[RecordSet
             }
             out.managed_records += existing.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none()).count();
             continue;
+        }
+        // A freed name: the holder's namespace first; another namespace's
+        // Service only once the grace has run out.
+        if let Some((o, cur)) = ours.filter(|_| rules.grace > 0)
+            && !claimants.iter().any(|(c, _)| c.resource == o.resource)
+        {
+            let holder_ns = namespace_of(&o.resource);
+            // Stable: the oldest of the holder's namespace, then the others, oldest first.
+            claimants.sort_by_key(|(c, _)| namespace_of(&c.resource) != holder_ns);
+            let same_ns = claimants.first().is_some_and(|(c, _)| namespace_of(&c.resource) == holder_ns);
+            let until = o.freed.unwrap_or(rules.now).saturating_add(rules.grace);
+            if !same_ns && rules.now < until {
+                for (c, _) in &claimants {
+                    out.conflicts.push(Conflict {
+                        resource: c.resource.clone(),
+                        name: name.to_string(),
+                        cause: ConflictCause::Reserved(until),
+                    });
+                }
+                let held: Vec<&RecordSet> = existing.iter().copied().filter(|r| is_ours_managed(r)).collect();
+                if let Some(g) = hold(name, o, cur, &held, rules) {
+                    out.groups.push(g);
+                }
+                if rules.policy != Policy::Sync {
+                    out.managed_records += held.len();
+                }
+                continue;
+            }
         }
         let mut claimants = claimants.into_iter();
         let Some((winner, want)) = claimants.next() else { continue };
@@ -347,6 +410,11 @@ pub fn plan_with(claims: &[Claim], keep: &BTreeSet<String>, current: &[RecordSet
                 txt_changes.push(Change { action: Action::Delete, record: (*cur).clone() });
                 txt_changes.push(Change { action: Action::Create, record: txt });
             }
+            // Its holder (or the holder's namespace) is back within the grace: unmarked.
+            Some((o, cur)) if o.freed.is_some() => {
+                txt_changes.push(Change { action: Action::Delete, record: (*cur).clone() });
+                txt_changes.push(Change { action: Action::Create, record: txt });
+            }
             Some((_, cur)) if upserts => {
                 txt_changes.push(Change { action: Action::Delete, record: (*cur).clone() });
                 txt_changes.push(Change { action: Action::Create, record: (*cur).clone() });
@@ -387,19 +455,62 @@ pub fn plan_with(claims: &[Claim], keep: &BTreeSet<String>, current: &[RecordSet
             out.managed_records += before.len();
             continue;
         }
+        if rules.grace > 0 {
+            let held: Vec<&RecordSet> = before.iter().collect();
+            let expired = o.freed.is_some_and(|t| rules.now >= t.saturating_add(rules.grace));
+            if !expired {
+                if let Some(g) = hold(name, &o, txt, &held, rules) {
+                    out.groups.push(g);
+                }
+                continue;
+            }
+        }
         let mut changes: Vec<Change> =
             before.iter().map(|r| Change { action: Action::Delete, record: r.clone() }).collect();
         changes.push(Change { action: Action::Delete, record: (*txt).clone() });
+        let kind = if before.is_empty() { ChangeKind::Released } else { ChangeKind::Deleted };
         out.groups.push(ChangeGroup {
             name: name.to_string(),
             resource: o.resource,
-            kind: ChangeKind::Deleted,
+            kind,
             changes,
             before,
             after: Vec::new(),
         });
     }
     out
+}
+
+/// A freed name of ours within the grace: its records deleted (policy
+/// `sync`) and its TXT marked freed now, unless that is done already.
+/// `None`: nothing to change.
+fn hold(name: &str, o: &Ownership, txt: &RecordSet, records: &[&RecordSet], rules: &Rules<'_>) -> Option<ChangeGroup> {
+    let deleting = rules.policy == Policy::Sync && !records.is_empty();
+    if o.freed.is_some() && !deleting {
+        return None;
+    }
+    let mut changes: Vec<Change> = Vec::new();
+    if deleting {
+        changes.extend(records.iter().map(|r| Change { action: Action::Delete, record: (*r).clone() }));
+    }
+    // The TXT: marked, or — beside deletes of a name marked already —
+    // deleted and created unchanged, so that the batch fails whole if the
+    // name is no longer ours.
+    let marked = match o.freed {
+        None => registry::txt_record_freed(name, txt.ttl, rules.owner_id, &o.resource, rules.now),
+        Some(_) => txt.clone(),
+    };
+    changes.push(Change { action: Action::Delete, record: txt.clone() });
+    changes.push(Change { action: Action::Create, record: marked });
+    let before: Vec<RecordSet> = if deleting { records.iter().map(|r| (*r).clone()).collect() } else { Vec::new() };
+    Some(ChangeGroup {
+        name: name.to_string(),
+        resource: o.resource.clone(),
+        kind: if deleting { ChangeKind::Deleted } else { ChangeKind::Held },
+        changes,
+        before,
+        after: Vec::new(),
+    })
 }
 
 /// One of our A/AAAA/CNAME records (not an alias or routing-policy set).
@@ -604,6 +715,125 @@ pub(crate) mod tests {
         assert!(apply(&taken, &p).is_err());
     }
 
+    // ---- handover grace ----
+
+    const GRACE: i64 = 300;
+    const T0: i64 = 1_700_000_000;
+
+    fn at(now: i64) -> Rules<'static> {
+        Rules { owner_id: ME, policy: Policy::Sync, adopt: None, grace: GRACE, now }
+    }
+    fn plan_at(claims: &[Claim], zone: &[RecordSet], now: i64) -> Plan {
+        plan_with(claims, &BTreeSet::new(), zone, &at(now))
+    }
+    fn txt_at(zone: &[RecordSet], name: &str) -> Option<Ownership> {
+        zone.iter().find(|r| r.name == owner_txt_name(name)).and_then(registry::ownership_of)
+    }
+
+    #[test]
+    fn a_name_freed_by_one_namespace_is_not_handed_to_another_within_the_grace() {
+        // a/login holds login.z; b/login (younger) waits.
+        let held = vec![a("login.z", "10.0.0.1"), txt("login.z", ME, "service/a/login")];
+        let b = claim("service/b/login", 5, vec![a("login.z", "10.0.0.2")]);
+        let p = plan_at(std::slice::from_ref(&b), &held, T0);
+        // a/login is gone: its record is deleted and the name held for namespace a.
+        assert_eq!(p.groups.len(), 1, "{:?}", p.groups);
+        assert_eq!((p.groups[0].kind, p.groups[0].resource.as_str()), (ChangeKind::Deleted, "service/a/login"));
+        assert_eq!(p.conflicts[0].resource, "service/b/login");
+        assert_eq!(p.conflicts[0].cause, ConflictCause::Reserved(T0 + GRACE));
+        assert!(!p.conflicts[0].message().contains("service/a"), "{}", p.conflicts[0].message());
+        let zone = apply(&held, &p).unwrap();
+        assert!(!zone.iter().any(|r| r.name == "login.z"), "the stale record is gone: {zone:?}");
+        let o = txt_at(&zone, "login.z").unwrap();
+        assert_eq!((o.resource.as_str(), o.freed), ("service/a/login", Some(T0)));
+        // Within the grace: nothing more, b still waits (and across a restart:
+        // the time is in the TXT).
+        for now in [T0, T0 + 1, T0 + GRACE - 1] {
+            let p = plan_at(std::slice::from_ref(&b), &zone, now);
+            assert!(p.groups.is_empty(), "{now}: {:?}", p.groups);
+            assert_eq!(p.conflicts[0].cause, ConflictCause::Reserved(T0 + GRACE));
+        }
+        // The holder's namespace comes back (a helm reinstall: a new Service,
+        // any name, in namespace a): it gets the name at once, before b, even
+        // though b is older.
+        let back = claim("service/a/login-v2", 9, vec![a("login.z", "10.0.0.3")]);
+        let p = plan_at(&[b.clone(), back.clone()], &zone, T0 + 10);
+        assert_eq!(p.groups.len(), 1);
+        assert_eq!((p.groups[0].kind, p.groups[0].resource.as_str()), (ChangeKind::Created, "service/a/login-v2"));
+        assert!(matches!(p.conflicts[0].cause, ConflictCause::OtherService(_)));
+        let after = apply(&zone, &p).unwrap();
+        let o = txt_at(&after, "login.z").unwrap();
+        assert_eq!((o.resource.as_str(), o.freed), ("service/a/login-v2", None), "unmarked");
+        assert!(after.contains(&a("login.z", "10.0.0.3")));
+        // After the grace, b gets it.
+        let p = plan_at(std::slice::from_ref(&b), &zone, T0 + GRACE);
+        assert_eq!(p.groups.len(), 1);
+        assert_eq!((p.groups[0].kind, p.groups[0].resource.as_str()), (ChangeKind::Created, "service/b/login"));
+        let after = apply(&zone, &p).unwrap();
+        assert_eq!(txt_at(&after, "login.z").unwrap().resource, "service/b/login");
+        assert!(after.contains(&a("login.z", "10.0.0.2")));
+        assert!(plan_at(std::slice::from_ref(&b), &after, T0 + GRACE).is_empty(), "converged");
+    }
+
+    #[test]
+    fn the_same_service_back_within_the_grace_gets_its_name_unmarked() {
+        let zone = vec![txt_freed("login.z", "service/a/login", T0)];
+        let again = claim("service/a/login", 1, vec![a("login.z", "10.0.0.7")]);
+        let p = plan_at(std::slice::from_ref(&again), &zone, T0 + 5);
+        assert_eq!(p.groups[0].kind, ChangeKind::Created);
+        let after = apply(&zone, &p).unwrap();
+        assert_eq!(txt_at(&after, "login.z").unwrap().freed, None);
+        assert!(plan_at(&[again], &after, T0 + 5).is_empty());
+    }
+
+    fn txt_freed(name: &str, resource: &str, at: i64) -> RecordSet {
+        registry::txt_record_freed(name, 300, ME, resource, at)
+    }
+
+    #[test]
+    fn a_freed_name_nobody_wants_is_held_then_released() {
+        let zone = vec![a("old.z", "10.0.0.1"), txt("old.z", ME, "service/a/old")];
+        let p = plan_at(&[], &zone, T0);
+        assert_eq!(p.groups[0].kind, ChangeKind::Deleted);
+        let zone = apply(&zone, &p).unwrap();
+        assert_eq!(zone, vec![txt_freed("old.z", "service/a/old", T0)]);
+        assert!(plan_at(&[], &zone, T0 + GRACE - 1).is_empty());
+        let p = plan_at(&[], &zone, T0 + GRACE);
+        assert_eq!(p.groups[0].kind, ChangeKind::Released);
+        assert!(apply(&zone, &p).unwrap().is_empty());
+        // Without a grace: deleted at once, TXT and all.
+        let zone = vec![a("old.z", "10.0.0.1"), txt("old.z", ME, "service/a/old")];
+        assert!(apply(&zone, &plan(&[], &zone, ME, Policy::Sync)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_restarted_operator_starts_a_fresh_grace_for_a_name_freed_while_it_was_down() {
+        // Freed while nobody ran: no mark in the zone. The first plan marks
+        // it now, whatever the time: b waits a whole grace from now.
+        let zone = vec![a("login.z", "10.0.0.1"), txt("login.z", ME, "service/a/login")];
+        let b = claim("service/b/login", 5, vec![a("login.z", "10.0.0.2")]);
+        let later = T0 + 10 * GRACE;
+        let p = plan_at(std::slice::from_ref(&b), &zone, later);
+        assert_eq!(p.conflicts[0].cause, ConflictCause::Reserved(later + GRACE));
+        let zone = apply(&zone, &p).unwrap();
+        assert_eq!(txt_at(&zone, "login.z").unwrap().freed, Some(later));
+    }
+
+    #[test]
+    fn restricted_policies_hold_without_deleting() {
+        let zone = vec![a("login.z", "10.0.0.1"), txt("login.z", ME, "service/a/login")];
+        let b = claim("service/b/login", 5, vec![a("login.z", "10.0.0.2")]);
+        let rules = Rules { policy: Policy::UpsertOnly, ..at(T0) };
+        let p = plan_with(std::slice::from_ref(&b), &BTreeSet::new(), &zone, &rules);
+        assert_eq!(p.groups[0].kind, ChangeKind::Held);
+        let zone = apply(&zone, &p).unwrap();
+        assert!(zone.contains(&a("login.z", "10.0.0.1")), "upsert-only never deletes");
+        let rules = Rules { policy: Policy::UpsertOnly, ..at(T0 + GRACE) };
+        let p = plan_with(&[b], &BTreeSet::new(), &zone, &rules);
+        assert_eq!(p.groups[0].resource, "service/b/login");
+        assert!(apply(&zone, &p).unwrap().contains(&a("login.z", "10.0.0.2")));
+    }
+
     fn ext_owner(prefix: &str) -> ExternalDnsOwner {
         ExternalDnsOwner { owner: "ext".into(), prefix: prefix.into(), suffix: String::new() }
     }
@@ -626,7 +856,7 @@ pub(crate) mod tests {
             claim("service/ns/someone", 1, vec![a("other.z", "4.4.4.4")]),
         ];
         let adopt = ext_owner("");
-        let rules = Rules { owner_id: ME, policy: Policy::Sync, adopt: Some(&adopt) };
+        let rules = Rules { owner_id: ME, policy: Policy::Sync, adopt: Some(&adopt), grace: 0, now: 0 };
         let p = plan_with(&claims, &BTreeSet::new(), &zone, &rules);
         assert_eq!(p.groups.len(), 1, "{:?}", p.groups);
         let g = &p.groups[0];
@@ -656,7 +886,7 @@ pub(crate) mod tests {
         let zone = vec![cname("web.z", "lb.example"), ext_txt("reg.cname-web.z", "ext", "service/ns/web")];
         let claims = vec![claim("service/ns/web", 1, vec![cname("web.z", "lb.example")])];
         let adopt = ext_owner("reg.");
-        let rules = Rules { owner_id: ME, policy: Policy::Sync, adopt: Some(&adopt) };
+        let rules = Rules { owner_id: ME, policy: Policy::Sync, adopt: Some(&adopt), grace: 0, now: 0 };
         let p = plan_with(&claims, &BTreeSet::new(), &zone, &rules);
         assert_eq!(p.groups.len(), 1, "{:?}", p.conflicts);
         let after = apply(&zone, &p).unwrap();
@@ -821,6 +1051,51 @@ pub(crate) mod tests {
             // Idempotent: a second plan writes nothing.
             let again = plan(&claims, &after, ME, Policy::Sync);
             prop_assert!(again.is_empty(), "second plan not empty: {:?}", again.groups);
+        }
+
+        /// With a grace: records not ours are never touched; a name ours is
+        /// never handed to another namespace's Service before the grace has
+        /// run from its mark; planning again at the same time changes
+        /// nothing; and once the grace is over everything settles.
+        #[test]
+        fn the_grace_is_kept_and_settles(zone in arb_zone(), claims in arb_claims(), spread in proptest::bool::ANY) {
+            // Claims of two namespaces.
+            let claims: Vec<Claim> = claims.into_iter().map(|mut c| {
+                if spread && c.resource.ends_with(['1', '3']) {
+                    c.resource = c.resource.replace("service/ns/", "service/other/");
+                    c.order.1 = c.resource.clone();
+                }
+                c
+            }).collect();
+            let p = plan_at(&claims, &zone, T0);
+            let after = apply(&zone, &p).map_err(TestCaseError::fail)?;
+            let owned_before = owned_by_me(&zone);
+            for r in &zone {
+                let name = owned_name_of_txt(&r.name).unwrap_or(&r.name);
+                if !owned_before.contains(name) {
+                    prop_assert!(after.contains(r), "unowned {r:?} changed");
+                }
+            }
+            for r in zone.iter().filter(|r| registry::ownership_of(r).is_some_and(|o| o.owner == ME)) {
+                let (Some(before), Some(name)) = (registry::ownership_of(r), owned_name_of_txt(&r.name)) else { continue };
+                let still = claims.iter().any(|c| c.resource == before.resource && c.records.iter().any(|x| x.name == name));
+                if still {
+                    continue;
+                }
+                if let Some(now) = txt_at(&after, name) {
+                    let same_ns = namespace_of(&now.resource) == namespace_of(&before.resource);
+                    prop_assert!(same_ns, "{name}: handed from {} to {} within the grace", before.resource, now.resource);
+                }
+            }
+            prop_assert!(plan_at(&claims, &after, T0).is_empty(), "not idempotent");
+            let later = apply(&after, &plan_at(&claims, &after, T0 + GRACE)).map_err(TestCaseError::fail)?;
+            let settled = plan_at(&claims, &later, T0 + GRACE);
+            prop_assert!(settled.is_empty(), "not settled after the grace: {:?}", settled.groups);
+            // Nothing wanted keeps a TXT of ours once the grace is over.
+            let wanted: BTreeSet<&str> = claims.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+            for name in owned_by_me(&later) {
+                prop_assert!(wanted.contains(name.as_str()), "{name} still held after the grace");
+            }
         }
 
         /// Names held by Services skipped for bad input are neither deleted

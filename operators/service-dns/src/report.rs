@@ -17,6 +17,9 @@ pub const CONFLICT: &str = "DnsRecordConflict";
 pub const INVALID_HOSTNAME: &str = "InvalidHostname";
 pub const ROUTE53_ERROR: &str = "Route53Error";
 pub const DRY_RUN: &str = "DnsRecordDryRun";
+/// A freed name kept for its namespace (`--handover-grace`), then let go.
+pub const NAME_HELD: &str = "DnsNameHeld";
+pub const NAME_RELEASED: &str = "DnsNameReleased";
 
 /// Where Events go: the Services we know (uid for the reference).
 pub struct Reporter {

@@ -1,5 +1,7 @@
-//! The level-triggered loop: a Service cache (watch), and a sync (see
-//! [`crate::syncer`]) after Service events and every `--interval`.
+//! The level-triggered loop: a Service cache (watch), the namespaces'
+//! hostname grants (a metadata watch, [`crate::namespaces`]), and a sync
+//! (see [`crate::syncer`]) after Service or grant changes and every
+//! `--interval`.
 //!
 //! Batching costs nothing when there is nothing to batch: the first event
 //! on an idle loop is synced at once (leading edge: one request for one
@@ -25,8 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::desired::{Naming, resource_id};
+use crate::grant::HostnameAnnotations;
 use crate::insync::InsyncWatcher;
 use crate::metrics::DnsMetrics;
+use crate::namespaces::{self, Grants};
 use crate::owner;
 use crate::quarantine::Quarantine;
 use crate::report::Reporter;
@@ -114,6 +118,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     // The cache keeps a ServiceInfo per Service, not the Service.
     let (store, mut writer) = projection::store::<ServiceInfo>();
     let (tx, mut rx) = mpsc::channel::<()>(1);
+    let grants_tx = tx.clone();
     let services = ctx.readiness().watch("services");
     let watch = services.watcher(api, wc);
     let watch_shutdown = shutdown.clone();
@@ -138,19 +143,35 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         }
     });
 
-    // Never plan from an unsynced cache: an empty one would delete everything.
+    // The namespaces' grants, read only when names need them.
+    let (grants, grants_task) = if cfg.hostname_annotations == HostnameAnnotations::NamespaceAllowed {
+        let (grants, task) = watch_grants(&ctx, &cfg, grants_tx, shutdown.clone());
+        (grants, Some(task))
+    } else {
+        (namespaces::none(), None)
+    };
+
+    // Never plan from an unsynced cache: an empty one would delete everything
+    // (and an empty grant cache every annotated name).
     tokio::select! {
         r = store.wait_until_ready() => if r.is_err() { return Ok(()) },
         _ = shutdown.cancelled() => return Ok(()),
     }
     tracing::info!("Service cache synced");
     services.synced();
+    tokio::select! {
+        r = grants.wait_until_ready() => if r.is_err() { return Ok(()) },
+        _ = shutdown.cancelled() => return Ok(()),
+    }
 
     let naming = Naming {
         template: cfg.template.clone(),
         prefix: cfg.prefix.clone(),
         domain: zone.name.clone(),
         default_ttl: cfg.ttl,
+        max_ttl: cfg.max_ttl,
+        max_hostnames: cfg.max_hostnames,
+        annotations: cfg.hostname_annotations,
     };
     let reporter = Reporter::new(Some(ctx.events.clone()));
     let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
@@ -164,6 +185,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         reporter,
         insync,
         store,
+        grants,
         zone_cache: None,
         listed: false,
         first_planned: HashMap::new(),
@@ -175,6 +197,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         tracing::info!("standing by: the cache is kept, the first sync waits for the lease");
         if !ctx.leading().await {
             watch_task.abort();
+            if let Some(t) = grants_task {
+                t.abort();
+            }
             return Ok(());
         }
     }
@@ -327,8 +352,48 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         }
     }
     watch_task.abort();
+    if let Some(t) = grants_task {
+        t.abort();
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Watches the Namespaces' metadata for hostname grants (all of them, or the
+/// `--watch-namespace`); a grant added, changed or removed triggers a sync.
+fn watch_grants(
+    ctx: &Context,
+    cfg: &Config,
+    tx: mpsc::Sender<()>,
+    shutdown: CancellationToken,
+) -> (Grants, tokio::task::JoinHandle<()>) {
+    let (grants, mut writer) = namespaces::cache();
+    let health = ctx.readiness().watch("namespaces");
+    let (api, wc) = namespaces::api_and_config(ctx.client.clone(), cfg.watch_namespace.as_deref());
+    let watch = health.watcher(api, wc);
+    let task = tokio::spawn(async move {
+        let mut watch = std::pin::pin!(watch);
+        loop {
+            let ev = tokio::select! {
+                ev = watch.next() => ev,
+                _ = shutdown.cancelled() => break,
+            };
+            match ev {
+                Some(Ok(ev)) => {
+                    let init_done = matches!(ev, watcher::Event::InitDone);
+                    if writer.apply(ev) {
+                        let _ = tx.try_send(());
+                    }
+                    if init_done {
+                        health.synced();
+                    }
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "watching Namespaces (their hostname grants)"),
+                None => break,
+            }
+        }
+    });
+    (grants, task)
 }
 
 /// The Service events not yet covered by a sync.

@@ -1,7 +1,8 @@
-//! One sync: desired from the Service cache, current from Route53 (a full
-//! listing, or the copy kept between listings with the names back from
-//! quarantine read again), `plan`, apply; the accepted changes go to the
-//! INSYNC watcher, the refused names to quarantine.
+//! One sync: desired from the Service cache (and the namespaces' hostname
+//! grants), current from Route53 (a full listing, or the copy kept between
+//! listings with the names back from quarantine read again), `plan`, apply;
+//! the accepted changes go to the INSYNC watcher, the refused names to
+//! quarantine.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
@@ -11,12 +12,13 @@ use flotilla_shared::projection::Store;
 use crate::apply::{Applied, apply, refresh_names, update_zone};
 use crate::batch::{Limits, oldest_first, sending};
 use crate::config::Config;
-use crate::desired::{Claim, Desired, Naming, desired, resource_id};
+use crate::desired::{Claim, Desired, Naming, Wish, desired, resource_id};
 use crate::hostname::owner_txt_name;
 use crate::insync::{InsyncWatcher, Note};
 use crate::metrics::DnsMetrics;
 use crate::model::{Action, RecordSet};
-use crate::plan::{ChangeGroup, ChangeKind, Plan, Rules, plan_with};
+use crate::namespaces::Grants;
+use crate::plan::{ChangeGroup, ChangeKind, ConflictCause, Plan, Rules, plan_with};
 use crate::quarantine::Quarantine;
 use crate::report::{self, Reporter};
 use crate::route53::{FailureKind, Route53, Route53Error};
@@ -33,6 +35,8 @@ pub struct Syncer {
     pub reporter: Reporter,
     pub insync: InsyncWatcher,
     pub store: Store<ServiceInfo>,
+    /// The namespaces' hostname grants (empty unless `--hostname-annotations=namespace-allowed`).
+    pub grants: Grants,
     /// The zone as of the last sync (None: list it next time).
     pub zone_cache: Option<Vec<RecordSet>>,
     /// Whether the last sync listed the zone in full.
@@ -59,18 +63,34 @@ fn note(g: &ChangeGroup, dry_run: bool) -> (&'static str, String) {
         (ChangeKind::Created, true) => "dry run: would create",
         (ChangeKind::Updated, true) => "dry run: would update",
         (ChangeKind::Deleted, true) => "dry run: would delete",
+        (ChangeKind::Held, false) => "kept",
+        (ChangeKind::Held, true) => "dry run: would keep",
+        (ChangeKind::Released, false) => "released",
+        (ChangeKind::Released, true) => "dry run: would release",
     };
     let reason = match (g.kind, dry_run) {
         (_, true) => report::DRY_RUN,
         (ChangeKind::Created, _) => report::CREATED,
         (ChangeKind::Updated, _) => report::UPDATED,
         (ChangeKind::Deleted, _) => report::DELETED,
+        (ChangeKind::Held, _) => report::NAME_HELD,
+        (ChangeKind::Released, _) => report::NAME_RELEASED,
     };
     let text = match g.kind {
         ChangeKind::Created => format!("{verb} dns {} → {}", g.name, describe(&g.after)),
         ChangeKind::Updated => format!("{verb} dns {} → {} (was {})", g.name, describe(&g.after), describe(&g.before)),
+        ChangeKind::Deleted if g.before.is_empty() => format!("{verb} dns {}", g.name),
         ChangeKind::Deleted => format!("{verb} dns {} → {}", g.name, describe(&g.before)),
+        ChangeKind::Held => format!("{verb} dns {}: no longer published by this Service", g.name),
+        ChangeKind::Released => format!("{verb} dns {}: free for any Service", g.name),
     };
+    // The TXT this group writes marks the name freed: held for the namespace.
+    let held = g.changes.iter().any(|c| {
+        c.action == Action::Create && crate::registry::ownership_of(&c.record).is_some_and(|o| o.freed.is_some())
+    });
+    if held {
+        return (reason, format!("{text}; the name is held for this namespace's Services for --handover-grace"));
+    }
     (reason, text)
 }
 
@@ -79,6 +99,8 @@ fn refusal(g: &ChangeGroup, e: &Route53Error) -> String {
         ChangeKind::Created => "create",
         ChangeKind::Updated => "update",
         ChangeKind::Deleted => "delete",
+        ChangeKind::Held => "hold",
+        ChangeKind::Released => "release",
     };
     format!("could not {verb} dns {}: {}: {}; retried on its own with backoff", g.name, e.code, e.message)
 }
@@ -104,6 +126,7 @@ impl Syncer {
     /// it holds a change that has waited `--max-batch-delay` (`batch::sending`).
     pub async fn sync(&mut self, full: bool, hold: bool) -> Result<(), Route53Error> {
         let services = self.store.state();
+        let grants = self.grants.snapshot();
         let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut claims: Vec<Claim> = Vec::new();
         // Services skipped for bad input keep what they have.
@@ -112,7 +135,11 @@ impl Syncer {
             let resource = resource_id(&svc.namespace, &svc.name);
             let uid = svc.uid.clone();
             uids.insert(resource.clone(), uid.clone());
-            match desired(svc, &self.naming) {
+            let Wish { desired, notices } = desired(svc, &self.naming, grants.get(&svc.namespace).map(|g| &**g));
+            for n in notices {
+                self.reporter.standing(&resource, uid.clone(), true, n.reason, "", n.message);
+            }
+            match desired {
                 Desired::Publish(c) => claims.push(c),
                 Desired::Skip { reason, message } => {
                     self.reporter.standing(&resource, uid, false, reason, "", message);
@@ -159,7 +186,13 @@ impl Syncer {
                 }
             },
         };
-        let rules = Rules { owner_id: &self.owner_id, policy: self.cfg.policy, adopt: self.cfg.adopt.as_ref() };
+        let rules = Rules {
+            owner_id: &self.owner_id,
+            policy: self.cfg.policy,
+            adopt: self.cfg.adopt.as_ref(),
+            grace: i64::try_from(self.cfg.handover_grace.as_secs()).unwrap_or(i64::MAX),
+            now: unix_now() as i64,
+        };
         let mut p: Plan = plan_with(&claims, &keep, &current, &rules);
         let since = oldest_first(&mut p.groups, &self.first_planned, Instant::now());
         tracing::debug!(
@@ -174,6 +207,11 @@ impl Syncer {
         for c in &p.conflicts {
             if self.reporter.standing(&c.resource, uid_of(&c.resource), true, report::CONFLICT, &c.name, c.message()) {
                 self.metrics.conflicts_total.inc();
+                // The Event does not say which Service holds the name (it
+                // may be another namespace's); the operator's log does.
+                if let ConflictCause::OtherService(holder) = &c.cause {
+                    tracing::warn!(name = %c.name, resource = %c.resource, holder = %holder, "name held by another Service");
+                }
             }
         }
         if self.cfg.dry_run {

@@ -21,6 +21,7 @@ async fn external_dns_records_are_adopted_for_the_same_service_only() {
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "adopt").await;
     let ns = env.namespace("adopt").await.expect("namespace");
+    grant(&client, &ns, Some(&format!("shop.{domain}"))).await;
     let (web, api, other, gone) = (
         format!("kube-web.{domain}"),
         format!("kube-api.{domain}"),

@@ -103,7 +103,10 @@ async fn seed_scenario_create_and_delete() {
         .expect("delete");
     wait_gone(&r53, &zone, &name).await;
     wait_event(&client, "test", "hello-world", "DnsRecordDeleted", &format!("deleted dns {name} → {ip}")).await;
-    assert!(user_records(&r53, &zone).await.is_empty());
+    // What is left: the name's TXT, holding it for namespace test for
+    // --handover-grace (5m).
+    let left = user_records(&r53, &zone).await;
+    assert!(left.len() == 1 && is_held(&left[0]) && left[0].name == format!("_flotilla-owner.{name}"), "{left:?}");
     assert_eq!(op.stop().await.code(), Some(0), "SIGTERM: clean exit\n{}", op.logs());
 }
 
@@ -131,7 +134,7 @@ async fn service_deleted_while_stopped_is_removed_after_restart() {
 
     let _op = Operator::start(&env, &proxy.endpoint, &args);
     wait_gone(&r53, &zone, &format!("kube-gone.{domain}")).await;
-    let left = user_records(&r53, &zone).await;
+    let left = live_records(&r53, &zone).await;
     assert_eq!(left.len(), 2, "only keep's A and TXT remain: {left:?}");
     assert!(left.iter().any(|r| r.name == format!("kube-keep.{domain}") && r.values == vec![cluster_ip(&keep)]));
 }
@@ -229,7 +232,9 @@ async fn unowned_record_is_untouched_and_reported() {
 }
 
 /// The same name from two namespaces: the older Service keeps it, the other
-/// gets a conflict; when the holder goes, the other takes over.
+/// gets a conflict (which does not name the holder); when the holder goes,
+/// the other takes over — at once with `--handover-grace=0s` (the default
+/// grace is `attacks.rs`'s).
 #[tokio::test]
 async fn same_name_in_two_namespaces() {
     let env = flotilla_testenv::shared();
@@ -251,12 +256,16 @@ async fn same_name_in_two_namespaces() {
     let _op = Operator::start(
         &env,
         &proxy.endpoint,
-        &[zone_args(&zone, &domain), vec![format!("--service-selector=dns-test={label}")]].concat(),
+        &[
+            zone_args(&zone, &domain),
+            vec![format!("--service-selector=dns-test={label}"), "--handover-grace=0s".into()],
+        ]
+        .concat(),
     );
     let name = format!("kube-api.{domain}");
     wait_record(&r53, &zone, &name, RecordType::A, &[&cluster_ip(&first)]).await;
     let note = wait_event(&client, &ns2, "api", "DnsRecordConflict", &name).await;
-    assert!(note.contains(&format!("service/{ns1}/api")), "{note}");
+    assert!(note.contains("already published by another Service") && !note.contains(&ns1), "{note}");
     let txt = find(&r53, &zone, &format!("_flotilla-owner.{name}"), RecordType::Txt).await.expect("TXT");
     assert!(txt.values[0].contains(&format!("resource=service/{ns1}/api")), "{txt:?}");
 
@@ -396,6 +405,7 @@ async fn annotations() {
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "annot").await;
     let ns = env.namespace("annot").await.expect("namespace");
+    grant(&client, &ns, Some(&format!("www.{domain}, api.{domain}"))).await;
     let _op = Operator::start(
         &env,
         &proxy.endpoint,
@@ -471,7 +481,7 @@ async fn annotations() {
     .expect("patch");
     wait_gone(&r53, &zone, &format!("www.{domain}")).await;
     wait_gone(&r53, &zone, &format!("api.{domain}")).await;
-    let left = user_records(&r53, &zone).await;
+    let left = live_records(&r53, &zone).await;
     let names: Vec<&str> = left.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(left.len(), 2, "only lb's CNAME and TXT: {names:?}");
     assert!(!names.iter().any(|n| n.contains("optout")));
@@ -613,7 +623,7 @@ async fn route53_down_then_back() {
     proxy.faults().set_down(false);
     wait_record(&r53, &zone, &format!("kube-two.{domain}"), RecordType::A, &[&cluster_ip(&two)]).await;
     wait_gone(&r53, &zone, &format!("kube-one.{domain}")).await;
-    assert_eq!(user_records(&r53, &zone).await.len(), 2);
+    assert_eq!(live_records(&r53, &zone).await.len(), 2);
 }
 
 /// --policy upsert-only never deletes; create-only never updates; --dry-run changes nothing.
@@ -762,7 +772,7 @@ async fn zone_larger_than_one_page() {
 
     Api::<Service>::namespaced(client.clone(), &ns).delete("zz-mine", &DeleteParams::default()).await.expect("delete");
     wait_gone(&r53, &zone, &name).await;
-    let after = user_records(&r53, &zone).await;
+    let after = live_records(&r53, &zone).await;
     assert_eq!(after.len(), 701, "all of theirs, untouched");
     assert_eq!(
         find(&r53, &zone, &format!("kube-zz-taken.{domain}"), RecordType::A).await.map(|r| r.values),
@@ -797,6 +807,13 @@ async fn bad_configuration_exits_2() {
     let (code, err) = run(vec!["--domain-name=example.com".into(), "--hostname-template={nope}.{domain}".into()]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--hostname-template"), "{err}");
+
+    // The new limits (issue 27): a bad one names its flag.
+    for (flag, bad) in [("--max-ttl", "-1"), ("--max-ttl", "2147483648"), ("--max-hostnames-per-service", "0")] {
+        let (code, err) = run(vec!["--domain-name=example.com".into(), format!("{flag}={bad}")]);
+        assert_eq!(code, Some(2), "{flag}={bad}: {err}");
+        assert!(err.contains(flag) && err.lines().count() == 1, "{err}");
+    }
 
     // Durations are bounded: no overflow at run time.
     let (code, err) = run(vec!["--domain-name=example.com".into(), "--interval=400000000000y".into()]);

@@ -4,8 +4,9 @@
 //! NodePort Service `hello-world` in namespace `test` gets
 //! `kube-hello-world.demo.example` → its ClusterIP, then TTL 120 by
 //! annotation (an UPSERT, through the Route53-faithful proxy); an annotated
-//! Service gets two names; deleting it removes them. Prints the zone and the
-//! Events.
+//! Service gets the two names its namespace was granted
+//! (`flotilla.dev/allowed-hostnames` in `00-namespace.yaml`); deleting it
+//! removes them. Prints the zone and the Events.
 
 use std::time::{Duration, Instant};
 

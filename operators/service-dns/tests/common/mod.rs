@@ -13,7 +13,8 @@ use flotilla_testenv::route53_proxy::Route53Proxy;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use service_dns::model::{RecordSet, RecordType};
 
@@ -103,13 +104,26 @@ pub async fn wait_record(
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Waits until nothing is at `name` (of our managed types).
+/// Whether `r` is the ownership TXT of a name freed and held for its
+/// namespace for `--handover-grace` (`freed=` in its value).
+pub fn is_held(r: &RecordSet) -> bool {
+    r.rtype == RecordType::Txt && r.values.iter().any(|v| v.contains(",freed="))
+}
+
+/// The records of a zone that are published (not SOA/NS, not the TXT of a
+/// name held for `--handover-grace`).
+pub async fn live_records(r53: &aws_sdk_route53::Client, zone: &str) -> Vec<RecordSet> {
+    user_records(r53, zone).await.into_iter().filter(|r| !is_held(r)).collect()
+}
+
+/// Waits until nothing is published at `name`: no record, and its TXT gone
+/// or held for its namespace (`--handover-grace`).
 pub async fn wait_gone(r53: &aws_sdk_route53::Client, zone: &str, name: &str) {
     wait_for(&format!("{name} to be gone"), T, || async {
         let left: Vec<RecordSet> = records(r53, zone)
             .await
             .into_iter()
-            .filter(|r| r.name == name || r.name == format!("_flotilla-owner.{name}"))
+            .filter(|r| r.name == name || (r.name == format!("_flotilla-owner.{name}") && !is_held(r)))
             .collect();
         Ok::<_, String>(left.is_empty().then_some(()))
     })
@@ -152,8 +166,10 @@ pub struct Operator {
     pub log: PathBuf,
 }
 
-pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_service-dns")
+/// The binary under test: this build's, or `SERVICE_DNS_TEST_BINARY` (another
+/// build, e.g. one from before a fix, to see its attack test fail).
+pub fn binary() -> String {
+    std::env::var("SERVICE_DNS_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_service-dns").to_string())
 }
 
 impl Operator {
@@ -163,6 +179,14 @@ impl Operator {
     }
 
     pub fn start_with_kubeconfig(kubeconfig: &Path, aws_endpoint: &str, args: &[String]) -> Operator {
+        Self::start_with(kubeconfig, aws_endpoint, args, &[])
+    }
+
+    /// With more environment: flags given as their environment variables
+    /// (`HANDOVER_GRACE=10s`), which a build that lacks the flag ignores —
+    /// so that an attack test runs, and fails, against a build from before
+    /// its fix (`SERVICE_DNS_TEST_BINARY`).
+    pub fn start_with(kubeconfig: &Path, aws_endpoint: &str, args: &[String], env: &[(&str, &str)]) -> Operator {
         let (mp, hp) = (free_port(), free_port());
         let log = std::env::temp_dir().join(format!("service-dns-{}-{mp}.log", std::process::id()));
         let out = std::fs::File::create(&log).expect("log file");
@@ -179,6 +203,7 @@ impl Operator {
             .env("AWS_REGION", "us-east-1")
             .env_remove("AWS_PROFILE")
             .env_remove("AWS_ENDPOINT_URL")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
@@ -403,4 +428,141 @@ impl Fixture {
     pub fn record(&self, name: &str) -> String {
         format!("kube-{name}.{}", self.domain)
     }
+}
+
+/// The Namespace annotation that grants names to a namespace's Services.
+pub const ALLOWED_HOSTNAMES: &str = "flotilla.dev/allowed-hostnames";
+
+/// Sets (or, with `None`, removes) namespace `ns`'s hostname grant, as a
+/// cluster admin would.
+pub async fn grant(client: &Client, ns: &str, value: Option<&str>) {
+    let patch = serde_json::json!({"metadata": {"annotations": {ALLOWED_HOSTNAMES: value}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("granting {value:?} to {ns}: {e}"));
+}
+
+/// The rules of the chart's ClusterRoles for a cluster-wide install with
+/// the defaults (`charts/service-dns/templates/_operator.tpl`; the RBAC
+/// proof in `e2e/tests/rbac.rs` shows each of them needed).
+pub fn chart_rules() -> Vec<PolicyRule> {
+    let rule = |groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        resource_names: (!names.is_empty()).then(|| names.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    vec![
+        rule(&[""], &["services"], &[], &["get", "list", "watch"]),
+        rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
+        // `-namespaces`: the hostname grants (metadata only).
+        rule(&[""], &["namespaces"], &[], &["list", "watch"]),
+        // `-cluster-id`: the derived owner id.
+        rule(&[""], &["namespaces"], &["kube-system"], &["get"]),
+    ]
+}
+
+static CHART_KUBECONFIG: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+
+/// A kubeconfig of ServiceAccount `service-dns-system/service-dns`, bound to
+/// [`chart_rules`] only: the operator as the chart runs it.
+pub async fn chart_kubeconfig(env: &TestEnv) -> PathBuf {
+    CHART_KUBECONFIG
+        .get_or_init(|| async {
+            let client = env.client().await;
+            let (ns, name) = ("service-dns-system", "flotilla-service-dns-tests");
+            ensure_namespace(&client, ns).await;
+            let meta = |n: &str| ObjectMeta { name: Some(n.into()), ..Default::default() };
+            let role = ClusterRole { metadata: meta(name), rules: Some(chart_rules()), ..Default::default() };
+            Api::<ClusterRole>::all(client.clone())
+                .patch(name, &PatchParams::apply("tests").force(), &Patch::Apply(&role))
+                .await
+                .expect("the chart's ClusterRole");
+            let binding = ClusterRoleBinding {
+                metadata: meta(name),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: name.into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: "service-dns".into(),
+                    namespace: Some(ns.into()),
+                    ..Default::default()
+                }]),
+            };
+            Api::<ClusterRoleBinding>::all(client.clone())
+                .patch(name, &PatchParams::apply("tests").force(), &Patch::Apply(&binding))
+                .await
+                .expect("its binding");
+            env.service_account_kubeconfig(ns, "service-dns").await.expect("a token of the ServiceAccount")
+        })
+        .await
+        .clone()
+}
+
+/// A kubeconfig of a ServiceAccount with the rules the chart gives a
+/// `watchNamespace=<ns>` install: a Role in `ns` (Services, Events), the
+/// `-namespaces` ClusterRole narrowed to Namespace `ns` (`resourceNames`),
+/// and `-cluster-id`.
+pub async fn scoped_chart_kubeconfig(env: &TestEnv, ns: &str) -> PathBuf {
+    let client = env.client().await;
+    let rule = |resources: &[&str], groups: &[&str], names: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        resource_names: (!names.is_empty()).then(|| names.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let name = format!("flotilla-service-dns-{ns}");
+    let meta = |namespace: Option<&str>| ObjectMeta {
+        name: Some(name.clone()),
+        namespace: namespace.map(str::to_string),
+        ..Default::default()
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: "service-dns".into(),
+        namespace: Some(ns.into()),
+        ..Default::default()
+    };
+    let role_ref = |kind: &str| RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.into(),
+        name: name.clone(),
+    };
+    let apply = PatchParams::apply("tests").force();
+    let role = Role {
+        metadata: meta(Some(ns)),
+        rules: Some(vec![
+            rule(&["services"], &[""], &[], &["get", "list", "watch"]),
+            rule(&["events"], &["events.k8s.io"], &[], &["create", "patch"]),
+        ]),
+    };
+    Api::<Role>::namespaced(client.clone(), ns).patch(&name, &apply, &Patch::Apply(&role)).await.expect("Role");
+    let binding =
+        RoleBinding { metadata: meta(Some(ns)), role_ref: role_ref("Role"), subjects: Some(vec![subject.clone()]) };
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .patch(&name, &apply, &Patch::Apply(&binding))
+        .await
+        .expect("RoleBinding");
+    let cluster = ClusterRole {
+        metadata: meta(None),
+        rules: Some(vec![
+            rule(&["namespaces"], &[""], &[ns], &["list", "watch"]),
+            rule(&["namespaces"], &[""], &["kube-system"], &["get"]),
+        ]),
+        ..Default::default()
+    };
+    Api::<ClusterRole>::all(client.clone()).patch(&name, &apply, &Patch::Apply(&cluster)).await.expect("ClusterRole");
+    let binding =
+        ClusterRoleBinding { metadata: meta(None), role_ref: role_ref("ClusterRole"), subjects: Some(vec![subject]) };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(&name, &apply, &Patch::Apply(&binding))
+        .await
+        .expect("ClusterRoleBinding");
+    env.service_account_kubeconfig(ns, "service-dns").await.expect("a token of the ServiceAccount")
 }
