@@ -63,24 +63,28 @@ impl<'a> Reader<'a> {
         for m in metas {
             match self.caches.learned(self.kind, self.namespace, &m.name, m.resource_version.as_deref()) {
                 Some(info) => known.push(info),
-                None => unknown.push(m.name.clone()),
+                None => unknown.push(m.clone()),
             }
         }
-        let learn_one = |name: String| async move {
+        let learn_one = |m: SourceMeta| async move {
             let Some(_share) = self.budget.acquire(budget::read_cost(MAX_SOURCE_BYTES)).await else {
                 return Ok(None);
             };
-            Ok::<_, kube::Error>(self.get(&name).await?.map(|s| self.caches.learn(s.info())))
+            // Another rule's reconcile may have read it while this one waited.
+            if let Some(info) = self.caches.learned(self.kind, self.namespace, &m.name, m.resource_version.as_deref()) {
+                return Ok(Some(info));
+            }
+            Ok::<_, kube::Error>(self.get(&m.name).await?.map(|s| self.caches.learn(s.info())))
         };
         let mut pending = FuturesUnordered::new();
-        let mut names = unknown.into_iter();
-        for name in names.by_ref().take(concurrency.max(1)) {
-            pending.push(learn_one(name));
+        let mut unknown = unknown.into_iter();
+        for m in unknown.by_ref().take(concurrency.max(1)) {
+            pending.push(learn_one(m));
         }
         while let Some(result) = pending.next().await {
             known.extend(result?);
-            if let Some(name) = names.next() {
-                pending.push(learn_one(name));
+            if let Some(m) = unknown.next() {
+                pending.push(learn_one(m));
             }
         }
         Ok(known)
