@@ -6,15 +6,14 @@
 //! decision saw (409), the one object concerned is read and decided again.
 //!
 //! Responses are asked for as metadata only (`as=PartialObjectMetadata`):
-//! a write of a 1 MiB copy does not bring 1 MiB back. Writes in flight are
-//! bounded by bytes (a semaphore of KiB), not only by count.
+//! a write of a 1 MiB copy does not bring 1 MiB back. The caller holds the
+//! budget for the writes in flight (see [`crate::read::Held`]).
 
 use std::sync::Arc;
 
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
 use crate::cache::{Caches, api_resource};
 use crate::copy::{CopyKey, Observed, RuleRef, Source, stray_fields};
@@ -45,9 +44,6 @@ pub struct Writer<'a> {
     pub field_manager: &'a str,
     pub caches: &'a Caches,
     pub rule: &'a RuleRef,
-    /// KiB of writes in flight, shared by every reconcile.
-    pub budget: &'a Arc<Semaphore>,
-    pub budget_kib: u32,
 }
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
@@ -102,12 +98,7 @@ impl Writer<'_> {
         mut action: Action,
         ctx: &CopyContext,
     ) -> Outcome {
-        let desired = source.map(|s| Desired::of(s));
-        let cost =
-            source.map_or(4, |s| u32::try_from(s.size() * 3 / 1024).unwrap_or(u32::MAX) + 4).min(self.budget_kib);
-        let Ok(_permit) = self.budget.acquire_many(cost).await else {
-            return self.failed(key, "write", "shutting down");
-        };
+        let desired = source.map(|s| Desired::of(&s.info()));
         for _ in 0..ROUNDS {
             action = match action {
                 Action::Nothing => return Outcome::Nothing,
@@ -162,7 +153,7 @@ impl Writer<'_> {
         ctx: &CopyContext,
         what: &'static str,
     ) -> Result<Option<Outcome>, Action> {
-        let desired = Desired::of(source);
+        let desired = Desired::of(&source.info());
         match self.apply(key, source, resource_version).await {
             Ok(()) => {
                 self.count(what, "success");

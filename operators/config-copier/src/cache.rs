@@ -1,8 +1,10 @@
 //! What config-copier watches, kept small, each on a
 //! [`flotilla_shared::projection`] store: namespaces (metadata only), copies
 //! (metadata only, selected by the ownership label: no payload is ever held
-//! for a copy) and each rule's sources (in the rule's namespace only). Every
-//! change triggers the rules concerned. Beside the stores: the
+//! for a copy) and each rule's sources (metadata only, in the rule's
+//! namespace only: a name and a resourceVersion each). Every change triggers
+//! the rules concerned. Beside the stores: what reads of sources taught
+//! ([`SourceInfo`] per resourceVersion: size, type, hashes; no payload), the
 //! resourceVersions config-copier wrote or verified (a copy at another
 //! version was changed by someone else), the rules' claims (who wins a name
 //! two rules want) and the conflicts already reported.
@@ -16,7 +18,7 @@ use flotilla_shared::projection::{self, Change};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -25,9 +27,8 @@ use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
-use crate::copy::{COPIES_SELECTOR, CopyKey, NOT_A_COPY, Observed, Payload, RuleId, Source, StripLabels};
+use crate::copy::{COPIES_SELECTOR, CopyKey, NOT_A_COPY, Observed, Payload, RuleId, SourceInfo, SourceMeta};
 use crate::crd::{CopyRule, SourceKind};
-use crate::interner::SourceInterner;
 use crate::metrics::CopierMetrics;
 use crate::plan::{Claim, NamespaceInfo, OwnerState};
 
@@ -52,7 +53,6 @@ pub struct Caches {
     field_manager: String,
     /// Rules outside this namespace are another installation's.
     scope: Option<String>,
-    strip: StripLabels,
     trigger: UnboundedSender<ObjectRef<CopyRule>>,
     rules: Store<CopyRule>,
     metrics: CopierMetrics,
@@ -67,16 +67,19 @@ pub struct Caches {
     claims: Mutex<HashMap<RuleId, Claim>>,
     reported: Mutex<HashMap<RuleId, BTreeSet<(String, String)>>>,
     backoff: Mutex<HashMap<RuleId, Duration>>,
-    /// One copy of each source, whichever rules' watches hold it.
-    interner: SourceInterner,
+    /// What the last read of each source taught, by kind, namespace and
+    /// name (valid for the resourceVersion it names).
+    learned: Mutex<HashMap<SourceKey, Arc<SourceInfo>>>,
     /// Source watches listing at once (see `watch_sources`).
     listing: Arc<tokio::sync::Semaphore>,
 }
 
+type SourceKey = (SourceKind, String, String);
+
 /// Source watches that may run their initial list at the same time: after a
-/// restart every rule's watch starts at once, and each list's payloads are
-/// in memory until projected (the interner shares what they keep, not what
-/// they read).
+/// restart every rule's watch starts at once; lists are metadata only, but
+/// a namespace's worth of metadata pages is still best not read by every
+/// rule at once.
 const CONCURRENT_SOURCE_LISTS: usize = 4;
 
 #[derive(Default)]
@@ -89,7 +92,9 @@ struct Writers {
 struct SourceWatch {
     /// Kind, server-side selector and names: a change starts a new watch.
     ident: String,
-    store: projection::Store<Option<Arc<Source>>>,
+    kind: SourceKind,
+    /// Selected objects; the others are held as their name only.
+    store: projection::Store<Option<SourceMeta>>,
     last_error: Arc<Mutex<Option<String>>>,
     task: JoinHandle<()>,
 }
@@ -104,7 +109,7 @@ impl Drop for SourceWatch {
 pub enum Sources {
     /// The initial list has not arrived yet (`Some`: why the watch fails).
     NotReady(Option<String>),
-    Ready(Vec<Arc<Source>>),
+    Ready(Vec<SourceMeta>),
 }
 
 /// Settings of the caches.
@@ -112,7 +117,6 @@ pub struct CacheOptions {
     pub field_manager: String,
     /// `--watch-namespace`: copies of rules elsewhere belong to another installation.
     pub scope: Option<String>,
-    pub strip: StripLabels,
 }
 
 impl Caches {
@@ -135,7 +139,6 @@ impl Caches {
             client,
             field_manager: options.field_manager,
             scope: options.scope,
-            strip: options.strip,
             trigger,
             rules,
             metrics,
@@ -147,7 +150,7 @@ impl Caches {
             claims: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
             backoff: Mutex::new(HashMap::new()),
-            interner: SourceInterner::default(),
+            learned: Mutex::new(HashMap::new()),
             listing: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SOURCE_LISTS)),
         })
     }
@@ -320,10 +323,10 @@ impl Caches {
         self.set_claim(rule, None);
     }
 
-    /// Starts (or keeps) the source watch for `rule`: objects of `kind` in
-    /// the rule's namespace, selected server-side by `query` when given, and
-    /// never copies themselves. `keep` says which objects are held (with
-    /// their payload); the others are held as a name only.
+    /// Starts (or keeps) the source watch for `rule`: the metadata of
+    /// objects of `kind` in the rule's namespace, selected server-side by
+    /// `query` when given, and never copies themselves. `keep` says which
+    /// objects are selected; the others are held as a name only.
     pub fn sources(
         self: &Arc<Self>,
         rule: &RuleId,
@@ -338,17 +341,20 @@ impl Caches {
             None => {
                 let (store, writer) = projection::store();
                 let last_error = Arc::new(Mutex::new(None));
-                let task = tokio::spawn(Arc::clone(self).watch_sources(
-                    rule.clone(),
-                    kind,
+                let watch = SourceWatchArgs {
+                    rule: rule.clone(),
                     query,
                     writer,
-                    Arc::clone(&last_error),
-                    Box::new(keep),
-                ));
+                    last_error: Arc::clone(&last_error),
+                    keep: Box::new(keep),
+                };
+                let task = match kind {
+                    SourceKind::ConfigMap => tokio::spawn(Arc::clone(self).watch_sources::<ConfigMap>(watch)),
+                    SourceKind::Secret => tokio::spawn(Arc::clone(self).watch_sources::<Secret>(watch)),
+                };
                 watches.insert(
                     rule.clone(),
-                    SourceWatch { ident, store: store.clone(), last_error: Arc::clone(&last_error), task },
+                    SourceWatch { ident, kind, store: store.clone(), last_error: Arc::clone(&last_error), task },
                 );
                 (store, last_error)
             }
@@ -361,50 +367,76 @@ impl Caches {
         }
     }
 
-    /// Stops the source watches of rules that no longer exist.
+    /// What a read of this source taught, if it was at `resource_version`.
+    pub fn learned(
+        &self,
+        kind: SourceKind,
+        namespace: &str,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> Option<Arc<SourceInfo>> {
+        let learned = lock(&self.learned);
+        let info = learned.get(&(kind, namespace.to_string(), name.to_string()))?;
+        (resource_version.is_some() && info.resource_version.as_deref() == resource_version).then(|| Arc::clone(info))
+    }
+
+    /// Keeps what a read of a source taught (replacing an older version's).
+    pub fn learn(&self, info: SourceInfo) -> Arc<SourceInfo> {
+        let info = Arc::new(info);
+        lock(&self.learned).insert((info.kind, info.namespace.clone(), info.name.clone()), Arc::clone(&info));
+        info
+    }
+
+    /// Stops the source watches of rules that no longer exist, and forgets
+    /// what was learned of sources no rule selects any more.
     pub fn collect_garbage(&self) {
         let live: HashSet<RuleId> =
             self.rules.state().iter().filter_map(|r| r.namespace().map(|ns| RuleId::new(ns, r.name_any()))).collect();
-        lock(&self.sources).retain(|id, _| live.contains(id));
+        let mut sources = lock(&self.sources);
+        sources.retain(|id, _| live.contains(id));
+        let selected: HashSet<SourceKey> = sources
+            .iter()
+            .flat_map(|(id, w)| {
+                w.store
+                    .state()
+                    .into_iter()
+                    .filter_map(|m| m.as_ref().as_ref().map(|m| (w.kind, id.namespace.clone(), m.name.clone())))
+            })
+            .collect();
+        drop(sources);
+        lock(&self.learned).retain(|k, _| selected.contains(k));
         lock(&self.claims).retain(|id, _| live.contains(id));
-        self.interner.collect_garbage();
     }
 
     pub fn source_watch_count(&self) -> usize {
         lock(&self.sources).len()
     }
 
-    #[allow(clippy::type_complexity)]
-    async fn watch_sources(
-        self: Arc<Self>,
-        rule: RuleId,
-        kind: SourceKind,
-        query: Option<String>,
-        mut writer: projection::Writer<Option<Arc<Source>>>,
-        last_error: Arc<Mutex<Option<String>>>,
-        keep: Box<dyn Fn(&str, &std::collections::BTreeMap<String, String>) -> bool + Send + Sync>,
-    ) {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &rule.namespace, &api_resource(kind));
+    /// A rule's source watch: metadata only, so that neither the initial
+    /// list nor a re-list (after an API server restart) brings a payload.
+    async fn watch_sources<K>(self: Arc<Self>, args: SourceWatchArgs)
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let SourceWatchArgs { rule, query, mut writer, last_error, keep } = args;
+        let api: Api<PartialObjectMeta<K>> = Api::namespaced(self.client.clone(), &rule.namespace);
         let full = match &query {
             Some(q) if !q.is_empty() => format!("{q},{NOT_A_COPY}"),
             _ => NOT_A_COPY.to_string(),
         };
         let cfg = watcher::Config::default().labels(&full).any_semantic();
         let mut stream = std::pin::pin!(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff()));
-        let strip = self.strip.clone();
-        // Objects not selected are held as their name only: no payload; the
-        // selected ones once, shared with every other rule selecting them.
-        let interner = &self.interner;
-        let project = |o: DynamicObject| {
+        // Objects not selected (a rule with names watches the whole
+        // namespace) are held as their name only.
+        let project = |o: PartialObjectMeta<K>| {
             let name = o.name_any();
             let held = keep(&name, o.labels())
-                .then(|| {
-                    let rv = o.metadata.resource_version.as_deref();
-                    interner.get_or_build(kind, &rule.namespace, &name, rv, || {
-                        serde_json::to_value(&o).ok().and_then(|v| Source::from_json_strip(kind, &v, &strip))
-                    })
-                })
-                .flatten();
+                .then(|| SourceMeta { name: name.clone(), resource_version: o.metadata.resource_version.clone() });
             (name, held)
         };
         // The initial list waits for a turn; later events (and re-lists)
@@ -523,6 +555,18 @@ impl Caches {
         }
     }
 }
+
+/// What a rule's source watch is started with.
+struct SourceWatchArgs {
+    rule: RuleId,
+    query: Option<String>,
+    writer: projection::Writer<Option<SourceMeta>>,
+    last_error: Arc<Mutex<Option<String>>>,
+    keep: Box<Selects>,
+}
+
+/// Whether an object (by name and labels) is one of a rule's sources.
+type Selects = dyn Fn(&str, &std::collections::BTreeMap<String, String>) -> bool + Send + Sync;
 
 /// A stream of rule references from the caches, for `Controller::reconcile_on`.
 pub fn trigger_channel() -> (UnboundedSender<ObjectRef<CopyRule>>, impl Stream<Item = ObjectRef<CopyRule>> + Send) {

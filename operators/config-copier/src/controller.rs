@@ -1,7 +1,9 @@
 //! The CopyRule controller: one reconcile per rule converges all of its
-//! copies from the caches (namespaces, sources, copies); the caches trigger
-//! the rules concerned on every change. A finalizer prunes a deleted rule's
-//! copies.
+//! copies from the caches (namespaces, sources' metadata, copies) and what
+//! reads of its sources taught; the caches trigger the rules concerned on
+//! every change. A source's payload is read only to learn a new version of
+//! it, or to write its copies, within the byte budget. A finalizer prunes a
+//! deleted rule's copies (never in a protected namespace).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,15 +23,17 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::Semaphore;
 
 use crate::apply::{Outcome, Writer};
+use crate::budget::Budget;
 use crate::cache::{CacheOptions, Caches, GC_INTERVAL, Sources, api_resource, trigger_channel};
-use crate::copy::{CopyKey, Observed, RULE_LABEL, RuleId, RuleRef, Source, StripLabels};
+use crate::copy::{CopyKey, Observed, RULE_LABEL, RuleId, RuleRef, Source, SourceInfo, StripLabels};
 use crate::crd::{CopyRule, SkippedSource, SourceKind};
 use crate::error::Error;
 use crate::metrics::CopierMetrics;
 use crate::plan::{
     Action as PlanAction, Claim, CopyContext, Desired, Policy, Rank, RulePlan, SourceSelection, decide, desired_copies,
-    target_namespaces,
+    sources_too_large, target_namespaces,
 };
+use crate::read::Reader;
 use crate::selector::{Selector, TargetFilter};
 use crate::status::{self, Summary};
 
@@ -49,8 +53,10 @@ pub struct Options {
     pub watch_namespace: Option<String>,
     /// Copy writes in flight per reconcile.
     pub concurrency: usize,
-    /// KiB of copy writes in flight, all reconciles together.
+    /// KiB of payload read or written at once, all reconciles together.
     pub max_kib_in_flight: u32,
+    /// Bytes a rule's sources may hold together.
+    pub max_rule_source_bytes: u64,
     pub policy: Policy,
     pub strip: StripLabels,
 }
@@ -60,19 +66,24 @@ pub struct Data {
     pub ctx: Context,
     pub caches: Arc<Caches>,
     pub options: Options,
-    pub budget: Arc<Semaphore>,
+    pub budget: Budget,
 }
 
 impl Data {
     /// The writer of one rule's copies.
     fn writer<'a>(&'a self, rule: &'a RuleRef) -> Writer<'a> {
-        Writer {
+        Writer { client: &self.ctx.client, field_manager: &self.ctx.field_manager, caches: &self.caches, rule }
+    }
+
+    /// The reader of the sources of `kind` in `namespace`.
+    fn reader<'a>(&'a self, kind: SourceKind, namespace: &'a str) -> Reader<'a> {
+        Reader {
             client: &self.ctx.client,
-            field_manager: &self.ctx.field_manager,
             caches: &self.caches,
-            rule,
             budget: &self.budget,
-            budget_kib: self.options.max_kib_in_flight,
+            strip: &self.options.strip,
+            kind,
+            namespace,
         }
     }
 }
@@ -90,11 +101,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         .debounce(Duration::from_millis(200))
         .concurrency(8)
         .reconcile_on(rx);
-    let cache_options = CacheOptions {
-        field_manager: ctx.field_manager.clone(),
-        scope: options.watch_namespace.clone(),
-        strip: options.strip.clone(),
-    };
+    let cache_options =
+        CacheOptions { field_manager: ctx.field_manager.clone(), scope: options.watch_namespace.clone() };
     let caches = Caches::new(ctx.client.clone(), controller.store(), tx, metrics, cache_options);
 
     let readiness = ctx.readiness().clone();
@@ -116,7 +124,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
             }
         }));
     }
-    let budget = Arc::new(Semaphore::new(options.max_kib_in_flight as usize));
+    let budget = Budget::new(options.max_kib_in_flight);
     let data = Arc::new(Data { ctx: ctx.clone(), caches, options, budget });
     let result = ctx.run_controller("copyrule", controller, reconcile, error_policy, data).await;
     for t in tasks {
@@ -163,23 +171,68 @@ fn rule_ref(rule: &CopyRule) -> Result<RuleRef, Error> {
 /// One copy's decided action, to carry out.
 type Job = (CopyKey, Option<Arc<Source>>, PlanAction, CopyContext);
 
-/// Runs `jobs` with at most `limit` in flight. Futures are made as slots
-/// free up (not all up front: a request future is several KiB, times thousands).
-async fn run_jobs(writer: &Writer<'_>, jobs: Vec<Job>, limit: usize) -> Vec<Outcome> {
-    let run = |(k, s, a, c): Job| async move { writer.execute(&k, s.as_ref(), a, &c).await };
-    let mut outcomes = Vec::with_capacity(jobs.len());
-    let mut jobs = jobs.into_iter();
+/// Runs `f` over `items` with at most `limit` in flight. Futures are made
+/// as slots free up (not all up front: a request future is several KiB,
+/// times thousands).
+async fn bounded<T, O, Fut>(items: Vec<T>, limit: usize, f: impl Fn(T) -> Fut) -> Vec<O>
+where
+    Fut: std::future::Future<Output = O>,
+{
+    let mut out = Vec::with_capacity(items.len());
+    let mut items = items.into_iter();
     let mut pending = FuturesUnordered::new();
-    for job in jobs.by_ref().take(limit.max(1)) {
-        pending.push(run(job));
+    for item in items.by_ref().take(limit.max(1)) {
+        pending.push(f(item));
     }
-    while let Some(outcome) = pending.next().await {
-        outcomes.push(outcome);
-        if let Some(job) = jobs.next() {
-            pending.push(run(job));
+    while let Some(o) = pending.next().await {
+        out.push(o);
+        if let Some(item) = items.next() {
+            pending.push(f(item));
         }
     }
-    outcomes
+    out
+}
+
+/// Runs `jobs` that need no payload (deletions, conflicts) with at most `limit` in flight.
+async fn run_jobs(writer: &Writer<'_>, jobs: Vec<Job>, limit: usize) -> Vec<Outcome> {
+    bounded(jobs, limit, |(k, s, a, c): Job| async move { writer.execute(&k, s.as_ref(), a, &c).await }).await
+}
+
+/// The jobs of one source: its copies to create, update, adopt or read.
+struct SourceJobs {
+    name: String,
+    jobs: Vec<(CopyKey, PlanAction, CopyContext)>,
+}
+
+/// Carries out one source's jobs: reads the source (its payload held only
+/// for this, within the byte budget), then writes, as many at once as its
+/// share of the budget covers and a slot of the reconcile's
+/// `--copy-concurrency` is free.
+async fn run_source_jobs(
+    writer: &Writer<'_>,
+    reader: &Reader<'_>,
+    group: SourceJobs,
+    slots: &Semaphore,
+    concurrency: usize,
+) -> Vec<Outcome> {
+    let held = match reader.read_for_writes(&group.name, group.jobs.len().min(concurrency)).await {
+        Ok(Some(h)) => h,
+        // Gone since it was learned: its watch triggers the next reconcile, which prunes.
+        Ok(None) => return group.jobs.iter().map(|_| Outcome::Nothing).collect(),
+        Err(e) => {
+            return group
+                .jobs
+                .into_iter()
+                .map(|(key, _, _)| Outcome::Failed { key, action: "get source", error: e.to_string() })
+                .collect();
+        }
+    };
+    let source = &held.source;
+    bounded(group.jobs, held.writes, |(k, a, c)| async move {
+        let Ok(_slot) = slots.acquire().await else { return Outcome::Nothing };
+        writer.execute(&k, Some(source), a, &c).await
+    })
+    .await
 }
 
 /// Converges one rule.
@@ -221,7 +274,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         let selection = selection.clone();
         move |name: &str, labels: &std::collections::BTreeMap<String, String>| selection.selects(name, labels)
     };
-    let sources = match caches.sources(id, rule.spec.kind, query, ident, keep) {
+    let metas = match caches.sources(id, rule.spec.kind, query, ident, keep) {
         Sources::Ready(s) => s,
         Sources::NotReady(None) => return Ok(Action::requeue(Duration::from_secs(2))),
         Sources::NotReady(Some(why)) => {
@@ -230,10 +283,34 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
+    // What each source is at its current version: known from an earlier
+    // read, else read now (bounded by the byte budget) and forgotten but
+    // for its size, type and hashes.
+    let reader = data.reader(rule.spec.kind, &id.namespace);
+    let sources = match reader.learn(&metas, data.options.concurrency).await {
+        Ok(s) => s,
+        Err(e) => {
+            let summary = Summary { sources_unavailable: Some(e.to_string()), ..Default::default() };
+            write_status(rule, data, &summary, false).await?;
+            return Err(Error::Read(e));
+        }
+    };
+    drop(metas);
 
     let plan_rule = RulePlan { rule: &me, kind: rule.spec.kind, sources: &selection, targets: &targets };
-    let target_set = target_namespaces(&plan_rule, &namespaces, policy);
     let rule_sources = crate::plan::rule_sources(&plan_rule, &sources, policy);
+    if let Some(why) = sources_too_large(&rule_sources, data.options.max_rule_source_bytes) {
+        // Nothing is decided for this rule: its copies stay as they are
+        // (neither updated nor pruned) and the other rules go on.
+        let was = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"));
+        if was.is_none_or(|c| c.reason != "SourcesTooLarge") {
+            data.ctx.events.warning(&oref, "SourcesTooLarge", "Copy", why.clone());
+        }
+        let summary = Summary { sources: rule_sources.copied.len(), too_large: Some(why), ..Default::default() };
+        write_status(rule, data, &summary, false).await?;
+        return Ok(Action::requeue(RESYNC));
+    }
+    let target_set = target_namespaces(&plan_rule, &namespaces, policy);
     let desired = desired_copies(&rule_sources, &target_set, rule.spec.kind);
     caches.set_claim(
         id,
@@ -250,13 +327,16 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
 
     // Decide for every wanted copy and every copy of ours.
     let writer = data.writer(&me);
-    let mut keys: BTreeMap<CopyKey, (Option<Arc<Source>>, Option<Observed>)> =
+    let mut keys: BTreeMap<CopyKey, (Option<Arc<SourceInfo>>, Option<Observed>)> =
         desired.iter().map(|(k, s)| (k.clone(), (Some(Arc::clone(s)), None))).collect();
-    for o in caches.copies_of(id) {
+    // Objects marked as this rule's in a protected namespace were planted
+    // there (config-copier never writes there): left alone, never pruned.
+    for o in caches.copies_of(id).into_iter().filter(|o| policy.may_touch(&o.key.namespace)) {
         let key = o.key.clone();
         keys.entry(key).or_default().1 = Some(o);
     }
-    let mut jobs = Vec::new();
+    let mut without_payload = Vec::new();
+    let mut by_source: BTreeMap<String, SourceJobs> = BTreeMap::new();
     let mut summary = Summary {
         sources: rule_sources.copied.len(),
         namespaces: target_set.accepted.len(),
@@ -283,14 +363,31 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         };
         let owner = observed.as_ref().map(|o| writer.ownership(o));
         let action = decide(source.as_deref().map(Desired::of).as_ref(), observed.as_ref().zip(owner.as_ref()), &ctx);
-        match action {
-            PlanAction::InSync => summary.in_sync += 1,
-            PlanAction::Nothing | PlanAction::Keep => {}
-            a => jobs.push((key, source, a, ctx)),
+        match (action, source) {
+            (PlanAction::InSync, _) => summary.in_sync += 1,
+            (PlanAction::Nothing | PlanAction::Keep, _) => {}
+            // Conflicts and deletions need no payload.
+            (a @ (PlanAction::Conflict(_) | PlanAction::Delete { .. }), _) | (a, None) => {
+                without_payload.push((key, None, a, ctx));
+            }
+            (a, Some(s)) => by_source
+                .entry(s.name.clone())
+                .or_insert_with(|| SourceJobs { name: s.name.clone(), jobs: Vec::new() })
+                .jobs
+                .push((key, a, ctx)),
         }
     }
-    tracing::debug!(rule = %id, desired = desired.len(), in_sync = summary.in_sync, jobs = jobs.len(), "plan");
-    let outcomes = run_jobs(&writer, jobs, data.options.concurrency).await;
+    let to_write: usize = by_source.values().map(|g| g.jobs.len()).sum();
+    tracing::debug!(rule = %id, desired = desired.len(), in_sync = summary.in_sync, to_write, other = without_payload.len(), "plan");
+    drop(desired);
+    let concurrency = data.options.concurrency;
+    let slots = Semaphore::new(concurrency);
+    let mut outcomes = bounded(by_source.into_values().collect(), concurrency, |group| {
+        run_source_jobs(&writer, &reader, group, &slots, concurrency)
+    })
+    .await
+    .concat();
+    outcomes.extend(run_jobs(&writer, without_payload, concurrency).await);
 
     let (mut created, mut updated, mut deleted, mut adopted) = (0, 0, 0, Vec::new());
     for o in outcomes {
@@ -404,6 +501,11 @@ async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             .map_err(Error::List)?;
         for o in list.items.iter().filter_map(|o| serde_json::to_value(o).ok()) {
             let Some(o) = Observed::from_json(kind, &o, false, &data.ctx.field_manager) else { continue };
+            // Never a delete in a protected namespace, whatever marks an object there carries.
+            if !data.options.policy.may_touch(&o.key.namespace) {
+                tracing::warn!(rule = %me.id, copy = %o.key, "an object marked as this rule's copy is in a protected namespace: left alone");
+                continue;
+            }
             if writer.ownership(&o) == crate::plan::Ownership::Mine {
                 let action = PlanAction::Delete { uid: o.uid.clone(), resource_version: o.resource_version.clone() };
                 let ctx = CopyContext {

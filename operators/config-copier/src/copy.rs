@@ -9,6 +9,12 @@
 //! (the rule's UID: two installations, or a rule and its deleted
 //! predecessor, never take each other's copies) and
 //! `flotilla.dev/content-hash`.
+//!
+//! A source exists here in three sizes: [`SourceMeta`] (what its
+//! metadata-only watch holds: a name and a resourceVersion), [`SourceInfo`]
+//! (what one read of it taught: size, type, hashes; no payload, kept per
+//! resourceVersion so that deciding needs no read) and [`Source`] (the
+//! payload itself, only while its copies are being written).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -185,6 +191,28 @@ impl Content {
         }
     }
 
+    /// From an object's JSON, taking the payload out of it rather than
+    /// copying it (a 1 MiB source is not held twice while parsed).
+    pub fn take_from_json(kind: SourceKind, obj: &mut Value) -> Self {
+        let mut take = |field: &str| -> BTreeMap<String, String> {
+            match obj.get_mut(field).map(Value::take) {
+                Some(Value::Object(m)) => m
+                    .into_iter()
+                    .filter_map(|(k, v)| match v {
+                        Value::String(s) => Some((k, s)),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => BTreeMap::new(),
+            }
+        };
+        let data = take("data");
+        let binary_data = if kind == SourceKind::ConfigMap { take("binaryData") } else { BTreeMap::new() };
+        let type_ =
+            if kind == SourceKind::Secret { obj.get("type").and_then(Value::as_str).map(str::to_string) } else { None };
+        Self { data, binary_data, type_ }
+    }
+
     /// `sha256:<hex>` of the payload alone (compared against what a copy
     /// actually holds, to repair hand edits).
     pub fn hash(&self) -> String {
@@ -193,12 +221,48 @@ impl Content {
     }
 }
 
-/// A source object, reduced to what copies need.
+/// A source object as its metadata-only watch holds it: which version of
+/// which object. Neither its payload nor its labels and annotations (whose
+/// size the author chooses) are held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceMeta {
+    pub name: String,
+    pub resource_version: Option<String>,
+}
+
+/// What one read of a source taught, kept so that deciding whether its
+/// copies are in sync needs no read: a few short strings and numbers, valid
+/// for one resourceVersion (an object's content never changes without its
+/// resourceVersion changing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceInfo {
+    pub kind: SourceKind,
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: Option<String>,
+    /// Bytes a copy carries (see [`Source::size`]).
+    pub size: u64,
+    /// The Secret's type (None for ConfigMaps).
+    pub type_: Option<String>,
+    /// Hash of payload, labels and annotations: the copy's annotation.
+    pub hash: String,
+    /// Hash of the payload.
+    pub content_hash: String,
+    /// `Kind/name` of the controller, if any.
+    pub controller: Option<String>,
+    /// A Helm release record.
+    pub helm_release: bool,
+}
+
+/// A source object with its payload, reduced to what copies need. Held
+/// only while its copies are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
     pub kind: SourceKind,
     pub namespace: String,
     pub name: String,
+    /// The version read (None for sources built in tests).
+    pub resource_version: Option<String>,
     /// Labels and annotations to copy (tracking ones already removed).
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
@@ -232,6 +296,7 @@ impl Source {
             kind,
             namespace: namespace.to_string(),
             name: name.to_string(),
+            resource_version: None,
             labels,
             annotations,
             content,
@@ -249,10 +314,27 @@ impl Source {
         self
     }
 
-    /// Payload bytes (what a write of this copy carries, roughly).
-    pub fn size(&self) -> usize {
-        let m = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        m(&self.content.data) + m(&self.content.binary_data)
+    /// Bytes a copy carries: `data` and `binaryData` (a Secret's base64
+    /// encoded, as on the wire and as held), labels and annotations copied.
+    pub fn size(&self) -> u64 {
+        let m = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+        m(&self.content.data) + m(&self.content.binary_data) + m(&self.labels) + m(&self.annotations)
+    }
+
+    /// What deciding needs to know of this source, without its payload.
+    pub fn info(&self) -> SourceInfo {
+        SourceInfo {
+            kind: self.kind,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            resource_version: self.resource_version.clone(),
+            size: self.size(),
+            type_: self.content.type_.clone(),
+            hash: self.hash.clone(),
+            content_hash: self.content_hash.clone(),
+            controller: self.controller.clone(),
+            helm_release: self.helm_release,
+        }
     }
 
     /// Parses a ConfigMap or Secret as returned by the API; `None` for
@@ -262,6 +344,17 @@ impl Source {
     }
 
     pub fn from_json_strip(kind: SourceKind, obj: &Value, strip: &StripLabels) -> Option<Self> {
+        let content = Content::from_json(kind, obj);
+        Self::from_parts(kind, obj, content, strip)
+    }
+
+    /// [`Source::from_json_strip`], taking the payload out of `obj`.
+    pub fn from_json_owned(kind: SourceKind, mut obj: Value, strip: &StripLabels) -> Option<Self> {
+        let content = Content::take_from_json(kind, &mut obj);
+        Self::from_parts(kind, &obj, content, strip)
+    }
+
+    fn from_parts(kind: SourceKind, obj: &Value, content: Content, strip: &StripLabels) -> Option<Self> {
         let meta = obj.get("metadata")?;
         let namespace = meta.get("namespace")?.as_str()?;
         let name = meta.get("name")?.as_str()?;
@@ -275,8 +368,8 @@ impl Source {
         if labels.contains_key(RULE_LABEL) {
             return None;
         }
-        let content = Content::from_json(kind, obj);
         let mut source = Self::new(kind, namespace, name, &labels, &strings("annotations"), content).stripped(strip);
+        source.resource_version = meta.get("resourceVersion").and_then(Value::as_str).map(str::to_string);
         source.controller = meta.get("ownerReferences").and_then(Value::as_array).and_then(|refs| {
             refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)).map(|r| {
                 let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("?");
@@ -595,6 +688,29 @@ mod tests {
         );
         let ok = json!({"metadata": {"namespace": "a", "name": "t"}, "type": "Opaque", "data": {"k": "dg=="}});
         assert_eq!(Source::from_json(SourceKind::Secret, &ok).unwrap().content.type_.as_deref(), Some("Opaque"));
+    }
+
+    #[test]
+    fn a_source_read_by_taking_its_payload_is_the_same_and_its_info_has_no_payload() {
+        let obj = json!({
+            "metadata": {"namespace": "a", "name": "s", "resourceVersion": "42",
+                         "labels": {"team": "x", "example.com/tool": "t"}, "annotations": {"note": "n"}},
+            "type": "Opaque",
+            "data": {"k": "dg==", "other": "b3RoZXI="}
+        });
+        let strip = StripLabels(vec!["example.com/".into()]);
+        let copied = Source::from_json_strip(SourceKind::Secret, &obj, &strip).unwrap();
+        let taken = Source::from_json_owned(SourceKind::Secret, obj, &strip).unwrap();
+        assert_eq!(copied, taken);
+        assert_eq!(taken.resource_version.as_deref(), Some("42"));
+        // data (as held: base64), plus the labels and annotations copied.
+        assert_eq!(taken.size(), (1 + 4 + 5 + 8) + (4 + 1) + (4 + 1));
+        let info = taken.info();
+        assert_eq!(
+            (info.size, info.type_.as_deref(), info.resource_version.as_deref()),
+            (taken.size(), Some("Opaque"), Some("42"))
+        );
+        assert_eq!((info.hash, info.content_hash), (taken.hash.clone(), taken.content_hash.clone()));
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub enum Error {
     Status(#[source] kube::Error),
     #[error("listing copies to prune: {0}")]
     List(#[source] kube::Error),
+    #[error("reading a source: {0}")]
+    Read(#[source] kube::Error),
     #[error("{failed} copy write(s) failed, first: {first}")]
     Writes { failed: usize, first: String },
     #[error("finalizer: {0}")]
@@ -22,6 +24,7 @@ impl Error {
             Error::NoNamespace => "no_namespace",
             Error::Status(_) => "status",
             Error::List(_) => "list",
+            Error::Read(_) => "read",
             Error::Writes { .. } => "writes",
             Error::Finalizer(_) => "finalizer",
         }

@@ -14,22 +14,24 @@
 //! | [`selector`] | label selectors and namespace globs (pure) |
 //! | [`copy`] | what a copy looks like: content, ownership marks, hashes (pure) |
 //! | [`plan`] | which copies should exist and the diff against what exists (pure) |
-//! | [`cache`] | label-selected, reduced watches that trigger rules |
-//! | [`interner`] | one copy of each source in memory, whatever the rules selecting it |
+//! | [`cache`] | label-selected, metadata-only watches that trigger rules; what reads of sources taught |
+//! | [`budget`] | the bytes of payload held at once (`--max-bytes-in-flight`) |
+//! | [`read`] | the reads of sources' payloads, within that budget |
 //! | [`apply`] | the writes: create, server-side apply, delete, each proving ownership |
 //! | [`status`] | status and conditions (pure) |
 //! | [`metrics`] | `flotilla_config_copier_*` |
 //! | [`controller`] | the reconcile loop, finalizer and wiring |
 
 pub mod apply;
+pub mod budget;
 pub mod cache;
 pub mod controller;
 pub mod copy;
 pub mod crd;
 pub mod error;
-pub mod interner;
 pub mod metrics;
 pub mod plan;
+pub mod read;
 pub mod selector;
 pub mod status;
 

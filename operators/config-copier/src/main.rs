@@ -39,10 +39,16 @@ struct Args {
     /// and other tools' tracking labels (comma-separated; `prefix/` or `prefix*` match many).
     #[arg(long, env = "STRIP_LABELS", value_delimiter = ',', value_name = "KEY,...")]
     strip_labels: Vec<String>,
-    /// Bytes of copy writes in flight, all rules together (e.g. 16Mi, 512Ki):
-    /// what bounds memory with large payloads.
+    /// Bytes of sources' payload read or written at once, all rules together
+    /// (e.g. 16Mi, 512Ki; 64Ki-4Gi): what bounds memory, whatever the rules
+    /// select. A source larger than this is still copied, alone.
     #[arg(long, env = "MAX_BYTES_IN_FLIGHT", default_value = "16Mi", value_name = "SIZE")]
     max_bytes_in_flight: String,
+    /// Bytes one rule's sources may hold together (data, base64 for Secrets,
+    /// labels and annotations; e.g. 16Mi; 1Ki-1Ti). A rule selecting more
+    /// is Ready=False SourcesTooLarge and copies nothing.
+    #[arg(long, env = "MAX_RULE_SOURCE_BYTES", default_value = "16Mi", value_name = "SIZE")]
+    max_rule_source_bytes: String,
     /// Print the CopyRule CRD as YAML and exit.
     #[arg(long)]
     print_crd: bool,
@@ -74,10 +80,19 @@ fn main() -> std::process::ExitCode {
             ConfigError::new("protected-namespaces", format!("{ns:?}: {e}")).exit();
         }
     }
-    let Some(max_kib) = parse_kib(&args.max_bytes_in_flight).filter(|k| (64..=1 << 22).contains(k)) else {
+    let Some(max_kib) =
+        parse_kib(&args.max_bytes_in_flight).filter(|k| (64..=1 << 22).contains(k)).and_then(|k| u32::try_from(k).ok())
+    else {
         ConfigError::new(
             "max-bytes-in-flight",
             format!("{:?} is not a size between 64Ki and 4Gi", args.max_bytes_in_flight),
+        )
+        .exit()
+    };
+    let Some(max_rule_kib) = parse_kib(&args.max_rule_source_bytes).filter(|k| (1..=1 << 30).contains(k)) else {
+        ConfigError::new(
+            "max-rule-source-bytes",
+            format!("{:?} is not a size between 1Ki and 1Ti", args.max_rule_source_bytes),
         )
         .exit()
     };
@@ -91,20 +106,23 @@ fn main() -> std::process::ExitCode {
         watch_namespace: args.watch.namespace().map(str::to_string),
         concurrency: args.copy_concurrency,
         max_kib_in_flight: max_kib,
+        max_rule_source_bytes: max_rule_kib * 1024,
         policy,
         strip: StripLabels(args.strip_labels.into_iter().filter(|l| !l.is_empty()).collect()),
     };
     Operator::new("config-copier", &args.common).run(move |ctx| controller::run(ctx, options))
 }
 
-/// `16Mi`, `512Ki` or plain bytes, in KiB.
-fn parse_kib(s: &str) -> Option<u32> {
-    let (n, unit) = if let Some(n) = s.strip_suffix("Mi") {
+/// `1Gi`, `16Mi`, `512Ki` or plain bytes, in KiB.
+fn parse_kib(s: &str) -> Option<u64> {
+    let (n, unit) = if let Some(n) = s.strip_suffix("Gi") {
+        (n, 1 << 20)
+    } else if let Some(n) = s.strip_suffix("Mi") {
         (n, 1024)
     } else if let Some(n) = s.strip_suffix("Ki") {
         (n, 1)
     } else {
-        return s.parse::<u64>().ok().and_then(|b| u32::try_from(b / 1024).ok());
+        return s.parse::<u64>().ok().map(|b| b / 1024);
     };
-    n.parse::<u32>().ok()?.checked_mul(unit)
+    n.parse::<u64>().ok()?.checked_mul(unit)
 }

@@ -1,6 +1,7 @@
 //! Every write decision, as pure functions: which namespaces may receive a
 //! rule's copies (protection and consent), which selected objects may be
-//! copied (Secret types, default exclusions), which copies should exist,
+//! copied (Secret types, default exclusions), whether a rule's sources fit
+//! its byte budget, which copies should exist,
 //! who wins a name two rules want, and — for one copy — what to do from
 //! the desired copy, the observed object's metadata and the policy
 //! ([`decide`]). `apply.rs` only carries the [`Action`] out.
@@ -13,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::copy::{CopyKey, Observed, Owner, Payload, RuleId, RuleRef, SA_TOKEN_TYPE, Source};
+use crate::copy::{CopyKey, Observed, Owner, Payload, RuleId, RuleRef, SA_TOKEN_TYPE, SourceInfo};
 use crate::crd::{OnConflict, SourceKind};
 use crate::selector::{Selector, TargetFilter};
 
@@ -76,6 +77,14 @@ impl Policy {
         all.extend(protected.iter().cloned());
         let secret_types = secret_types.into_iter().filter(|t| !NEVER_COPIED_TYPES.contains(&t.as_str())).collect();
         Self { protected: all, consent, secret_types }
+    }
+
+    /// Whether config-copier may write or delete anything in `namespace`:
+    /// never in a protected one, whatever labels an object there carries
+    /// (someone may plant a copy-looking object in kube-system; pruning it
+    /// would be a delete there).
+    pub fn may_touch(&self, namespace: &str) -> bool {
+        !self.protected.contains(namespace)
     }
 }
 
@@ -201,9 +210,9 @@ impl SkipReason {
 
 /// Whether a selected object may be copied. The Secret-type allow-list
 /// always applies; the other exclusions are lifted by naming the object.
-pub fn admit_source(source: &Source, named: bool, policy: &Policy) -> Result<(), SkipReason> {
+pub fn admit_source(source: &SourceInfo, named: bool, policy: &Policy) -> Result<(), SkipReason> {
     if source.kind == SourceKind::Secret {
-        let t = source.content.type_.as_deref().unwrap_or("Opaque");
+        let t = source.type_.as_deref().unwrap_or("Opaque");
         if !policy.secret_types.contains(t) || NEVER_COPIED_TYPES.contains(&t) {
             return Err(SkipReason::SecretTypeNotAllowed(t.to_string()));
         }
@@ -226,20 +235,26 @@ pub fn admit_source(source: &Source, named: bool, policy: &Policy) -> Result<(),
 /// A rule's sources, sorted by name: those copied, and those selected but skipped.
 #[derive(Debug, Clone, Default)]
 pub struct RuleSources {
-    pub copied: Vec<Arc<Source>>,
+    pub copied: Vec<Arc<SourceInfo>>,
     pub skipped: Vec<(String, SkipReason)>,
 }
 
+impl RuleSources {
+    /// Bytes the copied sources carry together.
+    pub fn bytes(&self) -> u64 {
+        self.copied.iter().map(|s| s.size).sum()
+    }
+}
+
 /// The sources a rule copies: of its kind, in its own namespace (whatever
-/// the caller passed), selected, and admitted by the policy.
-pub fn rule_sources(rule: &RulePlan<'_>, sources: &[Arc<Source>], policy: &Policy) -> RuleSources {
+/// the caller passed), admitted by the policy. Selection is the source
+/// watch's (the rule's selector sent to the API server, or its names):
+/// `sources` holds the selected objects only.
+pub fn rule_sources(rule: &RulePlan<'_>, sources: &[Arc<SourceInfo>], policy: &Policy) -> RuleSources {
     let mut out = RuleSources::default();
     let mut seen = BTreeSet::new();
-    let mut sorted: Vec<&Arc<Source>> = sources
-        .iter()
-        .filter(|s| s.kind == rule.kind && s.namespace == rule.rule.id.namespace)
-        .filter(|s| rule.sources.selects(&s.name, &s.labels))
-        .collect();
+    let mut sorted: Vec<&Arc<SourceInfo>> =
+        sources.iter().filter(|s| s.kind == rule.kind && s.namespace == rule.rule.id.namespace).collect();
     sorted.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     for s in sorted {
         if !seen.insert(s.name.clone()) {
@@ -253,12 +268,39 @@ pub fn rule_sources(rule: &RulePlan<'_>, sources: &[Arc<Source>], policy: &Polic
     out
 }
 
+/// Why a rule's sources are too large to copy (`limit`: the per-rule
+/// budget in bytes), or None when they fit. The sources copied count, not
+/// those skipped.
+pub fn sources_too_large(sources: &RuleSources, limit: u64) -> Option<String> {
+    let bytes = sources.bytes();
+    (bytes > limit).then(|| {
+        format!(
+            "the {} sources this rule copies hold {}, over the per-rule limit of {} (--max-rule-source-bytes); nothing is copied, updated or pruned until they fit",
+            sources.copied.len(),
+            human_bytes(bytes),
+            human_bytes(limit)
+        )
+    })
+}
+
+/// `1.5 MiB`, `700.0 KiB`, `12 bytes`.
+pub fn human_bytes(b: u64) -> String {
+    const KI: u64 = 1024;
+    if b >= KI * KI {
+        format!("{:.1} MiB", b as f64 / (KI * KI) as f64)
+    } else if b >= KI {
+        format!("{:.1} KiB", b as f64 / KI as f64)
+    } else {
+        format!("{b} bytes")
+    }
+}
+
 /// Every copy that should exist: each copied source in each target namespace.
 pub fn desired_copies(
     sources: &RuleSources,
     targets: &Targets<'_>,
     kind: SourceKind,
-) -> BTreeMap<CopyKey, Arc<Source>> {
+) -> BTreeMap<CopyKey, Arc<SourceInfo>> {
     let mut out = BTreeMap::new();
     for source in &sources.copied {
         for ns in &targets.accepted {
@@ -360,8 +402,8 @@ pub struct Desired {
 }
 
 impl Desired {
-    pub fn of(s: &Source) -> Self {
-        Self { hash: s.hash.clone(), content_hash: s.content_hash.clone(), type_: s.content.type_.clone() }
+    pub fn of(s: &SourceInfo) -> Self {
+        Self { hash: s.hash.clone(), content_hash: s.content_hash.clone(), type_: s.type_.clone() }
     }
 }
 

@@ -21,6 +21,8 @@ pub struct Summary {
     pub invalid: Option<String>,
     /// The sources cannot be read (and why).
     pub sources_unavailable: Option<String>,
+    /// The sources exceed the per-rule budget (and by how much).
+    pub too_large: Option<String>,
     /// Protected namespaces the selection matched.
     pub protected: Vec<String>,
     /// Selected objects that are not copied.
@@ -52,7 +54,9 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
     } else if let Some(why) = &s.invalid {
         c.set("Ready", false, "InvalidSpec", why.clone());
     } else if let Some(why) = &s.sources_unavailable {
-        c.set("Ready", false, "SourcesUnavailable", format!("cannot watch the sources: {why}"));
+        c.set("Ready", false, "SourcesUnavailable", format!("cannot read the sources: {why}"));
+    } else if let Some(why) = &s.too_large {
+        c.set("Ready", false, "SourcesTooLarge", why.clone());
     } else if let Some(first) = s.failures.first() {
         c.set(
             "Ready",
@@ -85,7 +89,8 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
             ),
         );
     }
-    if s.invalid.is_none() && s.prune_failed.is_none() {
+    // A rule that decided nothing (invalid, too large) says nothing new of conflicts.
+    if s.invalid.is_none() && s.prune_failed.is_none() && s.too_large.is_none() {
         if conflicts.is_empty() {
             c.set(CONFLICTING, false, "NoConflicts", "every target is free or owned by this rule");
         } else {
@@ -186,6 +191,21 @@ mod tests {
         let s = build(None, None, &Summary { failures: vec!["boom".into()], ..Default::default() });
         assert_eq!(cond(&s, "Ready").reason, "SyncFailed");
         assert!(cond(&s, "Ready").message.contains("boom"));
+    }
+
+    #[test]
+    fn sources_too_large_is_not_ready_and_leaves_conflicting_as_it_was() {
+        let before = build(None, Some(1), &Summary { desired: 1, conflicts: vec![], ..Default::default() });
+        let s = build(
+            Some(&before),
+            Some(2),
+            &Summary { sources: 60, too_large: Some("60 sources hold 40 MiB".into()), ..Default::default() },
+        );
+        assert_eq!(cond(&s, "Ready").reason, "SourcesTooLarge");
+        assert_eq!(cond(&s, "Ready").status, "False");
+        assert!(cond(&s, "Ready").message.contains("40 MiB"));
+        assert_eq!(cond(&s, CONFLICTING), cond(&before, CONFLICTING));
+        assert_eq!(s.sources, 60);
     }
 
     #[test]

@@ -419,3 +419,136 @@ async fn many_conflicts_are_warned_about_once() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(conflict_warnings(&client, &src, "r").await, 6, "Conflict Warnings repeated by later reconciles");
 }
+
+/// A Secret of `bytes` random-looking bytes (700 KB as in issue 27).
+async fn big_secret(client: &Client, ns: &str, name: &str, bytes: usize) {
+    let payload: Vec<u8> = (0..bytes).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let s = Secret {
+        metadata: meta(name, &[]),
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([("blob".to_string(), ByteString(payload))])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns).create(&PostParams::default(), &s).await.unwrap();
+}
+
+/// Issue 27: `selector: {}` over a namespace of large Secrets made the
+/// operator hold every payload (and OOM at the chart's 128Mi, again at every
+/// start). Now a rule whose sources exceed `--max-rule-source-bytes` (16Mi)
+/// is `Ready=False SourcesTooLarge` with a Warning and copies nothing, while
+/// another rule over the same namespace copies on; once the sources fit,
+/// the rule copies. (Memory itself is the bench's: `cargo xtask bench
+/// config-copier`, attack phase.)
+#[tokio::test]
+async fn sources_over_the_rule_budget_are_refused_and_other_rules_go_on() {
+    let (client, src) = setup("budget-src").await;
+    let (dst, dst2) = (target("budget-dst").await, target("budget-one").await);
+    // 24 x 700 KB: 22.4 MB as held (base64), over 16 MiB.
+    for i in 0..24 {
+        big_secret(&client, &src, &format!("big-{i:02}"), 700_000).await;
+    }
+    rule(&client, &src, "all", json!({"kind": "Secret", "selector": {}, "namespaces": {"include": [dst.clone()]}}))
+        .await
+        .unwrap();
+    rule(
+        &client,
+        &src,
+        "one",
+        json!({"kind": "Secret", "names": ["big-00"], "namespaces": {"include": [dst2.clone()]}}),
+    )
+    .await
+    .unwrap();
+
+    let r =
+        wait_rule(&client, &src, "all", |r| condition(r, "Ready").is_some_and(|c| c.reason == "SourcesTooLarge")).await;
+    let c = condition(&r, "Ready").unwrap();
+    assert_eq!(c.status, "False");
+    assert!(c.message.contains("24 sources") && c.message.contains("--max-rule-source-bytes"), "{}", c.message);
+    wait_event(&client, &src, "all", "SourcesTooLarge").await;
+    // The other rule copies its one source meanwhile.
+    let copy = wait_secret(&client, &dst2, "big-00", |_| true).await;
+    assert_eq!(copy.data.as_ref().and_then(|d| d.get("blob")).map(|b| b.0.len()), Some(700_000));
+    wait_rule(&client, &src, "one", |r| ready(r) == Some("True")).await;
+    let copies = Api::<Secret>::all(client.clone())
+        .list_metadata(&ListParams::default().labels(&format!("{RULE_LABEL}={src}.all")))
+        .await
+        .unwrap();
+    assert!(copies.items.is_empty(), "a rule over its budget copied {} Secrets", copies.items.len());
+
+    // Down to 14 (13.1 MB): it fits, and copies.
+    for i in 14..24 {
+        Api::<Secret>::namespaced(client.clone(), &src)
+            .delete(&format!("big-{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_rule(&client, &src, "all", |r| ready(r) == Some("True") && r.status.as_ref().is_some_and(|s| s.copies == 14))
+        .await;
+    wait_secret(&client, &dst, "big-13", |_| true).await;
+    for name in ["all", "one"] {
+        delete_rule(&client, &src, name).await;
+    }
+}
+
+/// Objects marked as a rule's copies in protected namespaces (kube-system,
+/// the operator's own) were planted there — config-copier never writes
+/// there. Neither a reconcile (pruning what the rule does not want) nor the
+/// rule's deletion (its finalizer prunes its copies) deletes them.
+#[tokio::test]
+async fn copies_planted_in_protected_namespaces_are_never_pruned() {
+    let (client, src) = setup("plant-src").await;
+    let dst = target("plant-dst").await;
+    configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "v1")]).await;
+    copy_rule(&client, &src, "r", "ConfigMap", &[&dst], json!({})).await;
+    wait_cm(&client, &dst, "cfg", |c| data(c, "k") == Some("v1")).await;
+    let uid = Api::<CopyRule>::namespaced(client.clone(), &src).get("r").await.unwrap().metadata.uid.unwrap();
+
+    let planted = format!("planted-{}", rand_suffix());
+    for ns in ["kube-system", OPERATOR_NAMESPACE] {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {
+                "name": planted,
+                "labels": {RULE_LABEL: format!("{src}.r"), "app.kubernetes.io/managed-by": "flotilla-config-copier"},
+                "annotations": {
+                    "flotilla.dev/copy-rule": format!("{src}/r"),
+                    "flotilla.dev/copy-rule-uid": uid,
+                    "flotilla.dev/source": format!("{src}/{planted}"),
+                }
+            },
+            "data": {"k": "important"}
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(client.clone(), ns).create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let survives = |why: &'static str| {
+        let (client, planted) = (client.clone(), planted.clone());
+        async move {
+            for ns in ["kube-system", OPERATOR_NAMESPACE] {
+                let there = Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(&planted).await.unwrap();
+                assert!(there.is_some(), "{ns}/{planted} was deleted {why}\n{}", log_tail());
+            }
+        }
+    };
+    // A reconcile after the planting: the source changes, the copy follows.
+    Api::<ConfigMap>::namespaced(client.clone(), &src)
+        .patch("cfg", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v2"}})))
+        .await
+        .unwrap();
+    wait_cm(&client, &dst, "cfg", |c| data(c, "k") == Some("v2")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    survives("by a reconcile").await;
+
+    // The rule deleted: its real copy is pruned, the planted ones stay.
+    delete_rule(&client, &src, "r").await;
+    wait_cm_gone(&client, &dst, "cfg").await;
+    wait_for("the rule to go", T, || {
+        let api = Api::<CopyRule>::namespaced(client.clone(), &src);
+        async move { Ok::<_, kube::Error>(api.get_opt("r").await?.is_none().then_some(())) }
+    })
+    .await
+    .unwrap();
+    survives("by the rule's deletion").await;
+    for ns in ["kube-system", OPERATOR_NAMESPACE] {
+        let _ = Api::<ConfigMap>::namespaced(client.clone(), ns).delete(&planted, &DeleteParams::default()).await;
+    }
+}

@@ -18,6 +18,22 @@
 //! smaller scale for a quick run; `CONFIG_COPIER_BENCH_PAYLOAD` is the size
 //! of each source's payload in bytes (default 256; real CA bundles and TLS
 //! Secrets are 100 KiB-1 MiB). Nothing here asserts a time: it prints.
+//!
+//! Then the attack of issue 27 (`CONFIG_COPIER_BENCH_ATTACK_SECRETS`, default
+//! 60; 0 skips it; `CONFIG_COPIER_BENCH_ONLY_ATTACK=1` runs it alone), an
+//! operator of its own with default flags:
+//!
+//! 7. `_ATTACK_SECRETS` Secrets of `_ATTACK_BYTES` (default 700,000) in one
+//!    namespace and a `selector: {}` rule over them copying nowhere: the
+//!    operator's peak RSS (the chart's limit is 128Mi), and whether it exited;
+//! 8. a restart against that rule: the peak while it starts again;
+//! 9. with `_ATTACK_TARGETS` (default 4; 0 skips) consenting namespaces and
+//!    `--max-rule-source-bytes` raised so that the rule is allowed, the time
+//!    until every copy exists and the peak RSS: copying is bounded by
+//!    `--max-bytes-in-flight`, not by what the rule selects.
+//!
+//! `CONFIG_COPIER_BENCH_BINARY` measures a prebuilt binary instead of
+//! building one (e.g. main's, for a before/after).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,10 +41,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use config_copier::crd::{
-    CopyRule, CopyRuleSpec, LabelKey, LabelSelector, LabelValue, NamespaceTargets, ObjectName, OnConflict, SourceKind,
+    CopyRule, CopyRuleSpec, LabelKey, LabelSelector, LabelValue, NamespaceGlob, NamespaceTargets, ObjectName,
+    OnConflict, SourceKind,
 };
 use flotilla_testenv::{ControlPlane, Lifetime, Options};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -51,19 +69,31 @@ pub fn run() -> anyhow::Result<()> {
     let payload = env_usize("CONFIG_COPIER_BENCH_PAYLOAD", 256)?;
     let restart = env_usize("CONFIG_COPIER_BENCH_RESTART", 1)? != 0;
     let extra_rules = env_usize("CONFIG_COPIER_BENCH_RULES", 100)?;
+    let attack = Attack {
+        secrets: env_usize("CONFIG_COPIER_BENCH_ATTACK_SECRETS", 60)?,
+        bytes: env_usize("CONFIG_COPIER_BENCH_ATTACK_BYTES", 700_000)?,
+        targets: env_usize("CONFIG_COPIER_BENCH_ATTACK_TARGETS", 4)?,
+    };
+    let only_attack = env_usize("CONFIG_COPIER_BENCH_ONLY_ATTACK", 0)? != 0;
     let assets = setup()?;
-    let profile = std::env::var("CONFIG_COPIER_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
-    say(&format!("building config-copier ({profile})"));
-    let mut build = cargo();
-    build.args(["build", "-p", "config-copier", "--bin", "config-copier"]);
-    if profile == "release" {
-        build.arg("--release");
-    }
-    run_cmd(&mut build)?;
-    // Where cargo put it: CARGO_TARGET_DIR when set, else the workspace's target/.
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| root().join("target"));
-    let binary = target.join(if profile == "release" { "release" } else { "debug" }).join("config-copier");
+    let binary = match std::env::var_os("CONFIG_COPIER_BENCH_BINARY") {
+        Some(b) => std::path::PathBuf::from(b),
+        None => {
+            let profile = std::env::var("CONFIG_COPIER_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
+            say(&format!("building config-copier ({profile})"));
+            let mut build = cargo();
+            build.args(["build", "-p", "config-copier", "--bin", "config-copier"]);
+            if profile == "release" {
+                build.arg("--release");
+            }
+            run_cmd(&mut build)?;
+            // Where cargo put it: CARGO_TARGET_DIR when set, else the workspace's target/.
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| root().join("target"));
+            target.join(if profile == "release" { "release" } else { "debug" }).join("config-copier")
+        }
+    };
 
     let rt = runtime()?;
     rt.block_on(async {
@@ -71,7 +101,13 @@ pub fn run() -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
         say("starting a control plane for the benchmark");
         let mut cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent }).await?;
-        let result = bench(&cp, &binary, Scale { n: namespaces, sources, payload, restart, extra_rules }).await;
+        let mut result = Ok(());
+        if !only_attack {
+            result = bench(&cp, &binary, Scale { n: namespaces, sources, payload, restart, extra_rules }).await;
+        }
+        if result.is_ok() && attack.secrets > 0 {
+            result = bench_attack(&cp, &binary, attack).await;
+        }
         cp.stop();
         result
     })
@@ -238,6 +274,160 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, scale: Scale) -> any
         "targets (issue 14)                 1 MiB x 1,000 <= 30 s; update p99 <= 10 s; RSS <= 64 MiB, also across a restart"
     );
     Ok(())
+}
+
+/// The scale of issue 27's attack.
+struct Attack {
+    secrets: usize,
+    bytes: usize,
+    targets: usize,
+}
+
+const ATTACK_NS: &str = "bench-attack";
+
+/// Issue 27: `selector: {}` over a namespace of large Secrets, no consenting
+/// target needed. Prints the operator's peak RSS under the attack, across a
+/// restart, and while copying the same sources with the rule allowed.
+async fn bench_attack(cp: &ControlPlane, binary: &std::path::Path, a: Attack) -> anyhow::Result<()> {
+    let client = cp.client().await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in config_copier::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&crd)).await?;
+    }
+    create_namespace(&client, ATTACK_NS, false).await?;
+    say(&format!("attack: {} Secrets of {} bytes in {ATTACK_NS}", a.secrets, a.bytes));
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ATTACK_NS);
+    for i in 0..a.secrets {
+        let payload: Vec<u8> = (0..a.bytes).map(|j| (j.wrapping_mul(2_654_435_761) >> 13) as u8 ^ i as u8).collect();
+        let s = Secret {
+            metadata: ObjectMeta { name: Some(format!("big-{i:03}")), ..Default::default() },
+            data: Some(BTreeMap::from([("blob".to_string(), ByteString(payload))])),
+            ..Default::default()
+        };
+        match secrets.create(&PostParams::default(), &s).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    let log = cp.dir.join("config-copier-attack.log");
+    let kubeconfig = cp.kubeconfig.display().to_string();
+    let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "warn")];
+    let mut op = Measured::start(binary, &[], &env, &log)?;
+    wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
+        .await?;
+    let rules: Api<CopyRule> = Api::namespaced(client.clone(), ATTACK_NS);
+    let started = Instant::now();
+    rules.create(&PostParams::default(), &attack_rule("attack", &["bench-attack-nowhere"])).await?;
+    // Decided: refused (SourcesTooLarge), or every source counted (an
+    // operator that holds them), or the process gone.
+    let decided = wait("the attack rule to be decided", || async {
+        let r = rules.get("attack").await?;
+        let st = r.status.unwrap_or_default();
+        let refused = st.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "SourcesTooLarge");
+        Ok(refused || st.sources as usize >= a.secrets || op.status_kib("VmRSS:").is_none())
+    })
+    .await;
+    let decide_time = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let reason = rules
+        .get("attack")
+        .await?
+        .status
+        .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready").map(|c| c.reason))
+        .unwrap_or_default();
+    let (hwm, exited) = (op.status_kib("VmHWM:"), op.exited());
+
+    // A restart against the rule: every start read every payload before.
+    drop(op);
+    let op = Measured::start(binary, &[], &env, &log)?;
+    wait("the restarted operator to reconcile", || async {
+        Ok(op.metric_sum("controller_runtime_reconcile_total").unwrap_or(0.0) >= 1.0)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let restart_hwm = op.status_kib("VmHWM:");
+    let restart_requests = op.metric_sum("flotilla_config_copier_api_requests_total{verb=\"get\"").unwrap_or(f64::NAN);
+    drop(op);
+
+    say("config-copier benchmark: issue 27's attack");
+    let mib = |k: Option<u64>| k.map_or("gone".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+    println!("attack: {} Secrets x {} bytes, selector: {{}}, no target", a.secrets, a.bytes);
+    println!(
+        "  decided in {:.1} s{}: Ready reason {reason:?}",
+        decide_time.as_secs_f64(),
+        if decided.is_err() { " (timed out)" } else { "" }
+    );
+    println!("  peak RSS (VmHWM)                 {}; exited: {exited:?}", mib(hwm));
+    println!("  restart: peak RSS                {}; {restart_requests} GETs", mib(restart_hwm));
+
+    if a.targets > 0 {
+        // The same sources, allowed and copied.
+        let total = a.secrets * a.bytes * 4 / 3 + (1 << 20);
+        let args = [format!("--max-rule-source-bytes={}Ki", total / 1024 + 1)];
+        let mut op = Measured::start(binary, &args, &env, &log)?;
+        wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
+            .await?;
+        let mut targets = Vec::new();
+        for i in 0..a.targets {
+            let name = format!("bench-attack-t{i}");
+            let ns = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: Some(BTreeMap::from([("flotilla.dev/accept-copies".to_string(), "true".to_string())])),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            targets.push(name);
+        }
+        let refs: Vec<&str> = targets.iter().map(String::as_str).collect();
+        let started = Instant::now();
+        rules.create(&PostParams::default(), &attack_rule("allowed", &refs)).await?;
+        let copies: Api<Secret> = Api::all(client.clone());
+        let label = format!("flotilla.dev/copy-rule={ATTACK_NS}.allowed");
+        let want = a.secrets * a.targets;
+        let copied = wait(&format!("{want} copies"), || async {
+            Ok(copies.list_metadata(&ListParams::default().labels(&label)).await?.items.len() >= want
+                || op.status_kib("VmRSS:").is_none())
+        })
+        .await;
+        let copy_time = started.elapsed();
+        println!(
+            "allowed (--max-rule-source-bytes raised): {want} copies into {} namespaces in {:.1} s{}",
+            a.targets,
+            copy_time.as_secs_f64(),
+            if copied.is_err() { " (timed out)" } else { "" }
+        );
+        println!("  peak RSS (VmHWM)                 {}; exited: {:?}", mib(op.status_kib("VmHWM:")), op.exited());
+    }
+    println!("target (issue 27)                  RSS <= 100 MiB under the attack and across restarts; never exits");
+    Ok(())
+}
+
+/// A Secret rule selecting everything in the attack namespace, into `targets`.
+fn attack_rule(name: &str, targets: &[&str]) -> CopyRule {
+    CopyRule::new(
+        name,
+        CopyRuleSpec {
+            kind: SourceKind::Secret,
+            selector: Some(LabelSelector::default()),
+            names: vec![],
+            namespaces: Some(NamespaceTargets {
+                include: targets.iter().map(|t| NamespaceGlob((*t).to_string())).collect(),
+                ..Default::default()
+            }),
+            on_conflict: OnConflict::Skip,
+            prune: true,
+        },
+    )
 }
 
 fn source(name: &str, value: &str, payload: usize) -> ConfigMap {

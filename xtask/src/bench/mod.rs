@@ -87,6 +87,11 @@ impl Measured {
         Ok(Self { child: Killed(child), metrics: format!("127.0.0.1:{mp}") })
     }
 
+    /// Whether (and how) the process has exited.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.0.try_wait().ok().flatten()
+    }
+
     /// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`).
     fn status_kib(&self, field: &str) -> Option<u64> {
         let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.0.id())).ok()?;

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
-use crate::copy::{Content, Observed, Owner, Payload, RuleId, RuleRef, Source};
+use crate::copy::{Content, Observed, Owner, Payload, RuleId, RuleRef, Source, SourceInfo};
 use crate::crd::{LabelKey, LabelSelector, LabelValue, NamespaceGlob, NamespaceTargets};
 use proptest::prelude::*;
 
@@ -12,15 +12,16 @@ fn me() -> RuleRef {
     RuleRef { id: RuleId::new("team-a", "r"), uid: "uid-me".into() }
 }
 
-fn source(kind: SourceKind, name: &str, l: &[(&str, &str)], type_: Option<&str>) -> Arc<Source> {
-    Arc::new(Source::new(
+fn source(kind: SourceKind, name: &str, l: &[(&str, &str)], type_: Option<&str>) -> Arc<SourceInfo> {
+    let full = Source::new(
         kind,
         "team-a",
         name,
         &labels(l),
         &BTreeMap::new(),
         Content { data: labels(&[("k", "v")]), type_: type_.map(str::to_string), ..Default::default() },
-    ))
+    );
+    Arc::new(full.info())
 }
 
 fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
@@ -138,8 +139,8 @@ fn consent_none_opens_every_unprotected_namespace() {
 #[test]
 fn default_exclusions_are_lifted_by_naming_but_secret_types_are_not() {
     let rule = me();
-    let mut helm = (*source(SourceKind::ConfigMap, "release", &[("owner", "helm")], None)).clone();
-    helm.helm_release = true;
+    let helm = (*source(SourceKind::ConfigMap, "release", &[("owner", "helm")], None)).clone();
+    assert!(helm.helm_release, "owner=helm");
     let mut cert = (*source(SourceKind::Secret, "tls", &[], Some("kubernetes.io/tls"))).clone();
     cert.controller = Some("Certificate/web".into());
     let root = source(SourceKind::ConfigMap, "kube-root-ca.crt", &[], None);
@@ -152,17 +153,59 @@ fn default_exclusions_are_lifted_by_naming_but_secret_types_are_not() {
     let token = source(SourceKind::Secret, "t", &[], Some("bootstrap.kubernetes.io/token"));
     assert!(admit_source(&token, true, &policy).is_err());
 
-    // Selection by names alone, or names or labels.
+    // Selection by names alone, or names or labels (the source watch
+    // selects; the planner takes what it holds, named ones unexcluded).
     let sel = SourceSelection { selector: None, names: ["tls".to_string()].into() };
-    let targets = TargetFilter::default();
-    let plan = RulePlan { rule: &rule, kind: SourceKind::Secret, sources: &sel, targets: &targets };
-    let all = vec![Arc::new(cert), source(SourceKind::Secret, "other", &[("share", "yes")], Some("Opaque"))];
-    assert_eq!(rule_sources(&plan, &all, &policy).copied.len(), 1);
+    let share = labels(&[("share", "yes")]);
+    assert!(sel.selects("tls", &BTreeMap::new()));
+    assert!(!sel.selects("other", &share));
     assert_eq!(sel.server_query(), None, "names need a namespace-wide watch");
     let both =
         SourceSelection { selector: Some(Selector::new(&selector(&[("share", "yes")])).unwrap()), ..sel.clone() };
+    assert!(both.selects("other", &share) && both.selects("tls", &BTreeMap::new()));
+    let targets = TargetFilter::default();
+    let plan = RulePlan { rule: &rule, kind: SourceKind::Secret, sources: &sel, targets: &targets };
+    let all = vec![Arc::new(cert), source(SourceKind::Secret, "other", &[("share", "yes")], Some("Opaque"))];
+    let s = rule_sources(&plan, &all, &policy);
+    assert_eq!(s.copied.len(), 2, "tls is named: copied although controlled");
     let plan = RulePlan { sources: &both, ..plan };
     assert_eq!(rule_sources(&plan, &all, &policy).copied.len(), 2);
+    let unnamed = SourceSelection { selector: both.selector.clone(), names: BTreeSet::new() };
+    let plan = RulePlan { sources: &unnamed, ..plan };
+    assert_eq!(rule_sources(&plan, &all, &policy).skipped.len(), 1, "tls unnamed: skipped as controlled");
+}
+
+#[test]
+fn a_rule_over_its_byte_budget_is_refused_with_its_figures() {
+    let rule = me();
+    let sel =
+        SourceSelection { selector: Some(Selector::new(&LabelSelector::default()).unwrap()), names: BTreeSet::new() };
+    let targets = TargetFilter::default();
+    let plan = RulePlan { rule: &rule, kind: SourceKind::Secret, sources: &sel, targets: &targets };
+    let sized = |name: &str, size: u64, type_: &str| {
+        let mut s = (*source(SourceKind::Secret, name, &[], Some(type_))).clone();
+        s.size = size;
+        Arc::new(s)
+    };
+    // 60 Secrets of 700 KB (933,336 bytes base64) and a large token, which is skipped and not counted.
+    let mut all: Vec<Arc<SourceInfo>> = (0..60).map(|i| sized(&format!("s-{i:02}"), 933_336, "Opaque")).collect();
+    all.push(sized("token", 50 << 20, SA_TOKEN_TYPE));
+    let s = rule_sources(&plan, &all, &Policy::default());
+    assert_eq!(s.bytes(), 60 * 933_336);
+    let why = sources_too_large(&s, 16 << 20).expect("over 16 MiB");
+    assert!(why.contains("60 sources") && why.contains("53.4 MiB") && why.contains("16.0 MiB"), "{why}");
+    assert_eq!(sources_too_large(&s, 64 << 20), None);
+    // Exactly at the limit fits.
+    assert_eq!(sources_too_large(&s, 60 * 933_336), None);
+}
+
+#[test]
+fn protected_namespaces_are_never_touched() {
+    let policy = Policy::new(Some("flotilla"), &["payments".to_string()], Consent::None, BTreeSet::new());
+    for ns in ["kube-system", "kube-public", "kube-node-lease", "flotilla", "payments"] {
+        assert!(!policy.may_touch(ns), "{ns}");
+    }
+    assert!(policy.may_touch("team-b"));
 }
 
 #[test]

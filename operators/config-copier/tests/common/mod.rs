@@ -46,10 +46,17 @@ pub async fn install_crd(env: &TestEnv) {
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
-/// The operator binary as a user runs it.
+/// The operator binary as a user runs it; `CONFIG_COPIER_TEST_BINARY` runs
+/// the suite against another build (e.g. main's, to see an attack test
+/// fail before its fix).
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_config-copier"))
+    std::env::var_os("CONFIG_COPIER_TEST_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_config-copier")))
 }
+
+/// The namespace the shared operator runs in (its `POD_NAMESPACE`: protected).
+pub const OPERATOR_NAMESPACE: &str = "config-copier-system";
 
 pub fn free_port() -> u16 {
     flotilla_testenv::process::free_port().expect("a free port")
@@ -74,7 +81,7 @@ pub async fn operator(env: &TestEnv) -> &'static Running {
         return r;
     }
     let client = env.client().await;
-    let ns = "config-copier-system";
+    let ns = OPERATOR_NAMESPACE;
     let _ = Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &Namespace { metadata: meta(ns, &[]), ..Default::default() })
         .await;
@@ -118,6 +125,7 @@ pub async fn operator(env: &TestEnv) -> &'static Running {
                 .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
                 .arg("--log-format=json")
                 .env("KUBECONFIG", &kubeconfig)
+                .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
                 .env("RUST_LOG", "info,config_copier=debug")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
