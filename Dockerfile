@@ -39,11 +39,14 @@ WORKDIR /src
 COPY . .
 # Registry and target caches survive between builds (BuildKit cache mounts;
 # the target directory per platform, so amd64 and arm64 builds never share
-# or lock each other's).
+# or lock each other's). Every image's binary is built in one invocation, as
+# `cargo xtask dist` builds and checks them: one build of the dependencies
+# with one feature set (per-package builds each rebuilt them with their own),
+# and the next image of the same platform finds them all built.
 RUN --mount=type=cache,id=cargo-registry,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,id=cargo-target-${TARGETARCH},target=/src/target,sharing=locked \
     . /cross-env && target="$(cat /rust-target)" \
-    && cargo build --release --locked --package "${OPERATOR}" --bin "${OPERATOR}" --target "${target}" \
+    && cargo build --release --locked --package config-copier --package load-tester --package pod-alert --package pod-debugger --package service-dns --package loadgen --target "${target}" \
     && install -D -m 0755 "target/${target}/release/${OPERATOR}" "/out/${OPERATOR}"
 
 # glibc, libgcc and CA certificates; no shell, no package manager; UID 65532.

@@ -2,6 +2,11 @@
 //! very command the Dockerfile runs, with what an image build would catch
 //! checked here (no Docker engine on our build machines):
 //! * the Dockerfile still runs that command;
+//! * that command builds every image's binary in one invocation: per-package
+//!   builds each enable other features of the shared dependencies (kube,
+//!   hyper, rustls, tokio), so each rebuilt them — six release builds of
+//!   the whole graph where one does. Images, benchmarks and the demo all
+//!   run it, so a second run with nothing changed compiles nothing;
 //! * the binary's dynamic dependencies are only what the runtime base
 //!   (gcr.io/distroless/cc-debian12) provides, and its glibc symbol versions
 //!   are not newer than Debian 12's glibc 2.36;
@@ -14,8 +19,30 @@ use anyhow::{Context, bail};
 
 use crate::util::{cargo, operators, root, run_cmd, say};
 
-/// The Dockerfile's build command, with `${OPERATOR}` for the operator.
-pub const DOCKERFILE_BUILD: &str = r#"cargo build --release --locked --package "${OPERATOR}" --bin "${OPERATOR}""#;
+/// The release build of every image's binary, as the Dockerfile runs it
+/// (plus `--target` there): `cargo build --release --locked --package A
+/// --package B ...`, the operators and loadgen in one invocation.
+pub fn release_build_args() -> anyhow::Result<Vec<String>> {
+    let mut args: Vec<String> = ["build", "--release", "--locked"].map(String::from).to_vec();
+    for name in images()? {
+        args.extend(["--package".to_string(), name]);
+    }
+    Ok(args)
+}
+
+/// The command line of [`release_build_args`], as the Dockerfile says it.
+pub fn dockerfile_build() -> anyhow::Result<String> {
+    Ok(format!("cargo {}", release_build_args()?.join(" ")))
+}
+
+/// Runs the release build (compiling nothing when nothing changed) and
+/// returns where the binaries are.
+pub fn build_release() -> anyhow::Result<PathBuf> {
+    let args = release_build_args()?;
+    say(&format!("dist: cargo {}", args.join(" ")));
+    run_cmd(cargo().args(&args))?;
+    Ok(target_dir().join("release"))
+}
 
 /// Shared libraries distroless/cc-debian12 has (glibc, libgcc).
 const RUNTIME_LIBS: &[&str] = &[
@@ -81,20 +108,22 @@ pub fn run() -> anyhow::Result<()> {
     build(&images()?)
 }
 
-/// Builds and checks the release binaries of `names` (operators, loadgen).
+/// Builds every release binary, then checks those of `names` (operators,
+/// loadgen).
 pub fn build(names: &[String]) -> anyhow::Result<()> {
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).context("reading Dockerfile")?;
-    if !dockerfile.contains(DOCKERFILE_BUILD) {
-        bail!("the Dockerfile no longer runs `{DOCKERFILE_BUILD}`: keep xtask/src/dist.rs and the Dockerfile in step");
+    let command = dockerfile_build()?;
+    if !dockerfile.contains(&command) {
+        bail!(
+            "the Dockerfile no longer runs `{command}` (every image's binary in one build): keep xtask/src/dist.rs \
+             and the Dockerfile in step"
+        );
     }
+    let release = build_release()?;
     let mut rows = Vec::new();
     for op in names {
         let op = op.as_str();
-        let command = DOCKERFILE_BUILD.replace("\"${OPERATOR}\"", op);
-        say(&format!("dist: {command}"));
-        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
-        run_cmd(cargo().args(&args))?;
-        let bin = target_dir().join("release").join(op);
+        let bin = release.join(op);
         let size = std::fs::metadata(&bin).with_context(|| format!("{} was not built", bin.display()))?.len();
         let bin_s = bin.display().to_string();
         let needed = needed_libs(&tool_output("readelf", &["-d", &bin_s])?);

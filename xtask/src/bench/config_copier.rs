@@ -80,18 +80,14 @@ pub fn run() -> anyhow::Result<()> {
         Some(b) => std::path::PathBuf::from(b),
         None => {
             let profile = std::env::var("CONFIG_COPIER_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
-            say(&format!("building config-copier ({profile})"));
-            let mut build = cargo();
-            build.args(["build", "-p", "config-copier", "--bin", "config-copier"]);
             if profile == "release" {
-                build.arg("--release");
+                say("building the release binaries (as the images are)");
+                crate::dist::build_release()?.join("config-copier")
+            } else {
+                say(&format!("building config-copier ({profile})"));
+                run_cmd(cargo().args(["build", "--locked", "-p", "config-copier", "--bin", "config-copier"]))?;
+                crate::dist::target_dir().join("debug").join("config-copier")
             }
-            run_cmd(&mut build)?;
-            // Where cargo put it: CARGO_TARGET_DIR when set, else the workspace's target/.
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| root().join("target"));
-            target.join(if profile == "release" { "release" } else { "debug" }).join("config-copier")
         }
     };
 

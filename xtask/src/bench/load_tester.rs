@@ -63,8 +63,7 @@ pub fn run() -> anyhow::Result<()> {
         "--example",
         "bench_server",
     ]))?;
-    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "load-tester", "--bin", "load-tester"]))?;
-    let release = crate::dist::target_dir().join("release");
+    let release = crate::dist::build_release()?;
     let rt = runtime()?;
     let clients = clients(&release, seconds)?;
     let operator = rt.block_on(async {

@@ -27,7 +27,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::{Measured, env_usize, from_json, make_node, wait};
-use crate::util::{cargo, root, run_cmd, runtime, say, setup};
+use crate::util::{root, runtime, say, setup};
 
 const NS: &str = "bench";
 const NODE: &str = "bench-node";
@@ -45,9 +45,8 @@ pub fn run() -> anyhow::Result<()> {
         bail!("{crashing} x {replicas} crashing pods do not fit in {pods} pods");
     }
     let assets = setup()?;
-    say("building pod-alert (release)");
-    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "pod-alert", "--bin", "pod-alert"]))?;
-    let binary = crate::dist::target_dir().join("release").join("pod-alert");
+    say("building the release binaries (as the images are)");
+    let binary = crate::dist::build_release()?.join("pod-alert");
     let rt = runtime()?;
     rt.block_on(async {
         let dir = root().join("target").join("flotilla-bench-pod-alert");

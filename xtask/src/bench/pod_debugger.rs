@@ -27,7 +27,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::{Measured, env_usize, from_json, make_node, wait};
-use crate::util::{cargo, root, run_cmd, runtime, say, setup};
+use crate::util::{root, runtime, say, setup};
 
 const NS: &str = "bench";
 const NODE: &str = "bench-node";
@@ -36,9 +36,8 @@ pub fn run() -> anyhow::Result<()> {
     let matching = env_usize("POD_DEBUGGER_BENCH_PODS", 1000)?.max(1);
     let others = env_usize("POD_DEBUGGER_BENCH_OTHERS", 1000)?;
     let assets = setup()?;
-    say("building pod-debugger (release)");
-    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "pod-debugger", "--bin", "pod-debugger"]))?;
-    let binary = crate::dist::target_dir().join("release").join("pod-debugger");
+    say("building the release binaries (as the images are)");
+    let binary = crate::dist::build_release()?.join("pod-debugger");
     let rt = runtime()?;
     rt.block_on(async {
         let dir = root().join("target").join("flotilla-bench-pod-debugger");

@@ -123,8 +123,8 @@ fn binary() -> anyhow::Result<PathBuf> {
     let profile = std::env::var("SERVICE_DNS_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
     match profile.as_str() {
         "release" => {
-            say("building service-dns (release)");
-            run_cmd(cargo().args(["build", "--release", "--locked", "-p", "service-dns", "--bin", "service-dns"]))?;
+            say("building the release binaries (as the images are)");
+            crate::dist::build_release()?;
         }
         "debug" => {
             say("building service-dns (debug)");
