@@ -376,7 +376,7 @@ async fn each_operator_may_renew_only_its_own_lease() {
 
 #[tokio::test]
 async fn config_copier_rbac_is_sufficient_and_minimal() {
-    prove(&shared(), "config-copier", &[], &[], &[], config_copier_scenario).await;
+    prove(&shared(), "config-copier", &[], &[], &["admission-policy"], config_copier_scenario).await;
 }
 
 /// pod-alert: a PodAlert turns a crash-looping pod into an incident (status,

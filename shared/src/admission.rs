@@ -26,17 +26,19 @@ use prometheus::IntGauge;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// How often the policy is looked at again.
-pub const CHECK_PERIOD: Duration = Duration::from_secs(60);
-
 /// `--require-admission-policy`, for the operators whose powers a policy guards.
-#[derive(clap::Args, Debug, Clone, Default)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct AdmissionPolicyArgs {
     /// Name of the ValidatingAdmissionPolicy (and of its binding) that guards this operator's wider powers.
     /// When set, those powers are refused while the policy or its binding is missing, checked at start and
-    /// every minute (the chart sets it whenever it installs the policy). Empty: not checked.
+    /// every --admission-policy-check-interval (the chart sets it whenever it installs the policy). Empty: not
+    /// checked.
     #[arg(long, env = "REQUIRE_ADMISSION_POLICY", value_name = "NAME")]
     pub require_admission_policy: Option<String>,
+
+    /// How often the policy of --require-admission-policy is looked at again.
+    #[arg(long, env = "ADMISSION_POLICY_CHECK_INTERVAL", default_value = "1m", value_parser = crate::duration::parse_flag, value_name = "DURATION")]
+    pub admission_policy_check_interval: Duration,
 }
 
 impl AdmissionPolicyArgs {
@@ -46,6 +48,9 @@ impl AdmissionPolicyArgs {
     }
 
     pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        if self.admission_policy_check_interval < Duration::from_secs(1) {
+            return Err(crate::ConfigError::new("admission-policy-check-interval", "must be 1s or more"));
+        }
         if let Some(name) = self.name() {
             crate::config::check_dns_subdomain(name)
                 .map_err(|m| crate::ConfigError::new("require-admission-policy", m))?;
@@ -73,7 +78,7 @@ impl AdmissionGuard {
 
     /// The guard `args` ask for, its gauge
     /// `flotilla_admission_policy_in_place{policy}` registered with the
-    /// operator's metrics; checked every [`CHECK_PERIOD`].
+    /// operator's metrics.
     pub async fn for_operator(ctx: &crate::Context, args: &AdmissionPolicyArgs) -> Result<Self, prometheus::Error> {
         let Some(name) = args.name() else { return Ok(Self::not_required()) };
         let opts = prometheus::Opts::new(
@@ -83,7 +88,8 @@ impl AdmissionGuard {
         )
         .const_label("policy", name);
         let gauge = ctx.metrics.register(IntGauge::with_opts(opts)?)?;
-        Ok(Self::start(ctx.client.clone(), name.to_string(), gauge, ctx.shutdown_token(), CHECK_PERIOD).await)
+        let period = args.admission_policy_check_interval;
+        Ok(Self::start(ctx.client.clone(), name.to_string(), gauge, ctx.shutdown_token(), period).await)
     }
 
     /// Checks policy `name` once (so the first reconciles already know), then
@@ -108,7 +114,7 @@ impl AdmissionGuard {
                 }
                 let now = verify(&client, &name).await;
                 let before = tx.borrow().clone();
-                report(&name, before.as_deref(), &now, &in_place);
+                report(&name, Some(&before), &now, &in_place);
                 tx.send_if_modified(|v| {
                     // A new reason for the same refusal is not a change.
                     let changed = v.is_some() != now.is_some();
@@ -138,12 +144,16 @@ impl AdmissionGuard {
     }
 }
 
-fn report(name: &str, before: Option<&str>, now: &Verdict, in_place: &IntGauge) {
+/// Logs a change of verdict (the first one included), not every check.
+fn report(name: &str, before: Option<&Verdict>, now: &Verdict, in_place: &IntGauge) {
     in_place.set(i64::from(now.is_none()));
     match (before, now) {
+        (Some(b), n) if b == n => {}
         (_, Some(why)) => tracing::warn!(policy = name, "{why}"),
-        (Some(_), None) => tracing::info!(policy = name, "admission policy in place again: guarded powers restored"),
-        (None, None) => tracing::info!(policy = name, "admission policy in place"),
+        (Some(Some(_)), None) => {
+            tracing::info!(policy = name, "admission policy in place again: guarded powers restored")
+        }
+        (_, None) => tracing::info!(policy = name, "admission policy in place"),
     }
 }
 
@@ -200,9 +210,17 @@ mod tests {
 
     #[test]
     fn a_bad_policy_name_is_refused() {
-        let args = AdmissionPolicyArgs { require_admission_policy: Some("Not_A_Name".into()) };
-        assert!(args.validate().is_err());
-        let empty = AdmissionPolicyArgs { require_admission_policy: Some(String::new()) };
-        assert_eq!(empty.name(), None, "empty: not required");
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Args {
+            #[command(flatten)]
+            a: AdmissionPolicyArgs,
+        }
+        let parse = |args: &[&str]| Args::try_parse_from([&["op"], args].concat()).map(|a| a.a);
+        assert!(parse(&["--require-admission-policy=Not_A_Name"]).is_ok_and(|a| a.validate().is_err()));
+        assert!(parse(&["--require-admission-policy="]).is_ok_and(|a| a.name().is_none()), "empty: not required");
+        assert!(parse(&["--admission-policy-check-interval=0s"]).is_ok_and(|a| a.validate().is_err()));
+        let ok = parse(&["--require-admission-policy=rel-copyrules"]);
+        assert!(ok.is_ok_and(|a| a.validate().is_ok() && a.admission_policy_check_interval == Duration::from_secs(60)));
     }
 }

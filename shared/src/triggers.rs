@@ -65,6 +65,17 @@ where
         self
     }
 
+    /// Reconciles every cached object each time `signal` yields (a change
+    /// that concerns them all: an admission policy gone or back, say).
+    #[must_use]
+    pub fn reconcile_all_on(self, signal: impl Stream<Item = ()> + Send + 'static) -> Self {
+        let store = self.reader.clone();
+        let every = signal.flat_map(move |()| {
+            futures::stream::iter(store.state().iter().map(|o| ObjectRef::from_obj(&**o)).collect::<Vec<_>>())
+        });
+        self.reconcile_on(every)
+    }
+
     /// An object's reconcile starts only after `debounce` without a new
     /// request for it — but never later than
     /// [`MAX_TRIGGER_DELAY`](crate::debounce::MAX_TRIGGER_DELAY) after the

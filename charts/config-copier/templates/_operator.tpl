@@ -34,7 +34,11 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{- with .Values.stripLabels }}
 - {{ printf "--strip-labels=%s" (include "flotilla.value" (join "," .)) | quote }}
 {{- end }}
+{{- include "flotilla.admissionGuardArgs" . }}
 {{- end -}}
+
+{{/* The CopyRule policy (copyrule-access.yaml) is <fullname>-copyrules. */}}
+{{- define "config-copier.admissionPolicySuffix" -}}copyrules{{- end -}}
 
 {{- define "config-copier.env" -}}
 {{- end -}}

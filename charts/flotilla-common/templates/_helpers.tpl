@@ -141,3 +141,51 @@ answers for a client-only Kubernetes unless told otherwise: pass
 {{- fail (printf "%s: admissionPolicy.enabled=true needs the ValidatingAdmissionPolicy API (admissionregistration.k8s.io/v1, Kubernetes 1.30 or newer), which the target does not serve. Upgrade the cluster; with helm template, pass --kube-version and --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy as your cluster would answer; or set admissionPolicy.enabled=false, knowing that anyone who may write the resource then gets the powers it guards (see the chart's README)" .Chart.Name) }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The admission policy that guards an operator's wider powers (a chart with
+one defines "<chart>.admissionPolicySuffix"): its name, the flag that makes
+the operator refuse those powers while the policy or its binding is
+missing, and the RBAC to read the two, by name only (a ClusterRole: both
+are cluster-scoped, so even where watchNamespace makes the rest a Role).
+*/}}
+{{- define "flotilla.admissionPolicyName" -}}
+{{- include "flotilla.suffixed" (list . (include (printf "%s.admissionPolicySuffix" .Chart.Name) .)) -}}
+{{- end -}}
+
+{{- define "flotilla.admissionGuardArgs" -}}
+{{- if .Values.admissionPolicy.enabled }}
+- {{ printf "--require-admission-policy=%s" (include "flotilla.admissionPolicyName" .) | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "flotilla.admissionGuardRbac" -}}
+{{- if and .Values.rbac.create .Values.admissionPolicy.enabled }}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ include "flotilla.suffixed" (list . "admission-policy") }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+rules:
+  - apiGroups: ["admissionregistration.k8s.io"]
+    resources: ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
+    resourceNames: [{{ include "flotilla.admissionPolicyName" . | quote }}]
+    verbs: ["get"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ include "flotilla.suffixed" (list . "admission-policy") }}
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ include "flotilla.suffixed" (list . "admission-policy") }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "flotilla.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end }}
+{{- end -}}

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::{Context, Controller};
+use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -59,6 +59,8 @@ pub struct Options {
     pub max_rule_source_bytes: u64,
     pub policy: Policy,
     pub strip: StripLabels,
+    /// The CopyRule admission policy that guards Overwrite and open target lists.
+    pub admission: AdmissionPolicyArgs,
 }
 
 /// What every reconcile shares.
@@ -67,6 +69,8 @@ pub struct Data {
     pub caches: Arc<Caches>,
     pub options: Options,
     pub budget: Budget,
+    /// Whether the CopyRule admission policy is in place (`--require-admission-policy`).
+    pub admission: AdmissionGuard,
 }
 
 impl Data {
@@ -97,10 +101,12 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         None => Api::all(ctx.client.clone()),
     };
     let (tx, rx) = trigger_channel();
+    let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
     let controller = Controller::new(rules, watcher::Config::default().any_semantic())
         .debounce(Duration::from_millis(200))
         .concurrency(8)
-        .reconcile_on(rx);
+        .reconcile_on(rx)
+        .reconcile_all_on(admission.changes());
     let cache_options =
         CacheOptions { field_manager: ctx.field_manager.clone(), scope: options.watch_namespace.clone() };
     let caches = Caches::new(ctx.client.clone(), controller.store(), tx, metrics, cache_options);
@@ -125,7 +131,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         }));
     }
     let budget = Budget::new(options.max_kib_in_flight);
-    let data = Arc::new(Data { ctx: ctx.clone(), caches, options, budget });
+    let data = Arc::new(Data { ctx: ctx.clone(), caches, options, budget, admission });
     let result = ctx.run_controller("copyrule", controller, reconcile, error_policy, data).await;
     for t in tasks {
         t.abort();
@@ -264,6 +270,26 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             return Ok(Action::await_change());
         }
     };
+    // What only the admission policy lets the right people ask for is
+    // refused while that policy is missing.
+    if let Some(power) = crate::plan::guarded_power(&rule.spec)
+        && let Err(why) = data.admission.check()
+    {
+        caches.forget_rule(id);
+        let message = format!("{power}: {why}");
+        let was = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"));
+        if !was.is_some_and(|c| c.reason == "AdmissionPolicyMissing" && c.message == message) {
+            data.ctx.events.warning(
+                &oref,
+                "AdmissionPolicyMissing",
+                "Validate",
+                format!("rule not applied: {message}"),
+            );
+        }
+        let summary = Summary { refused: Some(message), ..Default::default() };
+        write_status(rule, data, &summary, false).await?;
+        return Ok(Action::await_change());
+    }
     let selection = SourceSelection { selector, names: rule.spec.names.iter().map(|n| n.0.clone()).collect() };
     let (Some(namespaces), true) = (caches.namespaces(), caches.copies_ready()) else {
         return Ok(Action::requeue(Duration::from_secs(1)));

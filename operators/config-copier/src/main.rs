@@ -4,7 +4,7 @@ use clap::Parser;
 use config_copier::controller::{self, Options};
 use config_copier::copy::StripLabels;
 use config_copier::plan::{Consent, DEFAULT_SECRET_TYPES, NEVER_COPIED_TYPES, Policy};
-use flotilla_shared::{CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
+use flotilla_shared::{AdmissionPolicyArgs, CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
 
 #[derive(Parser)]
 // The last of a repeated flag wins (as with Go's flag package), so the
@@ -19,6 +19,9 @@ struct Args {
     common: CommonArgs,
     #[command(flatten)]
     watch: WatchNamespaceArgs,
+    /// The CopyRule policy: while it is missing, Overwrite and target lists that are not explicit names are refused.
+    #[command(flatten)]
+    admission: AdmissionPolicyArgs,
     /// Copy writes in flight per reconcile (1-256).
     #[arg(long, env = "COPY_CONCURRENCY", default_value_t = 32, value_name = "N")]
     copy_concurrency: usize,
@@ -59,7 +62,7 @@ fn main() -> std::process::ExitCode {
     if args.print_crd {
         return flotilla_shared::crd::print(&config_copier::crds());
     }
-    if let Err(e) = args.watch.validate() {
+    if let Err(e) = args.watch.validate().and_then(|()| args.admission.validate()) {
         e.exit();
     }
     if !(1..=256).contains(&args.copy_concurrency) {
@@ -109,6 +112,7 @@ fn main() -> std::process::ExitCode {
         max_rule_source_bytes: max_rule_kib * 1024,
         policy,
         strip: StripLabels(args.strip_labels.into_iter().filter(|l| !l.is_empty()).collect()),
+        admission: args.admission,
     };
     Operator::new("config-copier", &args.common).run(move |ctx| controller::run(ctx, options))
 }

@@ -179,6 +179,20 @@ pub fn target_namespaces<'n>(
     t
 }
 
+/// What of `spec` only the CopyRule admission policy lets the right people
+/// ask for (the same two rules as `copyrule-access.yaml`): `Some` names it.
+/// Such a rule is refused while that policy is missing.
+pub fn guarded_power(spec: &crate::crd::CopyRuleSpec) -> Option<&'static str> {
+    if spec.on_conflict == OnConflict::Overwrite {
+        return Some("onConflict: Overwrite");
+    }
+    let explicit = spec
+        .namespaces
+        .as_ref()
+        .is_some_and(|n| !n.include.is_empty() && n.include.iter().all(|g| !g.0.contains('*') && !g.0.contains('?')));
+    (!explicit).then_some("a target list that is not explicit namespace names")
+}
+
 /// Why a selected object is not copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SkipReason {

@@ -19,6 +19,8 @@ pub struct Summary {
     pub failures: Vec<String>,
     /// The spec cannot be used (and why).
     pub invalid: Option<String>,
+    /// The spec asks for what the missing admission policy guards (and why).
+    pub refused: Option<String>,
     /// The sources cannot be read (and why).
     pub sources_unavailable: Option<String>,
     /// The sources exceed the per-rule budget (and by how much).
@@ -53,6 +55,8 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
         );
     } else if let Some(why) = &s.invalid {
         c.set("Ready", false, "InvalidSpec", why.clone());
+    } else if let Some(why) = &s.refused {
+        c.set("Ready", false, "AdmissionPolicyMissing", why.clone());
     } else if let Some(why) = &s.sources_unavailable {
         c.set("Ready", false, "SourcesUnavailable", format!("cannot read the sources: {why}"));
     } else if let Some(why) = &s.too_large {
@@ -90,7 +94,7 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
         );
     }
     // A rule that decided nothing (invalid, too large) says nothing new of conflicts.
-    if s.invalid.is_none() && s.prune_failed.is_none() && s.too_large.is_none() {
+    if s.invalid.is_none() && s.refused.is_none() && s.prune_failed.is_none() && s.too_large.is_none() {
         if conflicts.is_empty() {
             c.set(CONFLICTING, false, "NoConflicts", "every target is free or owned by this rule");
         } else {

@@ -485,3 +485,23 @@ proptest! {
                 && (policy.protected.contains(n.as_str()) || consent_none || i.accepts_from("team-a", Consent::Label))).count());
     }
 }
+
+#[test]
+fn guarded_powers_are_the_admission_policys() {
+    use crate::crd::CopyRuleSpec;
+    let spec = |on_conflict, include: &[&str]| {
+        let mut s: CopyRuleSpec = serde_json::from_value(serde_json::json!({"kind": "ConfigMap", "selector": {}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        s.on_conflict = on_conflict;
+        s.namespaces = (!include.is_empty()).then(|| NamespaceTargets {
+            include: include.iter().map(|n| NamespaceGlob((*n).to_string())).collect(),
+            ..Default::default()
+        });
+        s
+    };
+    assert_eq!(guarded_power(&spec(OnConflict::Skip, &["team-a", "team-b"])), None);
+    assert_eq!(guarded_power(&spec(OnConflict::Overwrite, &["team-a"])), Some("onConflict: Overwrite"));
+    for open in [&[][..], &["team-*"][..], &["team-?"][..]] {
+        assert!(guarded_power(&spec(OnConflict::Skip, open)).is_some(), "{open:?}");
+    }
+}

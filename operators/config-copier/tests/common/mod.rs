@@ -37,8 +37,19 @@ pub fn rbac_rules() -> Vec<PolicyRule> {
         rule(&[""], &["configmaps", "secrets"], &["get", "list", "watch", "create", "patch", "delete"]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
         rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update"]),
+        // As the chart grants it with admissionPolicy.enabled (by name there).
+        rule(
+            &["admissionregistration.k8s.io"],
+            &["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            &["get"],
+        ),
     ]
 }
+
+/// Environment the shared operator of this test binary starts with, besides
+/// its kubeconfig (set before its first use; a test binary of its own for
+/// settings the other tests must not see).
+pub static OPERATOR_ENV: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
 
 /// Installs the CopyRule CRD and waits until served.
 pub async fn install_crd(env: &TestEnv) {
@@ -127,6 +138,7 @@ pub async fn operator(env: &TestEnv) -> &'static Running {
                 .env("KUBECONFIG", &kubeconfig)
                 .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
                 .env("RUST_LOG", "info,config_copier=debug")
+                .envs(OPERATOR_ENV.lock().map(|e| e.clone()).unwrap_or_default())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(out);
