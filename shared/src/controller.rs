@@ -146,7 +146,8 @@ impl Context {
         });
 
         let reconcile = Arc::new(reconcile);
-        let panicked = Arc::new(PanicBackoff::default());
+        let panicked = Arc::new(crate::backoff::ErrorBackoff::default());
+        let gone = panicked.clone();
         let cache = controller.store();
         let (leading, shutdown) = (self.leading.clone(), self.shutdown.clone());
         let retries = m.retries.clone();
@@ -319,7 +320,9 @@ impl Context {
                     }
                     // Its turn came after it was deleted: it left the queue.
                     Err(kube::runtime::controller::Error::ObjectNotFound(obj_ref)) => {
-                        queue.taken(&queue_key(obj_ref.namespace.as_deref(), &obj_ref.name), Instant::now());
+                        let key = queue_key(obj_ref.namespace.as_deref(), &obj_ref.name);
+                        queue.taken(&key, Instant::now());
+                        gone.forget(&key);
                     }
                     Err(other) => tracing::debug!(controller = name, error = %other, "controller event"),
                 }
@@ -346,27 +349,6 @@ impl<T> Future for AbortOnDrop<T> {
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
         std::pin::Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-/// Retry delays of objects whose last reconcile panicked: 1 s, doubling up
-/// to 5 min, forgotten at the next reconcile that returns.
-#[derive(Default)]
-struct PanicBackoff(std::sync::Mutex<std::collections::HashMap<String, Duration>>);
-
-impl PanicBackoff {
-    fn next(&self, key: &str) -> Duration {
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let next = map.get(key).map_or(Duration::from_secs(1), |d| (*d * 2).min(Duration::from_secs(300)));
-        map.insert(key.to_string(), next);
-        next
-    }
-
-    fn forget(&self, key: &str) {
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !map.is_empty() {
-            map.remove(key);
-        }
     }
 }
 
