@@ -114,6 +114,14 @@ impl Conditions {
     }
 }
 
+/// Whether `conditions` already say that `type_` is `reason` with `message`.
+/// The Event for a refusal or failure is published when its condition is
+/// first set, not at every reconcile that finds it again: `if
+/// !already_said(..) { events.warning(..) }`.
+pub fn already_said(conditions: Option<&[Condition]>, type_: &str, reason: &str, message: &str) -> bool {
+    conditions.into_iter().flatten().any(|c| c.type_ == type_ && c.reason == reason && c.message == message)
+}
+
 /// JSON schema for a `conditions` field: a list keyed by `type`, so server-side
 /// apply merges conditions from different field managers instead of replacing
 /// the whole list. Use with `#[schemars(schema_with = "flotilla_shared::conditions::schema")]`.
@@ -162,5 +170,16 @@ mod tests {
         let mut c = Conditions::new(None, None);
         c.set(READY, true, "Ok", "é".repeat(40_000));
         assert!(c.get(READY).unwrap().message.len() <= MAX_MESSAGE);
+    }
+
+    #[test]
+    fn already_said_matches_type_reason_and_message() {
+        let mut c = Conditions::new(None, None);
+        c.set("Ready", false, "Refused", "no");
+        let list = c.into_vec();
+        assert!(already_said(Some(&list), "Ready", "Refused", "no"));
+        assert!(!already_said(Some(&list), "Ready", "Refused", "other message"));
+        assert!(!already_said(Some(&list), "Ready", "Other", "no"));
+        assert!(!already_said(None, "Ready", "Refused", "no"));
     }
 }

@@ -25,6 +25,34 @@ where
     api.patch_status(name, &PatchParams::apply(field_manager).force(), &Patch::Apply(&patch)).await
 }
 
+/// A custom resource's status, as the operator writes it: its conditions
+/// are what [`same_ignoring_times`] leaves the times and order out of.
+pub trait ReportedStatus: Clone + PartialEq + Serialize {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+/// Applies `new` (as [`apply_status`]) unless `old` says the same
+/// ([`same_ignoring_times`]); whether it wrote. An unchanged status is not
+/// written: every write wakes every watcher of the object, the operator's
+/// own controller included.
+pub async fn apply_status_if_changed<K, S>(
+    api: &Api<K>,
+    name: &str,
+    field_manager: &str,
+    old: Option<&S>,
+    new: &S,
+) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug,
+    S: ReportedStatus,
+{
+    if old.is_some_and(|old| same_ignoring_times(old, new, S::conditions_mut)) {
+        return Ok(false);
+    }
+    apply_status(api, name, field_manager, new).await?;
+    Ok(true)
+}
+
 /// Whether two statuses say the same, ignoring when their conditions last
 /// changed and in which order they are listed: an unchanged status is not
 /// written again (every write would wake every watcher of the object).
