@@ -340,7 +340,14 @@ async fn each_operator_may_renew_only_its_own_lease() {
     let admin = env.client().await;
     for op in flotilla_e2e::operators().unwrap() {
         // service-dns installs only with a zone; the zone is not used here.
-        let values: &[&str] = if op == "service-dns" { &["--set", "route53.domainName=example.com"] } else { &[] };
+        // config-copier's CopyRule access roles have cluster-wide fixed names
+        // that config_copier_rbac_is_sufficient_and_minimal's release owns
+        // at the same time (helm refuses a second owner); not needed here.
+        let values: &[&str] = match op.as_str() {
+            "service-dns" => &["--set", "route53.domainName=example.com"],
+            "config-copier" => &["--set", "copyRuleRoles.create=false"],
+            _ => &[],
+        };
         let installed = install_chart(&env, &op, values).await;
         let (ns, fullname) = (installed.namespace.clone(), installed.fullname.clone());
         let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
