@@ -1,30 +1,175 @@
 //! A projection of the Pods an operator watches, and the namespaces each
 //! change touched: how pod-alert and pod-debugger keep their pod caches
 //! small and trigger the rules of the namespaces whose pods changed.
+//!
+//! A pod's labels are its author's to write, as many as the API takes
+//! (~12,000 in one pod fit): a view keeps only the label keys some live
+//! selector of the operator references ([`LabelKeys`]), at most
+//! [`MAX_LABEL_BYTES`] of them. When a selector references a new key, the
+//! pod watch lists again so every view gets it; until that list is done,
+//! [`LabelKeys::covers`] says the views cannot be matched on that key yet.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
+use tokio::sync::watch;
 
 use crate::health::WatchHealth;
 use crate::projection::{Writer, touched};
 
+/// Labels a pod view keeps at most (keys and values); a pod with more of
+/// the referenced ones is marked cut and matches no selector.
+pub const MAX_LABEL_BYTES: usize = 4 << 10;
+/// Pods per list page: a page of full Pods is held, parsed, before each
+/// becomes its small view, and a pod's labels and managed fields can take
+/// a megabyte.
+pub const PAGE_SIZE: u32 = 10;
+/// Re-lists for new label keys are at least this far apart.
+const RELIST_GAP: Duration = Duration::from_secs(5);
+
+/// The label keys the live selectors reference, shared by the pod watch
+/// (which re-lists when one is new) and the views (which keep only them).
+#[derive(Clone)]
+pub struct LabelKeys {
+    state: Arc<Mutex<KeysState>>,
+    /// Bumped when a key is referenced that the last list did not keep.
+    relist: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct KeysState {
+    wanted: BTreeSet<String>,
+    /// The keys every view holds: those wanted when the last complete list began.
+    listed: BTreeSet<String>,
+}
+
+/// A pod's labels as a view keeps them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodLabels {
+    /// The referenced keys the pod has.
+    pub labels: BTreeMap<String, String>,
+    /// They took more than [`MAX_LABEL_BYTES`]: none are kept, and no
+    /// selector should match the pod on them.
+    pub cut: bool,
+}
+
+impl Default for LabelKeys {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LabelKeys {
+    pub fn new() -> Self {
+        Self { state: Arc::default(), relist: watch::Sender::new(0) }
+    }
+
+    /// The keys the live selectors reference now. Returns true when one is
+    /// new to the views: the pod watch lists again (a key no longer
+    /// referenced costs nothing until then).
+    pub fn set(&self, keys: impl IntoIterator<Item = String>) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let wanted: BTreeSet<String> = keys.into_iter().collect();
+        let new = !wanted.is_subset(&st.listed);
+        let changed = wanted != st.wanted;
+        st.wanted = wanted;
+        drop(st);
+        if new && changed {
+            self.relist.send_modify(|n| *n += 1);
+        }
+        new
+    }
+
+    /// Whether every view holds `keys` (a list that began after they were
+    /// referenced is complete).
+    pub fn covers<'a>(&self, mut keys: impl Iterator<Item = &'a str>) -> bool {
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        keys.all(|k| st.listed.contains(k))
+    }
+
+    /// What a view keeps of `labels`.
+    pub fn keep(&self, labels: Option<&BTreeMap<String, String>>) -> PodLabels {
+        let Some(labels) = labels else { return PodLabels::default() };
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = BTreeMap::new();
+        let mut bytes = 0;
+        // Whichever map is smaller is walked.
+        let pairs: Box<dyn Iterator<Item = (&String, &String)>> = if labels.len() <= st.wanted.len() {
+            Box::new(labels.iter().filter(|(k, _)| st.wanted.contains(*k)))
+        } else {
+            Box::new(st.wanted.iter().filter_map(|k| labels.get_key_value(k)))
+        };
+        for (k, v) in pairs {
+            bytes += k.len() + v.len();
+            if bytes > MAX_LABEL_BYTES {
+                return PodLabels { labels: BTreeMap::new(), cut: true };
+            }
+            kept.insert(k.clone(), v.clone());
+        }
+        PodLabels { labels: kept, cut: false }
+    }
+
+    fn wanted(&self) -> BTreeSet<String> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).wanted.clone()
+    }
+
+    fn listed(&self, keys: BTreeSet<String>) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).listed = keys;
+    }
+}
+
 /// Feeds `writer` with `view` of each Pod `api` lists and watches (keyed
 /// `<namespace>/<name>`), marks `health` synced after the first list, and
 /// after each event hands `changed` the namespaces whose pods' views
-/// changed (sorted, without repeats; empty when nothing did).
+/// changed (sorted, without repeats; empty when nothing did). When `keys`
+/// gains a key the views lack, the watch starts over with a new list (at
+/// most every few seconds), whose completion replaces every view.
 ///
-/// Lists in pages of 50: a page of full Pods is what peaks memory at start,
-/// and each becomes its small view at once.
+/// Lists in pages of [`PAGE_SIZE`]: a page of full Pods is what peaks
+/// memory at start, and each becomes its small view at once.
 pub async fn watch_pods<T: PartialEq>(
     api: Api<Pod>,
     writer: Writer<T>,
     view: impl Fn(&Pod) -> T,
     namespace_of: impl for<'a> Fn(&'a T) -> &'a str,
+    keys: LabelKeys,
     health: WatchHealth,
     mut changed: impl FnMut(&[&str]),
 ) {
-    let watch = health.track(watcher(api, watcher::Config::default().any_semantic().page_size(50)));
+    let started: Option<Instant> = None;
+    let watches = futures::stream::unfold((started, keys.relist.subscribe()), move |(last, mut relist)| {
+        let (api, keys) = (api.clone(), keys.clone());
+        async move {
+            if let Some(last) = last {
+                tokio::time::sleep(RELIST_GAP.saturating_sub(last.elapsed())).await;
+                tracing::info!("listing the pods again: a selector references a label key the views lack");
+            }
+            relist.borrow_and_update();
+            let listing = keys.wanted();
+            let until = {
+                let mut relist = relist.clone();
+                async move {
+                    let _ = relist.changed().await;
+                }
+            };
+            let marks = keys.clone();
+            let watch = watcher(api, watcher::Config::default().any_semantic().page_size(PAGE_SIZE))
+                .inspect(move |e| {
+                    if matches!(e, Ok(watcher::Event::InitDone)) {
+                        marks.listed(listing.clone());
+                    }
+                })
+                .take_until(until);
+            Some((watch, (Some(Instant::now()), relist)))
+        }
+    })
+    .flatten();
+    let watch = health.track(watches);
     let project = |pod: Pod| (format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), view(&pod));
     writer.run(watch, project, move || health.synced(), |changes| changed(&touched(changes, &namespace_of))).await;
 }
@@ -61,6 +206,32 @@ mod tests {
         cm.metadata.namespace = Some(ns.into());
         cm.metadata.name = Some(name.into());
         Arc::new(cm)
+    }
+
+    fn labels(n: usize) -> BTreeMap<String, String> {
+        (0..n).map(|i| (format!("label-{i:05}"), "v".to_string())).collect()
+    }
+
+    #[test]
+    fn a_view_keeps_only_the_referenced_keys() {
+        let keys = LabelKeys::new();
+        let many = labels(12_000);
+        assert_eq!(keys.keep(Some(&many)), PodLabels::default(), "nothing referenced, nothing kept");
+        assert!(keys.set(["label-00007".to_string(), "tier".to_string()]), "new keys: a re-list");
+        let kept = keys.keep(Some(&many));
+        assert_eq!(kept.labels, BTreeMap::from([("label-00007".to_string(), "v".to_string())]));
+        assert!(!kept.cut);
+        // Until a list has run with them, the views may lack them.
+        assert!(!keys.covers(["tier"].into_iter()));
+        keys.listed(keys.wanted());
+        assert!(keys.covers(["tier", "label-00007"].into_iter()));
+        assert!(!keys.set(["tier".to_string()]), "a key dropped needs no re-list");
+        assert!(keys.keep(Some(&many)).labels.is_empty());
+        // More referenced bytes than a view keeps: cut, none kept.
+        keys.set(many.keys().cloned());
+        let cut = keys.keep(Some(&many));
+        assert!(cut.cut && cut.labels.is_empty());
+        assert_eq!(keys.keep(None), PodLabels::default());
     }
 
     #[test]
