@@ -4,7 +4,8 @@
 //!
 //! A pod's labels are its author's to write, as many as the API takes
 //! (~12,000 in one pod fit): a view keeps only the label keys some live
-//! selector of the operator references ([`LabelKeys`]), at most
+//! selector of the operator references for that pod's namespace
+//! ([`LabelKeys`]), at most
 //! [`MAX_LABEL_BYTES`] of them. When a selector references a new key, the
 //! pod watch lists again so every view gets it; until that list is done,
 //! [`LabelKeys::covers`] says the views cannot be matched on that key yet.
@@ -32,8 +33,10 @@ pub const PAGE_SIZE: u32 = 10;
 /// Re-lists for new label keys are at least this far apart.
 const RELIST_GAP: Duration = Duration::from_secs(5);
 
-/// The label keys the live selectors reference, shared by the pod watch
-/// (which re-lists when one is new) and the views (which keep only them).
+/// The label keys the live selectors reference, by the namespace whose
+/// pods they select (one tenant's selectors never change what is kept of
+/// another's pods), shared by the pod watch (which re-lists when one is
+/// new) and the views (which keep only them).
 #[derive(Clone)]
 pub struct LabelKeys {
     state: Arc<Mutex<KeysState>>,
@@ -41,11 +44,18 @@ pub struct LabelKeys {
     relist: watch::Sender<u64>,
 }
 
+/// Keys by the namespace whose pods they select; `None`: every namespace.
+pub type Scoped = BTreeMap<Option<String>, BTreeSet<String>>;
+
 #[derive(Default)]
 struct KeysState {
-    wanted: BTreeSet<String>,
+    wanted: Scoped,
     /// The keys every view holds: those wanted when the last complete list began.
-    listed: BTreeSet<String>,
+    listed: Scoped,
+}
+
+fn contains(set: &Scoped, scope: &Option<String>, key: &str) -> bool {
+    set.get(scope).is_some_and(|k| k.contains(key))
 }
 
 /// A pod's labels as a view keeps them.
@@ -69,13 +79,17 @@ impl LabelKeys {
         Self { state: Arc::default(), relist: watch::Sender::new(0) }
     }
 
-    /// The keys the live selectors reference now. Returns true when one is
-    /// new to the views: the pod watch lists again (a key no longer
-    /// referenced costs nothing until then).
-    pub fn set(&self, keys: impl IntoIterator<Item = String>) -> bool {
+    /// The keys the live selectors reference now: (the namespace whose pods
+    /// the selector reads, or None for every namespace; key). Returns true
+    /// when one is new to the views: the pod watch lists again (a key no
+    /// longer referenced costs nothing until then).
+    pub fn set(&self, keys: impl IntoIterator<Item = (Option<String>, String)>) -> bool {
+        let mut wanted = Scoped::new();
+        for (scope, key) in keys {
+            wanted.entry(scope).or_default().insert(key);
+        }
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let wanted: BTreeSet<String> = keys.into_iter().collect();
-        let new = !wanted.is_subset(&st.listed);
+        let new = wanted.iter().any(|(scope, keys)| keys.iter().any(|k| !contains(&st.listed, scope, k)));
         let changed = wanted != st.wanted;
         st.wanted = wanted;
         drop(st);
@@ -85,26 +99,25 @@ impl LabelKeys {
         new
     }
 
-    /// Whether every view holds `keys` (a list that began after they were
-    /// referenced is complete).
-    pub fn covers<'a>(&self, mut keys: impl Iterator<Item = &'a str>) -> bool {
+    /// Whether every view of `namespace`'s pods (None: of every namespace)
+    /// holds `keys` (a list that began after they were referenced is complete).
+    pub fn covers<'a>(&self, namespace: Option<&str>, mut keys: impl Iterator<Item = &'a str>) -> bool {
         let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        keys.all(|k| st.listed.contains(k))
+        let scope = namespace.map(str::to_string);
+        keys.all(|k| contains(&st.listed, &scope, k))
     }
 
-    /// What a view keeps of `labels`.
-    pub fn keep(&self, labels: Option<&BTreeMap<String, String>>) -> PodLabels {
+    /// What a view of a pod in `namespace` keeps of `labels`.
+    pub fn keep(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> PodLabels {
         let Some(labels) = labels else { return PodLabels::default() };
         let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let empty = BTreeSet::new();
+        let everywhere = st.wanted.get(&None).unwrap_or(&empty);
+        let here = st.wanted.get(&Some(namespace.to_string())).unwrap_or(&empty);
         let mut kept = BTreeMap::new();
         let mut bytes = 0;
-        // Whichever map is smaller is walked.
-        let pairs: Box<dyn Iterator<Item = (&String, &String)>> = if labels.len() <= st.wanted.len() {
-            Box::new(labels.iter().filter(|(k, _)| st.wanted.contains(*k)))
-        } else {
-            Box::new(st.wanted.iter().filter_map(|k| labels.get_key_value(k)))
-        };
-        for (k, v) in pairs {
+        for key in everywhere.union(here) {
+            let Some((k, v)) = labels.get_key_value(key) else { continue };
             bytes += k.len() + v.len();
             if bytes > MAX_LABEL_BYTES {
                 return PodLabels { labels: BTreeMap::new(), cut: true };
@@ -114,11 +127,11 @@ impl LabelKeys {
         PodLabels { labels: kept, cut: false }
     }
 
-    fn wanted(&self) -> BTreeSet<String> {
+    fn wanted(&self) -> Scoped {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).wanted.clone()
     }
 
-    fn listed(&self, keys: BTreeSet<String>) {
+    fn listed(&self, keys: Scoped) {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).listed = keys;
     }
 }
@@ -212,26 +225,37 @@ mod tests {
         (0..n).map(|i| (format!("label-{i:05}"), "v".to_string())).collect()
     }
 
+    fn k(scope: Option<&str>, key: &str) -> (Option<String>, String) {
+        (scope.map(str::to_string), key.to_string())
+    }
+
     #[test]
-    fn a_view_keeps_only_the_referenced_keys() {
+    fn a_view_keeps_only_the_referenced_keys_of_its_namespace() {
         let keys = LabelKeys::new();
         let many = labels(12_000);
-        assert_eq!(keys.keep(Some(&many)), PodLabels::default(), "nothing referenced, nothing kept");
-        assert!(keys.set(["label-00007".to_string(), "tier".to_string()]), "new keys: a re-list");
-        let kept = keys.keep(Some(&many));
-        assert_eq!(kept.labels, BTreeMap::from([("label-00007".to_string(), "v".to_string())]));
+        assert_eq!(keys.keep("a", Some(&many)), PodLabels::default(), "nothing referenced, nothing kept");
+        assert!(keys.set([k(Some("a"), "label-00007"), k(Some("a"), "tier"), k(None, "label-00009")]), "a re-list");
+        let kept = keys.keep("a", Some(&many));
+        let both =
+            |ks: &[&str]| -> BTreeMap<String, String> { ks.iter().map(|k| (k.to_string(), "v".to_string())).collect() };
+        assert_eq!(kept.labels, both(&["label-00007", "label-00009"]));
         assert!(!kept.cut);
+        // Another namespace's selectors keep nothing of this one's pods.
+        assert_eq!(keys.keep("b", Some(&many)).labels, both(&["label-00009"]));
         // Until a list has run with them, the views may lack them.
-        assert!(!keys.covers(["tier"].into_iter()));
+        assert!(!keys.covers(Some("a"), ["tier"].into_iter()));
         keys.listed(keys.wanted());
-        assert!(keys.covers(["tier", "label-00007"].into_iter()));
-        assert!(!keys.set(["tier".to_string()]), "a key dropped needs no re-list");
-        assert!(keys.keep(Some(&many)).labels.is_empty());
+        assert!(keys.covers(Some("a"), ["tier", "label-00007"].into_iter()));
+        assert!(!keys.covers(Some("b"), ["tier"].into_iter()));
+        assert!(keys.covers(None, ["label-00009"].into_iter()));
+        assert!(!keys.set([k(Some("a"), "tier")]), "a key dropped needs no re-list");
+        assert!(keys.keep("a", Some(&many)).labels.is_empty());
         // More referenced bytes than a view keeps: cut, none kept.
-        keys.set(many.keys().cloned());
-        let cut = keys.keep(Some(&many));
+        keys.set(many.keys().map(|key| k(Some("a"), key)));
+        let cut = keys.keep("a", Some(&many));
         assert!(cut.cut && cut.labels.is_empty());
-        assert_eq!(keys.keep(None), PodLabels::default());
+        assert!(!keys.keep("b", Some(&many)).cut);
+        assert_eq!(keys.keep("a", None), PodLabels::default());
     }
 
     #[test]

@@ -270,11 +270,20 @@ impl Data {
             list.sort_by_key(|a| seniority(a));
             for a in list.iter().take(self.options.max_per_namespace) {
                 served.extend(a.uid());
-                keys.extend(a.spec.selector.iter().flat_map(|s| s.keys()).map(str::to_string));
+                let scope = self.scope(a);
+                keys.extend(a.spec.selector.iter().flat_map(|s| s.keys()).map(|k| (scope.clone(), k.to_string())));
             }
         }
         self.label_keys.set(keys);
         served
+    }
+
+    /// The namespace whose pods `a` reads (None: every namespace, where its
+    /// `allNamespaces` is honoured).
+    fn scope(&self, a: &PodAlert) -> Option<String> {
+        let ns = a.metadata.namespace.clone();
+        let everywhere = a.spec.all_namespaces && ns.as_ref().is_some_and(|n| self.options.cluster_scope.contains(n));
+        if everywhere { None } else { ns }
     }
 
     /// Drops the state of deleted PodAlerts (their sink workers end), the
@@ -354,7 +363,8 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     let served = data.served().contains(&uid);
     // Until the pods are listed (with the label keys this PodAlert's
     // selector reads), an evaluation would see too few pods.
-    let keys_listed = data.label_keys.covers(alert.spec.selector.iter().flat_map(|s| s.keys()));
+    let keys_listed =
+        data.label_keys.covers(data.scope(&alert).as_deref(), alert.spec.selector.iter().flat_map(|s| s.keys()));
     if served && (!data.pods.is_ready() || !keys_listed) {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }

@@ -179,7 +179,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         namespace: meta.namespace.clone().unwrap_or_default(),
         name: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone().unwrap_or_default(),
-        labels: keys.keep(meta.labels.as_ref()),
+        labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         workload: workload_of(pod),
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
@@ -268,7 +268,7 @@ mod tests {
     #[test]
     fn a_view_is_small_whatever_the_pod_holds() {
         let keys = LabelKeys::new();
-        keys.set(["tier".to_string()]);
+        keys.set([(Some("a".to_string()), "tier".to_string())]);
         let labels: serde_json::Map<String, serde_json::Value> = (0..12_000)
             .map(|i| (format!("label-{i:05}"), serde_json::Value::from("x")))
             .chain([("tier".to_string(), serde_json::Value::from("backend"))])

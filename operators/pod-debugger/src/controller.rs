@@ -167,7 +167,10 @@ impl Data {
     /// pod watch lists again when one is new).
     fn refresh_label_keys(&self) {
         let rules = self.rules.state();
-        self.label_keys.set(rules.iter().flat_map(|r| r.spec.selector.keys().map(str::to_string).collect::<Vec<_>>()));
+        self.label_keys.set(rules.iter().flat_map(|r| {
+            let ns = r.metadata.namespace.clone();
+            r.spec.selector.keys().map(move |k| (ns.clone(), k.to_string())).collect::<Vec<_>>()
+        }));
     }
 
     fn state(&self, rule: &PodDebugger) -> Arc<tokio::sync::Mutex<RuleState>> {
@@ -284,7 +287,7 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     // keys this selector reads), a plan would see too few pods (and a
     // status written from it would say so).
     data.refresh_label_keys();
-    if !data.pods.is_ready() || !data.label_keys.covers(rule.spec.selector.keys()) {
+    if !data.pods.is_ready() || !data.label_keys.covers(Some(&ns), rule.spec.selector.keys()) {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let state = data.state(&rule);

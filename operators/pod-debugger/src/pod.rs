@@ -108,7 +108,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         namespace: meta.namespace.clone().unwrap_or_default(),
         name: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone().unwrap_or_default(),
-        labels: keys.keep(meta.labels.as_ref()),
+        labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
         terminating: meta.deletion_timestamp.is_some(),
         mirror: meta.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
@@ -148,7 +148,7 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         let keys = LabelKeys::new();
-        keys.set(["app".to_string()]);
+        keys.set([(Some("n".to_string()), "app".to_string())]);
         let v = view(&pod, &keys);
         assert_eq!(v.labels.labels, BTreeMap::from([("app".to_string(), "payment".to_string())]));
         assert!(v.running && v.mirror && !v.terminating);
