@@ -732,8 +732,12 @@ fn release_held(alert: &PodAlert, ns: &str, st: &mut State, data: &Data, now: Ti
     let mut limiter = data.limiter.lock().unwrap_or_else(PoisonError::into_inner);
     for (name, held) in st.held.iter_mut() {
         let Some(sink) = st.sinks.get(name) else { continue };
-        while !held.is_empty() && limiter.try_take(ns, now) {
-            match held.release() {
+        while !held.is_empty() {
+            let tokens = limiter.available(ns, now);
+            if !limiter.try_take(ns, now) {
+                break;
+            }
+            match held.release(tokens) {
                 Some(Release::One(n)) => {
                     sink.send(payload(name, *n), &data.metrics, name);
                 }

@@ -76,6 +76,17 @@ impl Limiter {
         took
     }
 
+    /// Tokens `namespace` has now (`u32::MAX` without a limit).
+    pub fn available(&self, namespace: &str, now: Timestamp) -> u32 {
+        if self.per_minute == 0 {
+            return u32::MAX;
+        }
+        let Some(mut b) = self.buckets.get(namespace).copied() else { return self.per_minute };
+        self.refill(&mut b, now);
+        // Whole tokens, at most a minute's worth: the cast cannot truncate.
+        b.tokens.floor().clamp(0.0, self.capacity()) as u32
+    }
+
     /// When `namespace` has a token again (now when it has one).
     pub fn next_token(&self, namespace: &str, now: Timestamp) -> Timestamp {
         let Some(mut b) = self.buckets.get(namespace).copied() else { return now };
@@ -134,8 +145,14 @@ impl Held {
         self.waiting.is_empty() && self.overflow == 0
     }
 
-    /// What one token sends: the oldest alone, or everything as a summary.
-    pub fn release(&mut self) -> Option<Release> {
+    /// What one token sends, with `tokens` available now: each alone when
+    /// the tokens cover every one waiting, else the oldest alone (two or
+    /// fewer waiting) or everything as one summary.
+    pub fn release(&mut self, tokens: u32) -> Option<Release> {
+        let waiting = u32::try_from(self.waiting.len()).unwrap_or(u32::MAX);
+        if self.overflow == 0 && waiting <= tokens {
+            return self.waiting.pop_front().map(|n| Release::One(Box::new(n)));
+        }
         if self.waiting.len() > SUMMARY_FROM || (self.overflow > 0 && !self.waiting.is_empty()) {
             let all: Vec<Notification> = self.waiting.drain(..).collect();
             return Some(Release::Summary(all, std::mem::take(&mut self.overflow)));
@@ -234,6 +251,7 @@ mod tests {
         let now = t(0);
         assert_eq!((0..100).filter(|_| l.try_take("a", now)).count(), 60);
         assert!(l.try_take("b", now), "another namespace is not slowed");
+        assert_eq!((l.available("a", now), l.available("b", now), l.available("c", now)), (0, 59, 60));
         assert_eq!(l.next_token("a", now), after(now, Duration::from_secs(1)));
         assert!(!l.try_take("a", after(now, Duration::from_millis(500))));
         assert!(l.try_take("a", after(now, Duration::from_millis(1000))));
@@ -249,14 +267,22 @@ mod tests {
     #[test]
     fn held_notifications_go_one_by_one_or_as_a_summary() {
         let mut h = Held::default();
-        assert_eq!(h.release(), None);
+        assert_eq!(h.release(1), None);
         h.hold(note(1));
-        assert!(matches!(h.release(), Some(Release::One(_))));
+        assert!(matches!(h.release(1), Some(Release::One(_))));
+        // Tokens for all: each alone.
+        for n in 0..5 {
+            h.hold(note(n));
+        }
+        assert!(matches!(h.release(5), Some(Release::One(_))));
+        assert_eq!(h.waiting.len(), 4);
+        // One token for four: a summary of them all.
+        assert!(matches!(h.release(1), Some(Release::Summary(all, 0)) if all.len() == 4));
         for n in 0..(MAX_HELD + 5) {
             h.hold(note(n));
         }
         assert_eq!(h.overflow, 5);
-        let Some(Release::Summary(all, more)) = h.release() else { panic!("a summary") };
+        let Some(Release::Summary(all, more)) = h.release(1000) else { panic!("a summary") };
         assert_eq!((all.len(), more), (MAX_HELD, 5));
         assert!(h.is_empty());
         let s = slack_summary(&("a".into(), "pa".into()), &all, more);
