@@ -187,6 +187,24 @@ pub async fn watch_pods<T: PartialEq>(
     writer.run(watch, project, move || health.synced(), |changes| changed(&touched(changes, &namespace_of))).await;
 }
 
+/// Waits until `store` holds its first complete list; false when its
+/// writer is gone first. kube-runtime 5's readiness is a oneshot with one
+/// waker slot that the controller's own wait can take over: waiting again
+/// after a short timeout registers anew (see `controller.rs`).
+pub async fn rules_listed<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+            Ok(Ok(())) => return true,
+            Ok(Err(_)) => return false,
+            Err(_) => continue,
+        }
+    }
+}
+
 /// The rules (namespaced objects of an operator) that a change of the pods
 /// in `namespaces` (sorted, as `watch_pods` hands them) concerns: those in
 /// one of those namespaces, and those `everywhere` says look at every

@@ -208,7 +208,7 @@ fn stash_status(pa: &mut PodAlert, tails: &Tails, restored: &Mutex<Restored>) {
 /// Starts once the PodAlerts are listed, so that the first list of pods
 /// keeps the label keys their selectors reference.
 async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Arc<Data>, health: WatchHealth) {
-    if data.alerts.wait_until_ready().await.is_err() {
+    if !flotilla_shared::pods::rules_listed(&data.alerts).await {
         return;
     }
     data.served();

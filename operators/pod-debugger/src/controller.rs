@@ -139,7 +139,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
 /// that changed. Starts once the PodDebuggers are listed, so that the first
 /// list of pods keeps the label keys their selectors reference.
 async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Arc<Data>, health: WatchHealth) {
-    if data.rules.wait_until_ready().await.is_err() {
+    if !flotilla_shared::pods::rules_listed(&data.rules).await {
         return;
     }
     data.refresh_label_keys();
