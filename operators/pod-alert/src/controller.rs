@@ -545,6 +545,8 @@ async fn read_logs(
             let container = inc.key.container.clone();
             let pod_ns = if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() };
             let id = Identity { pod: src.pod.clone(), incarnation: src.incarnation.clone().unwrap_or_default() };
+            let gate = data.tails.gate(&t.key);
+            let _reading = gate.lock().await;
             if let Some(tail) = data.tails.reusable(&t.key, &id, lines, bytes, now) {
                 let text = tail.view(lines, bytes);
                 inc.logs = Some(tail);

@@ -321,6 +321,9 @@ pub struct Tails {
 #[derive(Debug, Default)]
 struct Inner {
     entries: HashMap<Key, Arc<Tail>>,
+    /// One read at a time per key: the PodAlerts that open the same
+    /// incident together wait for the first read and share it.
+    gates: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
     by_namespace: HashMap<String, usize>,
     total: usize,
 }
@@ -467,9 +470,17 @@ impl Tails {
         tail
     }
 
+    /// Held while reading `key`'s tail: a PodAlert with the same incident
+    /// waits, then finds the read [`Tails::reusable`].
+    pub fn gate(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(inner.gates.entry(key.clone()).or_default())
+    }
+
     /// Forgets the tails no incident or queued notification holds.
     pub fn collect(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.gates.retain(|_, g| Arc::strong_count(g) > 1);
         let unused: Vec<Key> =
             inner.entries.iter().filter(|(_, t)| Arc::strong_count(t) == 1).map(|(k, _)| k.clone()).collect();
         for key in unused {

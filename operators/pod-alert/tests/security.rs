@@ -89,43 +89,63 @@ async fn sinks_never_reach_the_operators_own_network_by_default() {
     assert!(!operator.logs().contains("panicked"));
 }
 
-/// With the receiver admitted: a sink's error in status is its class, not
-/// what the sink answered (`HTTP 4xx`, not the body with its token); and a
-/// log line holding Slack's control syntax reaches Slack escaped.
+/// With the receiver admitted, a sink's error in status is its class, not
+/// what the sink answered: `HTTP 4xx`, not the 404 and its body with a token.
 #[tokio::test]
-async fn sink_errors_are_classes_and_slack_shows_pod_text_uninterpreted() {
+async fn sink_errors_in_status_are_classes() {
     let env = node();
     install_crd(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-classes").await.unwrap();
     let receiver = Receiver::start(0).await;
     let _operator = start_operator_with_chart_rbac(&env, &ns, &LOOPBACK_SINKS).await;
-    secret(&client, &ns, "hooks", &[("webhook", &receiver.url("/gone")), ("slack", &receiver.url("/slack"))]).await;
+    secret(&client, &ns, "hooks", &[("webhook", &receiver.url("/gone"))]).await;
+    create_podalert(
+        &client,
+        &ns,
+        "classes",
+        json!({
+            "alerts": {"checkRunningPods": true, "restartThreshold": 1},
+            "sinks": {"webhook": {"urlSecretRef": {"name": "hooks", "key": "webhook"}}},
+        }),
+    )
+    .await
+    .unwrap();
+    pod(&client, &ns, "crasher", json!({}), &[("app", "exit 1")]).await;
+    let s = wait_status(&client, &ns, "classes", "the webhook refused", T, |s| {
+        sink(s, "webhook").filter(|x| x.failed >= 1).map(|_| s.clone())
+    })
+    .await;
+    assert_eq!(sink(&s, "webhook").unwrap().last_error, "HTTP 4xx");
+    let sinks = serde_json::to_string(&s.sinks).unwrap();
+    assert!(!sinks.contains("hunter2") && !sinks.contains("127.0.0.1") && !sinks.contains("gone"), "{sinks}");
+    assert!(receiver.received().iter().any(|r| r.path == "/gone"), "the webhook was asked");
+}
+
+/// A log line holding Slack's control syntax reaches Slack escaped: shown,
+/// never interpreted (no `@channel` ping, no disguised link).
+#[tokio::test]
+async fn slack_shows_what_pods_write_uninterpreted() {
+    let env = node();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pa-slack").await.unwrap();
+    let receiver = Receiver::start(0).await;
+    let _operator = start_operator_with_chart_rbac(&env, &ns, &LOOPBACK_SINKS).await;
+    secret(&client, &ns, "hooks", &[("slack", &receiver.url("/slack"))]).await;
     create_podalert(
         &client,
         &ns,
         "escapes",
         json!({
             "alerts": {"checkRunningPods": true, "restartThreshold": 1},
-            "sinks": {
-                "webhook": {"urlSecretRef": {"name": "hooks", "key": "webhook"}},
-                "slack": {"webhookSecretRef": {"name": "hooks", "key": "slack"}},
-            }
+            "sinks": {"slack": {"webhookSecretRef": {"name": "hooks", "key": "slack"}}},
         }),
     )
     .await
     .unwrap();
     let script = "echo '<!channel> deploy broke, see <https://evil.example/x|runbook> & rerun'; exit 1";
     pod(&client, &ns, "mention", json!({}), &[("app", script)]).await;
-    let s = wait_status(&client, &ns, "escapes", "the webhook refused", T, |s| {
-        sink(s, "webhook").filter(|x| x.failed >= 1).map(|_| s.clone())
-    })
-    .await;
-    let webhook = sink(&s, "webhook").unwrap();
-    assert_eq!(webhook.last_error, "HTTP 4xx");
-    let sinks = serde_json::to_string(&s.sinks).unwrap();
-    assert!(!sinks.contains("hunter2") && !sinks.contains("127.0.0.1") && !sinks.contains("gone"), "{sinks}");
-
     let msg = flotilla_testenv::wait_for("the Slack message", T, || {
         let r = receiver.clone();
         async move { Ok::<_, std::convert::Infallible>(r.slack_messages("Pod/mention").into_iter().next()) }
@@ -377,11 +397,15 @@ async fn pods_with_thousands_of_labels_are_matched_on_the_keys_selectors_use() {
     assert!(!operator.logs().contains("panicked"));
 }
 
-/// Issue 29: the view the operator decides from says the container is in
-/// back-off (the crashed run is the newest), and the next run starts before
-/// the log read (here: the API's log reads are held 25 s, as a slow kubelet
-/// would). The incident still carries the crashed run's lines, never the
-/// next run's. (Before: "later-run-line".)
+/// Issue 29: the view the operator decides from says the container's
+/// crashed run is the newest (terminated, or waiting in back-off), and the
+/// next run starts before the log read — here the API's log reads are held
+/// until the next run is up, as a slow kubelet would. The incident still
+/// carries the crashed run's lines, never the next run's. (Before:
+/// "later-run-line".) The kubelet restarts a container 10 s or more after
+/// its crash, when its pod is next synced: an attempt whose read did not
+/// reach the kubelet after the restart did not provoke the race, and the
+/// next attempt (a new pod, a new PodAlert) tries again.
 #[tokio::test]
 async fn the_crashed_runs_log_even_when_the_next_run_starts_before_the_read() {
     let env = node();
@@ -389,49 +413,76 @@ async fn the_crashed_runs_log_even_when_the_next_run_starts_before_the_read() {
     let client = env.client().await;
     let ns = env.namespace("pa-race").await.unwrap();
     let kubeconfig = chart_rbac_kubeconfig(&env, &ns).await;
-    let slow = SlowLogs::start(&env, &kubeconfig, Duration::from_secs(25)).await;
+    let (release, released) = tokio::sync::watch::channel(false);
+    let slow = SlowLogs::start(&env, &kubeconfig, released).await;
     let operator = start_operator_as(&slow.kubeconfig, &ns, &[], &[]);
-    // Runs 1 and 2 crash, each printing its number; run 3 stays up.
-    let script = "n=$(cat /d/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /d/n; \
-                  if [ $n -le 2 ]; then echo crashed-run-$n; exit 1; fi; echo later-run-line; exec sleep 3600";
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "flaky"},
-        "spec": {"terminationGracePeriodSeconds": 1, "volumes": [{"name": "d", "emptyDir": {}}], "containers": [{
-            "name": "app", "image": TOOLBOX_IMAGE, "volumeMounts": [{"name": "d", "mountPath": "/d"}],
-            "command": ["sh", "-c", script]
-        }]}
-    }))
-    .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &p).await.unwrap();
-    // Wait for the back-off after the second crash, then create the
-    // PodAlert: its first view of the pod is "waiting, crashed run newest".
-    flotilla_testenv::wait_for("the second crash's back-off", T, || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("flaky").await?;
-            let c = p.status.and_then(|s| s.container_statuses).and_then(|c| c.into_iter().next());
-            let waiting = c.as_ref().and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone());
-            let restarts = c.map(|c| c.restart_count).unwrap_or(0);
-            Ok::<_, kube::Error>((restarts >= 1 && waiting.as_deref() == Some("CrashLoopBackOff")).then_some(()))
-        }
-    })
-    .await
-    .unwrap();
-    create_podalert(&client, &ns, "race", json!({"alerts": {"checkRunningPods": true, "restartThreshold": 1}}))
+    let container = |p: Pod| p.status.and_then(|s| s.container_statuses).and_then(|c| c.into_iter().next());
+    for attempt in 0..3 {
+        let name = format!("flaky-{attempt}");
+        release.send_replace(false);
+        // Runs 1 and 2 crash, each printing its number; run 3 stays up.
+        let script = "n=$(cat /d/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /d/n; \
+                      if [ $n -le 2 ]; then echo crashed-run-$n; exit 1; fi; echo later-run-line; exec sleep 3600";
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"attempt": attempt.to_string()}},
+            "spec": {"terminationGracePeriodSeconds": 1, "volumes": [{"name": "d", "emptyDir": {}}], "containers": [{
+                "name": "app", "image": TOOLBOX_IMAGE, "volumeMounts": [{"name": "d", "mountPath": "/d"}],
+                "command": ["sh", "-c", script]
+            }]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &p).await.unwrap();
+        // The second crash (restart count 1, the container terminated or
+        // waiting in back-off).
+        let crashed = flotilla_testenv::wait_for("the second crash", T, || {
+            let (pods, name) = (pods.clone(), name.clone());
+            async move {
+                let Some(c) = container(pods.get(&name).await?) else { return Ok::<_, kube::Error>(None) };
+                let state = c.state.clone().unwrap_or_default();
+                let ended = state.terminated.as_ref().filter(|t| t.exit_code != 0).and_then(|t| t.finished_at.clone());
+                let waited = state
+                    .waiting
+                    .as_ref()
+                    .filter(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+                    .and_then(|_| c.last_state.as_ref()?.terminated.as_ref()?.finished_at.clone());
+                Ok(ended.or(waited).filter(|_| c.restart_count == 1).map(|t| t.0))
+            }
+        })
         .await
         .unwrap();
-    let inc = wait_status(&client, &ns, "race", "the incident with its log", Duration::from_secs(240), |s| {
-        s.incidents.iter().find(|i| i.workload == "Pod/flaky" && !i.logs.is_empty()).cloned()
-    })
-    .await;
-    assert!(slow.log_reads.load(std::sync::atomic::Ordering::SeqCst) >= 1);
-    // The next run did start while the read was held.
-    let running = pods.get("flaky").await.unwrap().status.and_then(|s| s.container_statuses).unwrap()[0]
-        .state
-        .as_ref()
-        .is_some_and(|s| s.running.is_some());
-    assert!(running, "the next run was to start during the read");
-    assert!(inc.logs.contains("crashed-run-"), "the crashed run's lines: {:?}", inc.logs);
-    assert!(!inc.logs.contains("later-run-line"), "the next run's lines: {:?}\n{}", inc.logs, operator.logs());
+        // The PodAlert just before the first back-off (10 s) ends: its view
+        // of the pod is "the crashed run is the newest"; its reads are held
+        // until the next run is up.
+        let at = crashed.as_millisecond() + 9000 - k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        tokio::time::sleep(Duration::from_millis(u64::try_from(at).unwrap_or(0))).await;
+        let spec = json!({"alerts": {"checkRunningPods": true, "restartThreshold": 1}, "selector": {"matchLabels": {"attempt": attempt.to_string()}}});
+        create_podalert(&client, &ns, &format!("race-{attempt}"), spec).await.unwrap();
+        let up = flotilla_testenv::wait_for("the next run", T, || {
+            let (pods, name) = (pods.clone(), name.clone());
+            async move {
+                let c = container(pods.get(&name).await?);
+                Ok::<_, kube::Error>(c.and_then(|c| c.state?.running).map(|_| Instant::now()))
+            }
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        release.send_replace(true);
+        let inc = wait_status(&client, &ns, &format!("race-{attempt}"), "the incident with its log", T, |s| {
+            s.incidents.iter().find(|i| i.workload == format!("Pod/{name}") && !i.logs.is_empty()).cloned()
+        })
+        .await;
+        let reads: Vec<(String, Instant)> =
+            slow.log_reads.lock().unwrap().iter().filter(|(r, _)| r.contains(&format!("/{name}/"))).cloned().collect();
+        let provoked = reads.first().is_some_and(|(q, at)| !q.contains("previous=true") && *at > up);
+        if !provoked {
+            eprintln!("attempt {attempt}: the race was not provoked (reads {reads:?}); again");
+            continue;
+        }
+        assert!(inc.logs.contains("crashed-run-2"), "the crashed run's lines: {:?} (reads {reads:?})", inc.logs);
+        assert!(!inc.logs.contains("later-run-line"), "the next run's lines: {:?}", inc.logs);
+        return;
+    }
+    panic!("the race was provoked in none of 3 attempts\n{}", operator.logs());
 }

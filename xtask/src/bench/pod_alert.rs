@@ -226,7 +226,9 @@ async fn bench(
         .await?;
     let log = cp.dir.join("pod-alert.log");
     let kubeconfig = cp.kubeconfig.display().to_string();
-    let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "warn")];
+    // The receiver is on loopback, which sinks may reach only when admitted
+    // (an environment variable: a build without the flag ignores it).
+    let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "warn"), ("ALLOWED_SINK_CIDRS", "127.0.0.0/8")];
     let op = Measured::start(binary, &[], &env, &log)?;
     wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
         .await?;
@@ -404,8 +406,8 @@ async fn attack(client: &kube::Client, op: &Measured) -> anyhow::Result<Attack> 
         list.iter().map(|a| serde_json::to_vec(&a.data["status"]).map(|v| v.len()).unwrap_or(0)).max().unwrap_or(0);
 
     say("attack: 40 pods with 12,000 labels each");
-    super::many_label_pods(client, LABELS, 40, 12_000).await?;
     let want = op.metric_sum("flotilla_pod_alert_pods_cached").unwrap_or(0.0) + 40.0;
+    super::many_label_pods(client, LABELS, 40, 12_000).await?;
     wait("the labelled pods cached", || async { Ok(op.metric_sum("flotilla_pod_alert_pods_cached")? >= want) }).await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let rss_labels = op.status_kib("VmRSS:").unwrap_or(0);

@@ -114,30 +114,33 @@ pub async fn metric(operator: &OperatorProcess, series: &str) -> Option<f64> {
 }
 
 /// An HTTP front of the API server for the operator, forwarding with
-/// `kubeconfig`'s identity, that holds every log read for `delay` before
-/// forwarding it: what a slow kubelet does, and what makes the gap between
-/// a cached pod view and its log read wide enough to provoke a race.
+/// `kubeconfig`'s identity, that holds log reads while `release` is false
+/// (each at most 9 s: the operator gives up a read after 10): what a slow
+/// kubelet does, and what makes the gap between a cached pod view and its
+/// log read wide enough to provoke a race. Every log read is recorded: its
+/// path and query, and when it went on to the kubelet.
 pub struct SlowLogs {
     /// A kubeconfig for the operator, pointing here.
     pub kubeconfig: PathBuf,
-    pub log_reads: Arc<std::sync::atomic::AtomicUsize>,
+    pub log_reads: Arc<Mutex<Vec<(String, Instant)>>>,
 }
 
 impl SlowLogs {
-    pub async fn start(env: &TestEnv, kubeconfig: &Path, delay: Duration) -> Self {
+    pub async fn start(env: &TestEnv, kubeconfig: &Path, release: tokio::sync::watch::Receiver<bool>) -> Self {
         let yaml = std::fs::read_to_string(kubeconfig).unwrap();
         let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
         let config = kube::Config::from_custom_kubeconfig(config, &Default::default()).await.unwrap();
         let client = kube::Client::try_from(config).unwrap();
-        let log_reads: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let log_reads: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
         let reads = log_reads.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-            let (client, reads) = (client.clone(), reads.clone());
+            let (client, reads, mut release) = (client.clone(), reads.clone(), release.clone());
             async move {
                 let (parts, body) = req.into_parts();
                 if parts.uri.path().ends_with("/log") {
-                    reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    tokio::time::sleep(delay).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(9), release.wait_for(|r| *r)).await;
+                    let read = format!("{}?{}", parts.uri.path(), parts.uri.query().unwrap_or_default());
+                    reads.lock().unwrap().push((read, Instant::now()));
                 }
                 let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
                 let mut out = http::Request::builder()
