@@ -267,10 +267,6 @@ async fn notifications_over_the_namespace_rate_limit_wait_and_go_out_as_a_summar
     for i in 0..10 {
         pod(&client, &ns, &format!("crash-{i}"), json!({}), &[("app", "exit 1")]).await;
     }
-    wait_status(&client, &ns, "flood", "notifications throttled", T, |s| {
-        condition(s, "Throttled").filter(|c| c.0 == "True")
-    })
-    .await;
     let documents = |kind: &str| -> Vec<Value> {
         receiver
             .received()
@@ -279,10 +275,20 @@ async fn notifications_over_the_namespace_rate_limit_wait_and_go_out_as_a_summar
             .map(|r| r.body)
             .collect()
     };
+    let opened = || documents("PodAlertNotification").into_iter().filter(|d| d["event"] == "opened").count();
+    flotilla_testenv::wait_for("the first openings", T, || {
+        let n = opened();
+        async move { Ok::<_, std::convert::Infallible>((n >= 3).then_some(())) }
+    })
+    .await
+    .unwrap();
     let throttled_at = Instant::now();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let opened = documents("PodAlertNotification").into_iter().filter(|d| d["event"] == "opened").count();
-    assert!(opened <= 3, "{opened} openings went out at once");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(opened() <= 3, "{} openings went out at once", opened());
+    wait_status(&client, &ns, "flood", "notifications throttled", T, |s| {
+        condition(s, "Throttled").filter(|c| c.0 == "True")
+    })
+    .await;
     let workloads = |docs: &[Value]| -> std::collections::BTreeSet<String> {
         docs.iter()
             .filter(|d| d["event"] == "opened")
