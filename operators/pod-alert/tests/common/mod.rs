@@ -99,6 +99,13 @@ pub async fn start_operator_with_chart_rbac(env: &TestEnv, namespace: &str, vars
     start_operator_as(&kubeconfig, namespace, &[], vars)
 }
 
+/// Deletes a test's namespace once it passed: the node is shared and holds
+/// 110 pods, and crash loops left behind would fill it.
+pub async fn delete_namespace(client: &kube::Client, ns: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = api.delete(ns, &Default::default()).await;
+}
+
 /// Secret `name` with `data` as string data.
 pub async fn secret(client: &kube::Client, ns: &str, name: &str, data: &[(&str, &str)]) {
     let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
