@@ -32,6 +32,21 @@ impl ConfigError {
     }
 }
 
+/// A size flag's value in bytes: `32Mi`, `512Ki`, `1Gi` or plain bytes.
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (n, unit) = if let Some(n) = s.strip_suffix("Gi") {
+        (n, 1 << 30)
+    } else if let Some(n) = s.strip_suffix("Mi") {
+        (n, 1 << 20)
+    } else if let Some(n) = s.strip_suffix("Ki") {
+        (n, 1 << 10)
+    } else {
+        (s, 1)
+    };
+    n.parse::<usize>().ok()?.checked_mul(unit)
+}
+
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -306,6 +321,21 @@ pub fn pod_namespace() -> Option<String> {
         .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_with_binary_suffixes() {
+        assert_eq!(parse_size("32Mi"), Some(32 << 20));
+        assert_eq!(parse_size("512Ki"), Some(512 << 10));
+        assert_eq!(parse_size("1Gi"), Some(1 << 30));
+        assert_eq!(parse_size("1000"), Some(1000));
+        assert_eq!(parse_size("32M"), None);
+        assert_eq!(parse_size("-1Mi"), None);
+    }
 }
 
 #[cfg(test)]

@@ -1,32 +1,208 @@
 //! A projection of the Pods an operator watches, and the namespaces each
 //! change touched: how pod-alert and pod-debugger keep their pod caches
 //! small and trigger the rules of the namespaces whose pods changed.
+//!
+//! A pod's labels are its author's to write, as many as the API takes
+//! (~12,000 in one pod fit): a view keeps only the label keys some live
+//! selector of the operator references for that pod's namespace
+//! ([`LabelKeys`]), at most
+//! [`MAX_LABEL_BYTES`] of them. When a selector references a new key, the
+//! pod watch lists again so every view gets it; until that list is done,
+//! [`LabelKeys::covers`] says the views cannot be matched on that key yet.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
+use tokio::sync::watch;
 
 use crate::health::WatchHealth;
 use crate::projection::{Writer, touched};
 
+/// Labels a pod view keeps at most (keys and values); a pod with more of
+/// the referenced ones is marked cut and matches no selector.
+pub const MAX_LABEL_BYTES: usize = 4 << 10;
+/// Pods per list page: a page of full Pods is held, parsed, before each
+/// becomes its small view, and a pod's labels and managed fields can take
+/// a megabyte.
+pub const PAGE_SIZE: u32 = 10;
+/// Re-lists for new label keys are at least this far apart.
+const RELIST_GAP: Duration = Duration::from_secs(5);
+
+/// The label keys the live selectors reference, by the namespace whose
+/// pods they select (one tenant's selectors never change what is kept of
+/// another's pods), shared by the pod watch (which re-lists when one is
+/// new) and the views (which keep only them).
+#[derive(Clone)]
+pub struct LabelKeys {
+    state: Arc<Mutex<KeysState>>,
+    /// Bumped when a key is referenced that the last list did not keep.
+    relist: watch::Sender<u64>,
+}
+
+/// Keys by the namespace whose pods they select; `None`: every namespace.
+pub type Scoped = BTreeMap<Option<String>, BTreeSet<String>>;
+
+#[derive(Default)]
+struct KeysState {
+    wanted: Scoped,
+    /// The keys every view holds: those wanted when the last complete list began.
+    listed: Scoped,
+}
+
+fn contains(set: &Scoped, scope: &Option<String>, key: &str) -> bool {
+    set.get(scope).is_some_and(|k| k.contains(key))
+}
+
+/// A pod's labels as a view keeps them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodLabels {
+    /// The referenced keys the pod has.
+    pub labels: BTreeMap<String, String>,
+    /// They took more than [`MAX_LABEL_BYTES`]: none are kept, and no
+    /// selector should match the pod on them.
+    pub cut: bool,
+}
+
+impl Default for LabelKeys {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LabelKeys {
+    pub fn new() -> Self {
+        Self { state: Arc::default(), relist: watch::Sender::new(0) }
+    }
+
+    /// The keys the live selectors reference now: (the namespace whose pods
+    /// the selector reads, or None for every namespace; key). Returns true
+    /// when one is new to the views: the pod watch lists again (a key no
+    /// longer referenced costs nothing until then).
+    pub fn set(&self, keys: impl IntoIterator<Item = (Option<String>, String)>) -> bool {
+        let mut wanted = Scoped::new();
+        for (scope, key) in keys {
+            wanted.entry(scope).or_default().insert(key);
+        }
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let new = wanted.iter().any(|(scope, keys)| keys.iter().any(|k| !contains(&st.listed, scope, k)));
+        let changed = wanted != st.wanted;
+        st.wanted = wanted;
+        drop(st);
+        if new && changed {
+            self.relist.send_modify(|n| *n += 1);
+        }
+        new
+    }
+
+    /// Whether every view of `namespace`'s pods (None: of every namespace)
+    /// holds `keys` (a list that began after they were referenced is complete).
+    pub fn covers<'a>(&self, namespace: Option<&str>, mut keys: impl Iterator<Item = &'a str>) -> bool {
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let scope = namespace.map(str::to_string);
+        keys.all(|k| contains(&st.listed, &scope, k))
+    }
+
+    /// What a view of a pod in `namespace` keeps of `labels`.
+    pub fn keep(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> PodLabels {
+        let Some(labels) = labels else { return PodLabels::default() };
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let empty = BTreeSet::new();
+        let everywhere = st.wanted.get(&None).unwrap_or(&empty);
+        let here = st.wanted.get(&Some(namespace.to_string())).unwrap_or(&empty);
+        let mut kept = BTreeMap::new();
+        let mut bytes = 0;
+        for key in everywhere.union(here) {
+            let Some((k, v)) = labels.get_key_value(key) else { continue };
+            bytes += k.len() + v.len();
+            if bytes > MAX_LABEL_BYTES {
+                return PodLabels { labels: BTreeMap::new(), cut: true };
+            }
+            kept.insert(k.clone(), v.clone());
+        }
+        PodLabels { labels: kept, cut: false }
+    }
+
+    fn wanted(&self) -> Scoped {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).wanted.clone()
+    }
+
+    fn listed(&self, keys: Scoped) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).listed = keys;
+    }
+}
+
 /// Feeds `writer` with `view` of each Pod `api` lists and watches (keyed
 /// `<namespace>/<name>`), marks `health` synced after the first list, and
 /// after each event hands `changed` the namespaces whose pods' views
-/// changed (sorted, without repeats; empty when nothing did).
+/// changed (sorted, without repeats; empty when nothing did). When `keys`
+/// gains a key the views lack, the watch starts over with a new list (at
+/// most every few seconds), whose completion replaces every view.
 ///
-/// Lists in pages of 50: a page of full Pods is what peaks memory at start,
-/// and each becomes its small view at once.
+/// Lists in pages of [`PAGE_SIZE`]: a page of full Pods is what peaks
+/// memory at start, and each becomes its small view at once.
 pub async fn watch_pods<T: PartialEq>(
     api: Api<Pod>,
     writer: Writer<T>,
     view: impl Fn(&Pod) -> T,
     namespace_of: impl for<'a> Fn(&'a T) -> &'a str,
+    keys: LabelKeys,
     health: WatchHealth,
     mut changed: impl FnMut(&[&str]),
 ) {
-    let watch = health.track(watcher(api, watcher::Config::default().any_semantic().page_size(50)));
+    let started: Option<Instant> = None;
+    let watches = futures::stream::unfold((started, keys.relist.subscribe()), move |(last, mut relist)| {
+        let (api, keys) = (api.clone(), keys.clone());
+        async move {
+            if let Some(last) = last {
+                tokio::time::sleep(RELIST_GAP.saturating_sub(last.elapsed())).await;
+                tracing::info!("listing the pods again: a selector references a label key the views lack");
+            }
+            relist.borrow_and_update();
+            let listing = keys.wanted();
+            let until = {
+                let mut relist = relist.clone();
+                async move {
+                    let _ = relist.changed().await;
+                }
+            };
+            let marks = keys.clone();
+            let watch = watcher(api, watcher::Config::default().any_semantic().page_size(PAGE_SIZE))
+                .inspect(move |e| {
+                    if matches!(e, Ok(watcher::Event::InitDone)) {
+                        marks.listed(listing.clone());
+                    }
+                })
+                .take_until(until);
+            Some((watch, (Some(Instant::now()), relist)))
+        }
+    })
+    .flatten();
+    let watch = health.track(watches);
     let project = |pod: Pod| (format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), view(&pod));
     writer.run(watch, project, move || health.synced(), |changes| changed(&touched(changes, &namespace_of))).await;
+}
+
+/// Waits until `store` holds its first complete list; false when its
+/// writer is gone first. kube-runtime 5's readiness is a oneshot with one
+/// waker slot that the controller's own wait can take over: waiting again
+/// after a short timeout registers anew (see `controller.rs`).
+pub async fn rules_listed<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+            Ok(Ok(())) => return true,
+            Ok(Err(_)) => return false,
+            Err(_) => continue,
+        }
+    }
 }
 
 /// The rules (namespaced objects of an operator) that a change of the pods
@@ -61,6 +237,43 @@ mod tests {
         cm.metadata.namespace = Some(ns.into());
         cm.metadata.name = Some(name.into());
         Arc::new(cm)
+    }
+
+    fn labels(n: usize) -> BTreeMap<String, String> {
+        (0..n).map(|i| (format!("label-{i:05}"), "v".to_string())).collect()
+    }
+
+    fn k(scope: Option<&str>, key: &str) -> (Option<String>, String) {
+        (scope.map(str::to_string), key.to_string())
+    }
+
+    #[test]
+    fn a_view_keeps_only_the_referenced_keys_of_its_namespace() {
+        let keys = LabelKeys::new();
+        let many = labels(12_000);
+        assert_eq!(keys.keep("a", Some(&many)), PodLabels::default(), "nothing referenced, nothing kept");
+        assert!(keys.set([k(Some("a"), "label-00007"), k(Some("a"), "tier"), k(None, "label-00009")]), "a re-list");
+        let kept = keys.keep("a", Some(&many));
+        let both =
+            |ks: &[&str]| -> BTreeMap<String, String> { ks.iter().map(|k| (k.to_string(), "v".to_string())).collect() };
+        assert_eq!(kept.labels, both(&["label-00007", "label-00009"]));
+        assert!(!kept.cut);
+        // Another namespace's selectors keep nothing of this one's pods.
+        assert_eq!(keys.keep("b", Some(&many)).labels, both(&["label-00009"]));
+        // Until a list has run with them, the views may lack them.
+        assert!(!keys.covers(Some("a"), ["tier"].into_iter()));
+        keys.listed(keys.wanted());
+        assert!(keys.covers(Some("a"), ["tier", "label-00007"].into_iter()));
+        assert!(!keys.covers(Some("b"), ["tier"].into_iter()));
+        assert!(keys.covers(None, ["label-00009"].into_iter()));
+        assert!(!keys.set([k(Some("a"), "tier")]), "a key dropped needs no re-list");
+        assert!(keys.keep("a", Some(&many)).labels.is_empty());
+        // More referenced bytes than a view keeps: cut, none kept.
+        keys.set(many.keys().map(|key| k(Some("a"), key)));
+        let cut = keys.keep("a", Some(&many));
+        assert!(cut.cut && cut.labels.is_empty());
+        assert!(!keys.keep("b", Some(&many)).cut);
+        assert_eq!(keys.keep("a", None), PodLabels::default());
     }
 
     #[test]

@@ -32,6 +32,13 @@ pub struct LabelSelector {
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
 
+impl LabelSelector {
+    /// The label keys the selector reads (what a pod view must keep).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.match_labels.keys().map(|k| k.0.as_str()).chain(self.match_expressions.iter().map(|r| r.key.as_str()))
+    }
+}
+
 /// A label key, `[prefix/]name`.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
 #[serde(transparent)]

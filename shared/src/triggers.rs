@@ -44,6 +44,15 @@ where
         Self { triggers: vec![own], reader, debounce: Duration::ZERO, concurrency: 0 }
     }
 
+    /// As [`Controller::new`], with `modify` applied to each object before
+    /// it is cached or reconciled: what the operator never reads (a status
+    /// it writes itself, and may only need once) is not held.
+    pub fn new_modified(api: Api<K>, wc: watcher::Config, modify: impl FnMut(&mut K) + Send + 'static) -> Self {
+        let (reader, writer) = reflector::store();
+        let own = trigger_self(reflector(writer, watcher(api, wc).modify(modify)).applied_objects(), ()).boxed();
+        Self { triggers: vec![own], reader, debounce: Duration::ZERO, concurrency: 0 }
+    }
+
     /// Reconciles the `K` owners (by ownerReferences) of the `Child`
     /// objects `api` and `wc` select whenever one changes or is deleted
     /// (a metadata-only watch: nothing of them is cached).

@@ -30,6 +30,13 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{- end }}
 - {{ printf "--cluster-scope-namespaces=%s" (include "flotilla.value" (join "," (.Values.clusterScopeNamespaces | default (list .Release.Namespace)))) | quote }}
 - {{ printf "--sink-timeout=%s" (include "flotilla.value" .Values.sinkTimeout) | quote }}
+{{- with .Values.sinks.allowedCIDRs }}
+- {{ printf "--allowed-sink-cidrs=%s" (include "flotilla.value" (join "," .)) | quote }}
+{{- end }}
+- {{ printf "--slack-hosts=%s" (include "flotilla.value" (join "," .Values.sinks.slackHosts)) | quote }}
+- {{ printf "--max-notifications-per-minute-per-namespace=%d" (int .Values.sinks.maxNotificationsPerMinutePerNamespace) | quote }}
+- {{ printf "--max-log-bytes=%s" (include "flotilla.value" .Values.maxLogBytes) | quote }}
+- {{ printf "--max-podalerts-per-namespace=%d" (int .Values.maxPodAlertsPerNamespace) | quote }}
 {{- end -}}
 
 {{- define "pod-alert.env" -}}

@@ -362,8 +362,10 @@ pub struct PodAlertStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Ready (the PodAlert is valid and being evaluated) and SinksHealthy
-    /// (every sink delivered its last notification).
+    /// Ready (the PodAlert is valid and being evaluated; False with
+    /// TooManyPodAlerts past the operator's per-namespace limit),
+    /// SinksHealthy (every sink delivered its last notification) and
+    /// Throttled (notifications wait for the namespace's rate limit).
     #[serde(default)]
     #[schemars(schema_with = "flotilla_shared::conditions::schema")]
     pub conditions: Vec<Condition>,
@@ -380,7 +382,8 @@ pub struct PodAlertStatus {
     pub incidents: Vec<IncidentStatus>,
     /// What was held back, by cause. Pods and containers skipped in the last
     /// evaluation: Completed, Terminating, SchedulingGated, IgnoredContainer,
-    /// IgnoredPod, ReasonNotSelected. Notifications not sent since the
+    /// IgnoredPod, ReasonNotSelected, LabelsTooLarge (more than 4 KiB of the
+    /// labels selectors read: such a pod matches no selector). Notifications not sent since the
     /// operator started evaluating this PodAlert: LogPattern, Cooldown,
     /// RecoveredInGrace (healthy again within the grace), AlreadyNotified.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -436,9 +439,10 @@ pub struct IncidentStatus {
     /// never notified again, even after an operator restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incarnations: Vec<String>,
-    /// The tail of the failing container's log (its previous run when it
-    /// restarted), capped by spec.logs; "logs unavailable: …" when the API
-    /// could not serve them.
+    /// The end of the failing container's log tail (its crashed run's),
+    /// at most 4 KiB here (the sinks get all of spec.logs); "logs
+    /// unavailable: …" when the API could not serve them, "(log tail left
+    /// out: …)" past the operator's log budget.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub logs: String,
 }
@@ -454,7 +458,9 @@ pub struct SinkStatus {
     /// When a notification was last delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_success: Option<Time>,
-    /// The last failure, e.g. "HTTP 503 (retry after 30s)".
+    /// The last failure: its class only (refused by policy, unreachable,
+    /// timeout, HTTP 4xx, HTTP 5xx), or a configuration problem (a Secret
+    /// not found).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_error: String,
     /// When it happened.

@@ -5,6 +5,17 @@
 //! and honour `Retry-After`; redirects are not followed; a sink's state
 //! (last success, last error) is kept for the PodAlert's status.
 //!
+//! Where a sink may send is the admin's decision ([`SinkRules`]): the
+//! address policy of [`crate::address`] (also after DNS, at connect time),
+//! and for Slack only the `--slack-hosts`. What a failure says in status is
+//! its class only ([`class`]): `refused by policy`, `unreachable`, `timeout`,
+//! `HTTP 4xx`, `HTTP 5xx` — never an address, the URL or the OS's error text,
+//! which would make the operator a port scanner for the PodAlert's author.
+//!
+//! A queued notification is rendered when it is sent ([`Payload`]), so what
+//! waits holds the shared log tail, not a copy. Alertmanager's sink keeps
+//! only the newest document (its full list of alerts): it never queues.
+//!
 //! No attempt starts while this replica does not lead (its term suspended):
 //! a successor may already be sending the same incidents, and a sink has no
 //! way to tell the two apart. The notifications wait, and go out when the
@@ -19,12 +30,21 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use flotilla_shared::Leadership;
 
+use crate::address::{Policy, REFUSED, RefusedByPolicy};
 use crate::crd::{SecretKeyRef, SinkStatus};
 use crate::metrics::AlertMetrics;
+
+/// The failure classes `status.sinks[].lastError` may hold for a request
+/// that was attempted (besides configuration problems: a missing Secret).
+pub const UNREACHABLE: &str = "unreachable";
+pub const TIMEOUT: &str = "timeout";
+pub const HTTP_4XX: &str = "HTTP 4xx";
+pub const HTTP_5XX: &str = "HTTP 5xx";
+pub const CLASSES: [&str; 5] = [REFUSED, UNREACHABLE, TIMEOUT, HTTP_4XX, HTTP_5XX];
 
 /// Where a sink's URL comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -34,6 +54,23 @@ pub enum Target {
     /// A Secret key in the PodAlert's namespace.
     Secret { namespace: String, secret: SecretKeyRef },
 }
+
+/// Where sinks may send: the address policy, and the hosts a Slack sink
+/// may post to (`--slack-hosts`).
+#[derive(Debug, Clone)]
+pub struct SinkRules {
+    pub addresses: Arc<Policy>,
+    pub slack_hosts: Arc<Vec<String>>,
+}
+
+impl Default for SinkRules {
+    fn default() -> Self {
+        Self { addresses: Arc::default(), slack_hosts: Arc::new(vec![DEFAULT_SLACK_HOST.to_string()]) }
+    }
+}
+
+/// `--slack-hosts`' default.
+pub const DEFAULT_SLACK_HOST: &str = "hooks.slack.com";
 
 /// Retry policy of a worker.
 #[derive(Debug, Clone, Copy)]
@@ -89,13 +126,100 @@ impl SinkState {
 /// Why one attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
-    /// For the PodAlert's status and Events: never the URL (a Slack webhook
-    /// URL is itself the credential, and may come from a Secret the author
-    /// cannot read) nor the response's body (the sink may be a service the
-    /// author cannot reach: its answers are not theirs to read).
+    /// For the PodAlert's status and Events: one of [`CLASSES`] for a
+    /// request that was attempted, or a configuration problem (a Secret
+    /// missing) — never the URL (a Slack webhook URL is itself the
+    /// credential), an address, the OS's error text, nor the response's body
+    /// (the sink may be a service the author cannot reach).
     pub message: String,
     pub retryable: bool,
     pub retry_after: Option<Duration>,
+}
+
+impl Failure {
+    fn refused() -> Self {
+        Self { message: REFUSED.into(), retryable: false, retry_after: None }
+    }
+}
+
+/// The class of a failed request: whether the policy refused it (a name
+/// that resolves only to refused addresses), it timed out, or anything else
+/// kept it from an answer. Nothing of the error's own text.
+pub fn class(e: &reqwest::Error) -> &'static str {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<RefusedByPolicy>().is_some() {
+            return REFUSED;
+        }
+        source = s.source();
+    }
+    if e.is_timeout() { TIMEOUT } else { UNREACHABLE }
+}
+
+/// What a sink sends, rendered when it is sent: a queued notification holds
+/// the shared log tail, not a rendered copy of it.
+#[derive(Clone)]
+pub struct Payload(Arc<dyn Fn() -> Value + Send + Sync>);
+
+impl Payload {
+    pub fn new(render: impl Fn() -> Value + Send + Sync + 'static) -> Self {
+        Self(Arc::new(render))
+    }
+
+    pub fn render(&self) -> Value {
+        (self.0)()
+    }
+}
+
+impl From<Value> for Payload {
+    fn from(v: Value) -> Self {
+        Self::new(move || v.clone())
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Payload")
+    }
+}
+
+type Job = (Payload, Timestamp);
+
+/// The newest document of a coalescing sink, and its worker's wake-up.
+#[derive(Default)]
+struct Latest {
+    slot: Mutex<Option<Job>>,
+    notify: Notify,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Latest {
+    fn put(&self, job: Job) {
+        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
+        self.notify.notify_one();
+    }
+
+    fn take(&self) -> Option<Job> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    /// The next document; None once the sink is dropped and nothing waits.
+    async fn next(&self) -> Option<Job> {
+        loop {
+            if let Some(job) = self.take() {
+                return Some(job);
+            }
+            if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+                return None;
+            }
+            self.notify.notified().await;
+        }
+    }
+}
+
+enum Inbox {
+    Queue(mpsc::Sender<Job>),
+    Latest(Arc<Latest>),
 }
 
 /// Shared by every worker.
@@ -107,14 +231,24 @@ pub struct Delivery {
     pub retry: Retry,
     /// Attempts start only while this replica leads.
     pub leadership: Leadership,
+    pub rules: SinkRules,
 }
 
 /// A running sink worker; dropping it ends the worker once its queue is
 /// drained (the current attempt finishes).
 pub struct Sink {
-    tx: mpsc::Sender<(Value, Timestamp)>,
+    inbox: Inbox,
     pub state: Arc<Mutex<SinkState>>,
     pub target: Target,
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        if let Inbox::Latest(l) = &self.inbox {
+            l.closed.store(true, std::sync::atomic::Ordering::Release);
+            l.notify.notify_one();
+        }
+    }
 }
 
 /// Notifications waiting per sink, at most; beyond, new ones are dropped
@@ -122,16 +256,24 @@ pub struct Sink {
 const QUEUE: usize = 256;
 
 impl Sink {
-    /// Queues a document; false (and counted) when the queue is full.
-    pub fn send(&self, body: Value, metrics: &AlertMetrics, name: &str) -> bool {
-        match self.tx.try_send((body, Timestamp::now())) {
-            Ok(()) => true,
-            Err(_) => {
-                metrics.notified(name, "dropped");
-                let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                s.failed += 1;
-                false
+    /// Queues a document; false (and counted) when the queue is full. A
+    /// coalescing sink replaces what waited.
+    pub fn send(&self, body: impl Into<Payload>, metrics: &AlertMetrics, name: &str) -> bool {
+        let job = (body.into(), Timestamp::now());
+        match &self.inbox {
+            Inbox::Latest(l) => {
+                l.put(job);
+                true
             }
+            Inbox::Queue(tx) => match tx.try_send(job) {
+                Ok(()) => true,
+                Err(_) => {
+                    metrics.notified(name, "dropped");
+                    let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                    s.failed += 1;
+                    false
+                }
+            },
         }
     }
 
@@ -141,23 +283,23 @@ impl Sink {
 }
 
 /// The sinks' HTTP client: `timeout` per attempt, no redirects (a sink
-/// cannot send us elsewhere), and host names resolved without the refused
-/// addresses.
-pub fn http_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
+/// cannot send us elsewhere: a 3xx answer is refused by policy), and host
+/// names resolved to the addresses `policy` admits only.
+pub fn http_client(timeout: Duration, policy: Arc<Policy>) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(Duration::from_secs(5))
         .redirect(reqwest::redirect::Policy::none())
-        .dns_resolver(Arc::new(crate::address::SafeResolver))
+        .dns_resolver(Arc::new(crate::address::SafeResolver { policy }))
         .user_agent(concat!("flotilla-pod-alert/", env!("CARGO_PKG_VERSION")))
         .build()
 }
 
-/// Checks a sink URL: http or https with a host, and not a link-local
-/// address (cloud metadata endpoints live there; a host name that resolves
-/// there is refused at connect time, `address::SafeResolver`). The messages
-/// do not repeat the URL: it may come from a Secret.
-pub fn check_url(raw: &str) -> Result<reqwest::Url, String> {
+/// Checks a sink URL: http or https with a host; an address the policy
+/// admits (a host name is checked again at connect time, by the resolver);
+/// for Slack, one of the `--slack-hosts`. The messages do not repeat the URL:
+/// it may come from a Secret.
+pub fn check_url(raw: &str, slack: bool, rules: &SinkRules) -> Result<reqwest::Url, String> {
     let url = reqwest::Url::parse(raw.trim()).map_err(|e| format!("not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err("the scheme is not http or https".into());
@@ -168,8 +310,16 @@ pub fn check_url(raw: &str) -> Result<reqwest::Url, String> {
         Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
         Some(url::Host::Domain(_)) => None,
     };
-    if literal.is_some_and(crate::address::refused) {
-        return Err("the address is link-local (cloud metadata); never sent to".into());
+    if slack {
+        let host = url.host_str().unwrap_or_default().trim_end_matches('.');
+        if !rules.slack_hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            return Err(format!("{REFUSED}: a Slack sink posts only to the operator's --slack-hosts"));
+        }
+    }
+    if literal.is_some_and(|ip| !rules.addresses.admits(ip)) {
+        return Err(format!(
+            "{REFUSED}: the address is in a range the operator never sends to (loopback, private, link-local, …) unless its --allowed-sink-cidrs admit it"
+        ));
     }
     Ok(url)
 }
@@ -195,8 +345,9 @@ pub fn delay(retry: &Retry, n: u32, failure: &Failure) -> Duration {
 
 impl Delivery {
     /// Starts a worker for sink `name` posting to `target` (+ `path`).
-    /// `coalesce`: only the newest queued document matters (Alertmanager's
-    /// full alert list). `changed` is called after each outcome.
+    /// `coalesce`: only the newest document matters (Alertmanager's full
+    /// alert list): it replaces what waited. `changed` is called after each
+    /// outcome.
     pub fn start(
         &self,
         name: &'static str,
@@ -205,25 +356,35 @@ impl Delivery {
         coalesce: bool,
         changed: impl Fn() + Send + Sync + 'static,
     ) -> Sink {
-        let (tx, mut rx) = mpsc::channel::<(Value, Timestamp)>(QUEUE);
         let state = Arc::new(Mutex::new(SinkState { healthy: true, ..Default::default() }));
+        let (inbox, mut rx, latest) = if coalesce {
+            let l = Arc::new(Latest::default());
+            (Inbox::Latest(Arc::clone(&l)), None, Some(l))
+        } else {
+            let (tx, rx) = mpsc::channel::<Job>(QUEUE);
+            (Inbox::Queue(tx), Some(rx), None)
+        };
         let this = self.clone();
         let st = state.clone();
         let tgt = target.clone();
         tokio::spawn(async move {
-            while let Some(mut job) = rx.recv().await {
+            loop {
+                let next = match (&mut rx, &latest) {
+                    (Some(rx), _) => rx.recv().await,
+                    (None, Some(l)) => l.next().await,
+                    (None, None) => None,
+                };
+                let Some(mut job) = next else { break };
                 // While the term is suspended, wait before coalescing, so that
                 // what goes out when it resumes is the newest (Alertmanager's
                 // full list), not the one that waited.
                 if !this.leadership.is_leading() {
                     this.leadership.leading().await;
                 }
-                if coalesce {
-                    while let Ok(newer) = rx.try_recv() {
-                        job = newer;
-                    }
+                if let Some(newer) = latest.as_ref().and_then(|l| l.take()) {
+                    job = newer;
                 }
-                let result = this.deliver(&tgt, path, &job.0, job.1).await;
+                let result = this.deliver(name, &tgt, path, &job.0, job.1).await;
                 {
                     let mut s = st.lock().unwrap_or_else(PoisonError::into_inner);
                     s.used = true;
@@ -248,11 +409,18 @@ impl Delivery {
                 changed();
             }
         });
-        Sink { tx, state, target }
+        Sink { inbox, state, target }
     }
 
     /// Delivers one document, retrying as the policy says.
-    async fn deliver(&self, target: &Target, path: &str, body: &Value, queued: Timestamp) -> Result<(), Failure> {
+    async fn deliver(
+        &self,
+        name: &str,
+        target: &Target,
+        path: &str,
+        body: &Payload,
+        queued: Timestamp,
+    ) -> Result<(), Failure> {
         let mut attempt = 0;
         loop {
             if !self.leadership.is_leading() {
@@ -277,7 +445,7 @@ impl Delivery {
                 }
             }
             attempt += 1;
-            let failure = match self.attempt(target, path, body).await {
+            let failure = match self.attempt(name, target, path, body).await {
                 Ok(()) => return Ok(()),
                 Err(f) => f,
             };
@@ -291,24 +459,33 @@ impl Delivery {
         }
     }
 
-    async fn url(&self, target: &Target) -> Result<reqwest::Url, Failure> {
+    async fn url(&self, name: &str, target: &Target) -> Result<reqwest::Url, Failure> {
         let raw = match target {
             Target::Url(u) => u.clone(),
             Target::Secret { namespace, secret } => read_secret(&self.kube, namespace, secret).await?,
         };
-        check_url(&raw).map_err(|message| Failure { message, retryable: false, retry_after: None })
+        check_url(&raw, name == "slack", &self.rules).map_err(|message| {
+            // The condition (SinkMisconfigured) says why; the sink's own
+            // last error is the class.
+            if message.starts_with(REFUSED) {
+                Failure::refused()
+            } else {
+                Failure { message, retryable: false, retry_after: None }
+            }
+        })
     }
 
-    async fn attempt(&self, target: &Target, path: &str, body: &Value) -> Result<(), Failure> {
-        let mut url = self.url(target).await?;
+    async fn attempt(&self, name: &str, target: &Target, path: &str, body: &Payload) -> Result<(), Failure> {
+        let mut url = self.url(name, target).await?;
         if !path.is_empty() {
             let joined = format!("{}{path}", url.path().trim_end_matches('/'));
             url.set_path(&joined);
         }
-        let response = self.http.post(url).json(body).send().await.map_err(|e| Failure {
-            message: format!("sending: {}", flotilla_shared::controller::DisplayChain(&e.without_url())),
-            retryable: true,
-            retry_after: None,
+        let response = self.http.post(url).json(&body.render()).send().await.map_err(|e| {
+            let class = class(&e);
+            // The log keeps the detail for the admin (without the URL).
+            tracing::info!(sink = name, error = %flotilla_shared::controller::DisplayChain(&e.without_url()), class, "a sink request failed");
+            Failure { message: class.to_string(), retryable: class != REFUSED, retry_after: None }
         })?;
         let status = response.status();
         if status.is_success() {
@@ -320,17 +497,20 @@ impl Delivery {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, Timestamp::now()));
         let retryable = status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408;
-        let mut message = format!("HTTP {}", status.as_u16());
-        if let Some(ra) = retry_after {
-            message.push_str(&format!(" (retry after {}s)", ra.as_secs()));
-        }
-        // The body (Slack's `invalid_payload`, say) is for the operator's
-        // log only; see `Failure::message`.
+        let message = if status.is_server_error() {
+            HTTP_5XX
+        } else if status.is_client_error() {
+            HTTP_4XX
+        } else {
+            // A redirect (never followed: it could lead anywhere) or an
+            // answer that is no answer.
+            REFUSED
+        };
+        // The status and body (Slack's `invalid_payload`, say) are for the
+        // operator's log only; see `Failure::message`.
         let text: String = response.text().await.unwrap_or_default().chars().take(200).collect();
-        if !text.trim().is_empty() {
-            tracing::info!(status = status.as_u16(), body = %text.trim(), "a sink refused a notification");
-        }
-        Err(Failure { message, retryable, retry_after })
+        tracing::info!(sink = name, status = status.as_u16(), body = %text.trim(), "a sink refused a notification");
+        Err(Failure { message: message.to_string(), retryable, retry_after })
     }
 }
 
@@ -348,8 +528,9 @@ pub async fn read_secret(client: &kube::Client, namespace: &str, r: &SecretKeyRe
             });
         }
         Err(e) => {
+            tracing::warn!(secret = %r.name, error = %e, "reading a sink Secret");
             return Err(Failure {
-                message: format!("reading Secret {}: {e}", r.name),
+                message: format!("Secret {namespace}/{} could not be read", r.name),
                 retryable: true,
                 retry_after: None,
             });
@@ -374,19 +555,53 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert!(check_url("https://hooks.slack.example/services/T/B/x").is_ok());
-        assert!(check_url("http://alertmanager.monitoring:9093").is_ok());
-        assert!(check_url("ftp://x").unwrap_err().contains("scheme"));
-        for metadata in [
+        let rules = SinkRules::default();
+        assert!(check_url("https://hooks.slack.example/services/T/B/x", false, &rules).is_ok());
+        assert!(check_url("http://alertmanager.monitoring:9093", false, &rules).is_ok());
+        assert!(check_url("ftp://x", false, &rules).unwrap_err().contains("scheme"));
+        for refused in [
             "http://169.254.169.254/latest/meta-data",
             "http://[fe80::1]/",
             "http://[fd00:ec2::254]/latest/meta-data",
             "http://[::ffff:169.254.169.254]/",
+            "http://127.0.0.1:15000/quitquitquit",
+            "http://[::1]:4191/shutdown",
+            "http://0.0.0.0:15000/",
+            "http://[::]/",
+            "http://10.96.0.1/",
+            "http://100.64.0.1/",
+            "http://[::ffff:7f00:1]/",
+            // url normalises these spellings to 127.0.0.1 and 10.0.0.1.
+            "http://2130706433/",
+            "http://0x7f.1/",
+            "http://012.0.0.1/",
         ] {
-            let err = check_url(metadata).unwrap_err();
-            assert!(err.contains("link-local") && !err.contains("169.254") && !err.contains("fe80"), "{err}");
+            let err = check_url(refused, false, &rules).unwrap_err();
+            assert!(err.starts_with(REFUSED), "{refused}: {err}");
+            assert!(!err.contains("169.254") && !err.contains("127.") && !err.contains("fe80"), "{err}");
         }
-        assert!(check_url("not a url").is_err());
+        assert!(check_url("not a url", false, &rules).is_err());
+        let admitted = SinkRules { addresses: Arc::new(Policy::parse(&["127.0.0.1/32".into()]).unwrap()), ..rules };
+        assert!(check_url("http://127.0.0.1:9093", false, &admitted).is_ok());
+        assert!(check_url("http://127.0.0.2:9093", false, &admitted).is_err());
+    }
+
+    #[test]
+    fn slack_posts_only_to_the_slack_hosts() {
+        let rules = SinkRules::default();
+        assert!(check_url("https://hooks.slack.com/services/T/B/x", true, &rules).is_ok());
+        assert!(check_url("https://HOOKS.slack.com./services/T/B/x", true, &rules).is_ok());
+        for other in [
+            "https://hooks.slack.com.evil.example/services/T/B/x",
+            "https://evil.example/hooks.slack.com",
+            "https://hooks.slack.com@evil.example/",
+            "https://user:hooks.slack.com@evil.example/",
+        ] {
+            let err = check_url(other, true, &rules).unwrap_err();
+            assert!(err.starts_with(REFUSED) && !err.contains("evil"), "{other}: {err}");
+        }
+        // The same URL is fine for a webhook.
+        assert!(check_url("https://evil.example/hooks.slack.com", false, &rules).is_ok());
     }
 
     #[test]
@@ -457,11 +672,12 @@ mod tests {
         // Never called: the target is a fixed URL, not a Secret.
         let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
         let delivery = Delivery {
-            http: http_client(Duration::from_secs(10)).unwrap(),
+            http: http_client(Duration::from_secs(10), loopback().addresses).unwrap(),
             kube,
             metrics: AlertMetrics::new().unwrap(),
             retry: Retry { first: Duration::from_millis(10), ..Retry::default() },
             leadership: Leadership::new(lead_rx, tokio_util::sync::CancellationToken::new()),
+            rules: loopback(),
         };
         // By name: the sinks' own client resolves it (loopback is allowed).
         let url = format!("http://localhost:{}/hook", addr.port());
@@ -507,6 +723,7 @@ mod tests {
             metrics: AlertMetrics::new().unwrap(),
             retry: Retry::default(),
             leadership: Leadership::new(lead_rx, shutdown.clone()),
+            rules: loopback(),
         };
         let sink = delivery.start("webhook", Target::Url(format!("http://{addr}/hook")), "", false, || {});
         assert!(sink.send(serde_json::json!({"text": "one"}), &delivery.metrics, "webhook"));
@@ -525,37 +742,110 @@ mod tests {
         assert!(sink.state().last_error.contains("stopped while its leadership was suspended"), "{:?}", sink.state());
     }
 
-    /// What a failure says in status names neither the URL (a Slack webhook
-    /// URL is the credential) nor what the sink answered.
-    #[tokio::test]
-    async fn failures_reveal_neither_the_url_nor_the_answer() {
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(|| async { (http::StatusCode::FORBIDDEN, "internal: db password is hunter2") }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
+    /// Rules admitting loopback, as the tests' receivers need.
+    fn loopback() -> SinkRules {
+        SinkRules {
+            addresses: Arc::new(Policy::parse(&["127.0.0.0/8".into()]).unwrap()),
+            slack_hosts: Arc::new(vec!["127.0.0.1".into(), "localhost".into()]),
+        }
+    }
+
+    fn delivery_with(rules: SinkRules, timeout: Duration) -> Delivery {
         let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
-        let (_lead, leading) = tokio::sync::watch::channel(true);
-        let delivery = Delivery {
-            http: http_client(Duration::from_secs(10)).unwrap(),
+        let (lead, leading) = tokio::sync::watch::channel(true);
+        std::mem::forget(lead);
+        Delivery {
+            http: http_client(timeout, rules.addresses.clone()).unwrap(),
             kube,
             metrics: AlertMetrics::new().unwrap(),
             retry: Retry { attempts: 1, ..Retry::default() },
             leadership: Leadership::new(leading, tokio_util::sync::CancellationToken::new()),
-        };
-        // Nothing listens on port 1: a connection error.
-        let closed = "http://localhost:1/services/T0/B0/s3cr3t-token";
-        let refused = delivery.start("slack", Target::Url(closed.into()), "", false, || {});
-        assert!(refused.send(serde_json::json!({}), &delivery.metrics, "slack"));
-        eventually("the connection error", || refused.state().failed == 1).await;
-        let error = refused.state().last_error;
-        assert!(error.starts_with("sending:") && !error.contains("s3cr3t") && !error.contains("services"), "{error}");
+            rules,
+        }
+    }
 
-        let answered = delivery.start("webhook", Target::Url(format!("http://{addr}/hook")), "", false, || {});
-        assert!(answered.send(serde_json::json!({}), &delivery.metrics, "webhook"));
-        eventually("the refusal", || answered.state().failed == 1).await;
-        assert_eq!(answered.state().last_error, "HTTP 403");
+    /// A local server: `/403` answers 403 with a secret in its body, `/500`
+    /// 500, `/slow` after 3 s, `/redirect` 302 to `/target`; every path it
+    /// was asked for is counted.
+    async fn server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+        let a = asked.clone();
+        let app = axum::Router::new().fallback(move |uri: http::Uri| {
+            let a = a.clone();
+            async move {
+                a.lock().unwrap().push(uri.path().to_string());
+                match uri.path() {
+                    "/403" => (
+                        http::StatusCode::FORBIDDEN,
+                        [(http::header::LOCATION, "")],
+                        "internal: db password is hunter2",
+                    ),
+                    "/500" => (http::StatusCode::INTERNAL_SERVER_ERROR, [(http::header::LOCATION, "")], "stack trace"),
+                    "/slow" => {
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                        (http::StatusCode::OK, [(http::header::LOCATION, "")], "")
+                    }
+                    "/redirect" => (http::StatusCode::FOUND, [(http::header::LOCATION, "/target")], ""),
+                    _ => (http::StatusCode::OK, [(http::header::LOCATION, "")], "ok"),
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (addr, asked)
+    }
+
+    async fn last_error(delivery: &Delivery, name: &'static str, url: String) -> String {
+        let sink = delivery.start(name, Target::Url(url), "", false, || {});
+        assert!(sink.send(serde_json::json!({}), &delivery.metrics, name));
+        eventually("the failure", || sink.state().failed == 1).await;
+        sink.state().last_error
+    }
+
+    /// What a failure says in status is its class: never the URL (a Slack
+    /// webhook URL is the credential), an address, the OS's error text, nor
+    /// what the sink answered.
+    #[tokio::test]
+    async fn failures_say_their_class_only() {
+        let (addr, asked) = server().await;
+        let port = addr.port();
+        let d = delivery_with(loopback(), Duration::from_secs(1));
+        // Nothing listens on port 1: connection refused, reported as unreachable.
+        let closed = "http://localhost:1/services/T0/B0/s3cr3t-token".to_string();
+        assert_eq!(last_error(&d, "slack", closed).await, UNREACHABLE);
+        assert_eq!(last_error(&d, "webhook", format!("http://{addr}/403")).await, HTTP_4XX);
+        assert_eq!(last_error(&d, "webhook", format!("http://{addr}/500")).await, HTTP_5XX);
+        assert_eq!(last_error(&d, "webhook", format!("http://{addr}/slow")).await, TIMEOUT);
+        // A redirect is not followed.
+        assert_eq!(last_error(&d, "webhook", format!("http://127.0.0.1:{port}/redirect")).await, REFUSED);
+        assert!(!asked.lock().unwrap().iter().any(|p| p == "/target"), "the redirect was followed");
+        // A Slack sink elsewhere than its hosts.
+        assert_eq!(last_error(&d, "slack", format!("http://127.0.0.2:{port}/hook")).await, REFUSED);
+        for e in [UNREACHABLE, TIMEOUT, HTTP_4XX, HTTP_5XX, REFUSED] {
+            assert!(CLASSES.contains(&e));
+        }
+    }
+
+    /// With the default policy, loopback is refused however it is written,
+    /// and the server is never asked.
+    #[tokio::test]
+    async fn the_default_policy_sends_nothing_to_loopback() {
+        let (addr, asked) = server().await;
+        let port = addr.port();
+        let d = delivery_with(SinkRules::default(), Duration::from_secs(1));
+        for url in [
+            format!("http://127.0.0.1:{port}/quitquitquit"),
+            format!("http://localhost:{port}/shutdown"),
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            format!("http://2130706433:{port}/"),
+            format!("http://0.0.0.0:{port}/"),
+            format!("http://127.0.0.1.nip.io:{port}/"),
+        ] {
+            let e = last_error(&d, "webhook", url.clone()).await;
+            // A name that does not resolve offline is unreachable: still not sent.
+            assert!(e == REFUSED || (url.contains("nip.io") && e == UNREACHABLE), "{url}: {e}");
+        }
+        assert!(asked.lock().unwrap().is_empty(), "the server was asked: {:?}", asked.lock().unwrap());
     }
 }

@@ -17,11 +17,13 @@
 //! remembered across resolves and, through the status, across restarts.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::Reason;
+use crate::logs::Tail;
 use crate::observe::{Findings, Key, Problem, RestartHistory};
 use crate::pod::{after, elapsed};
 use crate::rules::Rules;
@@ -91,9 +93,29 @@ pub struct Incident {
     pub incarnations: BTreeSet<String>,
     /// When an opening of this key was last sent (for the cooldown).
     pub last_opened: Option<Timestamp>,
-    /// The pod whose log the incident carries, and whether the previous run's.
-    pub log_source: Option<(String, bool)>,
-    pub logs: String,
+    /// The pod whose log the incident carries, and which run.
+    pub log_source: Option<LogSource>,
+    /// The log tail, shared with every other PodAlert's incident of this
+    /// key ([`crate::logs::Tails`]).
+    pub logs: Option<Arc<Tail>>,
+}
+
+/// Where an incident's log tail is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSource {
+    pub pod: String,
+    /// The crashed run is the kubelet's `previous` (a new run is alive), as
+    /// the evaluation saw the pod.
+    pub previous: bool,
+    /// The crashed run's container ID, when there is one.
+    pub incarnation: Option<String>,
+}
+
+impl Incident {
+    /// The log tail as a PodAlert with `lines` and `max_bytes` sees it.
+    pub fn log_text(&self, lines: u32, max_bytes: usize) -> String {
+        self.logs.as_ref().map(|t| t.view(lines, max_bytes)).unwrap_or_default()
+    }
 }
 
 /// What to notify.
@@ -198,7 +220,7 @@ impl Book {
             incarnations: BTreeSet::new(),
             last_opened,
             log_source: None,
-            logs: String::new(),
+            logs: None,
         };
         let incident = match self.incidents.get(key) {
             // Back after a resolve: an old termination (all its incarnations
@@ -224,7 +246,8 @@ impl Book {
         inc.restarts = g.restarts();
         if let Some(r) = rep {
             inc.message = r.message.clone();
-            inc.log_source = Some((r.pod.clone(), r.previous_logs));
+            inc.log_source =
+                Some(LogSource { pod: r.pod.clone(), previous: r.previous_logs, incarnation: r.incarnation.clone() });
         }
         match inc.phase {
             Phase::Pending => {

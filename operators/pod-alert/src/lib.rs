@@ -17,9 +17,10 @@
 //! | [`incident`] | the incident state machine (pure) |
 //! | [`notify`] | Slack, webhook, Alertmanager and Event payloads (pure) |
 //! | [`status`] | status from the incidents and back (pure) |
-//! | [`logs`] | log tails |
-//! | [`delivery`] | sink workers: HTTP, retries, `Retry-After` |
-//! | [`address`] | addresses never sent to (link-local, cloud metadata), also after DNS |
+//! | [`throttle`] | the per-namespace rate limit on notifications, held ones and summaries (pure) |
+//! | [`logs`] | log tails: read (the crashed run's, told by timestamps), held once per incident key within a budget |
+//! | [`delivery`] | sink workers: HTTP, retries, `Retry-After`, failure classes |
+//! | [`address`] | where sinks may send: the operator's own network refused unless admitted, also after DNS |
 //! | [`metrics`] | `flotilla_pod_alert_*` |
 //! | [`controller`] | the watch, the reconcile loop and wiring |
 
@@ -36,6 +37,7 @@ pub mod observe;
 pub mod pod;
 pub mod rules;
 pub mod status;
+pub mod throttle;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

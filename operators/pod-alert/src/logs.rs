@@ -1,17 +1,44 @@
-//! The failing container's log tail: the previous run's when it has
-//! restarted, capped by lines and bytes (the end is kept), or "logs
-//! unavailable: <reason>" when the API cannot serve them.
+//! Log tails: read from the kubelet through the API, and held once.
+//!
+//! **Reading** ([`read`]): the failing container's tail — the crashed run's
+//! — capped by lines and bytes (the end is kept), or "logs unavailable:
+//! <reason>". The lines are asked for with their timestamps: which run is
+//! the crashed one is decided from a cached pod view, and the kubelet may
+//! start the next run between that view and the read (a back-off ending).
+//! Lines stamped after the crashed run ended belong to a later run: the
+//! crashed run is then the kubelet's `previous`, read instead ([`judge`]).
+//!
+//! **Holding** ([`Tails`]): one tail per incident key, shared by every
+//! PodAlert whose incident has that key (40 PodAlerts over one crash loop
+//! hold it once), within an operator-wide budget (`--max-log-bytes`) of
+//! which each namespace holding tails gets a fair share: a namespace may
+//! fill what others leave unused, and gives it back (its largest tails are
+//! left out) when another namespace needs its share. A tail left out says
+//! so; notifications and status carry that note instead.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::LogParams;
+
+use crate::observe::Key;
+use crate::pod::elapsed;
 
 /// A log read never holds a reconcile longer than this.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes read at most per tail (1,000 lines of 4 KiB).
 const READ_LIMIT: i64 = 4 << 20;
+/// Log reads in flight, all PodAlerts together: each holds up to
+/// [`READ_LIMIT`] bytes while it is judged and cut.
+const READS_IN_FLIGHT: usize = 2;
+/// Runtime timestamps are to the nanosecond, a run's `finishedAt` to the
+/// second (cut, not rounded): a line stamped within this after it is still
+/// the run's.
+const END_SLACK: Duration = Duration::from_secs(1);
 
 /// What the kubelet answers, with status 200, when a run's log file is gone.
 const KUBELET_FAILURES: [&str; 2] = ["unable to retrieve container logs", "failed to try resolving symlinks"];
@@ -33,65 +60,460 @@ pub fn cap(text: &str, max_bytes: usize) -> String {
     }
 }
 
-/// Log tails one PodAlert holds at most, across its incidents. Its incidents
-/// are as many as its namespace's failing workloads, containers and reasons,
-/// and each carries up to `logs.maxBytes` (64 KiB): without a bound, a
-/// namespace's author could make the operator hold as much as they like.
-pub const BUDGET: usize = 4 << 20;
-
-/// Bytes a new tail may take: `max_bytes`, less when the PodAlert's other
-/// tails (`held`) leave less of `budget`.
-pub fn room(held: usize, budget: usize, max_bytes: usize) -> usize {
-    max_bytes.min(budget.saturating_sub(held))
+/// The last `lines` lines of `text`, then at most `max_bytes` of them.
+pub fn last_lines(text: &str, lines: u32, max_bytes: usize) -> String {
+    if lines == 0 || max_bytes == 0 {
+        return String::new();
+    }
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    let start = body.rmatch_indices('\n').nth(lines as usize - 1).map_or(0, |(i, _)| i + 1);
+    cap(&text[start..], max_bytes)
 }
 
-/// Reads the tail of `container`'s log in `pod`.
-pub async fn tail(
+/// The bytes `c` takes in a JSON string.
+fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// The end of `text` that takes at most `max` bytes once escaped in JSON
+/// (a log of quotes doubles, of control characters grows sixfold).
+pub fn cap_escaped(text: &str, max: usize) -> String {
+    let mut used = 0;
+    let mut start = text.len();
+    for (i, c) in text.char_indices().rev() {
+        used += escaped_len(c);
+        if used > max {
+            break;
+        }
+        start = i;
+    }
+    text[start..].to_string()
+}
+
+/// The crashed run whose log an incident wants: when it started and ended
+/// (seconds, as the API gives them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    pub started: Option<Timestamp>,
+    pub finished: Timestamp,
+}
+
+/// Where a timestamped read's lines fall against the crashed run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The run's own lines (possibly none), timestamps removed.
+    Fits(String),
+    /// Some lines come from a run that started after it ended: the read
+    /// was of a later run.
+    Later,
+}
+
+/// Judges a read made with `timestamps=true` against `run` (None: no run to
+/// check, every line kept). Lines stamped before the run started (an older
+/// run's) are dropped; lines after it ended make the read [`Verdict::Later`].
+pub fn judge(stamped: &str, run: Option<Run>) -> Verdict {
+    let mut out = String::with_capacity(stamped.len());
+    for line in stamped.split_inclusive('\n') {
+        let (stamp, text) = line.split_once(' ').unwrap_or((line.trim_end(), "\n"));
+        let at = stamp.parse::<Timestamp>().ok();
+        if let (Some(run), Some(at)) = (run, at) {
+            if at >= crate::pod::after(run.finished, END_SLACK) {
+                return Verdict::Later;
+            }
+            if run.started.is_some_and(|s| at < s) {
+                continue;
+            }
+        }
+        // A line without a parseable stamp (a continuation) is kept as is.
+        out.push_str(if at.is_some() { text } else { line });
+    }
+    Verdict::Fits(out)
+}
+
+static READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(READS_IN_FLIGHT);
+
+/// One timestamped read; `Ok(None)`: the run's log is gone.
+async fn read_once(
     client: &kube::Client,
     namespace: &str,
     pod: &str,
     container: &str,
     previous: bool,
     lines: u32,
-    max_bytes: usize,
 ) -> Result<String, String> {
-    if lines == 0 || max_bytes == 0 {
-        return Ok(String::new());
-    }
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let params = LogParams {
         container: (!container.is_empty()).then(|| container.to_string()),
         previous,
+        timestamps: true,
         tail_lines: Some(i64::from(lines)),
         // limitBytes cuts the *end* of the tail, the lines that matter: it
         // is only a guard against huge lines; `cap` keeps the end.
         limit_bytes: Some(READ_LIMIT),
         ..LogParams::default()
     };
+    let _permit = READS.acquire().await.map_err(|_| "logs unavailable: the operator is stopping".to_string())?;
     match tokio::time::timeout(READ_TIMEOUT, api.logs(pod, &params)).await {
         // The kubelet answers 200 with this when the run's log is gone
         // (it keeps one dead container per container).
         Ok(Ok(text)) if KUBELET_FAILURES.iter().any(|f| text.starts_with(f)) => {
             Err(format!("logs unavailable: {}", text.trim()))
         }
-        Ok(Ok(text)) => Ok(cap(&text, max_bytes)),
+        Ok(Ok(text)) => Ok(text),
         Ok(Err(kube::Error::Api(s))) => Err(format!("logs unavailable: {}", s.message)),
         Ok(Err(e)) => Err(format!("logs unavailable: {e}")),
         Err(_) => Err(format!("logs unavailable: no answer within {}s", READ_TIMEOUT.as_secs())),
     }
 }
 
+/// Reads the tail of `container`'s crashed `run` in `pod`: the current run's
+/// log, or `previous`'s when `previous` says the crashed run is no longer
+/// the newest. A read that turns out to be of a later run (the kubelet
+/// started one since the pod view) is made again of `previous`; a read of
+/// the current run with none of the crashed run's lines is checked against
+/// `previous` too, in case a later run has just not printed yet.
+#[allow(clippy::too_many_arguments)]
+pub async fn read(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+    previous: bool,
+    run: Option<Run>,
+    lines: u32,
+    max_bytes: usize,
+) -> Result<String, String> {
+    if lines == 0 || max_bytes == 0 {
+        return Ok(String::new());
+    }
+    let first = read_once(client, namespace, pod, container, previous, lines).await;
+    let verdict = match &first {
+        Ok(text) => judge(text, run),
+        Err(_) if previous || run.is_none() => return first,
+        // The newest run's log is unreadable; the crashed run may be `previous`.
+        Err(_) => Verdict::Later,
+    };
+    let text = match verdict {
+        Verdict::Fits(text) if previous || run.is_none() || !text.is_empty() => text,
+        // Nothing of the crashed run in the newest run's log: a later run
+        // has started (printed or not yet), or the crashed run printed nothing.
+        Verdict::Fits(empty) => match read_once(client, namespace, pod, container, true, lines).await {
+            Ok(older) => match judge(&older, run) {
+                Verdict::Fits(text) if !text.is_empty() => text,
+                _ => empty,
+            },
+            Err(_) => empty,
+        },
+        Verdict::Later if previous => {
+            // `previous` is a run that ended after the crashed one: a newer
+            // crash of the same container, whose log is as good.
+            match first {
+                Ok(text) => strip_stamps(&text),
+                Err(e) => return Err(e),
+            }
+        }
+        Verdict::Later => {
+            tracing::info!(pod, container, "the log read was of a later run; reading the crashed run's (previous)");
+            let older = read_once(client, namespace, pod, container, true, lines).await?;
+            match judge(&older, run) {
+                Verdict::Fits(text) => text,
+                Verdict::Later => strip_stamps(&older),
+            }
+        }
+    };
+    Ok(cap(&text, max_bytes))
+}
+
+fn strip_stamps(stamped: &str) -> String {
+    match judge(stamped, None) {
+        Verdict::Fits(t) => t,
+        Verdict::Later => String::new(),
+    }
+}
+
+/// Which read a tail is: the pod it came from and the crashed run's
+/// container ID ("" when there is none, e.g. a container not Ready).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub pod: String,
+    pub incarnation: String,
+}
+
+/// A tail not older than this is shared even without an incarnation to
+/// tell which run it is.
+const FRESH: Duration = Duration::from_secs(30);
+/// Less room than this left for a tail: it is left out rather than cut to
+/// a few lines.
+const MIN_KEPT: usize = 1024;
+
+pub const LEFT_OUT: &str =
+    "(log tail left out: this namespace's share of the operator's log budget (--max-log-bytes) is in use)";
+pub const EVICTED: &str =
+    "(log tail left out: its room in the operator's log budget went to another namespace's fair share)";
+
+/// One incident key's tail, shared.
+#[derive(Debug)]
+pub struct Tail {
+    namespace: String,
+    state: Mutex<TailState>,
+}
+
+#[derive(Debug)]
+struct TailState {
+    text: Arc<str>,
+    /// Bytes charged to the budget.
+    charged: usize,
+    identity: Identity,
+    lines: u32,
+    bytes: usize,
+    read_at: Timestamp,
+    /// The text is the whole read (not cut by the budget, not a note):
+    /// another PodAlert may judge its ignore.logPatterns on it.
+    complete: bool,
+}
+
+impl PartialEq for Tail {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+impl Eq for Tail {}
+
+impl Tail {
+    /// The text as held.
+    pub fn text(&self) -> Arc<str> {
+        Arc::clone(&self.state.lock().unwrap_or_else(PoisonError::into_inner).text)
+    }
+
+    /// The text as a PodAlert with `lines` and `max_bytes` sees it.
+    pub fn view(&self, lines: u32, max_bytes: usize) -> String {
+        last_lines(&self.text(), lines, max_bytes)
+    }
+
+    /// A tail that is not shared, for tests and restored notes.
+    pub fn detached(text: &str) -> Arc<Tail> {
+        Arc::new(Tail {
+            namespace: String::new(),
+            state: Mutex::new(TailState {
+                text: text.into(),
+                charged: 0,
+                identity: Identity::default(),
+                lines: 0,
+                bytes: 0,
+                read_at: Timestamp::UNIX_EPOCH,
+                complete: false,
+            }),
+        })
+    }
+}
+
+/// The tails of every incident of every PodAlert, keyed by incident key.
+#[derive(Debug)]
+pub struct Tails {
+    budget: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: HashMap<Key, Arc<Tail>>,
+    /// One read at a time per key: the PodAlerts that open the same
+    /// incident together wait for the first read and share it.
+    gates: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
+    by_namespace: HashMap<String, usize>,
+    total: usize,
+}
+
+impl Inner {
+    fn charge(&mut self, ns: &str, n: usize) {
+        *self.by_namespace.entry(ns.to_string()).or_default() += n;
+        self.total += n;
+    }
+
+    fn uncharge(&mut self, ns: &str, n: usize) {
+        if let Some(held) = self.by_namespace.get_mut(ns) {
+            *held = held.saturating_sub(n);
+            if *held == 0 {
+                self.by_namespace.remove(ns);
+            }
+        }
+        self.total = self.total.saturating_sub(n);
+    }
+
+    /// A namespace's fair share: the budget over the namespaces holding
+    /// tails, `ns` counted.
+    fn share(&self, budget: usize, ns: &str) -> usize {
+        let n = self.by_namespace.len() + usize::from(!self.by_namespace.contains_key(ns));
+        budget / n.max(1)
+    }
+
+    /// Leaves out the largest tail of the namespace most over its share
+    /// (not `ns`); false when none is over.
+    fn evict_one(&mut self, budget: usize, ns: &str) -> bool {
+        let share = self.share(budget, ns);
+        let over = self
+            .by_namespace
+            .iter()
+            .filter(|(n, held)| n.as_str() != ns && **held > share)
+            .max_by_key(|(_, held)| **held)
+            .map(|(n, _)| n.clone());
+        let Some(victim_ns) = over else { return false };
+        let victim = self
+            .entries
+            .values()
+            .filter(|t| t.namespace == victim_ns)
+            .max_by_key(|t| t.state.lock().unwrap_or_else(PoisonError::into_inner).charged)
+            .cloned();
+        let Some(victim) = victim else { return false };
+        let freed = {
+            let mut st = victim.state.lock().unwrap_or_else(PoisonError::into_inner);
+            st.text = EVICTED.into();
+            st.complete = false;
+            std::mem::take(&mut st.charged)
+        };
+        self.uncharge(&victim_ns, freed);
+        freed > 0
+    }
+}
+
+impl Tails {
+    pub fn new(budget: usize) -> Self {
+        Self { budget, inner: Mutex::default() }
+    }
+
+    /// Bytes held, all namespaces.
+    pub fn held(&self) -> usize {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).total
+    }
+
+    /// Bytes held by `namespace`.
+    pub fn held_by(&self, namespace: &str) -> usize {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).by_namespace.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// The tail already held for `key`, when it is the same read (same pod
+    /// and crashed run, or read moments ago), whole, and has at least
+    /// `lines` and `bytes`: another PodAlert read it.
+    pub fn reusable(&self, key: &Key, id: &Identity, lines: u32, bytes: usize, now: Timestamp) -> Option<Arc<Tail>> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let tail = inner.entries.get(key)?;
+        let st = tail.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let same = st.identity == *id && (!id.incarnation.is_empty() || elapsed(st.read_at, now) < FRESH);
+        (same && st.complete && st.lines >= lines && st.bytes >= bytes).then(|| Arc::clone(tail))
+    }
+
+    /// Holds `text`, read as `id` with `lines` and `bytes`, as `key`'s tail
+    /// (replacing what was held: every PodAlert with that key sees it),
+    /// within the namespace's share of the budget.
+    pub fn store(&self, key: &Key, id: Identity, lines: u32, bytes: usize, text: String, now: Timestamp) -> Arc<Tail> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let ns = key.namespace.as_str();
+        let tail = Arc::clone(inner.entries.entry(key.clone()).or_insert_with(|| {
+            Arc::new(Tail {
+                namespace: ns.to_string(),
+                state: Mutex::new(TailState {
+                    text: "".into(),
+                    charged: 0,
+                    identity: Identity::default(),
+                    lines: 0,
+                    bytes: 0,
+                    read_at: now,
+                    complete: false,
+                }),
+            })
+        }));
+        let old = std::mem::take(&mut tail.state.lock().unwrap_or_else(PoisonError::into_inner).charged);
+        inner.uncharge(ns, old);
+        let want = text.len();
+        let room = |inner: &Inner| {
+            let held = inner.by_namespace.get(ns).copied().unwrap_or(0);
+            let share = inner.share(self.budget, ns).saturating_sub(held);
+            (share, self.budget.saturating_sub(inner.total))
+        };
+        // Within its share, a namespace takes room back from those over theirs.
+        loop {
+            let (share, free) = room(&inner);
+            if free >= want.min(share) || !inner.evict_one(self.budget, ns) {
+                break;
+            }
+        }
+        let (share, free) = room(&inner);
+        let fits = want.min(share).min(free);
+        let (kept, complete): (Arc<str>, bool) = if fits == want {
+            (text.into(), true)
+        } else if fits >= MIN_KEPT {
+            (cap(&text, fits).into(), false)
+        } else {
+            (LEFT_OUT.into(), false)
+        };
+        let charged = if complete || kept.as_ref() != LEFT_OUT { kept.len() } else { 0 };
+        inner.charge(ns, charged);
+        let mut st = tail.state.lock().unwrap_or_else(PoisonError::into_inner);
+        *st = TailState { text: kept, charged, identity: id, lines, bytes, read_at: now, complete };
+        drop(st);
+        tail
+    }
+
+    /// The tail held for `key`, or `text` (an operator restart's tail from
+    /// the status) held as it, if room allows.
+    pub fn adopt(&self, key: &Key, text: String, now: Timestamp) -> Arc<Tail> {
+        if let Some(t) = self.inner.lock().unwrap_or_else(PoisonError::into_inner).entries.get(key) {
+            return Arc::clone(t);
+        }
+        let tail = self.store(key, Identity::default(), 0, 0, text, now);
+        // Not a read: nothing to share with a PodAlert that needs one.
+        tail.state.lock().unwrap_or_else(PoisonError::into_inner).complete = false;
+        tail
+    }
+
+    /// Held while reading `key`'s tail: a PodAlert with the same incident
+    /// waits, then finds the read [`Tails::reusable`].
+    pub fn gate(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(inner.gates.entry(key.clone()).or_default())
+    }
+
+    /// Forgets the tails no incident or queued notification holds.
+    pub fn collect(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.gates.retain(|_, g| Arc::strong_count(g) > 1);
+        let unused: Vec<Key> =
+            inner.entries.iter().filter(|(_, t)| Arc::strong_count(t) == 1).map(|(k, _)| k.clone()).collect();
+        for key in unused {
+            if let Some(t) = inner.entries.remove(&key) {
+                let charged = t.state.lock().unwrap_or_else(PoisonError::into_inner).charged;
+                inner.uncharge(&t.namespace, charged);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::crd::Reason;
+    use crate::pod::Workload;
 
-    #[test]
-    fn a_tail_gets_what_the_budget_leaves() {
-        assert_eq!(room(0, BUDGET, 65536), 65536);
-        assert_eq!(room(BUDGET - 1000, BUDGET, 65536), 1000);
-        assert_eq!(room(BUDGET, BUDGET, 65536), 0);
-        assert_eq!(room(BUDGET + 5, BUDGET, 65536), 0, "over the budget (a smaller budget than held) is no room");
-        assert_eq!(room(0, BUDGET, 0), 0);
+    fn key(ns: &str, w: &str) -> Key {
+        Key {
+            namespace: ns.into(),
+            workload: Workload { kind: "Deployment".into(), name: w.into() },
+            container: "app".into(),
+            reason: Reason::CrashLoopBackOff,
+        }
+    }
+
+    fn id(pod: &str) -> Identity {
+        Identity { pod: pod.into(), incarnation: format!("containerd://{pod}") }
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
     }
 
     #[test]
@@ -102,5 +524,111 @@ mod tests {
         let s = "é".repeat(10);
         let c = cap(&s, 5);
         assert!(c.len() <= 5 && c.chars().all(|ch| ch == 'é'));
+    }
+
+    #[test]
+    fn last_lines_and_escaped_caps() {
+        assert_eq!(last_lines("a\nb\nc\n", 2, 100), "b\nc\n");
+        assert_eq!(last_lines("a\nb\nc", 2, 100), "b\nc");
+        assert_eq!(last_lines("a\nb\nc\n", 10, 100), "a\nb\nc\n");
+        assert_eq!(last_lines("a\nb\nc\n", 0, 100), "");
+        let quotes = "\"".repeat(10_000);
+        let c = cap_escaped(&quotes, 4096);
+        assert_eq!(serde_json::to_string(&c).unwrap().len() - 2, 4096);
+        let nul = "\u{0}".repeat(10_000);
+        assert!(serde_json::to_string(&cap_escaped(&nul, 4096)).unwrap().len() - 2 <= 4096);
+        assert_eq!(cap_escaped("short", 4096), "short");
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_read_of_a_later_run_is_told_apart_by_its_timestamps() {
+        let run = Some(Run { started: Some(at("2026-01-01T00:00:05Z")), finished: at("2026-01-01T00:00:09Z") });
+        // The crashed run's own lines, the last within the second its end is cut to.
+        let own = "2026-01-01T00:00:05.100000000Z starting\n2026-01-01T00:00:09.900000000Z panic: boom\n";
+        assert_eq!(judge(own, run), Verdict::Fits("starting\npanic: boom\n".into()));
+        // The next run's lines (the back-off ended between the view and the read).
+        let later = "2026-01-01T00:00:20.000000000Z later-run-line\n";
+        assert_eq!(judge(later, run), Verdict::Later);
+        // An older run's lines (previous, while the crashed run is the newest) are not its.
+        let older = "2026-01-01T00:00:01.000000000Z older\n";
+        assert_eq!(judge(older, run), Verdict::Fits(String::new()));
+        // Without a run to check, every line is kept, stamps removed.
+        assert_eq!(judge(later, None), Verdict::Fits("later-run-line\n".into()));
+        assert_eq!(judge("", run), Verdict::Fits(String::new()));
+    }
+
+    #[test]
+    fn one_tail_per_key_whatever_the_podalerts() {
+        let tails = Tails::new(1 << 20);
+        let k = key("a", "web");
+        assert!(tails.reusable(&k, &id("p"), 50, 8192, now()).is_none());
+        let held: Vec<Arc<Tail>> = (0..40)
+            .map(|_| match tails.reusable(&k, &id("p"), 50, 8192, now()) {
+                Some(t) => t,
+                None => tails.store(&k, id("p"), 50, 8192, "x".repeat(8000), now()),
+            })
+            .collect();
+        assert_eq!(tails.held(), 8000, "40 PodAlerts hold one tail");
+        assert!(held.iter().all(|t| Arc::ptr_eq(t, &held[0])));
+        // A PodAlert wanting more lines reads again; every sharer sees the new read.
+        assert!(tails.reusable(&k, &id("p"), 100, 8192, now()).is_none());
+        tails.store(&k, id("p"), 100, 8192, "y".repeat(9000), now());
+        assert_eq!(tails.held(), 9000);
+        assert_eq!(held[5].text().len(), 9000);
+        assert_eq!(held[5].view(100, 100).len(), 100, "each PodAlert sees its own maxBytes");
+        // Another crash (incarnation): not the same read.
+        assert!(tails.reusable(&k, &id("q"), 50, 8192, now()).is_none());
+        drop(held);
+        tails.collect();
+        assert_eq!(tails.held(), 0, "no incident holds it: forgotten");
+    }
+
+    #[test]
+    fn a_namespace_gets_its_fair_share_back_from_one_that_filled_the_budget() {
+        let budget = 64 << 10;
+        let tails = Tails::new(budget);
+        // Namespace a alone may fill the budget.
+        let a: Vec<Arc<Tail>> = (0..8)
+            .map(|i| tails.store(&key("a", &format!("w{i}")), id("p"), 50, 9000, "a".repeat(8192), now()))
+            .collect();
+        assert_eq!(tails.held_by("a"), budget);
+        // b arrives: half the budget is its share, taken back from a.
+        let b: Vec<Arc<Tail>> = (0..4)
+            .map(|i| tails.store(&key("b", &format!("w{i}")), id("p"), 50, 9000, "b".repeat(8192), now()))
+            .collect();
+        assert_eq!(tails.held_by("b"), budget / 2);
+        assert_eq!(tails.held_by("a"), budget / 2);
+        assert!(tails.held() <= budget);
+        assert_eq!(a.iter().filter(|t| t.text().as_ref() == EVICTED).count(), 4);
+        assert!(b.iter().all(|t| t.text().len() == 8192));
+        // b past its share: left out, a keeps the rest.
+        let more = tails.store(&key("b", "w9"), id("p"), 50, 9000, "b".repeat(8192), now());
+        assert_eq!(more.text().as_ref(), LEFT_OUT);
+        assert_eq!(tails.held_by("a"), budget / 2);
+        // Something smaller than the room left is cut to it, the end kept.
+        drop(b);
+        tails.collect();
+        let tails2 = Tails::new(10_000);
+        let t = tails2.store(&key("c", "w"), id("p"), 50, 20_000, format!("{}\nEND", "z".repeat(15_000)), now());
+        assert!(t.text().ends_with("END") && t.text().len() <= 10_000);
+        assert!(
+            tails2.reusable(&key("c", "w"), &id("p"), 50, 20_000, now()).is_none(),
+            "a cut tail is not judged again"
+        );
+    }
+
+    #[test]
+    fn a_restored_tail_is_adopted_once() {
+        let tails = Tails::new(1 << 20);
+        let k = key("a", "web");
+        let one = tails.adopt(&k, "restored".into(), now());
+        let two = tails.adopt(&k, "restored".into(), now());
+        assert!(Arc::ptr_eq(&one, &two));
+        assert_eq!(tails.held(), 8);
+        assert!(tails.reusable(&k, &Identity::default(), 0, 0, now()).is_none());
     }
 }

@@ -1,10 +1,13 @@
 //! `pod-alert`: the PodAlert operator's process.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 use flotilla_shared::{CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
+use pod_alert::address::Policy;
 use pod_alert::controller::{self, Options};
+use pod_alert::delivery::SinkRules;
 
 #[derive(Parser)]
 // The last of a repeated flag wins (as with Go's flag package), so the
@@ -27,6 +30,35 @@ struct Args {
     /// Timeout of one request to a sink (Slack, webhook, Alertmanager), 1s-60s.
     #[arg(long, env = "SINK_TIMEOUT", default_value = "10s", value_name = "DURATION", value_parser = humantime::parse_duration)]
     sink_timeout: Duration,
+    /// Address ranges sinks may send to although the default refuses them
+    /// (comma-separated CIDRs, e.g. 10.96.0.0/12 for an in-cluster
+    /// Alertmanager). Refused by default: loopback, 0.0.0.0/8 and ::,
+    /// RFC 1918, 100.64.0.0/10, fc00::/7, link-local, multicast, broadcast
+    /// and 240.0.0.0/4, in every spelling and behind host names.
+    #[arg(long, env = "ALLOWED_SINK_CIDRS", value_delimiter = ',', value_name = "CIDR,...")]
+    allowed_sink_cidrs: Vec<String>,
+    /// Hosts a Slack sink may post to (comma-separated, exact names).
+    #[arg(
+        long,
+        env = "SLACK_HOSTS",
+        value_delimiter = ',',
+        default_value = "hooks.slack.com",
+        value_name = "HOST,..."
+    )]
+    slack_hosts: Vec<String>,
+    /// Bytes of log tails the operator holds, all namespaces (e.g. 32Mi,
+    /// 512Ki; 1Mi-1Gi); each namespace holding tails gets a fair share.
+    #[arg(long, env = "MAX_LOG_BYTES", default_value = "32Mi", value_name = "SIZE")]
+    max_log_bytes: String,
+    /// PodAlerts evaluated per namespace (the oldest); the rest are
+    /// Ready=False TooManyPodAlerts. 1-1000.
+    #[arg(long, env = "MAX_PODALERTS_PER_NAMESPACE", default_value_t = 20, value_name = "N")]
+    max_podalerts_per_namespace: usize,
+    /// Slack, webhook and Alertmanager notifications per minute per
+    /// namespace (0: no limit). Over it they wait, several going out as one
+    /// summary.
+    #[arg(long, env = "MAX_NOTIFICATIONS_PER_MINUTE_PER_NAMESPACE", default_value_t = 60, value_name = "N")]
+    max_notifications_per_minute_per_namespace: u32,
     /// Print the PodAlert CRD as YAML and exit.
     #[arg(long)]
     print_crd: bool,
@@ -52,11 +84,40 @@ fn main() -> std::process::ExitCode {
             ConfigError::new("cluster-scope-namespaces", format!("{ns:?}: {e}")).exit();
         }
     }
+    let addresses = match Policy::parse(&args.allowed_sink_cidrs) {
+        Ok(p) => p,
+        Err(e) => ConfigError::new("allowed-sink-cidrs", e).exit(),
+    };
+    let slack_hosts: Vec<String> = args
+        .slack_hosts
+        .iter()
+        .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .collect();
+    if let Some(bad) = slack_hosts.iter().find(|h| url::Host::parse(h).is_err() || h.contains('/')) {
+        ConfigError::new("slack-hosts", format!("{bad:?} is not a host name")).exit();
+    }
+    let Some(max_log_bytes) =
+        flotilla_shared::config::parse_size(&args.max_log_bytes).filter(|b| (1 << 20..=1 << 30).contains(b))
+    else {
+        ConfigError::new("max-log-bytes", format!("{:?} is not a size between 1Mi and 1Gi", args.max_log_bytes)).exit()
+    };
+    if !(1..=1000).contains(&args.max_podalerts_per_namespace) {
+        ConfigError::new(
+            "max-podalerts-per-namespace",
+            format!("{} is not between 1 and 1000", args.max_podalerts_per_namespace),
+        )
+        .exit();
+    }
     let options = Options {
         watch_namespace: args.watch.namespace().map(str::to_string),
         cluster_scope,
         sink_timeout: args.sink_timeout,
         retry: pod_alert::delivery::Retry::default(),
+        sink_rules: SinkRules { addresses: Arc::new(addresses), slack_hosts: Arc::new(slack_hosts) },
+        max_log_bytes,
+        max_per_namespace: args.max_podalerts_per_namespace,
+        notifications_per_minute: args.max_notifications_per_minute_per_namespace,
     };
     Operator::new("pod-alert", &args.common).run(move |ctx| controller::run(ctx, options))
 }

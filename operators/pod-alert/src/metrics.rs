@@ -17,6 +17,8 @@ pub struct AlertMetrics {
     pub log_reads: IntCounterVec,
     /// Pods in the cache.
     pub pods_cached: IntGauge,
+    /// Bytes of log tails held (one per incident key, within --max-log-bytes).
+    pub log_tail_bytes: IntGauge,
 }
 
 /// The sinks, for pre-created label sets.
@@ -32,7 +34,7 @@ impl AlertMetrics {
             notifications: IntCounterVec::new(
                 Opts::new(
                     "flotilla_pod_alert_notifications_total",
-                    "Notifications by sink (events|slack|webhook|alertmanager) and result (success|error|dropped)",
+                    "Notifications by sink (events|slack|webhook|alertmanager) and result (success|error|dropped|held|summarized)",
                 ),
                 &["sink", "result"],
             )?,
@@ -51,9 +53,13 @@ impl AlertMetrics {
                 &["result"],
             )?,
             pods_cached: IntGauge::new("flotilla_pod_alert_pods_cached", "Pods in the operator's cache")?,
+            log_tail_bytes: IntGauge::new(
+                "flotilla_pod_alert_log_tail_bytes",
+                "Bytes of log tails held: one per incident key, shared by every PodAlert, within --max-log-bytes",
+            )?,
         };
         for s in SINKS {
-            for r in ["success", "error", "dropped"] {
+            for r in ["success", "error", "dropped", "held", "summarized"] {
                 m.notifications.with_label_values(&[s, r]);
             }
         }
@@ -69,6 +75,7 @@ impl AlertMetrics {
         registry.register(self.suppressed.clone())?;
         registry.register(self.log_reads.clone())?;
         registry.register(self.pods_cached.clone())?;
+        registry.register(self.log_tail_bytes.clone())?;
         Ok(())
     }
 

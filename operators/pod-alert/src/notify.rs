@@ -1,6 +1,13 @@
 //! What a notification says, and how each sink wants it said: a Slack Block
 //! Kit message, the webhook's JSON document, Alertmanager v2 alerts and
 //! Event notes. Pure.
+//!
+//! Text from pods (log lines, the kubelet's messages) is shown in Slack,
+//! never interpreted: `&`, `<` and `>` are escaped as Slack's mrkdwn asks,
+//! so a log line holding `<!channel>` or `<https://evil|runbook>` pings
+//! no one and links nowhere.
+
+use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -8,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::crd::Reason;
 use crate::incident::{Change, Incident, Phase};
+use crate::logs::Tail;
 use crate::pod::after;
 
 /// The webhook document's apiVersion and kind.
@@ -34,11 +42,70 @@ pub struct IncidentView {
     pub since: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<String>,
-    pub logs: String,
+    pub logs: LogText,
+}
+
+/// An incident's log tail as one PodAlert shows it, rendered when a
+/// notification is sent: a queued notification holds the shared tail.
+#[derive(Clone)]
+pub struct LogText {
+    tail: Option<Arc<Tail>>,
+    lines: u32,
+    bytes: usize,
+}
+
+impl LogText {
+    pub fn new(tail: Option<Arc<Tail>>, lines: u32, bytes: usize) -> Self {
+        Self { tail, lines, bytes }
+    }
+
+    /// A fixed text (tests).
+    pub fn fixed(text: &str) -> Self {
+        Self::new(Some(Tail::detached(text)), u32::MAX, usize::MAX)
+    }
+
+    pub fn text(&self) -> String {
+        self.tail.as_ref().map(|t| t.view(self.lines, self.bytes)).unwrap_or_default()
+    }
+}
+
+impl Serialize for LogText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text())
+    }
+}
+
+impl PartialEq for LogText {
+    fn eq(&self, o: &Self) -> bool {
+        self.text() == o.text()
+    }
+}
+impl Eq for LogText {}
+
+impl std::fmt::Debug for LogText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LogText").field(&self.text()).finish()
+    }
+}
+
+/// Text for Slack's mrkdwn, shown as written: `&`, `<` and `>` are the
+/// only characters Slack interprets there (links, mentions, `<!channel>`).
+pub fn mrkdwn_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl IncidentView {
-    pub fn of(i: &Incident) -> Self {
+    /// `lines` and `bytes`: the PodAlert's `logs.tailLines` and `logs.maxBytes`.
+    pub fn of(i: &Incident, lines: u32, bytes: usize) -> Self {
         Self {
             namespace: i.key.namespace.clone(),
             workload: i.key.workload.to_string(),
@@ -54,7 +121,7 @@ impl IncidentView {
                 Phase::Resolved { at } => Some(at.to_string()),
                 _ => None,
             },
-            logs: i.logs.clone(),
+            logs: LogText::new(i.logs.clone(), lines, bytes),
         }
     }
 
@@ -170,26 +237,31 @@ impl Notification {
             Change::Escalated { .. } => "Escalated",
             Change::Resolved => "Resolved",
         };
-        let text = format!("{icon} {verb}: {}", self.headline());
+        let e = mrkdwn_escape;
+        let text = format!("{icon} {verb}: {}", e(&self.headline()));
         let mut blocks = vec![
+            // plain_text is never interpreted: no escaping (it would show).
             json!({"type": "header", "text": {"type": "plain_text", "text": cut_start(&format!("{verb}: {}", self.headline()), 150), "emoji": true}}),
             json!({"type": "section", "fields": [
-                {"type": "mrkdwn", "text": format!("*Workload*\n{}/{}", i.namespace, i.workload)},
-                {"type": "mrkdwn", "text": format!("*Reason*\n{}", i.reason)},
-                {"type": "mrkdwn", "text": format!("*Pods ({})*\n{}", i.pod_count, cut_start(&i.pods_line(), 1900))},
+                {"type": "mrkdwn", "text": format!("*Workload*\n{}", e(&format!("{}/{}", i.namespace, i.workload)))},
+                {"type": "mrkdwn", "text": format!("*Reason*\n{}", e(&i.reason))},
+                {"type": "mrkdwn", "text": format!("*Pods ({})*\n{}", i.pod_count, cut_start(&e(&i.pods_line()), 1900))},
                 {"type": "mrkdwn", "text": format!("*Restarts*\n{}", i.restarts)},
             ]}),
         ];
         if !i.message.is_empty() {
-            blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": cut_start(&i.message, 2900)}}));
+            blocks
+                .push(json!({"type": "section", "text": {"type": "mrkdwn", "text": cut_start(&e(&i.message), 2900)}}));
         }
-        if !i.logs.is_empty() && !matches!(self.change, Change::Resolved) {
-            // Slack's section limit is 3000 characters: the end of the log matters most.
-            let logs = cut_end_keep_tail(&i.logs.replace("```", "'''"), 2800);
+        let logs = i.logs.text();
+        if !logs.is_empty() && !matches!(self.change, Change::Resolved) {
+            // Slack's section limit is 3000 characters: the end of the log
+            // matters most. Escaped first, so a cut cannot make a `<`.
+            let logs = cut_end_keep_tail(&e(&logs).replace("```", "'''"), 2800);
             blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("```{logs}```")}}));
         }
         blocks.push(json!({"type": "context", "elements": [
-            {"type": "mrkdwn", "text": format!("PodAlert {}/{} · since {}", self.podalert.0, self.podalert.1, i.since)}
+            {"type": "mrkdwn", "text": e(&format!("PodAlert {}/{} · since {}", self.podalert.0, self.podalert.1, i.since))}
         ]}));
         json!({"text": text, "blocks": blocks})
     }
@@ -233,15 +305,19 @@ impl AlertmanagerSchedule {
         self.last = None;
     }
 
+    /// Whether the periodic re-send is due (a change need not wait for it).
+    pub fn is_due(&self, now: Timestamp) -> bool {
+        // A little early rather than late: reconciles are not to the second.
+        let slack = std::time::Duration::from_secs(2);
+        self.last.is_none_or(|at| crate::pod::elapsed(at, now) + slack >= ALERTMANAGER_RESEND)
+    }
+
     /// Whether to send now, and when to look again (None: nothing to tell).
     pub fn tick(&mut self, has_alerts: bool, changed: bool, now: Timestamp) -> (bool, Option<Timestamp>) {
         if !has_alerts {
             return (false, None);
         }
-        // A little early rather than late: reconciles are not to the second.
-        let slack = std::time::Duration::from_secs(2);
-        let due = self.last.is_none_or(|at| crate::pod::elapsed(at, now) + slack >= ALERTMANAGER_RESEND);
-        let send = changed || due;
+        let send = changed || self.is_due(now);
         if send {
             self.last = Some(now);
         }
@@ -251,11 +327,16 @@ impl AlertmanagerSchedule {
 
 /// Alertmanager v2 alerts for the incidents it must hear of now
 /// ([`crate::incident::Book::for_alertmanager`]).
-pub fn alertmanager_alerts(podalert: (&str, &str), incidents: &[&Incident], now: Timestamp) -> Value {
+pub fn alertmanager_alerts(
+    podalert: (&str, &str),
+    incidents: &[&Incident],
+    (lines, bytes): (u32, usize),
+    now: Timestamp,
+) -> Value {
     let alerts: Vec<Value> = incidents
         .iter()
         .map(|i| {
-            let v = IncidentView::of(i);
+            let v = IncidentView::of(i, lines, bytes);
             let ends = match i.phase {
                 Phase::Resolved { at } => at,
                 _ => after(now, FIRING_ENDS_AFTER),
@@ -312,7 +393,7 @@ mod tests {
             incarnations: BTreeSet::new(),
             last_opened: Some(t),
             log_source: None,
-            logs: "starting\npanic: boom ```".into(),
+            logs: Some(Tail::detached("starting\npanic: boom ```")),
         }
     }
 
@@ -320,7 +401,7 @@ mod tests {
         Notification {
             podalert: ("team-a".into(), "crashes".into()),
             change,
-            incident: IncidentView::of(&incident(phase)),
+            incident: IncidentView::of(&incident(phase), 50, 8192),
             at: Timestamp::from_second(1_800_000_100).unwrap(),
         }
     }
@@ -362,13 +443,52 @@ mod tests {
         assert_eq!(long.chars().count(), 2800);
     }
 
+    /// A log line (and a kubelet message) holding Slack's control syntax is
+    /// shown, never interpreted: no `<` reaches Slack from a pod.
+    #[test]
+    fn slack_shows_what_pods_write_and_interprets_none_of_it() {
+        let mut i = incident(Phase::Firing);
+        i.logs = Some(Tail::detached("ok\n<!channel> deploy failed, see <https://evil.example|runbook> & fix\n"));
+        i.message = "<@U123> &lt; <!here>".into();
+        let n = Notification {
+            podalert: ("team-a".into(), "crashes".into()),
+            change: Change::Opened { replaces: None },
+            incident: IncidentView::of(&i, 50, 8192),
+            at: Timestamp::from_second(1_800_000_100).unwrap(),
+        };
+        let v = n.slack();
+        let mrkdwn: Vec<String> = v["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|b| {
+                let mut t: Vec<String> = b["text"]["text"].as_str().map(String::from).into_iter().collect();
+                for f in b["fields"].as_array().into_iter().chain(b["elements"].as_array()).flatten() {
+                    t.extend(f["text"].as_str().map(String::from));
+                }
+                t.into_iter().filter(|_| b["text"]["type"] != "plain_text")
+            })
+            .chain(v["text"].as_str().map(String::from))
+            .collect();
+        let all = mrkdwn.join("\n");
+        assert!(!all.contains('<') && !all.contains('>'), "{all}");
+        assert!(
+            all.contains("&lt;!channel&gt; deploy failed, see &lt;https://evil.example|runbook&gt; &amp; fix"),
+            "{all}"
+        );
+        assert!(all.contains("&lt;@U123&gt; &amp;lt; &lt;!here&gt;"), "{all}");
+        assert_eq!(mrkdwn_escape("a<b>&c"), "a&lt;b&gt;&amp;c");
+        // The webhook document carries the text as it is.
+        assert!(n.webhook()["incident"]["logs"].as_str().unwrap().contains("<!channel>"));
+    }
+
     #[test]
     fn alertmanager_firing_ends_in_four_minutes_resolved_ends_when_resolved() {
         let now = Timestamp::from_second(1_800_000_100).unwrap();
         let firing = incident(Phase::Firing);
         let at = Timestamp::from_second(1_800_000_090).unwrap();
         let resolved = incident(Phase::Resolved { at });
-        let v = alertmanager_alerts(("team-a", "crashes"), &[&firing, &resolved], now);
+        let v = alertmanager_alerts(("team-a", "crashes"), &[&firing, &resolved], (50, 8192), now);
         let a = v.as_array().unwrap();
         assert_eq!(a[0]["labels"]["alertname"], ALERT_NAME);
         assert_eq!(a[0]["labels"]["reason"], "CrashLoopBackOff");
@@ -396,7 +516,7 @@ mod tests {
             let incidents = book.for_alertmanager(t(s));
             let (send, next) = schedule.tick(!incidents.is_empty(), changed, t(s));
             if send {
-                let body = alertmanager_alerts(("a", "p"), &incidents, t(s));
+                let body = alertmanager_alerts(("a", "p"), &incidents, (50, 8192), t(s));
                 sent.push((s, body[0]["endsAt"].as_str().unwrap().to_string()));
             }
             assert_eq!(next.is_some(), !incidents.is_empty());

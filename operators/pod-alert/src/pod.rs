@@ -1,8 +1,13 @@
 //! What pod-alert keeps of a pod: a small projection (a few hundred bytes,
 //! not the kilobytes of a full `Pod`), and the workload that owns it. Pure.
+//!
+//! Bounded whatever the pod's author writes: only the label keys a live
+//! selector references ([`LabelKeys`]), messages cut to
+//! [`MAX_MESSAGE_BYTES`], at most [`MAX_CONTAINERS`] containers.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
+
+use flotilla_shared::pods::{LabelKeys, PodLabels};
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -28,6 +33,7 @@ impl std::fmt::Display for Workload {
 pub struct Termination {
     pub reason: String,
     pub exit_code: i32,
+    pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
     /// The runtime's container ID: the incarnation that ended.
     pub container_id: String,
@@ -62,13 +68,19 @@ pub struct ContainerView {
     pub last_termination: Option<Termination>,
 }
 
+/// A message (the kubelet's, the scheduler's) kept at most this long.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// Containers and init containers of a pod kept at most.
+pub const MAX_CONTAINERS: usize = 64;
+
 /// What pod-alert keeps of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    pub labels: BTreeMap<String, String>,
+    /// The labels some PodAlert's selector references.
+    pub labels: PodLabels,
     pub workload: Workload,
     pub created: Option<Timestamp>,
     pub deleting: bool,
@@ -89,17 +101,28 @@ pub struct PodView {
 
 fn termination(t: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> Termination {
     Termination {
-        reason: t.reason.clone().unwrap_or_default(),
+        reason: short(t.reason.as_ref()),
         exit_code: t.exit_code,
+        started_at: t.started_at.as_ref().map(|t| t.0),
         finished_at: t.finished_at.as_ref().map(|t| t.0),
         container_id: t.container_id.clone().unwrap_or_default(),
     }
 }
 
+/// `s` cut to `MAX_MESSAGE_BYTES` (its start: a message says what it is first).
+fn short(s: Option<&String>) -> String {
+    let s = s.map(String::as_str).unwrap_or_default();
+    let mut end = s.len().min(MAX_MESSAGE_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
 fn state(s: Option<&ContainerState>) -> State {
     let Some(s) = s else { return State::Unknown };
     if let Some(w) = &s.waiting {
-        State::Waiting { reason: w.reason.clone().unwrap_or_default(), message: w.message.clone().unwrap_or_default() }
+        State::Waiting { reason: short(w.reason.as_ref()), message: short(w.message.as_ref()) }
     } else if let Some(r) = &s.running {
         State::Running { started_at: r.started_at.as_ref().map(|t| t.0) }
     } else if let Some(t) = &s.terminated {
@@ -135,8 +158,8 @@ pub fn workload_of(pod: &Pod) -> Workload {
     Workload { kind: owner.kind.clone(), name: owner.name.clone() }
 }
 
-/// The projection of `pod`.
-pub fn view(pod: &Pod) -> PodView {
+/// The projection of `pod`, keeping the labels `keys` names.
+pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
     let meta = &pod.metadata;
     let status = pod.status.as_ref();
     let spec = pod.spec.as_ref();
@@ -144,28 +167,25 @@ pub fn view(pod: &Pod) -> PodView {
     let condition = |t: &str| conditions.iter().find(|c| c.type_ == t);
     let unschedulable = condition("PodScheduled")
         .filter(|c| c.status == "False")
-        .map(|c| (c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()));
+        .map(|c| (short(c.reason.as_ref()), short(c.message.as_ref())));
     let ready_cond = condition("Ready");
     let mut containers: Vec<ContainerView> = Vec::new();
     if let Some(s) = status {
-        for c in s.init_container_statuses.as_deref().unwrap_or_default() {
-            containers.push(container(c, true));
-        }
-        for c in s.container_statuses.as_deref().unwrap_or_default() {
-            containers.push(container(c, false));
-        }
+        let init = s.init_container_statuses.as_deref().unwrap_or_default().iter().map(|c| container(c, true));
+        let regular = s.container_statuses.as_deref().unwrap_or_default().iter().map(|c| container(c, false));
+        containers.extend(init.chain(regular).take(MAX_CONTAINERS));
     }
     PodView {
         namespace: meta.namespace.clone().unwrap_or_default(),
         name: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone().unwrap_or_default(),
-        labels: meta.labels.clone().unwrap_or_default(),
+        labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         workload: workload_of(pod),
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
-        reason: status.and_then(|s| s.reason.clone()).unwrap_or_default(),
-        message: status.and_then(|s| s.message.clone()).unwrap_or_default(),
+        reason: short(status.and_then(|s| s.reason.as_ref())),
+        message: short(status.and_then(|s| s.message.as_ref())),
         scheduling_gated: spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()),
         unschedulable,
         ready: ready_cond.is_some_and(|c| c.status == "True"),
@@ -235,7 +255,7 @@ mod tests {
                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "containerID": "containerd://abc", "finishedAt": "2026-01-01T00:01:00Z"}}}]}
         }))
         .unwrap();
-        let v = view(&p);
+        let v = view(&p, &LabelKeys::new());
         assert_eq!(v.containers.len(), 1);
         let c = &v.containers[0];
         assert_eq!(c.restart_count, 4);
@@ -243,6 +263,35 @@ mod tests {
         let t = c.last_termination.as_ref().unwrap();
         assert_eq!((t.exit_code, t.container_id.as_str()), (1, "containerd://abc"));
         assert!(!v.ready);
+    }
+
+    #[test]
+    fn a_view_is_small_whatever_the_pod_holds() {
+        let keys = LabelKeys::new();
+        keys.set([(Some("a".to_string()), "tier".to_string())]);
+        let labels: serde_json::Map<String, serde_json::Value> = (0..12_000)
+            .map(|i| (format!("label-{i:05}"), serde_json::Value::from("x")))
+            .chain([("tier".to_string(), serde_json::Value::from("backend"))])
+            .collect();
+        let statuses: Vec<serde_json::Value> = (0..500)
+            .map(|i| serde_json::json!({"name": format!("c{i}"), "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "m".repeat(100_000)}}}))
+            .collect();
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "a", "uid": "u", "labels": labels},
+            "status": {"phase": "Pending", "message": "n".repeat(100_000), "containerStatuses": statuses}
+        }))
+        .unwrap();
+        let v = view(&p, &keys);
+        assert_eq!(v.labels.labels.len(), 1, "only the referenced key");
+        assert_eq!(v.labels.labels["tier"], "backend");
+        assert_eq!(v.containers.len(), MAX_CONTAINERS);
+        assert_eq!(v.message.len(), MAX_MESSAGE_BYTES);
+        assert!(
+            v.containers
+                .iter()
+                .all(|c| matches!(&c.state, State::Waiting { message, .. } if message.len() == MAX_MESSAGE_BYTES))
+        );
     }
 
     #[test]

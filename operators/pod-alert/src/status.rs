@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_shared::Conditions;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::crd::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, Reason, SinkStatus};
 use crate::incident::{Book, Incident, Phase};
@@ -13,6 +13,16 @@ use crate::observe::Key;
 use crate::pod::Workload;
 
 pub const SINKS_HEALTHY: &str = "SinksHealthy";
+/// Notifications of this PodAlert wait for its namespace's rate limit.
+pub const THROTTLED: &str = "Throttled";
+
+/// An incident's log tail in status, at most, JSON-escaped (the full tail,
+/// up to `logs.maxBytes`, goes to the sinks only).
+pub const MAX_STATUS_TAIL: usize = 4 << 10;
+/// The whole status, at most, serialized: far from etcd's 1.5 MiB object
+/// limit (past it the status write fails for good), and what the operator
+/// and every client watching PodAlerts holds per PodAlert.
+pub const MAX_STATUS_BYTES: usize = 256 << 10;
 
 /// What the status says besides the incidents.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +37,13 @@ pub struct Summary {
     pub sinks: Vec<SinkStatus>,
     /// Sink configuration problems: (sink, message).
     pub sink_problems: Vec<(String, String)>,
+    /// The PodAlert's `logs.tailLines` and `logs.maxBytes`: how much of a
+    /// shared tail it shows.
+    pub log_lines: u32,
+    pub log_bytes: usize,
+    /// Notifications waiting for the namespace's rate limit, and how many
+    /// it merged into summaries or could not hold, since the last status.
+    pub throttled: Option<String>,
 }
 
 fn n(v: usize) -> i32 {
@@ -42,7 +59,7 @@ fn rank(p: &Phase) -> u8 {
     }
 }
 
-fn incident_status(i: &Incident) -> IncidentStatus {
+fn incident_status(i: &Incident, lines: u32, bytes: usize) -> IncidentStatus {
     IncidentStatus {
         state: i.phase.as_str().to_string(),
         namespace: i.key.namespace.clone(),
@@ -58,13 +75,42 @@ fn incident_status(i: &Incident) -> IncidentStatus {
         notified_level: i32::try_from(i.notified_level).unwrap_or(0),
         notified: i.notified && !i.silenced,
         incarnations: i.incarnations.iter().cloned().collect(),
-        logs: i.logs.clone(),
+        logs: crate::logs::cap_escaped(&i.log_text(lines, bytes), MAX_STATUS_TAIL),
     }
 }
 
+fn size(s: &PodAlertStatus) -> usize {
+    serde_json::to_vec(s).map_or(usize::MAX, |v| v.len())
+}
+
+/// Makes `s` fit in `limit` bytes serialized: log tails are cut (the last
+/// incidents' first: they are listed firing first), then left out, long
+/// messages cut, and last the last incidents dropped.
+pub fn fit(s: &mut PodAlertStatus, limit: usize) {
+    if size(s) <= limit {
+        return;
+    }
+    let steps: [&dyn Fn(&mut IncidentStatus); 3] =
+        [&|i| i.logs = crate::logs::cap_escaped(&i.logs, 512), &|i| i.logs.clear(), &|i| {
+            if i.message.len() > 256 {
+                i.message = crate::logs::cap_escaped(&i.message, 256);
+            }
+        }];
+    for step in steps {
+        for n in (0..s.incidents.len()).rev() {
+            step(&mut s.incidents[n]);
+            if size(s) <= limit {
+                return;
+            }
+        }
+    }
+    while size(s) > limit && s.incidents.pop().is_some() {}
+}
+
 /// The status to write.
-pub fn build(previous: Option<&PodAlertStatus>, generation: Option<i64>, book: &Book, s: &Summary) -> PodAlertStatus {
-    let mut c = Conditions::new(previous.map(|p| p.conditions.as_slice()), generation);
+/// The status to write; `previous`: the conditions last written.
+pub fn build(previous: Option<&[Condition]>, generation: Option<i64>, book: &Book, s: &Summary) -> PodAlertStatus {
+    let mut c = Conditions::new(previous, generation);
     if let Some((reason, message)) = &s.invalid {
         c.set("Ready", false, reason, message.clone());
     } else if s.paused {
@@ -89,26 +135,31 @@ pub fn build(previous: Option<&PodAlertStatus>, generation: Option<i64>, book: &
         let reason = if s.sink_problems.is_empty() { "DeliveryFailed" } else { "SinkMisconfigured" };
         c.set(SINKS_HEALTHY, false, reason, unhealthy.join("; "));
     }
+    match &s.throttled {
+        Some(m) => c.set(THROTTLED, true, "NamespaceRateLimit", m.clone()),
+        None => c.set(THROTTLED, false, "WithinRateLimit", "no notification is waiting for the namespace's rate limit"),
+    };
     let mut incidents: Vec<&Incident> = book.incidents.values().collect();
     incidents.sort_by(|a, b| (rank(&a.phase), &a.key).cmp(&(rank(&b.phase), &b.key)));
     let mut suppressed = s.skipped.clone();
     for (cause, count) in &book.held_back {
         *suppressed.entry((*cause).to_string()).or_default() += count;
     }
-    PodAlertStatus {
+    let mut out = PodAlertStatus {
         observed_generation: generation,
         conditions: c.into_vec(),
         firing: n(book.firing()),
         pending: n(book.pending()),
-        incidents: incidents.into_iter().take(MAX_INCIDENTS_LISTED).map(incident_status).collect(),
+        incidents: incidents
+            .into_iter()
+            .take(MAX_INCIDENTS_LISTED)
+            .map(|i| incident_status(i, s.log_lines, s.log_bytes))
+            .collect(),
         suppressed,
         sinks: s.sinks.clone(),
-    }
-}
-
-/// Whether two statuses say the same, ignoring condition times.
-pub fn same(a: &PodAlertStatus, b: &PodAlertStatus) -> bool {
-    flotilla_shared::status::same_ignoring_times(a, b, |s| &mut s.conditions)
+    };
+    fit(&mut out, MAX_STATUS_BYTES);
+    out
 }
 
 fn parse_workload(s: &str) -> Option<Workload> {
@@ -121,9 +172,11 @@ fn parse_reason(s: &str) -> Option<Reason> {
 }
 
 /// The book as the status left it: incidents with their phase, what was
-/// notified and their incarnations. Unreadable entries are skipped.
-pub fn restore(status: &PodAlertStatus) -> Book {
+/// notified and their incarnations, and their log tails apart (to be held
+/// in the shared store). Unreadable entries are skipped.
+pub fn restore(status: &PodAlertStatus) -> (Book, Vec<(Key, String)>) {
     let mut book = Book::default();
+    let mut tails = Vec::new();
     for i in &status.incidents {
         let (Some(workload), Some(reason)) = (parse_workload(&i.workload), parse_reason(&i.reason)) else { continue };
         let changed = i.changed.as_ref().map_or(i.since.0, |t| t.0);
@@ -150,11 +203,14 @@ pub fn restore(status: &PodAlertStatus) -> Book {
             incarnations: i.incarnations.iter().cloned().collect::<BTreeSet<_>>(),
             last_opened: i.notified.then_some(changed),
             log_source: None,
-            logs: i.logs.clone(),
+            logs: None,
         };
+        if !i.logs.is_empty() {
+            tails.push((key.clone(), i.logs.clone()));
+        }
         book.incidents.insert(key, incident);
     }
-    book
+    (book, tails)
 }
 
 #[cfg(test)]
@@ -193,7 +249,7 @@ mod tests {
     fn restore_round_trips_what_matters() {
         let book = book_with_incident();
         let s = build(None, Some(1), &book, &Summary::default());
-        let back = restore(&s);
+        let (back, _) = restore(&s);
         let (a, b) = (book.incidents.values().next().unwrap(), back.incidents.values().next().unwrap());
         assert_eq!(a.key, b.key);
         assert_eq!(a.phase, b.phase);
@@ -204,6 +260,40 @@ mod tests {
         let pods = [crashing(pod("web-1", "web"), 5, 120, "Error")];
         let f = evaluate(pods.iter(), &r, &mut back.history, t(130));
         assert!(back.step(&f, &r, t(130)).is_empty());
+    }
+
+    #[test]
+    fn a_status_of_quoted_logs_fits_its_limits() {
+        let r = rules(serde_json::json!({}));
+        let mut book = Book::default();
+        // 30 crash-looping workloads, each with 64 KiB of quotes in its tail.
+        let pods: Vec<_> =
+            (0..30).map(|n| crashing(pod(&format!("w{n}-1"), &format!("w{n}")), 4, 95, "Error")).collect();
+        let f = evaluate(pods.iter(), &r, &mut book.history, t(100));
+        book.step(&f, &r, t(100));
+        for inc in book.incidents.values_mut() {
+            inc.logs = Some(crate::logs::Tail::detached(&"\"".repeat(65536)));
+            inc.message = "m".repeat(10_000);
+            inc.incarnations = (0..32).map(|i| format!("containerd://{}{i}", "f".repeat(64))).collect();
+        }
+        let summary = Summary { log_lines: 1000, log_bytes: 65536, ..Default::default() };
+        let s = build(None, Some(1), &book, &summary);
+        let bytes = serde_json::to_vec(&s).unwrap().len();
+        assert!(bytes <= MAX_STATUS_BYTES, "{bytes}");
+        assert_eq!(s.incidents.len(), MAX_INCIDENTS_LISTED, "cut, not dropped");
+        for i in &s.incidents {
+            assert!(serde_json::to_string(&i.logs).unwrap().len() - 2 <= MAX_STATUS_TAIL);
+        }
+        // The first incidents keep the most.
+        assert!(s.incidents[0].logs.len() >= s.incidents[19].logs.len());
+        // A small status is left alone.
+        let small = build(
+            None,
+            Some(1),
+            &book_with_incident(),
+            &Summary { log_lines: 50, log_bytes: 8192, ..Default::default() },
+        );
+        assert_eq!(small.incidents.len(), 1);
     }
 
     #[test]

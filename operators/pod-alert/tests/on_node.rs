@@ -234,6 +234,7 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     let logs = operator.logs();
     drop(operator);
     assert!(!logs.contains("panicked"), "{logs}");
+    delete_namespace(&client, &ns).await;
 }
 
 #[tokio::test]
@@ -294,4 +295,5 @@ async fn a_missing_image_and_an_oom_kill_are_incidents_with_their_reasons() {
     .await
     .unwrap();
     assert!(opened.iter().any(|n| n.contains("Pod/hog") && n.contains("OOMKilled")), "{opened:?}");
+    delete_namespace(&client, &ns).await;
 }

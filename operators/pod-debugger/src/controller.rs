@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_shared::health::WatchHealth;
+use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
 use flotilla_shared::{Context, Controller};
@@ -84,6 +85,8 @@ pub struct Data {
     namespaces: Mutex<HashMap<String, (Level, Instant)>>,
     backoff: Mutex<HashMap<String, Duration>>,
     trigger: UnboundedSender<ObjectRef<PodDebugger>>,
+    /// The label keys PodDebuggers' selectors reference: all a pod view keeps.
+    label_keys: LabelKeys,
 }
 
 /// Runs the controller until shutdown.
@@ -110,6 +113,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         namespaces: Mutex::default(),
         backoff: Mutex::default(),
         trigger: tx,
+        label_keys: LabelKeys::new(),
     });
 
     let readiness = ctx.readiness().clone();
@@ -132,13 +136,20 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
 }
 
 /// Keeps the pod projection and triggers the PodDebuggers of the namespaces
-/// that changed.
+/// that changed. Starts once the PodDebuggers are listed, so that the first
+/// list of pods keeps the label keys their selectors reference.
 async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Arc<Data>, health: WatchHealth) {
+    if !flotilla_shared::pods::rules_listed(&data.rules).await {
+        return;
+    }
+    data.refresh_label_keys();
+    let keys = data.label_keys.clone();
     flotilla_shared::pods::watch_pods(
         api,
         writer,
-        view,
+        |p: &Pod| view(p, &keys),
         |p: &PodView| p.namespace.as_str(),
+        data.label_keys.clone(),
         health,
         |namespaces| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
@@ -152,6 +163,16 @@ async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Ar
 }
 
 impl Data {
+    /// Sets the label keys the live PodDebuggers' selectors reference (the
+    /// pod watch lists again when one is new).
+    fn refresh_label_keys(&self) {
+        let rules = self.rules.state();
+        self.label_keys.set(rules.iter().flat_map(|r| {
+            let ns = r.metadata.namespace.clone();
+            r.spec.selector.keys().map(move |k| (ns.clone(), k.to_string())).collect::<Vec<_>>()
+        }));
+    }
+
     fn state(&self, rule: &PodDebugger) -> Arc<tokio::sync::Mutex<RuleState>> {
         let uid = rule.uid().unwrap_or_default();
         let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
@@ -262,9 +283,11 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     let uid = rule.uid().unwrap_or_default();
     let oref = rule.object_ref(&());
     let container = naming::container_name(&name, &rule.spec);
-    // Until the pod cache holds the first complete list, a plan would see
-    // too few pods (and a status written from it would say so).
-    if !data.pods.is_ready() {
+    // Until the pod cache holds the first complete list (with the label
+    // keys this selector reads), a plan would see too few pods (and a
+    // status written from it would say so).
+    data.refresh_label_keys();
+    if !data.pods.is_ready() || !data.label_keys.covers(Some(&ns), rule.spec.selector.keys()) {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let state = data.state(&rule);

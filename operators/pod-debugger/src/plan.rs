@@ -91,7 +91,8 @@ pub fn plan<'p>(
     let mut out: Vec<PodPlan> = pods
         .into_iter()
         .filter(|p| p.namespace == rule.namespace && !p.terminating && !p.mirror)
-        .filter(|p| rule.selector.matches(&p.labels))
+        // Labels past what a view keeps match no selector.
+        .filter(|p| !p.labels.cut && rule.selector.matches(&p.labels.labels))
         .map(|p| PodPlan { pod: p.name.clone(), uid: p.uid.clone(), decision: decide(rule, p, memory, now) })
         .collect();
     out.sort_by(|a, b| a.pod.cmp(&b.pod));
@@ -184,7 +185,10 @@ mod tests {
             namespace: "shop".into(),
             name: name.into(),
             uid: format!("uid-{name}"),
-            labels: BTreeMap::from([("app".into(), "payment".into())]),
+            labels: flotilla_shared::pods::PodLabels {
+                labels: BTreeMap::from([("app".into(), "payment".into())]),
+                cut: false,
+            },
             running: true,
             containers: vec!["app".into(), "side".into()],
             running_containers: vec!["app".into(), "side".into()],
@@ -222,12 +226,14 @@ mod tests {
         let mut other_ns = pod("a");
         other_ns.namespace = "bank".into();
         let mut other_label = pod("b");
-        other_label.labels.insert("app".into(), "cart".into());
+        other_label.labels.labels.insert("app".into(), "cart".into());
+        let mut cut = pod("e");
+        cut.labels.cut = true;
         let mut terminating = pod("c");
         terminating.terminating = true;
         let mut mirror = pod("d");
         mirror.mirror = true;
-        let pods = [other_ns, other_label, terminating, mirror];
+        let pods = [other_ns, other_label, terminating, mirror, cut];
         assert!(plan(&r, pods.iter(), &Memory::default(), Instant::now()).is_empty());
     }
 

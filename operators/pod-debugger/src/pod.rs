@@ -1,9 +1,29 @@
 //! The pod projection: what the plan reads of a pod, a few hundred bytes
 //! instead of the whole object. Pure.
+//!
+//! Bounded whatever the pod's author writes: only the label keys a
+//! PodDebugger's selector references ([`LabelKeys`]), messages (a
+//! container's termination message is its own to write) cut to
+//! [`MAX_MESSAGE_BYTES`], at most [`MAX_CONTAINERS`] names per list.
 
 use std::collections::BTreeMap;
 
+use flotilla_shared::pods::{LabelKeys, PodLabels};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+/// A message kept at most this long.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// Containers (and ephemeral containers) of a pod kept at most.
+pub const MAX_CONTAINERS: usize = 256;
+
+/// `s` cut to [`MAX_MESSAGE_BYTES`] (its start).
+fn short(s: &str) -> String {
+    let mut end = s.len().min(MAX_MESSAGE_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
 
 /// The annotation the kubelet sets on a static pod's mirror.
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -23,7 +43,8 @@ pub struct PodView {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    pub labels: BTreeMap<String, String>,
+    /// The labels some PodDebugger's selector references.
+    pub labels: PodLabels,
     /// Phase Running.
     pub running: bool,
     /// Has a deletionTimestamp.
@@ -48,23 +69,23 @@ fn state_of(s: &ContainerStatus) -> ContainerState {
     if let Some(w) = st.and_then(|s| s.waiting.as_ref()) {
         return ContainerState {
             state: "Waiting",
-            reason: w.reason.clone().unwrap_or_default(),
-            message: w.message.clone().unwrap_or_default(),
+            reason: short(w.reason.as_deref().unwrap_or_default()),
+            message: short(w.message.as_deref().unwrap_or_default()),
         };
     }
     if let Some(t) = st.and_then(|s| s.terminated.as_ref()) {
-        let reason = t.reason.clone().unwrap_or_default();
+        let reason = short(t.reason.as_deref().unwrap_or_default());
         return ContainerState {
             state: "Terminated",
-            message: t.message.clone().unwrap_or_else(|| format!("exit code {}", t.exit_code)),
+            message: t.message.as_deref().map_or_else(|| format!("exit code {}", t.exit_code), short),
             reason,
         };
     }
     ContainerState::default()
 }
 
-/// Projects a pod.
-pub fn view(pod: &Pod) -> PodView {
+/// Projects a pod, keeping the labels `keys` names.
+pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
@@ -74,28 +95,33 @@ pub fn view(pod: &Pod) -> PodView {
         .flatten()
         .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
         .map(|c| c.name.clone())
+        .take(MAX_CONTAINERS)
         .collect();
     let ephemeral_states = status
         .and_then(|s| s.ephemeral_container_statuses.as_ref())
         .into_iter()
         .flatten()
         .map(|c| (c.name.clone(), state_of(c)))
+        .take(MAX_CONTAINERS)
         .collect();
     PodView {
         namespace: meta.namespace.clone().unwrap_or_default(),
         name: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone().unwrap_or_default(),
-        labels: meta.labels.clone().unwrap_or_default(),
+        labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
         terminating: meta.deletion_timestamp.is_some(),
         mirror: meta.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
-        containers: spec.map(|s| s.containers.iter().map(|c| c.name.clone()).collect()).unwrap_or_default(),
+        containers: spec
+            .map(|s| s.containers.iter().map(|c| c.name.clone()).take(MAX_CONTAINERS).collect())
+            .unwrap_or_default(),
         running_containers,
         ephemeral: spec
             .and_then(|s| s.ephemeral_containers.as_ref())
             .into_iter()
             .flatten()
             .map(|c| c.name.clone())
+            .take(MAX_CONTAINERS)
             .collect(),
         ephemeral_states,
     }
@@ -121,7 +147,10 @@ mod tests {
                      "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        let v = view(&pod);
+        let keys = LabelKeys::new();
+        keys.set([(Some("n".to_string()), "app".to_string())]);
+        let v = view(&pod, &keys);
+        assert_eq!(v.labels.labels, BTreeMap::from([("app".to_string(), "payment".to_string())]));
         assert!(v.running && v.mirror && !v.terminating);
         assert_eq!(v.containers, ["app", "side"]);
         assert_eq!(v.running_containers, ["app"]);

@@ -2,6 +2,7 @@
 //! local control plane (and emulators). Not tests: nothing here asserts a time.
 
 mod config_copier;
+mod kubelet;
 mod load_tester;
 mod pod_alert;
 mod pod_debugger;
@@ -125,6 +126,33 @@ pub(super) fn from_json<T: serde::de::DeserializeOwned>(v: Value) -> anyhow::Res
 
 /// The node the scheduler binds every pod to, kept Ready by heartbeats.
 pub(super) async fn make_node(client: &Client, name: &str) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    make_node_with_kubelet(client, name, 1).await
+}
+
+/// Pods with `labels` labels each (short keys, `label-00000`…), never
+/// scheduled (a node selector no node has): what a user with create-pods
+/// rights can make every pod cache hold.
+pub(super) async fn many_label_pods(client: &Client, ns: &str, pods: usize, labels: usize) -> anyhow::Result<()> {
+    let map: serde_json::Map<String, Value> =
+        (0..labels).map(|i| (format!("label-{i:05}"), Value::from("x"))).collect();
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    for i in 0..pods {
+        let pod = from_json(json!({
+            "metadata": {"name": format!("labels-{i:03}"), "labels": map},
+            "spec": {"nodeSelector": {"flotilla.dev/no-such-node": "x"}, "containers": [{"name": "app", "image": "bench.invalid/app:1"}]}
+        }))?;
+        api.create(&PostParams::default(), &pod).await?;
+    }
+    Ok(())
+}
+
+/// [`make_node`] whose kubelet (for logs, exec) answers on 127.0.0.2:`port`
+/// ([`kubelet::serve`]; port 1: nothing, log reads fail at once).
+pub(super) async fn make_node_with_kubelet(
+    client: &Client,
+    name: &str,
+    port: u16,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = from_json(json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))?;
     nodes.create(&PostParams::default(), &node).await?;
@@ -132,13 +160,13 @@ pub(super) async fn make_node(client: &Client, name: &str) -> anyhow::Result<tok
     let lease: Lease =
         from_json(json!({"metadata": {"name": name}, "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}}))?;
     leases.create(&PostParams::default(), &lease).await?;
-    let beat = |now: String| {
+    let beat = move |now: String| {
         json!({"status": {
             "capacity": {"pods": "5000", "cpu": "1000", "memory": "4Ti"},
             "allocatable": {"pods": "5000", "cpu": "1000", "memory": "4Ti"},
             // Nothing listens there: log reads fail at once ("logs unavailable").
             "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 1}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "benchmark",
                             "lastHeartbeatTime": now, "lastTransitionTime": now}]
         }})

@@ -8,6 +8,15 @@
 //! MiB), and the time from the crash that crosses the restart threshold to
 //! the webhook notification (target p50 ≤ 2 s; the grace for crashes is 0).
 //!
+//! Then the attack phase (issue 27), against the same operator: in a
+//! namespace of its own, 64 single-pod Deployments crash-loop (64 incident
+//! keys) under 40 PodAlerts asking for 1,000 lines and 64 KiB of log each,
+//! and every log read (a stand-in kubelet, `kubelet.rs`) answers 64 KiB of
+//! `"`; then 40 never-scheduled pods with 12,000 labels each. Measured: the
+//! RSS after each, the peak, the log tail bytes held, the largest PodAlert
+//! status. `POD_ALERT_BENCH_BINARY` runs another build (the one before a
+//! fix, for its figures) instead of building this one.
+//!
 //! Scale knobs: `POD_ALERT_BENCH_PODS` (2000), `POD_ALERT_BENCH_CRASHING`
 //! (20 Deployments), `POD_ALERT_BENCH_REPLICAS` (10 each).
 
@@ -26,7 +35,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use super::{Measured, env_usize, from_json, make_node, wait};
+use super::{Measured, env_usize, from_json, make_node_with_kubelet, wait};
 use crate::util::{root, runtime, say, setup};
 
 const NS: &str = "bench";
@@ -45,8 +54,13 @@ pub fn run() -> anyhow::Result<()> {
         bail!("{crashing} x {replicas} crashing pods do not fit in {pods} pods");
     }
     let assets = setup()?;
-    say("building the release binaries (as the images are)");
-    let binary = crate::dist::build_release()?.join("pod-alert");
+    let binary = match std::env::var_os("POD_ALERT_BENCH_BINARY") {
+        Some(b) => std::path::PathBuf::from(b),
+        None => {
+            say("building the release binaries (as the images are)");
+            crate::dist::build_release()?.join("pod-alert")
+        }
+    };
     let rt = runtime()?;
     rt.block_on(async {
         let dir = root().join("target").join("flotilla-bench-pod-alert");
@@ -152,7 +166,10 @@ async fn bench(
     }
     let namespace: Namespace = from_json(json!({"metadata": {"name": NS}}))?;
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await?;
-    let heartbeat = make_node(&client, NODE).await?;
+    // Every log read answers this: 64 KiB of quotes (doubled by JSON escaping).
+    let log = format!("starting\n{}\n", "\"".repeat(65536));
+    let kubelet = super::kubelet::serve("127.0.0.2:0", log).await?;
+    let heartbeat = make_node_with_kubelet(&client, NODE, kubelet).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The workloads: crashing Deployments and healthy ones of at most 100.
@@ -208,7 +225,9 @@ async fn bench(
         .await?;
     let log = cp.dir.join("pod-alert.log");
     let kubeconfig = cp.kubeconfig.display().to_string();
-    let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "warn")];
+    // The receiver is on loopback, which sinks may reach only when admitted
+    // (an environment variable: a build without the flag ignores it).
+    let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "warn"), ("ALLOWED_SINK_CIDRS", "127.0.0.0/8")];
     let op = Measured::start(binary, &[], &env, &log)?;
     wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
         .await?;
@@ -267,6 +286,7 @@ async fn bench(
     latencies.sort();
     let reconciles = op.metric_sum("controller_runtime_reconcile_total").unwrap_or(f64::NAN);
     let (rss, hwm) = (op.status_kib("VmRSS:").unwrap_or(0), op.status_kib("VmHWM:").unwrap_or(0));
+    let attack = attack(&client, &op).await;
     heartbeat.abort();
 
     say("pod-alert benchmark");
@@ -288,5 +308,109 @@ async fn bench(
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0
     );
+    let a = attack?;
+    say("pod-alert attack phase (issue 27)");
+    println!("log tails: 64 crash loops x 40 PodAlerts asking 1,000 lines / 64 KiB of quotes each");
+    println!("  log reads                         {}", a.log_reads);
+    println!(
+        "  log tail bytes held (gauge)       {}",
+        a.tail_bytes.map_or("(no such metric)".into(), |b| format!("{:.1} MiB", b / 1048576.0))
+    );
+    println!("  PodAlerts evaluated / refused     {} / {} (TooManyPodAlerts)", a.served, a.refused);
+    println!("  largest PodAlert status           {:.1} KiB", a.largest_status as f64 / 1024.0);
+    println!("  RSS after                         {:.1} MiB", a.rss_tails as f64 / 1024.0);
+    println!("labels: 40 pods x 12,000 labels (never scheduled)");
+    println!("  RSS after                         {:.1} MiB", a.rss_labels as f64 / 1024.0);
+    println!("RSS peak (VmHWM), whole run         {:.1} MiB (target < 100 MiB)", a.hwm as f64 / 1024.0);
+    println!("operator still running              {}", a.alive);
     Ok(())
+}
+
+/// The attack phase's figures.
+struct Attack {
+    log_reads: f64,
+    tail_bytes: Option<f64>,
+    served: usize,
+    refused: usize,
+    largest_status: usize,
+    rss_tails: u64,
+    rss_labels: u64,
+    hwm: u64,
+    alive: bool,
+}
+
+/// Waits until the metric `name` has not changed for 15 s (at most 5 min).
+async fn settle(op: &Measured, name: &str) -> f64 {
+    let mut last = (f64::NAN, Instant::now());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(300) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = op.metric_sum(name).unwrap_or(f64::NAN);
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() >= Duration::from_secs(15) {
+            break;
+        }
+    }
+    last.0
+}
+
+async fn attack(client: &kube::Client, op: &Measured) -> anyhow::Result<Attack> {
+    const ATTACK: &str = "attack";
+    const LABELS: &str = "attack-labels";
+    for ns in [ATTACK, LABELS] {
+        let namespace: Namespace = from_json(json!({"metadata": {"name": ns}}))?;
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await?;
+    }
+    say("attack: 64 crash loops under 40 PodAlerts, 64 KiB of quotes per log read");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ATTACK);
+    for i in 0..64 {
+        deployments.create(&PostParams::default(), &deployment(&format!("t-{i:02}"), 1)?).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ATTACK);
+    wait("the 64 attack pods bound", || async {
+        Ok(pods.list(&ListParams::default().fields(&format!("spec.nodeName={NODE}"))).await?.items.len() >= 64)
+    })
+    .await?;
+    let names: Vec<String> =
+        pods.list(&ListParams::default()).await?.items.into_iter().filter_map(|p| p.metadata.name).collect();
+    write_statuses(&pods, names.iter().map(|n| (n.clone(), 2)).collect()).await?;
+    let alerts = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        ATTACK,
+        &kube::api::ApiResource::erase::<pod_alert::crd::PodAlert>(&()),
+    );
+    for i in 0..40 {
+        let pa: kube::api::DynamicObject = from_json(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": format!("a-{i:02}")},
+            "spec": {"alerts": {"checkRunningPods": true, "restartThreshold": 1}, "logs": {"tailLines": 1000, "maxBytes": 65536}}
+        }))?;
+        alerts.create(&PostParams::default(), &pa).await?;
+    }
+    let log_reads = settle(op, "flotilla_pod_alert_log_reads_total").await;
+    let rss_tails = op.status_kib("VmRSS:").unwrap_or(0);
+    // An absent metric sums to 0 (a build without it).
+    let tail_bytes = op.metric_sum("flotilla_pod_alert_log_tail_bytes").ok().filter(|v| *v > 0.0);
+    let list = alerts.list(&ListParams::default()).await?.items;
+    let refused = list
+        .iter()
+        .filter(|a| {
+            a.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["reason"] == "TooManyPodAlerts"))
+        })
+        .count();
+    let served = list.len() - refused;
+    let largest_status =
+        list.iter().map(|a| serde_json::to_vec(&a.data["status"]).map(|v| v.len()).unwrap_or(0)).max().unwrap_or(0);
+
+    say("attack: 40 pods with 12,000 labels each");
+    let want = op.metric_sum("flotilla_pod_alert_pods_cached").unwrap_or(0.0) + 40.0;
+    super::many_label_pods(client, LABELS, 40, 12_000).await?;
+    wait("the labelled pods cached", || async { Ok(op.metric_sum("flotilla_pod_alert_pods_cached")? >= want) }).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let rss_labels = op.status_kib("VmRSS:").unwrap_or(0);
+    let hwm = op.status_kib("VmHWM:").unwrap_or(0);
+    let alive = op.metric_sum("process_resident_memory_bytes").is_ok();
+    Ok(Attack { log_reads, tail_bytes, served, refused, largest_status, rss_tails, rss_labels, hwm, alive })
 }

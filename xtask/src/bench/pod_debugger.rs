@@ -7,6 +7,11 @@
 //! `apiserver_request_total` for `pods/ephemeralcontainers` PATCH, dry runs
 //! counted apart; target 1), and the operator's peak RSS (target ≤ 30 MiB).
 //!
+//! Then the attack phase (issue 27): 40 never-scheduled pods with 12,000
+//! labels each, in a namespace of their own; measured: the RSS after, and
+//! the peak. `POD_DEBUGGER_BENCH_BINARY` runs another build instead of
+//! building this one.
+//!
 //! Scale knob: `POD_DEBUGGER_BENCH_PODS` (1000), plus
 //! `POD_DEBUGGER_BENCH_OTHERS` (1000 non-matching pods cached alongside).
 
@@ -36,8 +41,13 @@ pub fn run() -> anyhow::Result<()> {
     let matching = env_usize("POD_DEBUGGER_BENCH_PODS", 1000)?.max(1);
     let others = env_usize("POD_DEBUGGER_BENCH_OTHERS", 1000)?;
     let assets = setup()?;
-    say("building the release binaries (as the images are)");
-    let binary = crate::dist::build_release()?.join("pod-debugger");
+    let binary = match std::env::var_os("POD_DEBUGGER_BENCH_BINARY") {
+        Some(b) => std::path::PathBuf::from(b),
+        None => {
+            say("building the release binaries (as the images are)");
+            crate::dist::build_release()?.join("pod-debugger")
+        }
+    };
     let rt = runtime()?;
     rt.block_on(async {
         let dir = root().join("target").join("flotilla-bench-pod-debugger");
@@ -216,6 +226,18 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, matching: usize, oth
     let reconciles = op.metric_sum("controller_runtime_reconcile_total").unwrap_or(f64::NAN);
     let added = op.metric_sum("flotilla_pod_debugger_injections_total{result=\"added\"}").unwrap_or(f64::NAN);
     let (rss, hwm) = (op.status_kib("VmRSS:").unwrap_or(0), op.status_kib("VmHWM:").unwrap_or(0));
+
+    say("attack: 40 pods with 12,000 labels each");
+    let attack: Namespace = from_json(json!({"metadata": {"name": "attack-labels"}}))?;
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &attack).await?;
+    let cached = op.metric_sum("flotilla_pod_debugger_pods_cached").unwrap_or(0.0);
+    super::many_label_pods(&client, "attack-labels", 40, 12_000).await?;
+    wait("the labelled pods cached", || async {
+        Ok(op.metric_sum("flotilla_pod_debugger_pods_cached")? >= cached + 40.0)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (attack_rss, attack_hwm) = (op.status_kib("VmRSS:").unwrap_or(0), op.status_kib("VmHWM:").unwrap_or(0));
     heartbeat.abort();
 
     say("pod-debugger benchmark");
@@ -244,5 +266,8 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, matching: usize, oth
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0
     );
+    say("pod-debugger attack phase (issue 27)");
+    println!("40 pods x 12,000 labels: RSS after   {:.1} MiB", attack_rss as f64 / 1024.0);
+    println!("RSS peak (VmHWM), whole run         {:.1} MiB (target < 100 MiB)", attack_hwm as f64 / 1024.0);
     Ok(())
 }

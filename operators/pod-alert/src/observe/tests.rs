@@ -54,6 +54,7 @@ pub(crate) fn crashing(mut p: PodView, restarts: u32, at: i64, reason: &str) -> 
     c.last_termination = Some(Termination {
         reason: reason.into(),
         exit_code: if reason == "OOMKilled" { 137 } else { 1 },
+        started_at: Some(t(at - 1)),
         finished_at: Some(t(at)),
         container_id: format!("containerd://{}-{restarts}", p.uid),
     });
@@ -203,6 +204,7 @@ fn failed_containers_that_do_not_restart_and_evictions() {
     p.containers[0].state = State::Terminated(Termination {
         reason: "Error".into(),
         exit_code: 2,
+        started_at: None,
         finished_at: Some(t(50)),
         container_id: "containerd://j".into(),
     });

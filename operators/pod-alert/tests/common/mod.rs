@@ -3,23 +3,186 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flotilla_testenv::process::{OperatorProcess, free_port};
 use flotilla_testenv::{TestEnv, wait_for};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 pub use pod_alert::crd::{PodAlert, PodAlertStatus};
 
-/// The operator, watching `namespace` only (tests share the node).
+/// Admits the tests' receivers (on loopback) past the sink address policy,
+/// and lets Slack sinks post to them — as environment variables, which
+/// every flag also reads (and a build without those flags ignores: the
+/// attacks run against an older build too, see [`binary`]).
+pub const LOOPBACK_SINKS: [(&str, &str); 2] = [("ALLOWED_SINK_CIDRS", "127.0.0.0/8"), ("SLACK_HOSTS", "127.0.0.1")];
+
+/// The operator binary: this build's, or `POD_ALERT_TEST_BINARY` (to run
+/// the same attacks against another build, e.g. the one before a fix).
+pub fn binary() -> PathBuf {
+    std::env::var_os("POD_ALERT_TEST_BINARY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pod-alert")), PathBuf::from)
+}
+
+/// The operator, watching `namespace` only (tests share the node), with
+/// the tests' receivers admitted ([`LOOPBACK_SINKS`]).
 pub fn start_operator(env: &TestEnv, namespace: &str, extra: &[&str]) -> OperatorProcess {
+    start_operator_as(&env.kubeconfig, namespace, extra, &LOOPBACK_SINKS)
+}
+
+/// The operator with `kubeconfig`'s identity and only the flags and
+/// environment given.
+pub fn start_operator_as(kubeconfig: &Path, namespace: &str, extra: &[&str], vars: &[(&str, &str)]) -> OperatorProcess {
     let mut args = vec![format!("--watch-namespace={namespace}"), "--log-format=text".to_string()];
     args.extend(extra.iter().map(|s| s.to_string()));
-    OperatorProcess::start(&PathBuf::from(env!("CARGO_BIN_EXE_pod-alert")), &env.kubeconfig, &args, &[]).unwrap()
+    OperatorProcess::start(&binary(), kubeconfig, &args, vars).unwrap()
+}
+
+/// The rules the chart gives the operator with `watchNamespace` set (a Role
+/// in that namespace; `charts/pod-alert/templates/_operator.tpl`, plus the
+/// Events rule every chart adds).
+fn chart_rules() -> Vec<PolicyRule> {
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    vec![
+        rule(&["flotilla.dev"], &["podalerts"], &["list", "watch"]),
+        rule(&["flotilla.dev"], &["podalerts/status"], &["patch"]),
+        rule(&[""], &["pods"], &["list", "watch"]),
+        rule(&[""], &["pods/log"], &["get"]),
+        rule(&[""], &["secrets"], &["get"]),
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+    ]
+}
+
+/// A kubeconfig of ServiceAccount `namespace/pod-alert` bound, in
+/// `namespace`, to exactly the chart's rules.
+pub async fn chart_rbac_kubeconfig(env: &TestEnv, namespace: &str) -> PathBuf {
+    let client = env.client().await;
+    let pp = PatchParams::apply("pod-alert-tests").force();
+    let role = Role {
+        metadata: ObjectMeta { name: Some("pod-alert".into()), ..Default::default() },
+        rules: Some(chart_rules()),
+    };
+    Api::<Role>::namespaced(client.clone(), namespace).patch("pod-alert", &pp, &Patch::Apply(&role)).await.unwrap();
+    let binding = RoleBinding {
+        metadata: ObjectMeta { name: Some("pod-alert".into()), ..Default::default() },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "pod-alert".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "pod-alert".into(),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(client, namespace).patch("pod-alert", &pp, &Patch::Apply(&binding)).await.unwrap();
+    env.service_account_kubeconfig(namespace, "pod-alert").await.unwrap()
+}
+
+/// The operator as ServiceAccount `namespace/pod-alert` with the chart's
+/// RBAC, watching `namespace`, with only the environment given.
+pub async fn start_operator_with_chart_rbac(env: &TestEnv, namespace: &str, vars: &[(&str, &str)]) -> OperatorProcess {
+    let kubeconfig = chart_rbac_kubeconfig(env, namespace).await;
+    start_operator_as(&kubeconfig, namespace, &[], vars)
+}
+
+/// Deletes a test's namespace once it passed: the node is shared and holds
+/// 110 pods, and crash loops left behind would fill it.
+pub async fn delete_namespace(client: &kube::Client, ns: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = api.delete(ns, &Default::default()).await;
+}
+
+/// Secret `name` with `data` as string data.
+pub async fn secret(client: &kube::Client, ns: &str, name: &str, data: &[(&str, &str)]) {
+    let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
+    let s: Secret = serde_json::from_value(json!({"metadata": {"name": name}, "stringData": data})).unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns).create(&PostParams::default(), &s).await.unwrap();
+}
+
+/// A value of the operator's /metrics (the first series starting with
+/// `series`), or None.
+pub async fn metric(operator: &OperatorProcess, series: &str) -> Option<f64> {
+    let text = reqwest::get(operator.metrics_url()).await.ok()?.text().await.ok()?;
+    text.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// An HTTP front of the API server for the operator, forwarding with
+/// `kubeconfig`'s identity, that holds log reads while `release` is false
+/// (each at most 9 s: the operator gives up a read after 10): what a slow
+/// kubelet does, and what makes the gap between a cached pod view and its
+/// log read wide enough to provoke a race. Every log read is recorded: its
+/// path and query, and when it went on to the kubelet.
+pub struct SlowLogs {
+    /// A kubeconfig for the operator, pointing here.
+    pub kubeconfig: PathBuf,
+    pub log_reads: Arc<Mutex<Vec<(String, Instant)>>>,
+}
+
+impl SlowLogs {
+    pub async fn start(env: &TestEnv, kubeconfig: &Path, release: tokio::sync::watch::Receiver<bool>) -> Self {
+        let yaml = std::fs::read_to_string(kubeconfig).unwrap();
+        let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(config, &Default::default()).await.unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let log_reads: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+        let reads = log_reads.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let (client, reads, mut release) = (client.clone(), reads.clone(), release.clone());
+            async move {
+                let (parts, body) = req.into_parts();
+                if parts.uri.path().ends_with("/log") {
+                    let _ = tokio::time::timeout(Duration::from_secs(9), release.wait_for(|r| *r)).await;
+                    let read = format!("{}?{}", parts.uri.path(), parts.uri.query().unwrap_or_default());
+                    reads.lock().unwrap().push((read, Instant::now()));
+                }
+                let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
+                let mut out = http::Request::builder()
+                    .method(parts.method.clone())
+                    .uri(parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+                for (k, v) in &parts.headers {
+                    if k != http::header::HOST && k != http::header::AUTHORIZATION {
+                        out = out.header(k, v);
+                    }
+                }
+                let out = out.body(kube::client::Body::from(body.to_vec())).unwrap();
+                match client.send(out).await {
+                    Ok(resp) => {
+                        let (parts, body) = resp.into_parts();
+                        axum::response::Response::from_parts(parts, axum::body::Body::new(body))
+                    }
+                    Err(e) => axum::response::Response::builder()
+                        .status(502)
+                        .body(axum::body::Body::from(e.to_string()))
+                        .unwrap(),
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let path = env.dir.join(format!("kubeconfig-slow-logs-{}", addr.port()));
+        let cfg = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: p, cluster: {{server: \"http://{addr}\"}}}}]\nusers: [{{name: p, user: {{}}}}]\ncontexts: [{{name: p, context: {{cluster: p, user: p}}}}]\ncurrent-context: p\n"
+        );
+        std::fs::write(&path, cfg).unwrap();
+        Self { kubeconfig: path, log_reads }
+    }
 }
 
 pub async fn install_crd(env: &TestEnv) {
@@ -89,7 +252,13 @@ impl Receiver {
                 let path = uri.path().to_string();
                 let earlier = list.iter().filter(|r| r.path == path).count();
                 let throttled = path == "/webhook" && earlier < throttle;
-                let answered = if throttled { 429 } else { 200 };
+                let answered = if throttled {
+                    429
+                } else if path == "/gone" {
+                    404
+                } else {
+                    200
+                };
                 list.push(Received {
                     path,
                     body: serde_json::from_slice(&body).unwrap_or(Value::Null),
@@ -99,6 +268,9 @@ impl Receiver {
                 let status = axum::http::StatusCode::from_u16(answered).unwrap();
                 if throttled {
                     (status, [(axum::http::header::RETRY_AFTER, "2")], "slow down").into_response_parts()
+                } else if answered == 404 {
+                    (status, [(axum::http::header::CONTENT_TYPE, "text/plain")], "no such hook; internal token hunter2")
+                        .into_response_parts()
                 } else {
                     (status, [(axum::http::header::CONTENT_TYPE, "text/plain")], "ok").into_response_parts()
                 }
