@@ -176,9 +176,7 @@ async fn a_header_from_a_secret_needs_the_right_to_read_that_secret() {
         json!({"httpHeaders": [{"name": "Authorization",
                                 "valueFrom": {"secretKeyRef": {"name": secret, "key": "header"}}}]})
     };
-    let msg = create_settled(&frank_tests, &load_test("secret", token("api-token")), Some("Secret"))
-        .await
-        .unwrap_err();
+    let msg = create_settled(&frank_tests, &load_test("secret", token("api-token")), Some("Secret")).await.unwrap_err();
     assert!(msg.contains("get on that Secret"), "{msg}");
     let read = json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["api-token"], "verbs": ["get"]}]);
     grant(&admin, &ns, &frank, "read-api-token", read).await;
