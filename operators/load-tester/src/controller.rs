@@ -188,13 +188,19 @@ async fn check_target(
 /// Runner pods in the namespace (every LoadTest's, by label) that may run
 /// and are not of run `run` of the test `uid`: what a new run's runners
 /// come on top of. Pods that are done (Succeeded, Failed) hold no node.
+/// Metadata only, the done ones left out by the API server: a namespace's
+/// hundreds of runner pods are not read whole at each run's start.
 async fn others_in_namespace(pods: &Api<Pod>, uid: &str, run: i64) -> Result<usize, Error> {
-    let list = pods.list(&ListParams::default().labels(LOADTEST_LABEL)).await.map_err(|e| Error::Kube("pods", e))?;
+    let lp = ListParams::default().labels(LOADTEST_LABEL).fields("status.phase!=Succeeded,status.phase!=Failed");
+    let list = pods.list_metadata(&lp).await.map_err(|e| Error::Kube("pods", e))?;
     Ok(list
         .items
         .iter()
-        .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
-        .filter(|p| !(owned_by(p, uid) && runner::view(p).run == run))
+        .filter(|p| {
+            let ours = p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|r| r.uid == uid));
+            let this_run = p.metadata.labels.as_ref().and_then(|l| l.get(runner::RUN_LABEL)) == Some(&run.to_string());
+            !(ours && this_run)
+        })
         .count())
 }
 
