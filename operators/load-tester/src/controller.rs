@@ -53,20 +53,37 @@ pub struct Data {
     pub ctx: Context,
     pub metrics: LoadMetrics,
     pub options: Options,
-    /// One lock per namespace whose runner pods are being counted and made
-    /// (entries nobody holds are dropped): two runs starting at once in a
-    /// namespace cannot both take the last room.
-    room: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per namespace whose runner pods are being counted or made (entries
+    /// nobody holds are dropped): two runs starting at once in a namespace
+    /// cannot both take the last room.
+    rooms: Mutex<HashMap<String, Arc<Room>>>,
+}
+
+/// A namespace's room for runner pods: runs are counted one at a time, and
+/// the pods a counted run is still making are reserved until it has made
+/// them (then the API server lists them), so creations run in parallel.
+/// A pod both listed and still reserved counts twice: a run may wait one
+/// look more, never pass the bound.
+#[derive(Default)]
+struct Room {
+    counting: Arc<tokio::sync::Mutex<()>>,
+    reserved: std::sync::atomic::AtomicUsize,
+}
+
+/// Pods of a run being made, reserved in their namespace's [`Room`].
+struct Reservation(Arc<Room>, usize);
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.0.reserved.fetch_sub(self.1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Data {
-    async fn room_lock(&self, ns: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self.room.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            locks.retain(|_, l| Arc::strong_count(l) > 1);
-            Arc::clone(locks.entry(ns.to_string()).or_default())
-        };
-        lock.lock_owned().await
+    fn room(&self, ns: &str) -> Arc<Room> {
+        let mut rooms = self.rooms.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        rooms.retain(|_, r| Arc::strong_count(r) > 1);
+        Arc::clone(rooms.entry(ns.to_string()).or_default())
     }
 }
 
@@ -85,7 +102,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
             ),
             None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
         };
-    let data = Arc::new(Data { ctx: ctx.clone(), metrics, options, room: Mutex::default() });
+    let data = Arc::new(Data { ctx: ctx.clone(), metrics, options, rooms: Mutex::default() });
     // Only our own pods are watched (by label), and only to wake owners. A
     // bounded number of tests reconcile at a time. (No debounce: the
     // scheduler restarts it on every trigger, and a test's runners change
@@ -275,7 +292,7 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
     let svc = &test.spec.test.service_name;
     let host = format!("{svc}.{ns}.svc.{}", data.options.cluster_domain);
     // Step, look at what the step needs, step again (each looked at once).
-    let (mut target, mut others, mut room) = (Target::Unchecked, None, None);
+    let (mut target, mut others, mut counting) = (Target::Unchecked, None, None);
     let mut next: Step = loop {
         let seen = Seen { runners: &runners, target: &target, others_in_namespace: others };
         let next = step(&test.spec, &limits, &wanted, old, &seen, now);
@@ -284,13 +301,23 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
                 target = check_target(&client, &ns, svc, host.clone(), endpoints).await?;
             }
             Some(Need::Room) if others.is_none() => {
-                // Held until this run's runners are made.
-                room = Some(data.room_lock(&ns).await);
-                others = Some(others_in_namespace(&pods, &uid, next.status.run).await?);
+                // Counted one run at a time; what others are still making
+                // counts too.
+                let room = data.room(&ns);
+                let lock = Arc::clone(&room.counting).lock_owned().await;
+                let listed = others_in_namespace(&pods, &uid, next.status.run).await?;
+                others = Some(listed + room.reserved.load(std::sync::atomic::Ordering::SeqCst));
+                counting = Some((room, lock));
             }
             _ => break next,
         }
     };
+    // The counted room is reserved for this run's runners until they are
+    // made (or this reconcile ends); the next run may count meanwhile.
+    let _reserved = counting.map(|(room, _lock)| {
+        room.reserved.fetch_add(next.create.len(), std::sync::atomic::Ordering::SeqCst);
+        Reservation(room, next.create.len())
+    });
 
     // The status first: a new run's number and start time are recorded
     // before any pod exists, so a failure below is retried within this run
@@ -334,7 +361,6 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
     .buffer_unordered(16)
     .collect()
     .await;
-    drop(room);
     // A refusal (quota, a policy, validation) will not pass on a retry:
     // the run fails with the API's answer. Anything else is retried.
     let refused = made.iter().find_map(|r| match r {

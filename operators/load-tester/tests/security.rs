@@ -297,9 +297,10 @@ async fn a_rerun_waits_out_the_min_rerun_interval() {
     assert!(!logs.contains("panicked"), "{logs}");
 }
 
-/// With `--max-runners-per-namespace` 3, a 2-runner run waits
-/// (TooManyRunners, no pod made, one Warning Event) while another's 2
-/// runners run, and starts once they are gone; 4 runners fail at once.
+/// With `--max-runners-per-namespace` 3: of two 2-runner runs created at
+/// once, exactly one waits; a 2-runner run waits (TooManyRunners, no pod
+/// made, one Warning Event) while another's 2 runners run, and starts once
+/// they are gone; 4 runners fail at once.
 #[tokio::test]
 async fn runner_pods_per_namespace_stay_within_the_bound() {
     let env = node();
@@ -311,6 +312,29 @@ async fn runner_pods_per_namespace_stay_within_the_bound() {
     wait_ready_endpoint(&client, &ns, "web", None).await;
     let operator = start_operator_with_chart_rbac(&env, &ns, &[("MAX_RUNNERS_PER_NAMESPACE", "3")]).await;
     let tests = api(&client, &ns, "LoadTest");
+
+    // Two 2-runner runs asking at once: one is counted first and reserves
+    // its room, the other waits (not both made: 4 pods).
+    let short =
+        json!({"replicas": 2, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}});
+    let (a, b) = tokio::join!(
+        create(&client, &ns, "LoadTest", "first", short.clone()),
+        create(&client, &ns, "LoadTest", "second", short.clone())
+    );
+    a.unwrap();
+    b.unwrap();
+    for t in ["first", "second"] {
+        let s = wait_test(&client, &ns, t, "both to finish", T, |s| s.state.is_terminal().then(|| s.clone())).await;
+        assert_eq!(s.state, State::Finished, "{t}: {s:#?}");
+    }
+    let mut waited = Vec::new();
+    for t in ["first", "second"] {
+        let events = events_about(&client, &ns, t).await;
+        if events.iter().any(|(_, r, _)| r == "TooManyRunners") {
+            waited.push(t);
+        }
+    }
+    assert_eq!(waited.len(), 1, "exactly one of the two waited: {waited:?}");
 
     // Room for 3 runner pods: the hog's 2 leave none for the waiter's 2.
     let hog = json!({"replicas": 2, "rate": 1, "deadline": "3m",
