@@ -2,9 +2,9 @@
 //! target Service (a metadata watch of Services) trigger their LoadTest;
 //! each reconcile lists the test's runners, asks the state machine for the
 //! next step, looks at what the step needs (the target Service; the
-//! namespace's runner pods, counted under a per-namespace lock held until
-//! the runners are made) and carries the step out (delete, create, signal,
-//! Events, status). SimpleDeployment: its one child pod, recreated when
+//! namespace's runner pods, counted one run at a time, the room reserved
+//! until the runners are made) and carries the step out (delete, create,
+//! signal, Events, status). SimpleDeployment: its one child pod, recreated when
 //! deleted.
 
 use std::collections::HashMap;
