@@ -14,15 +14,27 @@ use loadgen::summary::Summary;
     about = "Flotilla loadgen: sends HTTP requests to one URL and writes a mergeable summary (counts, errors, HDR latency histogram) to the termination message"
 )]
 struct Args {
-    /// The target, e.g. http://nginx.shop.svc:80/.
+    /// The target, e.g. http://nginx.shop.svc.cluster.local:80/.
     #[arg(long, env = "URL")]
     url: String,
+    /// Connect to this IP address (with the URL's port) instead of
+    /// resolving the URL's host, which still goes in the Host header (the
+    /// operator pins a Service's cluster IP: no DNS search path can send the
+    /// load elsewhere). Empty: resolve the host.
+    #[arg(long, env = "CONNECT_TO", value_name = "IP")]
+    connect_to: Option<String>,
     /// HTTP method.
     #[arg(long, env = "METHOD", default_value = "GET")]
     method: String,
     /// A request header, NAME:VALUE (repeatable).
     #[arg(long = "header", env = "HEADERS", value_delimiter = '\n', value_name = "NAME:VALUE")]
     headers: Vec<String>,
+    /// A request header whose value is the content of a file (one trailing
+    /// newline dropped), NAME:PATH (repeatable): a mounted Secret, so the
+    /// value is in no environment variable. Errors name the file, never the
+    /// value.
+    #[arg(long = "header-file", env = "HEADER_FILES", value_delimiter = '\n', value_name = "NAME:PATH")]
+    header_files: Vec<String>,
     /// Request body.
     #[arg(long, env = "BODY", default_value = "")]
     body: String,
@@ -62,6 +74,25 @@ fn bad(flag: &str, why: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// A header value read from `path`: at most 16 KiB, one trailing newline
+/// dropped, a valid header value. The error says why, never what it read.
+fn read_header_value(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(16 * 1024 + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if bytes.len() > 16 * 1024 {
+        return Err(format!("{} is longer than 16 KiB", path.display()));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))?;
+    let value = text.strip_suffix('\n').map(|v| v.strip_suffix('\r').unwrap_or(v)).unwrap_or(&text);
+    if reqwest::header::HeaderValue::from_str(value).is_err() {
+        return Err(format!("{} holds no valid header value (a control character or newline)", path.display()));
+    }
+    Ok(value.to_string())
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let method = match reqwest::Method::from_bytes(args.method.as_bytes()) {
@@ -71,6 +102,13 @@ fn main() -> ExitCode {
     if reqwest::Url::parse(&args.url).is_err() {
         return bad("url", format!("{:?} is not a URL", args.url));
     }
+    let connect_to = match args.connect_to.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(ip) => match ip.parse::<std::net::IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => return bad("connect-to", format!("{ip:?} is not an IP address")),
+        },
+    };
     let mut headers = Vec::new();
     for h in args.headers.iter().filter(|h| !h.is_empty()) {
         match h.split_once(':') {
@@ -85,6 +123,20 @@ fn main() -> ExitCode {
         }
         if let Err(e) = reqwest::header::HeaderValue::from_str(v) {
             return bad("header", format!("{k}: {e}"));
+        }
+    }
+    let mut secret_headers = Vec::new();
+    for h in args.header_files.iter().filter(|h| !h.is_empty()) {
+        let Some((name, path)) = h.split_once(':').filter(|(k, p)| !k.trim().is_empty() && !p.trim().is_empty()) else {
+            return bad("header-file", format!("{h:?} is not NAME:PATH"));
+        };
+        let name = name.trim();
+        if let Err(e) = reqwest::header::HeaderName::from_bytes(name.as_bytes()) {
+            return bad("header-file", format!("{name:?}: {e}"));
+        }
+        match read_header_value(std::path::Path::new(path.trim())) {
+            Ok(value) => secret_headers.push((name.to_string(), value)),
+            Err(why) => return bad("header-file", format!("{name}: {why}")),
         }
     }
     if args.repeat == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
@@ -127,6 +179,8 @@ fn main() -> ExitCode {
         url: args.url.clone(),
         method,
         headers,
+        secret_headers,
+        connect_to,
         body: args.body,
         repeat: args.repeat,
         concurrency: args.concurrency,

@@ -21,6 +21,11 @@ pub struct Config {
     pub url: String,
     pub method: reqwest::Method,
     pub headers: Vec<(String, String)>,
+    /// Headers whose values are secrets: marked sensitive, so no debug
+    /// output of a request shows them.
+    pub secret_headers: Vec<(String, String)>,
+    /// Connect here (the URL's port) instead of resolving the URL's host.
+    pub connect_to: Option<std::net::IpAddr>,
     pub body: String,
     /// Requests per worker.
     pub repeat: u64,
@@ -84,7 +89,19 @@ async fn one(client: &reqwest::Client, req: reqwest::Request) -> Option<ErrorKin
 
 /// Runs the load and returns what it measured.
 pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
-    let client = reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    if let Some(ip) = cfg.connect_to {
+        // The host stays in the URL (and so in the Host header) but is
+        // never looked up: reqwest takes this address for it, and the port
+        // from the URL.
+        if let Some((host, port)) = reqwest::Url::parse(&cfg.url)
+            .ok()
+            .and_then(|u| Some((u.host_str()?.to_string(), u.port_or_known_default()?)))
+        {
+            builder = builder.resolve(&host, std::net::SocketAddr::new(ip, port));
+        }
+    }
+    let client = builder
         .timeout(cfg.timeout)
         .connect_timeout(cfg.timeout)
         .pool_max_idle_per_host(usize::try_from(cfg.concurrency).unwrap_or(usize::MAX))
@@ -95,6 +112,12 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
     let mut template = client.request(cfg.method.clone(), &cfg.url);
     for (k, v) in &cfg.headers {
         template = template.header(k, v);
+    }
+    for (k, v) in &cfg.secret_headers {
+        if let Ok(mut value) = reqwest::header::HeaderValue::from_str(v) {
+            value.set_sensitive(true);
+            template = template.header(k, value);
+        }
     }
     if !cfg.body.is_empty() {
         template = template.body(cfg.body.clone());

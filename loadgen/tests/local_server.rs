@@ -47,6 +47,8 @@ fn config(url: String, repeat: u64, concurrency: u64) -> Config {
         url,
         method: reqwest::Method::GET,
         headers: vec![],
+        secret_headers: vec![],
+        connect_to: None,
         body: String::new(),
         repeat,
         concurrency,
@@ -157,5 +159,76 @@ async fn the_binary_writes_a_summary_the_operator_can_merge() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--header"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server that records each request's Host and X-Token headers.
+async fn recording_server() -> (u16, Arc<std::sync::Mutex<Vec<(String, String)>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let s = s.clone();
+        async move {
+            let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+            s.lock().unwrap().push((get("host"), get("x-token")));
+            "ok"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (port, seen)
+}
+
+/// The operator pins a Service's cluster IP: the runner connects there and
+/// never resolves the URL's host (a name under `.invalid` here, which no
+/// resolver answers), which still goes in the Host header; a header value
+/// comes from a file (a mounted Secret), one trailing newline dropped, and
+/// an unusable one is refused naming the file, never showing the value.
+#[tokio::test]
+async fn the_binary_connects_to_the_pinned_address_and_reads_header_values_from_files() {
+    let (port, seen) = recording_server().await;
+    let dir = std::env::temp_dir().join(format!("loadgen-pin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (token, log) = (dir.join("token"), dir.join("termination-log"));
+    std::fs::write(&token, "s3cret-value\n").unwrap();
+    let host = format!("web.shop.svc.cluster.invalid:{port}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--url", &format!("http://{host}/"), "--connect-to", "127.0.0.1", "--repeat", "3"])
+        .arg("--header-file")
+        .arg(format!("X-Token:{}", token.display()))
+        .arg("--termination-log")
+        .arg(&log)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = Summary::parse(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    assert_eq!((s.requests, s.error_count()), (3, 0));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, vec![(host.clone(), "s3cret-value".to_string()); 3]);
+
+    std::fs::write(&token, "s3cret\u{1}value").unwrap();
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--url", &format!("http://{host}/"), "--connect-to", "127.0.0.1"])
+        .env("HEADER_FILES", format!("X-Token:{}", token.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--header-file") && stderr.contains("token"), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "the value is never shown: {stderr}");
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--url", &format!("http://{host}/"), "--header-file", "X-Token:/nonexistent/token"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    let not_ip = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--url", &format!("http://{host}/"), "--connect-to", "web.shop"])
+        .output()
+        .unwrap();
+    assert_eq!(not_ip.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }

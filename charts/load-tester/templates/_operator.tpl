@@ -3,8 +3,11 @@ What load-tester needs of the API: its LoadTests and SimpleDeployments
 (status by server-side apply); pods: list and watch (its own, by label),
 create (runners, SimpleDeployment children), get (a child by name), patch
 (the runners' start signal) and delete (old runs' runners, replaced
-children); Services (get) and EndpointSlices (list) to check a test's
-target before starting it. Events are added by flotilla.rbac. With
+children); list also counts a namespace's runner pods against
+--max-runners-per-namespace. Services: get to check a test's target and
+pin its cluster IP, list and watch (metadata only) to stop a run whose
+target changes; EndpointSlices (list) to see ready endpoints before a run
+starts. Events are added by flotilla.rbac. With
 watchNamespace set, all of it is a Role in that namespace only.
 e2e/tests/rbac.rs proves each rule is needed.
 */}}
@@ -20,7 +23,7 @@ e2e/tests/rbac.rs proves each rule is needed.
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["list"]
@@ -39,6 +42,9 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--watch-namespace=%s" (include "flotilla.value" .Values.watchNamespace) | quote }}
 {{- end }}
 - {{ printf "--loadgen-image=%s" (include "flotilla.value" (include "load-tester.loadgenImage" .)) | quote }}
+- {{ printf "--cluster-domain=%s" (include "flotilla.value" .Values.clusterDomain) | quote }}
+- {{ printf "--min-rerun-interval=%s" (include "flotilla.value" .Values.minRerunInterval) | quote }}
+- {{ printf "--max-runners-per-namespace=%s" (include "flotilla.value" .Values.maxRunnersPerNamespace) | quote }}
 {{- end -}}
 
 {{- define "load-tester.env" -}}

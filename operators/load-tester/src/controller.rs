@@ -1,10 +1,14 @@
-//! The two controllers. LoadTest: runner pods (owned, labelled) trigger
-//! their LoadTest; each reconcile lists the test's runners, asks the state
-//! machine for the next step, checks the target Service when it must, and
-//! carries the step out (delete, create, signal, Events, status).
-//! SimpleDeployment: its one child pod, recreated when deleted.
+//! The two controllers. LoadTest: runner pods (owned, labelled) and the
+//! target Service (a metadata watch of Services) trigger their LoadTest;
+//! each reconcile lists the test's runners, asks the state machine for the
+//! next step, looks at what the step needs (the target Service; the
+//! namespace's runner pods, counted one run at a time, the room reserved
+//! until the runners are made) and carries the step out (delete, create,
+//! signal, Events, status). SimpleDeployment: its one child pod, recreated when
+//! deleted.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_shared::conditions::{READY, Status};
@@ -15,12 +19,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
 use crate::crd::{LoadTest, LoadTestStatus, SimpleDeployment, SimpleDeploymentStatus, State, Verdict};
 use crate::error::Error;
-use crate::machine::{Limits, Step, Target, Wanted, step};
+use crate::machine::{Limits, Need, Seen, ServiceView, Step, Target, Wanted, step};
 use crate::metrics::LoadMetrics;
 use crate::runner::{self, LOADTEST_LABEL, Runner, START_ANNOTATION};
 use crate::simple::{self, OWNER_LABEL};
@@ -35,12 +40,51 @@ pub struct Options {
     pub watch_namespace: Option<String>,
     /// The runners' image unless a LoadTest names one.
     pub loadgen_image: String,
+    /// The cluster's DNS domain: runners send Host
+    /// `<service>.<namespace>.svc.<cluster_domain>`.
+    pub cluster_domain: String,
+    /// A LoadTest's next run starts no sooner than this after its last.
+    pub min_rerun_interval: Duration,
+    /// Runner pods of one namespace at once, every LoadTest's together.
+    pub max_runners_per_namespace: usize,
 }
 
 pub struct Data {
     pub ctx: Context,
     pub metrics: LoadMetrics,
     pub options: Options,
+    /// Per namespace whose runner pods are being counted or made (entries
+    /// nobody holds are dropped): two runs starting at once in a namespace
+    /// cannot both take the last room.
+    rooms: Mutex<HashMap<String, Arc<Room>>>,
+}
+
+/// A namespace's room for runner pods: runs are counted one at a time, and
+/// the pods a counted run is still making are reserved until it has made
+/// them (then the API server lists them), so creations run in parallel.
+/// A pod both listed and still reserved counts twice: a run may wait one
+/// look more, never pass the bound.
+#[derive(Default)]
+struct Room {
+    counting: Arc<tokio::sync::Mutex<()>>,
+    reserved: std::sync::atomic::AtomicUsize,
+}
+
+/// Pods of a run being made, reserved in their namespace's [`Room`].
+struct Reservation(Arc<Room>, usize);
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.0.reserved.fetch_sub(self.1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Data {
+    fn room(&self, ns: &str) -> Arc<Room> {
+        let mut rooms = self.rooms.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        rooms.retain(|_, r| Arc::strong_count(r) > 1);
+        Arc::clone(rooms.entry(ns.to_string()).or_default())
+    }
 }
 
 /// Runs both controllers until shutdown.
@@ -48,27 +92,72 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     let metrics = LoadMetrics::new()?;
     metrics.register(&ctx.metrics)?;
     let client = ctx.client.clone();
-    let (tests, sds, pods): (Api<LoadTest>, Api<SimpleDeployment>, Api<Pod>) = match &options.watch_namespace {
-        Some(ns) => {
-            (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns), Api::namespaced(client, ns))
-        }
-        None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
-    };
-    let data = Arc::new(Data { ctx: ctx.clone(), metrics, options });
+    let (tests, sds, pods, services): (Api<LoadTest>, Api<SimpleDeployment>, Api<Pod>, Api<Service>) =
+        match &options.watch_namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client, ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
+        };
+    let data = Arc::new(Data { ctx: ctx.clone(), metrics, options, rooms: Mutex::default() });
     // Only our own pods are watched (by label), and only to wake owners. A
     // bounded number of tests reconcile at a time. (No debounce: the
     // scheduler restarts it on every trigger, and a test's runners change
     // often enough to push its deadline's reconcile back.)
+    let (tx, rx) = futures::channel::mpsc::unbounded();
     let runners = Controller::new(tests, watcher::Config::default().any_semantic())
         .owns(pods.clone(), watcher::Config::default().labels(LOADTEST_LABEL).any_semantic())
-        .concurrency(8);
+        .concurrency(8)
+        .reconcile_on(rx);
+    let targets = tokio::spawn(watch_targets(services, runners.store(), tx, ctx.readiness().watch("services")));
     let children = Controller::new(sds, watcher::Config::default().any_semantic())
         .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic())
         .concurrency(8);
     let a = ctx.run_controller("loadtest", runners, reconcile_test, error_policy, Arc::clone(&data));
     let b = ctx.run_controller("simpledeployment", children, reconcile_simple, error_policy, Arc::clone(&data));
-    tokio::try_join!(a, b)?;
+    let result = tokio::try_join!(a, b);
+    targets.abort();
+    result?;
     Ok(())
+}
+
+/// Wakes the running LoadTests whose target Service changed (or went): a
+/// metadata-only watch (nothing of Services is held), so a type or cluster
+/// IP change stops a run at once, not at its next look.
+async fn watch_targets(
+    services: Api<Service>,
+    tests: Store<LoadTest>,
+    tx: futures::channel::mpsc::UnboundedSender<ObjectRef<LoadTest>>,
+    health: flotilla_shared::health::WatchHealth,
+) {
+    #[allow(deprecated)] // kube-runtime 5's metadata watcher, as `owns` uses it
+    let watch = kube::runtime::metadata_watcher(services, watcher::Config::default().any_semantic())
+        .backoff(flotilla_shared::backoff::watch_backoff());
+    let mut events = std::pin::pin!(health.track(watch));
+    while let Some(event) = events.next().await {
+        let svc = match event {
+            Ok(watcher::Event::Apply(svc) | watcher::Event::Delete(svc)) => svc,
+            Ok(watcher::Event::InitDone) => {
+                health.synced();
+                continue;
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching Services (retried)");
+                continue;
+            }
+        };
+        let (ns, name) = (svc.metadata.namespace.unwrap_or_default(), svc.metadata.name.unwrap_or_default());
+        for t in tests.state() {
+            let running = t.status.as_ref().is_some_and(|s| !s.state.is_terminal());
+            if running && t.spec.test.service_name == name && t.namespace().as_deref() == Some(ns.as_str()) {
+                let _ = tx.unbounded_send(ObjectRef::from_obj(t.as_ref()));
+            }
+        }
+    }
 }
 
 pub fn error_policy<K>(_: Arc<K>, error: &Error, _: Arc<Data>) -> Action {
@@ -80,32 +169,77 @@ fn owned_by(pod: &Pod, uid: &str) -> bool {
     pod.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|r| r.uid == uid))
 }
 
-/// Whether the Service exists and has a ready endpoint.
-async fn check_target(client: &kube::Client, ns: &str, service: &str) -> Result<Target, Error> {
+/// The Service as it is (its type, cluster IP, UID) and, with
+/// `endpoints`, whether it has a ready endpoint.
+async fn check_target(
+    client: &kube::Client,
+    ns: &str,
+    service: &str,
+    host: String,
+    endpoints: bool,
+) -> Result<Target, Error> {
     let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
-    if svcs.get_opt(service).await.map_err(|e| Error::Kube("service", e))?.is_none() {
+    let Some(svc) = svcs.get_opt(service).await.map_err(|e| Error::Kube("service", e))? else {
         return Ok(Target::Missing);
-    }
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
-    let list = slices.list(&lp).await.map_err(|e| Error::Kube("endpointslices", e))?;
-    let ready = list
-        .items
-        .iter()
-        .flat_map(|s| s.endpoints.iter().flatten())
-        .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
-    Ok(if ready { Target::Ready } else { Target::NoReadyEndpoints })
+    };
+    let spec = svc.spec.unwrap_or_default();
+    let type_ = spec.type_.unwrap_or_else(|| "ClusterIP".into());
+    // ExternalName names a host anywhere; "None" is a headless Service.
+    let cluster_ip = spec.cluster_ip.filter(|ip| !ip.is_empty() && ip != "None" && type_ != "ExternalName");
+    let ready = if endpoints {
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+        let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+        let list = slices.list(&lp).await.map_err(|e| Error::Kube("endpointslices", e))?;
+        Some(
+            list.items
+                .iter()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)),
+        )
+    } else {
+        None
+    };
+    Ok(Target::Seen(ServiceView { uid: svc.metadata.uid.unwrap_or_default(), type_, cluster_ip, ready, host }))
 }
 
-fn ready_condition(old: Option<&LoadTestStatus>, new: &mut LoadTestStatus, generation: Option<i64>) {
+/// Runner pods in the namespace (every LoadTest's, by label) that may run
+/// and are not of run `run` of the test `uid`: what a new run's runners
+/// come on top of. Pods that are done (Succeeded, Failed) hold no node.
+/// Metadata only, the done ones left out by the API server: a namespace's
+/// hundreds of runner pods are not read whole at each run's start.
+async fn others_in_namespace(pods: &Api<Pod>, uid: &str, run: i64) -> Result<usize, Error> {
+    let lp = ListParams::default().labels(LOADTEST_LABEL).fields("status.phase!=Succeeded,status.phase!=Failed");
+    let list = pods.list_metadata(&lp).await.map_err(|e| Error::Kube("pods", e))?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| {
+            let ours = p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|r| r.uid == uid));
+            let this_run = p.metadata.labels.as_ref().and_then(|l| l.get(runner::RUN_LABEL)) == Some(&run.to_string());
+            !(ours && this_run)
+        })
+        .count())
+}
+
+fn ready_condition(
+    old: Option<&LoadTestStatus>,
+    new: &mut LoadTestStatus,
+    generation: Option<i64>,
+    waiting: Option<&(&'static str, String)>,
+) {
     let mut c = flotilla_shared::Conditions::new(old.map(|s| s.conditions.as_slice()), generation);
-    let (status, reason, message) = match new.state {
-        State::Pending => (Status::False, "Pending".to_string(), format!("run {}: starting the runners", new.run)),
-        State::Executing => {
+    let (status, reason, message) = match (new.state, waiting) {
+        (_, Some((reason, message))) => (Status::False, (*reason).to_string(), message.clone()),
+        (State::Pending, None) => {
+            (Status::False, "Pending".to_string(), format!("run {}: starting the runners", new.run))
+        }
+        (State::Executing, None) => {
             (Status::False, "Executing".to_string(), format!("run {}: the runners are sending", new.run))
         }
-        State::Finished => (Status::from(new.verdict != Verdict::Failed), new.reason.clone(), new.message.clone()),
-        State::Failed => (Status::False, new.reason.clone(), new.message.clone()),
+        (State::Finished, None) => {
+            (Status::from(new.verdict != Verdict::Failed), new.reason.clone(), new.message.clone())
+        }
+        (State::Failed, None) => (Status::False, new.reason.clone(), new.message.clone()),
     };
     c.set(READY, status, &reason, message);
     new.conditions = c.into_vec();
@@ -136,25 +270,54 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
     };
     let limits = match (test.spec.deadline.get(), test.spec.start_timeout.get(), test.spec.test.timeout.get(), headers)
     {
-        (Ok(deadline), Ok(start_timeout), Ok(_), Ok(())) => Limits { deadline, start_timeout },
+        (Ok(deadline), Ok(start_timeout), Ok(_), Ok(())) => Limits {
+            deadline,
+            start_timeout,
+            min_rerun_interval: data.options.min_rerun_interval,
+            max_runners_per_namespace: data.options.max_runners_per_namespace,
+        },
         (d, s, t, h) => {
             let why = [d.err(), s.err(), t.err(), h.err()].into_iter().flatten().collect::<Vec<_>>().join("; ");
             let mut st = test.status.clone().unwrap_or_default();
             st.state = State::Failed;
             st.reason = "InvalidSpec".into();
             st.message = why.clone();
-            write_status(&test, &ns, &name, st, &data, &oref, vec![(true, "InvalidSpec", why)]).await?;
+            write_status(&test, &ns, &name, st, &data, &oref, vec![(true, "InvalidSpec", why)], None).await?;
             return Ok(Action::await_change());
         }
     };
     let now = Timestamp::now();
     let old = test.status.as_ref();
-    let mut next: Step =
-        step(&test.spec, &limits, &Wanted { generation, rerun: &rerun }, old, &runners, &Target::Unchecked, now);
-    if next.needs_target {
-        let target = check_target(&client, &ns, &test.spec.test.service_name).await?;
-        next = step(&test.spec, &limits, &Wanted { generation, rerun: &rerun }, old, &runners, &target, now);
-    }
+    let wanted = Wanted { generation, rerun: &rerun };
+    let svc = &test.spec.test.service_name;
+    let host = format!("{svc}.{ns}.svc.{}", data.options.cluster_domain);
+    // Step, look at what the step needs, step again (each looked at once).
+    let (mut target, mut others, mut counting) = (Target::Unchecked, None, None);
+    let mut next: Step = loop {
+        let seen = Seen { runners: &runners, target: &target, others_in_namespace: others };
+        let next = step(&test.spec, &limits, &wanted, old, &seen, now);
+        match next.needs {
+            Some(Need::Target { endpoints }) if target == Target::Unchecked => {
+                target = check_target(&client, &ns, svc, host.clone(), endpoints).await?;
+            }
+            Some(Need::Room) if others.is_none() => {
+                // Counted one run at a time; what others are still making
+                // counts too.
+                let room = data.room(&ns);
+                let lock = Arc::clone(&room.counting).lock_owned().await;
+                let listed = others_in_namespace(&pods, &uid, next.status.run).await?;
+                others = Some(listed + room.reserved.load(std::sync::atomic::Ordering::SeqCst));
+                counting = Some((room, lock));
+            }
+            _ => break next,
+        }
+    };
+    // The counted room is reserved for this run's runners until they are
+    // made (or this reconcile ends); the next run may count meanwhile.
+    let _reserved = counting.map(|(room, _lock)| {
+        room.reserved.fetch_add(next.create.len(), std::sync::atomic::Ordering::SeqCst);
+        Reservation(room, next.create.len())
+    });
 
     // The status first: a new run's number and start time are recorded
     // before any pod exists, so a failure below is retried within this run
@@ -162,7 +325,9 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
     if !next.create.is_empty() {
         next.status.children += i32::try_from(next.create.len()).unwrap_or(0);
     }
-    let written = write_status(&test, &ns, &name, next.status.clone(), &data, &oref, next.events.clone()).await?;
+    let written =
+        write_status(&test, &ns, &name, next.status.clone(), &data, &oref, next.events.clone(), next.waiting.as_ref())
+            .await?;
     count_ended_run(old, &next.status, &data.metrics, &name);
 
     for pod in &next.delete {
@@ -175,9 +340,13 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
     let image = test.spec.image.clone().unwrap_or_else(|| data.options.loadgen_image.clone());
     let (run, end_at) = (next.status.run, crate::machine::runners_end(&next.status, &limits));
     let mut to_create: Vec<Pod> = Vec::with_capacity(next.create.len());
-    for i in &next.create {
-        let pod = runner::pod(&name, &uid, &ns, &test.spec, &image, run, *i, end_at);
-        to_create.push(serde_json::from_value(pod).map_err(|e| Error::Kube("runner pod", kube::Error::SerdeError(e)))?);
+    // The machine pins the target before it asks for runners.
+    if let Some(pinned) = next.status.target.as_ref() {
+        for i in &next.create {
+            let pod = runner::pod(&name, &uid, &ns, &test.spec, &image, run, *i, end_at, pinned);
+            to_create
+                .push(serde_json::from_value(pod).map_err(|e| Error::Kube("runner pod", kube::Error::SerdeError(e)))?);
+        }
     }
     let made: Vec<Result<(), kube::Error>> = futures::stream::iter(to_create.into_iter().map(|pod| {
         let pods = pods.clone();
@@ -206,7 +375,7 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
             format!("a runner pod was refused: {message}"),
         );
         let before = failed.clone();
-        write_status(&test, &ns, &name, failed, &data, &oref, vec![event]).await?;
+        write_status(&test, &ns, &name, failed, &data, &oref, vec![event], None).await?;
         count_ended_run(old, &before, &data.metrics, &name);
         return Ok(Action::await_change());
     }
@@ -246,6 +415,7 @@ fn count_ended_run(old: Option<&LoadTestStatus>, new: &LoadTestStatus, metrics: 
     tracing::info!(loadtest = %name, run = new.run, state = new.state.as_str(), reason = %new.reason, "run ended");
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn write_status(
     test: &LoadTest,
     ns: &str,
@@ -254,8 +424,9 @@ async fn write_status(
     data: &Data,
     oref: &k8s_openapi::api::core::v1::ObjectReference,
     events: Vec<(bool, &'static str, String)>,
+    waiting: Option<&(&'static str, String)>,
 ) -> Result<Option<LoadTestStatus>, Error> {
-    ready_condition(test.status.as_ref(), &mut st, test.metadata.generation);
+    ready_condition(test.status.as_ref(), &mut st, test.metadata.generation, waiting);
     let written = st.clone();
     if test.status.as_ref().is_none_or(|old| !same(old, &st)) {
         let api: Api<LoadTest> = Api::namespaced(data.ctx.client.clone(), ns);

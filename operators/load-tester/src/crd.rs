@@ -106,9 +106,13 @@ pub struct TestSpec {
     #[serde(default)]
     #[schemars(default = "Method::default")]
     pub method: Method,
-    /// The Service, in this namespace: runners send to
-    /// http://<serviceName>.<namespace>.svc:<port><path>. It must exist and
-    /// have ready endpoints when the run starts.
+    /// The Service, in this namespace. When the run starts it must have a
+    /// cluster IP (type ClusterIP, NodePort or LoadBalancer; not
+    /// ExternalName, not headless) and ready endpoints; the runners then
+    /// connect to that cluster IP, never through DNS, and send
+    /// http://<serviceName>.<namespace>.svc.<cluster domain>:<port><path>
+    /// (that Host). A change of the Service's type or cluster IP during the
+    /// run, or its deletion, fails the run (TargetChanged).
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
     pub service_name: String,
     /// The Service port (default 80).
@@ -133,12 +137,22 @@ pub struct TestSpec {
     #[serde(default = "default_timeout")]
     #[schemars(default = "default_timeout")]
     pub timeout: GoDuration,
-    /// Request headers: values are single lines (checked at admission);
-    /// names must be HTTP tokens (a LoadTest with another name fails with
-    /// InvalidSpec).
+    /// Request headers with literal values: single lines (checked at
+    /// admission); names must be HTTP tokens (a LoadTest with another name
+    /// fails with InvalidSpec). The values are visible to whoever reads the
+    /// LoadTest or its runner pods: credentials go in httpHeaders with
+    /// valueFrom (the chart's admission policy refuses a literal
+    /// Authorization, Proxy-Authorization or Cookie header).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
     pub headers: BTreeMap<String, HeaderValue>,
+    /// Request headers, each with a literal value or one read from a key
+    /// of a Secret in this namespace (valueFrom.secretKeyRef: mounted into
+    /// the runner pods as a file, never in their environment nor in
+    /// status). A name also in headers is sent twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub http_headers: Vec<HttpHeader>,
     /// Request body.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 65536))]
@@ -149,6 +163,54 @@ pub struct TestSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(transparent)]
 pub struct HeaderValue(#[schemars(length(max = 4096), pattern(r"^[^\x00-\x08\x0A-\x1F\x7F]*$"))] pub String);
+
+/// A request header: its value written here, or read from a Secret.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("has(self.value) != has(self.valueFrom)")
+    .message("exactly one of value and valueFrom"))]
+pub struct HttpHeader {
+    /// The header's name, an HTTP token (e.g. Authorization).
+    #[schemars(length(min = 1, max = 256), pattern(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))]
+    pub name: String,
+    /// The value as written (one line). Whoever may read the LoadTest or
+    /// its runner pods reads it: not for credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<HeaderValue>,
+    /// Where the value comes from instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<HeaderValueSource>,
+}
+
+/// The source of a header value.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderValueSource {
+    /// A key of a Secret in the LoadTest's namespace. The runners read it
+    /// from a mounted file (one trailing newline dropped); a missing Secret
+    /// or key keeps them from starting (StartTimeout; `kubectl describe
+    /// pod` shows the FailedMount). With the chart's admission policy, only
+    /// a user who may get that Secret may name it.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the LoadTest's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name: String,
+    /// The key in the Secret's data.
+    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+}
+
+/// Header names that carry credentials: refused as literal values by the
+/// chart's admission policy (lower case).
+pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "cookie"];
 
 /// Whether `name` is an HTTP token (what a header name must be).
 pub fn is_header_name(name: &str) -> bool {
@@ -282,16 +344,21 @@ pub struct LoadTestStatus {
     /// When the current run started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
+    /// The Service the current run's runners send to, as it was when they
+    /// were created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<PinnedTarget>,
     /// When the runners were told to start sending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executing_time: Option<Time>,
     /// When it finished or failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
-    /// Why it failed (ServiceNotFound, NoReadyEndpoints, RunnerFailed,
+    /// Why it failed (ServiceNotFound, TargetNotClusterIP,
+    /// NoReadyEndpoints, TargetChanged, TooManyRunners, RunnerFailed,
     /// RunnerLost, StartTimeout, DeadlineExceeded, BadSummary, CreateFailed,
-    /// InvalidSpec), or the
-    /// verdict's reason (ThresholdsMet, ThresholdsMissed).
+    /// InvalidSpec), or the verdict's reason (ThresholdsMet,
+    /// ThresholdsMissed).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -299,6 +366,22 @@ pub struct LoadTestStatus {
     /// The merged results of a finished run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<Results>,
+}
+
+/// The Service a run sends to, pinned when its runners are created.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinnedTarget {
+    /// The Service's UID (a Service deleted and made again is another).
+    pub uid: String,
+    /// Its type then (ClusterIP, NodePort or LoadBalancer).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The cluster IP the runners connect to.
+    #[serde(rename = "clusterIP")]
+    pub cluster_ip: String,
+    /// The Host they send: <service>.<namespace>.svc.<cluster domain>.
+    pub host: String,
 }
 
 /// Every runner's requests, merged.

@@ -1,14 +1,19 @@
-//! The LoadTest state machine: from the spec, the last status and the
-//! runner pods as they are, the next status and what to do (create,
-//! signal, delete). Pure; the controller only carries the actions out.
+//! The LoadTest state machine: from the spec, the last status, the runner
+//! pods as they are and the target Service as it is, the next status and
+//! what to do (create, signal, delete). Pure; the controller only carries
+//! the actions out.
 //!
 //! ```text
-//!  (new run: first sight, spec change, flotilla.dev/rerun)
+//!  (new run: first sight, spec change, flotilla.dev/rerun — a rerun waits
+//!   out --min-rerun-interval since the last start: RerunTooSoon)
 //!        │  old runs' pods deleted, run += 1
 //!        ▼
 //!     Pending ──all runners Running──▶ Executing ──all exit 0──▶ Finished (verdict)
-//!        │  Service missing / no ready endpoints        │
-//!        │  runner cannot start, start timeout          │ runner fails, deadline
+//!        │  Service missing / not a cluster IP /        │
+//!        │  no ready endpoints, no room for the         │ runner fails, deadline,
+//!        │  runners (TooManyRunners) past startTimeout, │ Service changed
+//!        │  runner cannot start, start timeout,         │
+//!        │  Service changed                             │
 //!        └──────────────────────▶ Failed ◀──────────────┘
 //! ```
 //! A Failed run is never retried by itself.
@@ -18,18 +23,52 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, State, Verdict};
+use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, PinnedTarget, State, Verdict};
 use crate::results::{merge, verdict};
 use crate::runner::Runner;
 
-/// Whether the target Service can take load (checked before a run starts).
+/// The target Service, as the controller found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    Ready,
-    Missing,
-    NoReadyEndpoints,
-    /// Not looked at (not needed in this state).
+    /// Not looked at (the step says when it must be: [`Need::Target`]).
     Unchecked,
+    Missing,
+    Seen(ServiceView),
+}
+
+/// What the state machine reads of the target Service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceView {
+    pub uid: String,
+    /// spec.type (ClusterIP when unset).
+    pub type_: String,
+    /// Its cluster IP; None for ExternalName and headless Services.
+    pub cluster_ip: Option<String>,
+    /// Whether an EndpointSlice has a ready endpoint (None: not listed).
+    pub ready: Option<bool>,
+    /// The Host the runners send: `<service>.<namespace>.svc.<domain>`.
+    pub host: String,
+}
+
+/// What the controller looked at for this step.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The test's runner pods (of every run).
+    pub runners: &'a [Runner],
+    pub target: &'a Target,
+    /// Runner pods that are not this run's and not done (Succeeded or
+    /// Failed) in the namespace, of every LoadTest (None: not counted).
+    pub others_in_namespace: Option<usize>,
+}
+
+/// What the step needs looked at before it can decide; the controller
+/// looks and steps again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The target Service; with its EndpointSlices when `endpoints`.
+    Target { endpoints: bool },
+    /// The namespace's runner pods ([`Seen::others_in_namespace`]).
+    Room,
 }
 
 /// What the controller must do.
@@ -46,8 +85,10 @@ pub struct Step {
     pub events: Vec<(bool, &'static str, String)>,
     /// Look again at the latest then.
     pub requeue: Option<Duration>,
-    /// The controller must check the target and step again.
-    pub needs_target: bool,
+    /// Look at this, then step again.
+    pub needs: Option<Need>,
+    /// Why the wanted run waits (Ready=False with this reason and message).
+    pub waiting: Option<(&'static str, String)>,
 }
 
 /// Waiting reasons with which a runner never starts.
@@ -59,6 +100,10 @@ const CANNOT_START: [&str; 6] = [
     "CreateContainerConfigError",
     "CreateContainerError",
 ];
+
+/// How often a run waiting for room in its namespace looks again (the
+/// other tests' pods going away does not wake it).
+pub const ROOM_RECHECK: Duration = Duration::from_secs(5);
 
 fn since(t: Option<&Time>, now: Timestamp) -> Duration {
     t.map(|t| Duration::try_from(now.duration_since(t.0)).unwrap_or_default()).unwrap_or_default()
@@ -73,10 +118,15 @@ fn fail(step: &mut Step, now: Timestamp, reason: &'static str, message: String) 
     step.events.push((true, reason, format!("run {} failed: {message}", step.status.run)));
 }
 
-/// Durations the spec holds, checked.
+/// Durations the spec holds, checked, and the operator's bounds.
+#[derive(Debug, Clone)]
 pub struct Limits {
     pub deadline: Duration,
     pub start_timeout: Duration,
+    /// A new run starts no sooner than this after the last one started.
+    pub min_rerun_interval: Duration,
+    /// Runner pods of one namespace at once, every LoadTest's together.
+    pub max_runners_per_namespace: usize,
 }
 
 /// What asks for a run: the spec's generation and the rerun annotation's
@@ -86,14 +136,19 @@ pub struct Wanted<'a> {
     pub rerun: &'a str,
 }
 
+/// Whether the Ready condition of `old` already has `reason` (a wait that
+/// goes on is said once, not on every look).
+fn already(old: Option<&LoadTestStatus>, reason: &str) -> bool {
+    old.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason))
+}
+
 /// One step.
 pub fn step(
     spec: &LoadTestSpec,
     limits: &Limits,
     wanted: &Wanted<'_>,
     old: Option<&LoadTestStatus>,
-    runners: &[Runner],
-    target: &Target,
+    seen: &Seen<'_>,
     now: Timestamp,
 ) -> Step {
     let (generation, rerun) = (wanted.generation, wanted.rerun);
@@ -108,6 +163,27 @@ pub fn step(
         } else {
             format!("flotilla.dev/rerun is {rerun:?}")
         };
+        // A rerun (not the first run) waits until --min-rerun-interval has
+        // passed since the last start: a stream of spec edits or rerun
+        // annotations cannot churn pods. The current run goes on meanwhile.
+        let last = since(s.start_time.as_ref(), now);
+        if s.run > 0 && last < limits.min_rerun_interval {
+            let wait = limits.min_rerun_interval - last;
+            let at = s.start_time.as_ref().map_or(now, |t| t.0.checked_add(limits.min_rerun_interval).unwrap_or(t.0));
+            let message = format!(
+                "run {} ({why}) starts at {at}: --min-rerun-interval ({:?}) after run {} started",
+                s.run + 1,
+                limits.min_rerun_interval,
+                s.run
+            );
+            if !already(old, "RerunTooSoon") {
+                step.events.push((true, "RerunTooSoon", message.clone()));
+            }
+            step.waiting = Some(("RerunTooSoon", message));
+            current_run(&mut step, spec, limits, seen, now);
+            step.requeue = Some(step.requeue.map_or(wait, |r| r.min(wait)));
+            return step;
+        }
         *s = LoadTestStatus {
             observed_generation: s.observed_generation,
             conditions: s.conditions.clone(),
@@ -119,16 +195,22 @@ pub fn step(
         };
         step.events.push((false, "RunStarted", format!("run {} started ({why})", step.status.run)));
     }
+    current_run(&mut step, spec, limits, seen, now);
+    step
+}
+
+/// The current run's step.
+fn current_run(step: &mut Step, spec: &LoadTestSpec, limits: &Limits, seen: &Seen<'_>, now: Timestamp) {
     let run = step.status.run;
     // Pods of other runs go, whatever the state.
-    step.delete.extend(runners.iter().filter(|r| r.run != run && !r.terminating).map(|r| r.name.clone()));
-    let mine: Vec<&Runner> = runners.iter().filter(|r| r.run == run).collect();
+    step.delete.extend(seen.runners.iter().filter(|r| r.run != run && !r.terminating).map(|r| r.name.clone()));
+    let mine: Vec<&Runner> = seen.runners.iter().filter(|r| r.run == run).collect();
     step.status.children = i32::try_from(mine.len()).unwrap_or(i32::MAX);
     let replicas = usize::try_from(spec.replicas.max(1)).unwrap_or(1);
 
     match step.status.state {
-        State::Pending => pending(&mut step, spec, limits, &mine, replicas, target, now),
-        State::Executing => executing(&mut step, spec, limits, &mine, replicas, now),
+        State::Pending => pending(step, spec, limits, &mine, replicas, seen, now),
+        State::Executing => executing(step, spec, limits, &mine, replicas, seen.target, now),
         State::Finished | State::Failed => {}
     }
     if step.status.state.is_terminal() {
@@ -151,7 +233,6 @@ pub fn step(
     }
     step.delete.sort();
     step.delete.dedup();
-    step
 }
 
 /// When the current run's runners stop sending (Unix seconds): before the
@@ -188,51 +269,135 @@ fn runner_problem(r: &Runner) -> Option<String> {
     None
 }
 
+/// The Service pinned for a run, if `view` can be one: a cluster IP to
+/// connect to (ExternalName names a host anywhere; a headless Service has
+/// no address of its own).
+fn pin(view: &ServiceView) -> Option<PinnedTarget> {
+    Some(PinnedTarget {
+        uid: view.uid.clone(),
+        type_: view.type_.clone(),
+        cluster_ip: view.cluster_ip.clone()?,
+        host: view.host.clone(),
+    })
+}
+
+/// How the Service differs from the one pinned, if it does.
+fn changed(pinned: &PinnedTarget, target: &Target, svc: &str) -> Option<String> {
+    match target {
+        Target::Unchecked => None,
+        Target::Missing => Some(format!("Service {svc} was deleted during the run")),
+        Target::Seen(v) if v.uid != pinned.uid => {
+            Some(format!("Service {svc} was deleted and made again during the run"))
+        }
+        Target::Seen(v) if v.type_ != pinned.type_ => {
+            Some(format!("Service {svc} changed type from {} to {} during the run", pinned.type_, v.type_))
+        }
+        Target::Seen(v) if v.cluster_ip.as_deref() != Some(pinned.cluster_ip.as_str()) => Some(format!(
+            "Service {svc} changed cluster IP from {} to {} during the run",
+            pinned.cluster_ip,
+            v.cluster_ip.as_deref().unwrap_or("none")
+        )),
+        Target::Seen(_) => None,
+    }
+}
+
 fn pending(
     step: &mut Step,
     spec: &LoadTestSpec,
     limits: &Limits,
     mine: &[&Runner],
     replicas: usize,
-    target: &Target,
+    seen: &Seen<'_>,
     now: Timestamp,
 ) {
-    if mine.is_empty() {
-        // Before the first runner: can the target take load at all?
-        let svc = &spec.test.service_name;
-        match target {
-            Target::Unchecked => {
-                step.needs_target = true;
-                return;
+    let svc = &spec.test.service_name;
+    match (&step.status.target, seen.target) {
+        (_, Target::Unchecked) => {
+            // Before the first runner: can the target take load at all?
+            // After: is it still the one the runners were made for?
+            let endpoints = step.status.target.is_none();
+            step.needs = Some(Need::Target { endpoints });
+            return;
+        }
+        (Some(pinned), target) => {
+            if let Some(why) = changed(pinned, target, svc) {
+                return fail(step, now, "TargetChanged", why);
             }
-            Target::Missing => {
-                return fail(step, now, "ServiceNotFound", format!("Service {svc} does not exist in this namespace"));
-            }
-            Target::NoReadyEndpoints => {
+        }
+        (None, Target::Missing) => {
+            return fail(step, now, "ServiceNotFound", format!("Service {svc} does not exist in this namespace"));
+        }
+        (None, Target::Seen(view)) => {
+            let Some(pinned) = pin(view) else {
+                let what = if view.type_ == "ExternalName" { "an ExternalName Service" } else { "headless" };
+                return fail(
+                    step,
+                    now,
+                    "TargetNotClusterIP",
+                    format!("Service {svc} is {what}: runners send only to a Service's cluster IP"),
+                );
+            };
+            if view.ready == Some(false) {
                 return fail(step, now, "NoReadyEndpoints", format!("Service {svc} has no ready endpoints"));
             }
-            Target::Ready => {}
+            step.status.target = Some(pinned);
         }
     }
     if let Some(problem) = mine.iter().find_map(|r| runner_problem(r)) {
         return fail(step, now, "RunnerFailed", problem);
     }
     let present: Vec<usize> = mine.iter().filter_map(|r| r.index).collect();
-    step.create = (0..replicas).filter(|i| !present.contains(i)).collect();
+    let create: Vec<usize> = (0..replicas).filter(|i| !present.contains(i)).collect();
+    let waited = since(step.status.start_time.as_ref(), now);
+    if !create.is_empty() {
+        // Room in the namespace for every runner of the run, or none is
+        // made: a run started in part would hold pods while it waits.
+        let max = limits.max_runners_per_namespace;
+        if replicas > max {
+            return fail(
+                step,
+                now,
+                "TooManyRunners",
+                format!("{replicas} runners are more than --max-runners-per-namespace ({max})"),
+            );
+        }
+        let Some(others) = seen.others_in_namespace else {
+            step.needs = Some(Need::Room);
+            return;
+        };
+        if others + replicas > max {
+            let message = format!(
+                "{others} runner pods of other runs in this namespace leave no room for {replicas} more \
+                 (--max-runners-per-namespace {max}); waiting, at most until startTimeout ({:?})",
+                limits.start_timeout
+            );
+            if waited >= limits.start_timeout {
+                return fail(step, now, "TooManyRunners", message);
+            }
+            if !already(Some(&step.status), "TooManyRunners") {
+                step.events.push((true, "TooManyRunners", message.clone()));
+            }
+            step.status.message = message.clone();
+            step.waiting = Some(("TooManyRunners", message));
+            step.requeue = Some(ROOM_RECHECK.min(limits.start_timeout - waited));
+            return;
+        }
+        step.create = create;
+    }
     let running = mine.iter().filter(|r| r.running && r.index.is_some_and(|i| i < replicas)).count();
     if step.create.is_empty() && running >= replicas {
         step.signal = mine.iter().filter(|r| !r.signalled).map(|r| r.name.clone()).collect();
         step.status.state = State::Executing;
         step.status.executing_time = Some(Time(now));
+        step.status.message = String::new();
         step.events.push((
             false,
             "Executing",
             format!("run {}: all {replicas} runners running, start signal given", step.status.run),
         ));
-        step.requeue = Some(limits.deadline.saturating_sub(since(step.status.start_time.as_ref(), now)));
+        step.requeue = Some(limits.deadline.saturating_sub(waited));
         return;
     }
-    let waited = since(step.status.start_time.as_ref(), now);
     if waited >= limits.start_timeout {
         // Unschedulable is not fatal before the timeout (an autoscaler may
         // add a node, a new node loses its not-ready taint); past it, it is
@@ -266,7 +431,27 @@ fn unschedulable<'a>(mine: &[&'a Runner]) -> Option<(&'a str, &'a str)> {
     mine.iter().find_map(|r| Some((r.name.as_str(), r.unschedulable.as_deref()?)))
 }
 
-fn executing(step: &mut Step, spec: &LoadTestSpec, limits: &Limits, mine: &[&Runner], replicas: usize, now: Timestamp) {
+fn executing(
+    step: &mut Step,
+    spec: &LoadTestSpec,
+    limits: &Limits,
+    mine: &[&Runner],
+    replicas: usize,
+    target: &Target,
+    now: Timestamp,
+) {
+    // The Service must still be the one the runners connect to: a type
+    // or cluster IP change (or a Service made again) stops the run before
+    // its traffic reaches what the address now means.
+    if let Some(pinned) = step.status.target.clone() {
+        if *target == Target::Unchecked {
+            step.needs = Some(Need::Target { endpoints: false });
+            return;
+        }
+        if let Some(why) = changed(&pinned, target, &spec.test.service_name) {
+            return fail(step, now, "TargetChanged", why);
+        }
+    }
     if let Some(problem) = mine.iter().find_map(|r| runner_problem(r)) {
         return fail(step, now, "RunnerFailed", problem);
     }
@@ -332,7 +517,40 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    const L: Limits = Limits { deadline: Duration::from_secs(600), start_timeout: Duration::from_secs(120) };
+    const L: Limits = Limits {
+        deadline: Duration::from_secs(600),
+        start_timeout: Duration::from_secs(120),
+        min_rerun_interval: Duration::ZERO,
+        max_runners_per_namespace: 500,
+    };
+
+    fn web() -> ServiceView {
+        ServiceView {
+            uid: "u-1".into(),
+            type_: "ClusterIP".into(),
+            cluster_ip: Some("10.96.0.20".into()),
+            ready: Some(true),
+            host: "nginx.shop.svc.cluster.local".into(),
+        }
+    }
+
+    fn ready() -> Target {
+        Target::Seen(web())
+    }
+
+    /// A step with `L`, the namespace otherwise empty.
+    fn go(
+        s: &LoadTestSpec,
+        generation: i64,
+        rerun: &str,
+        old: Option<&LoadTestStatus>,
+        runners: &[Runner],
+        target: Target,
+        now: Timestamp,
+    ) -> Step {
+        let seen = Seen { runners, target: &target, others_in_namespace: Some(0) };
+        step(s, &L, &Wanted { generation, rerun }, old, &seen, now)
+    }
 
     fn runner(run: i64, i: usize) -> Runner {
         Runner { name: format!("t-r{run}-{i}"), run, index: Some(i), phase: "Pending".into(), ..Runner::default() }
@@ -345,37 +563,181 @@ mod tests {
     #[test]
     fn a_new_test_checks_its_target_then_creates_every_runner() {
         let s = spec(3);
-        let first = step(&s, &L, &Wanted { generation: 1, rerun: "" }, None, &[], &Target::Unchecked, t(0));
-        assert!(first.needs_target && first.create.is_empty());
+        let unchecked = Target::Unchecked;
+        let look = |old: Option<&LoadTestStatus>, target: &Target, room: Option<usize>| {
+            step(
+                &s,
+                &L,
+                &Wanted { generation: 1, rerun: "" },
+                old,
+                &Seen { runners: &[], target, others_in_namespace: room },
+                t(0),
+            )
+        };
+        let first = look(None, &unchecked, None);
+        assert_eq!(first.needs, Some(Need::Target { endpoints: true }));
+        assert!(first.create.is_empty());
         assert_eq!((first.status.run, first.status.state), (1, State::Pending));
-        let go = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&first.status), &[], &Target::Ready, t(0));
-        assert_eq!(go.create, [0, 1, 2]);
-        let missing =
-            step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&first.status), &[], &Target::Missing, t(0));
+        // The target is fine: the namespace's runners are counted next.
+        let counted = look(Some(&first.status), &ready(), None);
+        assert_eq!((counted.needs, counted.create.len()), (Some(Need::Room), 0));
+        let made = look(Some(&first.status), &ready(), Some(0));
+        assert_eq!(made.create, [0, 1, 2]);
+        let pinned = made.status.target.clone().unwrap_or_default();
+        assert_eq!((pinned.cluster_ip.as_str(), pinned.host.as_str()), ("10.96.0.20", "nginx.shop.svc.cluster.local"));
+        let missing = go(&s, 1, "", Some(&first.status), &[], Target::Missing, t(0));
         assert_eq!((missing.status.state, missing.status.reason.as_str()), (State::Failed, "ServiceNotFound"));
-        let none = step(
+        let none =
+            go(&s, 1, "", Some(&first.status), &[], Target::Seen(ServiceView { ready: Some(false), ..web() }), t(0));
+        assert_eq!(none.status.reason, "NoReadyEndpoints");
+    }
+
+    #[test]
+    fn only_a_service_with_a_cluster_ip_is_a_target() {
+        let s = spec(1);
+        let external = ServiceView { type_: "ExternalName".into(), cluster_ip: None, ready: None, ..web() };
+        let st = go(&s, 1, "", None, &[], Target::Seen(external), t(0));
+        assert_eq!((st.status.state, st.status.reason.as_str()), (State::Failed, "TargetNotClusterIP"));
+        assert!(st.status.message.contains("ExternalName"), "{}", st.status.message);
+        assert!(st.create.is_empty());
+        let headless = ServiceView { cluster_ip: None, ..web() };
+        let st = go(&s, 1, "", None, &[], Target::Seen(headless), t(0));
+        assert_eq!(st.status.reason, "TargetNotClusterIP");
+        assert!(st.status.message.contains("headless"), "{}", st.status.message);
+        let node_port = ServiceView { type_: "NodePort".into(), ..web() };
+        assert_eq!(go(&s, 1, "", None, &[], Target::Seen(node_port), t(0)).create, [0]);
+    }
+
+    #[test]
+    fn a_target_that_changes_fails_the_run_and_stops_the_runners() {
+        let s = spec(2);
+        let pending = go(&s, 1, "", None, &[], ready(), t(0)).status;
+        let mut rs = vec![runner(1, 0), runner(1, 1)];
+        for r in &mut rs {
+            r.running = true;
+        }
+        let executing = go(&s, 1, "", Some(&pending), &rs, ready(), t(2)).status;
+        assert_eq!(executing.state, State::Executing);
+        for r in &mut rs {
+            r.signalled = true;
+        }
+        // Executing looks at the Service on every step.
+        let seen = Seen { runners: &rs, target: &Target::Unchecked, others_in_namespace: None };
+        let look = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&executing), &seen, t(3));
+        assert_eq!(look.needs, Some(Need::Target { endpoints: false }));
+        let same = go(&s, 1, "", Some(&executing), &rs, ready(), t(3));
+        assert_eq!((same.status.state, same.delete.len()), (State::Executing, 0));
+        let changes = [
+            (
+                Target::Seen(ServiceView { type_: "ExternalName".into(), cluster_ip: None, ..web() }),
+                "changed type from ClusterIP to ExternalName",
+            ),
+            (
+                Target::Seen(ServiceView { cluster_ip: Some("10.96.0.99".into()), ..web() }),
+                "changed cluster IP from 10.96.0.20 to 10.96.0.99",
+            ),
+            (Target::Seen(ServiceView { uid: "u-2".into(), ..web() }), "deleted and made again"),
+            (Target::Missing, "was deleted"),
+        ];
+        for (target, why) in changes {
+            let st = go(&s, 1, "", Some(&executing), &rs, target, t(4));
+            assert_eq!((st.status.state, st.status.reason.as_str()), (State::Failed, "TargetChanged"));
+            assert!(st.status.message.contains(why), "{}", st.status.message);
+            assert_eq!(st.delete, ["t-r1-0", "t-r1-1"], "the runners stop");
+        }
+        // Also while the runners start (they were made for the old address).
+        let st =
+            go(&s, 1, "", Some(&pending), &rs[..1], Target::Seen(ServiceView { uid: "u-2".into(), ..web() }), t(1));
+        assert_eq!(st.status.reason, "TargetChanged");
+    }
+
+    #[test]
+    fn a_rerun_sooner_than_the_interval_waits_and_the_current_run_goes_on() {
+        let s = spec(1);
+        let l = Limits { min_rerun_interval: Duration::from_secs(30), ..L };
+        let at = |old: &LoadTestStatus, generation: i64, rerun: &str, runners: &[Runner], now: i64| {
+            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0) };
+            step(&s, &l, &Wanted { generation, rerun }, Some(old), &seen, t(now))
+        };
+        let first = step(
             &s,
-            &L,
+            &l,
             &Wanted { generation: 1, rerun: "" },
-            Some(&first.status),
-            &[],
-            &Target::NoReadyEndpoints,
+            None,
+            &Seen { runners: &[], target: &ready(), others_in_namespace: Some(0) },
             t(0),
         );
-        assert_eq!(none.status.reason, "NoReadyEndpoints");
+        assert_eq!(first.status.run, 1, "the first run never waits");
+        let mut rs = vec![runner(1, 0)];
+        rs[0].running = true;
+        // A rerun 10 s after the start: run 1 goes on (it becomes
+        // Executing), run 2 waits 20 s more.
+        let wait = at(&first.status, 1, "again", &rs, 10);
+        assert_eq!((wait.status.run, wait.status.state), (1, State::Executing));
+        assert_eq!(wait.signal, ["t-r1-0"]);
+        assert_eq!(wait.requeue, Some(Duration::from_secs(20)));
+        let (reason, message) = wait.waiting.clone().unwrap_or_default();
+        assert_eq!(reason, "RerunTooSoon");
+        assert!(message.contains("run 2") && message.contains("30s"), "{message}");
+        assert!(wait.events.iter().any(|(w, r, _)| *w && *r == "RerunTooSoon"));
+        // Said once: the next look with that condition in place is quiet.
+        let mut said = wait.status.clone();
+        said.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: "RerunTooSoon".into(),
+            message,
+            last_transition_time: Time(t(10)),
+            observed_generation: Some(1),
+        }];
+        rs[0].signalled = true;
+        let again = at(&said, 2, "again", &rs, 25);
+        assert_eq!((again.status.run, again.requeue), (1, Some(Duration::from_secs(5))));
+        assert!(again.events.iter().all(|(_, r, _)| *r != "RerunTooSoon"), "{:?}", again.events);
+        // At the interval, run 2 starts and run 1's pods go.
+        let started = at(&said, 2, "again", &rs, 30);
+        assert_eq!((started.status.run, started.status.state), (2, State::Pending));
+        assert!(started.waiting.is_none());
+        assert_eq!(started.delete, ["t-r1-0"]);
+    }
+
+    #[test]
+    fn runners_wait_for_room_in_their_namespace_and_too_many_fail_at_once() {
+        let s = spec(3);
+        let l = Limits { max_runners_per_namespace: 4, ..L };
+        let at = |old: Option<&LoadTestStatus>, others: usize, runners: &[Runner], now: i64| {
+            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(others) };
+            step(&s, &l, &Wanted { generation: 1, rerun: "" }, old, &seen, t(now))
+        };
+        let full = at(None, 2, &[], 0);
+        assert_eq!((full.status.state, full.create.len()), (State::Pending, 0), "none made: all or nothing");
+        assert_eq!(full.waiting.as_ref().map(|w| w.0), Some("TooManyRunners"));
+        assert!(full.status.message.contains("2 runner pods of other runs"), "{}", full.status.message);
+        assert_eq!(full.requeue, Some(ROOM_RECHECK));
+        assert!(full.events.iter().any(|(w, r, _)| *w && *r == "TooManyRunners"));
+        let room = at(Some(&full.status), 1, &[], 30);
+        assert_eq!(room.create, [0, 1, 2]);
+        let late = at(Some(&full.status), 2, &[], 120);
+        assert_eq!((late.status.state, late.status.reason.as_str()), (State::Failed, "TooManyRunners"));
+        // More runners than the bound itself: failed at once, nothing to wait for.
+        let l1 = Limits { max_runners_per_namespace: 2, ..L };
+        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: None };
+        let st = step(&s, &l1, &Wanted { generation: 1, rerun: "" }, None, &seen, t(0));
+        assert_eq!((st.status.state, st.status.reason.as_str()), (State::Failed, "TooManyRunners"));
+        assert!(st.status.message.contains("--max-runners-per-namespace (2)"), "{}", st.status.message);
     }
 
     #[test]
     fn runners_start_together_once_all_run_and_results_are_merged() {
         let s = spec(2);
-        let pending = step(&s, &L, &Wanted { generation: 1, rerun: "" }, None, &[], &Target::Ready, t(0)).status;
+        let pending = go(&s, 1, "", None, &[], ready(), t(0)).status;
         let mut rs = vec![runner(1, 0), runner(1, 1)];
         rs[0].running = true;
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(5));
+        let st = go(&s, 1, "", Some(&pending), &rs, ready(), t(5));
         assert_eq!(st.status.state, State::Pending);
         assert!(st.signal.is_empty(), "no signal until every runner runs");
         rs[1].running = true;
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(6));
+        let st = go(&s, 1, "", Some(&pending), &rs, ready(), t(6));
         assert_eq!(st.status.state, State::Executing);
         assert_eq!(st.signal, ["t-r1-0", "t-r1-1"]);
         let executing = st.status;
@@ -392,7 +754,7 @@ mod tests {
             r.signalled = true;
             r.terminated = Some((0, "Completed".into(), msg.clone()));
         }
-        let done = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&executing), &rs, &Target::Unchecked, t(9));
+        let done = go(&s, 1, "", Some(&executing), &rs, ready(), t(9));
         assert_eq!((done.status.state, done.status.verdict), (State::Finished, Verdict::None));
         assert_eq!(done.status.results.as_ref().map(|r| r.requests), Some(20));
         // OnSuccess: the runners go, the results stay.
@@ -402,16 +764,15 @@ mod tests {
     #[test]
     fn a_runner_that_cannot_start_fails_the_run_with_its_reason_and_keeps_the_pods() {
         let s = spec(2);
-        let pending = step(&s, &L, &Wanted { generation: 1, rerun: "" }, None, &[], &Target::Ready, t(0)).status;
+        let pending = go(&s, 1, "", None, &[], ready(), t(0)).status;
         let mut rs = vec![runner(1, 0), runner(1, 1)];
         rs[1].waiting = Some(("ImagePullBackOff".into(), "not found".into()));
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(3));
+        let st = go(&s, 1, "", Some(&pending), &rs, ready(), t(3));
         assert_eq!((st.status.state, st.status.reason.as_str()), (State::Failed, "RunnerFailed"));
         assert!(st.status.message.contains("t-r1-1: ImagePullBackOff"), "{}", st.status.message);
         assert!(st.delete.is_empty(), "OnSuccess keeps a failed run's pods");
         // Terminal: nothing more happens, even much later.
-        let later =
-            step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&st.status), &rs, &Target::Unchecked, t(3000));
+        let later = go(&s, 1, "", Some(&st.status), &rs, ready(), t(3000));
         assert_eq!(later.status, st.status);
         assert!(later.create.is_empty() && later.events.is_empty());
     }
@@ -419,17 +780,17 @@ mod tests {
     #[test]
     fn start_timeout_and_deadline_fail_the_run() {
         let s = spec(1);
-        let pending = step(&s, &L, &Wanted { generation: 1, rerun: "" }, None, &[], &Target::Ready, t(0)).status;
+        let pending = go(&s, 1, "", None, &[], ready(), t(0)).status;
         let rs = vec![runner(1, 0)];
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(60));
+        let st = go(&s, 1, "", Some(&pending), &rs, ready(), t(60));
         assert_eq!((st.status.state, st.requeue), (State::Pending, Some(Duration::from_secs(60))));
         let mut rs = rs;
         rs[0].unschedulable = Some("0/3 nodes are available: 3 Insufficient cpu.".into());
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(60));
+        let st = go(&s, 1, "", Some(&pending), &rs, ready(), t(60));
         assert_eq!(st.status.state, State::Pending, "unschedulable waits: an autoscaler may add a node");
         assert!(st.status.message.contains("t-r1-0: Unschedulable (waiting"), "{}", st.status.message);
         assert!(st.delete.is_empty());
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(121));
+        let st = go(&s, 1, "", Some(&pending), &rs, ready(), t(121));
         assert_eq!(st.status.reason, "RunnerFailed", "past startTimeout, unschedulable is the runner's failure");
         assert_eq!(
             st.status.message,
@@ -437,15 +798,13 @@ mod tests {
         );
         assert_eq!(st.delete, ["t-r1-0"], "a runner never placed has no logs to keep: it goes");
         rs[0].unschedulable = None;
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(121));
+        let st = go(&s, 1, "", Some(&pending), &rs, ready(), t(121));
         assert_eq!(st.status.reason, "StartTimeout");
         let mut running = rs.clone();
         running[0].running = true;
-        let exec =
-            step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &running, &Target::Unchecked, t(10))
-                .status;
+        let exec = go(&s, 1, "", Some(&pending), &running, ready(), t(10)).status;
         running[0].signalled = true;
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&exec), &running, &Target::Unchecked, t(601));
+        let st = go(&s, 1, "", Some(&exec), &running, ready(), t(601));
         assert_eq!(st.status.reason, "DeadlineExceeded");
         assert_eq!(st.delete, ["t-r1-0"], "a runner past the deadline is stopped");
     }
@@ -453,17 +812,16 @@ mod tests {
     #[test]
     fn a_spec_change_or_rerun_starts_a_new_run_and_removes_the_old_pods() {
         let s = spec(1);
-        let mut done = step(&s, &L, &Wanted { generation: 1, rerun: "" }, None, &[], &Target::Ready, t(0)).status;
+        let mut done = go(&s, 1, "", None, &[], ready(), t(0)).status;
         done.state = State::Finished;
         let old = vec![runner(1, 0)];
-        let same = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&done), &old, &Target::Unchecked, t(5));
+        let same = go(&s, 1, "", Some(&done), &old, ready(), t(5));
         assert_eq!(same.status.run, 1);
-        let changed = step(&s, &L, &Wanted { generation: 2, rerun: "" }, Some(&done), &old, &Target::Unchecked, t(5));
+        let changed = go(&s, 2, "", Some(&done), &old, ready(), t(5));
         assert_eq!((changed.status.run, changed.status.state), (2, State::Pending));
         assert_eq!(changed.delete, ["t-r1-0"]);
-        assert!(changed.needs_target);
-        let rerun =
-            step(&s, &L, &Wanted { generation: 1, rerun: "again" }, Some(&done), &old, &Target::Unchecked, t(5));
+        assert_eq!(changed.create, [0], "the new run looks at its target anew");
+        let rerun = go(&s, 1, "again", Some(&done), &old, ready(), t(5));
         assert_eq!(rerun.status.run, 2);
         assert!(rerun.events.iter().any(|(_, r, n)| *r == "RunStarted" && n.contains("again")));
     }
@@ -471,16 +829,15 @@ mod tests {
     #[test]
     fn a_runner_exiting_non_zero_fails_the_run() {
         let s = spec(2);
-        let pending = step(&s, &L, &Wanted { generation: 1, rerun: "" }, None, &[], &Target::Ready, t(0)).status;
+        let pending = go(&s, 1, "", None, &[], ready(), t(0)).status;
         let mut rs = vec![runner(1, 0), runner(1, 1)];
         for r in &mut rs {
             r.running = true;
         }
-        let exec =
-            step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&pending), &rs, &Target::Unchecked, t(1)).status;
+        let exec = go(&s, 1, "", Some(&pending), &rs, ready(), t(1)).status;
         rs[0].running = false;
         rs[0].terminated = Some((137, "OOMKilled".into(), String::new()));
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&exec), &rs, &Target::Unchecked, t(2));
+        let st = go(&s, 1, "", Some(&exec), &rs, ready(), t(2));
         assert_eq!(st.status.reason, "RunnerFailed");
         assert!(st.status.message.contains("OOMKilled (exit code 137)"), "{}", st.status.message);
         // The other runner stops sending; the failed one stays for its logs.
@@ -490,10 +847,10 @@ mod tests {
     #[test]
     fn runners_end_before_the_deadline_by_a_grace() {
         let s = spec(1);
-        let st = step(&s, &L, &Wanted { generation: 1, rerun: "" }, None, &[], &Target::Ready, t(0)).status;
+        let st = go(&s, 1, "", None, &[], ready(), t(0)).status;
         // 600 s deadline: the runners stop at 590 s.
         assert_eq!(runners_end(&st, &L), 1_800_000_000 + 590);
-        let short = Limits { deadline: Duration::from_secs(10), start_timeout: Duration::from_secs(5) };
+        let short = Limits { deadline: Duration::from_secs(10), start_timeout: Duration::from_secs(5), ..L };
         assert_eq!(runners_end(&st, &short), 1_800_000_000 + 9);
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use crate::crd::LoadTestSpec;
+use crate::crd::{LoadTestSpec, PinnedTarget};
 
 /// Label: the LoadTest a runner belongs to.
 pub const LOADTEST_LABEL: &str = "flotilla.dev/loadtest";
@@ -42,9 +42,39 @@ pub fn name(test: &str, run: i64, i: usize) -> String {
     format!("{}{suffix}", test[..keep].trim_end_matches(['-', '.']))
 }
 
+/// Where runners find the header values read from Secrets (a projected
+/// volume: one file per header).
+pub const HEADERS_DIR: &str = "/var/run/flotilla/headers";
+
+/// The literal headers (`NAME:VALUE` lines, for `HEADERS`), the headers
+/// read from files (`NAME:PATH` lines, for `HEADER_FILES`: paths, never
+/// values) and the projected volume's sources that put those files there.
+fn headers(spec: &LoadTestSpec) -> (Vec<String>, Vec<String>, Vec<Value>) {
+    let t = &spec.test;
+    let mut literal: Vec<String> = t.headers.iter().map(|(k, v)| format!("{k}:{}", v.0)).collect();
+    let (mut files, mut sources) = (Vec::new(), Vec::new());
+    for (j, h) in t.http_headers.iter().enumerate() {
+        match (&h.value, &h.value_from) {
+            (Some(v), _) => literal.push(format!("{}:{}", h.name, v.0)),
+            (None, Some(from)) => {
+                let file = format!("h{j}");
+                files.push(format!("{}:{HEADERS_DIR}/{file}", h.name));
+                let r = &from.secret_key_ref;
+                sources.push(json!({"secret": {"name": r.name, "items": [{"key": r.key, "path": file}]}}));
+            }
+            // The schema requires exactly one of them.
+            (None, None) => {}
+        }
+    }
+    (literal, files, sources)
+}
+
 /// What the runner pod for `i` of `run` is (an object for the API).
 /// `end_at`: when the runner stops sending (Unix seconds), ahead of the
-/// LoadTest's deadline so its summary is written in time.
+/// LoadTest's deadline so its summary is written in time. The runner
+/// connects to the pinned cluster IP (`CONNECT_TO`) and never resolves the
+/// URL's host: a relative name would go through the pod's DNS search path,
+/// where `<svc>.<ns>.svc` can be answered from a namespace called `svc`.
 #[allow(clippy::too_many_arguments)]
 pub fn pod(
     test: &str,
@@ -55,14 +85,17 @@ pub fn pod(
     run: i64,
     i: usize,
     end_at: i64,
+    target: &PinnedTarget,
 ) -> Value {
     let t = &spec.test;
-    let url = format!("http://{}.{namespace}.svc:{}{}", t.service_name, t.port, t.path);
-    let headers: Vec<String> = t.headers.iter().map(|(k, v)| format!("{k}:{}", v.0)).collect();
+    let url = format!("http://{}:{}{}", target.host, t.port, t.path);
+    let (literal, files, sources) = headers(spec);
     let env = json!([
         {"name": "URL", "value": url},
+        {"name": "CONNECT_TO", "value": target.cluster_ip},
         {"name": "METHOD", "value": t.method.as_str()},
-        {"name": "HEADERS", "value": headers.join("\n")},
+        {"name": "HEADERS", "value": literal.join("\n")},
+        {"name": "HEADER_FILES", "value": files.join("\n")},
         {"name": "BODY", "value": t.body},
         {"name": "REPEAT", "value": t.repeat.to_string()},
         {"name": "CONCURRENCY", "value": t.concurrency.to_string()},
@@ -72,6 +105,14 @@ pub fn pod(
         {"name": "END_AT", "value": end_at.to_string()},
         {"name": "START_FILE", "value": START_FILE},
     ]);
+    let mut mounts = vec![json!({"name": "start", "mountPath": "/etc/flotilla", "readOnly": true})];
+    let mut volumes = vec![json!({"name": "start", "downwardAPI": {"items": [
+        {"path": "start", "fieldRef": {"fieldPath": format!("metadata.annotations['{START_ANNOTATION}']")}}
+    ]}})];
+    if !sources.is_empty() {
+        mounts.push(json!({"name": "headers", "mountPath": HEADERS_DIR, "readOnly": true}));
+        volumes.push(json!({"name": "headers", "projected": {"sources": sources}}));
+    }
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -104,11 +145,9 @@ pub fn pod(
                 "resources": {"requests": {"cpu": "50m", "memory": "16Mi"}, "limits": {"memory": "128Mi"}},
                 "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
                                     "capabilities": {"drop": ["ALL"]}},
-                "volumeMounts": [{"name": "start", "mountPath": "/etc/flotilla", "readOnly": true}]
+                "volumeMounts": mounts
             }],
-            "volumes": [{"name": "start", "downwardAPI": {"items": [
-                {"path": "start", "fieldRef": {"fieldPath": format!("metadata.annotations['{START_ANNOTATION}']")}}
-            ]}}]
+            "volumes": volumes
         }
     })
 }
@@ -198,31 +237,77 @@ mod tests {
         assert!(n.len() <= 253 && n.ends_with("-r12-499"), "{n}");
     }
 
+    fn pinned() -> PinnedTarget {
+        PinnedTarget {
+            uid: "svc-uid".into(),
+            type_: "ClusterIP".into(),
+            cluster_ip: "10.96.0.20".into(),
+            host: "nginx.shop.svc.cluster.local".into(),
+        }
+    }
+
+    fn env_of(p: &Value) -> BTreeMap<String, String> {
+        p["spec"]["containers"][0]["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| (e["name"].as_str().unwrap_or("").into(), e["value"].as_str().unwrap_or("").into()))
+            .collect()
+    }
+
     #[test]
     fn the_runner_pod_is_owned_unprivileged_and_waits_for_the_start_signal() {
         let spec: LoadTestSpec = serde_json::from_value(json!({
             "replicas": 5, "test": {"serviceName": "nginx", "headers": {"X-A": "1"}}
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        let p = pod("example-02", "uid-1", "shop", &spec, "loadgen:1", 2, 0, 1_900_000_000);
+        let p = pod("example-02", "uid-1", "shop", &spec, "loadgen:1", 2, 0, 1_900_000_000, &pinned());
         assert_eq!(p["metadata"]["name"], "example-02-r2-0");
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "uid-1");
         assert_eq!(p["metadata"]["labels"][RUN_LABEL], "2");
         assert_eq!(p["spec"]["restartPolicy"], "Never");
         let c = &p["spec"]["containers"][0];
-        let env: BTreeMap<String, String> = c["env"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|e| (e["name"].as_str().unwrap_or("").into(), e["value"].as_str().unwrap_or("").into()))
-            .collect();
-        assert_eq!(env["URL"], "http://nginx.shop.svc:80/");
+        let env = env_of(&p);
+        // The pinned address, and the Service's full name as the Host: no
+        // relative name for the pod's DNS search path to complete.
+        assert_eq!(env["URL"], "http://nginx.shop.svc.cluster.local:80/");
+        assert_eq!(env["CONNECT_TO"], "10.96.0.20");
         assert_eq!((env["REPEAT"].as_str(), env["CONCURRENCY"].as_str()), ("10", "1"));
         assert_eq!(env["HEADERS"], "X-A:1");
+        assert_eq!(env["HEADER_FILES"], "");
         assert_eq!(env["START_FILE"], START_FILE);
         assert_eq!(env["END_AT"], "1900000000");
         assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
         assert_eq!(p["spec"]["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(p["spec"]["volumes"].as_array().map(Vec::len), Some(1), "no header volume without Secrets");
+        let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+    }
+
+    #[test]
+    fn secret_header_values_are_mounted_files_never_env() {
+        let spec: LoadTestSpec = serde_json::from_value(json!({
+            "replicas": 1, "test": {"serviceName": "nginx", "httpHeaders": [
+                {"name": "X-Plain", "value": "1"},
+                {"name": "Authorization", "valueFrom": {"secretKeyRef": {"name": "api-token", "key": "header"}}},
+                {"name": "Cookie", "valueFrom": {"secretKeyRef": {"name": "api-token", "key": "cookie"}}}
+            ]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let p = pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, 0, &pinned());
+        let env = env_of(&p);
+        assert_eq!(env["HEADERS"], "X-Plain:1");
+        assert_eq!(env["HEADER_FILES"], format!("Authorization:{HEADERS_DIR}/h1\nCookie:{HEADERS_DIR}/h2"));
+        let env_text = serde_json::to_string(&p["spec"]["containers"][0]["env"]).unwrap_or_default();
+        assert!(!env_text.contains("api-token") && !env_text.contains("secretKeyRef"), "{env_text}");
+        let c = &p["spec"]["containers"][0];
+        assert_eq!(c["volumeMounts"][1], json!({"name": "headers", "mountPath": HEADERS_DIR, "readOnly": true}));
+        assert_eq!(
+            p["spec"]["volumes"][1]["projected"]["sources"],
+            json!([
+                {"secret": {"name": "api-token", "items": [{"key": "header", "path": "h1"}]}},
+                {"secret": {"name": "api-token", "items": [{"key": "cookie", "path": "h2"}]}}
+            ])
+        );
         let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
     }
 }

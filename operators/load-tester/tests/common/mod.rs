@@ -1,14 +1,19 @@
-//! Helpers for load-tester's tests: the operator process, objects sent
-//! untyped (as a user could), waits on status.
+//! Helpers for load-tester's tests: the operator process (with the admin's
+//! rights, or as the chart's ServiceAccount with exactly the chart's RBAC),
+//! objects sent untyped (as a user could), waits on status, and a capture
+//! server that logs what each request carried.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_testenv::TestEnv;
+use flotilla_testenv::node::images::TOOLBOX_IMAGE;
 use flotilla_testenv::process::OperatorProcess;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 #[allow(unused_imports)]
@@ -18,6 +23,116 @@ pub use load_tester::crd::{LoadTest, LoadTestStatus, SimpleDeployment};
 pub fn start_operator(env: &TestEnv, namespace: &str) -> OperatorProcess {
     let args = vec![format!("--watch-namespace={namespace}"), "--log-format=text".to_string()];
     OperatorProcess::start(&PathBuf::from(env!("CARGO_BIN_EXE_load-tester")), &env.kubeconfig, &args, &[]).unwrap()
+}
+
+/// The operator as the chart runs it, watching `namespace`: the chart's
+/// ServiceAccount, Role and RoleBinding (rendered by helm with
+/// `watchNamespace` set, applied as they are) and the binary run with that
+/// account's token, so it has exactly the chart's rights. `vars`: flags as
+/// environment variables.
+pub async fn start_operator_with_chart_rbac(env: &TestEnv, namespace: &str, vars: &[(&str, &str)]) -> OperatorProcess {
+    flotilla_e2e::build_chart_dependencies().unwrap();
+    let chart = flotilla_e2e::charts_dir().join("load-tester").display().to_string();
+    let rendered = flotilla_e2e::helm_ok(
+        None,
+        &[
+            "template",
+            "lt",
+            &chart,
+            "--namespace",
+            namespace,
+            "--set",
+            &format!("watchNamespace={namespace}"),
+            "--set",
+            "leaderElection.enabled=false",
+            "--show-only",
+            "templates/resources.yaml",
+        ],
+    )
+    .unwrap();
+    let admin = env.client().await;
+    let mut account = None;
+    for doc in flotilla_e2e::yaml_documents(&rendered).unwrap() {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        let (group, version, plural) = match kind.as_str() {
+            "ServiceAccount" => ("", "v1", "serviceaccounts"),
+            "Role" => ("rbac.authorization.k8s.io", "v1", "roles"),
+            "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+            _ => continue,
+        };
+        if kind == "RoleBinding" {
+            account = doc["subjects"][0]["name"].as_str().map(str::to_string);
+        }
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &kind), plural);
+        let obj: DynamicObject = serde_json::from_value(doc).unwrap();
+        let name = obj.metadata.name.clone().unwrap();
+        Api::<DynamicObject>::namespaced_with(admin.clone(), namespace, &ar)
+            .patch(&name, &PatchParams::apply("tests").force(), &Patch::Apply(&obj))
+            .await
+            .unwrap();
+    }
+    let account = account.expect("the chart binds a ServiceAccount");
+    let kubeconfig = env.service_account_kubeconfig(namespace, &account).await.unwrap();
+    let args = vec![format!("--watch-namespace={namespace}"), "--log-format=text".to_string()];
+    OperatorProcess::start(&PathBuf::from(env!("CARGO_BIN_EXE_load-tester")), &kubeconfig, &args, vars).unwrap()
+}
+
+/// A capture server: busybox httpd on :8080 in pod `name` (labels
+/// `app=<name>`); `/cgi-bin/capture` answers 200 and logs one line per
+/// request to the pod's log: `hit host=<Host> auth=<Authorization>
+/// key=<X-Api-Key>`. `dns`: the pod's hostname and subdomain.
+pub async fn capture_pod(client: &kube::Client, ns: &str, name: &str, dns: Option<(&str, &str)>) {
+    let script = r#"mkdir -p /www/cgi-bin && echo ok > /www/index.html
+printf '#!/bin/sh\necho "hit host=$HTTP_HOST auth=$HTTP_AUTHORIZATION key=$HTTP_X_API_KEY" >&2\necho "Content-Type: text/plain"\necho\necho ok\n' > /www/cgi-bin/capture
+chmod +x /www/cgi-bin/capture
+exec httpd -f -p 8080 -h /www"#;
+    let mut spec = json!({"terminationGracePeriodSeconds": 1, "containers": [{
+        "name": "httpd", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", script],
+        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
+    }]});
+    if let Some((hostname, subdomain)) = dns {
+        spec["hostname"] = json!(hostname);
+        spec["subdomain"] = json!(subdomain);
+    }
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": name}}, "spec": spec})).unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await.unwrap();
+}
+
+/// A Service `name` on port 8080 selecting `app=<app>`; headless with
+/// `headless`.
+pub async fn service(client: &kube::Client, ns: &str, name: &str, app: &str, headless: bool) {
+    let mut spec = json!({"selector": {"app": app}, "ports": [{"port": 8080, "targetPort": 8080}]});
+    if headless {
+        spec["clusterIP"] = json!("None");
+    }
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &svc).await.unwrap();
+}
+
+/// Waits until Service `svc` has a ready endpoint (with `hostname`, if given).
+pub async fn wait_ready_endpoint(client: &kube::Client, ns: &str, svc: &str, hostname: Option<&str>) {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    flotilla_testenv::wait_for(
+        &format!("a ready endpoint of Service {ns}/{svc}"),
+        Duration::from_secs(180),
+        || async {
+            let list = slices.list(&ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"))).await?;
+            let ready = list.items.iter().flat_map(|s| s.endpoints.iter().flatten()).any(|e| {
+                e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false)
+                    && hostname.is_none_or(|h| e.hostname.as_deref() == Some(h))
+            });
+            Ok::<_, kube::Error>(ready.then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The `hit ...` lines of a capture pod's log.
+pub fn hits(env: &TestEnv, ns: &str, pod: &str) -> Vec<String> {
+    let log = env.kubectl(&["logs", "-n", ns, pod]).unwrap_or_default();
+    log.lines().filter(|l| l.starts_with("hit ")).map(str::to_string).collect()
 }
 
 pub async fn install_crds(env: &TestEnv) {
