@@ -448,7 +448,7 @@ const POD_ALERT_VALUES: [&str; 2] = ["--set", "sinks.allowedCIDRs={127.0.0.1/32}
 
 #[tokio::test]
 async fn pod_alert_rbac_is_sufficient_and_minimal() {
-    prove(&shared(), "pod-alert", &POD_ALERT_VALUES, &[], &[], pod_alert_scenario).await;
+    prove(&shared(), "pod-alert", &POD_ALERT_VALUES, &[], &["admission-policy"], pod_alert_scenario).await;
 }
 
 /// pod-debugger: a PodDebugger adds its ephemeral container to a matching
@@ -517,7 +517,7 @@ fn pod_debugger_scenario(
 
 #[tokio::test]
 async fn pod_debugger_rbac_is_sufficient_and_minimal() {
-    prove(&shared(), "pod-debugger", &[], &[], &[], pod_debugger_scenario).await;
+    prove(&shared(), "pod-debugger", &[], &[], &["admission-policy"], pod_debugger_scenario).await;
 }
 
 /// A node object the scheduler binds the load-tester's runner pods to,
@@ -664,7 +664,7 @@ fn load_tester_scenario(
 
 #[tokio::test]
 async fn load_tester_rbac_is_sufficient_and_minimal() {
-    prove(&shared(), "load-tester", &[], &[], &[], load_tester_scenario).await;
+    prove(&shared(), "load-tester", &[], &[], &["admission-policy"], load_tester_scenario).await;
 }
 
 /// The Route53 zone of the service-dns proofs (moto): endpoint, zone id,

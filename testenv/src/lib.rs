@@ -18,6 +18,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission_policy;
 pub mod assets;
 pub mod control_plane;
 pub mod harness;

@@ -45,7 +45,11 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--cluster-domain=%s" (include "flotilla.value" .Values.clusterDomain) | quote }}
 - {{ printf "--min-rerun-interval=%s" (include "flotilla.value" .Values.minRerunInterval) | quote }}
 - {{ printf "--max-runners-per-namespace=%s" (include "flotilla.value" .Values.maxRunnersPerNamespace) | quote }}
+{{- include "flotilla.admissionGuardArgs" . }}
 {{- end -}}
+
+{{/* The LoadTest policy (loadtest-access.yaml) is <fullname>-loadtests. */}}
+{{- define "load-tester.admissionPolicySuffix" -}}loadtests{{- end -}}
 
 {{- define "load-tester.env" -}}
 {{- end -}}

@@ -37,7 +37,11 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--max-notifications-per-minute-per-namespace=%d" (int .Values.sinks.maxNotificationsPerMinutePerNamespace) | quote }}
 - {{ printf "--max-log-bytes=%s" (include "flotilla.value" .Values.maxLogBytes) | quote }}
 - {{ printf "--max-podalerts-per-namespace=%d" (int .Values.maxPodAlertsPerNamespace) | quote }}
+{{- include "flotilla.admissionGuardArgs" . }}
 {{- end -}}
+
+{{/* The PodAlert policy (podalert-access.yaml) is <fullname>-podalerts. */}}
+{{- define "pod-alert.admissionPolicySuffix" -}}podalerts{{- end -}}
 
 {{- define "pod-alert.env" -}}
 {{- end -}}

@@ -35,7 +35,11 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--protected-namespaces=%s" (include "flotilla.value" (join "," .)) | quote }}
 {{- end }}
 - {{ printf "--inject-concurrency=%s" (include "flotilla.value" .Values.injectConcurrency) | quote }}
+{{- include "flotilla.admissionGuardArgs" . }}
 {{- end -}}
+
+{{/* The PodDebugger policy (poddebugger-access.yaml) is <fullname>-poddebuggers. */}}
+{{- define "pod-debugger.admissionPolicySuffix" -}}poddebuggers{{- end -}}
 
 {{- define "pod-debugger.env" -}}
 {{- end -}}

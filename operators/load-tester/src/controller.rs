@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_shared::conditions::{READY, Status};
-use flotilla_shared::{Context, Controller};
+use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -47,6 +47,10 @@ pub struct Options {
     pub min_rerun_interval: Duration,
     /// Runner pods of one namespace at once, every LoadTest's together.
     pub max_runners_per_namespace: usize,
+    /// The LoadTest policy (`--require-admission-policy`): while it is
+    /// missing, no pod runs a LoadTest's or SimpleDeployment's own image
+    /// and no runner gets a header from a Secret.
+    pub admission: AdmissionPolicyArgs,
 }
 
 pub struct Data {
@@ -57,6 +61,7 @@ pub struct Data {
     /// nobody holds are dropped): two runs starting at once in a namespace
     /// cannot both take the last room.
     rooms: Mutex<HashMap<String, Arc<Room>>>,
+    admission: AdmissionGuard,
 }
 
 /// A namespace's room for runner pods: runs are counted one at a time, and
@@ -102,7 +107,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
             ),
             None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
         };
-    let data = Arc::new(Data { ctx: ctx.clone(), metrics, options, rooms: Mutex::default() });
+    let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
+    let data = Arc::new(Data { ctx: ctx.clone(), metrics, options, rooms: Mutex::default(), admission });
     // Only our own pods are watched (by label), and only to wake owners. A
     // bounded number of tests reconcile at a time. (No debounce: the
     // scheduler restarts it on every trigger, and a test's runners change
@@ -111,11 +117,13 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     let runners = Controller::new(tests, watcher::Config::default().any_semantic())
         .owns(pods.clone(), watcher::Config::default().labels(LOADTEST_LABEL).any_semantic())
         .concurrency(8)
-        .reconcile_on(rx);
+        .reconcile_on(rx)
+        .reconcile_all_on(data.admission.changes());
     let targets = tokio::spawn(watch_targets(services, runners.store(), tx, ctx.readiness().watch("services")));
     let children = Controller::new(sds, watcher::Config::default().any_semantic())
         .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic())
-        .concurrency(8);
+        .concurrency(8)
+        .reconcile_all_on(data.admission.changes());
     let a = ctx.run_controller("loadtest", runners, reconcile_test, error_policy, Arc::clone(&data));
     let b = ctx.run_controller("simpledeployment", children, reconcile_simple, error_policy, Arc::clone(&data));
     let result = tokio::try_join!(a, b);
@@ -246,6 +254,11 @@ fn ready_condition(
     new.observed_generation = generation;
 }
 
+/// Whether the Ready condition written already says `reason` and `message`.
+fn ready_condition_is(s: Option<&LoadTestStatus>, reason: &str, message: &str) -> bool {
+    s.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == READY && c.reason == reason && c.message == message))
+}
+
 fn same(a: &LoadTestStatus, b: &LoadTestStatus) -> bool {
     flotilla_shared::status::same_ignoring_times(a, b, |s| &mut s.conditions)
 }
@@ -312,6 +325,20 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
             _ => break next,
         }
     };
+    // Runners about to be made with what only the LoadTest policy lets the
+    // right people ask for: while that policy is missing, the run waits
+    // (not recorded, nothing made) and starts once it is back.
+    if !next.create.is_empty()
+        && let Some(power) = crate::crd::guarded_power(&test.spec)
+        && let Err(why) = data.admission.check()
+    {
+        let waiting = ("AdmissionPolicyMissing", format!("{power}: {why}; the run starts once it is in place"));
+        let said = ready_condition_is(test.status.as_ref(), waiting.0, &waiting.1);
+        let events = if said { vec![] } else { vec![(true, waiting.0, waiting.1.clone())] };
+        let st = test.status.clone().unwrap_or_default();
+        write_status(&test, &ns, &name, st, &data, &oref, events, Some(&waiting)).await?;
+        return Ok(Action::await_change());
+    }
     // The counted room is reserved for this run's runners until they are
     // made (or this reconcile ends); the next run may count meanwhile.
     let _reserved = counting.map(|(room, _lock)| {
@@ -457,7 +484,23 @@ pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Res
         flotilla_shared::Conditions::new(sd.status.as_ref().map(|s| s.conditions.as_slice()), sd.metadata.generation);
     let mut status = SimpleDeploymentStatus { child: child.clone(), ..Default::default() };
     let mut refused = false;
+    let guarded = sd.spec.image.as_ref().and_then(|_| data.admission.check().err());
     match pods.get_opt(&child).await.map_err(|e| Error::Kube("child", e))? {
+        // Its own image is what only the LoadTest policy lets the right
+        // people ask for: not run while that policy is missing.
+        None if guarded.is_some() => {
+            let why = guarded.unwrap_or_default();
+            refused = true;
+            status.child = String::new();
+            let msg = format!("spec.image: {why}; the pod is made once it is in place");
+            let said = sd.status.as_ref().is_some_and(|st| {
+                st.conditions.iter().any(|c| c.reason == "AdmissionPolicyMissing" && c.message == msg)
+            });
+            if !said {
+                data.ctx.events.warning(&oref, "AdmissionPolicyMissing", "Create", msg.clone());
+            }
+            c.set(READY, false, "AdmissionPolicyMissing", msg);
+        }
         None => {
             let mut pod = simple::pod(&name, &uid, &sd.spec);
             pod["metadata"]["annotations"] = serde_json::json!({CHILD_GENERATION: generation});

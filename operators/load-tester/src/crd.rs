@@ -470,3 +470,17 @@ pub struct SimpleDeploymentStatus {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub child_phase: String,
 }
+
+/// What only the LoadTest admission policy lets the right people ask for
+/// (None: nothing): the runners running another image than the operator's
+/// (whoever sets it runs code as pods of the namespace), and a header from
+/// a Secret (its value is sent where the LoadTest says).
+pub fn guarded_power(spec: &LoadTestSpec) -> Option<&'static str> {
+    if spec.image.is_some() {
+        Some("spec.image")
+    } else if spec.test.http_headers.iter().any(|h| h.value_from.is_some()) {
+        Some("a header from a Secret (httpHeaders[].valueFrom)")
+    } else {
+        None
+    }
+}

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use flotilla_shared::{CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
+use flotilla_shared::{AdmissionPolicyArgs, CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
 use load_tester::controller::{self, Options};
 
 /// The loadgen image of this version, as the chart names it by default.
@@ -30,6 +30,10 @@ struct Args {
     common: CommonArgs,
     #[command(flatten)]
     watch: WatchNamespaceArgs,
+    /// The LoadTest policy: while it is missing, no pod runs a LoadTest's or SimpleDeployment's own image
+    /// and no runner gets a header from a Secret.
+    #[command(flatten)]
+    admission: AdmissionPolicyArgs,
     /// The runners' image, unless a LoadTest sets spec.image.
     #[arg(long, env = "LOADGEN_IMAGE", default_value = DEFAULT_LOADGEN_IMAGE, value_name = "IMAGE")]
     loadgen_image: String,
@@ -60,7 +64,7 @@ fn main() -> std::process::ExitCode {
     if args.print_crd {
         return flotilla_shared::crd::print(&load_tester::crds());
     }
-    if let Err(e) = args.watch.validate() {
+    if let Err(e) = args.watch.validate().and_then(|()| args.admission.validate()) {
         e.exit();
     }
     if args.loadgen_image.trim().is_empty() || args.loadgen_image.contains(char::is_whitespace) {
@@ -76,6 +80,7 @@ fn main() -> std::process::ExitCode {
         cluster_domain,
         min_rerun_interval: args.min_rerun_interval,
         max_runners_per_namespace: usize::try_from(args.max_runners_per_namespace).unwrap_or(usize::MAX),
+        admission: args.admission,
     };
     Operator::new("load-tester", &args.common).run(move |ctx| controller::run(ctx, options))
 }

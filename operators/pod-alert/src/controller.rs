@@ -19,7 +19,7 @@ use std::time::Duration;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
-use flotilla_shared::{Context, Controller};
+use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -71,6 +71,9 @@ pub struct Options {
     pub max_per_namespace: usize,
     /// Notifications per minute per namespace (0: no limit).
     pub notifications_per_minute: u32,
+    /// The PodAlert policy (`--require-admission-policy`): while it is
+    /// missing, `allNamespaces` is refused.
+    pub admission: AdmissionPolicyArgs,
 }
 
 /// One PodAlert's state between reconciles.
@@ -118,6 +121,7 @@ pub struct Data {
     limiter: Mutex<Limiter>,
     restored: Arc<Mutex<Restored>>,
     label_keys: LabelKeys,
+    admission: AdmissionGuard,
 }
 
 /// Runs the controller until shutdown.
@@ -136,10 +140,12 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         move |pa: &mut PodAlert| stash_status(pa, &tails, &restored)
     };
     let config = watcher::Config::default().any_semantic().page_size(PODALERT_PAGE);
+    let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
     let controller = Controller::new_modified(alerts_api, config, stash)
         .debounce(Duration::from_millis(500))
         .concurrency(8)
-        .reconcile_on(rx);
+        .reconcile_on(rx)
+        .reconcile_all_on(admission.changes());
     let http = crate::delivery::http_client(options.sink_timeout, Arc::clone(&options.sink_rules.addresses))?;
     let (pods, writer) = projection::store::<PodView>();
     let data = Arc::new(Data {
@@ -164,6 +170,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         tails,
         restored,
         label_keys: LabelKeys::new(),
+        admission,
     });
 
     let readiness = ctx.readiness().clone();
@@ -375,7 +382,16 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
 
     let rules = if served {
         match Rules::new(&alert.spec, &ns, &data.options.cluster_scope) {
-            Ok(r) => Some(r),
+            // Every namespace's pod logs are what the PodAlert policy lets
+            // only those who may read them all ask for: refused while that
+            // policy is missing.
+            Ok(r) => match data.admission.check() {
+                Err(why) if r.all_namespaces => {
+                    summary.invalid = Some(("AdmissionPolicyMissing".to_string(), format!("allNamespaces: {why}")));
+                    None
+                }
+                _ => Some(r),
+            },
             Err(e) => {
                 summary.invalid = Some((e.reason().to_string(), e.to_string()));
                 None

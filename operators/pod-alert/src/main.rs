@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use flotilla_shared::{CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
+use flotilla_shared::{AdmissionPolicyArgs, CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
 use pod_alert::address::Policy;
 use pod_alert::controller::{self, Options};
 use pod_alert::delivery::SinkRules;
@@ -22,6 +22,9 @@ struct Args {
     common: CommonArgs,
     #[command(flatten)]
     watch: WatchNamespaceArgs,
+    /// The PodAlert policy: while it is missing, allNamespaces is refused.
+    #[command(flatten)]
+    admission: AdmissionPolicyArgs,
     /// Namespaces whose PodAlerts may set allNamespaces: true (comma-separated).
     /// Default: the operator's own namespace. Pod logs can hold secrets: a
     /// PodAlert elsewhere that asks for every namespace is refused.
@@ -69,7 +72,7 @@ fn main() -> std::process::ExitCode {
     if args.print_crd {
         return flotilla_shared::crd::print(&pod_alert::crds());
     }
-    if let Err(e) = args.watch.validate() {
+    if let Err(e) = args.watch.validate().and_then(|()| args.admission.validate()) {
         e.exit();
     }
     if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&args.sink_timeout) {
@@ -118,6 +121,7 @@ fn main() -> std::process::ExitCode {
         max_log_bytes,
         max_per_namespace: args.max_podalerts_per_namespace,
         notifications_per_minute: args.max_notifications_per_minute_per_namespace,
+        admission: args.admission,
     };
     Operator::new("pod-alert", &args.common).run(move |ctx| controller::run(ctx, options))
 }

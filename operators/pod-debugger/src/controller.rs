@@ -14,7 +14,7 @@ use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
-use flotilla_shared::{Context, Controller};
+use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
@@ -54,6 +54,9 @@ pub struct Options {
     pub protected: BTreeSet<String>,
     /// Additions in flight per reconcile.
     pub concurrency: usize,
+    /// The PodDebugger policy (`--require-admission-policy`): while it is
+    /// missing, every PodDebugger is refused.
+    pub admission: AdmissionPolicyArgs,
 }
 
 /// The last dry run of one container spec at one Pod Security level.
@@ -87,6 +90,7 @@ pub struct Data {
     trigger: UnboundedSender<ObjectRef<PodDebugger>>,
     /// The label keys PodDebuggers' selectors reference: all a pod view keeps.
     label_keys: LabelKeys,
+    admission: AdmissionGuard,
 }
 
 /// Runs the controller until shutdown.
@@ -98,10 +102,12 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
     let (tx, rx) = futures::channel::mpsc::unbounded();
+    let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
     let controller = Controller::new(rules_api, watcher::Config::default().any_semantic())
         .debounce(Duration::from_millis(500))
         .concurrency(8)
-        .reconcile_on(rx);
+        .reconcile_on(rx)
+        .reconcile_all_on(admission.changes());
     let (pods, writer) = projection::store::<PodView>();
     let data = Arc::new(Data {
         ctx: ctx.clone(),
@@ -114,6 +120,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         backoff: Mutex::default(),
         trigger: tx,
         label_keys: LabelKeys::new(),
+        admission,
     });
 
     let readiness = ctx.readiness().clone();
@@ -256,6 +263,11 @@ async fn check(rule: &PodDebugger, ns: &str, data: &Data) -> Result<Result<(Sele
     if data.options.protected.contains(ns) {
         let msg = format!("namespace {ns} is protected: the operator never adds debug containers there");
         return Ok(Err(("ProtectedNamespace", msg)));
+    }
+    // A debug container is exec into the pod: only the PodDebugger policy
+    // keeps that to those who may exec there themselves. Without it, none.
+    if let Err(why) = data.admission.check() {
+        return Ok(Err(("AdmissionPolicyMissing", format!("debug containers: {why}"))));
     }
     let selector = match Selector::new(&rule.spec.selector) {
         Ok(s) => s,

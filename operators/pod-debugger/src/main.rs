@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use clap::Parser;
-use flotilla_shared::{CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
+use flotilla_shared::{AdmissionPolicyArgs, CommonArgs, ConfigError, Operator, WatchNamespaceArgs};
 use pod_debugger::controller::{self, Options};
 use pod_debugger::images::ImagePolicy;
 
@@ -20,6 +20,9 @@ struct Args {
     common: CommonArgs,
     #[command(flatten)]
     watch: WatchNamespaceArgs,
+    /// The PodDebugger policy: while it is missing, every PodDebugger is refused.
+    #[command(flatten)]
+    admission: AdmissionPolicyArgs,
     /// Images a PodDebugger may run (comma-separated globs: '*' matches a
     /// run of characters within one path segment, never '/'; '**' any run
     /// across segments; '?' one character). Whoever may create a PodDebugger
@@ -45,7 +48,7 @@ fn main() -> std::process::ExitCode {
     if args.print_crd {
         return flotilla_shared::crd::print(&pod_debugger::crds());
     }
-    if let Err(e) = args.watch.validate() {
+    if let Err(e) = args.watch.validate().and_then(|()| args.admission.validate()) {
         e.exit();
     }
     let images = match args.allowed_images {
@@ -69,6 +72,7 @@ fn main() -> std::process::ExitCode {
         images,
         protected,
         concurrency: args.inject_concurrency,
+        admission: args.admission,
     };
     Operator::new("pod-debugger", &args.common).run(move |ctx| controller::run(ctx, options))
 }
