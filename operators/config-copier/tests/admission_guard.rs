@@ -14,11 +14,8 @@
 mod common;
 
 use common::*;
-use flotilla_testenv::shared;
-use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::PostParams;
 use serde_json::json;
 
 const POLICY: &str = "test-config-copier-copyrules";
@@ -60,30 +57,7 @@ async fn overwrite_and_open_target_lists_are_refused_while_the_policy_is_missing
     assert_eq!(data(&victim, "mode"), Some("the-owners"), "overwritten while the policy was missing");
 
     // The policy and a denying binding come (back): the rule is honoured.
-    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-        "metadata": {"name": POLICY},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": ["flotilla.dev"], "apiVersions": ["*"],
-                "operations": ["CREATE", "UPDATE"], "resources": ["copyrules"]
-            }]},
-            "validations": [{"expression": "true"}]
-        }
-    }))
-    .unwrap();
-    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-        "metadata": {"name": POLICY},
-        "spec": {"policyName": POLICY, "validationActions": ["Deny"]}
-    }))
-    .unwrap();
-    Api::<ValidatingAdmissionPolicy>::all(client.clone()).create(&PostParams::default(), &policy).await.unwrap();
-    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
+    flotilla_testenv::admission_policy::install(&client, POLICY, "flotilla.dev", &["copyrules"]).await.unwrap();
     wait_cm(&client, &dst, "settings", |cm| data(cm, "mode") == Some("from-the-rule")).await;
-    let api = Api::<ValidatingAdmissionPolicyBinding>::all(shared().client().await);
-    let _ = api.delete(POLICY, &Default::default()).await;
-    let _ = Api::<ValidatingAdmissionPolicy>::all(client).delete(POLICY, &Default::default()).await;
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
 }

@@ -374,3 +374,81 @@ async fn runner_pods_per_namespace_stay_within_the_bound() {
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
 }
+
+/// Issue 27's attack on a missing admission policy: the LoadTest policy is
+/// what keeps a LoadTest's or SimpleDeployment's own image to those who may
+/// create pods themselves, and a header from a Secret to those who may read
+/// it. Rendered without it, every writer of a LoadTest had both. With
+/// `REQUIRE_ADMISSION_POLICY` (the chart's `--require-admission-policy`)
+/// neither is made while the policy or its binding is missing (Ready=False
+/// AdmissionPolicyMissing, a Warning Event, no pod), and both are once the
+/// policy exists. As environment variables, so that the same test runs
+/// against an older build (`LOAD_TESTER_TEST_BINARY`), which ignores them
+/// and makes the pods at once.
+#[tokio::test]
+async fn own_images_wait_for_the_admission_policy() {
+    const POLICY: &str = "test-load-tester-loadtests";
+    let env = node();
+    install_crds(&env).await;
+    let client = env.client().await;
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+    let ns = env.namespace("lt-guard").await.unwrap();
+    capture_pod(&client, &ns, "web", None).await;
+    service(&client, &ns, "web", "web", false).await;
+    wait_ready_endpoint(&client, &ns, "web", None).await;
+    let operator = start_operator_with_env(
+        &env,
+        &ns,
+        &[("REQUIRE_ADMISSION_POLICY", POLICY), ("ADMISSION_POLICY_CHECK_INTERVAL", "1s")],
+    );
+    // The runners' usual image, named: that is enough to be guarded.
+    let image = concat!("ghcr.io/flotilla-dev/flotilla-loadgen:", env!("CARGO_PKG_VERSION"));
+    let spec = json!({"replicas": 1, "image": image,
+        "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}});
+    create(&client, &ns, "LoadTest", "custom", spec).await.unwrap();
+    create(
+        &client,
+        &ns,
+        "SimpleDeployment",
+        "own",
+        json!({"sleepytime": "120", "image": flotilla_testenv::node::images::TOOLBOX_IMAGE}),
+    )
+    .await
+    .unwrap();
+
+    let waiting = wait_test(&client, &ns, "custom", "Ready=False AdmissionPolicyMissing", T, |s| {
+        (ready_reason(s) == "AdmissionPolicyMissing" || s.run > 0).then(|| s.clone())
+    })
+    .await;
+    assert_eq!((waiting.run, ready_reason(&waiting).as_str()), (0, "AdmissionPolicyMissing"), "{waiting:#?}");
+    let sds: Api<SimpleDeployment> = Api::namespaced(client.clone(), &ns);
+    flotilla_testenv::wait_object(&sds, "own", "the SimpleDeployment refused", T, |sd| {
+        let s = sd.status.as_ref()?;
+        s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "AdmissionPolicyMissing").then_some(())
+    })
+    .await;
+    assert!(runner_pods(&client, &ns, "custom").await.is_empty(), "runners while the policy was missing");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        pods.get_opt("own-child").await.unwrap().is_none(),
+        "the SimpleDeployment's pod while the policy was missing"
+    );
+    let events = events_about(&client, &ns, "custom").await;
+    assert!(events.iter().any(|(t, r, _)| t == "Warning" && r == "AdmissionPolicyMissing"), "{events:?}");
+
+    // The policy and a denying binding come (back): both are made.
+    flotilla_testenv::admission_policy::install(&client, POLICY, "flotilla.dev", &["loadtests", "simpledeployments"])
+        .await
+        .unwrap();
+    let done =
+        wait_test(&client, &ns, "custom", "the run to finish", T, |s| s.state.is_terminal().then(|| s.clone())).await;
+    assert_eq!((done.run, done.state), (1, State::Finished), "{done:#?}");
+    flotilla_testenv::wait_object(&sds, "own", "the SimpleDeployment's pod", T, |sd| {
+        (!sd.status.as_ref()?.child.is_empty()).then_some(())
+    })
+    .await;
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}

@@ -90,3 +90,68 @@ async fn cluster_scope_outside_trusted_namespaces_and_missing_secrets_are_condit
     .await
     .unwrap();
 }
+
+/// Issue 27's attack on a missing admission policy: the PodAlert policy is
+/// what lets only those who may read every namespace's pod logs set
+/// `allNamespaces` (the trusted namespaces' other writers included).
+/// Rendered without it (a GitOps render without the API, a deleted
+/// policy), every writer of a PodAlert there read the whole cluster's
+/// logs. With `REQUIRE_ADMISSION_POLICY` (the chart's
+/// `--require-admission-policy`) the operator refuses `allNamespaces`
+/// while the policy or its binding is missing — other PodAlerts go on —
+/// and honours it once both exist. As environment variables, so that the
+/// same test runs against an older build (`POD_ALERT_TEST_BINARY`), which
+/// ignores them and evaluates the whole cluster at once.
+#[tokio::test]
+async fn all_namespaces_is_refused_while_the_admission_policy_is_missing() {
+    const POLICY: &str = "test-pod-alert-podalerts";
+    let env = shared();
+    install_crd(&env).await;
+    let client = env.client().await;
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+    let ns = env.namespace("pa-guard").await.unwrap();
+    let mut vars = LOOPBACK_SINKS.to_vec();
+    vars.extend([
+        ("REQUIRE_ADMISSION_POLICY", POLICY),
+        ("ADMISSION_POLICY_CHECK_INTERVAL", "1s"),
+        ("CLUSTER_SCOPE_NAMESPACES", ns.as_str()),
+    ]);
+    let _operator = start_operator_as(&env.kubeconfig, &ns, &[], &vars);
+    create_podalert(&client, &ns, "everything", json!({"alerts": {"checkRunningPods": true}, "allNamespaces": true}))
+        .await
+        .unwrap();
+    create_podalert(&client, &ns, "mine", json!({"alerts": {"checkRunningPods": true}})).await.unwrap();
+
+    let refused = wait_status(&client, &ns, "everything", "the refusal", T, |s| {
+        condition(s, "Ready").filter(|c| c.1 == "AdmissionPolicyMissing")
+    })
+    .await;
+    assert_eq!(refused.0, "False");
+    assert!(refused.2.contains("allNamespaces") && refused.2.contains(POLICY), "{refused:?}");
+    let mine = wait_status(&client, &ns, "mine", "the other PodAlert evaluated", T, |s| {
+        condition(s, "Ready").filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_ne!(mine.1, "AdmissionPolicyMissing");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    flotilla_testenv::wait_for("the Warning Event", T, || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&Default::default()).await?;
+            let said = list.items.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("AdmissionPolicyMissing")
+            });
+            Ok::<_, kube::Error>(said.then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+
+    // The policy and a denying binding come (back): allNamespaces is honoured.
+    flotilla_testenv::admission_policy::install(&client, POLICY, "flotilla.dev", &["podalerts"]).await.unwrap();
+    wait_status(&client, &ns, "everything", "allNamespaces honoured", T, |s| {
+        condition(s, "Ready").filter(|c| c.0 == "True")
+    })
+    .await;
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+}

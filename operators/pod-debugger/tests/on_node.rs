@@ -285,3 +285,58 @@ async fn a_restricted_namespace_refuses_sysadmin_and_gets_compliant_containers()
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
 }
+
+/// Issue 27's attack on a missing admission policy: the PodDebugger policy
+/// is what keeps debug containers (exec into the pod) to those who may
+/// exec there themselves. Rendered without it, every writer of a
+/// PodDebugger got them. With `REQUIRE_ADMISSION_POLICY` (the chart's
+/// `--require-admission-policy`) every PodDebugger is refused while the
+/// policy or its binding is missing, and served once both exist. As
+/// environment variables, so that the same test runs against an older
+/// build (`POD_DEBUGGER_TEST_BINARY`), which ignores them and injects.
+#[tokio::test]
+async fn debug_containers_wait_for_the_admission_policy() {
+    const POLICY: &str = "test-pod-debugger-poddebuggers";
+    let _one = ONE_OPERATOR.lock().await;
+    let env = node();
+    install_crd(&env).await;
+    let client = env.client().await;
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+    let ns = env.namespace("pd-guard").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &pod("guarded", "guarded", json!([sleeper("app", "3600")]), json!({})))
+        .await
+        .unwrap();
+    flotilla_testenv::wait_object(&pods, "guarded", "the pod to run", T, |p| {
+        (p.status.as_ref()?.phase.as_deref()? == "Running").then_some(())
+    })
+    .await;
+    let _operator = start_operator_with_env(
+        &env,
+        &[],
+        &[("REQUIRE_ADMISSION_POLICY", POLICY), ("ADMISSION_POLICY_CHECK_INTERVAL", "1s")],
+    );
+    create_debugger(
+        &client,
+        &ns,
+        "dbg",
+        json!({"selector": {"matchLabels": {"app": "guarded"}}, "image": "busybox:latest"}),
+    )
+    .await
+    .unwrap();
+    let refused = wait_status(&client, &ns, "dbg", "the refusal", T, |s| {
+        let r = ready(s);
+        (r.1 == "AdmissionPolicyMissing").then_some(r)
+    })
+    .await;
+    assert_eq!(refused.0, "False");
+    assert!(refused.2.contains(POLICY), "{refused:?}");
+    assert!(ephemeral_names(&pods, "guarded").await.is_empty(), "a debug container while the policy was missing");
+
+    // The policy and a denying binding come (back): the debugger is served.
+    flotilla_testenv::admission_policy::install(&client, POLICY, "flotilla.dev", &["poddebuggers"]).await.unwrap();
+    let status =
+        wait_status(&client, &ns, "dbg", "the debugger to be added", T, |s| (s.injected == 1).then(|| s.clone())).await;
+    assert_eq!(ephemeral_names(&pods, "guarded").await, [status.container.as_str()]);
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+}

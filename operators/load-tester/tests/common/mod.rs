@@ -21,8 +21,21 @@ pub use load_tester::crd::{LoadTest, LoadTestStatus, SimpleDeployment};
 
 /// The operator, watching `namespace` only (tests run side by side).
 pub fn start_operator(env: &TestEnv, namespace: &str) -> OperatorProcess {
+    start_operator_with_env(env, namespace, &[])
+}
+
+/// The operator, watching `namespace`, with `vars` in its environment
+/// (which every flag also reads, and an older build ignores).
+pub fn start_operator_with_env(env: &TestEnv, namespace: &str, vars: &[(&str, &str)]) -> OperatorProcess {
     let args = vec![format!("--watch-namespace={namespace}"), "--log-format=text".to_string()];
-    OperatorProcess::start(&PathBuf::from(env!("CARGO_BIN_EXE_load-tester")), &env.kubeconfig, &args, &[]).unwrap()
+    OperatorProcess::start(&binary(), &env.kubeconfig, &args, vars).unwrap()
+}
+
+/// The binary under test: this build's, or `LOAD_TESTER_TEST_BINARY` (to
+/// run the same tests against another build, e.g. the one before a fix).
+pub fn binary() -> PathBuf {
+    std::env::var_os("LOAD_TESTER_TEST_BINARY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_load-tester")), PathBuf::from)
 }
 
 /// The operator as the chart runs it, watching `namespace`: the chart's
@@ -74,7 +87,7 @@ pub async fn start_operator_with_chart_rbac(env: &TestEnv, namespace: &str, vars
     let account = account.expect("the chart binds a ServiceAccount");
     let kubeconfig = env.service_account_kubeconfig(namespace, &account).await.unwrap();
     let args = vec![format!("--watch-namespace={namespace}"), "--log-format=text".to_string()];
-    OperatorProcess::start(&PathBuf::from(env!("CARGO_BIN_EXE_load-tester")), &kubeconfig, &args, vars).unwrap()
+    OperatorProcess::start(&binary(), &kubeconfig, &args, vars).unwrap()
 }
 
 /// A capture server: busybox httpd on :8080 in pod `name` (labels

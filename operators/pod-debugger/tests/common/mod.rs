@@ -16,9 +16,22 @@ pub use pod_debugger::crd::{PodDebugger, PodDebuggerStatus};
 
 /// The operator, with `extra` flags.
 pub fn start_operator(env: &TestEnv, extra: &[&str]) -> OperatorProcess {
+    start_operator_with_env(env, extra, &[])
+}
+
+/// The binary under test: this build's, or `POD_DEBUGGER_TEST_BINARY` (to
+/// run the same test against another build, e.g. the one before a fix).
+pub fn binary() -> PathBuf {
+    std::env::var_os("POD_DEBUGGER_TEST_BINARY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pod-debugger")), PathBuf::from)
+}
+
+/// The operator, with `extra` flags and `vars` in its environment (which
+/// every flag also reads, and an older build ignores).
+pub fn start_operator_with_env(env: &TestEnv, extra: &[&str], vars: &[(&str, &str)]) -> OperatorProcess {
     let mut args = vec!["--log-format=text".to_string()];
     args.extend(extra.iter().map(|s| s.to_string()));
-    OperatorProcess::start(&PathBuf::from(env!("CARGO_BIN_EXE_pod-debugger")), &env.kubeconfig, &args, &[]).unwrap()
+    OperatorProcess::start(&binary(), &env.kubeconfig, &args, vars).unwrap()
 }
 
 pub async fn install_crd(env: &TestEnv) {
