@@ -23,6 +23,7 @@ pub mod control_plane;
 pub mod harness;
 pub mod images;
 pub mod kubeconfig;
+pub mod kwok;
 pub mod moto;
 pub mod node;
 pub mod node_assets;
@@ -33,6 +34,6 @@ pub mod tools;
 pub mod versions;
 
 pub use assets::Assets;
-pub use control_plane::{ControlPlane, Options};
+pub use control_plane::{ControlPlane, ExtraFlags, Options};
 pub use harness::{TestEnv, WaitTimeout, events_about, node, shared, wait_for, wait_object};
 pub use process::Lifetime;

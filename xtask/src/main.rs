@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build/install every tool the tests and demo need (control plane, kubectl, helm). Idempotent.
+    /// Build/install every tool the tests, demo and benchmarks need (control plane, kubectl, helm, kwok). Idempotent.
     Setup,
     /// THE test command: setup if needed, fmt, clippy, every test, drift checks. Non-zero on any failure.
     Test,
@@ -60,7 +60,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Setup => util::setup().map(|_| ()),
+        Command::Setup => util::setup().and_then(|_| util::setup_bench_tools()),
         Command::Test => test::run(),
         Command::Cluster { action } => cluster::run(action),
         Command::Demo => demo::run(),
