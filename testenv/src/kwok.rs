@@ -55,8 +55,6 @@ pub struct KwokOptions {
     /// kube-controller-manager marks a node NotReady 50 s after its last
     /// renewal (`--node-monitor-grace-period`), so at most 120.
     pub lease_seconds: u32,
-    /// Pods kwok writes at once (its default is 4).
-    pub pod_parallelism: u32,
 }
 
 impl Default for KwokOptions {
@@ -64,7 +62,7 @@ impl Default for KwokOptions {
         // Renewals every 15 s: three chances inside the 50 s grace, and a
         // third fewer Lease writes than kwok's default 40 s (10 s renewals)
         // — 67 writes a second at 1,000 nodes instead of 100.
-        Self { lease_seconds: 60, pod_parallelism: 8 }
+        Self { lease_seconds: 60 }
     }
 }
 
@@ -103,13 +101,8 @@ impl Kwok {
             // A line per patched pod at INFO: tens of thousands in a scale run.
             "--v=WARN".into(),
         ];
-        let config = stages.join("kwok.yaml");
-        let text = format!(
-            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n  podPlayStageParallelism: {}\n",
-            options.pod_parallelism
-        );
-        std::fs::write(&config, text).map_err(io(&config))?;
-        args.push(format!("--config={}", config.display()));
+        // No KwokConfiguration document: one given replaces every default
+        // (v0.8.0 then refuses a lease parallelism of 0).
         for (name, yaml) in STAGES {
             let path = stages.join(name);
             std::fs::write(&path, yaml).map_err(io(&path))?;

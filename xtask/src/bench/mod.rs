@@ -5,6 +5,7 @@ mod config_copier;
 mod load_tester;
 mod pod_alert;
 mod pod_debugger;
+mod scale;
 mod service_dns;
 
 use std::io::{Read, Write};
@@ -151,8 +152,13 @@ pub(super) async fn make_node(client: &Client, name: &str) -> anyhow::Result<tok
     }))
 }
 
-pub fn run(operator: &str) -> anyhow::Result<()> {
-    match operator {
+/// `name` is an operator, or `scale` with a preset (`small` when none).
+pub fn run(name: &str, preset: Option<&str>) -> anyhow::Result<()> {
+    if name != "scale" && preset.is_some() {
+        anyhow::bail!("only `bench scale` takes a preset (small or large)");
+    }
+    match name {
+        "scale" => scale::run(preset.unwrap_or("small")),
         "service-dns" => service_dns::run(),
         "config-copier" => config_copier::run(),
         "pod-alert" => pod_alert::run(),
@@ -160,7 +166,7 @@ pub fn run(operator: &str) -> anyhow::Result<()> {
         "load-tester" => load_tester::run(),
         other => {
             anyhow::bail!(
-                "no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-debugger, load-tester"
+                "no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-debugger, load-tester, scale [small|large]"
             )
         }
     }
