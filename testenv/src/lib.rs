@@ -21,6 +21,7 @@
 pub mod assets;
 pub mod control_plane;
 pub mod harness;
+pub mod heap;
 pub mod images;
 pub mod kubeconfig;
 pub mod kwok;
@@ -37,3 +38,8 @@ pub use assets::Assets;
 pub use control_plane::{ControlPlane, ExtraFlags, Options};
 pub use harness::{TestEnv, WaitTimeout, events_about, node, shared, wait_for, wait_object};
 pub use process::Lifetime;
+
+// The heap module's own tests count through it.
+#[cfg(test)]
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;
