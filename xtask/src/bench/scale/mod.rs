@@ -233,16 +233,22 @@ async fn bench(
     for op in chosen {
         let (values, env) = if op == "service-dns" {
             (
-                vec![format!("route53.hostedZoneId={zone}"), format!("aws.endpointUrl={}", proxy.endpoint)],
+                // Every namespace has a Service `app`: the namespace goes into
+                // the name (the chart's default template leaves it out, and
+                // all but one would be DnsRecordConflict).
+                serde_json::json!({
+                    "route53": {"hostedZoneId": zone, "hostnameTemplate": "{prefix}-{name}.{namespace}.{domain}"},
+                    "aws": {"endpointUrl": proxy.endpoint},
+                }),
                 vec![
                     ("AWS_ACCESS_KEY_ID".to_string(), "bench".to_string()),
                     ("AWS_SECRET_ACCESS_KEY".to_string(), "bench".to_string()),
                 ],
             )
         } else {
-            (Vec::new(), Vec::new())
+            (serde_json::json!({}), Vec::new())
         };
-        let run = operators::install_chart(&client, op, &values).await?;
+        let run = operators::install_chart(&client, op, &values, dir).await?;
         let kubeconfig = operators::kubeconfig_for(&client, cp, &run.service_account, dir).await?;
         charts.insert(op.clone(), Installed { run, kubeconfig, env });
     }

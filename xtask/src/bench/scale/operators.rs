@@ -40,15 +40,16 @@ pub struct ChartRun {
     pub memory_limit: String,
 }
 
-/// Renders operator `op`'s chart with `values` (`key=value`), applies its
-/// ServiceAccount and RBAC objects, and returns how it runs the operator.
-pub async fn install_chart(client: &Client, op: &str, values: &[String]) -> anyhow::Result<ChartRun> {
+/// Renders operator `op`'s chart with `values` (a values file's content,
+/// written into `dir`), applies its ServiceAccount and RBAC objects, and
+/// returns how it runs the operator.
+pub async fn install_chart(client: &Client, op: &str, values: &Value, dir: &Path) -> anyhow::Result<ChartRun> {
     flotilla_e2e::build_chart_dependencies()?;
     let chart = flotilla_e2e::charts_dir().join(op).display().to_string();
-    let mut args = vec!["template", RELEASE, chart.as_str(), "--namespace", SYSTEM_NS];
-    for v in values {
-        args.extend(["--set", v.as_str()]);
-    }
+    let file = dir.join(format!("values-{op}.yaml"));
+    std::fs::write(&file, serde_yaml::to_string(values)?)?;
+    let file = file.display().to_string();
+    let args = ["template", RELEASE, chart.as_str(), "--namespace", SYSTEM_NS, "--values", file.as_str()];
     let rendered = flotilla_e2e::helm_ok(None, &args)?;
     let mut run = None;
     for doc in flotilla_e2e::yaml_documents(&rendered)? {
