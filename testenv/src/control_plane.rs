@@ -36,6 +36,18 @@ pub struct Options {
     pub lifetime: Lifetime,
 }
 
+/// Flags added to each component's own, after them (a repeated flag: the
+/// later wins), for a control plane tuned to a purpose — a benchmark's
+/// raised client rates (as Kubernetes' own scale tests run them), an audit
+/// log.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraFlags {
+    pub etcd: Vec<String>,
+    pub apiserver: Vec<String>,
+    pub controller_manager: Vec<String>,
+    pub scheduler: Vec<String>,
+}
+
 /// A running control plane.
 #[derive(Debug)]
 pub struct ControlPlane {
@@ -67,7 +79,12 @@ impl ControlPlane {
     /// `default/default` ServiceAccount exists (so Pods can be created). A
     /// start that loses a port race is retried with new ports.
     pub async fn start(assets: &Assets, options: &Options) -> Result<Self, StartError> {
-        Self::start_with(assets, options, None).await
+        Self::start_with(assets, options, None, &ExtraFlags::default()).await
+    }
+
+    /// [`Self::start`] with `extra` flags for the components.
+    pub async fn start_tuned(assets: &Assets, options: &Options, extra: &ExtraFlags) -> Result<Self, StartError> {
+        Self::start_with(assets, options, None, extra).await
     }
 
     /// A control plane for the one-node cluster: the API server listens on
@@ -80,17 +97,18 @@ impl ControlPlane {
         options: &Options,
         node_ip: std::net::Ipv4Addr,
     ) -> Result<Self, StartError> {
-        Self::start_with(assets, options, Some(node_ip)).await
+        Self::start_with(assets, options, Some(node_ip), &ExtraFlags::default()).await
     }
 
     async fn start_with(
         assets: &Assets,
         options: &Options,
         node_ip: Option<std::net::Ipv4Addr>,
+        extra: &ExtraFlags,
     ) -> Result<Self, StartError> {
         let mut last = None;
         for _attempt in 0..3 {
-            match Self::start_once(assets, options, node_ip).await {
+            match Self::start_once(assets, options, node_ip, extra).await {
                 Ok(cp) => return Ok(cp),
                 Err(e) => last = Some(e),
             }
@@ -102,6 +120,7 @@ impl ControlPlane {
         assets: &Assets,
         options: &Options,
         node_ip: Option<std::net::Ipv4Addr>,
+        extra: &ExtraFlags,
     ) -> Result<Self, StartError> {
         let started = Instant::now();
         let dir = options.dir.clone();
@@ -130,7 +149,7 @@ impl ControlPlane {
         let (etcd_client, etcd_peer) = (port()?, port()?);
         let etcd_url = format!("http://127.0.0.1:{etcd_client}");
         let peer_url = format!("http://127.0.0.1:{etcd_peer}");
-        let etcd_args = vec![
+        let mut etcd_args = vec![
             format!("--data-dir={}", dir.join("etcd-data").display()),
             format!("--listen-client-urls={etcd_url}"),
             format!("--advertise-client-urls={etcd_url}"),
@@ -144,6 +163,7 @@ impl ControlPlane {
             "--quota-backend-bytes=8589934592".into(),
             "--log-level=warn".into(),
         ];
+        etcd_args.extend(extra.etcd.iter().cloned());
         cp.spawn(assets, "etcd", &etcd_args, &logs, options.lifetime)?;
         cp.wait_tcp("etcd", etcd_client, started).await?;
 
@@ -181,6 +201,7 @@ impl ControlPlane {
             // No node: nothing can reach a published endpoint anyway.
             api_args.push("--endpoint-reconciler-type=none".into());
         }
+        api_args.extend(extra.apiserver.iter().cloned());
         cp.spawn(assets, "kube-apiserver", &api_args, &logs, options.lifetime)?;
         let admin = kubeconfig::render(
             "flotilla-testenv",
@@ -195,7 +216,7 @@ impl ControlPlane {
         cp.wait_readyz(&client, started).await?;
 
         // kube-controller-manager and kube-scheduler
-        let kcm_args = vec![
+        let mut kcm_args = vec![
             format!("--kubeconfig={}", cp.kubeconfig.display()),
             format!("--authentication-kubeconfig={}", cp.kubeconfig.display()),
             format!("--authorization-kubeconfig={}", cp.kubeconfig.display()),
@@ -209,8 +230,9 @@ impl ControlPlane {
             format!("--service-cluster-ip-range={SERVICE_CIDRS}"),
             "--v=1".into(),
         ];
+        kcm_args.extend(extra.controller_manager.iter().cloned());
         cp.spawn(assets, "kube-controller-manager", &kcm_args, &logs, options.lifetime)?;
-        let sched_args = vec![
+        let mut sched_args = vec![
             format!("--kubeconfig={}", cp.kubeconfig.display()),
             format!("--authentication-kubeconfig={}", cp.kubeconfig.display()),
             format!("--authorization-kubeconfig={}", cp.kubeconfig.display()),
@@ -219,6 +241,7 @@ impl ControlPlane {
             format!("--secure-port={}", port()?),
             format!("--cert-dir={}", dir.join("pki").display()),
         ];
+        sched_args.extend(extra.scheduler.iter().cloned());
         cp.spawn(assets, "kube-scheduler", &sched_args, &logs, options.lifetime)?;
         cp.wait_default_service_account(&client, started).await?;
         tracing::info!(server = %cp.server, elapsed = %fmt_elapsed(started.elapsed()), "test control plane ready");

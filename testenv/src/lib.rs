@@ -22,8 +22,10 @@ pub mod admission_policy;
 pub mod assets;
 pub mod control_plane;
 pub mod harness;
+pub mod heap;
 pub mod images;
 pub mod kubeconfig;
+pub mod kwok;
 pub mod moto;
 pub mod node;
 pub mod node_assets;
@@ -34,6 +36,11 @@ pub mod tools;
 pub mod versions;
 
 pub use assets::Assets;
-pub use control_plane::{ControlPlane, Options};
+pub use control_plane::{ControlPlane, ExtraFlags, Options};
 pub use harness::{TestEnv, WaitTimeout, events_about, node, shared, wait_for, wait_object};
 pub use process::Lifetime;
+
+// The heap module's own tests count through it.
+#[cfg(test)]
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;

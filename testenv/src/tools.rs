@@ -30,6 +30,16 @@ pub const HELM_DOCS: GoTool =
 
 pub const GO_TOOLS: &[GoTool] = &[ACTIONLINT, HELM_DOCS];
 
+/// kwok simulates nodes and their pods without containers (the scale
+/// benchmark; stages in `testenv/kwok/`, see [`crate::kwok`]).
+pub const KWOK: GoTool = GoTool { name: "kwok", package: "sigs.k8s.io/kwok/cmd/kwok", version: "v0.8.0" };
+
+/// Tools only the benchmarks use: `cargo xtask setup` installs them, the
+/// setup `cargo xtask test` runs does not (no test needs them, and kwok's
+/// cold build is minutes of CI time), and a benchmark installs what it
+/// lacks on first use ([`GoTool::ensure`]).
+pub const BENCH_GO_TOOLS: &[GoTool] = &[KWOK];
+
 impl GoTool {
     pub fn dir(&self) -> PathBuf {
         cache_root().join(format!("{}-{}", self.name, self.version)).join("bin")
@@ -46,6 +56,14 @@ impl GoTool {
             Ok(path)
         } else {
             Err(AssetsError::Missing { missing: self.name.to_string(), dir: self.dir() })
+        }
+    }
+
+    /// The installed binary, installed first when missing.
+    pub fn ensure(&self, progress: Progress<'_>) -> Result<PathBuf, AssetsError> {
+        match self.locate() {
+            Ok(path) => Ok(path),
+            Err(_) => self.install(progress),
         }
     }
 
@@ -195,5 +213,14 @@ pub fn ensure_all(progress: Progress<'_>) -> Result<(), AssetsError> {
         }
     }
     progress(&format!("prometheus: {PROMETHEUS}"));
+    Ok(())
+}
+
+/// Installs whatever benchmark tool ([`BENCH_GO_TOOLS`]) is missing.
+pub fn ensure_bench_tools(progress: Progress<'_>) -> Result<(), AssetsError> {
+    for tool in BENCH_GO_TOOLS {
+        let path = tool.ensure(progress)?;
+        progress(&format!("{}: {}", tool.name, path.display()));
+    }
     Ok(())
 }

@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build/install every tool the tests and demo need (control plane, kubectl, helm). Idempotent.
+    /// Build/install every tool the tests, demo and benchmarks need (control plane, kubectl, helm, kwok). Idempotent.
     Setup,
     /// THE test command: setup if needed, fmt, clippy, every test, drift checks. Non-zero on any failure.
     Test,
@@ -47,8 +47,8 @@ enum Command {
     Dist,
     /// OCI images (operators and loadgen from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster. Names (e.g. `loadgen`): only those, plus the node's own.
     Images { only: Vec<String> },
-    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-debugger|load-tester`.
-    Bench { operator: String },
+    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-debugger|load-tester`, and `cargo xtask bench scale [small|large]` (every operator against simulated nodes).
+    Bench { operator: String, preset: Option<String> },
     /// Package every chart for release tag vX.Y.Z (must be the Cargo.toml workspace version): versions, appVersions and subchart versions all X.Y.Z. Helm: $HELM, else the one `cargo xtask setup` builds.
     PackageCharts {
         tag: String,
@@ -60,7 +60,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Setup => util::setup().map(|_| ()),
+        Command::Setup => util::setup().and_then(|_| util::setup_bench_tools()),
         Command::Test => test::run(),
         Command::Cluster { action } => cluster::run(action),
         Command::Demo => demo::run(),
@@ -68,7 +68,7 @@ fn main() -> std::process::ExitCode {
         Command::Charts { check } => charts::run(check),
         Command::Dist => dist::run(),
         Command::Images { only } => images::run(&only),
-        Command::Bench { operator } => bench::run(&operator),
+        Command::Bench { operator, preset } => bench::run(&operator, preset.as_deref()),
         Command::PackageCharts { tag, out } => package_charts(&tag, &out),
     };
     match result {

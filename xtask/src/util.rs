@@ -34,6 +34,12 @@ pub fn setup() -> anyhow::Result<Assets> {
     Ok(assets)
 }
 
+/// The benchmarks' own tools (kwok): `cargo xtask setup` installs them,
+/// `cargo xtask test` (which runs [`setup`]) does not need them.
+pub fn setup_bench_tools() -> anyhow::Result<()> {
+    flotilla_testenv::tools::ensure_bench_tools(&progress).context("installing the benchmarks' tools (kwok)")
+}
+
 /// Runs a command in the workspace root, inheriting stdio.
 pub fn run_cmd(cmd: &mut Command) -> anyhow::Result<()> {
     let shown = format!("{cmd:?}");

@@ -49,3 +49,11 @@ pub mod zone;
 pub use config::{Args, Config};
 pub use plan::{Plan, Policy, plan};
 pub use sync::{Error, run};
+
+#[cfg(test)]
+mod heap_budget;
+
+// Unit tests count heap bytes (heap_budget.rs) through this allocator.
+#[cfg(test)]
+#[global_allocator]
+static HEAP: flotilla_testenv::heap::Counting = flotilla_testenv::heap::Counting;

@@ -6,6 +6,7 @@ mod kubelet;
 mod load_tester;
 mod pod_alert;
 mod pod_debugger;
+mod scale;
 mod service_dns;
 
 use std::io::{Read, Write};
@@ -184,8 +185,13 @@ pub(super) async fn make_node_with_kubelet(
     }))
 }
 
-pub fn run(operator: &str) -> anyhow::Result<()> {
-    match operator {
+/// `name` is an operator, or `scale` with a preset (`small` when none).
+pub fn run(name: &str, preset: Option<&str>) -> anyhow::Result<()> {
+    if name != "scale" && preset.is_some() {
+        anyhow::bail!("only `bench scale` takes a preset (small or large)");
+    }
+    match name {
+        "scale" => scale::run(preset.unwrap_or("small")),
         "service-dns" => service_dns::run(),
         "config-copier" => config_copier::run(),
         "pod-alert" => pod_alert::run(),
@@ -193,7 +199,7 @@ pub fn run(operator: &str) -> anyhow::Result<()> {
         "load-tester" => load_tester::run(),
         other => {
             anyhow::bail!(
-                "no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-debugger, load-tester"
+                "no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-debugger, load-tester, scale [small|large]"
             )
         }
     }

@@ -1,0 +1,97 @@
+//! The guard on config-copier's memory per copy (issue 28): what it keeps
+//! for each copy it tracks — the copy watch's projection (key, shared
+//! `Option<Observed>`, the map's slot), the resourceVersion it wrote, and
+//! the target namespace in its rule's published claim —
+//! counted by the test allocator (`flotilla_testenv::heap`), not sampled
+//! from RSS, against 1 KiB per copy. RSS figures are `cargo xtask bench
+//! scale`'s.
+
+use std::collections::HashMap;
+
+use flotilla_shared::projection;
+use flotilla_testenv::heap::heap_of;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
+
+use crate::copy::{CopyKey, Observed, RuleId};
+use crate::crd::SourceKind;
+use crate::plan::{Claim, Rank};
+
+/// Bytes config-copier may hold per copy it tracks.
+const BUDGET: usize = 1024;
+/// Copies in the measured cache (its maps' slots are shared out).
+const COPIES: usize = 1000;
+const FIELD_MANAGER: &str = "flotilla-config-copier";
+
+/// A copy's metadata as the copy watch receives it: config-copier's marks
+/// (rule label and annotation, the rule's UID, the source, the content
+/// hash), a label of the source's, managedFields of its own apply.
+fn copy(i: usize) -> PartialObjectMeta<ConfigMap> {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": {
+            "name": "platform-ca-bundle",
+            "namespace": format!("team-{i:04}-production"),
+            "uid": format!("0b6f3c1e-8d2a-4f57-a1c9-{i:012}"),
+            "resourceVersion": format!("{}", 48_213_377 + i),
+            "creationTimestamp": "2026-01-12T09:14:55Z",
+            "labels": {
+                "flotilla.dev/copy-rule": "platform.platform-ca-bundle",
+                "app.kubernetes.io/managed-by": "flotilla-config-copier",
+                "app.kubernetes.io/name": "platform-ca-bundle"
+            },
+            "annotations": {
+                "flotilla.dev/copy-rule": "platform/platform-ca-bundle",
+                "flotilla.dev/copy-rule-uid": "3c2b1a09-8f7e-4d6c-b5a4-9382716f5e4d",
+                "flotilla.dev/source": "platform/platform-ca-bundle",
+                "flotilla.dev/content-hash": "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+            },
+            "managedFields": [{"manager": FIELD_MANAGER, "operation": "Apply", "apiVersion": "v1",
+                "time": "2026-01-12T09:14:55Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:data": {"f:ca.crt": {}}, "f:metadata": {"f:annotations": {}, "f:labels": {}}}}]
+        }
+    }))
+    .unwrap_or_else(|e| panic!("a copy's metadata: {e}"))
+}
+
+#[test]
+fn config_copier_holds_at_most_1_kib_per_copy() {
+    let copies: Vec<PartialObjectMeta<ConfigMap>> = (0..COPIES).map(copy).collect();
+    // Fed as the copy watch feeds it (cache.rs `watch_copies_of`), plus the
+    // resourceVersion config-copier keeps for each copy it wrote and the
+    // rule's claim on every target (one rule copying into COPIES namespaces).
+    let ((store, _writer, known, _claim), heap) = heap_of(|| {
+        let (store, mut writer) = projection::store::<Option<Observed>>();
+        for o in &copies {
+            writer.apply(watcher::Event::Apply(o.clone()), |o: PartialObjectMeta<ConfigMap>| {
+                let key = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+                let observed = serde_json::to_value(&o)
+                    .ok()
+                    .and_then(|v| Observed::from_json(SourceKind::ConfigMap, &v, false, FIELD_MANAGER));
+                (key, observed)
+            });
+        }
+        let mut known: HashMap<CopyKey, String> = HashMap::new();
+        for o in store.state().iter().filter_map(|o| o.as_ref().as_ref()) {
+            known.insert(o.key.clone(), o.resource_version.clone().unwrap_or_default());
+        }
+        let claim = Claim {
+            rank: Rank {
+                created: Some("2026-01-12T09:14:55Z".into()),
+                rule: RuleId::new("platform", "platform-ca-bundle"),
+            },
+            kind: SourceKind::ConfigMap,
+            names: ["platform-ca-bundle".to_string()].into(),
+            namespaces: copies.iter().filter_map(|o| o.metadata.namespace.clone()).collect(),
+        };
+        (store, writer, known, claim)
+    });
+    assert_eq!((store.state().len(), known.len()), (COPIES, COPIES));
+    let per_copy = heap.bytes / COPIES;
+    let with_malloc = heap.with_malloc_overhead() / COPIES;
+    println!("config-copier holds {per_copy} B per copy ({with_malloc} B with malloc's per-chunk cost)");
+    assert!(per_copy <= BUDGET, "config-copier holds {per_copy} B per copy it tracks, over the budget of {BUDGET} B");
+}

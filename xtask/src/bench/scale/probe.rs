@@ -1,0 +1,37 @@
+//! What the kernel says of a process: resident memory now and at its peak
+//! (`VmHWM`, which writing `5` to `/proc/<pid>/clear_refs` starts again),
+//! and CPU time.
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`).
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Resident memory now, MiB.
+pub fn rss_mib(pid: u32) -> f64 {
+    status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
+}
+
+/// Peak resident memory since start or the last [`reset_peak`], MiB.
+pub fn peak_mib(pid: u32) -> f64 {
+    status_kib(pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0
+}
+
+/// Starts the peak (`VmHWM`) again from the current RSS.
+pub fn reset_peak(pid: u32) -> anyhow::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .map_err(|e| anyhow::anyhow!("resetting the peak RSS of {pid} (/proc/{pid}/clear_refs): {e}"))
+}
+
+/// User + system CPU seconds the process has used (every thread).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, utime 14, stime 15 (1-based); USER_HZ is 100.
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
