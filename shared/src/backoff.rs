@@ -111,6 +111,12 @@ impl ErrorBackoff {
         }
     }
 
+    /// Keeps only the keys `keep` says are still live (the others' objects
+    /// are gone).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.delays().retain(|k, _| keep(k));
+    }
+
     /// How many objects have a failure to their name.
     pub fn failing(&self) -> usize {
         self.delays().len()

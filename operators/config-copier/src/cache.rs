@@ -66,7 +66,6 @@ pub struct Caches {
     sources: Mutex<HashMap<RuleId, SourceWatch>>,
     claims: Mutex<HashMap<RuleId, Claim>>,
     reported: Mutex<HashMap<RuleId, BTreeSet<(String, String)>>>,
-    backoff: Mutex<HashMap<RuleId, Duration>>,
     /// What the last read of each source taught, by kind, namespace and
     /// name (valid for the resourceVersion it names).
     learned: Mutex<HashMap<SourceKey, Arc<SourceInfo>>>,
@@ -149,7 +148,6 @@ impl Caches {
             sources: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
-            backoff: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
             listing: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SOURCE_LISTS)),
         })
@@ -301,19 +299,6 @@ impl Caches {
         let new = conflicts.iter().filter(|c| !before.is_some_and(|b| b.contains(*c))).cloned().collect();
         reported.insert(rule.clone(), conflicts);
         new
-    }
-
-    /// The next retry delay of a failing rule: 1 s, doubling up to 5 min.
-    pub fn backoff(&self, rule: &RuleId) -> Duration {
-        let mut b = lock(&self.backoff);
-        let next = b.get(rule).map_or(Duration::from_secs(1), |d| (*d * 2).min(Duration::from_secs(300)));
-        b.insert(rule.clone(), next);
-        next
-    }
-
-    /// A rule reconciled without error: its next failure starts over.
-    pub fn reset_backoff(&self, rule: &RuleId) {
-        lock(&self.backoff).remove(rule);
     }
 
     /// Forgets a rule (deleted or invalid): its source watch, claim and reports.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -71,6 +72,8 @@ pub struct Data {
     pub budget: Budget,
     /// Whether the CopyRule admission policy is in place (`--require-admission-policy`).
     pub admission: AdmissionGuard,
+    /// Retry delays of failing rules (1 s doubling to 5 min, jittered).
+    pub backoff: ErrorBackoff,
 }
 
 impl Data {
@@ -131,7 +134,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         }));
     }
     let budget = Budget::new(options.max_kib_in_flight);
-    let data = Arc::new(Data { ctx: ctx.clone(), caches, options, budget, admission });
+    let data =
+        Arc::new(Data { ctx: ctx.clone(), caches, options, budget, admission, backoff: ErrorBackoff::default() });
     let result = ctx.run_controller("copyrule", controller, reconcile, error_policy, data).await;
     for t in tasks {
         t.abort();
@@ -144,7 +148,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
 /// nor loops hot.
 pub fn error_policy(rule: Arc<CopyRule>, error: &Error, data: Arc<Data>) -> Action {
     let id = RuleId::new(rule.namespace().unwrap_or_default(), rule.name_any());
-    let delay = data.caches.backoff(&id);
+    let delay = data.backoff.next(&id.to_string());
     tracing::debug!(rule = %id, error = error.metric_label(), ?delay, "will retry");
     Action::requeue(delay)
 }
@@ -162,7 +166,7 @@ pub async fn reconcile(rule: Arc<CopyRule>, data: Arc<Data>) -> Result<Action, E
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     if result.is_ok() {
-        data.caches.reset_backoff(&id);
+        data.backoff.forget(&id.to_string());
     }
     result
 }

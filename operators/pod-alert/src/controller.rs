@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
@@ -114,7 +115,7 @@ pub struct Data {
     states: Mutex<HashMap<String, Arc<tokio::sync::Mutex<State>>>>,
     /// Firing incidents per PodAlert UID, by (namespace, reason), for the gauge.
     firing: Mutex<HashMap<String, FiringCounts>>,
-    backoff: Mutex<HashMap<String, Duration>>,
+    backoff: ErrorBackoff,
     delivery: Delivery,
     trigger: UnboundedSender<ObjectRef<PodAlert>>,
     tails: Arc<Tails>,
@@ -165,7 +166,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         alerts: controller.store(),
         states: Mutex::default(),
         firing: Mutex::default(),
-        backoff: Mutex::default(),
+        backoff: ErrorBackoff::default(),
         trigger: tx,
         tails,
         restored,
@@ -313,7 +314,7 @@ impl Data {
         for uid in gone {
             self.set_firing(&uid, BTreeMap::new());
         }
-        self.backoff.lock().unwrap_or_else(PoisonError::into_inner).retain(|uid, _| live.contains(uid));
+        self.backoff.retain(|uid| live.contains(uid));
     }
 
     /// Records one PodAlert's firing counts and updates the gauge's series.
@@ -339,11 +340,9 @@ impl Data {
 /// Failures back off per PodAlert (1 s doubling to 5 min).
 pub fn error_policy(alert: Arc<PodAlert>, error: &Error, data: Arc<Data>) -> Action {
     let uid = alert.uid().unwrap_or_default();
-    let mut backoff = data.backoff.lock().unwrap_or_else(PoisonError::into_inner);
-    let d = backoff.entry(uid).or_insert(Duration::from_millis(500));
-    *d = (*d * 2).min(Duration::from_secs(300));
-    tracing::debug!(error = error.metric_label(), delay = ?*d, "will retry");
-    Action::requeue(*d)
+    let d = data.backoff.next(&uid);
+    tracing::debug!(error = error.metric_label(), delay = ?d, "will retry");
+    Action::requeue(d)
 }
 
 fn condition<'a>(conditions: &'a [Condition], t: &str) -> Option<&'a Condition> {
@@ -475,7 +474,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         st.written = Some(print);
         st.conditions = new.conditions;
     }
-    data.backoff.lock().unwrap_or_else(PoisonError::into_inner).remove(&uid);
+    data.backoff.forget(&uid);
     if !served {
         return Ok(Action::requeue(REFUSED_RECHECK));
     }

@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
@@ -86,7 +87,7 @@ pub struct Data {
     rules: Store<PodDebugger>,
     states: Mutex<HashMap<String, Arc<tokio::sync::Mutex<RuleState>>>>,
     namespaces: Mutex<HashMap<String, (Level, Instant)>>,
-    backoff: Mutex<HashMap<String, Duration>>,
+    backoff: ErrorBackoff,
     trigger: UnboundedSender<ObjectRef<PodDebugger>>,
     /// The label keys PodDebuggers' selectors reference: all a pod view keeps.
     label_keys: LabelKeys,
@@ -117,7 +118,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         rules: controller.store(),
         states: Mutex::default(),
         namespaces: Mutex::default(),
-        backoff: Mutex::default(),
+        backoff: ErrorBackoff::default(),
         trigger: tx,
         label_keys: LabelKeys::new(),
         admission,
@@ -226,7 +227,7 @@ impl Data {
                 );
             }
         }
-        self.backoff.lock().unwrap_or_else(PoisonError::into_inner).retain(|uid, _| live.contains(uid));
+        self.backoff.retain(|uid| live.contains(uid));
     }
 
     /// The namespace's Pod Security enforce level (cached briefly).
@@ -248,11 +249,9 @@ impl Data {
 /// Failures back off per PodDebugger (1 s doubling to 5 min).
 pub fn error_policy(rule: Arc<PodDebugger>, error: &Error, data: Arc<Data>) -> Action {
     let uid = rule.uid().unwrap_or_default();
-    let mut backoff = data.backoff.lock().unwrap_or_else(PoisonError::into_inner);
-    let d = backoff.entry(uid).or_insert(Duration::from_millis(500));
-    *d = (*d * 2).min(Duration::from_secs(300));
-    tracing::warn!(error = %error, label = error.metric_label(), delay = ?*d, "will retry");
-    Action::requeue(*d)
+    let d = data.backoff.next(&uid);
+    tracing::warn!(error = %error, label = error.metric_label(), delay = ?d, "will retry");
+    Action::requeue(d)
 }
 
 /// A refusal of the whole PodDebugger: a reason and a message.
@@ -350,7 +349,7 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
         let api: Api<PodDebugger> = Api::namespaced(data.ctx.client.clone(), &ns);
         flotilla_shared::apply_status(&api, &name, &data.ctx.field_manager, &new).await.map_err(Error::Status)?;
     }
-    data.backoff.lock().unwrap_or_else(PoisonError::into_inner).remove(&uid);
+    data.backoff.forget(&uid);
     let wait = wake.map_or(RESYNC, |at| at.saturating_duration_since(now)).clamp(Duration::from_secs(1), RESYNC);
     let wait =
         if refused.as_ref().is_some_and(|(r, _)| *r == "DryRunRejected") { wait.min(DRY_RUN_RETRY) } else { wait };
