@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_shared::backoff::ErrorBackoff;
+use flotilla_shared::conditions::already_said;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -265,8 +266,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         Ok(v) => v,
         Err(e) => {
             caches.forget_rule(id);
-            let was = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"));
-            if !was.is_some_and(|c| c.reason == "InvalidSpec" && c.message == e.0) {
+            if !already_said(previous.map(|p| p.conditions.as_slice()), "Ready", "InvalidSpec", &e.0) {
                 data.ctx.events.warning(&oref, "InvalidSpec", "Validate", format!("rule not applied: {e}"));
             }
             let summary = Summary { invalid: Some(e.0), ..Default::default() };
@@ -281,8 +281,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     {
         caches.forget_rule(id);
         let message = format!("{power}: {why}");
-        let was = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"));
-        if !was.is_some_and(|c| c.reason == "AdmissionPolicyMissing" && c.message == message) {
+        if !already_said(previous.map(|p| p.conditions.as_slice()), "Ready", "AdmissionPolicyMissing", &message) {
             data.ctx.events.warning(
                 &oref,
                 "AdmissionPolicyMissing",

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flotilla_shared::conditions::{READY, Status};
+use flotilla_shared::conditions::{READY, Status, already_said};
+use flotilla_shared::status::apply_status_if_changed;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -254,15 +255,6 @@ fn ready_condition(
     new.observed_generation = generation;
 }
 
-/// Whether the Ready condition written already says `reason` and `message`.
-fn ready_condition_is(s: Option<&LoadTestStatus>, reason: &str, message: &str) -> bool {
-    s.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == READY && c.reason == reason && c.message == message))
-}
-
-fn same(a: &LoadTestStatus, b: &LoadTestStatus) -> bool {
-    flotilla_shared::status::same_ignoring_times(a, b, |s| &mut s.conditions)
-}
-
 pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Action, Error> {
     let ns = test.namespace().ok_or(Error::NoNamespace)?;
     let (name, uid) = (test.name_any(), test.uid().unwrap_or_default());
@@ -333,7 +325,7 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
         && let Err(why) = data.admission.check()
     {
         let waiting = ("AdmissionPolicyMissing", format!("{power}: {why}; the run starts once it is in place"));
-        let said = ready_condition_is(test.status.as_ref(), waiting.0, &waiting.1);
+        let said = already_said(test.status.as_ref().map(|s| s.conditions.as_slice()), READY, waiting.0, &waiting.1);
         let events = if said { vec![] } else { vec![(true, waiting.0, waiting.1.clone())] };
         let st = test.status.clone().unwrap_or_default();
         write_status(&test, &ns, &name, st, &data, &oref, events, Some(&waiting)).await?;
@@ -455,11 +447,11 @@ async fn write_status(
 ) -> Result<Option<LoadTestStatus>, Error> {
     ready_condition(test.status.as_ref(), &mut st, test.metadata.generation, waiting);
     let written = st.clone();
-    if test.status.as_ref().is_none_or(|old| !same(old, &st)) {
-        let api: Api<LoadTest> = Api::namespaced(data.ctx.client.clone(), ns);
-        flotilla_shared::apply_status(&api, name, &data.ctx.field_manager, &st)
-            .await
-            .map_err(|e| Error::Kube("status", e))?;
+    let api: Api<LoadTest> = Api::namespaced(data.ctx.client.clone(), ns);
+    let wrote = apply_status_if_changed(&api, name, &data.ctx.field_manager, test.status.as_ref(), &st)
+        .await
+        .map_err(|e| Error::Kube("status", e))?;
+    if wrote {
         // Events only once the status that caused them is written: a
         // failed write is retried and must not repeat them.
         for (warning, reason, note) in events {
@@ -485,6 +477,7 @@ pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Res
     let mut status = SimpleDeploymentStatus { child: child.clone(), ..Default::default() };
     let mut refused = false;
     let guarded = sd.spec.image.as_ref().and_then(|_| data.admission.check().err());
+    let sd_conditions = sd.status.as_ref().map(|s| s.conditions.as_slice());
     match pods.get_opt(&child).await.map_err(|e| Error::Kube("child", e))? {
         // Its own image is what only the LoadTest policy lets the right
         // people ask for: not run while that policy is missing.
@@ -493,10 +486,7 @@ pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Res
             refused = true;
             status.child = String::new();
             let msg = format!("spec.image: {why}; the pod is made once it is in place");
-            let said = sd.status.as_ref().is_some_and(|st| {
-                st.conditions.iter().any(|c| c.reason == "AdmissionPolicyMissing" && c.message == msg)
-            });
-            if !said {
+            if !already_said(sd_conditions, READY, "AdmissionPolicyMissing", &msg) {
                 data.ctx.events.warning(&oref, "AdmissionPolicyMissing", "Create", msg.clone());
             }
             c.set(READY, false, "AdmissionPolicyMissing", msg);
@@ -517,11 +507,7 @@ pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Res
                     refused = true;
                     status.child = String::new();
                     let msg = format!("pod {child} was refused: {}", s.message);
-                    let said = sd
-                        .status
-                        .as_ref()
-                        .is_some_and(|st| st.conditions.iter().any(|c| c.reason == "ChildRefused" && c.message == msg));
-                    if !said {
+                    if !already_said(sd_conditions, READY, "ChildRefused", &msg) {
                         data.ctx.events.warning(&oref, "ChildRefused", "Create", msg.clone());
                     }
                     c.set(READY, false, "ChildRefused", msg);
@@ -563,13 +549,9 @@ pub async fn reconcile_simple(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Res
     }
     status.conditions = c.into_vec();
     status.observed_generation = sd.metadata.generation;
-    let old = sd.status.clone().unwrap_or_default();
-    let changed = !flotilla_shared::status::same_ignoring_times(&old, &status, |s| &mut s.conditions);
-    if changed {
-        let api: Api<SimpleDeployment> = Api::namespaced(data.ctx.client.clone(), &ns);
-        flotilla_shared::apply_status(&api, &name, &data.ctx.field_manager, &status)
-            .await
-            .map_err(|e| Error::Kube("status", e))?;
-    }
+    let api: Api<SimpleDeployment> = Api::namespaced(data.ctx.client.clone(), &ns);
+    apply_status_if_changed(&api, &name, &data.ctx.field_manager, sd.status.as_ref(), &status)
+        .await
+        .map_err(|e| Error::Kube("status", e))?;
     Ok(Action::requeue(Duration::from_secs(if refused { 60 } else { 300 })))
 }

@@ -484,3 +484,15 @@ pub fn guarded_power(spec: &LoadTestSpec) -> Option<&'static str> {
         None
     }
 }
+
+impl flotilla_shared::status::ReportedStatus for LoadTestStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        &mut self.conditions
+    }
+}
+
+impl flotilla_shared::status::ReportedStatus for SimpleDeploymentStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        &mut self.conditions
+    }
+}

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_shared::backoff::ErrorBackoff;
+use flotilla_shared::conditions::already_said;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
@@ -408,8 +409,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         None
     };
     if let Some((reason, message)) = &summary.invalid {
-        let was = condition(&st.conditions, "Ready");
-        if !was.is_some_and(|c| c.reason == *reason && c.message == *message) {
+        if !already_said(Some(&st.conditions), "Ready", reason, message) {
             data.ctx.events.warning(&oref, reason, "Validate", format!("PodAlert not evaluated: {message}"));
         }
         st.book = Book::default();

@@ -11,10 +11,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_shared::backoff::ErrorBackoff;
+use flotilla_shared::conditions::already_said;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
+use flotilla_shared::status::apply_status_if_changed;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
@@ -26,7 +28,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::container::{ephemeral_container, patch};
-use crate::crd::{PodDebugger, PodDebuggerStatus};
+use crate::crd::PodDebugger;
 use crate::error::Error;
 use crate::images::ImagePolicy;
 use crate::metrics::DebuggerMetrics;
@@ -282,12 +284,6 @@ async fn check(rule: &PodDebugger, ns: &str, data: &Data) -> Result<Result<(Sele
     Ok(Ok((selector, level)))
 }
 
-fn ready_condition(
-    s: Option<&PodDebuggerStatus>,
-) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    s.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-}
-
 pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action, Error> {
     let ns = rule.namespace().ok_or(Error::NoNamespace)?;
     let name = rule.name_any();
@@ -334,8 +330,7 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
 
     let outcome = match &refused {
         Some((reason, message)) => {
-            let was = ready_condition(rule.status.as_ref());
-            if !was.is_some_and(|c| c.reason == *reason && c.message == *message) {
+            if !already_said(rule.status.as_ref().map(|s| s.conditions.as_slice()), "Ready", reason, message) {
                 tracing::warn!(poddebugger = %name, reason, message = %message, "refused");
                 data.ctx.events.warning(&oref, reason, "Validate", format!("no debug container added: {message}"));
                 data.metrics.refusals.with_label_values(&[reason]).inc();
@@ -345,10 +340,10 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
         None => Outcome::Planned(&plans),
     };
     let new = status::build(rule.status.as_ref(), rule.metadata.generation, &container, outcome);
-    if rule.status.as_ref().is_none_or(|old| !status::same(old, &new)) {
-        let api: Api<PodDebugger> = Api::namespaced(data.ctx.client.clone(), &ns);
-        flotilla_shared::apply_status(&api, &name, &data.ctx.field_manager, &new).await.map_err(Error::Status)?;
-    }
+    let api: Api<PodDebugger> = Api::namespaced(data.ctx.client.clone(), &ns);
+    apply_status_if_changed(&api, &name, &data.ctx.field_manager, rule.status.as_ref(), &new)
+        .await
+        .map_err(Error::Status)?;
     data.backoff.forget(&uid);
     let wait = wake.map_or(RESYNC, |at| at.saturating_duration_since(now)).clamp(Duration::from_secs(1), RESYNC);
     let wait =

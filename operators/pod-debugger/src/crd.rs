@@ -225,3 +225,9 @@ pub struct PodEntry {
 
 /// At most this many pods listed in status.
 pub const MAX_PODS_LISTED: usize = 50;
+
+impl flotilla_shared::status::ReportedStatus for PodDebuggerStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        &mut self.conditions
+    }
+}

@@ -119,11 +119,6 @@ pub fn build(
     status
 }
 
-/// Whether two statuses say the same (ignoring condition timestamps).
-pub fn same(a: &PodDebuggerStatus, b: &PodDebuggerStatus) -> bool {
-    flotilla_shared::status::same_ignoring_times(a, b, |s| &mut s.conditions)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
