@@ -99,9 +99,9 @@ pub fn pod(
         {"name": "BODY", "value": t.body},
         {"name": "REPEAT", "value": t.repeat.to_string()},
         {"name": "CONCURRENCY", "value": t.concurrency.to_string()},
-        {"name": "TIMEOUT", "value": t.timeout.0},
+        {"name": "TIMEOUT", "value": millis(&t.timeout)},
         {"name": "RATE", "value": spec.rate.to_string()},
-        {"name": "DEADLINE", "value": spec.deadline.0},
+        {"name": "DEADLINE", "value": millis(&spec.deadline)},
         {"name": "END_AT", "value": end_at.to_string()},
         {"name": "START_FILE", "value": START_FILE},
     ]);
@@ -208,6 +208,12 @@ pub fn view(pod: &Pod) -> Runner {
     }
 }
 
+/// A duration for loadgen's environment: whole milliseconds, which every
+/// loadgen parses (the spec's Go dialect, e.g. `1.5s`, it does not).
+fn millis(d: &flotilla_shared::duration::GoDuration) -> String {
+    d.get().map_or_else(|_| d.0.clone(), |d| format!("{}ms", d.as_millis()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +287,18 @@ mod tests {
         assert_eq!(p["spec"]["securityContext"]["runAsNonRoot"], true);
         assert_eq!(p["spec"]["volumes"].as_array().map(Vec::len), Some(1), "no header volume without Secrets");
         let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+    }
+
+    #[test]
+    fn durations_reach_loadgen_as_whole_milliseconds() {
+        // Go's 1.5s passes admission and the operator; loadgen's parser
+        // takes whole units only, so it gets milliseconds.
+        let spec: LoadTestSpec = serde_json::from_value(json!({
+            "replicas": 1, "deadline": "1.5m", "test": {"serviceName": "nginx", "timeout": "1.5s"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let env = env_of(&pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, 0, &pinned()));
+        assert_eq!((env["TIMEOUT"].as_str(), env["DEADLINE"].as_str()), ("1500ms", "90000ms"));
     }
 
     #[test]
