@@ -57,7 +57,7 @@ pub enum LogFormat {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 15s, 500ms, 1m)"))
+    crate::duration::parse_flag(s)
 }
 
 /// The common flags. Flatten into an operator's own `Parser`:
@@ -258,7 +258,7 @@ impl CommonArgs {
             ("graceful-shutdown-timeout", self.graceful_shutdown_timeout),
         ] {
             if value > hour {
-                return Err(ConfigError::new(flag, format!("{} is longer than 1h", humantime::format_duration(value))));
+                return Err(ConfigError::new(flag, format!("{} is longer than 1h", crate::duration::format(value))));
             }
         }
         if t.retry_period.is_zero() {
@@ -270,8 +270,8 @@ impl CommonArgs {
                 "leader-elect-lease-duration",
                 format!(
                     "{} must be longer than --leader-elect-renew-deadline ({})",
-                    humantime::format_duration(t.lease_duration),
-                    humantime::format_duration(t.renew_deadline)
+                    crate::duration::format(t.lease_duration),
+                    crate::duration::format(t.renew_deadline)
                 ),
             ));
         }
@@ -280,8 +280,8 @@ impl CommonArgs {
                 "leader-elect-renew-deadline",
                 format!(
                     "{} must be longer than 1.2 × --leader-elect-retry-period ({})",
-                    humantime::format_duration(t.renew_deadline),
-                    humantime::format_duration(t.retry_period)
+                    crate::duration::format(t.renew_deadline),
+                    crate::duration::format(t.retry_period)
                 ),
             ));
         }

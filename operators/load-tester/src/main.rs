@@ -10,7 +10,7 @@ use load_tester::controller::{self, Options};
 const DEFAULT_LOADGEN_IMAGE: &str = concat!("ghcr.io/flotilla-dev/flotilla-loadgen:", env!("CARGO_PKG_VERSION"));
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 30s, 5m)"))?;
+    let d = flotilla_shared::duration::parse_flag(s)?;
     if d > Duration::from_secs(24 * 3600) {
         return Err("at most 24h".into());
     }

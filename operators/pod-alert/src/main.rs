@@ -31,7 +31,7 @@ struct Args {
     #[arg(long, env = "CLUSTER_SCOPE_NAMESPACES", value_delimiter = ',', value_name = "NS,...")]
     cluster_scope_namespaces: Option<Vec<String>>,
     /// Timeout of one request to a sink (Slack, webhook, Alertmanager), 1s-60s.
-    #[arg(long, env = "SINK_TIMEOUT", default_value = "10s", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SINK_TIMEOUT", default_value = "10s", value_name = "DURATION", value_parser = flotilla_shared::duration::parse_flag)]
     sink_timeout: Duration,
     /// Address ranges sinks may send to although the default refuses them
     /// (comma-separated CIDRs, e.g. 10.96.0.0/12 for an in-cluster

@@ -13,7 +13,7 @@ use crate::hostname::{self, Template};
 use crate::plan::Policy;
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 30s, 1m, 5m)"))
+    flotilla_shared::duration::parse_flag(s)
 }
 
 /// service-dns: a Route53 record (A/AAAA, or CNAME for a load balancer) for
@@ -198,9 +198,9 @@ fn check_duration(flag: &'static str, value: Duration, min: Duration, max: Durat
             flag,
             format!(
                 "{} is not between {} and {}",
-                humantime::format_duration(value),
-                humantime::format_duration(min),
-                humantime::format_duration(max)
+                flotilla_shared::duration::format(value),
+                flotilla_shared::duration::format(min),
+                flotilla_shared::duration::format(max)
             ),
         ));
     }
@@ -471,9 +471,9 @@ mod tests {
     #[test]
     fn every_duration_is_bounded() {
         for flag in ["interval", "debounce", "max-batch-delay", "insync-timeout", "route53-timeout", "handover-grace"] {
-            let e = parse(&["--domain-name=a.b", &format!("--{flag}=400000000000y")]).unwrap_err();
+            let e = parse(&["--domain-name=a.b", &format!("--{flag}=999999999h")]).unwrap_err();
             assert_eq!(e.flag, flag, "{e:?}");
-            let e = parse(&["--domain-name=a.b", &format!("--{flag}=3d")]).unwrap_err();
+            let e = parse(&["--domain-name=a.b", &format!("--{flag}=72h")]).unwrap_err();
             assert_eq!(e.flag, flag, "{e:?}");
         }
         assert_eq!(parse(&["--domain-name=a.b", "--interval=500ms"]).unwrap_err().flag, "interval");

@@ -27,7 +27,7 @@ pub const EXTERNAL_DNS_TTL: &str = "external-dns.alpha.kubernetes.io/ttl";
 fn parse_ttl(v: &str) -> Option<i64> {
     let v = v.trim();
     v.parse::<i64>().ok().or_else(|| {
-        let d = humantime::parse_duration(v).ok()?;
+        let d = flotilla_shared::duration::parse(v).ok()?;
         (d.subsec_nanos() == 0).then(|| i64::try_from(d.as_secs()).ok()).flatten()
     })
 }
@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn a_ttl_above_max_ttl_is_clamped() {
-        for v in ["2147483647", "86401", "99999999999", "1000d"] {
+        for v in ["2147483647", "86401", "99999999999", "24000h"] {
             let w = wish(svc("x", &["10.0.0.1"], &[(ANNOTATION_TTL, v)]), &granted(), "");
             let Desired::Publish(c) = &w.desired else { panic!("{v}: {w:?}") };
             assert_eq!(c.records[0].ttl, 86_400, "{v}");

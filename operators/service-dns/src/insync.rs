@@ -123,7 +123,7 @@ async fn run(
             let status = match r53.is_insync(&head.change_id).await {
                 Ok(true) => Some("INSYNC".to_string()),
                 Ok(false) if Instant::now() >= head.deadline => {
-                    Some(format!("submitted, not INSYNC after {}", humantime::format_duration(timeout)))
+                    Some(format!("submitted, not INSYNC after {}", flotilla_shared::duration::format(timeout)))
                 }
                 Err(e) if Instant::now() >= head.deadline => Some(format!("submitted; GetChange failed: {}", e.code)),
                 Ok(false) | Err(_) => None,

@@ -31,7 +31,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     concurrency: u16,
     /// A Widget is reconciled after this long without a change (at most 2 s after its first change).
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = flotilla_shared::duration::parse_flag)]
     debounce: Duration,
 }
 
