@@ -81,6 +81,7 @@ pub mod health;
 pub mod leader;
 pub mod leadership;
 pub mod memory;
+pub mod metadata;
 pub mod metrics;
 pub mod operator;
 pub mod pods;

@@ -59,10 +59,14 @@ where
     #[must_use]
     pub fn owns<Child>(mut self, api: Api<Child>, wc: watcher::Config) -> Self
     where
-        Child: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+        Child: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
     {
-        #[allow(deprecated)] // as kube-runtime's own `owns` does in version 5
-        let children = kube::runtime::metadata_watcher(api, wc).touched_objects();
+        let children = crate::metadata::metadata_watch(api, wc).touched_objects();
         self.triggers.push(trigger_owners(children, (), ()).boxed());
         self
     }

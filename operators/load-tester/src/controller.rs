@@ -142,8 +142,7 @@ async fn watch_targets(
     tx: futures::channel::mpsc::UnboundedSender<ObjectRef<LoadTest>>,
     health: flotilla_shared::health::WatchHealth,
 ) {
-    #[allow(deprecated)] // kube-runtime 5's metadata watcher, as `owns` uses it
-    let watch = kube::runtime::metadata_watcher(services, watcher::Config::default().any_semantic())
+    let watch = flotilla_shared::metadata::metadata_watch(services, watcher::Config::default().any_semantic())
         .backoff(flotilla_shared::backoff::watch_backoff());
     let mut events = std::pin::pin!(health.track(watch));
     while let Some(event) = events.next().await {
