@@ -213,7 +213,7 @@ impl LeaderElector {
     /// Waits until this candidate holds the lease, retrying every retry
     /// period (jittered by up to 20 %, as client-go does). Cancel by dropping
     /// the future (e.g. in a `select!` with shutdown).
-    pub async fn acquire(&self) -> Leadership {
+    pub async fn acquire(&self) -> HeldLease {
         let mut observed = None;
         loop {
             match self.try_acquire_or_renew(&mut observed).await {
@@ -233,7 +233,7 @@ impl LeaderElector {
         }
     }
 
-    fn start_renewing(&self, observed: Option<Observed>) -> Leadership {
+    fn start_renewing(&self, observed: Option<Observed>) -> HeldLease {
         let (term_tx, term_rx) = watch::channel(Term::Leading);
         let elector = self.clone();
         let task = tokio::spawn(async move {
@@ -293,7 +293,7 @@ impl LeaderElector {
             }
             let _ = term_tx.send(Term::Lost);
         });
-        Leadership { elector: self.clone(), term: term_rx, task }
+        HeldLease { elector: self.clone(), term: term_rx, task }
     }
 
     /// Empties `holderIdentity` if we still hold the lease, so a standby takes
@@ -328,13 +328,13 @@ impl Observed {
 }
 
 /// Held leadership: renews in the background until lost or released.
-pub struct Leadership {
+pub struct HeldLease {
     elector: LeaderElector,
     term: watch::Receiver<Term>,
     task: JoinHandle<()>,
 }
 
-impl Leadership {
+impl HeldLease {
     /// Resolves when leadership is lost for good (another holder, after the
     /// renew deadline).
     pub async fn lost(&mut self) {
@@ -372,7 +372,7 @@ impl Leadership {
     }
 }
 
-impl Drop for Leadership {
+impl Drop for HeldLease {
     fn drop(&mut self) {
         self.task.abort();
     }

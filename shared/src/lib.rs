@@ -7,14 +7,14 @@
 //! | concern | module |
 //! | --- | --- |
 //! | common flags/env, checked before touching the cluster (bad → exit 2) | [`config`] |
-//! | `text`/`json` logs, `RUST_LOG`, a span per reconcile | [`telemetry`], [`controller`] |
+//! | `text`/`json` logs, `RUST_LOG`, a span per reconcile | [`telemetry`], [`context`] |
 //! | `/metrics`, `/healthz`, `/readyz` | [`server`], [`health`] |
 //! | controller-runtime reconcile metrics, client-go's `workqueue_*` (the queue side from a mirror of kube-runtime's scheduler), process metrics, your own | [`metrics`], [`workqueue`] |
-//! | a controller's watches and triggers (kube-runtime's `Controller` builder, run with `applier` so its queue is seen) | [`triggers`] |
+//! | a controller's watches and triggers (kube-runtime's `Controller` builder, run with `applier` so its queue is seen) | [`controller`] |
 //! | a debounce that a stream of triggers cannot postpone past 2 s | [`debounce`] |
 //! | refusing the powers an admission policy guards while that policy is missing (`--require-admission-policy`) | [`admission`] |
 //! | leader election on a Lease (15 s / 10 s / 2 s), release on shutdown; a term not renewed in time is suspended and resumed if nobody took the lease | [`leader`], [`Context::suspended`], [`Leadership`] (for work outside a reconcile) |
-//! | warm standbys: controllers watch before the lease is won, reconcile after | [`controller`], [`Context::leading`] |
+//! | warm standbys: controllers watch before the lease is won, reconcile after | [`context`], [`Context::leading`] |
 //! | `/readyz` unready while a watch feeding a cache fails | [`health`] |
 //! | status by server-side apply, `metav1.Condition` semantics | [`status`], [`conditions`] |
 //! | Events as `flotilla-<operator>`, never blocking a reconcile | [`events`] |
@@ -72,6 +72,7 @@ pub mod admission;
 pub mod backoff;
 pub mod conditions;
 pub mod config;
+pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod debounce;
@@ -90,16 +91,15 @@ pub mod selector;
 pub mod server;
 pub mod status;
 pub mod telemetry;
-pub mod triggers;
 pub mod workqueue;
 
 pub use admission::{AdmissionGuard, AdmissionPolicyArgs};
 pub use conditions::Conditions;
 pub use config::{CommonArgs, ConfigError, WatchNamespaceArgs};
-pub use controller::Context;
+pub use context::Context;
+pub use controller::Controller;
 pub use events::Events;
 pub use leadership::Leadership;
 pub use metrics::Metrics;
 pub use operator::Operator;
 pub use status::apply_status;
-pub use triggers::Controller;

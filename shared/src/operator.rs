@@ -12,7 +12,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{CommonArgs, CommonConfig};
-use crate::controller::Context;
+use crate::context::Context;
 use crate::events::Events;
 use crate::health::Readiness;
 use crate::leader::{LeaderElector, Term, default_identity};
@@ -283,7 +283,7 @@ async fn client(cfg: &CommonConfig) -> anyhow::Result<Client> {
     Client::try_from(config).context("building the cluster client")
 }
 
-async fn release(leadership: Option<crate::leader::Leadership>, gauge: &Option<prometheus::IntGauge>) {
+async fn release(leadership: Option<crate::leader::HeldLease>, gauge: &Option<prometheus::IntGauge>) {
     if let Some(l) = leadership {
         if let Err(e) = l.release().await {
             tracing::warn!(error = %e, "could not release the leader lease; a standby takes over when it expires");

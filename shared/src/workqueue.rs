@@ -4,7 +4,7 @@
 //!
 //! kube-runtime's scheduler keeps what waits in it to itself
 //! (kube-rs/kube#1917). Everything that enters or leaves it passes through
-//! code of ours, though ([`crate::triggers::Controller`] and
+//! code of ours, though ([`crate::controller::Controller`] and
 //! [`crate::Context::run_controller`]): the triggers (watch events,
 //! `reconcile_on`) on their way in, each reconcile's requeue `Action`, a
 //! reconcile starting, an object gone before its turn. [`QueueMirror`]

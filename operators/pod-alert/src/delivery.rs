@@ -484,7 +484,7 @@ impl Delivery {
         let response = self.http.post(url).json(&body.render()).send().await.map_err(|e| {
             let class = class(&e);
             // The log keeps the detail for the admin (without the URL).
-            tracing::info!(sink = name, error = %flotilla_shared::controller::DisplayChain(&e.without_url()), class, "a sink request failed");
+            tracing::info!(sink = name, error = %flotilla_shared::context::DisplayChain(&e.without_url()), class, "a sink request failed");
             Failure { message: class.to_string(), retryable: class != REFUSED, retry_after: None }
         })?;
         let status = response.status();
