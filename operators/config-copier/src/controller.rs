@@ -36,8 +36,8 @@ use crate::plan::{
     sources_too_large, target_namespaces,
 };
 use crate::read::Reader;
-use crate::selector::{Selector, TargetFilter};
 use crate::status::{self, Summary};
+use crate::targets::{Selector, TargetFilter};
 
 /// The finalizer on every CopyRule: its copies are pruned before it goes.
 pub const FINALIZER: &str = "flotilla.dev/config-copier";

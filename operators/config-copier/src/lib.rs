@@ -11,7 +11,7 @@
 //! | module | concern |
 //! | --- | --- |
 //! | [`crd`] | the CRD types, schema, CEL rules, printer columns |
-//! | [`selector`] | label selectors and namespace globs (pure) |
+//! | [`targets`] | a rule's namespace targets: its label selector and name globs (pure) |
 //! | [`copy`] | what a copy looks like: content, ownership marks, hashes (pure) |
 //! | [`plan`] | which copies should exist and the diff against what exists (pure) |
 //! | [`cache`] | label-selected, metadata-only watches that trigger rules; what reads of sources taught |
@@ -32,8 +32,8 @@ pub mod error;
 pub mod metrics;
 pub mod plan;
 pub mod read;
-pub mod selector;
 pub mod status;
+pub mod targets;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

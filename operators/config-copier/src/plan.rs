@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::copy::{CopyKey, Observed, Owner, Payload, RuleId, RuleRef, SA_TOKEN_TYPE, SourceInfo};
 use crate::crd::{OnConflict, SourceKind};
-use crate::selector::{Selector, TargetFilter};
+use crate::targets::{Selector, TargetFilter};
 
 /// Namespace label: the namespace accepts copies (`true`, or the source
 /// namespaces it accepts from, separated by `.` or `_`).

@@ -7,9 +7,9 @@
 //! | [`config`] | flags/env and their checks (bad → exit 2) |
 //! | [`zone`] | which hosted zone (and its cross-check with the domain) |
 //! | [`owner`] | the owner id derived from the cluster when none is given |
-//! | [`sync`] | the Service cache and the level-triggered loop (leading edge, batching, backoff) |
+//! | [`sync_loop`] | the Service cache and the level-triggered loop (leading edge, batching, backoff) |
 //! | [`namespaces`] | the Namespace cache: each namespace's hostname grant (metadata watch, only the granted held) |
-//! | [`syncer`] | one sync: desired, current, plan, apply, hand-offs |
+//! | [`sync`] | one sync: desired, current, plan, apply, hand-offs |
 //! | [`desired`] | desired state: the records a Service asks for, and what of it is refused (grant, cap, TTL) |
 //! | [`grant`] | `flotilla.dev/allowed-hostnames`: parsing and matching a namespace's grant; `--hostname-annotations` |
 //! | [`service`] | the few fields of a Service that are kept in the cache |
@@ -43,12 +43,12 @@ pub mod report;
 pub mod route53;
 pub mod service;
 pub mod sync;
-pub mod syncer;
+pub mod sync_loop;
 pub mod zone;
 
 pub use config::{Args, Config};
 pub use plan::{Plan, Policy, plan};
-pub use sync::{Error, run};
+pub use sync_loop::{Error, run};
 
 #[cfg(test)]
 mod heap_budget;

@@ -120,7 +120,7 @@ impl Conflict {
     pub fn message(&self) -> String {
         match &self.cause {
             // Which Service holds it is another namespace's business: the
-            // operator's log says (`syncer`), the Event does not.
+            // operator's log says (`sync`), the Event does not.
             ConflictCause::OtherService(_) => {
                 format!(
                     "dns name {} is already published by another Service; not publishing it for {}",

@@ -1,472 +1,336 @@
-//! The level-triggered loop: a Service cache (watch), the namespaces'
-//! hostname grants (a metadata watch, [`crate::namespaces`]), and a sync
-//! (see [`crate::syncer`]) after Service or grant changes and every
-//! `--interval`.
-//!
-//! Batching costs nothing when there is nothing to batch: the first event
-//! on an idle loop is synced at once (leading edge: one request for one
-//! change). Events that arrive while a request is in flight, or during a
-//! stream, are gathered: a sync once the stream pauses for `--debounce`,
-//! full requests as they fill, and nothing held past `--max-batch-delay`.
-//! A sync that failed because Route53 was unavailable or throttling is
-//! retried with backoff, however many events arrive meanwhile; a single
-//! refused name does not fail the sync (it is quarantined).
+//! One sync: desired from the Service cache (and the namespaces' hostname
+//! grants), current from Route53 (a full listing, or the copy kept between
+//! listings with the names back from quarantine read again), `plan`, apply;
+//! the accepted changes go to the INSYNC watcher, the refused names to
+//! quarantine.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime};
 
-use flotilla_shared::Context;
-use flotilla_shared::projection;
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Service;
-use kube::Api;
-use kube::runtime::watcher;
-use tokio::sync::mpsc;
+use flotilla_shared::projection::Store;
 
-use tokio_util::sync::CancellationToken;
-
+use crate::apply::{Applied, apply, refresh_names, update_zone};
+use crate::batch::{Limits, oldest_first, sending};
 use crate::config::Config;
-use crate::desired::{Naming, resource_id};
-use crate::grant::HostnameAnnotations;
-use crate::insync::InsyncWatcher;
+use crate::desired::{Claim, Desired, Naming, Wish, desired, resource_id};
+use crate::hostname::owner_txt_name;
+use crate::insync::{InsyncWatcher, Note};
 use crate::metrics::DnsMetrics;
-use crate::namespaces::{self, Grants};
-use crate::owner;
+use crate::model::{Action, RecordSet};
+use crate::namespaces::Grants;
+use crate::plan::{ChangeGroup, ChangeKind, ConflictCause, Plan, Rules, plan_with};
 use crate::quarantine::Quarantine;
-use crate::report::Reporter;
-use crate::route53::{Route53, Route53Error, jittered_backoff};
+use crate::report::{self, Reporter};
+use crate::route53::{FailureKind, Route53, Route53Error};
 use crate::service::ServiceInfo;
-use crate::syncer::{Syncer, sync_backoff};
-use crate::zone::resolve_zone;
+use crate::zone::Zone;
 
-/// The controller label of the shared reconcile metrics and readiness gate.
-pub const CONTROLLER: &str = "service-dns";
-
-/// During a stream of Service events, how often the requests that are
-/// already full are sent (at least `--debounce`): a burst of creations goes
-/// out in full requests as it arrives, and only its end in a partial one.
-pub const BATCH_CHECK: Duration = Duration::from_secs(1);
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Config(#[from] flotilla_shared::ConfigError),
-    #[error("{0}")]
-    Route53(#[from] Route53Error),
-    #[error("metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
+pub struct Syncer {
+    pub cfg: Config,
+    pub owner_id: String,
+    pub zone: Zone,
+    pub naming: Naming,
+    pub r53: Route53,
+    pub metrics: DnsMetrics,
+    pub reporter: Reporter,
+    pub insync: InsyncWatcher,
+    pub store: Store<ServiceInfo>,
+    /// The namespaces' hostname grants (empty unless `--hostname-annotations=namespace-allowed`).
+    pub grants: Grants,
+    /// The zone as of the last sync (None: list it next time).
+    pub zone_cache: Option<Vec<RecordSet>>,
+    /// Whether the last sync listed the zone in full.
+    pub listed: bool,
+    /// When each unsent change (by name) was first planned: changes are
+    /// sent oldest first.
+    pub first_planned: HashMap<String, Instant>,
+    /// The oldest change the last sync held back for a fuller request.
+    pub held_since: Option<Instant>,
+    /// Names Route53 refused, each with its own backoff.
+    pub quarantine: Quarantine,
 }
 
-impl Error {
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Config(_) => "config",
-            Error::Route53(_) => "route53",
-            Error::Metrics(_) => "metrics",
-        }
-    }
+fn describe(records: &[RecordSet]) -> String {
+    let values: Vec<&str> = records.iter().flat_map(|r| r.values.iter().map(String::as_str)).collect();
+    values.join(", ")
 }
 
-/// The owner id: `--owner-id`, else derived from the cluster (retried
-/// until shutdown: without it nothing may be written). `None`: shutdown.
-async fn owner_id(ctx: &Context, cfg: &Config, shutdown: &CancellationToken) -> Option<String> {
-    if let Some(id) = &cfg.owner_id {
-        return Some(id.clone());
-    }
-    let mut failures = 0;
-    loop {
-        match owner::cluster_uid(&ctx.client).await {
-            Ok(uid) if !uid.is_empty() => {
-                let id = owner::derive(&uid, cfg.watch_namespace.as_deref(), cfg.service_selector.as_deref());
-                tracing::info!(owner = %id, "no --owner-id: derived one from the kube-system namespace UID (pin it with --owner-id to keep it when the cluster is rebuilt)");
-                return Some(id);
-            }
-            Ok(_) => tracing::warn!("namespace kube-system has no UID; cannot derive an owner id"),
-            Err(e) => tracing::warn!(
-                error = %e,
-                "reading namespace kube-system to derive the owner id (needs get on namespaces/kube-system, or set --owner-id)"
-            ),
-        }
-        failures += 1;
-        let wait = jittered_backoff(failures, Duration::from_secs(1), Duration::from_secs(60));
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = shutdown.cancelled() => return None,
-        }
-    }
-}
-
-/// The operator: watch Services, sync the zone, until shutdown.
-pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
-    let metrics = DnsMetrics::new()?;
-    metrics.register(&ctx.metrics)?;
-    let shutdown = ctx.shutdown_token();
-    ctx.readiness().register_leader_work(CONTROLLER);
-    let r53 = Route53::from_env(cfg.route53_rps, cfg.route53_timeout, metrics.clone()).await;
-    let Some(zone) = resolve_zone(&r53, &cfg.zone, &shutdown).await? else { return Ok(()) };
-    let Some(owner_id) = owner_id(&ctx, &cfg, &shutdown).await else { return Ok(()) };
-    tracing::info!(zone = %zone.id, domain = %zone.name, owner = %owner_id, policy = ?cfg.policy, dry_run = cfg.dry_run, adopt_external_dns_owner = ?cfg.adopt.as_ref().map(|a| &a.owner), "managing the hosted zone");
-
-    let api: Api<Service> = match &cfg.watch_namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
+fn note(g: &ChangeGroup, dry_run: bool) -> (&'static str, String) {
+    let verb = match (g.kind, dry_run) {
+        (ChangeKind::Created, false) => "created",
+        (ChangeKind::Updated, false) => "updated",
+        (ChangeKind::Deleted, false) => "deleted",
+        (ChangeKind::Created, true) => "dry run: would create",
+        (ChangeKind::Updated, true) => "dry run: would update",
+        (ChangeKind::Deleted, true) => "dry run: would delete",
+        (ChangeKind::Held, false) => "kept",
+        (ChangeKind::Held, true) => "dry run: would keep",
+        (ChangeKind::Released, false) => "released",
+        (ChangeKind::Released, true) => "dry run: would release",
     };
-    let mut wc = watcher::Config::default();
-    if let Some(sel) = &cfg.service_selector {
-        wc = wc.labels(sel);
-    }
-    // The cache keeps a ServiceInfo per Service, not the Service.
-    let (store, mut writer) = projection::store::<ServiceInfo>();
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    let grants_tx = tx.clone();
-    let services = ctx.readiness().watch("services");
-    let watch = services.watcher(api, wc);
-    let watch_shutdown = shutdown.clone();
-    let watch_task = tokio::spawn(async move {
-        let mut watch = std::pin::pin!(watch);
-        loop {
-            let ev = tokio::select! {
-                ev = watch.next() => ev,
-                _ = watch_shutdown.cancelled() => break,
-            };
-            match ev {
-                Some(Ok(ev)) => {
-                    writer.apply(ev, |svc| {
-                        let info = ServiceInfo::from(svc);
-                        (resource_id(&info.namespace, &info.name), info)
-                    });
-                    let _ = tx.try_send(());
-                }
-                Some(Err(e)) => tracing::warn!(error = %e, "watching Services"),
-                None => break,
-            }
-        }
+    let reason = match (g.kind, dry_run) {
+        (_, true) => report::DRY_RUN,
+        (ChangeKind::Created, _) => report::CREATED,
+        (ChangeKind::Updated, _) => report::UPDATED,
+        (ChangeKind::Deleted, _) => report::DELETED,
+        (ChangeKind::Held, _) => report::NAME_HELD,
+        (ChangeKind::Released, _) => report::NAME_RELEASED,
+    };
+    let text = match g.kind {
+        ChangeKind::Created => format!("{verb} dns {} → {}", g.name, describe(&g.after)),
+        ChangeKind::Updated => format!("{verb} dns {} → {} (was {})", g.name, describe(&g.after), describe(&g.before)),
+        ChangeKind::Deleted if g.before.is_empty() => format!("{verb} dns {}", g.name),
+        ChangeKind::Deleted => format!("{verb} dns {} → {}", g.name, describe(&g.before)),
+        ChangeKind::Held => format!("{verb} dns {}: no longer published by this Service", g.name),
+        ChangeKind::Released => format!("{verb} dns {}: free for any Service", g.name),
+    };
+    // The TXT this group writes marks the name freed: held for the namespace.
+    let held = g.changes.iter().any(|c| {
+        c.action == Action::Create && crate::registry::ownership_of(&c.record).is_some_and(|o| o.freed.is_some())
     });
-
-    // The namespaces' grants, read only when names need them.
-    let (grants, grants_task) = if cfg.hostname_annotations == HostnameAnnotations::NamespaceAllowed {
-        let (grants, task) = watch_grants(&ctx, &cfg, grants_tx, shutdown.clone());
-        (grants, Some(task))
-    } else {
-        (namespaces::none(), None)
-    };
-
-    // Never plan from an unsynced cache: an empty one would delete everything
-    // (and an empty grant cache every annotated name).
-    tokio::select! {
-        r = store.wait_until_ready() => if r.is_err() { return Ok(()) },
-        _ = shutdown.cancelled() => return Ok(()),
+    if held {
+        return (reason, format!("{text}; the name is held for this namespace's Services for --handover-grace"));
     }
-    tracing::info!("Service cache synced");
-    services.synced();
-    tokio::select! {
-        r = grants.wait_until_ready() => if r.is_err() { return Ok(()) },
-        _ = shutdown.cancelled() => return Ok(()),
+    (reason, text)
+}
+
+fn refusal(g: &ChangeGroup, e: &Route53Error) -> String {
+    let verb = match g.kind {
+        ChangeKind::Created => "create",
+        ChangeKind::Updated => "update",
+        ChangeKind::Deleted => "delete",
+        ChangeKind::Held => "hold",
+        ChangeKind::Released => "release",
+    };
+    format!("could not {verb} dns {}: {}: {}; retried on its own with backoff", g.name, e.code, e.message)
+}
+
+impl Syncer {
+    /// When a quarantined name is due for another try.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.quarantine.next_due()
     }
 
-    let naming = Naming {
-        template: cfg.template.clone(),
-        prefix: cfg.prefix.clone(),
-        domain: zone.name.clone(),
-        default_ttl: cfg.ttl,
-        max_ttl: cfg.max_ttl,
-        max_hostnames: cfg.max_hostnames,
-        annotations: cfg.hostname_annotations,
-    };
-    let reporter = Reporter::new(Some(ctx.events.clone()));
-    let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
-    let mut syncer = Syncer {
-        cfg: cfg.clone(),
-        owner_id,
-        zone,
-        naming,
-        r53,
-        metrics,
-        reporter,
-        insync,
-        store,
-        grants,
-        zone_cache: None,
-        listed: false,
-        first_planned: HashMap::new(),
-        held_since: None,
-        quarantine: Quarantine::new(cfg.interval.max(Duration::from_secs(300))),
-    };
-    // A standby keeps its cache warm; only the leader writes to the zone.
-    if !ctx.is_leading() {
-        tracing::info!("standing by: the cache is kept, the first sync waits for the lease");
-        if !ctx.leading().await {
-            watch_task.abort();
-            if let Some(t) = grants_task {
-                t.abort();
+    /// The names a quarantined name's retry reads again: the name, its
+    /// ownership TXT, and the adopted external-dns owner's TXT names.
+    fn names_to_read(&self, name: &str) -> Vec<String> {
+        let mut out = vec![name.to_string(), owner_txt_name(name)];
+        if let Some(adopt) = &self.cfg.adopt {
+            out.extend(adopt.txt_names(name).into_iter().filter(|n| n != name));
+        }
+        out
+    }
+
+    /// One sync. `full`: list the zone. `hold`: a stream of changes is still
+    /// arriving: send the full requests and keep the rest for later, unless
+    /// it holds a change that has waited `--max-batch-delay` (`batch::sending`).
+    pub async fn sync(&mut self, full: bool, hold: bool) -> Result<(), Route53Error> {
+        let services = self.store.state();
+        let grants = self.grants.snapshot();
+        let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut claims: Vec<Claim> = Vec::new();
+        // Services skipped for bad input keep what they have.
+        let mut keep: BTreeSet<String> = BTreeSet::new();
+        for svc in &services {
+            let resource = resource_id(&svc.namespace, &svc.name);
+            let uid = svc.uid.clone();
+            uids.insert(resource.clone(), uid.clone());
+            let Wish { desired, notices } = desired(svc, &self.naming, grants.get(&svc.namespace).map(|g| &**g));
+            for n in notices {
+                self.reporter.standing(&resource, uid.clone(), true, n.reason, "", n.message);
             }
+            match desired {
+                Desired::Publish(c) => claims.push(c),
+                Desired::Skip { reason, message } => {
+                    self.reporter.standing(&resource, uid, false, reason, "", message);
+                }
+                Desired::Invalid { reason, message } => {
+                    keep.insert(resource.clone());
+                    self.reporter.standing(&resource, uid, true, reason, "", message);
+                }
+                Desired::Quiet => {}
+            }
+        }
+        let uid_of = |r: &str| uids.get(r).cloned().flatten();
+
+        // The zone: listed in full at every resync (and after an outage); in
+        // between, the copy kept up to date with our own changes, with the
+        // names coming back from quarantine read again.
+        let now = Instant::now();
+        let due = self.quarantine.due(now);
+        let current = match self.zone_cache.take() {
+            Some(c) if !full => {
+                let mut names = HashSet::new();
+                let mut fresh = Vec::new();
+                for name in due.iter().flat_map(|n| self.names_to_read(n)) {
+                    match self.r53.records_at(&self.zone.id, &name).await {
+                        Ok(rs) => fresh.extend(rs),
+                        Err(e) => {
+                            self.zone_cache = Some(c);
+                            self.reporter.end_sync(|reason| reason != report::DRY_RUN);
+                            return Err(e);
+                        }
+                    }
+                    names.insert(name);
+                }
+                refresh_names(c, &names, fresh)
+            }
+            _ => match self.r53.list(&self.zone.id).await {
+                Ok(c) => {
+                    self.listed = true;
+                    c
+                }
+                Err(e) => {
+                    self.reporter.end_sync(|reason| reason != report::DRY_RUN);
+                    return Err(e);
+                }
+            },
+        };
+        let rules = Rules {
+            owner_id: &self.owner_id,
+            policy: self.cfg.policy,
+            adopt: self.cfg.adopt.as_ref(),
+            grace: i64::try_from(self.cfg.handover_grace.as_secs()).unwrap_or(i64::MAX),
+            now: unix_now() as i64,
+        };
+        let mut p: Plan = plan_with(&claims, &keep, &current, &rules);
+        let since = oldest_first(&mut p.groups, &self.first_planned, Instant::now());
+        tracing::debug!(
+            services = services.len(),
+            records = current.len(),
+            changes = p.groups.len(),
+            conflicts = p.conflicts.len(),
+            quarantined = self.quarantine.len(),
+            "planned"
+        );
+        self.metrics.conflicts.set(p.conflicts.len() as i64);
+        for c in &p.conflicts {
+            if self.reporter.standing(&c.resource, uid_of(&c.resource), true, report::CONFLICT, &c.name, c.message()) {
+                self.metrics.conflicts_total.inc();
+                // The Event does not say which Service holds the name (it
+                // may be another namespace's); the operator's log does.
+                if let ConflictCause::OtherService(holder) = &c.cause {
+                    tracing::warn!(name = %c.name, resource = %c.resource, holder = %holder, "name held by another Service");
+                }
+            }
+        }
+        if self.cfg.dry_run {
+            for g in &p.groups {
+                let (reason, text) = note(g, true);
+                self.reporter.standing(&g.resource, uid_of(&g.resource), false, reason, &g.name, text);
+            }
+            self.metrics.managed_records.set(count_owned(&current, &self.owner_id) as i64);
+            self.reporter.end_sync(|_| false);
+            self.metrics.last_success.set(unix_now());
+            self.zone_cache = Some(current);
             return Ok(());
         }
-    }
-    let reconcile = ctx.metrics.controller(CONTROLLER);
-    let mut failures: u32 = 0;
-    let mut next_full = tokio::time::Instant::now();
-    // Startup counts as an event: the first sync covers every Service.
-    let mut events = Unsynced::default();
-    events.saw_one();
-    let mut last_sync = tokio::time::Instant::now();
-    let check_every = cfg.debounce.max(BATCH_CHECK);
-    loop {
-        // An event that arrived during the last sync: it was not sent with
-        // the request then in flight, so it is batched with what follows
-        // (and the stream's last event is now, not before that sync, else
-        // a sync longer than the debounce would look like the stream's end).
-        let streaming = rx.try_recv().is_ok();
-        if streaming {
-            events.saw_one();
+
+        // Names back from quarantine go alone; those still waiting stay
+        // out; a due name with nothing left to do (fixed, or now a
+        // conflict the plan reports) leaves quarantine.
+        let planned: HashSet<&str> = p.groups.iter().map(|g| g.name.as_str()).collect();
+        for name in due.iter().filter(|n| !planned.contains(n.as_str())) {
+            self.quarantine.release(name);
         }
-        // Idle: wait for an event, a quarantined name's retry or the resync
-        // tick. An event on an idle loop is synced at once — idle meaning no
-        // sync for a `--debounce` either: a burst whose first creates
-        // trickle in (a loaded API server) would otherwise send each of
-        // them alone, one leading edge after the other.
-        let mut leading = false;
-        if events.first.is_none() && syncer.held_since.is_none() {
-            // Nothing pending: whatever stream there was has ended.
-            events.stream_ended();
-            let wake = syncer.next_retry().map_or(next_full, |t| next_full.min(t.into()));
-            tokio::select! {
-                _ = tokio::time::sleep_until(wake) => {}
-                got = rx.recv() => match got {
-                    Some(()) => {
-                        events.saw_one();
-                        leading = last_sync.elapsed() >= cfg.debounce;
-                    }
-                    None => break,
-                },
-                _ = shutdown.cancelled() => break,
+        let (alone, rest): (Vec<ChangeGroup>, Vec<ChangeGroup>) =
+            p.groups.into_iter().partition(|g| due.contains(&g.name));
+        let (waiting, normal): (Vec<ChangeGroup>, Vec<ChangeGroup>) =
+            rest.into_iter().partition(|g| self.quarantine.holds(&g.name, now));
+        for (name, resource, text) in self.quarantine.notes() {
+            if waiting.iter().any(|g| g.name == name) {
+                self.reporter.standing(resource, uid_of(resource), true, report::ROUTE53_ERROR, name, text.to_string());
             }
         }
-        // Gather the burst: sync everything once the stream pauses for a
-        // `--debounce`; meanwhile, every `check_every`, send the requests
-        // that are full (`hold`), and what has waited `--max-batch-delay`.
-        let hold = !leading
-            && loop {
-                let oldest = [events.first, syncer.held_since].into_iter().flatten().min();
-                let cap = oldest.map_or(tokio::time::Instant::now(), |t| (t + cfg.max_batch_delay).into());
-                // Inside a stream (changes held, or events that came while a
-                // request was in flight), a pause of one debounce is not its
-                // end: a loaded API server stalls creations that long, and
-                // longer — see `Unsynced::stream_quiet`.
-                let quiet = if syncer.held_since.is_some() || streaming {
-                    events.stream_quiet(check_every)
-                } else {
-                    cfg.debounce
-                };
-                let paused = events.last + quiet;
-                let due = paused.min(cap);
-                let check = last_sync + check_every;
-                tokio::select! {
-                    got = rx.recv() => match got {
-                        Some(()) => events.saw_next(),
-                        None => break false,
-                    },
-                    // The stream paused, or an event not yet planned waited
-                    // `--max-batch-delay`: send it all. A held change that
-                    // waited that long while the stream goes on goes with
-                    // the full requests instead (`batch::sending`): a partial
-                    // request only if the full ones cannot carry it.
-                    _ = tokio::time::sleep_until(due) => {
-                        let held_is_oldest =
-                            syncer.held_since.is_some_and(|h| events.first.is_none_or(|f| h <= f));
-                        break due < paused && held_is_oldest;
-                    }
-                    _ = tokio::time::sleep_until(check), if check < due => break true,
-                    _ = shutdown.cancelled() => break false,
+
+        // Apply: whole batches; while a stream goes on, the full ones (and a
+        // partial one holding a change overdue).
+        let limits = Limits::default();
+        let count = sending(&normal, limits, hold, &since, Instant::now(), self.cfg.max_batch_delay);
+        let (to_send, held) = normal.split_at(count);
+        self.held_since = held.iter().filter_map(|g| since.get(&g.name)).min().copied();
+        if !held.is_empty() {
+            tracing::debug!(sending = to_send.len(), held = held.len(), "holding a partial request for more changes");
+        }
+        let (r53, zone_id) = (&self.r53, self.zone.id.as_str());
+        let Applied { done, refused, unsent: _, outage } =
+            apply(to_send, &alone, limits, |batch| async move { r53.change(zone_id, &batch).await }).await;
+        self.first_planned = since;
+        tracing::debug!(
+            requests = done.len(),
+            names = done.iter().map(|(_, g)| g.len()).sum::<usize>(),
+            sizes = ?done.iter().map(|(_, g)| g.len()).collect::<Vec<_>>(),
+            held = held.len(),
+            hold,
+            "applied"
+        );
+        let mut applied_records = 0i64;
+        for (id, groups) in &done {
+            let mut notes = Vec::new();
+            for g in groups {
+                self.first_planned.remove(&g.name);
+                self.quarantine.release(&g.name);
+                for c in &g.changes {
+                    let action = match c.action {
+                        Action::Create => "create",
+                        Action::Upsert => "upsert",
+                        Action::Delete => "delete",
+                    };
+                    self.metrics.changes.with_label_values(&[action]).inc();
                 }
-            };
-        if shutdown.is_cancelled() {
-            break;
-        }
-        // Leadership suspended (the lease not renewed in time): nothing is
-        // written until it is renewed; what waits is synced then.
-        if !ctx.is_leading() {
-            tracing::warn!("leadership suspended: the next sync waits for the lease");
-            if !ctx.leading().await {
-                break;
+                applied_records += g.after.len() as i64 - g.before.len() as i64;
+                let (reason, text) = note(g, false);
+                notes.push(Note { resource: g.resource.clone(), uid: uid_of(&g.resource), reason, text });
             }
+            self.insync.watch(id.clone(), notes);
         }
-        events.first = None;
-        reconcile.active.inc();
-        let running = reconcile.running.start();
-        let started = Instant::now();
-        // A full listing that falls due inside a stream waits for the sync
-        // that ends it (the stream's pause, or `--max-batch-delay`): listing
-        // thousands of records between two full requests delays the rest of
-        // the burst, and the oldest held change with it, which is what cuts a
-        // burst into more requests than its size needs.
-        let full = tokio::time::Instant::now() >= next_full && !hold;
-        syncer.listed = false;
-        // Leadership suspended mid-sync: the sync is dropped where it waits
-        // (its zone copy with it, so the next sync lists the zone afresh).
-        let outcome = tokio::select! {
-            biased;
-            () = ctx.suspended() => None,
-            r = syncer.sync(full, hold) => Some(r),
-        };
-        let Some(result) = outcome else {
-            drop(running);
-            reconcile.active.dec();
-            tracing::warn!("sync cancelled: leadership suspended");
-            events.saw_one();
-            continue;
-        };
-        let took = started.elapsed();
-        last_sync = tokio::time::Instant::now();
-        reconcile.time.observe(took.as_secs_f64());
-        reconcile.work_duration.observe(took.as_secs_f64());
-        syncer.metrics.sync_duration.observe(took.as_secs_f64());
-        drop(running);
-        reconcile.active.dec();
-        ctx.readiness().set_synced(CONTROLLER);
-        // A sync of thousands of records frees megabytes: give them back.
-        flotilla_shared::memory::release_free_memory();
-        match result {
-            Ok(()) => {
-                failures = 0;
-                reconcile.success.inc();
-                if syncer.listed {
-                    next_full = tokio::time::Instant::now() + cfg.interval;
+        let now = Instant::now();
+        for (g, e) in &refused {
+            let text = refusal(g, e);
+            let wait = self.quarantine.refused(&g.name, now, &g.resource, &text);
+            tracing::warn!(name = %g.name, error = %e, retry_in = ?wait, "Route53 refused a name; quarantined");
+            self.reporter.standing(&g.resource, uid_of(&g.resource), true, report::ROUTE53_ERROR, &g.name, text);
+        }
+        self.metrics.quarantined.set(self.quarantine.len() as i64);
+        let before = count_owned(&current, &self.owner_id) as i64;
+        self.metrics.managed_records.set(before + applied_records);
+        self.reporter.end_sync(|_| false);
+
+        // The copy of the zone: what Route53 accepted is in it; a refused
+        // batch changed nothing (Route53 applies a batch whole or not at
+        // all). After no answer, nobody knows what happened: list again.
+        let applied: Vec<&ChangeGroup> = done.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+        match outage {
+            Some(e) => {
+                if e.kind() == FailureKind::Throttled {
+                    self.zone_cache = Some(update_zone(current, &applied));
                 }
+                Err(e)
             }
-            Err(e) => {
-                failures += 1;
-                reconcile.error.inc();
-                reconcile.errors.inc();
-                reconcile.retries.inc();
-                syncer.metrics.sync_errors.inc();
-                let wait = sync_backoff(failures, &e, cfg.interval);
-                tracing::warn!(error = %Error::Route53(e), retry_in = ?wait, "sync failed; backing off with every pending change");
-                // Backoff: events arriving meanwhile wait for it.
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.cancelled() => break,
-                }
-                events.saw_one();
+            None => {
+                self.zone_cache = Some(update_zone(current, &applied));
+                self.metrics.last_success.set(unix_now());
+                Ok(())
             }
         }
     }
-    watch_task.abort();
-    if let Some(t) = grants_task {
-        t.abort();
-    }
-    tracing::info!("stopped");
-    Ok(())
 }
 
-/// Watches the Namespaces' metadata for hostname grants (all of them, or the
-/// `--watch-namespace`); a grant added, changed or removed triggers a sync.
-fn watch_grants(
-    ctx: &Context,
-    cfg: &Config,
-    tx: mpsc::Sender<()>,
-    shutdown: CancellationToken,
-) -> (Grants, tokio::task::JoinHandle<()>) {
-    let (grants, mut writer) = namespaces::cache();
-    let health = ctx.readiness().watch("namespaces");
-    let (api, wc) = namespaces::api_and_config(ctx.client.clone(), cfg.watch_namespace.as_deref());
-    let watch = health.watcher(api, wc);
-    let task = tokio::spawn(async move {
-        let mut watch = std::pin::pin!(watch);
-        loop {
-            let ev = tokio::select! {
-                ev = watch.next() => ev,
-                _ = shutdown.cancelled() => break,
-            };
-            match ev {
-                Some(Ok(ev)) => {
-                    let init_done = matches!(ev, watcher::Event::InitDone);
-                    if writer.apply(ev) {
-                        let _ = tx.try_send(());
-                    }
-                    if init_done {
-                        health.synced();
-                    }
-                }
-                Some(Err(e)) => tracing::warn!(error = %e, "watching Namespaces (their hostname grants)"),
-                None => break,
-            }
-        }
-    });
-    (grants, task)
+/// Backoff of a whole sync after Route53 was unavailable or throttling.
+pub fn sync_backoff(failures: u32, e: &Route53Error, interval: Duration) -> Duration {
+    crate::route53::jittered_backoff(failures, Duration::from_secs(1), interval.max(Duration::from_secs(1)))
+        .max(e.retry_after.unwrap_or_default())
 }
 
-/// The Service events not yet covered by a sync.
-struct Unsynced {
-    /// When the first of them came (None: there are none).
-    first: Option<Instant>,
-    /// When the last one came: the stream has paused when this is old.
-    last: tokio::time::Instant,
-    /// The longest pause between two events of the current stream, as seen
-    /// while gathering (a pause across a sync measures the sync, not the
-    /// stream, and is not counted).
-    longest_gap: Duration,
+fn count_owned(current: &[RecordSet], owner: &str) -> usize {
+    let owned: BTreeSet<&str> = current
+        .iter()
+        .filter(|r| crate::registry::ownership_of(r).is_some_and(|o| o.owner == owner))
+        .filter_map(|r| crate::hostname::owned_name_of_txt(&r.name))
+        .collect();
+    current.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned.contains(r.name.as_str())).count()
 }
 
-impl Default for Unsynced {
-    fn default() -> Self {
-        Self { first: None, last: tokio::time::Instant::now(), longest_gap: Duration::ZERO }
-    }
-}
-
-impl Unsynced {
-    /// An event seen after a sync (or on an idle loop): no gap measured.
-    fn saw_one(&mut self) {
-        self.first.get_or_insert_with(Instant::now);
-        self.last = tokio::time::Instant::now();
-    }
-
-    /// An event seen while gathering a stream: the pause before it counts.
-    fn saw_next(&mut self) {
-        let now = tokio::time::Instant::now();
-        self.longest_gap = self.longest_gap.max(now.saturating_duration_since(self.last));
-        self.first.get_or_insert_with(Instant::now);
-        self.last = now;
-    }
-
-    fn stream_ended(&mut self) {
-        self.longest_gap = Duration::ZERO;
-    }
-
-    /// How long a stream must pause before its partial request is sent:
-    /// at least `check_every`, and twice the longest pause the stream has
-    /// already had. A stream whose creations stall for 1.5 s now and then
-    /// (an API server on 2 busy cores) is not taken to have ended at each
-    /// stall — every such stall would cost a partial request — while a
-    /// steady stream still ends after `check_every`. `--max-batch-delay`
-    /// bounds the wait whatever this says.
-    fn stream_quiet(&self, check_every: Duration) -> Duration {
-        check_every.max(self.longest_gap.saturating_mul(2))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stream_that_stalled_must_pause_longer_to_end() {
-        let check = Duration::from_secs(1);
-        let mut ev = Unsynced::default();
-        ev.saw_one();
-        for _ in 0..10 {
-            tokio::time::advance(Duration::from_millis(50)).await;
-            ev.saw_next();
-        }
-        assert_eq!(ev.stream_quiet(check), check, "a steady stream ends after check_every");
-        tokio::time::advance(Duration::from_millis(1500)).await;
-        ev.saw_next();
-        assert_eq!(ev.stream_quiet(check), Duration::from_secs(3), "twice the longest stall");
-        // A pause across a sync (events seen after it) is not a stall.
-        tokio::time::advance(Duration::from_secs(6)).await;
-        ev.saw_one();
-        assert_eq!(ev.stream_quiet(check), Duration::from_secs(3));
-        ev.stream_ended();
-        assert_eq!(ev.stream_quiet(check), check, "a new stream starts afresh");
-    }
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
