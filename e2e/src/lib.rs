@@ -136,14 +136,8 @@ pub fn build_chart_dependencies() -> anyhow::Result<()> {
 
 /// Parses multi-document YAML (e.g. `helm template` output) into values.
 pub fn yaml_documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(text)?;
+    Ok(docs.into_iter().filter(|v| !v.is_null()).collect())
 }
 
 /// The debug binary of an operator, built by `cargo test --workspace`.
@@ -177,7 +171,7 @@ pub async fn apply_crds(client: &kube::Client) -> anyhow::Result<()> {
     for entry in std::fs::read_dir(root().join("crds"))? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "yaml") {
-            let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+            let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(&path)?)?;
             crds.push(crd);
         }
     }
@@ -190,9 +184,9 @@ pub async fn apply_crds(client: &kube::Client) -> anyhow::Result<()> {
 pub fn chart_image_reference(op: &str) -> anyhow::Result<String> {
     let dir = charts_dir().join(op);
     let values: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dir.join("values.yaml")).context("reading values.yaml")?)?;
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("values.yaml")).context("reading values.yaml")?)?;
     let chart: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dir.join("Chart.yaml")).context("reading Chart.yaml")?)?;
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("Chart.yaml")).context("reading Chart.yaml")?)?;
     let registry = values["image"]["registry"].as_str().unwrap_or_default();
     let repository = values["image"]["repository"].as_str().unwrap_or_default();
     let tag = match values["image"]["tag"].as_str().filter(|t| !t.is_empty()) {
@@ -210,9 +204,9 @@ pub fn chart_image_reference(op: &str) -> anyhow::Result<String> {
 pub fn loadgen_image_reference() -> anyhow::Result<String> {
     let dir = charts_dir().join("load-tester");
     let values: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dir.join("values.yaml")).context("reading values.yaml")?)?;
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("values.yaml")).context("reading values.yaml")?)?;
     let chart: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dir.join("Chart.yaml")).context("reading Chart.yaml")?)?;
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("Chart.yaml")).context("reading Chart.yaml")?)?;
     let image = &values["loadgen"]["image"];
     let (registry, repository) =
         (image["registry"].as_str().unwrap_or_default(), image["repository"].as_str().unwrap_or_default());
@@ -350,4 +344,18 @@ pub async fn apply_chart_template(
         kinds.push(kind);
     }
     Ok(kinds)
+}
+
+#[cfg(test)]
+mod yaml_tests {
+    use super::yaml_documents;
+
+    #[test]
+    fn helm_template_output_splits_into_its_objects() {
+        let text = "---\n# Source: c/templates/a.yaml\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: a\n---\n# Source: c/templates/empty.yaml\n---\n# Source: c/templates/b.yaml\nkind: Role\nrules:\n- verbs: [\"get\"]\n  description: >-\n    folded\n    text\n";
+        let docs = yaml_documents(text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(docs.len(), 2, "{docs:?}");
+        assert_eq!(docs[0]["metadata"]["name"], "a");
+        assert_eq!(docs[1]["rules"][0]["description"], "folded text");
+    }
 }

@@ -24,7 +24,7 @@ fn generated() -> Vec<(String, Value)> {
     for e in std::fs::read_dir(root().join("crds")).unwrap().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if let Some(stem) = name.strip_suffix(".yaml") {
-            let v: Value = serde_yaml::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+            let v: Value = serde_saphyr::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
             out.push((stem.to_string(), v));
         }
     }

@@ -659,8 +659,11 @@ fn every_alert_passes_promtool_and_has_a_runbook() {
         let rule = docs.iter().find(|d| d["kind"] == "PrometheusRule").unwrap_or_else(|| panic!("{op}: none"));
         let dir = tempfile_dir(&op);
         let rules = dir.join("rules.yaml");
-        std::fs::write(&rules, serde_yaml::to_string(&serde_json::json!({"groups": rule["spec"]["groups"]})).unwrap())
-            .unwrap();
+        std::fs::write(
+            &rules,
+            serde_saphyr::to_string(&serde_json::json!({"groups": rule["spec"]["groups"]})).unwrap(),
+        )
+        .unwrap();
         let tests = dir.join("alerts.test.yaml");
         std::fs::copy(root.join("e2e/alerts").join(format!("{op}.test.yaml")), &tests).unwrap();
         for cmd in [vec!["check", "rules", "rules.yaml"], vec!["test", "rules", "alerts.test.yaml"]] {
@@ -727,7 +730,7 @@ fn every_dashboard_panel_is_valid_promql_on_metrics_the_operator_defines() {
         let dir = tempfile_dir(&op);
         let file = dir.join("panels.yaml");
         let groups = serde_json::json!({"groups": [{"name": "panels", "rules": rules}]});
-        std::fs::write(&file, serde_yaml::to_string(&groups).unwrap()).unwrap();
+        std::fs::write(&file, serde_saphyr::to_string(&groups).unwrap()).unwrap();
         let out = std::process::Command::new(&promtool).args(["check", "rules"]).arg(&file).output().unwrap();
         assert!(
             out.status.success(),

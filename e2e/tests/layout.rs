@@ -10,7 +10,7 @@ fn read(path: &std::path::Path) -> String {
 }
 
 fn yaml(path: &std::path::Path) -> Value {
-    serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    serde_saphyr::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn bake() -> Value {

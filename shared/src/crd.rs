@@ -13,7 +13,7 @@ const HEADER: &str = "# Generated from the Rust types by `cargo xtask crds`. Do 
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     #[error("serializing CRD {name}: {source}")]
-    Yaml { name: String, source: serde_yaml::Error },
+    Yaml { name: String, source: serde_saphyr::SerializeError },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
     #[error("CRD files are out of date (run `cargo xtask crds` and commit): {0}")]
@@ -27,7 +27,7 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
 
 /// The file's text.
 pub fn render(crd: &CustomResourceDefinition) -> Result<String, CrdError> {
-    let yaml = serde_yaml::to_string(crd).map_err(|source| CrdError::Yaml { name: file_name(crd), source })?;
+    let yaml = serde_saphyr::to_string(crd).map_err(|source| CrdError::Yaml { name: file_name(crd), source })?;
     Ok(format!("{HEADER}{yaml}"))
 }
 

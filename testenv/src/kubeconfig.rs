@@ -30,7 +30,7 @@ pub fn render(context: &str, server: &str, ca_pem: &str, creds: Credentials<'_>)
         "current-context": context,
     });
     // A JSON value of strings, arrays and objects always serializes.
-    serde_yaml::to_string(&doc).unwrap_or_default()
+    serde_saphyr::to_string(&doc).unwrap_or_default()
 }
 
 /// A `kube::Client` from kubeconfig text.

@@ -179,7 +179,7 @@ mod tests {
         shipped.sort();
         assert_eq!(on_disk, shipped, "every file in testenv/kwok/ is in STAGES");
         for (name, yaml) in STAGES {
-            let v: Value = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let v: Value = serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(v["kind"], "Stage", "{name}");
             assert_eq!(v["apiVersion"], "kwok.x-k8s.io/v1alpha1", "{name}");
             assert_eq!(format!("{}.yaml", v["metadata"]["name"].as_str().unwrap()), *name, "{name}");

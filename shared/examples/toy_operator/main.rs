@@ -76,7 +76,7 @@ fn error_policy(_: Arc<Widget>, _: &Error, _: Arc<Context>) -> Action {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     if args.print_crd {
-        match serde_yaml::to_string(&Widget::crd()) {
+        match serde_saphyr::to_string(&Widget::crd()) {
             Ok(yaml) => print!("{yaml}"),
             Err(e) => eprintln!("error: {e}"),
         }

@@ -372,8 +372,8 @@ mod tests {
     fn kubelet_config_is_yaml_with_the_settings_these_machines_need() {
         let paths = NodePaths::default();
         let text = kubelet_config(&paths, Path::new("/ca.crt"));
-        let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_default();
-        assert_eq!(v["failCgroupV1"], serde_yaml::Value::Bool(false));
+        let v: serde_json::Value = serde_saphyr::from_str(&text).unwrap_or_default();
+        assert_eq!(v["failCgroupV1"], serde_json::Value::Bool(false));
         assert_eq!(v["cgroupDriver"].as_str(), Some("cgroupfs"));
         assert_eq!(v["clusterDNS"][0].as_str(), Some("10.96.0.10"));
         assert_eq!(v["address"].as_str(), Some("10.244.0.1"));
@@ -399,7 +399,8 @@ mod tests {
     #[test]
     fn coredns_does_not_forward_outside_the_cluster() {
         let text = coredns_manifest("img");
-        let docs: Vec<serde_yaml::Value> = text.split("\n---\n").filter_map(|d| serde_yaml::from_str(d).ok()).collect();
+        let docs: Vec<serde_json::Value> =
+            text.split("\n---\n").filter_map(|d| serde_saphyr::from_str(d).ok()).collect();
         assert_eq!(docs.len(), 6, "every document parses");
         assert!(!text.contains("forward"));
     }

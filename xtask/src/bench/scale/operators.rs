@@ -47,7 +47,7 @@ pub async fn install_chart(client: &Client, op: &str, values: &Value, dir: &Path
     flotilla_e2e::build_chart_dependencies()?;
     let chart = flotilla_e2e::charts_dir().join(op).display().to_string();
     let file = dir.join(format!("values-{op}.yaml"));
-    std::fs::write(&file, serde_yaml::to_string(values)?)?;
+    std::fs::write(&file, serde_saphyr::to_string(values)?)?;
     let file = file.display().to_string();
     let args = ["template", RELEASE, chart.as_str(), "--namespace", SYSTEM_NS, "--values", file.as_str()];
     let rendered = flotilla_e2e::helm_ok(None, &args)?;
