@@ -119,67 +119,53 @@ fn check_value(key: &str, v: &str) -> Result<(), InvalidSpec> {
     if check_value_chars(v) { Ok(()) } else { Err(InvalidSpec(format!("label value {v:?} for {key:?} is invalid"))) }
 }
 
-/// A checked label selector.
+/// A checked label selector: our validation (the same as the CRD schema's),
+/// then matching and the query syntax are kube's own `Selector`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Selector {
-    labels: BTreeMap<String, String>,
-    exprs: Vec<(String, SelectorOperator, Vec<String>)>,
-}
+pub struct Selector(kube::core::Selector);
 
 impl Selector {
     /// Checks a selector (the CRD schema checks the same at admission; this
     /// is the runtime defence for objects stored before a schema change).
     pub fn new(sel: &LabelSelector) -> Result<Self, InvalidSpec> {
-        let mut labels = BTreeMap::new();
+        use kube::core::Expression;
+        let mut exprs = Vec::new();
         for (k, v) in &sel.match_labels {
             check_key(&k.0)?;
             check_value(&k.0, &v.0)?;
-            labels.insert(k.0.clone(), v.0.clone());
+            exprs.push(Expression::Equal(k.0.clone(), v.0.clone()));
         }
-        let mut exprs = Vec::new();
         for r in &sel.match_expressions {
             check_key(&r.key)?;
-            let values: Vec<String> = r.values.iter().map(|v| v.0.clone()).collect();
+            let values: std::collections::BTreeSet<String> = r.values.iter().map(|v| v.0.clone()).collect();
             for v in &values {
                 check_value(&r.key, v)?;
             }
-            match r.operator {
+            exprs.push(match r.operator {
                 SelectorOperator::In | SelectorOperator::NotIn if values.is_empty() => {
                     return Err(InvalidSpec(format!("{:?} on {:?} needs at least one value", r.operator, r.key)));
                 }
                 SelectorOperator::Exists | SelectorOperator::DoesNotExist if !values.is_empty() => {
                     return Err(InvalidSpec(format!("{:?} on {:?} takes no values", r.operator, r.key)));
                 }
-                _ => {}
-            }
-            exprs.push((r.key.clone(), r.operator, values));
+                SelectorOperator::In => Expression::In(r.key.clone(), values),
+                SelectorOperator::NotIn => Expression::NotIn(r.key.clone(), values),
+                SelectorOperator::Exists => Expression::Exists(r.key.clone()),
+                SelectorOperator::DoesNotExist => Expression::DoesNotExist(r.key.clone()),
+            });
         }
-        Ok(Self { labels, exprs })
+        Ok(Self(exprs.into_iter().collect()))
     }
 
     /// Whether `labels` satisfy the selector (Kubernetes semantics).
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-            && self.exprs.iter().all(|(k, op, values)| match op {
-                SelectorOperator::In => labels.get(k).is_some_and(|v| values.contains(v)),
-                SelectorOperator::NotIn => labels.get(k).is_none_or(|v| !values.contains(v)),
-                SelectorOperator::Exists => labels.contains_key(k),
-                SelectorOperator::DoesNotExist => !labels.contains_key(k),
-            })
+        use kube::core::SelectorExt;
+        self.0.matches(labels)
     }
 
     /// The selector in the API's `labelSelector` query syntax.
     pub fn to_query(&self) -> String {
-        let mut parts: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        for (k, op, values) in &self.exprs {
-            parts.push(match op {
-                SelectorOperator::In => format!("{k} in ({})", values.join(",")),
-                SelectorOperator::NotIn => format!("{k} notin ({})", values.join(",")),
-                SelectorOperator::Exists => k.clone(),
-                SelectorOperator::DoesNotExist => format!("!{k}"),
-            });
-        }
-        parts.join(",")
+        self.0.to_string()
     }
 }
 
