@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 use flotilla_testenv::Assets;
 
+pub mod access;
 pub mod observability;
 pub mod release;
 

@@ -11,10 +11,11 @@
 
 use std::time::Duration;
 
+use flotilla_e2e::access::{bind, grant};
 use flotilla_e2e::{apply_chart_template, apply_crds};
 use flotilla_testenv::{shared, wait_for};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -40,16 +41,6 @@ async fn apply_chart_access(admin: &Client) {
     );
 }
 
-async fn bind(admin: &Client, ns: &str, user: &str, cluster_role: &str) {
-    let rb: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": format!("{user}-{cluster_role}")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &rb).await.unwrap();
-}
-
 /// Binds `cluster_role` to `user` cluster-wide; returns the binding's name (the caller deletes it).
 async fn bind_cluster_wide(admin: &Client, user: &str, cluster_role: &str) -> String {
     let name = format!("{user}-{cluster_role}");
@@ -61,19 +52,6 @@ async fn bind_cluster_wide(admin: &Client, user: &str, cluster_role: &str) -> St
     .unwrap();
     Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &crb).await.unwrap();
     name
-}
-
-/// A Role in `ns` with `rules`, bound to `user`.
-async fn grant(admin: &Client, ns: &str, user: &str, name: &str, rules: Value) {
-    let role: Role = serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).unwrap();
-    Api::<Role>::namespaced(admin.clone(), ns).create(&PostParams::default(), &role).await.unwrap();
-    let rb: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &rb).await.unwrap();
 }
 
 /// Whether the authorizer says `user` may `verb` `group/resource` in `ns`
@@ -125,7 +103,7 @@ async fn only_copyrule_admins_write_overwrite_or_unlisted_rules() {
     apply_chart_access(&admin).await;
     let ns = env.namespace("vap").await.unwrap();
     let user = format!("alice-{ns}");
-    bind(&admin, &ns, &user, "edit").await;
+    bind(&admin, &ns, &user, "ClusterRole", "edit").await;
     let alice = env.impersonating(&user, &["system:authenticated"]).await.unwrap();
     let rules = copyrules(&alice, &ns);
     let named = json!({"kind": "ConfigMap", "selector": {}, "namespaces": {"include": ["team-b"]}});
@@ -150,7 +128,7 @@ async fn only_copyrule_admins_write_overwrite_or_unlisted_rules() {
     refused(rules.replace("named", &PostParams::default(), &existing).await, "an update to Overwrite");
 
     // Granted in the namespace only: still not an admin (issue 27).
-    bind(&admin, &ns, &user, "flotilla-copyrule-admin").await;
+    bind(&admin, &ns, &user, "ClusterRole", "flotilla-copyrule-admin").await;
     wait_for("the namespace grant to apply", Duration::from_secs(30), || async {
         Ok::<_, String>(may(&admin, &user, &ns, "flotilla.dev", "copyrules", "override").await.then_some(()))
     })
@@ -200,7 +178,7 @@ async fn a_namespace_wildcard_role_is_no_copyrule_admin() {
     let rules = copyrules(&owner, &ns);
     // The policy is loaded (seen by a plain `edit` user), and the Role is in force.
     let plain = format!("plain-{ns}");
-    bind(&admin, &ns, &plain, "edit").await;
+    bind(&admin, &ns, &plain, "ClusterRole", "edit").await;
     wait_for_policy(&copyrules(&env.impersonating(&plain, &["system:authenticated"]).await.unwrap(), &ns)).await;
     wait_for("the wildcard Role to apply", Duration::from_secs(30), || async {
         Ok::<_, String>(may(&admin, &user, &ns, "flotilla.dev", "copyrules", "override").await.then_some(()))
@@ -229,7 +207,7 @@ async fn nobody_copies_what_they_cannot_read() {
     apply_chart_access(&admin).await;
     let ns = env.namespace("vap-read").await.unwrap();
     let user = format!("writer-{ns}");
-    bind(&admin, &ns, &user, "flotilla-copyrule-edit").await;
+    bind(&admin, &ns, &user, "ClusterRole", "flotilla-copyrule-edit").await;
     grant(
         &admin,
         &ns,

@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
+use flotilla_e2e::access::{create_settled, grant};
 use flotilla_e2e::{apply_chart_template, apply_crds};
 use flotilla_testenv::{shared, wait_for};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -27,43 +27,6 @@ fn alert(name: &str, sinks: Value) -> DynamicObject {
         "spec": {"alerts": {"checkRunningPods": true}, "sinks": sinks}
     }))
     .unwrap()
-}
-
-async fn grant(admin: &Client, ns: &str, user: &str, name: &str, rules: Value) {
-    let r: Role = serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).unwrap();
-    Api::<Role>::namespaced(admin.clone(), ns).create(&PostParams::default(), &r).await.unwrap();
-    let rb: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": format!("{user}-{name}")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &rb).await.unwrap();
-}
-
-/// Creates until the answer is not a 403 without the policy's message
-/// (RBAC and the policy apply within moments, not at once); returns it.
-async fn create_settled(api: &Api<DynamicObject>, obj: &DynamicObject, refusal: Option<&str>) -> Result<(), String> {
-    let name = obj.metadata.name.clone().unwrap();
-    wait_for("the grants and the policy to apply", Duration::from_secs(60), || {
-        let (api, obj, name) = (api.clone(), obj.clone(), name.clone());
-        async move {
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(_) if refusal.is_none() => Ok::<_, String>(Some(Ok(()))),
-                Ok(_) => {
-                    let _ = api.delete(&name, &Default::default()).await;
-                    Ok(None)
-                }
-                Err(kube::Error::Api(s)) => match refusal {
-                    Some(needle) if s.message.contains(needle) => Ok(Some(Err(s.message))),
-                    _ => Ok(None),
-                },
-                Err(e) => Err(e.to_string()),
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[tokio::test]

@@ -12,12 +12,12 @@
 
 use std::time::Duration;
 
+use flotilla_e2e::access::{bind, create_settled, role};
 use flotilla_e2e::{apply_chart_template, apply_crds};
 use flotilla_testenv::{shared, wait_for};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const RELEASE: &str = "pdvap";
 
@@ -39,45 +39,6 @@ async fn apply_chart_access(admin: &Client) {
     let kinds =
         apply_chart_template(admin, "pod-debugger", RELEASE, "templates/poddebugger-access.yaml").await.unwrap();
     assert_eq!(kinds, ["ClusterRole", "ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]);
-}
-
-async fn bind(admin: &Client, ns: &str, user: &str, kind: &str, role: &str) {
-    let rb: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": format!("{user}-{role}")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &rb).await.unwrap();
-}
-
-async fn role(admin: &Client, ns: &str, name: &str, rules: Value) {
-    let r: Role = serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).unwrap();
-    Api::<Role>::namespaced(admin.clone(), ns).create(&PostParams::default(), &r).await.unwrap();
-}
-
-/// Creates until the answer is not a 403 without the policy's message
-/// (RBAC and the policy apply within moments, not at once); returns it.
-async fn create_settled(api: &Api<DynamicObject>, name: &str, expect_refusal: Option<&str>) -> Result<(), String> {
-    let last = wait_for("the grants and the policy to apply", Duration::from_secs(60), || {
-        let api = api.clone();
-        async move {
-            match api.create(&PostParams::default(), &debugger(name)).await {
-                Ok(_) if expect_refusal.is_none() => Ok::<_, String>(Some(Ok(()))),
-                Ok(_) => {
-                    let _ = api.delete(name, &Default::default()).await;
-                    Ok(None)
-                }
-                Err(kube::Error::Api(s)) => match expect_refusal {
-                    Some(needle) if s.message.contains(needle) => Ok(Some(Err(s.message))),
-                    _ => Ok(None),
-                },
-                Err(e) => Err(e.to_string()),
-            }
-        }
-    })
-    .await;
-    last.unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[tokio::test]
@@ -102,7 +63,7 @@ async fn only_users_who_could_debug_the_pods_themselves_write_poddebuggers() {
     bind(&admin, &ns, &alice, "ClusterRole", "edit").await;
     bind(&admin, &ns, &alice, "ClusterRole", &edit_role).await;
     let as_alice = debuggers(&env.impersonating(&alice, &["system:authenticated"]).await.unwrap(), &ns);
-    let msg = create_settled(&as_alice, "a", Some("pods/ephemeralcontainers")).await.unwrap_err();
+    let msg = create_settled(&as_alice, &debugger("a"), Some("pods/ephemeralcontainers")).await.unwrap_err();
     assert!(msg.contains("patch on pods/ephemeralcontainers"), "{msg}");
 
     // bob: PodDebuggers and ephemeral containers, but no exec.
@@ -110,13 +71,13 @@ async fn only_users_who_could_debug_the_pods_themselves_write_poddebuggers() {
     bind(&admin, &ns, &bob, "ClusterRole", &edit_role).await;
     bind(&admin, &ns, &bob, "Role", "debug").await;
     let as_bob = debuggers(&env.impersonating(&bob, &["system:authenticated"]).await.unwrap(), &ns);
-    let msg = create_settled(&as_bob, "b", Some("pods/exec")).await.unwrap_err();
+    let msg = create_settled(&as_bob, &debugger("b"), Some("pods/exec")).await.unwrap_err();
     assert!(msg.contains("create on pods/exec"), "{msg}");
 
     // alice, once she may add ephemeral containers herself, may write one;
     // so may an admin.
     bind(&admin, &ns, &alice, "Role", "debug").await;
-    create_settled(&as_alice, "a", None).await.unwrap();
+    create_settled(&as_alice, &debugger("a"), None).await.unwrap();
     debuggers(&admin, &ns).create(&PostParams::default(), &debugger("by-admin")).await.unwrap();
 
     // A spec update is judged like a create; a label edit is not.
