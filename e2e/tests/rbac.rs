@@ -120,6 +120,10 @@ fn forbidden_one_of(logs: &str, resources: &[String]) -> bool {
 /// The release name of every chart the proofs install.
 const RELEASE: &str = "rbac";
 
+/// The lease test's release name: it runs beside the proofs, and a chart's
+/// ClusterRoles are named after the release (helm refuses a second owner).
+const LEASE_RELEASE: &str = "lease";
+
 /// An operator chart installed for a proof, and how to run its binary as
 /// its Deployment would.
 struct Installed {
@@ -136,14 +140,21 @@ struct Installed {
 /// Installs `op`'s chart as release `rbac` into a new namespace (the CRDs
 /// applied beforehand, not by the release).
 async fn install_chart(env: &TestEnv, op: &str, values: &[&str]) -> Installed {
+    install_release(env, RELEASE, op, values).await
+}
+
+/// [`install_chart`] as release `release`: its cluster-wide objects
+/// (ClusterRoles named after the release) are its own, so it may run beside
+/// the proofs' `rbac` release of the same chart.
+async fn install_release(env: &TestEnv, release: &str, op: &str, values: &[&str]) -> Installed {
     build_chart_dependencies().unwrap();
     let admin = env.client().await;
     apply_crds(&admin).await.unwrap();
-    let namespace = env.namespace(&format!("rbac-{op}")).await.unwrap();
-    let fullname = format!("{RELEASE}-{op}");
+    let namespace = env.namespace(&format!("{release}-{op}")).await.unwrap();
+    let fullname = format!("{release}-{op}");
     let chart = charts_dir().join(op).display().to_string();
     let no_crds = flotilla_e2e::without_crds(op).unwrap();
-    let mut args = vec!["install", RELEASE, &chart, "--namespace", &namespace];
+    let mut args = vec!["install", release, &chart, "--namespace", &namespace];
     args.extend_from_slice(values);
     args.extend(no_crds.iter().map(String::as_str));
     helm_ok(Some(&env.kubeconfig), &args).unwrap();
@@ -342,13 +353,13 @@ async fn each_operator_may_renew_only_its_own_lease() {
         // service-dns installs only with a zone; the zone is not used here.
         // config-copier's CopyRule access roles have cluster-wide fixed names
         // that config_copier_rbac_is_sufficient_and_minimal's release owns
-        // at the same time (helm refuses a second owner); not needed here.
+        // at the same time; not needed here.
         let values: &[&str] = match op.as_str() {
             "service-dns" => &["--set", "route53.domainName=example.com"],
             "config-copier" => &["--set", "copyRuleRoles.create=false"],
             _ => &[],
         };
-        let installed = install_chart(&env, &op, values).await;
+        let installed = install_release(&env, LEASE_RELEASE, &op, values).await;
         let (ns, fullname) = (installed.namespace.clone(), installed.fullname.clone());
         let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
         let lease = |name: &str| -> Lease {
@@ -377,7 +388,7 @@ async fn each_operator_may_renew_only_its_own_lease() {
         );
         let read = as_operator.get("other-controller").await;
         assert!(matches!(&read, Err(kube::Error::Api(e)) if e.code == 403), "{op}: read another Lease: {read:?}");
-        helm_ok(Some(&env.kubeconfig), &["uninstall", RELEASE, "--namespace", &ns]).unwrap();
+        helm_ok(Some(&env.kubeconfig), &["uninstall", LEASE_RELEASE, "--namespace", &ns]).unwrap();
     }
 }
 
