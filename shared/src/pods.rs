@@ -58,14 +58,35 @@ fn contains(set: &Scoped, scope: &Option<String>, key: &str) -> bool {
     set.get(scope).is_some_and(|k| k.contains(key))
 }
 
-/// A pod's labels as a view keeps them.
+/// A pod's labels as a view keeps them: a sorted list, not a `BTreeMap`
+/// (whose smallest node is ~550 bytes, per pod; issue 28).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodLabels {
-    /// The referenced keys the pod has.
-    pub labels: BTreeMap<String, String>,
+    /// The referenced keys the pod has, sorted by key.
+    pub labels: Box<[(Box<str>, Box<str>)]>,
     /// They took more than [`MAX_LABEL_BYTES`]: none are kept, and no
     /// selector should match the pod on them.
     pub cut: bool,
+}
+
+impl PodLabels {
+    /// The value of label `key`, if kept.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.labels.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.labels[i].1)
+    }
+
+    /// Whether `selector` matches these labels (never, when they were cut).
+    pub fn matched_by(&self, selector: &crate::selector::Selector) -> bool {
+        !self.cut && selector.matches_with(|k| self.get(k))
+    }
+
+    /// Labels as a view keeps them, from `pairs` (for tests and fixtures).
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut labels: Vec<(Box<str>, Box<str>)> = pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        labels.sort();
+        labels.dedup_by(|a, b| a.0 == b.0);
+        PodLabels { labels: labels.into_boxed_slice(), cut: false }
+    }
 }
 
 impl Default for LabelKeys {
@@ -114,17 +135,18 @@ impl LabelKeys {
         let empty = BTreeSet::new();
         let everywhere = st.wanted.get(&None).unwrap_or(&empty);
         let here = st.wanted.get(&Some(namespace.to_string())).unwrap_or(&empty);
-        let mut kept = BTreeMap::new();
+        let mut kept = Vec::new();
         let mut bytes = 0;
         for key in everywhere.union(here) {
             let Some((k, v)) = labels.get_key_value(key) else { continue };
             bytes += k.len() + v.len();
             if bytes > MAX_LABEL_BYTES {
-                return PodLabels { labels: BTreeMap::new(), cut: true };
+                return PodLabels { labels: Box::default(), cut: true };
             }
-            kept.insert(k.clone(), v.clone());
+            kept.push((Box::from(k.as_str()), Box::from(v.as_str())));
         }
-        PodLabels { labels: kept, cut: false }
+        kept.sort();
+        PodLabels { labels: kept.into_boxed_slice(), cut: false }
     }
 
     fn wanted(&self) -> Scoped {
@@ -254,12 +276,13 @@ mod tests {
         assert_eq!(keys.keep("a", Some(&many)), PodLabels::default(), "nothing referenced, nothing kept");
         assert!(keys.set([k(Some("a"), "label-00007"), k(Some("a"), "tier"), k(None, "label-00009")]), "a re-list");
         let kept = keys.keep("a", Some(&many));
-        let both =
-            |ks: &[&str]| -> BTreeMap<String, String> { ks.iter().map(|k| (k.to_string(), "v".to_string())).collect() };
-        assert_eq!(kept.labels, both(&["label-00007", "label-00009"]));
+        let both = |ks: &[&str]| PodLabels::from_pairs(ks.iter().map(|k| (*k, "v")));
+        assert_eq!(kept, both(&["label-00007", "label-00009"]));
+        assert_eq!(kept.get("label-00009"), Some("v"));
+        assert_eq!(kept.get("label-00008"), None);
         assert!(!kept.cut);
         // Another namespace's selectors keep nothing of this one's pods.
-        assert_eq!(keys.keep("b", Some(&many)).labels, both(&["label-00009"]));
+        assert_eq!(keys.keep("b", Some(&many)), both(&["label-00009"]));
         // Until a list has run with them, the views may lack them.
         assert!(!keys.covers(Some("a"), ["tier"].into_iter()));
         keys.listed(keys.wanted());

@@ -119,10 +119,12 @@ fn check_value(key: &str, v: &str) -> Result<(), InvalidSpec> {
     if check_value_chars(v) { Ok(()) } else { Err(InvalidSpec(format!("label value {v:?} for {key:?} is invalid"))) }
 }
 
-/// A checked label selector: our validation (the same as the CRD schema's),
-/// then matching and the query syntax are kube's own `Selector`.
+/// A checked label selector: our validation (the same as the CRD schema's)
+/// in front of kube's own expressions and query syntax. Matching takes a
+/// lookup, not only kube's `BTreeMap` (whose one-entry node is ~550 bytes):
+/// the pod caches keep labels as a compact sorted list, per pod (issue 28).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Selector(kube::core::Selector);
+pub struct Selector(Vec<kube::core::Expression>);
 
 impl Selector {
     /// Checks a selector (the CRD schema checks the same at admission; this
@@ -154,18 +156,30 @@ impl Selector {
                 SelectorOperator::DoesNotExist => Expression::DoesNotExist(r.key.clone()),
             });
         }
-        Ok(Self(exprs.into_iter().collect()))
+        Ok(Self(exprs))
     }
 
     /// Whether `labels` satisfy the selector (Kubernetes semantics).
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        use kube::core::SelectorExt;
-        self.0.matches(labels)
+        self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether the labels `get` looks up satisfy the selector.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+        use kube::core::Expression;
+        self.0.iter().all(|e| match e {
+            Expression::Equal(k, v) => get(k) == Some(v.as_str()),
+            Expression::NotEqual(k, v) => get(k) != Some(v.as_str()),
+            Expression::In(k, values) => get(k).is_some_and(|v| values.contains(v)),
+            Expression::NotIn(k, values) => get(k).is_none_or(|v| !values.contains(v)),
+            Expression::Exists(k) => get(k).is_some(),
+            Expression::DoesNotExist(k) => get(k).is_none(),
+        })
     }
 
     /// The selector in the API's `labelSelector` query syntax.
     pub fn to_query(&self) -> String {
-        self.0.to_string()
+        kube::core::Selector::from_iter(self.0.iter().cloned()).to_string()
     }
 }
 

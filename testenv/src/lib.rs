@@ -21,6 +21,7 @@
 pub mod admission_policy;
 pub mod assets;
 pub mod control_plane;
+pub mod fixtures;
 pub mod harness;
 pub mod heap;
 pub mod images;

@@ -504,7 +504,7 @@ fn evaluate_and_step(
                 cut += 1;
                 false
             }
-            Some(s) => s.matches(&p.labels.labels),
+            Some(s) => p.labels.matched_by(s),
         })
         .collect();
     summary.pods = pods.len();

@@ -5,6 +5,7 @@
 //! selector references ([`LabelKeys`]), messages cut to
 //! [`MAX_MESSAGE_BYTES`], at most [`MAX_CONTAINERS`] containers.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use flotilla_shared::pods::{LabelKeys, PodLabels};
@@ -18,7 +19,8 @@ use k8s_openapi::jiff::Timestamp;
 /// hash as a label), so no ReplicaSet read is needed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Workload {
-    pub kind: String,
+    /// The usual kinds are not allocated (memory per pod, issue 28).
+    pub kind: Cow<'static, str>,
     pub name: String,
 }
 
@@ -42,9 +44,15 @@ pub struct Termination {
 /// A container's current state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
-    Waiting { reason: String, message: String },
-    Running { started_at: Option<Timestamp> },
-    Terminated(Termination),
+    Waiting {
+        reason: String,
+        message: String,
+    },
+    Running {
+        started_at: Option<Timestamp>,
+    },
+    /// Boxed: most containers run, and a pod view's size is per pod.
+    Terminated(Box<Termination>),
     Unknown,
 }
 
@@ -65,7 +73,7 @@ pub struct ContainerView {
     pub ready: bool,
     pub restart_count: u32,
     pub state: State,
-    pub last_termination: Option<Termination>,
+    pub last_termination: Option<Box<Termination>>,
 }
 
 /// A message (the kubelet's, the scheduler's) kept at most this long.
@@ -84,7 +92,8 @@ pub struct PodView {
     pub workload: Workload,
     pub created: Option<Timestamp>,
     pub deleting: bool,
-    pub phase: String,
+    /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
+    pub phase: &'static str,
     /// Pod-level reason and message (`Evicted`, …).
     pub reason: String,
     pub message: String,
@@ -95,7 +104,7 @@ pub struct PodView {
     pub ready: bool,
     pub ready_changed: Option<Timestamp>,
     /// Always, OnFailure or Never.
-    pub restart_policy: String,
+    pub restart_policy: &'static str,
     pub containers: Vec<ContainerView>,
 }
 
@@ -126,7 +135,7 @@ fn state(s: Option<&ContainerState>) -> State {
     } else if let Some(r) = &s.running {
         State::Running { started_at: r.started_at.as_ref().map(|t| t.0) }
     } else if let Some(t) = &s.terminated {
-        State::Terminated(termination(t))
+        State::Terminated(Box::new(termination(t)))
     } else {
         State::Unknown
     }
@@ -139,7 +148,7 @@ fn container(c: &ContainerStatus, init: bool) -> ContainerView {
         ready: c.ready,
         restart_count: u32::try_from(c.restart_count).unwrap_or(0),
         state: state(c.state.as_ref()),
-        last_termination: c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(termination),
+        last_termination: c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| Box::new(termination(t))),
     }
 }
 
@@ -147,15 +156,42 @@ fn container(c: &ContainerStatus, init: bool) -> ContainerView {
 pub fn workload_of(pod: &Pod) -> Workload {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let owner = pod.metadata.owner_references.as_ref().and_then(|o| o.iter().find(|o| o.controller == Some(true)));
-    let Some(owner) = owner else { return Workload { kind: "Pod".into(), name } };
+    let Some(owner) = owner else { return Workload { kind: Cow::Borrowed("Pod"), name } };
     if owner.kind == "ReplicaSet" && owner.api_version == "apps/v1" {
         let hash = pod.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
         let deployment = hash.and_then(|h| owner.name.strip_suffix(&format!("-{h}"))).filter(|d| !d.is_empty());
         if let Some(deployment) = deployment {
-            return Workload { kind: "Deployment".into(), name: deployment.to_string() };
+            return Workload { kind: Cow::Borrowed("Deployment"), name: deployment.to_string() };
         }
     }
-    Workload { kind: owner.kind.clone(), name: owner.name.clone() }
+    Workload { kind: known_kind(&owner.kind), name: owner.name.clone() }
+}
+
+/// An owner's kind, not allocated when it is one of the usual ones.
+fn known_kind(kind: &str) -> Cow<'static, str> {
+    const KNOWN: [&str; 7] =
+        ["ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController", "Node"];
+    KNOWN.iter().find(|k| **k == kind).map_or_else(|| Cow::Owned(kind.to_string()), |k| Cow::Borrowed(*k))
+}
+
+/// A pod's phase as one of the API's five (anything else: `Unknown`).
+fn phase(p: Option<&str>) -> &'static str {
+    match p {
+        Some("Pending") => "Pending",
+        Some("Running") => "Running",
+        Some("Succeeded") => "Succeeded",
+        Some("Failed") => "Failed",
+        _ => "Unknown",
+    }
+}
+
+/// A pod's restart policy (the API's default, `Always`, when unset).
+fn restart_policy(p: Option<&str>) -> &'static str {
+    match p {
+        Some("OnFailure") => "OnFailure",
+        Some("Never") => "Never",
+        _ => "Always",
+    }
 }
 
 /// The projection of `pod`, keeping the labels `keys` names.
@@ -183,14 +219,14 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         workload: workload_of(pod),
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
-        phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+        phase: phase(status.and_then(|s| s.phase.as_deref())),
         reason: short(status.and_then(|s| s.reason.as_ref())),
         message: short(status.and_then(|s| s.message.as_ref())),
         scheduling_gated: spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()),
         unschedulable,
         ready: ready_cond.is_some_and(|c| c.status == "True"),
         ready_changed: ready_cond.and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
-        restart_policy: spec.and_then(|s| s.restart_policy.clone()).unwrap_or_else(|| "Always".into()),
+        restart_policy: restart_policy(spec.and_then(|s| s.restart_policy.as_deref())),
         containers,
     }
 }
@@ -284,7 +320,7 @@ mod tests {
         .unwrap();
         let v = view(&p, &keys);
         assert_eq!(v.labels.labels.len(), 1, "only the referenced key");
-        assert_eq!(v.labels.labels["tier"], "backend");
+        assert_eq!(v.labels.get("tier"), Some("backend"));
         assert_eq!(v.containers.len(), MAX_CONTAINERS);
         assert_eq!(v.message.len(), MAX_MESSAGE_BYTES);
         assert!(

@@ -40,3 +40,11 @@ use kube::CustomResourceExt;
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![crd::PodDebugger::crd()]
 }
+
+#[cfg(test)]
+mod heap_budget;
+
+// Unit tests count heap bytes (heap_budget.rs) through this allocator.
+#[cfg(test)]
+#[global_allocator]
+static HEAP: flotilla_testenv::heap::Counting = flotilla_testenv::heap::Counting;

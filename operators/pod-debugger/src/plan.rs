@@ -92,7 +92,7 @@ pub fn plan<'p>(
         .into_iter()
         .filter(|p| p.namespace == rule.namespace && !p.terminating && !p.mirror)
         // Labels past what a view keeps match no selector.
-        .filter(|p| !p.labels.cut && rule.selector.matches(&p.labels.labels))
+        .filter(|p| p.labels.matched_by(rule.selector))
         .map(|p| PodPlan { pod: p.name.clone(), uid: p.uid.clone(), decision: decide(rule, p, memory, now) })
         .collect();
     out.sort_by(|a, b| a.pod.cmp(&b.pod));
@@ -168,7 +168,6 @@ pub fn forget(memory: &mut Memory, plans: &[PodPlan], now: Instant) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use flotilla_shared::selector::LabelSelector;
@@ -185,10 +184,7 @@ mod tests {
             namespace: "shop".into(),
             name: name.into(),
             uid: format!("uid-{name}"),
-            labels: flotilla_shared::pods::PodLabels {
-                labels: BTreeMap::from([("app".into(), "payment".into())]),
-                cut: false,
-            },
+            labels: flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]),
             running: true,
             containers: vec!["app".into(), "side".into()],
             running_containers: vec!["app".into(), "side".into()],
@@ -226,7 +222,7 @@ mod tests {
         let mut other_ns = pod("a");
         other_ns.namespace = "bank".into();
         let mut other_label = pod("b");
-        other_label.labels.labels.insert("app".into(), "cart".into());
+        other_label.labels = flotilla_shared::pods::PodLabels::from_pairs([("app", "cart")]);
         let mut cut = pod("e");
         cut.labels.cut = true;
         let mut terminating = pod("c");

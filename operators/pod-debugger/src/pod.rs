@@ -150,7 +150,7 @@ mod tests {
         let keys = LabelKeys::new();
         keys.set([(Some("n".to_string()), "app".to_string())]);
         let v = view(&pod, &keys);
-        assert_eq!(v.labels.labels, BTreeMap::from([("app".to_string(), "payment".to_string())]));
+        assert_eq!(v.labels, flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]));
         assert!(v.running && v.mirror && !v.terminating);
         assert_eq!(v.containers, ["app", "side"]);
         assert_eq!(v.running_containers, ["app"]);

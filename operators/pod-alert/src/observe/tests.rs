@@ -26,14 +26,14 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
         workload: Workload { kind: "Deployment".into(), name: workload.into() },
         created: Some(t(0)),
         deleting: false,
-        phase: "Running".into(),
+        phase: "Running",
         reason: String::new(),
         message: String::new(),
         scheduling_gated: false,
         unschedulable: None,
         ready: true,
         ready_changed: Some(t(0)),
-        restart_policy: "Always".into(),
+        restart_policy: "Always",
         containers: vec![ContainerView {
             name: "app".into(),
             init: false,
@@ -51,13 +51,13 @@ pub(crate) fn crashing(mut p: PodView, restarts: u32, at: i64, reason: &str) -> 
     c.ready = false;
     c.restart_count = restarts;
     c.state = State::Waiting { reason: "CrashLoopBackOff".into(), message: "back-off".into() };
-    c.last_termination = Some(Termination {
+    c.last_termination = Some(Box::new(Termination {
         reason: reason.into(),
         exit_code: if reason == "OOMKilled" { 137 } else { 1 },
         started_at: Some(t(at - 1)),
         finished_at: Some(t(at)),
         container_id: format!("containerd://{}-{restarts}", p.uid),
-    });
+    }));
     p.ready = false;
     p
 }
@@ -126,7 +126,7 @@ fn image_pull_and_config_errors_are_stuck_reasons() {
         ("CreateContainerConfigError", Reason::CreateContainerConfigError),
     ] {
         let mut p = pod("w", "web");
-        p.phase = "Pending".into();
+        p.phase = "Pending";
         p.containers[0].state = State::Waiting { reason: waiting.into(), message: "x".into() };
         let f = eval(&[p], &r, 10);
         assert_eq!(f.problems.len(), 1, "{waiting}");
@@ -140,7 +140,7 @@ fn image_pull_and_config_errors_are_stuck_reasons() {
 fn pending_unschedulable_and_not_started() {
     let r = rules(serde_json::json!({}));
     let mut p = pod("w", "web");
-    p.phase = "Pending".into();
+    p.phase = "Pending";
     p.unschedulable = Some(("Unschedulable".into(), "0/1 nodes are available".into()));
     p.containers.clear();
     let f = eval(&[p.clone()], &r, 10);
@@ -165,18 +165,18 @@ fn pending_unschedulable_and_not_started() {
 fn expected_states_are_skipped_and_counted() {
     let r = rules(serde_json::json!({"ignore": {"containerNames": ["sidecar"], "podNamePatterns": ["canary-*"]}}));
     let mut done = pod("job-1", "job");
-    done.phase = "Succeeded".into();
+    done.phase = "Succeeded";
     let mut deleting = crashing(pod("old-1", "web"), 5, 95, "Error");
     deleting.deleting = true;
     let mut gated = pod("gated", "web");
-    gated.phase = "Pending".into();
+    gated.phase = "Pending";
     gated.scheduling_gated = true;
     let canary = crashing(pod("canary-1", "web"), 5, 95, "Error");
     let mut side = crashing(pod("s-1", "web"), 5, 95, "Error");
     side.containers[0].name = "sidecar".into();
     let mut exited0 = pod("x-1", "web");
-    exited0.restart_policy = "Never".into();
-    exited0.containers[0].state = State::Terminated(Termination { exit_code: 0, ..Default::default() });
+    exited0.restart_policy = "Never";
+    exited0.containers[0].state = State::Terminated(Box::new(Termination { exit_code: 0, ..Default::default() }));
     let f = eval(&[done, deleting, gated, canary, side, exited0], &r, 100);
     assert!(f.problems.is_empty(), "{:?}", f.problems);
     let count = |s: Skip| f.skipped.get(&s).copied().unwrap_or(0);
@@ -199,20 +199,20 @@ fn a_reason_filter_that_drops_problems_says_so() {
 fn failed_containers_that_do_not_restart_and_evictions() {
     let r = rules(serde_json::json!({}));
     let mut p = pod("job-x", "job");
-    p.restart_policy = "Never".into();
-    p.phase = "Failed".into();
-    p.containers[0].state = State::Terminated(Termination {
+    p.restart_policy = "Never";
+    p.phase = "Failed";
+    p.containers[0].state = State::Terminated(Box::new(Termination {
         reason: "Error".into(),
         exit_code: 2,
         started_at: None,
         finished_at: Some(t(50)),
         container_id: "containerd://j".into(),
-    });
+    }));
     let f = eval(&[p], &r, 100);
     assert_eq!(f.problems[0].key.reason, Reason::Error);
     assert_eq!(f.problems[0].incarnation.as_deref(), Some("containerd://j"));
     let mut e = pod("ev", "web");
-    e.phase = "Failed".into();
+    e.phase = "Failed";
     e.reason = "Evicted".into();
     e.message = "The node was low on resource: memory.".into();
     e.containers.clear();

@@ -1,0 +1,53 @@
+//! The guard on pod-alert's memory per pod (issue 28): what its pod cache keeps
+//! of realistic pods (`flotilla_testenv::fixtures::deployment_pod`) while
+//! a selector references one label key — the view, its key and the map's
+//! slot — counted by the test allocator (`flotilla_testenv::heap`), not
+//! sampled from RSS. At 150,000 pods (Kubernetes' limit) the budget is what
+//! fits the chart's 128Mi next to the idle process; RSS figures are
+//! `cargo xtask bench scale`'s.
+
+use flotilla_shared::pods::LabelKeys;
+use flotilla_shared::projection;
+use flotilla_testenv::fixtures::deployment_pod;
+use flotilla_testenv::heap::heap_of;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::watcher;
+
+use crate::pod::view;
+
+/// Bytes the cache may hold per pod (malloc's per-chunk cost included).
+const BUDGET: usize = 1536;
+/// Pods in the measured cache (its map's slots are shared out).
+const PODS: usize = 2000;
+
+#[test]
+fn the_pod_cache_holds_at_most_its_budget_per_pod() {
+    let pods: Vec<Pod> = (0..PODS).map(deployment_pod).collect();
+    let keys = LabelKeys::new();
+    keys.set(
+        (0..if std::env::var_os("NO_KEYS").is_some() { 0 } else { 100 })
+            .map(|t| (Some(format!("team-{t:03}")), "app.kubernetes.io/name".to_string())),
+    );
+    // Fed as the pod watch feeds it (shared::pods::watch_pods).
+    let ((store, _writer), heap) = heap_of(|| {
+        let (store, mut writer) = projection::store();
+        for pod in &pods {
+            writer.apply(watcher::Event::Apply(pod.clone()), |pod: Pod| {
+                (format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), view(&pod, &keys))
+            });
+        }
+        (store, writer)
+    });
+    assert_eq!(store.len(), PODS);
+    let per_pod = heap.bytes / PODS;
+    let with_malloc = heap.with_malloc_overhead() / PODS;
+    let at_limit = with_malloc as f64 * 150_000.0 / (1024.0 * 1024.0);
+    println!(
+        "pod-alert holds {per_pod} B per pod ({with_malloc} B with malloc's per-chunk cost): {at_limit:.0} MiB at 150,000 pods"
+    );
+    assert!(
+        with_malloc <= BUDGET,
+        "pod-alert holds {with_malloc} B per pod in its cache, over the budget of {BUDGET} B"
+    );
+}
