@@ -12,8 +12,9 @@
 //! | [`machine`] | the LoadTest state machine (pure) |
 //! | [`results`] | merged results and the verdict (pure) |
 //! | [`simple`] | SimpleDeployment's child pod (pure) |
+//! | [`simple_deployment`] | SimpleDeployment's controller: its one child kept |
 //! | [`metrics`] | `flotilla_load_tester_*` |
-//! | [`controller`] | the two controllers: watches, actions, status |
+//! | [`controller`] | the LoadTest controller (and both controllers' start): watches, actions, status |
 
 pub mod controller;
 pub mod crd;
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod results;
 pub mod runner;
 pub mod simple;
+pub mod simple_deployment;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
