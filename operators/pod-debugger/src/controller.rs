@@ -378,9 +378,7 @@ async fn dry_run(
     })?;
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
     let uid = plans.iter().find(|p| p.pod == pod).map(|p| p.uid.as_str()).unwrap_or_default();
-    let body = patch(&ephemeral_container(&rule.spec, container, target), uid);
-    let pp = PatchParams { dry_run: true, field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
-    let result = match api.patch_ephemeral_containers(pod, &pp, &Patch::Strategic(&body)).await {
+    let result = match add_container(&api, data, rule, container, (pod, uid, target), true).await {
         Ok(_) => Ok(()),
         // The spec itself is refused (Pod Security, validation, a webhook).
         Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
@@ -399,6 +397,21 @@ async fn dry_run(
     refusal
 }
 
+/// The one write to a pod: `container` added to `pod` (its UID checked by
+/// the patch, its target container named), or a dry run of that.
+async fn add_container(
+    api: &Api<Pod>,
+    data: &Data,
+    rule: &PodDebugger,
+    container: &str,
+    (pod, uid, target): (&str, &str, &str),
+    dry_run: bool,
+) -> Result<(), kube::Error> {
+    let body = patch(&ephemeral_container(&rule.spec, container, target), uid);
+    let pp = PatchParams { dry_run, field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
+    api.patch_ephemeral_containers(pod, &pp, &Patch::Strategic(&body)).await.map(|_| ())
+}
+
 /// Adds the container to every pod the plan says, a few at a time; each
 /// result turns the pod's decision into Added or Refused.
 async fn add(
@@ -411,7 +424,6 @@ async fn add(
     data: &Data,
 ) {
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
-    let pp = PatchParams { field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
     let jobs: Vec<(usize, String, String, String)> = plans
         .iter()
         .enumerate()
@@ -422,10 +434,9 @@ async fn add(
         .collect();
     let results: Vec<(usize, String, Result<(), kube::Error>)> = futures::stream::iter(jobs)
         .map(|(i, pod, uid, target)| {
-            let (api, pp) = (api.clone(), pp.clone());
-            let body = patch(&ephemeral_container(&rule.spec, container, &target), &uid);
+            let api = &api;
             async move {
-                let r = api.patch_ephemeral_containers(&pod, &pp, &Patch::Strategic(&body)).await.map(|_| ());
+                let r = add_container(api, data, rule, container, (&pod, &uid, &target), false).await;
                 (i, target, r)
             }
         })
