@@ -41,7 +41,8 @@ pub struct ChartRun {
 }
 
 /// Renders operator `op`'s chart with `values` (a values file's content,
-/// written into `dir`), applies its ServiceAccount and RBAC objects, and
+/// written into `dir`), applies its ServiceAccount, RBAC and admission
+/// policy objects, and
 /// returns how it runs the operator.
 pub async fn install_chart(client: &Client, op: &str, values: &Value, dir: &Path) -> anyhow::Result<ChartRun> {
     flotilla_e2e::build_chart_dependencies()?;
@@ -60,6 +61,10 @@ pub async fn install_chart(client: &Client, op: &str, values: &Value, dir: &Path
             "ClusterRoleBinding" => "clusterrolebindings",
             "Role" => "roles",
             "RoleBinding" => "rolebindings",
+            // The operators refuse what these guard while they are missing
+            // (--require-admission-policy), as in a real install.
+            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
             "Deployment" => {
                 run = Some(chart_run(&doc)?);
                 continue;
@@ -73,7 +78,9 @@ pub async fn install_chart(client: &Client, op: &str, values: &Value, dir: &Path
         let name = obj.metadata.name.clone().context("metadata.name")?;
         let api: Api<DynamicObject> = match obj.metadata.namespace.as_deref() {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-            None if kind.starts_with("Cluster") => Api::all_with(client.clone(), &ar),
+            None if kind.starts_with("Cluster") || kind.starts_with("ValidatingAdmissionPolicy") => {
+                Api::all_with(client.clone(), &ar)
+            }
             None => Api::namespaced_with(client.clone(), SYSTEM_NS, &ar),
         };
         api.patch(&name, &PatchParams::apply("scale-bench").force(), &Patch::Apply(&obj))
