@@ -73,3 +73,15 @@ pub fn deployment_pod(i: usize) -> Pod {
     }))
     .unwrap_or_else(|e| panic!("a realistic pod: {e}"))
 }
+
+/// What a pod cache holds per pod: `build` makes the cache from `count`
+/// realistic pods ([`deployment_pod`]) and returns how many it holds; the
+/// heap bytes it keeps (`crate::heap`, counted, not sampled) are shared
+/// out over them, without and with malloc's per-chunk cost. Needs the
+/// counting allocator as the test binary's global allocator.
+pub fn held_per_pod(count: usize, build: impl FnOnce(&[Pod]) -> Box<dyn std::any::Any>) -> (usize, usize) {
+    let pods: Vec<Pod> = (0..count).map(deployment_pod).collect();
+    let (cache, heap) = crate::heap::heap_of(|| build(&pods));
+    drop(cache);
+    (heap.bytes / count.max(1), heap.with_malloc_overhead() / count.max(1))
+}

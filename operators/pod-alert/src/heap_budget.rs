@@ -8,8 +8,7 @@
 
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
-use flotilla_testenv::fixtures::deployment_pod;
-use flotilla_testenv::heap::heap_of;
+use flotilla_testenv::fixtures::held_per_pod;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::watcher;
@@ -18,30 +17,22 @@ use crate::pod::view;
 
 /// Bytes the cache may hold per pod (malloc's per-chunk cost included).
 const BUDGET: usize = 1536;
-/// Pods in the measured cache (its map's slots are shared out).
-const PODS: usize = 2000;
 
 #[test]
 fn the_pod_cache_holds_at_most_its_budget_per_pod() {
-    let pods: Vec<Pod> = (0..PODS).map(deployment_pod).collect();
     let keys = LabelKeys::new();
-    keys.set(
-        (0..if std::env::var_os("NO_KEYS").is_some() { 0 } else { 100 })
-            .map(|t| (Some(format!("team-{t:03}")), "app.kubernetes.io/name".to_string())),
-    );
+    keys.set((0..100).map(|t| (Some(format!("team-{t:03}")), "app.kubernetes.io/name".to_string())));
     // Fed as the pod watch feeds it (shared::pods::watch_pods).
-    let ((store, _writer), heap) = heap_of(|| {
+    let (per_pod, with_malloc) = held_per_pod(2000, |pods| {
         let (store, mut writer) = projection::store();
-        for pod in &pods {
+        for pod in pods {
             writer.apply(watcher::Event::Apply(pod.clone()), |pod: Pod| {
                 (format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), view(&pod, &keys))
             });
         }
-        (store, writer)
+        assert_eq!(store.len(), pods.len());
+        Box::new((store, writer))
     });
-    assert_eq!(store.len(), PODS);
-    let per_pod = heap.bytes / PODS;
-    let with_malloc = heap.with_malloc_overhead() / PODS;
     let at_limit = with_malloc as f64 * 150_000.0 / (1024.0 * 1024.0);
     println!(
         "pod-alert holds {per_pod} B per pod ({with_malloc} B with malloc's per-chunk cost): {at_limit:.0} MiB at 150,000 pods"
