@@ -536,6 +536,9 @@ fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool
     (previous, run)
 }
 
+/// How long a failed log read waits before its one retry.
+const LOG_READ_RETRY: Duration = Duration::from_secs(2);
+
 /// Reads the log tail of each newly opened or escalated incident, or shares
 /// the one another PodAlert read for the same incident key; drops the
 /// transitions a log pattern silences.
@@ -573,12 +576,22 @@ async fn read_logs(
                 let mut tries = vec![src.pod.clone()];
                 tries.extend(inc.pods.iter().filter(|p| **p != src.pod).take(1).cloned());
                 let mut logs = Ok(String::new());
-                for p in tries {
-                    let (previous, run) = crashed_run(data, &pod_ns, &p, &container, src.previous);
-                    logs =
-                        crate::logs::read(&data.ctx.client, &pod_ns, &p, &container, previous, run, lines, bytes).await;
-                    if logs.is_ok() {
-                        break;
+                'pods: for p in tries {
+                    for attempt in 0..2 {
+                        if attempt > 0 {
+                            // While a run is being replaced the kubelet can
+                            // answer "unable to retrieve container logs" (seen
+                            // in CI): once more, a moment later, as the newest
+                            // view then tells it.
+                            tokio::time::sleep(LOG_READ_RETRY).await;
+                        }
+                        let (previous, run) = crashed_run(data, &pod_ns, &p, &container, src.previous);
+                        logs =
+                            crate::logs::read(&data.ctx.client, &pod_ns, &p, &container, previous, run, lines, bytes)
+                                .await;
+                        if logs.is_ok() {
+                            break 'pods;
+                        }
                     }
                 }
                 let result = if logs.is_ok() { "success" } else { "unavailable" };
