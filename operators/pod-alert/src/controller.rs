@@ -234,10 +234,7 @@ async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Ar
             let alerts = data.alerts.state();
             // `allNamespaces` counts only where it is honoured: a refused
             // one must not wake on every pod change of the cluster.
-            let everywhere = |a: &PodAlert| {
-                a.spec.all_namespaces
-                    && a.metadata.namespace.as_ref().is_some_and(|ns| data.options.cluster_scope.contains(ns))
-            };
+            let everywhere = |a: &PodAlert| data.everywhere(a);
             for alert in flotilla_shared::pods::concerned(&alerts, namespaces, everywhere) {
                 let _ = data.trigger.unbounded_send(alert);
             }
@@ -290,9 +287,16 @@ impl Data {
     /// The namespace whose pods `a` reads (None: every namespace, where its
     /// `allNamespaces` is honoured).
     fn scope(&self, a: &PodAlert) -> Option<String> {
-        let ns = a.metadata.namespace.clone();
-        let everywhere = a.spec.all_namespaces && ns.as_ref().is_some_and(|n| self.options.cluster_scope.contains(n));
-        if everywhere { None } else { ns }
+        if self.everywhere(a) { None } else { a.metadata.namespace.clone() }
+    }
+
+    /// Whether `a`'s `allNamespaces` is honoured: set, in a trusted namespace,
+    /// and the admission policy in place. A refused one neither keeps label
+    /// keys of every namespace nor wakes on every pod change.
+    fn everywhere(&self, a: &PodAlert) -> bool {
+        a.spec.all_namespaces
+            && a.metadata.namespace.as_ref().is_some_and(|n| self.options.cluster_scope.contains(n))
+            && self.admission.check().is_ok()
     }
 
     /// Drops the state of deleted PodAlerts (their sink workers end), the
