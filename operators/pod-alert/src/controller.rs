@@ -22,6 +22,7 @@ use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
+use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -36,10 +37,10 @@ use crate::crd::{PodAlert, PodAlertStatus, Reason, SecretKeyRef, SinkStatus};
 use crate::delivery::{Delivery, Payload, Sink, SinkRules, Target, read_secret};
 use crate::error::Error;
 use crate::incident::{Book, Change, Transition};
-use crate::logs::{Identity, Run, Tails};
+use crate::logs::{Identity, Run, Tail, Tails};
 use crate::metrics::AlertMetrics;
 use crate::notify::{IncidentView, Notification, alertmanager_alerts};
-use crate::observe::evaluate;
+use crate::observe::{Key, evaluate};
 use crate::pod::{PodView, State as RunState, elapsed, view};
 use crate::rules::Rules;
 use crate::status::{self, Summary};
@@ -542,10 +543,30 @@ fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool
 
 /// How long a failed log read waits before its one retry.
 const LOG_READ_RETRY: Duration = Duration::from_secs(2);
+/// Log reads one reconcile waits on side by side. A PodAlert over the whole
+/// cluster opens many incidents at once (after a start, on a bad rollout),
+/// and a failed read waits [`LOG_READ_RETRY`] or up to the read timeout: one
+/// after the other, 20 incidents on unreachable nodes held the PodAlert's
+/// status for minutes (`cargo xtask bench scale`). Memory stays bounded by
+/// the reads in flight across all PodAlerts (`logs::READS_IN_FLIGHT`).
+const LOG_READS_AT_ONCE: usize = 16;
+
+/// A log tail a transition needs read (or shared from another PodAlert's read).
+struct TailRead {
+    key: Key,
+    id: Identity,
+    namespace: String,
+    container: String,
+    /// The incident's log source first, then one other pod of it.
+    pods: Vec<String>,
+    /// The crashed run is `previous`, as the evaluation saw it.
+    previous: bool,
+}
 
 /// Reads the log tail of each newly opened or escalated incident, or shares
 /// the one another PodAlert read for the same incident key; drops the
-/// transitions a log pattern silences.
+/// transitions a log pattern silences. The reads run side by side
+/// ([`LOG_READS_AT_ONCE`]); the book is changed only once they are done.
 async fn read_logs(
     ns: &str,
     rules: &Rules,
@@ -555,62 +576,53 @@ async fn read_logs(
     now: Timestamp,
 ) -> Vec<Transition> {
     let (lines, bytes) = (rules.tail_lines, rules.max_bytes);
+    let reads: Vec<Option<TailRead>> = transitions
+        .iter()
+        .map(|t| {
+            if !matches!(t.change, Change::Opened { .. } | Change::Escalated { .. }) {
+                return None;
+            }
+            let inc = st.book.incidents.get(&t.key)?;
+            let src = inc.log_source.as_ref().filter(|_| !inc.key.container.is_empty())?;
+            // The kubelet may have dropped a run's log file (it keeps one
+            // dead container per container): then another pod of the
+            // incident, at most two pods.
+            let mut pods = vec![src.pod.clone()];
+            pods.extend(inc.pods.iter().filter(|p| **p != src.pod).take(1).cloned());
+            Some(TailRead {
+                key: t.key.clone(),
+                id: Identity { pod: src.pod.clone(), incarnation: src.incarnation.clone().unwrap_or_default() },
+                namespace: if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() },
+                container: inc.key.container.clone(),
+                pods,
+                previous: src.previous,
+            })
+        })
+        .collect();
+    let tails: Vec<Option<(Arc<Tail>, String)>> = futures::stream::iter(reads)
+        .map(|read| async move {
+            match read {
+                Some(read) => Some(read_tail(data, read, lines, bytes, now).await),
+                None => None,
+            }
+        })
+        .buffered(LOG_READS_AT_ONCE)
+        .collect()
+        .await;
+
     let mut kept = Vec::with_capacity(transitions.len());
-    for t in transitions {
+    for (t, tail) in transitions.into_iter().zip(tails) {
         if !matches!(t.change, Change::Opened { .. } | Change::Escalated { .. }) {
             kept.push(t);
             continue;
         }
         let Some(inc) = st.book.incidents.get_mut(&t.key) else { continue };
-        let source = inc.log_source.clone().filter(|_| !inc.key.container.is_empty());
-        let judged = if let Some(src) = source {
-            let container = inc.key.container.clone();
-            let pod_ns = if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() };
-            let id = Identity { pod: src.pod.clone(), incarnation: src.incarnation.clone().unwrap_or_default() };
-            let gate = data.tails.gate(&t.key);
-            let _reading = gate.lock().await;
-            if let Some(tail) = data.tails.reusable(&t.key, &id, lines, bytes, now) {
-                let text = tail.view(lines, bytes);
+        let judged = match tail {
+            Some((tail, text)) => {
                 inc.logs = Some(tail);
                 text
-            } else {
-                // The kubelet may have dropped a run's log file (it keeps one
-                // dead container per container): then another pod of the
-                // incident, at most two pods.
-                let mut tries = vec![src.pod.clone()];
-                tries.extend(inc.pods.iter().filter(|p| **p != src.pod).take(1).cloned());
-                let mut logs = Ok(String::new());
-                'pods: for p in tries {
-                    for attempt in 0..2 {
-                        if attempt > 0 {
-                            // While a run is being replaced the kubelet can
-                            // answer "unable to retrieve container logs" (seen
-                            // in CI): once more, a moment later, as the newest
-                            // view then tells it.
-                            tokio::time::sleep(LOG_READ_RETRY).await;
-                        }
-                        let (previous, run) = crashed_run(data, &pod_ns, &p, &container, src.previous);
-                        logs =
-                            crate::logs::read(&data.ctx.client, &pod_ns, &p, &container, previous, run, lines, bytes)
-                                .await;
-                        if logs.is_ok() {
-                            break 'pods;
-                        }
-                    }
-                }
-                let result = if logs.is_ok() { "success" } else { "unavailable" };
-                data.metrics.log_reads.with_label_values(&[result]).inc();
-                if let Err(e) = &logs {
-                    tracing::warn!(incident = %t.key, pod = %src.pod, error = %e, "could not read the log tail");
-                }
-                // The whole tail is read and judged (ignore.logPatterns);
-                // what is held is what the namespace's share leaves room for.
-                let text = logs.unwrap_or_else(|e| e);
-                inc.logs = Some(data.tails.store(&t.key, id, lines, bytes, text.clone(), now));
-                text
             }
-        } else {
-            inc.log_text(lines, bytes)
+            None => inc.log_text(lines, bytes),
         };
         if let Some(pattern) = rules.suppressing_pattern(&judged) {
             tracing::info!(incident = %t.key, pattern, "held back: the log matches ignore.logPatterns");
@@ -620,6 +632,45 @@ async fn read_logs(
         kept.push(t);
     }
     kept
+}
+
+/// One incident's tail: shared when another PodAlert read it for this run
+/// (one read at a time per incident key), else read and stored. The whole
+/// tail is returned to be judged (ignore.logPatterns); what is held is what
+/// the namespace's share leaves room for.
+async fn read_tail(data: &Data, read: TailRead, lines: u32, bytes: usize, now: Timestamp) -> (Arc<Tail>, String) {
+    let gate = data.tails.gate(&read.key);
+    let _reading = gate.lock().await;
+    if let Some(tail) = data.tails.reusable(&read.key, &read.id, lines, bytes, now) {
+        let text = tail.view(lines, bytes);
+        return (tail, text);
+    }
+    let mut logs = Ok(String::new());
+    'pods: for p in &read.pods {
+        for attempt in 0..2 {
+            if attempt > 0 {
+                // While a run is being replaced the kubelet can answer
+                // "unable to retrieve container logs" (seen in CI): once
+                // more, a moment later, as the newest view then tells it.
+                tokio::time::sleep(LOG_READ_RETRY).await;
+            }
+            let (previous, run) = crashed_run(data, &read.namespace, p, &read.container, read.previous);
+            logs =
+                crate::logs::read(&data.ctx.client, &read.namespace, p, &read.container, previous, run, lines, bytes)
+                    .await;
+            if logs.is_ok() {
+                break 'pods;
+            }
+        }
+    }
+    let result = if logs.is_ok() { "success" } else { "unavailable" };
+    data.metrics.log_reads.with_label_values(&[result]).inc();
+    if let Err(e) = &logs {
+        tracing::warn!(incident = %read.key, pod = %read.id.pod, error = %e, "could not read the log tail");
+    }
+    let text = logs.unwrap_or_else(|e| e);
+    let tail = data.tails.store(&read.key, read.id, lines, bytes, text.clone(), now);
+    (tail, text)
 }
 
 /// Starts, replaces or stops sink workers to match the spec.
