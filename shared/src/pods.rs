@@ -174,15 +174,36 @@ pub async fn watch_pods<T: PartialEq>(
     namespace_of: impl for<'a> Fn(&'a T) -> &'a str,
     keys: LabelKeys,
     health: WatchHealth,
-    mut changed: impl FnMut(&[&str]),
+    changed: impl FnMut(&[&str]),
 ) {
+    let config = watcher::Config::default().any_semantic().page_size(PAGE_SIZE);
+    watch_labelled(api, config, writer, view, namespace_of, keys, health, changed).await;
+}
+
+/// [`watch_pods`] for any namespaced kind whose views keep the label keys
+/// `keys` says (config-copier's sources: metadata only), with the watch
+/// settings `config`.
+#[allow(clippy::too_many_arguments)]
+pub async fn watch_labelled<K, T: PartialEq>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<T>,
+    view: impl Fn(&K) -> T,
+    namespace_of: impl for<'a> Fn(&'a T) -> &'a str,
+    keys: LabelKeys,
+    health: WatchHealth,
+    mut changed: impl FnMut(&[&str]),
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default + Clone + Eq + std::hash::Hash,
+{
     let started: Option<Instant> = None;
     let watches = futures::stream::unfold((started, keys.relist.subscribe()), move |(last, mut relist)| {
-        let (api, keys) = (api.clone(), keys.clone());
+        let (api, keys, config) = (api.clone(), keys.clone(), config.clone());
         async move {
             if let Some(last) = last {
                 tokio::time::sleep(RELIST_GAP.saturating_sub(last.elapsed())).await;
-                tracing::info!("listing the pods again: a selector references a label key the views lack");
+                tracing::info!("listing again: a selector references a label key the views lack");
             }
             relist.borrow_and_update();
             let listing = keys.wanted();
@@ -193,7 +214,7 @@ pub async fn watch_pods<T: PartialEq>(
                 }
             };
             let marks = keys.clone();
-            let watch = watcher(api, watcher::Config::default().any_semantic().page_size(PAGE_SIZE))
+            let watch = watcher(api, config)
                 .inspect(move |e| {
                     if matches!(e, Ok(watcher::Event::InitDone)) {
                         marks.listed(listing.clone());
@@ -205,7 +226,7 @@ pub async fn watch_pods<T: PartialEq>(
     })
     .flatten();
     let watch = health.track(watches);
-    let project = |pod: Pod| (format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), view(&pod));
+    let project = |o: K| (format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()), view(&o));
     writer.run(watch, project, move || health.synced(), |changes| changed(&touched(changes, &namespace_of))).await;
 }
 

@@ -177,6 +177,19 @@ impl Selector {
         })
     }
 
+    /// The label keys the selector reads.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        use kube::core::Expression;
+        self.0.iter().map(|e| match e {
+            Expression::Equal(k, _)
+            | Expression::NotEqual(k, _)
+            | Expression::In(k, _)
+            | Expression::NotIn(k, _)
+            | Expression::Exists(k)
+            | Expression::DoesNotExist(k) => k.as_str(),
+        })
+    }
+
     /// The selector in the API's `labelSelector` query syntax.
     pub fn to_query(&self) -> String {
         kube::core::Selector::from_iter(self.0.iter().cloned()).to_string()

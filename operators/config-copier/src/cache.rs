@@ -1,8 +1,8 @@
 //! What config-copier watches, kept small, each on a
 //! [`flotilla_shared::projection`] store: namespaces (metadata only), copies
 //! (metadata only, selected by the ownership label: no payload is ever held
-//! for a copy) and each rule's sources (metadata only, in the rule's
-//! namespace only: a name and a resourceVersion each). Every change triggers
+//! for a copy) and every possible source ([`SourceIndex`]: one metadata-only
+//! watch per kind for all rules). Every change triggers
 //! the rules concerned. Beside the stores: what reads of sources taught
 //! ([`SourceInfo`] per resourceVersion: size, type, hashes; no payload), the
 //! resourceVersions config-copier wrote or verified (a copy at another
@@ -20,17 +20,16 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::ApiResource;
 use kube::core::PartialObjectMeta;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::task::JoinHandle;
 
-use crate::copy::{COPIES_SELECTOR, CopyKey, NOT_A_COPY, Observed, Payload, RuleId, SourceInfo, SourceMeta};
+use crate::copy::{COPIES_SELECTOR, CopyKey, Observed, Payload, RuleId, SourceInfo, SourceMeta};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
-use crate::plan::{Claim, NamespaceInfo, OwnerState};
+use crate::plan::{Claim, NamespaceInfo, OwnerState, SourceSelection};
+use crate::sources::SourceIndex;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -63,45 +62,21 @@ pub struct Caches {
     writers: Mutex<Writers>,
     /// resourceVersion of each copy as config-copier last wrote or read it.
     known: Mutex<HashMap<CopyKey, String>>,
-    sources: Mutex<HashMap<RuleId, SourceWatch>>,
+    /// Possible sources, by kind.
+    sources: HashMap<SourceKind, Arc<SourceIndex>>,
     claims: Mutex<HashMap<RuleId, Claim>>,
     reported: Mutex<HashMap<RuleId, BTreeSet<(String, String)>>>,
     /// What the last read of each source taught, by kind, namespace and
     /// name (valid for the resourceVersion it names).
     learned: Mutex<HashMap<SourceKey, Arc<SourceInfo>>>,
-    /// Source watches listing at once (see `watch_sources`).
-    listing: Arc<tokio::sync::Semaphore>,
 }
 
 type SourceKey = (SourceKind, String, String);
-
-/// Source watches that may run their initial list at the same time: after a
-/// restart every rule's watch starts at once; lists are metadata only, but
-/// a namespace's worth of metadata pages is still best not read by every
-/// rule at once.
-const CONCURRENT_SOURCE_LISTS: usize = 4;
 
 #[derive(Default)]
 struct Writers {
     namespaces: Option<projection::Writer<NamespaceInfo>>,
     copies: HashMap<SourceKind, projection::Writer<Option<Observed>>>,
-}
-
-/// One rule's source watch.
-struct SourceWatch {
-    /// Kind, server-side selector and names: a change starts a new watch.
-    ident: String,
-    kind: SourceKind,
-    /// Selected objects; the others are held as their name only.
-    store: projection::Store<Option<SourceMeta>>,
-    last_error: Arc<Mutex<Option<String>>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for SourceWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// A rule's sources as last seen.
@@ -145,11 +120,10 @@ impl Caches {
             copies,
             writers: Mutex::new(writers),
             known: Mutex::new(HashMap::new()),
-            sources: Mutex::new(HashMap::new()),
+            sources: SourceKind::ALL.into_iter().map(|k| (k, Arc::new(SourceIndex::new(k)))).collect(),
             claims: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
-            listing: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SOURCE_LISTS)),
         })
     }
 
@@ -301,54 +275,26 @@ impl Caches {
         new
     }
 
-    /// Forgets a rule (deleted or invalid): its source watch, claim and reports.
+    /// Forgets a rule (deleted or invalid): its label keys, claim and reports.
     pub fn forget_rule(&self, rule: &RuleId) {
-        lock(&self.sources).remove(rule);
+        for index in self.sources.values() {
+            index.forget(rule);
+        }
         lock(&self.reported).remove(rule);
         self.set_claim(rule, None);
     }
 
-    /// Starts (or keeps) the source watch for `rule`: the metadata of
-    /// objects of `kind` in the rule's namespace, selected server-side by
-    /// `query` when given, and never copies themselves. `keep` says which
-    /// objects are selected; the others are held as a name only.
-    pub fn sources(
-        self: &Arc<Self>,
-        rule: &RuleId,
-        kind: SourceKind,
-        query: Option<String>,
-        ident: String,
-        keep: impl Fn(&str, &std::collections::BTreeMap<String, String>) -> bool + Send + Sync + 'static,
-    ) -> Sources {
-        let mut watches = lock(&self.sources);
-        let (store, last_error) = match watches.get(rule).filter(|w| w.ident == ident) {
-            Some(w) => (w.store.clone(), Arc::clone(&w.last_error)),
-            None => {
-                let (store, writer) = projection::store();
-                let last_error = Arc::new(Mutex::new(None));
-                let watch = SourceWatchArgs {
-                    rule: rule.clone(),
-                    query,
-                    writer,
-                    last_error: Arc::clone(&last_error),
-                    keep: Box::new(keep),
-                };
-                let task = match kind {
-                    SourceKind::ConfigMap => tokio::spawn(Arc::clone(self).watch_sources::<ConfigMap>(watch)),
-                    SourceKind::Secret => tokio::spawn(Arc::clone(self).watch_sources::<Secret>(watch)),
-                };
-                watches.insert(
-                    rule.clone(),
-                    SourceWatch { ident, kind, store: store.clone(), last_error: Arc::clone(&last_error), task },
-                );
-                (store, last_error)
+    /// `rule`'s sources of `kind` (what `selection` selects in its
+    /// namespace), from the shared index ([`SourceIndex`]).
+    pub fn sources(&self, rule: &RuleId, kind: SourceKind, selection: &SourceSelection) -> Sources {
+        for (k, index) in &self.sources {
+            if *k != kind {
+                index.forget(rule);
             }
-        };
-        drop(watches);
-        if store.is_ready() {
-            Sources::Ready(store.state().iter().filter_map(|s| s.as_ref().clone()).collect())
-        } else {
-            Sources::NotReady(lock(&last_error).clone())
+        }
+        match self.sources.get(&kind).and_then(|index| index.sources(rule, selection)) {
+            Some(metas) => Sources::Ready(metas),
+            None => Sources::NotReady(None),
         }
     }
 
@@ -372,85 +318,38 @@ impl Caches {
         info
     }
 
-    /// Stops the source watches of rules that no longer exist, and forgets
-    /// what was learned of sources no rule selects any more.
+    /// Forgets the label keys of rules that no longer exist, and what was
+    /// learned of objects that are no longer possible sources.
     pub fn collect_garbage(&self) {
         let live: HashSet<RuleId> =
             self.rules.state().iter().filter_map(|r| r.namespace().map(|ns| RuleId::new(ns, r.name_any()))).collect();
-        let mut sources = lock(&self.sources);
-        sources.retain(|id, _| live.contains(id));
-        let selected: HashSet<SourceKey> = sources
-            .iter()
-            .flat_map(|(id, w)| {
-                w.store
-                    .state()
-                    .into_iter()
-                    .filter_map(|m| m.as_ref().as_ref().map(|m| (w.kind, id.namespace.clone(), m.name.clone())))
-            })
-            .collect();
-        drop(sources);
-        lock(&self.learned).retain(|k, _| selected.contains(k));
+        for index in self.sources.values() {
+            index.retain(&live);
+        }
+        lock(&self.learned)
+            .retain(|(kind, ns, name), _| self.sources.get(kind).is_some_and(|index| index.contains(ns, name)));
         lock(&self.claims).retain(|id, _| live.contains(id));
     }
 
-    pub fn source_watch_count(&self) -> usize {
-        lock(&self.sources).len()
-    }
-
-    /// A rule's source watch: metadata only, so that neither the initial
-    /// list nor a re-list (after an API server restart) brings a payload.
-    async fn watch_sources<K>(self: Arc<Self>, args: SourceWatchArgs)
-    where
-        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + 'static,
-    {
-        let SourceWatchArgs { rule, query, mut writer, last_error, keep } = args;
-        let api: Api<PartialObjectMeta<K>> = Api::namespaced(self.client.clone(), &rule.namespace);
-        let full = match &query {
-            Some(q) if !q.is_empty() => format!("{q},{NOT_A_COPY}"),
-            _ => NOT_A_COPY.to_string(),
-        };
-        let cfg = watcher::Config::default().labels(&full).any_semantic();
-        let mut stream = std::pin::pin!(watcher::watcher(api, cfg).backoff(flotilla_shared::backoff::watch_backoff()));
-        // Objects not selected (a rule with names watches the whole
-        // namespace) are held as their name only.
-        let project = |o: PartialObjectMeta<K>| {
-            let name = o.name_any();
-            let held = keep(&name, o.labels())
-                .then(|| SourceMeta { name: name.clone(), resource_version: o.metadata.resource_version.clone() });
-            (name, held)
-        };
-        // The initial list waits for a turn; later events (and re-lists)
-        // do not.
-        let mut turn = Arc::clone(&self.listing).acquire_owned().await.ok();
-        while let Some(ev) = stream.next().await {
-            if !matches!(ev, Ok(watcher::Event::Init | watcher::Event::InitApply(_))) {
-                drop(turn.take());
+    /// Watches `kind`'s possible sources until the stream ends; a change
+    /// wakes the rules of that kind in the namespaces it touched.
+    pub async fn watch_sources(self: Arc<Self>, kind: SourceKind, health: WatchHealth) {
+        let Some(index) = self.sources.get(&kind).cloned() else { return };
+        let this = Arc::clone(&self);
+        let changed = move |namespaces: &[&str]| {
+            if namespaces.is_empty() {
+                return;
             }
-            match ev {
-                Ok(ev) => {
-                    let init_done = matches!(ev, watcher::Event::InitDone);
-                    let changes = writer.apply_changes(ev, project);
-                    if init_done {
-                        *lock(&last_error) = None;
-                    }
-                    if init_done || !changes.is_empty() {
-                        self.trigger(&rule);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(rule = %rule, error = %e, "watching sources");
-                    let first = lock(&last_error).replace(e.to_string()).is_none();
-                    if first {
-                        self.trigger(&rule);
-                    }
+            for r in this.rules.state() {
+                if r.spec.kind == kind
+                    && let Some(ns) = r.namespace()
+                    && namespaces.binary_search(&ns.as_str()).is_ok()
+                {
+                    this.trigger(&RuleId::new(ns, r.name_any()));
                 }
             }
-        }
+        };
+        index.watch(self.client.clone(), self.scope.clone(), health, changed).await;
     }
 
     /// Watches namespaces (metadata only) until the stream ends.
@@ -541,23 +440,11 @@ impl Caches {
     }
 }
 
-/// What a rule's source watch is started with.
-struct SourceWatchArgs {
-    rule: RuleId,
-    query: Option<String>,
-    writer: projection::Writer<Option<SourceMeta>>,
-    last_error: Arc<Mutex<Option<String>>>,
-    keep: Box<Selects>,
-}
-
-/// Whether an object (by name and labels) is one of a rule's sources.
-type Selects = dyn Fn(&str, &std::collections::BTreeMap<String, String>) -> bool + Send + Sync;
-
 /// A stream of rule references from the caches, for `Controller::reconcile_on`.
 pub fn trigger_channel() -> (UnboundedSender<ObjectRef<CopyRule>>, impl Stream<Item = ObjectRef<CopyRule>> + Send) {
     let (tx, rx) = futures::channel::mpsc::unbounded();
     (tx, rx)
 }
 
-/// How often source watches of deleted rules are collected.
+/// How often what deleted rules left (label keys, learned sources, claims) is collected.
 pub const GC_INTERVAL: Duration = Duration::from_secs(30);

@@ -124,6 +124,11 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
             SourceKind::Secret => "copies-secrets",
         };
         tasks.push(tokio::spawn(Arc::clone(&caches).watch_copies(kind, readiness.watch(name))));
+        let name = match kind {
+            SourceKind::ConfigMap => "sources-configmaps",
+            SourceKind::Secret => "sources-secrets",
+        };
+        tasks.push(tokio::spawn(Arc::clone(&caches).watch_sources(kind, readiness.watch(name))));
     }
     {
         let caches = Arc::clone(&caches);
@@ -297,13 +302,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     let (Some(namespaces), true) = (caches.namespaces(), caches.copies_ready()) else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let query = selection.server_query();
-    let ident = format!("{}|{:?}|{:?}", rule.spec.kind.as_str(), query, selection.names);
-    let keep = {
-        let selection = selection.clone();
-        move |name: &str, labels: &std::collections::BTreeMap<String, String>| selection.selects(name, labels)
-    };
-    let metas = match caches.sources(id, rule.spec.kind, query, ident, keep) {
+    let metas = match caches.sources(id, rule.spec.kind, &selection) {
         Sources::Ready(s) => s,
         Sources::NotReady(None) => return Ok(Action::requeue(Duration::from_secs(2))),
         Sources::NotReady(Some(why)) => {

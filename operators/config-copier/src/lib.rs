@@ -14,7 +14,8 @@
 //! | [`targets`] | a rule's namespace targets: its label selector and name globs (pure) |
 //! | [`copy`] | what a copy looks like: content, ownership marks, hashes (pure) |
 //! | [`plan`] | which copies should exist and the diff against what exists (pure) |
-//! | [`cache`] | label-selected, metadata-only watches that trigger rules; what reads of sources taught |
+//! | [`cache`] | metadata-only watches of namespaces and copies that trigger rules; what reads of sources taught |
+//! | [`sources`] | every possible source, one metadata-only watch per kind for all rules |
 //! | [`budget`] | the bytes of payload held at once (`--max-bytes-in-flight`) |
 //! | [`read`] | the reads of sources' payloads, within that budget |
 //! | [`apply`] | the writes: create, server-side apply, delete, each proving ownership |
@@ -32,6 +33,7 @@ pub mod error;
 pub mod metrics;
 pub mod plan;
 pub mod read;
+pub mod sources;
 pub mod status;
 pub mod targets;
 

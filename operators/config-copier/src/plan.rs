@@ -126,13 +126,9 @@ impl SourceSelection {
         self.names.contains(name) || self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
 
-    /// The label selector the source watch can send to the API server:
-    /// `Some` only when it alone decides (no names).
-    pub fn server_query(&self) -> Option<String> {
-        match &self.selector {
-            Some(s) if self.names.is_empty() => Some(s.to_query()),
-            _ => None,
-        }
+    /// [`Self::selects`] on the label keys a source view keeps.
+    pub fn selects_kept(&self, name: &str, labels: &flotilla_shared::pods::PodLabels) -> bool {
+        self.names.contains(name) || self.selector.as_ref().is_some_and(|s| labels.matched_by(s))
     }
 }
 

@@ -159,10 +159,13 @@ fn default_exclusions_are_lifted_by_naming_but_secret_types_are_not() {
     let share = labels(&[("share", "yes")]);
     assert!(sel.selects("tls", &BTreeMap::new()));
     assert!(!sel.selects("other", &share));
-    assert_eq!(sel.server_query(), None, "names need a namespace-wide watch");
+    let kept = |pairs: &[(&str, &str)]| flotilla_shared::pods::PodLabels::from_pairs(pairs.iter().copied());
+    assert!(sel.selects_kept("tls", &kept(&[])) && !sel.selects_kept("other", &kept(&[("share", "yes")])));
     let both =
         SourceSelection { selector: Some(Selector::new(&selector(&[("share", "yes")])).unwrap()), ..sel.clone() };
     assert!(both.selects("other", &share) && both.selects("tls", &BTreeMap::new()));
+    assert!(both.selects_kept("other", &kept(&[("share", "yes")])) && both.selects_kept("tls", &kept(&[])));
+    assert!(!both.selects_kept("other", &kept(&[("share", "no")])));
     let targets = TargetFilter::default();
     let plan = RulePlan { rule: &rule, kind: SourceKind::Secret, sources: &sel, targets: &targets };
     let all = vec![Arc::new(cert), source(SourceKind::Secret, "other", &[("share", "yes")], Some("Opaque"))];
