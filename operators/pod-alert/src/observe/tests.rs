@@ -105,6 +105,22 @@ fn restarts_are_counted_within_the_window_not_over_the_pods_life() {
 }
 
 #[test]
+fn containers_that_never_restarted_are_not_remembered() {
+    let r = rules(serde_json::json!({}));
+    let mut h = RestartHistory::default();
+    let healthy: Vec<PodView> = (0..1000).map(|i| pod(&format!("web-{i}"), "web")).collect();
+    assert!(evaluate(healthy.iter(), &r, &mut h, t(0)).problems.is_empty());
+    assert_eq!(h.len(), 0, "a PodAlert over every pod held a sample per container");
+    // A container seen first at 0 and later with 3 restarts counts all 3,
+    // as when it was remembered at 0.
+    let first = [pod("w", "web")];
+    evaluate(first.iter(), &r, &mut h, t(0));
+    let f = evaluate([&crashing(pod("w", "web"), 3, 3590, "Error")], &r, &mut h, t(3600));
+    assert_eq!(f.problems.len(), 1, "{f:?}");
+    assert_eq!(h.len(), 1);
+}
+
+#[test]
 fn one_oom_kill_is_a_problem_with_its_incarnation() {
     let r = rules(serde_json::json!({}));
     let mut p = crashing(pod("w", "web"), 1, 95, "OOMKilled");
