@@ -21,7 +21,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
 use crate::health::WatchHealth;
-use crate::projection::{Writer, touched};
+use crate::projection::Writer;
 
 /// Labels a pod view keeps at most (keys and values); a pod with more of
 /// the referenced ones is marked cut and matches no selector.
@@ -171,13 +171,12 @@ pub async fn watch_pods<T: PartialEq>(
     api: Api<Pod>,
     writer: Writer<T>,
     view: impl Fn(&Pod) -> T,
-    namespace_of: impl for<'a> Fn(&'a T) -> &'a str,
     keys: LabelKeys,
     health: WatchHealth,
     changed: impl FnMut(&[&str]),
 ) {
     let config = watcher::Config::default().any_semantic().page_size(PAGE_SIZE);
-    watch_labelled(api, config, writer, view, namespace_of, keys, health, changed).await;
+    watch_labelled(api, config, writer, view, keys, health, changed).await;
 }
 
 /// [`watch_pods`] for any namespaced kind whose views keep the label keys
@@ -189,7 +188,6 @@ pub async fn watch_labelled<K, T: PartialEq>(
     config: watcher::Config,
     writer: Writer<T>,
     view: impl Fn(&K) -> T,
-    namespace_of: impl for<'a> Fn(&'a T) -> &'a str,
     keys: LabelKeys,
     health: WatchHealth,
     mut changed: impl FnMut(&[&str]),
@@ -227,7 +225,15 @@ pub async fn watch_labelled<K, T: PartialEq>(
     .flatten();
     let watch = health.track(watches);
     let project = |o: K| (format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()), view(&o));
-    writer.run(watch, project, move || health.synced(), |changes| changed(&touched(changes, &namespace_of))).await;
+    writer.run(watch, project, move || health.synced(), |changes| changed(&touched_namespaces(changes))).await;
+}
+
+/// The namespaces (sorted, without repeats) of changes keyed `<namespace>/<name>`.
+fn touched_namespaces<T>(changes: &[crate::projection::Change<T>]) -> Vec<&str> {
+    let mut out: Vec<&str> = changes.iter().map(|c| c.key.split_once('/').map_or("", |(ns, _)| ns)).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Waits until `store` holds its first complete list; false when its

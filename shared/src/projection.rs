@@ -213,9 +213,9 @@ impl<T> Store<T> {
 
     /// What `f` makes of each projection it keeps, under one lock, without
     /// cloning the others (a scan of a large store by a small filter).
-    pub fn select<R>(&self, mut f: impl FnMut(&T) -> Option<R>) -> Vec<R> {
+    pub fn select<R>(&self, mut f: impl FnMut(&str, &T) -> Option<R>) -> Vec<R> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.items.values().filter_map(|v| f(v)).collect()
+        state.items.iter().filter_map(|(k, v)| f(k, v)).collect()
     }
 
     /// The projection under `key`.

@@ -1,7 +1,8 @@
 //! The guard on config-copier's memory per copy (issue 28): what it keeps
 //! for each copy it tracks — the copy watch's projection (key, shared
 //! `Option<Observed>`, the map's slot), the resourceVersion it wrote, and
-//! the target namespace in its rule's published claim —
+//! the target namespace in its rule's published claim — and per possible
+//! source (any ConfigMap or Secret in scope: the shared source index),
 //! counted by the test allocator (`flotilla_testenv::heap`), not sampled
 //! from RSS, against 1 KiB per copy. RSS figures are `cargo xtask bench
 //! scale`'s.
@@ -94,4 +95,68 @@ fn config_copier_holds_at_most_1_kib_per_copy() {
     let with_malloc = heap.with_malloc_overhead() / COPIES;
     println!("config-copier holds {per_copy} B per copy ({with_malloc} B with malloc's per-chunk cost)");
     assert!(per_copy <= BUDGET, "config-copier holds {per_copy} B per copy it tracks, over the budget of {BUDGET} B");
+}
+
+/// Bytes config-copier may hold per possible source (every ConfigMap or
+/// Secret in its scope that is not a copy: 10,000 namespaces hold at least
+/// 10,000, one `kube-root-ca.crt` each).
+const SOURCE_BUDGET: usize = 384;
+
+/// A ConfigMap's metadata as the source watch receives it: a Helm-made
+/// object with the usual labels, one of them read by a rule.
+fn source(i: usize) -> PartialObjectMeta<ConfigMap> {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": {
+            "name": format!("checkout-settings-{i}"),
+            "namespace": format!("team-{:04}-production", i % 100),
+            "uid": format!("0b6f3c1e-8d2a-4f57-a1c9-{i:012}"),
+            "resourceVersion": format!("{}", 48_213_377 + i),
+            "creationTimestamp": "2026-01-12T09:14:55Z",
+            "labels": {
+                "app.kubernetes.io/name": "checkout",
+                "app.kubernetes.io/instance": "checkout-production",
+                "app.kubernetes.io/version": "4.12.0",
+                "app.kubernetes.io/component": "api",
+                "app.kubernetes.io/part-of": "shop",
+                "app.kubernetes.io/managed-by": "Helm",
+                "helm.sh/chart": "checkout-4.12.0",
+                "flotilla.dev/share": "true"
+            },
+            "annotations": {"meta.helm.sh/release-name": "checkout", "meta.helm.sh/release-namespace": "team"},
+            "managedFields": [{"manager": "helm", "operation": "Update", "apiVersion": "v1",
+                "time": "2026-01-12T09:14:55Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:data": {"f:settings.yaml": {}}, "f:metadata": {"f:labels": {}}}}]
+        }
+    }))
+    .unwrap_or_else(|e| panic!("a source's metadata: {e}"))
+}
+
+#[test]
+fn config_copier_holds_at_most_its_budget_per_possible_source() {
+    let sources: Vec<PartialObjectMeta<ConfigMap>> = (0..COPIES).map(source).collect();
+    // Every namespace has a rule reading one label key.
+    let keys = flotilla_shared::pods::LabelKeys::new();
+    keys.set((0..100).map(|t| (Some(format!("team-{t:04}-production")), "flotilla.dev/share".to_string())));
+    let ((store, _writer), heap) = heap_of(|| {
+        let (store, mut writer) = projection::store();
+        for o in &sources {
+            writer.apply(watcher::Event::Apply(o.clone()), |o: PartialObjectMeta<ConfigMap>| {
+                (format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()), crate::sources::view(&keys, &o))
+            });
+        }
+        (store, writer)
+    });
+    assert_eq!(store.len(), COPIES);
+    assert!(store.state().iter().all(|v| v.labels.get("flotilla.dev/share") == Some("true")), "the key read is kept");
+    let per_source = heap.with_malloc_overhead() / COPIES;
+    println!(
+        "config-copier holds {} B per possible source ({per_source} B with malloc's per-chunk cost)",
+        heap.bytes / COPIES
+    );
+    assert!(
+        per_source <= SOURCE_BUDGET,
+        "config-copier holds {per_source} B per possible source, over the budget of {SOURCE_BUDGET} B"
+    );
 }

@@ -20,7 +20,7 @@ use flotilla_shared::projection;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 
 use crate::copy::{NOT_A_COPY, RuleId, SourceMeta};
 use crate::crd::SourceKind;
@@ -29,11 +29,9 @@ use crate::plan::SourceSelection;
 /// Metadata list pages: no payload, a few hundred bytes an object.
 const PAGE_SIZE: u32 = 500;
 
-/// What is held of a possible source.
+/// What is held of a possible source, under its key `<namespace>/<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceView {
-    pub namespace: Box<str>,
-    pub name: Box<str>,
     pub resource_version: Option<Box<str>>,
     /// Only the keys a rule in this namespace reads.
     pub labels: PodLabels,
@@ -75,9 +73,10 @@ impl SourceIndex {
             return None;
         }
         let ns = rule.namespace.as_str();
-        Some(self.store.select(|v| {
-            (&*v.namespace == ns && selection.selects_kept(&v.name, &v.labels)).then(|| SourceMeta {
-                name: v.name.to_string(),
+        Some(self.store.select(|key, v| {
+            let name = key.strip_prefix(ns)?.strip_prefix('/')?;
+            selection.selects_kept(name, &v.labels).then(|| SourceMeta {
+                name: name.to_string(),
                 resource_version: v.resource_version.as_deref().map(str::to_string),
             })
         }))
@@ -150,17 +149,16 @@ impl SourceIndex {
         };
         let config = watcher::Config::default().labels(NOT_A_COPY).any_semantic().page_size(PAGE_SIZE);
         let keys = self.keys.clone();
-        let view = move |o: &PartialObjectMeta<K>| {
-            let namespace = o.namespace().unwrap_or_default();
-            SourceView {
-                labels: keys.keep(&namespace, o.metadata.labels.as_ref()),
-                namespace: namespace.into(),
-                name: o.name_any().into(),
-                resource_version: o.metadata.resource_version.as_deref().map(Box::from),
-            }
-        };
-        watch_labelled(api, config, writer, view, |v: &SourceView| &v.namespace, self.keys.clone(), health, changed)
-            .await;
+        let view = move |o: &PartialObjectMeta<K>| view(&keys, o);
+        watch_labelled(api, config, writer, view, self.keys.clone(), health, changed).await;
+    }
+}
+
+/// What is held of `o`.
+pub(crate) fn view<K: kube::Resource<DynamicType = ()>>(keys: &LabelKeys, o: &PartialObjectMeta<K>) -> SourceView {
+    SourceView {
+        labels: keys.keep(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.labels.as_ref()),
+        resource_version: o.metadata.resource_version.as_deref().map(Box::from),
     }
 }
 

@@ -158,7 +158,6 @@ async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Ar
         api,
         writer,
         |p: &Pod| view(p, &keys),
-        |p: &PodView| p.namespace.as_str(),
         data.label_keys.clone(),
         health,
         |namespaces| {
