@@ -40,9 +40,17 @@ const RELIST_GAP: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct LabelKeys {
     state: Arc<Mutex<KeysState>>,
+    /// Only the objects of namespaces some rule reads are held
+    /// ([`LabelKeys::only_wanted_namespaces`]).
+    namespaced: bool,
     /// Bumped when a key is referenced that the last list did not keep.
     relist: watch::Sender<u64>,
 }
+
+/// The key a rule registers for its namespace ([`LabelKeys::set`]) when
+/// its objects must be held whatever the rule's selector reads: no label
+/// has an empty key.
+pub const NAMESPACE_MARK: &str = "";
 
 /// Keys by the namespace whose pods they select; `None`: every namespace.
 pub type Scoped = BTreeMap<Option<String>, BTreeSet<String>>;
@@ -97,7 +105,25 @@ impl Default for LabelKeys {
 
 impl LabelKeys {
     pub fn new() -> Self {
-        Self { state: Arc::default(), relist: watch::Sender::new(0) }
+        Self { state: Arc::default(), namespaced: false, relist: watch::Sender::new(0) }
+    }
+
+    /// Keys whose watch holds only the objects of namespaces a rule reads
+    /// (one that registered a key there, [`NAMESPACE_MARK`] at least) or of
+    /// every namespace when a rule reads them all: a cluster of 10,000
+    /// namespaces with rules in 40 holds those 40's pods (issue 28). A
+    /// namespace newly read starts a new list, as a new key does.
+    pub fn only_wanted_namespaces() -> Self {
+        Self { namespaced: true, ..Self::new() }
+    }
+
+    /// Whether objects of `namespace` are held.
+    pub fn wants(&self, namespace: &str) -> bool {
+        if !self.namespaced {
+            return true;
+        }
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.wanted.contains_key(&None) || st.wanted.contains_key(&Some(namespace.to_string()))
     }
 
     /// The keys the live selectors reference now: (the namespace whose pods
@@ -196,6 +222,7 @@ pub async fn watch_labelled<K, T: PartialEq>(
     K::DynamicType: Default + Clone + Eq + std::hash::Hash,
 {
     let started: Option<Instant> = None;
+    let wants = keys.clone();
     let watches = futures::stream::unfold((started, keys.relist.subscribe()), move |(last, mut relist)| {
         let (api, keys, config) = (api.clone(), keys.clone(), config.clone());
         async move {
@@ -223,6 +250,18 @@ pub async fn watch_labelled<K, T: PartialEq>(
         }
     })
     .flatten();
+    // Objects of namespaces no rule reads are not held: listed ones are
+    // skipped, a changed one is dropped (it was held while one did).
+    let watches = watches.filter_map(move |e| {
+        let e = match e {
+            Ok(watcher::Event::InitApply(o)) if !wants.wants(o.meta().namespace.as_deref().unwrap_or_default()) => None,
+            Ok(watcher::Event::Apply(o)) if !wants.wants(o.meta().namespace.as_deref().unwrap_or_default()) => {
+                Some(Ok(watcher::Event::Delete(o)))
+            }
+            other => Some(other),
+        };
+        std::future::ready(e)
+    });
     let watch = health.track(watches);
     let project = |o: K| (format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()), view(&o));
     writer.run(watch, project, move || health.synced(), |changes| changed(&touched_namespaces(changes))).await;
@@ -280,6 +319,18 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use std::sync::Arc;
+
+    #[test]
+    fn only_namespaces_a_rule_reads_are_wanted() {
+        let keys = LabelKeys::only_wanted_namespaces();
+        assert!(!keys.wants("team-a"), "no rule: nothing held");
+        assert!(keys.set([(Some("team-a".to_string()), NAMESPACE_MARK.to_string())]), "a new namespace lists again");
+        assert!(keys.wants("team-a") && !keys.wants("team-b"));
+        assert!(!keys.covers(Some("team-a"), [NAMESPACE_MARK].into_iter()), "not listed with it yet");
+        keys.set([(None, "app".to_string())]);
+        assert!(keys.wants("team-b"), "a rule over every namespace wants them all");
+        assert!(LabelKeys::new().wants("anything"), "the default holds every namespace");
+    }
 
     fn rule(ns: &str, name: &str) -> Arc<ConfigMap> {
         let mut cm = ConfigMap::default();

@@ -5,8 +5,9 @@
 //! Not one watch per rule: each was its own API connection, and 200 rules
 //! held 210 connections and about 45 MiB (`cargo xtask bench scale small`,
 //! 62 MiB settled at 3,790 copies; 1,000 rules would have held 1,000).
-//! An object is held as its name, resourceVersion and the label keys a
-//! rule *in its namespace* reads ([`LabelKeys`]: one tenant's selectors
+//! Only namespaces with a rule of the kind are held
+//! ([`LabelKeys::only_wanted_namespaces`]); there an object is held as its
+//! name, resourceVersion and the label keys a rule *in its namespace* reads ([`LabelKeys`]: one tenant's selectors
 //! never change what is kept of another's objects; a key no view holds yet
 //! starts a new list). No payload: reads fetch that, bounded by the byte
 //! budget.
@@ -15,7 +16,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use flotilla_shared::health::WatchHealth;
-use flotilla_shared::pods::{LabelKeys, PodLabels, watch_labelled};
+use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK, PodLabels, watch_labelled};
 use flotilla_shared::projection;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
@@ -54,14 +55,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl SourceIndex {
     pub fn new(kind: SourceKind) -> Self {
         let (store, writer) = projection::store();
-        Self { kind, store, writer: Mutex::new(Some(writer)), keys: LabelKeys::new(), rules: Mutex::default() }
+        Self {
+            kind,
+            store,
+            writer: Mutex::new(Some(writer)),
+            keys: LabelKeys::only_wanted_namespaces(),
+            rules: Mutex::default(),
+        }
     }
 
     /// `rule`'s sources (those `selection` selects in its namespace), once
     /// the index is listed with the label keys its selector reads; `None`
     /// until then (the first call asks for a new list when a key is new).
     pub fn sources(&self, rule: &RuleId, selection: &SourceSelection) -> Option<Vec<SourceMeta>> {
-        let keys: BTreeSet<String> = selection.selector.iter().flat_map(|s| s.keys()).map(str::to_string).collect();
+        // The mark: the namespace's objects are held even when the rule
+        // selects by names alone.
+        let keys: BTreeSet<String> =
+            selection.selector.iter().flat_map(|s| s.keys()).chain([NAMESPACE_MARK]).map(str::to_string).collect();
         {
             let mut rules = lock(&self.rules);
             if rules.get(rule) != Some(&keys) {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::conditions::already_said;
 use flotilla_shared::health::WatchHealth;
-use flotilla_shared::pods::LabelKeys;
+use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
@@ -172,7 +172,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         trigger: tx,
         tails,
         restored,
-        label_keys: LabelKeys::new(),
+        label_keys: LabelKeys::only_wanted_namespaces(),
         admission,
     });
 
@@ -277,6 +277,7 @@ impl Data {
             for a in list.iter().take(self.options.max_per_namespace) {
                 served.extend(a.uid());
                 let scope = self.scope(a);
+                keys.insert((scope.clone(), NAMESPACE_MARK.to_string()));
                 keys.extend(a.spec.selector.iter().flat_map(|s| s.keys()).map(|k| (scope.clone(), k.to_string())));
             }
         }
@@ -374,8 +375,10 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     let served = data.served().contains(&uid);
     // Until the pods are listed (with the label keys this PodAlert's
     // selector reads), an evaluation would see too few pods.
-    let keys_listed =
-        data.label_keys.covers(data.scope(&alert).as_deref(), alert.spec.selector.iter().flat_map(|s| s.keys()));
+    let keys_listed = data.label_keys.covers(
+        data.scope(&alert).as_deref(),
+        alert.spec.selector.iter().flat_map(|s| s.keys()).chain([NAMESPACE_MARK]),
+    );
     if served && (!data.pods.is_ready() || !keys_listed) {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::conditions::already_said;
 use flotilla_shared::health::WatchHealth;
-use flotilla_shared::pods::LabelKeys;
+use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
 use flotilla_shared::status::apply_status_if_changed;
@@ -122,7 +122,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         namespaces: Mutex::default(),
         backoff: ErrorBackoff::default(),
         trigger: tx,
-        label_keys: LabelKeys::new(),
+        label_keys: LabelKeys::only_wanted_namespaces(),
         admission,
     });
 
@@ -178,7 +178,7 @@ impl Data {
         let rules = self.rules.state();
         self.label_keys.set(rules.iter().flat_map(|r| {
             let ns = r.metadata.namespace.clone();
-            r.spec.selector.keys().map(move |k| (ns.clone(), k.to_string())).collect::<Vec<_>>()
+            r.spec.selector.keys().chain([NAMESPACE_MARK]).map(move |k| (ns.clone(), k.to_string())).collect::<Vec<_>>()
         }));
     }
 
@@ -293,7 +293,7 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     // keys this selector reads), a plan would see too few pods (and a
     // status written from it would say so).
     data.refresh_label_keys();
-    if !data.pods.is_ready() || !data.label_keys.covers(Some(&ns), rule.spec.selector.keys()) {
+    if !data.pods.is_ready() || !data.label_keys.covers(Some(&ns), rule.spec.selector.keys().chain([NAMESPACE_MARK])) {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let state = data.state(&rule);
