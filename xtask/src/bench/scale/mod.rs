@@ -290,7 +290,7 @@ async fn bench(
         tokio::time::sleep(Duration::from_secs(20)).await;
         f.steady_rss = probe::rss_mib(r.pid());
         f.startup_requests = Counts::of(&audit.take()?, &r.user);
-        f.objects = operators::objects_held(op, &client, &layout).await?;
+        f.objects = operators::objects_held(&r, &client, &layout).await?;
         eprintln!(
             "    {op}: Ready {}, converged {}, peak {:.1} MiB, settled {:.1} MiB, {} {}",
             report::secs(f.ready),

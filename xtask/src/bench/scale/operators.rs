@@ -347,13 +347,16 @@ pub async fn converged(op: &Running, client: &Client, layout: &Layout) -> anyhow
 }
 
 /// How many of the objects [`goal`] names exist now.
-pub async fn objects_held(op: &str, client: &Client, layout: &Layout) -> anyhow::Result<usize> {
-    Ok(match op {
+/// The objects `r` holds: pod-alert and pod-debugger say how many pods
+/// their cache holds (only namespaces a rule reads); the others' are counted.
+pub async fn objects_held(r: &Running, client: &Client, layout: &Layout) -> anyhow::Result<usize> {
+    Ok(match r.name.as_str() {
         "service-dns" => count(&Api::<Service>::all(client.clone()), &ListParams::default()).await?,
         "config-copier" => {
             count(&Api::<ConfigMap>::all(client.clone()), &ListParams::default().labels(COPY_LABEL)).await?
         }
-        "pod-alert" | "pod-debugger" => count(&Api::<Pod>::all(client.clone()), &ListParams::default()).await?,
+        "pod-alert" => r.metric("flotilla_pod_alert_pods_cached") as usize,
+        "pod-debugger" => r.metric("flotilla_pod_debugger_pods_cached") as usize,
         _ => {
             let tests = layout.loadtest_namespaces().len();
             let runners = count(
