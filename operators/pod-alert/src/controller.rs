@@ -22,9 +22,8 @@ use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
-use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -33,23 +32,24 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{PodAlert, PodAlertStatus, Reason, SecretKeyRef, SinkStatus};
-use crate::delivery::{Delivery, Payload, Sink, SinkRules, Target, read_secret};
+use crate::crd::{PodAlert, PodAlertStatus, Reason, SecretKeyRef};
+use crate::delivery::{Delivery, Sink, SinkRules};
 use crate::error::Error;
-use crate::incident::{Book, Change, Transition};
-use crate::logs::{Identity, Run, Tail, Tails};
+use crate::incident::{Book, Transition};
+use crate::log_reads::read_logs;
+use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
-use crate::notify::{IncidentView, Notification, alertmanager_alerts};
-use crate::observe::{Key, evaluate};
-use crate::pod::{PodView, State as RunState, elapsed, view};
+use crate::observe::evaluate;
+use crate::pod::{PodView, elapsed, view};
 use crate::rules::Rules;
+use crate::sinks::{check_sink_secrets, notify, push_alertmanager, release_held, sink_statuses, sync_sinks};
 use crate::status::{self, Summary};
-use crate::throttle::{Held, Limiter, Release};
+use crate::throttle::{Held, Limiter};
 
 /// Look at every PodAlert at least this often.
 const RESYNC: Duration = Duration::from_secs(300);
 /// A sink Secret is checked at most this often per PodAlert.
-const SECRET_CHECK_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const SECRET_CHECK_EVERY: Duration = Duration::from_secs(60);
 /// A PodAlert refused for its namespace's count looks again this often (one
 /// of the others may have gone).
 const REFUSED_RECHECK: Duration = Duration::from_secs(30);
@@ -81,25 +81,25 @@ pub struct Options {
 
 /// One PodAlert's state between reconciles.
 #[derive(Default)]
-struct State {
-    book: Book,
-    sinks: BTreeMap<&'static str, Sink>,
-    alertmanager: crate::notify::AlertmanagerSchedule,
-    secret_checks: HashMap<SecretKeyRef, (Timestamp, Result<(), String>)>,
+pub(crate) struct State {
+    pub(crate) book: Book,
+    pub(crate) sinks: BTreeMap<&'static str, Sink>,
+    pub(crate) alertmanager: crate::notify::AlertmanagerSchedule,
+    pub(crate) secret_checks: HashMap<SecretKeyRef, (Timestamp, Result<(), String>)>,
     /// Held-back counts already added to the metric.
-    counted: BTreeMap<&'static str, i64>,
+    pub(crate) counted: BTreeMap<&'static str, i64>,
     /// Notifications waiting for the namespace's rate limit, per sink.
-    held: BTreeMap<&'static str, Held>,
+    pub(crate) held: BTreeMap<&'static str, Held>,
     /// The conditions last written (their transition times carry on).
-    conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     /// What the status last written says (times aside): unchanged, not written.
-    written: Option<u64>,
+    pub(crate) written: Option<u64>,
 }
 
 /// Statuses read at first sight of a PodAlert (the cache keeps none): the
 /// incident book and conditions to start from, taken by its first reconcile.
 #[derive(Default)]
-struct Restored {
+pub(crate) struct Restored {
     seen: HashSet<String>,
     pending: HashMap<String, (Book, Vec<Condition>)>,
 }
@@ -112,19 +112,19 @@ pub struct Data {
     pub ctx: Context,
     pub metrics: AlertMetrics,
     pub options: Options,
-    pods: projection::Store<PodView>,
-    alerts: Store<PodAlert>,
-    states: Mutex<HashMap<String, Arc<tokio::sync::Mutex<State>>>>,
+    pub(crate) pods: projection::Store<PodView>,
+    pub(crate) alerts: Store<PodAlert>,
+    pub(crate) states: Mutex<HashMap<String, Arc<tokio::sync::Mutex<State>>>>,
     /// Firing incidents per PodAlert UID, by (namespace, reason), for the gauge.
-    firing: Mutex<HashMap<String, FiringCounts>>,
-    backoff: ErrorBackoff,
-    delivery: Delivery,
-    trigger: UnboundedSender<ObjectRef<PodAlert>>,
-    tails: Arc<Tails>,
-    limiter: Mutex<Limiter>,
-    restored: Arc<Mutex<Restored>>,
-    label_keys: LabelKeys,
-    admission: AdmissionGuard,
+    pub(crate) firing: Mutex<HashMap<String, FiringCounts>>,
+    pub(crate) backoff: ErrorBackoff,
+    pub(crate) delivery: Delivery,
+    pub(crate) trigger: UnboundedSender<ObjectRef<PodAlert>>,
+    pub(crate) tails: Arc<Tails>,
+    pub(crate) limiter: Mutex<Limiter>,
+    pub(crate) restored: Arc<Mutex<Restored>>,
+    pub(crate) label_keys: LabelKeys,
+    pub(crate) admission: AdmissionGuard,
 }
 
 /// Runs the controller until shutdown.
@@ -335,7 +335,7 @@ impl Data {
         }
     }
 
-    fn trigger_for(&self, alert: &PodAlert) -> impl Fn() + Send + Sync + 'static {
+    pub(crate) fn trigger_for(&self, alert: &PodAlert) -> impl Fn() + Send + Sync + 'static {
         let (tx, oref) = (self.trigger.clone(), ObjectRef::from_obj(alert));
         move || {
             let _ = tx.unbounded_send(oref.clone());
@@ -351,7 +351,7 @@ pub fn error_policy(alert: Arc<PodAlert>, error: &Error, data: Arc<Data>) -> Act
     Action::requeue(d)
 }
 
-fn condition<'a>(conditions: &'a [Condition], t: &str) -> Option<&'a Condition> {
+pub(crate) fn condition<'a>(conditions: &'a [Condition], t: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == t)
 }
 
@@ -525,360 +525,4 @@ fn evaluate_and_step(
         tracing::info!(podalert = %alert.name_any(), incident = %t.key, change = ?t.change, "incident");
     }
     transitions
-}
-
-/// Which run of `container` in `pod` holds the crash, from the newest view:
-/// whether it is the kubelet's `previous`, and when it ran.
-fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool) -> (bool, Option<Run>) {
-    let Some(view) = data.pods.get(&format!("{ns}/{pod}")) else { return (fallback, None) };
-    let Some(c) = view.containers.iter().find(|c| c.name == container) else { return (fallback, None) };
-    // A container seen in back-off may have restarted since: then the
-    // crashed run is `previous` (the read checks the lines' times too).
-    let previous = c.state.crashed_run_is_previous();
-    let term = match &c.state {
-        RunState::Terminated(t) => Some(t),
-        _ => c.last_termination.as_ref(),
-    };
-    let run = term.and_then(|t| t.finished_at.map(|finished| Run { started: t.started_at, finished }));
-    (previous, run)
-}
-
-/// How long a failed log read waits before its one retry.
-const LOG_READ_RETRY: Duration = Duration::from_secs(2);
-/// Log reads one reconcile waits on side by side. A PodAlert over the whole
-/// cluster opens many incidents at once (after a start, on a bad rollout),
-/// and a failed read waits [`LOG_READ_RETRY`] or up to the read timeout: one
-/// after the other, 20 incidents on unreachable nodes held the PodAlert's
-/// status for minutes (`cargo xtask bench scale`). Memory stays bounded by
-/// the reads in flight across all PodAlerts (`logs::READS_IN_FLIGHT`).
-const LOG_READS_AT_ONCE: usize = 16;
-
-/// A log tail a transition needs read (or shared from another PodAlert's read).
-struct TailRead {
-    key: Key,
-    id: Identity,
-    namespace: String,
-    container: String,
-    /// The incident's log source first, then one other pod of it.
-    pods: Vec<String>,
-    /// The crashed run is `previous`, as the evaluation saw it.
-    previous: bool,
-}
-
-/// Reads the log tail of each newly opened or escalated incident, or shares
-/// the one another PodAlert read for the same incident key; drops the
-/// transitions a log pattern silences. The reads run side by side
-/// ([`LOG_READS_AT_ONCE`]); the book is changed only once they are done.
-async fn read_logs(
-    ns: &str,
-    rules: &Rules,
-    transitions: Vec<Transition>,
-    st: &mut State,
-    data: &Data,
-    now: Timestamp,
-) -> Vec<Transition> {
-    let (lines, bytes) = (rules.tail_lines, rules.max_bytes);
-    let reads: Vec<Option<TailRead>> = transitions
-        .iter()
-        .map(|t| {
-            if !matches!(t.change, Change::Opened { .. } | Change::Escalated { .. }) {
-                return None;
-            }
-            let inc = st.book.incidents.get(&t.key)?;
-            let src = inc.log_source.as_ref().filter(|_| !inc.key.container.is_empty())?;
-            // The kubelet may have dropped a run's log file (it keeps one
-            // dead container per container): then another pod of the
-            // incident, at most two pods.
-            let mut pods = vec![src.pod.clone()];
-            pods.extend(inc.pods.iter().filter(|p| **p != src.pod).take(1).cloned());
-            Some(TailRead {
-                key: t.key.clone(),
-                id: Identity { pod: src.pod.clone(), incarnation: src.incarnation.clone().unwrap_or_default() },
-                namespace: if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() },
-                container: inc.key.container.clone(),
-                pods,
-                previous: src.previous,
-            })
-        })
-        .collect();
-    let tails: Vec<Option<(Arc<Tail>, String)>> = futures::stream::iter(reads)
-        .map(|read| async move {
-            match read {
-                Some(read) => Some(read_tail(data, read, lines, bytes, now).await),
-                None => None,
-            }
-        })
-        .buffered(LOG_READS_AT_ONCE)
-        .collect()
-        .await;
-
-    let mut kept = Vec::with_capacity(transitions.len());
-    for (t, tail) in transitions.into_iter().zip(tails) {
-        if !matches!(t.change, Change::Opened { .. } | Change::Escalated { .. }) {
-            kept.push(t);
-            continue;
-        }
-        let Some(inc) = st.book.incidents.get_mut(&t.key) else { continue };
-        let judged = match tail {
-            Some((tail, text)) => {
-                inc.logs = Some(tail);
-                text
-            }
-            None => inc.log_text(lines, bytes),
-        };
-        if let Some(pattern) = rules.suppressing_pattern(&judged) {
-            tracing::info!(incident = %t.key, pattern, "held back: the log matches ignore.logPatterns");
-            st.book.silence(&t.key);
-            continue;
-        }
-        kept.push(t);
-    }
-    kept
-}
-
-/// One incident's tail: shared when another PodAlert read it for this run
-/// (one read at a time per incident key), else read and stored. The whole
-/// tail is returned to be judged (ignore.logPatterns); what is held is what
-/// the namespace's share leaves room for.
-async fn read_tail(data: &Data, read: TailRead, lines: u32, bytes: usize, now: Timestamp) -> (Arc<Tail>, String) {
-    let gate = data.tails.gate(&read.key);
-    let _reading = gate.lock().await;
-    if let Some(tail) = data.tails.reusable(&read.key, &read.id, lines, bytes, now) {
-        let text = tail.view(lines, bytes);
-        return (tail, text);
-    }
-    let mut logs = Ok(String::new());
-    'pods: for p in &read.pods {
-        for attempt in 0..2 {
-            if attempt > 0 {
-                // While a run is being replaced the kubelet can answer
-                // "unable to retrieve container logs" (seen in CI): once
-                // more, a moment later, as the newest view then tells it.
-                tokio::time::sleep(LOG_READ_RETRY).await;
-            }
-            let (previous, run) = crashed_run(data, &read.namespace, p, &read.container, read.previous);
-            logs =
-                crate::logs::read(&data.ctx.client, &read.namespace, p, &read.container, previous, run, lines, bytes)
-                    .await;
-            if logs.is_ok() {
-                break 'pods;
-            }
-        }
-    }
-    let result = if logs.is_ok() { "success" } else { "unavailable" };
-    data.metrics.log_reads.with_label_values(&[result]).inc();
-    if let Err(e) = &logs {
-        tracing::warn!(incident = %read.key, pod = %read.id.pod, error = %e, "could not read the log tail");
-    }
-    let text = logs.unwrap_or_else(|e| e);
-    let tail = data.tails.store(&read.key, read.id, lines, bytes, text.clone(), now);
-    (tail, text)
-}
-
-/// Starts, replaces or stops sink workers to match the spec.
-async fn sync_sinks(alert: &PodAlert, ns: &str, st: &mut State, data: &Data) {
-    let s = &alert.spec.sinks;
-    let wanted: [(&'static str, Option<Target>, &'static str, bool); 3] = [
-        (
-            "slack",
-            s.slack
-                .as_ref()
-                .map(|x| Target::Secret { namespace: ns.to_string(), secret: x.webhook_secret_ref.clone() }),
-            "",
-            false,
-        ),
-        (
-            "webhook",
-            s.webhook.as_ref().map(|x| Target::Secret { namespace: ns.to_string(), secret: x.url_secret_ref.clone() }),
-            "",
-            false,
-        ),
-        ("alertmanager", s.alertmanager.as_ref().map(|x| Target::Url(x.url.clone())), "/api/v2/alerts", true),
-    ];
-    for (name, target, path, coalesce) in wanted {
-        match target {
-            None => {
-                st.sinks.remove(name);
-                st.held.remove(name);
-            }
-            Some(t) => {
-                if st.sinks.get(name).is_none_or(|s| s.target != t) {
-                    let sink = data.delivery.start(name, t, path, coalesce, data.trigger_for(alert));
-                    st.sinks.insert(name, sink);
-                    if name == "alertmanager" {
-                        st.alertmanager.reset();
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Checks that the sinks' Secrets exist and hold a usable URL (at most once
-/// a minute each), so a misconfiguration shows before the first incident.
-async fn check_sink_secrets(
-    alert: &PodAlert,
-    ns: &str,
-    st: &mut State,
-    summary: &mut Summary,
-    data: &Data,
-    now: Timestamp,
-) {
-    let s = &alert.spec.sinks;
-    let refs = [
-        ("slack", s.slack.as_ref().map(|x| &x.webhook_secret_ref)),
-        ("webhook", s.webhook.as_ref().map(|x| &x.url_secret_ref)),
-    ];
-    let rules = &data.delivery.rules;
-    if let Some(Err(e)) = s.alertmanager.as_ref().map(|am| crate::delivery::check_url(&am.url, false, rules)) {
-        summary.sink_problems.push(("alertmanager".into(), e));
-    }
-    for (sink, r) in refs {
-        let Some(r) = r else { continue };
-        let fresh = st.secret_checks.get(r).is_some_and(|(at, _)| elapsed(*at, now) < SECRET_CHECK_EVERY);
-        if !fresh {
-            let result = match read_secret(&data.ctx.client, ns, r).await {
-                Ok(url) => crate::delivery::check_url(&url, sink == "slack", rules)
-                    .map(|_| ())
-                    .map_err(|e| format!("Secret {}/{} key {}: {e}", ns, r.name, r.key)),
-                Err(f) => Err(f.message),
-            };
-            st.secret_checks.insert(r.clone(), (now, result));
-        }
-        if let Some((_, Err(e))) = st.secret_checks.get(r) {
-            let was = condition(&st.conditions, status::SINKS_HEALTHY);
-            if !was.is_some_and(|c| c.message.contains(e.as_str())) {
-                tracing::warn!(podalert = %alert.name_any(), sink, error = %e, "sink misconfigured");
-                data.ctx.events.warning(
-                    &alert.object_ref(&()),
-                    "SinkMisconfigured",
-                    "Validate",
-                    format!("{sink}: {e}"),
-                );
-            }
-            summary.sink_problems.push((sink.to_string(), e.clone()));
-        }
-    }
-    st.secret_checks.retain(|k, _| refs.iter().any(|(_, r)| *r == Some(k)));
-}
-
-/// The document `n` is for `sink`, rendered when it is sent.
-fn payload(sink: &str, n: Notification) -> Payload {
-    if sink == "slack" { Payload::new(move || n.slack()) } else { Payload::new(move || n.webhook()) }
-}
-
-/// Sends each transition to the Events sink, and to Slack and the webhook
-/// as the namespace's rate limit allows (the rest wait, in order).
-fn notify(
-    alert: &PodAlert,
-    rules: &Rules,
-    oref: &ObjectReference,
-    transitions: &[Transition],
-    st: &mut State,
-    data: &Data,
-    now: Timestamp,
-) {
-    let podalert = (alert.namespace().unwrap_or_default(), alert.name_any());
-    let ns = podalert.0.clone();
-    for t in transitions {
-        let Some(inc) = st.book.incidents.get(&t.key) else { continue };
-        let n = Notification {
-            podalert: podalert.clone(),
-            change: t.change.clone(),
-            incident: IncidentView::of(inc, rules.tail_lines, rules.max_bytes),
-            at: now,
-        };
-        if alert.spec.sinks.events {
-            match t.change {
-                Change::Resolved => data.ctx.events.normal(oref, n.event_reason(), "Notify", n.event_note()),
-                _ => data.ctx.events.warning(oref, n.event_reason(), "Notify", n.event_note()),
-            }
-            data.metrics.notified("events", "success");
-        }
-        for name in ["slack", "webhook"] {
-            let Some(sink) = st.sinks.get(name) else { continue };
-            let held = st.held.entry(name).or_default();
-            let token =
-                held.is_empty() && data.limiter.lock().unwrap_or_else(PoisonError::into_inner).try_take(&ns, now);
-            if token {
-                sink.send(payload(name, n.clone()), &data.metrics, name);
-            } else if held.hold(n.clone()) {
-                data.metrics.notified(name, "held");
-            } else {
-                data.metrics.notified(name, "dropped");
-            }
-        }
-    }
-}
-
-/// Sends what waits for the rate limit as tokens allow: each alone when the
-/// tokens cover them, else the oldest alone or all as one summary. Returns,
-/// while some still wait, when to look again and how many wait.
-fn release_held(alert: &PodAlert, ns: &str, st: &mut State, data: &Data, now: Timestamp) -> Option<(Timestamp, usize)> {
-    let podalert = (ns.to_string(), alert.name_any());
-    let mut limiter = data.limiter.lock().unwrap_or_else(PoisonError::into_inner);
-    for (name, held) in st.held.iter_mut() {
-        let Some(sink) = st.sinks.get(name) else { continue };
-        while !held.is_empty() {
-            let tokens = limiter.available(ns, now);
-            if !limiter.try_take(ns, now) {
-                break;
-            }
-            match held.release(tokens) {
-                Some(Release::One(n)) => {
-                    sink.send(payload(name, *n), &data.metrics, name);
-                }
-                Some(Release::Summary(all, more)) => {
-                    data.metrics.notifications.with_label_values(&[name, "summarized"]).inc_by(all.len() as u64);
-                    let body = if *name == "slack" {
-                        crate::throttle::slack_summary(&podalert, &all, more)
-                    } else {
-                        crate::throttle::webhook_summary(&podalert, &all, more, now)
-                    };
-                    sink.send(body, &data.metrics, name);
-                }
-                None => break,
-            }
-        }
-    }
-    st.held.retain(|_, h| !h.is_empty());
-    let waiting: usize = st.held.values().map(|h| h.waiting.len() + h.overflow).sum();
-    (waiting > 0).then(|| (limiter.next_token(ns, now), waiting))
-}
-
-/// Sends Alertmanager the full list of alerts when something changed or a
-/// minute passed; returns when to send again (None: nothing to tell). A
-/// change takes a token of the namespace's rate limit; without one it goes
-/// with the minute's re-send.
-fn push_alertmanager(
-    alert: &PodAlert,
-    ns: &str,
-    rules: &Rules,
-    st: &mut State,
-    data: &Data,
-    changed: bool,
-    now: Timestamp,
-) -> Option<Timestamp> {
-    let sink = st.sinks.get("alertmanager")?;
-    let incidents = st.book.for_alertmanager(now);
-    let changed = changed
-        && (st.alertmanager.is_due(now)
-            || data.limiter.lock().unwrap_or_else(PoisonError::into_inner).try_take(ns, now));
-    let (send, next) = st.alertmanager.tick(!incidents.is_empty(), changed, now);
-    if send {
-        let body = alertmanager_alerts((ns, &alert.name_any()), &incidents, (rules.tail_lines, rules.max_bytes), now);
-        sink.send(body, &data.metrics, "alertmanager");
-    }
-    next
-}
-
-fn sink_statuses(alert: &PodAlert, st: &State) -> Vec<SinkStatus> {
-    let mut out = Vec::new();
-    if alert.spec.sinks.events {
-        out.push(SinkStatus { name: "events".into(), healthy: true, ..Default::default() });
-    }
-    for (name, sink) in &st.sinks {
-        out.push(sink.state().to_status(name));
-    }
-    out
 }

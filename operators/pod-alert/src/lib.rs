@@ -22,6 +22,8 @@
 //! | [`delivery`] | sink workers: HTTP, retries, `Retry-After`, failure classes |
 //! | [`address`] | where sinks may send: the operator's own network refused unless admitted, also after DNS |
 //! | [`metrics`] | `flotilla_pod_alert_*` |
+//! | [`log_reads`] | a reconcile's log reads: which, side by side, then judged against `ignore.logPatterns` |
+//! | [`sinks`] | a reconcile's sinks: workers, their Secrets, notifications within the rate limit, Alertmanager |
 //! | [`controller`] | the watch, the reconcile loop and wiring |
 
 pub mod address;
@@ -30,12 +32,14 @@ pub mod crd;
 pub mod delivery;
 pub mod error;
 pub mod incident;
+pub mod log_reads;
 pub mod logs;
 pub mod metrics;
 pub mod notify;
 pub mod observe;
 pub mod pod;
 pub mod rules;
+pub mod sinks;
 pub mod status;
 pub mod throttle;
 

@@ -1,0 +1,164 @@
+//! The log tails of a reconcile's new incidents: which reads are needed
+//! (from the transitions and the incident book), the reads side by side,
+//! then the book changed and the transitions a log pattern silences dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::controller::{Data, State};
+use crate::incident::{Change, Transition};
+use crate::logs::{Identity, Run, Tail};
+use crate::observe::Key;
+use crate::pod::State as RunState;
+use crate::rules::Rules;
+
+/// Which run of `container` in `pod` holds the crash, from the newest view:
+/// whether it is the kubelet's `previous`, and when it ran.
+fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool) -> (bool, Option<Run>) {
+    let Some(view) = data.pods.get(&format!("{ns}/{pod}")) else { return (fallback, None) };
+    let Some(c) = view.containers.iter().find(|c| c.name == container) else { return (fallback, None) };
+    // A container seen in back-off may have restarted since: then the
+    // crashed run is `previous` (the read checks the lines' times too).
+    let previous = c.state.crashed_run_is_previous();
+    let term = match &c.state {
+        RunState::Terminated(t) => Some(t),
+        _ => c.last_termination.as_ref(),
+    };
+    let run = term.and_then(|t| t.finished_at.map(|finished| Run { started: t.started_at, finished }));
+    (previous, run)
+}
+
+/// How long a failed log read waits before its one retry.
+const LOG_READ_RETRY: Duration = Duration::from_secs(2);
+/// Log reads one reconcile waits on side by side. A PodAlert over the whole
+/// cluster opens many incidents at once (after a start, on a bad rollout),
+/// and a failed read waits [`LOG_READ_RETRY`] or up to the read timeout: one
+/// after the other, 20 incidents on unreachable nodes held the PodAlert's
+/// status for minutes (`cargo xtask bench scale`). Memory stays bounded by
+/// the reads in flight across all PodAlerts (`logs::READS_IN_FLIGHT`).
+const LOG_READS_AT_ONCE: usize = 16;
+
+/// A log tail a transition needs read (or shared from another PodAlert's read).
+struct TailRead {
+    key: Key,
+    id: Identity,
+    namespace: String,
+    container: String,
+    /// The incident's log source first, then one other pod of it.
+    pods: Vec<String>,
+    /// The crashed run is `previous`, as the evaluation saw it.
+    previous: bool,
+}
+
+/// Reads the log tail of each newly opened or escalated incident, or shares
+/// the one another PodAlert read for the same incident key; drops the
+/// transitions a log pattern silences. The reads run side by side
+/// ([`LOG_READS_AT_ONCE`]); the book is changed only once they are done.
+pub(crate) async fn read_logs(
+    ns: &str,
+    rules: &Rules,
+    transitions: Vec<Transition>,
+    st: &mut State,
+    data: &Data,
+    now: Timestamp,
+) -> Vec<Transition> {
+    let (lines, bytes) = (rules.tail_lines, rules.max_bytes);
+    let reads: Vec<Option<TailRead>> = transitions
+        .iter()
+        .map(|t| {
+            if !matches!(t.change, Change::Opened { .. } | Change::Escalated { .. }) {
+                return None;
+            }
+            let inc = st.book.incidents.get(&t.key)?;
+            let src = inc.log_source.as_ref().filter(|_| !inc.key.container.is_empty())?;
+            // The kubelet may have dropped a run's log file (it keeps one
+            // dead container per container): then another pod of the
+            // incident, at most two pods.
+            let mut pods = vec![src.pod.clone()];
+            pods.extend(inc.pods.iter().filter(|p| **p != src.pod).take(1).cloned());
+            Some(TailRead {
+                key: t.key.clone(),
+                id: Identity { pod: src.pod.clone(), incarnation: src.incarnation.clone().unwrap_or_default() },
+                namespace: if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() },
+                container: inc.key.container.clone(),
+                pods,
+                previous: src.previous,
+            })
+        })
+        .collect();
+    let tails: Vec<Option<(Arc<Tail>, String)>> = futures::stream::iter(reads)
+        .map(|read| async move {
+            match read {
+                Some(read) => Some(read_tail(data, read, lines, bytes, now).await),
+                None => None,
+            }
+        })
+        .buffered(LOG_READS_AT_ONCE)
+        .collect()
+        .await;
+
+    let mut kept = Vec::with_capacity(transitions.len());
+    for (t, tail) in transitions.into_iter().zip(tails) {
+        if !matches!(t.change, Change::Opened { .. } | Change::Escalated { .. }) {
+            kept.push(t);
+            continue;
+        }
+        let Some(inc) = st.book.incidents.get_mut(&t.key) else { continue };
+        let judged = match tail {
+            Some((tail, text)) => {
+                inc.logs = Some(tail);
+                text
+            }
+            None => inc.log_text(lines, bytes),
+        };
+        if let Some(pattern) = rules.suppressing_pattern(&judged) {
+            tracing::info!(incident = %t.key, pattern, "held back: the log matches ignore.logPatterns");
+            st.book.silence(&t.key);
+            continue;
+        }
+        kept.push(t);
+    }
+    kept
+}
+
+/// One incident's tail: shared when another PodAlert read it for this run
+/// (one read at a time per incident key), else read and stored. The whole
+/// tail is returned to be judged (ignore.logPatterns); what is held is what
+/// the namespace's share leaves room for.
+async fn read_tail(data: &Data, read: TailRead, lines: u32, bytes: usize, now: Timestamp) -> (Arc<Tail>, String) {
+    let gate = data.tails.gate(&read.key);
+    let _reading = gate.lock().await;
+    if let Some(tail) = data.tails.reusable(&read.key, &read.id, lines, bytes, now) {
+        let text = tail.view(lines, bytes);
+        return (tail, text);
+    }
+    let mut logs = Ok(String::new());
+    'pods: for p in &read.pods {
+        for attempt in 0..2 {
+            if attempt > 0 {
+                // While a run is being replaced the kubelet can answer
+                // "unable to retrieve container logs" (seen in CI): once
+                // more, a moment later, as the newest view then tells it.
+                tokio::time::sleep(LOG_READ_RETRY).await;
+            }
+            let (previous, run) = crashed_run(data, &read.namespace, p, &read.container, read.previous);
+            logs =
+                crate::logs::read(&data.ctx.client, &read.namespace, p, &read.container, previous, run, lines, bytes)
+                    .await;
+            if logs.is_ok() {
+                break 'pods;
+            }
+        }
+    }
+    let result = if logs.is_ok() { "success" } else { "unavailable" };
+    data.metrics.log_reads.with_label_values(&[result]).inc();
+    if let Err(e) = &logs {
+        tracing::warn!(incident = %read.key, pod = %read.id.pod, error = %e, "could not read the log tail");
+    }
+    let text = logs.unwrap_or_else(|e| e);
+    let tail = data.tails.store(&read.key, read.id, lines, bytes, text.clone(), now);
+    (tail, text)
+}
