@@ -11,14 +11,18 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 use crate::cache::{Caches, api_resource};
 use crate::copy::{CopyKey, Observed, RuleRef, Source, stray_fields};
 use crate::crd::{ConflictEntry, SourceKind};
 use crate::plan::{self, Action, ConflictReason, CopyContext, Desired, Ownership};
+use crate::read::Reader;
 
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 /// Decisions per copy at most (a 409 or a read leads to another).
@@ -293,4 +297,71 @@ impl Writer<'_> {
             Err(err) => self.failed(key, "delete", err),
         }
     }
+}
+
+/// One copy's decided action, to carry out.
+pub(crate) type Job = (CopyKey, Option<Arc<Source>>, Action, CopyContext);
+
+/// Runs `f` over `items` with at most `limit` in flight. Futures are made
+/// as slots free up (not all up front: a request future is several KiB,
+/// times thousands).
+pub(crate) async fn bounded<T, O, Fut>(items: Vec<T>, limit: usize, f: impl Fn(T) -> Fut) -> Vec<O>
+where
+    Fut: std::future::Future<Output = O>,
+{
+    let mut out = Vec::with_capacity(items.len());
+    let mut items = items.into_iter();
+    let mut pending = FuturesUnordered::new();
+    for item in items.by_ref().take(limit.max(1)) {
+        pending.push(f(item));
+    }
+    while let Some(o) = pending.next().await {
+        out.push(o);
+        if let Some(item) = items.next() {
+            pending.push(f(item));
+        }
+    }
+    out
+}
+
+/// Runs `jobs` that need no payload (deletions, conflicts) with at most `limit` in flight.
+pub(crate) async fn run_jobs(writer: &Writer<'_>, jobs: Vec<Job>, limit: usize) -> Vec<Outcome> {
+    bounded(jobs, limit, |(k, s, a, c): Job| async move { writer.execute(&k, s.as_ref(), a, &c).await }).await
+}
+
+/// The jobs of one source: its copies to create, update, adopt or read.
+pub(crate) struct SourceJobs {
+    pub(crate) name: String,
+    pub(crate) jobs: Vec<(CopyKey, Action, CopyContext)>,
+}
+
+/// Carries out one source's jobs: reads the source (its payload held only
+/// for this, within the byte budget), then writes, as many at once as its
+/// share of the budget covers and a slot of the reconcile's
+/// `--copy-concurrency` is free.
+pub(crate) async fn run_source_jobs(
+    writer: &Writer<'_>,
+    reader: &Reader<'_>,
+    group: SourceJobs,
+    slots: &Semaphore,
+    concurrency: usize,
+) -> Vec<Outcome> {
+    let held = match reader.read_for_writes(&group.name, group.jobs.len().min(concurrency)).await {
+        Ok(Some(h)) => h,
+        // Gone since it was learned: its watch triggers the next reconcile, which prunes.
+        Ok(None) => return group.jobs.iter().map(|_| Outcome::Nothing).collect(),
+        Err(e) => {
+            return group
+                .jobs
+                .into_iter()
+                .map(|(key, _, _)| Outcome::Failed { key, action: "get source", error: e.to_string() })
+                .collect();
+        }
+    };
+    let source = &held.source;
+    bounded(group.jobs, held.writes, |(k, a, c)| async move {
+        let Ok(_slot) = slots.acquire().await else { return Outcome::Nothing };
+        writer.execute(&k, Some(source), a, &c).await
+    })
+    .await
 }

@@ -12,22 +12,19 @@ use std::time::Duration;
 use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::conditions::already_said;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use tokio::sync::Semaphore;
-
-use crate::apply::{Outcome, Writer};
+use crate::apply::{Outcome, SourceJobs, Writer, bounded, run_jobs, run_source_jobs};
 use crate::budget::Budget;
-use crate::cache::{CacheOptions, Caches, GC_INTERVAL, Sources, api_resource, trigger_channel};
-use crate::copy::{CopyKey, Observed, RULE_LABEL, RuleId, RuleRef, Source, SourceInfo, StripLabels};
+use crate::cache::{CacheOptions, Caches, GC_INTERVAL, Sources, trigger_channel};
+use crate::cleanup::cleanup;
+use crate::copy::{CopyKey, Observed, RuleId, RuleRef, SourceInfo, StripLabels};
 use crate::crd::{CopyRule, SkippedSource, SourceKind};
 use crate::error::Error;
 use crate::metrics::CopierMetrics;
@@ -79,7 +76,7 @@ pub struct Data {
 
 impl Data {
     /// The writer of one rule's copies.
-    fn writer<'a>(&'a self, rule: &'a RuleRef) -> Writer<'a> {
+    pub(crate) fn writer<'a>(&'a self, rule: &'a RuleRef) -> Writer<'a> {
         Writer { client: &self.ctx.client, field_manager: &self.ctx.field_manager, caches: &self.caches, rule }
     }
 
@@ -177,78 +174,11 @@ pub async fn reconcile(rule: Arc<CopyRule>, data: Arc<Data>) -> Result<Action, E
     result
 }
 
-fn rule_ref(rule: &CopyRule) -> Result<RuleRef, Error> {
+pub(crate) fn rule_ref(rule: &CopyRule) -> Result<RuleRef, Error> {
     Ok(RuleRef {
         id: RuleId::new(rule.namespace().ok_or(Error::NoNamespace)?, rule.name_any()),
         uid: rule.uid().unwrap_or_default(),
     })
-}
-
-/// One copy's decided action, to carry out.
-type Job = (CopyKey, Option<Arc<Source>>, PlanAction, CopyContext);
-
-/// Runs `f` over `items` with at most `limit` in flight. Futures are made
-/// as slots free up (not all up front: a request future is several KiB,
-/// times thousands).
-async fn bounded<T, O, Fut>(items: Vec<T>, limit: usize, f: impl Fn(T) -> Fut) -> Vec<O>
-where
-    Fut: std::future::Future<Output = O>,
-{
-    let mut out = Vec::with_capacity(items.len());
-    let mut items = items.into_iter();
-    let mut pending = FuturesUnordered::new();
-    for item in items.by_ref().take(limit.max(1)) {
-        pending.push(f(item));
-    }
-    while let Some(o) = pending.next().await {
-        out.push(o);
-        if let Some(item) = items.next() {
-            pending.push(f(item));
-        }
-    }
-    out
-}
-
-/// Runs `jobs` that need no payload (deletions, conflicts) with at most `limit` in flight.
-async fn run_jobs(writer: &Writer<'_>, jobs: Vec<Job>, limit: usize) -> Vec<Outcome> {
-    bounded(jobs, limit, |(k, s, a, c): Job| async move { writer.execute(&k, s.as_ref(), a, &c).await }).await
-}
-
-/// The jobs of one source: its copies to create, update, adopt or read.
-struct SourceJobs {
-    name: String,
-    jobs: Vec<(CopyKey, PlanAction, CopyContext)>,
-}
-
-/// Carries out one source's jobs: reads the source (its payload held only
-/// for this, within the byte budget), then writes, as many at once as its
-/// share of the budget covers and a slot of the reconcile's
-/// `--copy-concurrency` is free.
-async fn run_source_jobs(
-    writer: &Writer<'_>,
-    reader: &Reader<'_>,
-    group: SourceJobs,
-    slots: &Semaphore,
-    concurrency: usize,
-) -> Vec<Outcome> {
-    let held = match reader.read_for_writes(&group.name, group.jobs.len().min(concurrency)).await {
-        Ok(Some(h)) => h,
-        // Gone since it was learned: its watch triggers the next reconcile, which prunes.
-        Ok(None) => return group.jobs.iter().map(|_| Outcome::Nothing).collect(),
-        Err(e) => {
-            return group
-                .jobs
-                .into_iter()
-                .map(|(key, _, _)| Outcome::Failed { key, action: "get source", error: e.to_string() })
-                .collect();
-        }
-    };
-    let source = &held.source;
-    bounded(group.jobs, held.writes, |(k, a, c)| async move {
-        let Ok(_slot) = slots.acquire().await else { return Outcome::Nothing };
-        writer.execute(&k, Some(source), a, &c).await
-    })
-    .await
 }
 
 /// Converges one rule.
@@ -409,7 +339,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     tracing::debug!(rule = %id, desired = desired.len(), in_sync = summary.in_sync, to_write, other = without_payload.len(), "plan");
     drop(desired);
     let concurrency = data.options.concurrency;
-    let slots = Semaphore::new(concurrency);
+    let slots = tokio::sync::Semaphore::new(concurrency);
     let mut outcomes = bounded(by_source.into_values().collect(), concurrency, |group| {
         run_source_jobs(&writer, &reader, group, &slots, concurrency)
     })
@@ -489,7 +419,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     Ok(Action::requeue(if summary.conflicts.is_empty() { RESYNC } else { CONFLICT_RECHECK }))
 }
 
-async fn write_status(rule: &CopyRule, data: &Data, summary: &Summary, wrote: bool) -> Result<(), Error> {
+pub(crate) async fn write_status(rule: &CopyRule, data: &Data, summary: &Summary, wrote: bool) -> Result<(), Error> {
     let previous = rule.status.as_ref();
     let mut new = status::build(previous, rule.metadata.generation, summary);
     if previous.is_some_and(|p| status::same(p, &new)) && !wrote {
@@ -503,72 +433,4 @@ async fn write_status(rule: &CopyRule, data: &Data, summary: &Summary, wrote: bo
         .await
         .map_err(Error::Status)?;
     Ok(())
-}
-
-/// The rule is being deleted: prune its copies (when `prune`), forget it.
-/// A copy whose deletion is denied keeps the finalizer (status and a
-/// Warning say so, retried with backoff); the escape is `prune: false` on
-/// the rule, or removing the finalizer by hand.
-async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
-    let me = rule_ref(rule)?;
-    let caches = &data.caches;
-    if !rule.spec.prune {
-        caches.forget_rule(&me.id);
-        caches.metrics().forget_rule(&me.id);
-        return Ok(Action::await_change());
-    }
-    let writer = data.writer(&me);
-    // Ask the API, not the cache: a copy written a moment ago is pruned too.
-    let mut jobs = Vec::new();
-    for kind in SourceKind::ALL {
-        let api: Api<DynamicObject> = Api::all_with(data.ctx.client.clone(), &api_resource(kind));
-        caches.metrics().request("list");
-        let list = api
-            .list_metadata(&ListParams::default().labels(&format!("{RULE_LABEL}={}", me.id.label_value())))
-            .await
-            .map_err(Error::List)?;
-        for o in list.items.iter().filter_map(|o| serde_json::to_value(o).ok()) {
-            let Some(o) = Observed::from_json(kind, &o, false, &data.ctx.field_manager) else { continue };
-            // Never a delete in a protected namespace, whatever marks an object there carries.
-            if !data.options.policy.may_touch(&o.key.namespace) {
-                tracing::warn!(rule = %me.id, copy = %o.key, "an object marked as this rule's copy is in a protected namespace: left alone");
-                continue;
-            }
-            if writer.ownership(&o) == crate::plan::Ownership::Mine {
-                let action = PlanAction::Delete { uid: o.uid.clone(), resource_version: o.resource_version.clone() };
-                let ctx = CopyContext {
-                    on_conflict: rule.spec.on_conflict,
-                    prune: true,
-                    accepts_overwrite: false,
-                    claimed_by: None,
-                };
-                jobs.push((o.key.clone(), None, action, ctx));
-            }
-        }
-    }
-    let pruned = jobs.len();
-    let outcomes = run_jobs(&writer, jobs, data.options.concurrency).await;
-    let failures: Vec<String> = outcomes
-        .iter()
-        .filter_map(|o| match o {
-            Outcome::Failed { key, action, error } => Some(format!("{action} {key}: {error}")),
-            _ => None,
-        })
-        .collect();
-    if let Some(first) = failures.first() {
-        let oref = rule.object_ref(&());
-        data.ctx.events.warning(
-            &oref,
-            "PruneFailed",
-            "Delete",
-            format!("{first} (set prune: false on the rule to delete it without its copies)"),
-        );
-        let summary = Summary { prune_failed: Some(first.clone()), ..Default::default() };
-        write_status(rule, data, &summary, false).await?;
-        return Err(Error::Writes { failed: failures.len(), first: first.clone() });
-    }
-    caches.forget_rule(&me.id);
-    caches.metrics().forget_rule(&me.id);
-    tracing::info!(rule = %me.id, pruned, "rule deleted: copies pruned");
-    Ok(Action::await_change())
 }

@@ -19,6 +19,7 @@
 //! | [`budget`] | the bytes of payload held at once (`--max-bytes-in-flight`) |
 //! | [`read`] | the reads of sources' payloads, within that budget |
 //! | [`apply`] | the writes: create, server-side apply, delete, each proving ownership |
+//! | [`cleanup`] | a deleted rule: its copies pruned (asking the API), the rule forgotten |
 //! | [`status`] | status and conditions (pure) |
 //! | [`metrics`] | `flotilla_config_copier_*` |
 //! | [`controller`] | the reconcile loop, finalizer and wiring |
@@ -26,6 +27,7 @@
 pub mod apply;
 pub mod budget;
 pub mod cache;
+pub mod cleanup;
 pub mod controller;
 pub mod copy;
 pub mod crd;
