@@ -18,22 +18,21 @@ use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
 use flotilla_shared::status::apply_status_if_changed;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
-use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::container::{ephemeral_container, patch};
+use crate::apply::{DRY_RUN_RETRY, DryRun, add, dry_run};
 use crate::crd::PodDebugger;
 use crate::error::Error;
 use crate::images::ImagePolicy;
 use crate::metrics::DebuggerMetrics;
 use crate::naming;
-use crate::plan::{Decision, Memory, PodPlan, Refusal, Rule, forget, next_wake, plan};
+use crate::plan::{Decision, Memory, Rule, forget, next_wake, plan};
 use crate::pod::{PodView, view};
 use crate::security::{Level, check_profile};
 use crate::status::{self, Outcome};
@@ -42,8 +41,6 @@ use crate::status::{self, Outcome};
 const RESYNC: Duration = Duration::from_secs(300);
 /// A namespace's Pod Security level is read at most this often.
 const NAMESPACE_TTL: Duration = Duration::from_secs(10);
-/// A dry-run refusal is tried again after this long (or on a spec change).
-const DRY_RUN_RETRY: Duration = Duration::from_secs(300);
 
 /// Options of the controller (from flags).
 #[derive(Debug, Clone)]
@@ -62,22 +59,14 @@ pub struct Options {
     pub admission: AdmissionPolicyArgs,
 }
 
-/// The last dry run of one container spec at one Pod Security level.
-struct DryRun {
-    container: String,
-    level: Level,
-    result: Result<(), String>,
-    at: Instant,
-}
-
 /// One PodDebugger's state between reconciles.
-struct RuleState {
-    memory: Memory,
-    dry_run: Option<DryRun>,
+pub(crate) struct RuleState {
+    pub(crate) memory: Memory,
+    pub(crate) dry_run: Option<DryRun>,
     /// For the Event when the PodDebugger is deleted.
-    oref: ObjectReference,
-    name: String,
-    namespace: String,
+    pub(crate) oref: ObjectReference,
+    pub(crate) name: String,
+    pub(crate) namespace: String,
 }
 
 /// What every reconcile shares.
@@ -256,7 +245,7 @@ pub fn error_policy(rule: Arc<PodDebugger>, error: &Error, data: Arc<Data>) -> A
 }
 
 /// A refusal of the whole PodDebugger: a reason and a message.
-type Refused = (&'static str, String);
+pub(crate) type Refused = (&'static str, String);
 
 /// The rule's selector, or why the whole PodDebugger is refused.
 async fn check(rule: &PodDebugger, ns: &str, data: &Data) -> Result<Result<(Selector, Level), Refused>, Error> {
@@ -348,159 +337,4 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     let wait =
         if refused.as_ref().is_some_and(|(r, _)| *r == "DryRunRejected") { wait.min(DRY_RUN_RETRY) } else { wait };
     Ok(Action::requeue(wait))
-}
-
-/// Tries the first addition with dryRun=All (once per container spec and
-/// Pod Security level): a spec the API would reject is refused as a whole
-/// before any pod is touched. Returns the refusal, if any.
-async fn dry_run(
-    rule: &PodDebugger,
-    ns: &str,
-    container: &str,
-    level: Level,
-    plans: &[PodPlan],
-    st: &mut RuleState,
-    data: &Data,
-) -> Option<Refused> {
-    let now = Instant::now();
-    let fresh = st.dry_run.as_ref().filter(|d| {
-        d.container == container
-            && d.level == level
-            && (d.result.is_ok() || now.saturating_duration_since(d.at) < DRY_RUN_RETRY)
-    });
-    if let Some(d) = fresh {
-        return d.result.as_ref().err().map(|e| ("DryRunRejected", e.clone()));
-    }
-    let (pod, target) = plans.iter().find_map(|p| match &p.decision {
-        Decision::Add { target } => Some((p.pod.as_str(), target.as_str())),
-        _ => None,
-    })?;
-    let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
-    let uid = plans.iter().find(|p| p.pod == pod).map(|p| p.uid.as_str()).unwrap_or_default();
-    let result = match add_container(&api, data, rule, container, (pod, uid, target), true).await {
-        Ok(_) => Ok(()),
-        // The spec itself is refused (Pod Security, validation, a webhook).
-        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
-            data.metrics.injections.with_label_values(&["dry_run_rejected"]).inc();
-            Err(format!("a dry run of {container} on pod {pod} was refused: {}", s.message))
-        }
-        // The pod went away, a conflict, a transport error: nothing learnt
-        // about the spec; the real additions report their own failures.
-        Err(e) => {
-            tracing::debug!(error = %e, pod, "dry run inconclusive");
-            return None;
-        }
-    };
-    let refusal = result.as_ref().err().map(|e| ("DryRunRejected", e.clone()));
-    st.dry_run = Some(DryRun { container: container.to_string(), level, result, at: now });
-    refusal
-}
-
-/// The one write to a pod: `container` added to `pod` (its UID checked by
-/// the patch, its target container named), or a dry run of that.
-async fn add_container(
-    api: &Api<Pod>,
-    data: &Data,
-    rule: &PodDebugger,
-    container: &str,
-    (pod, uid, target): (&str, &str, &str),
-    dry_run: bool,
-) -> Result<(), kube::Error> {
-    let body = patch(&ephemeral_container(&rule.spec, container, target), uid);
-    let pp = PatchParams { dry_run, field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
-    api.patch_ephemeral_containers(pod, &pp, &Patch::Strategic(&body)).await.map(|_| ())
-}
-
-/// Adds the container to every pod the plan says, a few at a time; each
-/// result turns the pod's decision into Added or Refused.
-async fn add(
-    rule: &PodDebugger,
-    ns: &str,
-    oref: &ObjectReference,
-    container: &str,
-    plans: &mut [PodPlan],
-    st: &mut RuleState,
-    data: &Data,
-) {
-    let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
-    let jobs: Vec<(usize, String, String, String)> = plans
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| match &p.decision {
-            Decision::Add { target } => Some((i, p.pod.clone(), p.uid.clone(), target.clone())),
-            _ => None,
-        })
-        .collect();
-    let results: Vec<(usize, String, Result<(), kube::Error>)> = futures::stream::iter(jobs)
-        .map(|(i, pod, uid, target)| {
-            let api = &api;
-            async move {
-                let r = add_container(api, data, rule, container, (&pod, &uid, &target), false).await;
-                (i, target, r)
-            }
-        })
-        .buffer_unordered(data.options.concurrency.max(1))
-        .collect()
-        .await;
-    let now = Instant::now();
-    let mut added = Vec::new();
-    for (i, target, result) in results {
-        let p = &mut plans[i];
-        let key = (p.uid.clone(), container.to_string());
-        match result {
-            Ok(()) => {
-                data.metrics.injections.with_label_values(&["added"]).inc();
-                st.memory.added.insert(key.clone(), now);
-                st.memory.refused.remove(&key);
-                let note = format!("added debug container {container} ({}) targeting {target}", rule.spec.image);
-                let pod_ref = ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    namespace: Some(ns.to_string()),
-                    name: Some(p.pod.clone()),
-                    uid: Some(p.uid.clone()),
-                    ..ObjectReference::default()
-                };
-                data.ctx.events.normal(&pod_ref, "DebugContainerAdded", "AddEphemeralContainer", note);
-                tracing::info!(pod = %p.pod, container, target = %target, "debug container added");
-                added.push(p.pod.clone());
-                p.decision = Decision::Added;
-            }
-            Err(e) => {
-                let (label, message) = match &e {
-                    kube::Error::Api(s) => ("rejected", s.message.clone()),
-                    other => ("error", other.to_string()),
-                };
-                data.metrics.injections.with_label_values(&[label]).inc();
-                let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
-                if refusal.attempts == 1 {
-                    data.ctx.events.warning(
-                        oref,
-                        "InjectionFailed",
-                        "AddEphemeralContainer",
-                        format!("pod {}: {container} not added: {message}", p.pod),
-                    );
-                }
-                tracing::warn!(pod = %p.pod, container, error = %message, attempts = refusal.attempts, "debug container not added");
-                p.decision = Decision::Refused { message, retry_at: refusal.retry_at };
-                st.memory.refused.insert(key, refusal);
-            }
-        }
-    }
-    if !added.is_empty() {
-        added.sort();
-        let shown: Vec<&str> = added.iter().take(5).map(String::as_str).collect();
-        let more = if added.len() > 5 { format!(" and {} more", added.len() - 5) } else { String::new() };
-        data.ctx.events.normal(
-            oref,
-            "DebugContainerAdded",
-            "AddEphemeralContainer",
-            format!(
-                "added {container} ({}) to {} pod(s): {}{more}; kubectl exec -it <pod> -c {container} -- sh",
-                rule.spec.image,
-                added.len(),
-                shown.join(", ")
-            ),
-        );
-    }
 }

@@ -19,8 +19,10 @@
 //! | [`container`] | the ephemeral container and its patch (pure) |
 //! | [`status`] | status from the plan (pure) |
 //! | [`metrics`] | `flotilla_pod_debugger_*` |
-//! | [`controller`] | the watch, the reconcile loop, the dry run and the additions |
+//! | [`apply`] | the writes: a dry run of the first addition, then the additions, with their Events |
+//! | [`controller`] | the watch and the reconcile loop: check, plan, apply, status |
 
+pub mod apply;
 pub mod container;
 pub mod controller;
 pub mod crd;

@@ -1,0 +1,182 @@
+//! The writes of a reconcile: a dry run of the first addition (a spec the
+//! API would refuse is refused as a whole, before any pod is touched), then
+//! the additions a few at a time, each result turned into the pod's
+//! decision, with the Events that say so.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::container::{ephemeral_container, patch};
+use crate::controller::{Data, Refused, RuleState};
+use crate::crd::PodDebugger;
+use crate::plan::{Decision, PodPlan, Refusal};
+use crate::security::Level;
+
+/// A dry-run refusal is tried again after this long (or on a spec change).
+pub(crate) const DRY_RUN_RETRY: Duration = Duration::from_secs(300);
+
+/// The last dry run of one container spec at one Pod Security level.
+pub(crate) struct DryRun {
+    container: String,
+    level: Level,
+    result: Result<(), String>,
+    at: Instant,
+}
+
+/// Tries the first addition with dryRun=All (once per container spec and
+/// Pod Security level): a spec the API would reject is refused as a whole
+/// before any pod is touched. Returns the refusal, if any.
+pub(crate) async fn dry_run(
+    rule: &PodDebugger,
+    ns: &str,
+    container: &str,
+    level: Level,
+    plans: &[PodPlan],
+    st: &mut RuleState,
+    data: &Data,
+) -> Option<Refused> {
+    let now = Instant::now();
+    let fresh = st.dry_run.as_ref().filter(|d| {
+        d.container == container
+            && d.level == level
+            && (d.result.is_ok() || now.saturating_duration_since(d.at) < DRY_RUN_RETRY)
+    });
+    if let Some(d) = fresh {
+        return d.result.as_ref().err().map(|e| ("DryRunRejected", e.clone()));
+    }
+    let (pod, target) = plans.iter().find_map(|p| match &p.decision {
+        Decision::Add { target } => Some((p.pod.as_str(), target.as_str())),
+        _ => None,
+    })?;
+    let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
+    let uid = plans.iter().find(|p| p.pod == pod).map(|p| p.uid.as_str()).unwrap_or_default();
+    let result = match add_container(&api, data, rule, container, (pod, uid, target), true).await {
+        Ok(_) => Ok(()),
+        // The spec itself is refused (Pod Security, validation, a webhook).
+        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
+            data.metrics.injections.with_label_values(&["dry_run_rejected"]).inc();
+            Err(format!("a dry run of {container} on pod {pod} was refused: {}", s.message))
+        }
+        // The pod went away, a conflict, a transport error: nothing learnt
+        // about the spec; the real additions report their own failures.
+        Err(e) => {
+            tracing::debug!(error = %e, pod, "dry run inconclusive");
+            return None;
+        }
+    };
+    let refusal = result.as_ref().err().map(|e| ("DryRunRejected", e.clone()));
+    st.dry_run = Some(DryRun { container: container.to_string(), level, result, at: now });
+    refusal
+}
+
+/// The one write to a pod: `container` added to `pod` (its UID checked by
+/// the patch, its target container named), or a dry run of that.
+pub(crate) async fn add_container(
+    api: &Api<Pod>,
+    data: &Data,
+    rule: &PodDebugger,
+    container: &str,
+    (pod, uid, target): (&str, &str, &str),
+    dry_run: bool,
+) -> Result<(), kube::Error> {
+    let body = patch(&ephemeral_container(&rule.spec, container, target), uid);
+    let pp = PatchParams { dry_run, field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
+    api.patch_ephemeral_containers(pod, &pp, &Patch::Strategic(&body)).await.map(|_| ())
+}
+
+/// Adds the container to every pod the plan says, a few at a time; each
+/// result turns the pod's decision into Added or Refused.
+pub(crate) async fn add(
+    rule: &PodDebugger,
+    ns: &str,
+    oref: &ObjectReference,
+    container: &str,
+    plans: &mut [PodPlan],
+    st: &mut RuleState,
+    data: &Data,
+) {
+    let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
+    let jobs: Vec<(usize, String, String, String)> = plans
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.decision {
+            Decision::Add { target } => Some((i, p.pod.clone(), p.uid.clone(), target.clone())),
+            _ => None,
+        })
+        .collect();
+    let results: Vec<(usize, String, Result<(), kube::Error>)> = futures::stream::iter(jobs)
+        .map(|(i, pod, uid, target)| {
+            let api = &api;
+            async move {
+                let r = add_container(api, data, rule, container, (&pod, &uid, &target), false).await;
+                (i, target, r)
+            }
+        })
+        .buffer_unordered(data.options.concurrency.max(1))
+        .collect()
+        .await;
+    let now = Instant::now();
+    let mut added = Vec::new();
+    for (i, target, result) in results {
+        let p = &mut plans[i];
+        let key = (p.uid.clone(), container.to_string());
+        match result {
+            Ok(()) => {
+                data.metrics.injections.with_label_values(&["added"]).inc();
+                st.memory.added.insert(key.clone(), now);
+                st.memory.refused.remove(&key);
+                let note = format!("added debug container {container} ({}) targeting {target}", rule.spec.image);
+                let pod_ref = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    namespace: Some(ns.to_string()),
+                    name: Some(p.pod.clone()),
+                    uid: Some(p.uid.clone()),
+                    ..ObjectReference::default()
+                };
+                data.ctx.events.normal(&pod_ref, "DebugContainerAdded", "AddEphemeralContainer", note);
+                tracing::info!(pod = %p.pod, container, target = %target, "debug container added");
+                added.push(p.pod.clone());
+                p.decision = Decision::Added;
+            }
+            Err(e) => {
+                let (label, message) = match &e {
+                    kube::Error::Api(s) => ("rejected", s.message.clone()),
+                    other => ("error", other.to_string()),
+                };
+                data.metrics.injections.with_label_values(&[label]).inc();
+                let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
+                if refusal.attempts == 1 {
+                    data.ctx.events.warning(
+                        oref,
+                        "InjectionFailed",
+                        "AddEphemeralContainer",
+                        format!("pod {}: {container} not added: {message}", p.pod),
+                    );
+                }
+                tracing::warn!(pod = %p.pod, container, error = %message, attempts = refusal.attempts, "debug container not added");
+                p.decision = Decision::Refused { message, retry_at: refusal.retry_at };
+                st.memory.refused.insert(key, refusal);
+            }
+        }
+    }
+    if !added.is_empty() {
+        added.sort();
+        let shown: Vec<&str> = added.iter().take(5).map(String::as_str).collect();
+        let more = if added.len() > 5 { format!(" and {} more", added.len() - 5) } else { String::new() };
+        data.ctx.events.normal(
+            oref,
+            "DebugContainerAdded",
+            "AddEphemeralContainer",
+            format!(
+                "added {container} ({}) to {} pod(s): {}{more}; kubectl exec -it <pod> -c {container} -- sh",
+                rule.spec.image,
+                added.len(),
+                shown.join(", ")
+            ),
+        );
+    }
+}
