@@ -51,27 +51,6 @@ pub fn release_free_memory() {
     glibc::malloc_trim();
 }
 
-/// [`release_free_memory`] after a burst of work that may come often
-/// (a reconcile that wrote): at most once per [`RELEASE_GAP`], process-wide.
-/// A reconcile writing thousands of copies frees their request bodies and
-/// payloads; without this glibc kept them as RSS (config-copier settled at
-/// its start-up peak).
-pub fn release_free_memory_after_burst() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::{SystemTime, UNIX_EPOCH};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let last = LAST.load(Ordering::Relaxed);
-    if now.saturating_sub(last) >= RELEASE_GAP.as_secs()
-        && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-    {
-        release_free_memory();
-    }
-}
-
-/// The least time between two [`release_free_memory_after_burst`] trims.
-pub const RELEASE_GAP: std::time::Duration = std::time::Duration::from_secs(5);
-
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 mod glibc {

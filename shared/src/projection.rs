@@ -188,12 +188,7 @@ impl<T: PartialEq> Writer<T> {
                     continue;
                 }
             };
-            let listed = matches!(event, watcher::Event::InitDone);
             let changes = self.apply_changes(event, &project);
-            if listed {
-                // A list's pages are freed once its objects are projected.
-                crate::memory::release_free_memory_after_burst();
-            }
             if *self.ready.borrow()
                 && let Some(f) = synced.take()
             {

@@ -412,10 +412,6 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     }
     caches.metrics().set_rule(id, summary.sources, summary.desired, summary.in_sync, summary.conflicts.len());
 
-    if writes > 0 {
-        // The writes' bodies and payloads are freed: give them back.
-        flotilla_shared::memory::release_free_memory_after_burst();
-    }
     write_status(rule, data, &summary, writes > 0).await?;
     if !summary.failures.is_empty() {
         return Err(Error::Writes { failed: summary.failures.len(), first: summary.failures[0].clone() });
