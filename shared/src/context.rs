@@ -315,7 +315,7 @@ impl Context {
                     // A watch (of the kind or of one it owns/watches) failed:
                     // the cache is stale until it resumes (health.rs).
                     Err(kube::runtime::controller::Error::QueueError(e)) => {
-                        readiness.watch_failed(name);
+                        readiness.watch_failed(name, &e.to_string());
                         tracing::warn!(controller = name, error = %e, "watch failed; retrying");
                     }
                     // Its turn came after it was deleted: it left the queue.

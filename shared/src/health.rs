@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
+use kube::runtime::watcher::Event;
 
 /// See the module docs.
 pub const RESUMED_AFTER: Duration = Duration::from_secs(5);
@@ -62,10 +63,12 @@ struct Gate {
 }
 
 /// A watch whose last attempt failed.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Failing {
     since: Instant,
     last: Instant,
+    /// The last error, as the API server or the client said it.
+    error: String,
 }
 
 impl Default for Readiness {
@@ -141,16 +144,30 @@ impl Readiness {
         WatchHealth { readiness: self.clone(), name: Arc::from(name) }
     }
 
-    /// The watch feeding `name`'s cache failed (it is retried).
-    pub fn watch_failed(&self, name: &str) {
-        self.watch_failed_at(name, Instant::now());
+    /// The watch feeding `name`'s cache failed with `error` (it is retried).
+    pub fn watch_failed(&self, name: &str, error: &str) {
+        self.watch_failed_at(name, error, Instant::now());
     }
 
-    fn watch_failed_at(&self, name: &str, now: Instant) {
+    fn watch_failed_at(&self, name: &str, error: &str, now: Instant) {
         self.with(|s| {
-            s.failing.entry(name.to_string()).and_modify(|f| f.last = now).or_insert(Failing { since: now, last: now });
+            s.failing
+                .entry(name.to_string())
+                .and_modify(|f| {
+                    f.last = now;
+                    error.clone_into(&mut f.error);
+                })
+                .or_insert_with(|| Failing { since: now, last: now, error: error.to_string() });
             self.failing.store(s.failing.len(), Ordering::Relaxed);
         });
+    }
+
+    /// The last error of the watch feeding `name`'s cache, while it fails.
+    pub fn watch_error(&self, name: &str) -> Option<String> {
+        if self.failing.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.with(|s| s.failing.get(name).map(|f| f.error.clone()))
     }
 
     /// The watch feeding `name`'s cache delivered an event: it is flowing.
@@ -259,6 +276,11 @@ pub struct WatchHealth {
 }
 
 impl WatchHealth {
+    /// The cache's name, as readiness reports it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The cache holds a complete list.
     pub fn synced(&self) {
         self.readiness.set_synced(&self.name);
@@ -278,16 +300,26 @@ impl WatchHealth {
         self.track(kube::runtime::watcher(api, cfg).backoff(crate::backoff::watch_backoff()))
     }
 
-    /// `watch`, passed through, its errors and events recorded.
-    pub fn track<S, T, E>(&self, watch: S) -> impl Stream<Item = Result<T, E>> + use<S, T, E>
+    /// `watch`, passed through, its errors and events recorded. `Init` is
+    /// not an event of the kind: kube's watcher yields it before each list
+    /// attempt, so a list refused again and again (RBAC) would look resumed.
+    pub fn track<S, K, E>(&self, watch: S) -> impl Stream<Item = Result<Event<K>, E>> + use<S, K, E>
     where
-        S: Stream<Item = Result<T, E>>,
+        S: Stream<Item = Result<Event<K>, E>>,
+        E: std::fmt::Display,
     {
         let this = self.clone();
         watch.inspect(move |item| match item {
+            Ok(Event::Init) => {}
             Ok(_) => this.readiness.watch_event(&this.name),
-            Err(_) => this.readiness.watch_failed(&this.name),
+            Err(e) => this.readiness.watch_failed(&this.name, &e.to_string()),
         })
+    }
+
+    /// The watch's last error while it fails (for a status condition that
+    /// says why its cache is not ready).
+    pub fn error(&self) -> Option<String> {
+        self.readiness.watch_error(&self.name)
     }
 }
 
@@ -363,8 +395,8 @@ mod tests {
     fn a_failing_watch_makes_its_cache_stale_until_an_event() {
         let r = ready_with(&["pods", "namespaces"]);
         let t0 = Instant::now();
-        r.watch_failed_at("pods", t0);
-        r.watch_failed_at("pods", t0 + Duration::from_secs(3));
+        r.watch_failed_at("pods", "forbidden", t0);
+        r.watch_failed_at("pods", "forbidden", t0 + Duration::from_secs(3));
         assert!(r.any_watch_failing());
         assert_eq!(
             r.check_at(t0 + Duration::from_secs(4)),
@@ -383,7 +415,7 @@ mod tests {
         r.set_suspended();
         assert_eq!(r.check(), Err("leading suspended: the leader-election lease could not be renewed in time".into()));
         let t0 = Instant::now();
-        r.watch_failed_at("pods", t0);
+        r.watch_failed_at("pods", "forbidden", t0);
         assert_eq!(
             r.check_at(t0 + Duration::from_secs(2)),
             Err("leading suspended: the leader-election lease could not be renewed in time; caches stale, watch failing: pods (failing for 2s)".into())
@@ -397,7 +429,7 @@ mod tests {
     fn a_silent_watch_resumes_once_the_api_answered_after_its_last_error_and_it_stayed_quiet() {
         let r = ready_with(&["services"]);
         let t0 = Instant::now();
-        r.watch_failed_at("services", t0);
+        r.watch_failed_at("services", "forbidden", t0);
         // The API server answered, but before the last error: still down.
         r.api_answered(t0 - Duration::from_secs(1));
         assert!(r.resumed_watches_at(t0 + RESUMED_AFTER * 2).is_empty());
@@ -406,7 +438,7 @@ mod tests {
         assert!(r.resumed_watches_at(t0 + RESUMED_AFTER - Duration::from_millis(1)).is_empty());
         assert!(r.check().is_err());
         // Failed again meanwhile (e.g. forbidden): not resumed.
-        r.watch_failed_at("services", t0 + Duration::from_secs(2));
+        r.watch_failed_at("services", "forbidden", t0 + Duration::from_secs(2));
         assert!(r.resumed_watches_at(t0 + RESUMED_AFTER + Duration::from_secs(1)).is_empty());
         // Answered after the last error, and quiet for RESUMED_AFTER.
         r.api_answered(t0 + Duration::from_secs(3));
@@ -423,11 +455,22 @@ mod tests {
         assert!(r.check().is_err(), "registered unsynced");
         health.synced();
         assert_eq!(r.check(), Ok(()));
-        let items: Vec<Result<u8, &str>> = vec![Ok(1), Err("gone"), Err("gone")];
+        let items: Vec<Result<Event<u8>, &str>> = vec![Ok(Event::Apply(1)), Err("gone"), Err("gone")];
         let out: Vec<_> = futures::executor::block_on(health.track(futures::stream::iter(items.clone())).collect());
-        assert_eq!(out, items, "passed through unchanged");
+        assert_eq!(format!("{out:?}"), format!("{items:?}"), "passed through unchanged");
         assert!(r.check().unwrap_err().starts_with("caches stale, watch failing: copies"));
-        let _: Vec<_> = futures::executor::block_on(health.track(futures::stream::iter([Ok::<u8, &str>(2)])).collect());
+        assert_eq!(health.error().as_deref(), Some("gone"), "the last error is kept while it fails");
+        // A retry's Init, then refused again: still failing.
+        let retry: [Result<Event<u8>, &str>; 2] = [Ok(Event::Init), Err("forbidden")];
+        let _: Vec<_> = futures::executor::block_on(health.track(futures::stream::iter(retry)).collect());
+        assert_eq!(health.error().as_deref(), Some("forbidden"));
+        let retry: [Result<Event<u8>, &str>; 1] = [Ok(Event::Init)];
+        let _: Vec<_> = futures::executor::block_on(health.track(futures::stream::iter(retry)).collect());
+        assert!(r.check().is_err(), "a list begun is not a watch resumed");
+        let _: Vec<_> = futures::executor::block_on(
+            health.track(futures::stream::iter([Ok::<Event<u8>, &str>(Event::InitDone)])).collect(),
+        );
         assert_eq!(r.check(), Ok(()));
+        assert_eq!(health.error(), None, "forgotten once it flows");
     }
 }

@@ -378,6 +378,19 @@ mod tests {
     }
 
     #[test]
+    fn touched_namespaces_lists_each_namespace_once_including_removals() {
+        use crate::projection::Change;
+        let c = |key: &str, new: Option<u8>, old: Option<u8>| Change {
+            key: key.to_string(),
+            new: new.map(std::sync::Arc::new),
+            old: old.map(std::sync::Arc::new),
+        };
+        let changes =
+            [c("b/x", Some(1), None), c("a/y", Some(1), Some(2)), c("c/z", None, Some(1)), c("b/w", Some(1), None)];
+        assert_eq!(touched_namespaces(&changes), ["a", "b", "c"]);
+    }
+
+    #[test]
     fn the_rules_of_the_touched_namespaces_and_those_of_every_namespace() {
         let rules = [rule("a", "r1"), rule("b", "r2"), rule("c", "everywhere"), rule("d", "r4")];
         let names = |namespaces: &[&str]| -> Vec<String> {

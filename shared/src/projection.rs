@@ -152,16 +152,6 @@ impl<T: PartialEq> Writer<T> {
     }
 }
 
-/// What `field` says of each changed projection (the new one, or the old
-/// one for a removal), sorted, without repeats: e.g. the namespaces a batch
-/// of pod changes touched.
-pub fn touched<'a, T>(changes: &'a [Change<T>], field: impl Fn(&'a T) -> &'a str) -> Vec<&'a str> {
-    let mut out: Vec<&str> = changes.iter().filter_map(|c| c.new.as_deref().or(c.old.as_deref()).map(&field)).collect();
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
 impl<T: PartialEq> Writer<T> {
     /// Feeds this writer from a watch until the stream ends, handing each
     /// event's changes to `changed` and calling `synced` once, after the
@@ -253,16 +243,6 @@ pub struct WriterDropped;
 mod tests {
     use super::*;
 
-    #[test]
-    fn touched_lists_each_namespace_once_including_removals() {
-        let c = |new: Option<&str>, old: Option<&str>| Change {
-            key: String::new(),
-            new: new.map(|n| Arc::new(n.to_string())),
-            old: old.map(|o| Arc::new(o.to_string())),
-        };
-        let changes = [c(Some("b"), None), c(Some("a"), Some("a")), c(None, Some("c")), c(Some("b"), Some("b"))];
-        assert_eq!(touched(&changes, |s: &String| s.as_str()), ["a", "b", "c"]);
-    }
     use watcher::Event;
 
     fn project(s: &'static str) -> (String, usize) {

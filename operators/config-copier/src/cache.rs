@@ -69,6 +69,8 @@ pub struct Caches {
     /// What the last read of each source taught, by kind, namespace and
     /// name (valid for the resourceVersion it names).
     learned: Mutex<HashMap<SourceKey, Arc<SourceInfo>>>,
+    /// The caches' watches, to say why one is not ready.
+    watches: Mutex<Vec<WatchHealth>>,
 }
 
 type SourceKey = (SourceKind, String, String);
@@ -77,13 +79,6 @@ type SourceKey = (SourceKind, String, String);
 struct Writers {
     namespaces: Option<projection::Writer<NamespaceInfo>>,
     copies: HashMap<SourceKind, projection::Writer<Option<Observed>>>,
-}
-
-/// A rule's sources as last seen.
-pub enum Sources {
-    /// The initial list has not arrived yet (`Some`: why the watch fails).
-    NotReady(Option<String>),
-    Ready(Vec<SourceMeta>),
 }
 
 /// Settings of the caches.
@@ -124,6 +119,7 @@ impl Caches {
             claims: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
+            watches: Mutex::default(),
         })
     }
 
@@ -188,9 +184,20 @@ impl Caches {
             .then(|| self.namespaces.entries().into_iter().map(|(k, v)| (k, (*v).clone())).collect())
     }
 
-    /// Whether both copy watches have listed.
+    /// Whether both copy watches have listed (a rule's copies of either
+    /// kind are its own: one whose kind changed prunes the old kind's).
     pub fn copies_ready(&self) -> bool {
         self.copies.values().all(projection::Store::is_ready)
+    }
+
+    /// Why a cache is not ready: the first failing watch and its last
+    /// error (`None` while every watch flows, e.g. a list still arriving).
+    pub fn watch_error(&self) -> Option<String> {
+        lock(&self.watches).iter().find_map(|w| w.error().map(|e| format!("watch of {} failing: {e}", w.name())))
+    }
+
+    fn watching(&self, health: &WatchHealth) {
+        lock(&self.watches).push(health.clone());
     }
 
     /// The object at `key` as the copy watch saw it, with what we know of
@@ -285,17 +292,15 @@ impl Caches {
     }
 
     /// `rule`'s sources of `kind` (what `selection` selects in its
-    /// namespace), from the shared index ([`SourceIndex`]).
-    pub fn sources(&self, rule: &RuleId, kind: SourceKind, selection: &SourceSelection) -> Sources {
+    /// namespace), from the shared index ([`SourceIndex`]); `None` until
+    /// it is listed with the label keys the rule reads.
+    pub fn sources(&self, rule: &RuleId, kind: SourceKind, selection: &SourceSelection) -> Option<Vec<SourceMeta>> {
         for (k, index) in &self.sources {
             if *k != kind {
                 index.forget(rule);
             }
         }
-        match self.sources.get(&kind).and_then(|index| index.sources(rule, selection)) {
-            Some(metas) => Sources::Ready(metas),
-            None => Sources::NotReady(None),
-        }
+        self.sources.get(&kind).and_then(|index| index.sources(rule, selection))
     }
 
     /// What a read of this source taught, if it was at `resource_version`.
@@ -335,6 +340,7 @@ impl Caches {
     /// wakes the rules of that kind in the namespaces it touched.
     pub async fn watch_sources(self: Arc<Self>, kind: SourceKind, health: WatchHealth) {
         let Some(index) = self.sources.get(&kind).cloned() else { return };
+        self.watching(&health);
         let this = Arc::clone(&self);
         let changed = move |namespaces: &[&str]| {
             if namespaces.is_empty() {
@@ -355,6 +361,7 @@ impl Caches {
     /// Watches namespaces (metadata only) until the stream ends.
     pub async fn watch_namespaces(self: Arc<Self>, health: WatchHealth) {
         let Some(mut writer) = lock(&self.writers).namespaces.take() else { return };
+        self.watching(&health);
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().any_semantic();
         let mut stream = std::pin::pin!(health.watcher(api, cfg));
@@ -393,6 +400,7 @@ impl Caches {
         K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     {
         let Some(mut writer) = lock(&self.writers).copies.remove(&kind) else { return };
+        self.watching(&health);
         let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
         let mut stream = std::pin::pin!(health.watcher(api, cfg));

@@ -22,7 +22,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::apply::{Outcome, SourceJobs, Writer, bounded, run_jobs, run_source_jobs};
 use crate::budget::Budget;
-use crate::cache::{CacheOptions, Caches, GC_INTERVAL, Sources, trigger_channel};
+use crate::cache::{CacheOptions, Caches, GC_INTERVAL, trigger_channel};
 use crate::cleanup::cleanup;
 use crate::copy::{CopyKey, Observed, RuleId, RuleRef, SourceInfo, StripLabels};
 use crate::crd::{CopyRule, SkippedSource, SourceKind};
@@ -181,6 +181,24 @@ pub(crate) fn rule_ref(rule: &CopyRule) -> Result<RuleRef, Error> {
     })
 }
 
+/// A cache the rule needs has not listed yet: the rule waits. While a
+/// watch fails (e.g. the operator's RBAC withholds a kind), its status and
+/// a Warning say why instead of a silent wait; nothing is decided, so its
+/// copies stay as they are. The watch's recovery wakes the rule.
+async fn caches_not_ready(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
+    let Some(why) = data.caches.watch_error() else {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    };
+    let previous = rule.status.as_ref().map(|p| p.conditions.as_slice());
+    let message = format!("cannot read the sources: {why}");
+    if !already_said(previous, "Ready", "SourcesUnavailable", &message) {
+        data.ctx.events.warning(&rule.object_ref(&()), "SourcesUnavailable", "Copy", message);
+    }
+    let summary = Summary { sources_unavailable: Some(why), ..Default::default() };
+    write_status(rule, data, &summary, false).await?;
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
 /// Converges one rule.
 async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     let me = rule_ref(rule)?;
@@ -230,16 +248,10 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     }
     let selection = SourceSelection { selector, names: rule.spec.names.iter().map(|n| n.0.clone()).collect() };
     let (Some(namespaces), true) = (caches.namespaces(), caches.copies_ready()) else {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return caches_not_ready(rule, data).await;
     };
-    let metas = match caches.sources(id, rule.spec.kind, &selection) {
-        Sources::Ready(s) => s,
-        Sources::NotReady(None) => return Ok(Action::requeue(Duration::from_secs(2))),
-        Sources::NotReady(Some(why)) => {
-            let summary = Summary { sources_unavailable: Some(why), ..Default::default() };
-            write_status(rule, data, &summary, false).await?;
-            return Ok(Action::requeue(Duration::from_secs(30)));
-        }
+    let Some(metas) = caches.sources(id, rule.spec.kind, &selection) else {
+        return caches_not_ready(rule, data).await;
     };
     // What each source is at its current version: known from an earlier
     // read, else read now (bounded by the byte budget) and forgotten but

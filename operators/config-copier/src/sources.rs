@@ -115,14 +115,6 @@ impl SourceIndex {
         self.store.get(&format!("{namespace}/{name}")).is_some()
     }
 
-    pub fn len(&self) -> usize {
-        self.store.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.store.is_empty()
-    }
-
     /// Watches the kind (in `scope`, or every namespace) until the stream
     /// ends, handing `changed` the namespaces whose objects changed.
     pub async fn watch(

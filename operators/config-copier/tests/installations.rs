@@ -1,8 +1,10 @@
 //! Two config-copier installations, each with `--watch-namespace`, on one
 //! cluster: neither takes, overwrites or prunes the other's copies, even
 //! with `onConflict: Overwrite` in a namespace that accepts overwrites.
+//! And an installation whose RBAC withholds a kind says so on the rules
+//! that need it.
 //! A test binary of its own: the other suites run one operator that
-//! watches every namespace, which would handle both rules itself.
+//! watches every namespace, which would handle these rules itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -12,8 +14,9 @@ use std::time::Duration;
 use common::*;
 use flotilla_testenv::process::OperatorProcess;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 const RULE_LABEL: &str = "flotilla.dev/copy-rule";
@@ -71,4 +74,92 @@ async fn two_installations_never_take_each_others_copies() {
     Api::<CopyRule>::namespaced(client.clone(), &a).delete("r", &DeleteParams::default()).await.unwrap();
     wait_cm_gone(&client, &dst, "cfg").await;
     drop((op_a, op_b));
+}
+
+/// The ClusterRole `name` with `rules`, bound to ServiceAccount `ns/config-copier`.
+async fn grant(client: &kube::Client, name: &str, ns: &str, rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>) {
+    let pp = PatchParams::apply("tests").force();
+    let role = ClusterRole { metadata: meta(name, &[]), rules: Some(rules), ..Default::default() };
+    Api::<ClusterRole>::all(client.clone()).patch(name, &pp, &Patch::Apply(&role)).await.unwrap();
+    let binding = ClusterRoleBinding {
+        metadata: meta(name, &[]),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: name.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "config-copier".into(),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone()).patch(name, &pp, &Patch::Apply(&binding)).await.unwrap();
+}
+
+/// An installation whose RBAC withholds Secrets (an admin's choice or a
+/// mistake): a Secret rule says why it waits — `Ready=False`,
+/// `SourcesUnavailable`, naming the failing watch and the API server's
+/// refusal, and a Warning — rather than waiting silently; once the RBAC
+/// allows Secrets, the watch's recovery wakes the rule and it copies.
+#[tokio::test]
+async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
+    let env = flotilla_testenv::shared();
+    install_crd(&env).await;
+    let client = env.client().await;
+    let (ns, dst) = (target("rbac-src").await, target("rbac-dst").await);
+    let role = format!("cc-test-{ns}");
+    let mut without_secrets = rbac_rules();
+    for r in &mut without_secrets {
+        if let Some(resources) = &mut r.resources {
+            resources.retain(|x| x != "secrets");
+        }
+    }
+    grant(&client, &role, &ns, without_secrets).await;
+    let kubeconfig = env.service_account_kubeconfig(&ns, "config-copier").await.unwrap();
+    let op = OperatorProcess::start(&binary(), &kubeconfig, &[format!("--watch-namespace={ns}")], &[])
+        .expect("starting config-copier");
+
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    let secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds", "labels": {"copy": "yes"}},
+        "stringData": {"k": "v"},
+    }))
+    .unwrap();
+    secrets.create(&Default::default(), &secret).await.unwrap();
+    copy_rule(&client, &ns, "s", "Secret", &[&dst], json!({})).await;
+    let unavailable = |r: &CopyRule| condition(r, "Ready").is_some_and(|c| c.reason == "SourcesUnavailable");
+    let r = flotilla_testenv::wait_for("the rule to say its sources are unavailable", T, || {
+        let api = Api::<CopyRule>::namespaced(client.clone(), &ns);
+        async move { Ok::<_, kube::Error>(api.get_opt("s").await?.filter(|r| unavailable(r))) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+    let c = condition(&r, "Ready").unwrap();
+    assert_eq!(c.status, "False");
+    assert!(c.message.contains("secrets") && c.message.contains("forbidden"), "{c:?}");
+    let event = wait_event(&client, &ns, "s", "SourcesUnavailable").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    // Granted: the rule copies without being touched.
+    grant(&client, &role, &ns, rbac_rules()).await;
+    flotilla_testenv::wait_for("the Secret copied once the RBAC allows it", T, || {
+        let api = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &dst);
+        async move { Ok::<_, kube::Error>(api.get_opt("creds").await?.map(|_| ())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+    wait_rule(&client, &ns, "s", |r| ready(r) == Some("True")).await;
+
+    Api::<CopyRule>::namespaced(client.clone(), &ns).delete("s", &DeleteParams::default()).await.unwrap();
+    flotilla_testenv::wait_for("the copy pruned with its rule", T, || {
+        let api = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &dst);
+        async move { Ok::<_, kube::Error>(api.get_opt("creds").await?.is_none().then_some(())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+    drop(op);
+    let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&role, &DeleteParams::default()).await;
+    let _ = Api::<ClusterRole>::all(client.clone()).delete(&role, &DeleteParams::default()).await;
 }
