@@ -32,6 +32,7 @@ pub mod node;
 pub mod node_assets;
 pub mod pki;
 pub mod process;
+pub mod rbac;
 pub mod route53_proxy;
 pub mod tools;
 pub mod versions;

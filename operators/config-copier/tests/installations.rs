@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use common::*;
 use flotilla_testenv::process::OperatorProcess;
+use flotilla_testenv::rbac::{self, Scope, account_with};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use serde_json::json;
 
 const RULE_LABEL: &str = "flotilla.dev/copy-rule";
@@ -76,28 +76,6 @@ async fn two_installations_never_take_each_others_copies() {
     drop((op_a, op_b));
 }
 
-/// The ClusterRole `name` with `rules`, bound to ServiceAccount `ns/config-copier`.
-async fn grant(client: &kube::Client, name: &str, ns: &str, rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>) {
-    let pp = PatchParams::apply("tests").force();
-    let role = ClusterRole { metadata: meta(name, &[]), rules: Some(rules), ..Default::default() };
-    Api::<ClusterRole>::all(client.clone()).patch(name, &pp, &Patch::Apply(&role)).await.unwrap();
-    let binding = ClusterRoleBinding {
-        metadata: meta(name, &[]),
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: name.into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: "config-copier".into(),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        }]),
-    };
-    Api::<ClusterRoleBinding>::all(client.clone()).patch(name, &pp, &Patch::Apply(&binding)).await.unwrap();
-}
-
 /// An installation whose RBAC withholds Secrets (an admin's choice or a
 /// mistake): a Secret rule says why it waits — `Ready=False`,
 /// `SourcesUnavailable`, naming the failing watch and the API server's
@@ -116,8 +94,7 @@ async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
             resources.retain(|x| x != "secrets");
         }
     }
-    grant(&client, &role, &ns, without_secrets).await;
-    let kubeconfig = env.service_account_kubeconfig(&ns, "config-copier").await.unwrap();
+    let kubeconfig = account_with(&env, Scope::Cluster, &role, &ns, "config-copier", without_secrets).await;
     let op = OperatorProcess::start(&binary(), &kubeconfig, &[format!("--watch-namespace={ns}")], &[])
         .expect("starting config-copier");
 
@@ -143,7 +120,7 @@ async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
     assert_eq!(event.type_.as_deref(), Some("Warning"));
 
     // Granted: the rule copies without being touched.
-    grant(&client, &role, &ns, rbac_rules()).await;
+    rbac::grant(&env, Scope::Cluster, &role, &ns, "config-copier", rbac_rules()).await;
     flotilla_testenv::wait_for("the Secret copied once the RBAC allows it", T, || {
         let api = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &dst);
         async move { Ok::<_, kube::Error>(api.get_opt("creds").await?.map(|_| ())) }
@@ -160,6 +137,5 @@ async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
     drop(op);
-    let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&role, &DeleteParams::default()).await;
-    let _ = Api::<ClusterRole>::all(client.clone()).delete(&role, &DeleteParams::default()).await;
+    rbac::revoke_cluster(&env, &role).await;
 }

@@ -10,10 +10,11 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use flotilla_testenv::rbac::{self, Scope, account_with};
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -24,21 +25,15 @@ pub const T: Duration = Duration::from_secs(40);
 
 /// The RBAC rules config-copier needs (the README and chart list the same).
 pub fn rbac_rules() -> Vec<PolicyRule> {
-    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
-        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    };
     vec![
-        rule(&["flotilla.dev"], &["copyrules"], &["list", "watch", "patch"]),
-        rule(&["flotilla.dev"], &["copyrules/status"], &["patch"]),
-        rule(&[""], &["namespaces"], &["get", "list", "watch"]),
-        rule(&[""], &["configmaps", "secrets"], &["get", "list", "watch", "create", "patch", "delete"]),
-        rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
-        rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update"]),
+        rbac::rule(&["flotilla.dev"], &["copyrules"], &["list", "watch", "patch"]),
+        rbac::rule(&["flotilla.dev"], &["copyrules/status"], &["patch"]),
+        rbac::rule(&[""], &["namespaces"], &["get", "list", "watch"]),
+        rbac::rule(&[""], &["configmaps", "secrets"], &["get", "list", "watch", "create", "patch", "delete"]),
+        rbac::rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+        rbac::rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update"]),
         // As the chart grants it with admissionPolicy.enabled (by name there).
-        rule(
+        rbac::rule(
             &["admissionregistration.k8s.io"],
             &["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
             &["get"],
@@ -96,31 +91,8 @@ pub async fn operator(env: &TestEnv) -> &'static Running {
     let _ = Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &Namespace { metadata: meta(ns, &[]), ..Default::default() })
         .await;
-    let role =
-        ClusterRole { metadata: meta("flotilla-config-copier", &[]), rules: Some(rbac_rules()), ..Default::default() };
-    Api::<ClusterRole>::all(client.clone())
-        .patch("flotilla-config-copier", &PatchParams::apply("tests").force(), &Patch::Apply(&role))
-        .await
-        .unwrap();
-    let binding = ClusterRoleBinding {
-        metadata: meta("flotilla-config-copier", &[]),
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: "flotilla-config-copier".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: "config-copier".into(),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        }]),
-    };
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .patch("flotilla-config-copier", &PatchParams::apply("tests").force(), &Patch::Apply(&binding))
-        .await
-        .unwrap();
-    let kubeconfig = env.service_account_kubeconfig(ns, "config-copier").await.unwrap();
+    let kubeconfig =
+        account_with(env, Scope::Cluster, "flotilla-config-copier", ns, "config-copier", rbac_rules()).await;
 
     let running = OPERATOR.get_or_init(|| {
         let (mp, hp) = (free_port(), free_port());

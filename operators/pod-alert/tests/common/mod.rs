@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flotilla_testenv::process::{OperatorProcess, free_port};
+use flotilla_testenv::rbac::{Scope, account_with, rule};
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::Api;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 
 pub use pod_alert::crd::{PodAlert, PodAlertStatus};
@@ -48,12 +49,6 @@ pub fn start_operator_as(kubeconfig: &Path, namespace: &str, extra: &[&str], var
 /// in that namespace; `charts/pod-alert/templates/_operator.tpl`, plus the
 /// Events rule every chart adds).
 fn chart_rules() -> Vec<PolicyRule> {
-    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
-        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    };
     vec![
         rule(&["flotilla.dev"], &["podalerts"], &["list", "watch"]),
         rule(&["flotilla.dev"], &["podalerts/status"], &["patch"]),
@@ -67,29 +62,7 @@ fn chart_rules() -> Vec<PolicyRule> {
 /// A kubeconfig of ServiceAccount `namespace/pod-alert` bound, in
 /// `namespace`, to exactly the chart's rules.
 pub async fn chart_rbac_kubeconfig(env: &TestEnv, namespace: &str) -> PathBuf {
-    let client = env.client().await;
-    let pp = PatchParams::apply("pod-alert-tests").force();
-    let role = Role {
-        metadata: ObjectMeta { name: Some("pod-alert".into()), ..Default::default() },
-        rules: Some(chart_rules()),
-    };
-    Api::<Role>::namespaced(client.clone(), namespace).patch("pod-alert", &pp, &Patch::Apply(&role)).await.unwrap();
-    let binding = RoleBinding {
-        metadata: ObjectMeta { name: Some("pod-alert".into()), ..Default::default() },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "Role".into(),
-            name: "pod-alert".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: "pod-alert".into(),
-            namespace: Some(namespace.into()),
-            ..Default::default()
-        }]),
-    };
-    Api::<RoleBinding>::namespaced(client, namespace).patch("pod-alert", &pp, &Patch::Apply(&binding)).await.unwrap();
-    env.service_account_kubeconfig(namespace, "pod-alert").await.unwrap()
+    account_with(env, Scope::Namespace(namespace), "pod-alert", namespace, "pod-alert", chart_rules()).await
 }
 
 /// The operator as ServiceAccount `namespace/pod-alert` with the chart's

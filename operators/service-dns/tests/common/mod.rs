@@ -9,11 +9,12 @@ use std::time::Duration;
 use aws_sdk_route53::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
 use flotilla_testenv::moto::SharedMoto;
+use flotilla_testenv::rbac::{self, Scope, account_with, rule, rule_named};
 use flotilla_testenv::route53_proxy::Route53Proxy;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use service_dns::model::{RecordSet, RecordType};
@@ -447,20 +448,13 @@ pub async fn grant(client: &Client, ns: &str, value: Option<&str>) {
 /// the defaults (`charts/service-dns/templates/_operator.tpl`; the RBAC
 /// proof in `e2e/tests/rbac.rs` shows each of them needed).
 pub fn chart_rules() -> Vec<PolicyRule> {
-    let rule = |groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
-        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-        resource_names: (!names.is_empty()).then(|| names.iter().map(|s| s.to_string()).collect()),
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    };
     vec![
-        rule(&[""], &["services"], &[], &["get", "list", "watch"]),
-        rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
+        rule(&[""], &["services"], &["get", "list", "watch"]),
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
         // `-namespaces`: the hostname grants (metadata only).
-        rule(&[""], &["namespaces"], &[], &["list", "watch"]),
+        rule(&[""], &["namespaces"], &["list", "watch"]),
         // `-cluster-id`: the derived owner id.
-        rule(&[""], &["namespaces"], &["kube-system"], &["get"]),
+        rule_named(&[""], &["namespaces"], &["kube-system"], &["get"]),
     ]
 }
 
@@ -471,34 +465,9 @@ static CHART_KUBECONFIG: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell:
 pub async fn chart_kubeconfig(env: &TestEnv) -> PathBuf {
     CHART_KUBECONFIG
         .get_or_init(|| async {
-            let client = env.client().await;
             let (ns, name) = ("service-dns-system", "flotilla-service-dns-tests");
-            ensure_namespace(&client, ns).await;
-            let meta = |n: &str| ObjectMeta { name: Some(n.into()), ..Default::default() };
-            let role = ClusterRole { metadata: meta(name), rules: Some(chart_rules()), ..Default::default() };
-            Api::<ClusterRole>::all(client.clone())
-                .patch(name, &PatchParams::apply("tests").force(), &Patch::Apply(&role))
-                .await
-                .expect("the chart's ClusterRole");
-            let binding = ClusterRoleBinding {
-                metadata: meta(name),
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "ClusterRole".into(),
-                    name: name.into(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".into(),
-                    name: "service-dns".into(),
-                    namespace: Some(ns.into()),
-                    ..Default::default()
-                }]),
-            };
-            Api::<ClusterRoleBinding>::all(client.clone())
-                .patch(name, &PatchParams::apply("tests").force(), &Patch::Apply(&binding))
-                .await
-                .expect("its binding");
-            env.service_account_kubeconfig(ns, "service-dns").await.expect("a token of the ServiceAccount")
+            ensure_namespace(&env.client().await, ns).await;
+            account_with(env, Scope::Cluster, name, ns, "service-dns", chart_rules()).await
         })
         .await
         .clone()
@@ -509,60 +478,15 @@ pub async fn chart_kubeconfig(env: &TestEnv) -> PathBuf {
 /// `-namespaces` ClusterRole narrowed to Namespace `ns` (`resourceNames`),
 /// and `-cluster-id`.
 pub async fn scoped_chart_kubeconfig(env: &TestEnv, ns: &str) -> PathBuf {
-    let client = env.client().await;
-    let rule = |resources: &[&str], groups: &[&str], names: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
-        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-        resource_names: (!names.is_empty()).then(|| names.iter().map(|s| s.to_string()).collect()),
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    };
     let name = format!("flotilla-service-dns-{ns}");
-    let meta = |namespace: Option<&str>| ObjectMeta {
-        name: Some(name.clone()),
-        namespace: namespace.map(str::to_string),
-        ..Default::default()
-    };
-    let subject = Subject {
-        kind: "ServiceAccount".into(),
-        name: "service-dns".into(),
-        namespace: Some(ns.into()),
-        ..Default::default()
-    };
-    let role_ref = |kind: &str| RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: kind.into(),
-        name: name.clone(),
-    };
-    let apply = PatchParams::apply("tests").force();
-    let role = Role {
-        metadata: meta(Some(ns)),
-        rules: Some(vec![
-            rule(&["services"], &[""], &[], &["get", "list", "watch"]),
-            rule(&["events"], &["events.k8s.io"], &[], &["create", "patch"]),
-        ]),
-    };
-    Api::<Role>::namespaced(client.clone(), ns).patch(&name, &apply, &Patch::Apply(&role)).await.expect("Role");
-    let binding =
-        RoleBinding { metadata: meta(Some(ns)), role_ref: role_ref("Role"), subjects: Some(vec![subject.clone()]) };
-    Api::<RoleBinding>::namespaced(client.clone(), ns)
-        .patch(&name, &apply, &Patch::Apply(&binding))
-        .await
-        .expect("RoleBinding");
-    let cluster = ClusterRole {
-        metadata: meta(None),
-        rules: Some(vec![
-            rule(&["namespaces"], &[""], &[ns], &["list", "watch"]),
-            rule(&["namespaces"], &[""], &["kube-system"], &["get"]),
-        ]),
-        ..Default::default()
-    };
-    Api::<ClusterRole>::all(client.clone()).patch(&name, &apply, &Patch::Apply(&cluster)).await.expect("ClusterRole");
-    let binding =
-        ClusterRoleBinding { metadata: meta(None), role_ref: role_ref("ClusterRole"), subjects: Some(vec![subject]) };
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .patch(&name, &apply, &Patch::Apply(&binding))
-        .await
-        .expect("ClusterRoleBinding");
-    env.service_account_kubeconfig(ns, "service-dns").await.expect("a token of the ServiceAccount")
+    let namespaced = vec![
+        rule(&[""], &["services"], &["get", "list", "watch"]),
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+    ];
+    rbac::grant(env, Scope::Namespace(ns), &name, ns, "service-dns", namespaced).await;
+    let cluster = vec![
+        rule_named(&[""], &["namespaces"], &[ns], &["list", "watch"]),
+        rule_named(&[""], &["namespaces"], &["kube-system"], &["get"]),
+    ];
+    account_with(env, Scope::Cluster, &name, ns, "service-dns", cluster).await
 }
