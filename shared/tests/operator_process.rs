@@ -209,7 +209,7 @@ async fn a_released_lease_is_taken_over_within_about_two_retry_periods() {
     let b = start(&env.kubeconfig, &flags);
     wait_for("the standby to be ready", T, || async { Ok::<_, String>(b.ready().await.then_some(())) }).await.unwrap();
 
-    a.signal(libc::SIGTERM);
+    a.signal(flotilla_testenv::process::Signal::TERM);
     let stopped = Instant::now();
     let status = a.wait_exit(T).await;
     assert_eq!(status.code(), Some(0), "logs:\n{}", a.logs());
@@ -377,7 +377,7 @@ async fn sigterm_lets_the_reconcile_in_flight_finish_releases_the_lease_and_exit
     .await
     .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
 
-    toy.signal(libc::SIGTERM);
+    toy.signal(flotilla_testenv::process::Signal::TERM);
     let status = toy.wait_exit(T).await;
     assert_eq!(status.code(), Some(0), "logs:\n{}", toy.logs());
 
@@ -546,7 +546,7 @@ async fn a_shutdown_timeout_with_work_in_flight_exits_1() {
     .await
     .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
     let asked = Instant::now();
-    toy.signal(libc::SIGTERM);
+    toy.signal(flotilla_testenv::process::Signal::TERM);
     let status = toy.wait_exit(T).await;
     assert_eq!(status.code(), Some(1), "logs:\n{}", toy.logs());
     assert!(asked.elapsed() < Duration::from_secs(6), "exited after {:?}", asked.elapsed());

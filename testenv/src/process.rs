@@ -1,6 +1,6 @@
 //! Child processes of the control plane: spawning with a log file, free
 //! loopback ports, and stopping.
-#![allow(unsafe_code)] // pre_exec hooks (prctl, setsid) and kill(2)
+#![allow(unsafe_code)] // pre_exec hooks (std makes them unsafe) and atexit(3)
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -8,6 +8,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub use rustix::process::Signal;
+use rustix::process::{Pid, kill_process, set_parent_process_death_signal, setsid, test_kill_process};
 
 /// How a child's lifetime is tied to ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,21 +55,12 @@ impl Process {
         let err = out.try_clone()?;
         let mut cmd = Command::new(bin);
         cmd.args(args).envs(env.iter().copied()).stdin(Stdio::null()).stdout(out).stderr(err);
-        // SAFETY: the closures only call async-signal-safe libc functions.
+        // SAFETY: the closures make one system call each (prctl, setsid),
+        // async-signal-safe, and allocate nothing.
         unsafe {
             match lifetime {
-                Lifetime::DieWithParent => cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                }),
-                Lifetime::Detached => cmd.pre_exec(|| {
-                    if libc::setsid() < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                }),
+                Lifetime::DieWithParent => cmd.pre_exec(die_with_parent),
+                Lifetime::Detached => cmd.pre_exec(|| setsid().map(drop).map_err(std::io::Error::from)),
             };
         }
         let child = cmd.spawn()?;
@@ -90,6 +84,18 @@ impl Process {
     }
 }
 
+/// In a child between fork and exec: SIGKILL when the spawning thread exits.
+pub fn die_with_parent() -> std::io::Result<()> {
+    set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from)
+}
+
+/// Sends `signal` to `pid` (gone, or not ours: nothing happens).
+pub fn signal_pid(pid: u32, signal: Signal) {
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        let _ = kill_process(pid, signal);
+    }
+}
+
 pub fn log_tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
@@ -98,10 +104,8 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 
 /// Whether a process with this pid exists (and is not a zombie we own).
 pub fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else { return false };
-    // SAFETY: kill with signal 0 only checks for existence.
-    let exists = unsafe { libc::kill(pid, 0) } == 0;
-    if !exists {
+    let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) else { return false };
+    if test_kill_process(raw).is_err() {
         return false;
     }
     // A zombie still "exists"; treat it as gone.
@@ -113,9 +117,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// SIGTERM a pid, wait up to `grace`, then SIGKILL.
 pub fn terminate_pid(pid: u32, grace: Duration) {
-    let Ok(raw) = i32::try_from(pid) else { return };
-    // SAFETY: plain kill(2) on a pid we started.
-    unsafe { libc::kill(raw, libc::SIGTERM) };
+    signal_pid(pid, Signal::TERM);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if !pid_alive(pid) {
@@ -123,8 +125,7 @@ pub fn terminate_pid(pid: u32, grace: Duration) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    // SAFETY: as above.
-    unsafe { libc::kill(raw, libc::SIGKILL) };
+    signal_pid(pid, Signal::KILL);
 }
 
 /// Processes (and their directories) to remove when the test binary exits.
@@ -239,12 +240,9 @@ impl OperatorProcess {
         self.child.try_wait().ok().flatten()
     }
 
-    /// Sends `signal` (e.g. `libc::SIGTERM`).
-    pub fn signal(&self, signal: i32) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(pid, signal) };
-        }
+    /// Sends `signal` (e.g. `Signal::TERM`).
+    pub fn signal(&self, signal: Signal) {
+        signal_pid(self.child.id(), signal);
     }
 
     /// Everything it has logged so far.

@@ -156,7 +156,7 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     assert!(am.alert_for("Pod/once").await.is_some());
 
     // An operator restart mid-incident: the crash loops go on, nothing is sent again.
-    operator.signal(libc::SIGTERM);
+    operator.signal(flotilla_testenv::process::Signal::TERM);
     let _ = operator.child.wait();
     let sent_before = receiver.received().len();
     operator = start_operator(&env, &ns, &[]);

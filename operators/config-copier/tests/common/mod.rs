@@ -1,15 +1,14 @@
 //! Helpers for config-copier's tests against the real control plane: the
 //! CRD, the operator binary (one per test binary, running as a
 //! ServiceAccount with exactly the RBAC rules the README lists), objects.
-#![allow(dead_code, unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use flotilla_testenv::process::{Lifetime, Process, run_until_exit};
 use flotilla_testenv::rbac::{self, Scope, account_with};
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -96,47 +95,35 @@ pub async fn operator(env: &TestEnv) -> &'static Running {
 
     let running = OPERATOR.get_or_init(|| {
         let (mp, hp) = (free_port(), free_port());
-        let log = std::env::temp_dir().join(format!("config-copier-{}-{mp}.log", std::process::id()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let log2 = log.clone();
-        // Spawned from a thread that lives as long as the test binary, so
-        // PR_SET_PDEATHSIG ends the operator with it (not with one test).
-        std::thread::spawn(move || {
-            let out = std::fs::File::create(&log2).expect("log file");
-            let mut cmd = Command::new(binary());
-            cmd.arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
-                .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
-                .arg("--log-format=json")
-                .env("KUBECONFIG", &kubeconfig)
-                .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
-                .env("RUST_LOG", "info,config_copier=debug")
-                .envs(OPERATOR_ENV.lock().map(|e| e.clone()).unwrap_or_default())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(out);
-            // SAFETY: prctl is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-            let child = cmd.spawn().expect("spawning config-copier");
-            let _ = tx.send(child.id());
-            let _child = child;
-            loop {
-                std::thread::park();
-            }
-        });
-        let pid = rx.recv().expect("operator pid");
-        Running {
-            pid,
-            metrics: format!("http://127.0.0.1:{mp}/metrics"),
-            health: format!("http://127.0.0.1:{hp}"),
-            log,
-        }
+        let dir = std::env::temp_dir().join(format!("config-copier-{}-{mp}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the operator's log directory");
+        let args = vec![
+            format!("--metrics-bind-address=127.0.0.1:{mp}"),
+            format!("--health-probe-bind-address=127.0.0.1:{hp}"),
+            "--log-format=json".to_string(),
+        ];
+        let mut vars: Vec<(&str, String)> = vec![
+            ("KUBECONFIG", kubeconfig.display().to_string()),
+            ("POD_NAMESPACE", OPERATOR_NAMESPACE.to_string()),
+            ("RUST_LOG", "info,config_copier=debug".to_string()),
+        ];
+        vars.extend(OPERATOR_ENV.lock().map(|e| e.clone()).unwrap_or_default());
+        // Started from a thread that lives as long as the test binary, so
+        // the operator ends with the binary, not with the test that began it.
+        run_until_exit("config-copier", dir, move |dir| {
+            let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let p = Process::spawn_with_env("config-copier", &binary(), &args, dir, Lifetime::DieWithParent, &vars)
+                .map_err(|e| format!("spawning config-copier: {e}"))?;
+            let pid = p.child.id();
+            let running = Running {
+                pid,
+                metrics: format!("http://127.0.0.1:{mp}/metrics"),
+                health: format!("http://127.0.0.1:{hp}"),
+                log: p.log.clone(),
+            };
+            Ok((running, vec![pid], p))
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
     });
     let url = format!("{}/readyz", running.health);
     wait_for("config-copier to be ready", T, || {

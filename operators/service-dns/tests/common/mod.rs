@@ -221,17 +221,13 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    pub fn signal(&self, sig: i32) {
-        #[allow(unsafe_code)]
-        // SAFETY: kill(2) on our own child.
-        unsafe {
-            libc::kill(self.child.id() as i32, sig);
-        }
+    pub fn signal(&self, sig: flotilla_testenv::process::Signal) {
+        flotilla_testenv::process::signal_pid(self.child.id(), sig);
     }
 
     /// SIGTERM and wait for a clean exit.
     pub async fn stop(&mut self) -> std::process::ExitStatus {
-        self.signal(libc::SIGTERM);
+        self.signal(flotilla_testenv::process::Signal::TERM);
         let child = &mut self.child;
         let r = wait_for("service-dns to exit", T, || {
             let r = child.try_wait().map_err(|e| e.to_string());
