@@ -1,8 +1,10 @@
 //! `cargo xtask charts [--check]`: builds the charts' local dependencies
 //! (the flotilla-common library, then the umbrella's subcharts; see
 //! `flotilla_e2e::build_chart_dependencies`) and writes
-//! each chart's README.md values table with helm-docs; `--check` fails when
-//! a committed README differs from what helm-docs generates.
+//! each chart's README.md values table with helm-docs and its
+//! `values.schema.json` from `xtask/values-schema/` (see `values_schema.rs`);
+//! `--check` fails when a committed README or schema differs from what is
+//! generated.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,11 +37,34 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes (or, with `check`, compares) every chart's values.schema.json.
+fn values_schemas(check: bool) -> anyhow::Result<()> {
+    let mut differing = Vec::new();
+    for (chart, text) in crate::values_schema::generate()? {
+        let path = charts_dir().join(&chart).join("values.schema.json");
+        if check {
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                differing.push(chart);
+            }
+        } else {
+            std::fs::write(&path, text)?;
+        }
+    }
+    if !differing.is_empty() {
+        bail!(
+            "values.schema.json differs from xtask/values-schema/ (edit the source there, run `cargo xtask charts` and commit): {}",
+            differing.join(", ")
+        );
+    }
+    Ok(())
+}
+
 pub fn run(check: bool) -> anyhow::Result<()> {
+    values_schemas(check)?;
     flotilla_e2e::build_chart_dependencies()?;
     if !check {
         helm_docs(&charts_dir())?;
-        say("charts: dependencies built, README.md values tables written");
+        say("charts: values.schema.json written, dependencies built, README.md values tables written");
         return Ok(());
     }
     let tmp = std::env::temp_dir().join(format!("flotilla-charts-{}", std::process::id()));
@@ -58,6 +83,6 @@ pub fn run(check: bool) -> anyhow::Result<()> {
     if !differing.is_empty() {
         bail!("chart READMEs differ from values.yaml (run `cargo xtask charts` and commit): {}", differing.join(", "));
     }
-    say("charts: README.md values tables match values.yaml");
+    say("charts: README.md values tables match values.yaml, values.schema.json match xtask/values-schema/");
     Ok(())
 }

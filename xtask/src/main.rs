@@ -10,6 +10,7 @@ mod images;
 mod receiver;
 mod test;
 mod util;
+mod values_schema;
 
 use clap::{Parser, Subcommand};
 
