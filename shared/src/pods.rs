@@ -223,8 +223,15 @@ pub async fn watch_labelled<K, T: PartialEq>(
 {
     let started: Option<Instant> = None;
     let wants = keys.clone();
+    // The keys a finished list read, marked listed only once the store
+    // holds that list (after the writer applied its InitDone): marked
+    // before, a rule could read views still without its new key for a
+    // moment and select nothing (and prune).
+    let finished: Arc<Mutex<Option<Scoped>>> = Arc::default();
+    let finished_list = Arc::clone(&finished);
+    let marks = keys.clone();
     let watches = futures::stream::unfold((started, keys.relist.subscribe()), move |(last, mut relist)| {
-        let (api, keys, config) = (api.clone(), keys.clone(), config.clone());
+        let (api, keys, config, finished) = (api.clone(), keys.clone(), config.clone(), Arc::clone(&finished_list));
         async move {
             if let Some(last) = last {
                 tokio::time::sleep(RELIST_GAP.saturating_sub(last.elapsed())).await;
@@ -238,11 +245,10 @@ pub async fn watch_labelled<K, T: PartialEq>(
                     let _ = relist.changed().await;
                 }
             };
-            let marks = keys.clone();
             let watch = watcher(api, config)
                 .inspect(move |e| {
                     if matches!(e, Ok(watcher::Event::InitDone)) {
-                        marks.listed(listing.clone());
+                        *finished.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing.clone());
                     }
                 })
                 .take_until(until);
@@ -264,7 +270,13 @@ pub async fn watch_labelled<K, T: PartialEq>(
     });
     let watch = health.track(watches);
     let project = |o: K| (format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()), view(&o));
-    writer.run(watch, project, move || health.synced(), |changes| changed(&touched_namespaces(changes))).await;
+    let applied = move |changes: &[crate::projection::Change<T>]| {
+        if let Some(listing) = finished.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            marks.listed(listing);
+        }
+        changed(&touched_namespaces(changes));
+    };
+    writer.run(watch, project, move || health.synced(), applied).await;
 }
 
 /// The namespaces (sorted, without repeats) of changes keyed `<namespace>/<name>`.

@@ -115,6 +115,12 @@ impl Writer<'_> {
                 },
                 Action::Create => {
                     let Some(s) = source else { return Outcome::Nothing };
+                    // A rule ranking above this one may have claimed the
+                    // name since the plan (both woken by one list): it
+                    // creates, this one does not race it.
+                    if let Some(by) = self.caches.claimed_by(&self.rule.id, key) {
+                        return self.conflict(key, &plan::ConflictReason::ClaimedByAnotherRule(by));
+                    }
                     match self.create(key, s).await {
                         Ok(()) => {
                             self.count("create", "success");
@@ -197,6 +203,15 @@ impl Writer<'_> {
         ctx: &CopyContext,
     ) -> Result<(Action, Option<Observed>), kube::Error> {
         let seen = self.get(key).await?;
+        // Decided again with the claims as they are now, not as the plan
+        // saw them: a 409 here is often a better-ranked rule's create, and
+        // its copy must read as claimed by it (ClaimedByAnotherRule), not
+        // as another rule's property (OwnedByAnotherRule, warned once and
+        // kept in the Events).
+        let ctx = &CopyContext {
+            claimed_by: desired.and_then(|_| self.caches.claimed_by(&self.rule.id, key)),
+            ..ctx.clone()
+        };
         let action = match &seen {
             None => plan::decide(desired, None, ctx),
             Some(o) => {

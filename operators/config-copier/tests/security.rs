@@ -217,6 +217,21 @@ async fn two_rules_one_name_the_older_wins_without_flip_flop() {
     wait_cm(&client, &dst, "cfg", |c| label(&c.metadata, RULE_LABEL) == Some(holder.as_str())).await;
     let r = wait_rule(&client, &src, "aa", |r| r.status.as_ref().is_some_and(|s| s.conflicts == 1)).await;
     assert_eq!(r.status.unwrap().conflicting[0].reason, "ClaimedByAnotherRule");
+    // Its Warning says the same: conflicts are warned about once, and a
+    // decision taken against the older rule's fresh copy with the claims as
+    // planned (both rules woken by one list) once said OwnedByAnotherRule.
+    wait_event(&client, &src, "aa", "Conflict").await;
+    let warnings: Vec<String> = Api::<Event>::namespaced(client.clone(), &src)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("aa"))
+        .filter(|e| e.reason.as_deref() == Some("Conflict"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(warnings.iter().all(|n| n.contains("ClaimedByAnotherRule")), "{warnings:?}");
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &dst);
     let rv = api.get("cfg").await.unwrap().metadata.resource_version;
     tokio::time::sleep(Duration::from_secs(4)).await;
