@@ -646,7 +646,7 @@ async fn the_network_policy_selects_the_pods_and_is_accepted_by_the_api_server()
 /// defines, and every alert has its runbook section in the README.
 #[test]
 fn every_alert_passes_promtool_and_has_a_runbook() {
-    let prometheus = flotilla_testenv::tools::prometheus().unwrap_or_else(|e| panic!("{e}"));
+    let prometheus = flotilla_testenv::build::tools::prometheus().unwrap_or_else(|e| panic!("{e}"));
     let promtool = prometheus.with_file_name("promtool");
     assert!(promtool.is_file(), "{} is missing: it comes with Debian's prometheus package", promtool.display());
     let root = flotilla_e2e::root();
@@ -702,7 +702,7 @@ fn every_alert_passes_promtool_and_has_a_runbook() {
 /// or the shared runtime (the same check as the alerts').
 #[test]
 fn every_dashboard_panel_is_valid_promql_on_metrics_the_operator_defines() {
-    let prometheus = flotilla_testenv::tools::prometheus().unwrap_or_else(|e| panic!("{e}"));
+    let prometheus = flotilla_testenv::build::tools::prometheus().unwrap_or_else(|e| panic!("{e}"));
     let promtool = prometheus.with_file_name("promtool");
     let root = flotilla_e2e::root();
     for op in operators().unwrap() {

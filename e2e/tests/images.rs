@@ -10,7 +10,7 @@ use flotilla_e2e::{
     build_chart_dependencies, chart_image_reference, charts_dir, helm_ok, loadgen_image_reference, operators, root,
     yaml_documents,
 };
-use flotilla_testenv::node::images::{OPERATOR_BINARY_PATH, OPERATOR_USER, archive_name, images_dir};
+use flotilla_testenv::cluster::node::images::{OPERATOR_BINARY_PATH, OPERATOR_USER, archive_name, images_dir};
 use serde_json::Value;
 
 /// `(USER, ENTRYPOINT, COPY destination of the binary)` of the Dockerfile's

@@ -15,9 +15,9 @@ use flotilla_e2e::{
     Prometheus, UMBRELLA, apply_crds, build_chart_dependencies, chart_image_reference, charts_dir, helm_ok,
     objects_of_release, operators, without_crds,
 };
-use flotilla_testenv::moto::{MotoServer, route53};
-use flotilla_testenv::node::paths::NODE_IP;
-use flotilla_testenv::route53_proxy::Route53Proxy;
+use flotilla_testenv::aws::moto::{MotoServer, route53};
+use flotilla_testenv::aws::route53_proxy::Route53Proxy;
+use flotilla_testenv::cluster::node::paths::NODE_IP;
 use flotilla_testenv::{Lifetime, TestEnv, node, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use flotilla_e2e::{Prometheus, apply_crds, start_operator};
-use flotilla_testenv::{shared, tools, wait_for};
+use flotilla_testenv::build::tools;
+use flotilla_testenv::{shared, wait_for};
 
 #[tokio::test]
 async fn prometheus_scrapes_the_operator_metrics() {

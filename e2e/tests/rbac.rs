@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use flotilla_e2e::{OperatorProcess, apply_crds, build_chart_dependencies, charts_dir, helm_ok, start_operator};
-use flotilla_testenv::moto::{self, route53};
+use flotilla_testenv::aws::moto::{self, route53};
 use flotilla_testenv::{TestEnv, shared, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -371,7 +371,7 @@ async fn each_operator_may_renew_only_its_own_lease() {
         };
         leases.create(&PostParams::default(), &lease("other-controller")).await.unwrap();
         let yaml = std::fs::read_to_string(&installed.kubeconfig).unwrap();
-        let sa = flotilla_testenv::kubeconfig::client_from_yaml(&yaml).await.unwrap();
+        let sa = flotilla_testenv::cluster::kubeconfig::client_from_yaml(&yaml).await.unwrap();
         let as_operator: Api<Lease> = Api::namespaced(sa, &ns);
         // Its own Lease: created, read and renewed.
         as_operator.create(&PostParams::default(), &lease(&fullname)).await.unwrap();
@@ -684,7 +684,7 @@ struct Zone {
     endpoint: String,
     zone: String,
     domain: String,
-    proxy: flotilla_testenv::route53_proxy::Route53Proxy,
+    proxy: flotilla_testenv::aws::route53_proxy::Route53Proxy,
 }
 
 static ZONE: tokio::sync::OnceCell<Zone> = tokio::sync::OnceCell::const_new();
@@ -696,7 +696,7 @@ async fn zone() -> &'static Zone {
         let endpoint = moto.endpoint.clone();
         let zone =
             tokio::task::spawn_blocking(move || route53::create_hosted_zone(&endpoint, domain)).await.unwrap().unwrap();
-        let proxy = flotilla_testenv::route53_proxy::Route53Proxy::start(&moto.endpoint).unwrap();
+        let proxy = flotilla_testenv::aws::route53_proxy::Route53Proxy::start(&moto.endpoint).unwrap();
         Zone { endpoint: moto.endpoint.clone(), zone, domain: domain.to_string(), proxy }
     })
     .await

@@ -2,7 +2,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use flotilla_e2e::root;
-use flotilla_testenv::tools::ACTIONLINT;
+use flotilla_testenv::build::tools::ACTIONLINT;
 
 #[test]
 fn workflows_pass_actionlint() {

@@ -209,7 +209,7 @@ async fn a_released_lease_is_taken_over_within_about_two_retry_periods() {
     let b = start(&env.kubeconfig, &flags);
     wait_for("the standby to be ready", T, || async { Ok::<_, String>(b.ready().await.then_some(())) }).await.unwrap();
 
-    a.signal(flotilla_testenv::process::Signal::TERM);
+    a.signal(flotilla_testenv::cluster::process::Signal::TERM);
     let stopped = Instant::now();
     let status = a.wait_exit(T).await;
     assert_eq!(status.code(), Some(0), "logs:\n{}", a.logs());
@@ -377,7 +377,7 @@ async fn sigterm_lets_the_reconcile_in_flight_finish_releases_the_lease_and_exit
     .await
     .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
 
-    toy.signal(flotilla_testenv::process::Signal::TERM);
+    toy.signal(flotilla_testenv::cluster::process::Signal::TERM);
     let status = toy.wait_exit(T).await;
     assert_eq!(status.code(), Some(0), "logs:\n{}", toy.logs());
 
@@ -546,7 +546,7 @@ async fn a_shutdown_timeout_with_work_in_flight_exits_1() {
     .await
     .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
     let asked = Instant::now();
-    toy.signal(flotilla_testenv::process::Signal::TERM);
+    toy.signal(flotilla_testenv::cluster::process::Signal::TERM);
     let status = toy.wait_exit(T).await;
     assert_eq!(status.code(), Some(1), "logs:\n{}", toy.logs());
     assert!(asked.elapsed() < Duration::from_secs(6), "exited after {:?}", asked.elapsed());
@@ -559,7 +559,10 @@ async fn a_shutdown_timeout_with_work_in_flight_exits_1() {
 #[tokio::test]
 async fn a_port_only_bind_address_serves_ipv4_and_ipv6() {
     let env = shared();
-    let (mp, hp) = (flotilla_testenv::process::free_port().unwrap(), flotilla_testenv::process::free_port().unwrap());
+    let (mp, hp) = (
+        flotilla_testenv::cluster::process::free_port().unwrap(),
+        flotilla_testenv::cluster::process::free_port().unwrap(),
+    );
     let log = std::env::temp_dir().join(format!("toy-bind-{}-{mp}.log", std::process::id()));
     let mut child = Command::new(common::toy_binary())
         .args([format!("--metrics-bind-address=:{mp}"), format!("--health-probe-bind-address=:{hp}")])

@@ -11,10 +11,10 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-use crate::assets::Assets;
-use crate::control_plane::{ControlPlane, Options};
-use crate::kubeconfig::{self, Credentials};
-use crate::process::{self, Lifetime};
+use crate::build::assets::Assets;
+use crate::cluster::control_plane::{ControlPlane, Options};
+use crate::cluster::kubeconfig::{self, Credentials};
+use crate::cluster::process::{self, Lifetime};
 
 /// Label put on every namespace the harness creates.
 pub const TEST_NAMESPACE_LABEL: &str = "flotilla.dev/test";
@@ -97,10 +97,10 @@ pub fn node() -> TestEnv {
         let owner = format!("test binary {exe} (pid {})", std::process::id());
         // On a thread of its own: `up` runs a runtime, and tests call this
         // from inside theirs.
-        let up = std::thread::spawn(move || crate::node::up(&owner, &progress).map_err(|e| e.to_string()))
+        let up = std::thread::spawn(move || crate::cluster::node::up(&owner, &progress).map_err(|e| e.to_string()))
             .join()
             .map_err(|_| "bringing the one-node cluster up panicked".to_string())??;
-        if let crate::node::Up::Started(_) = &up {
+        if let crate::cluster::node::Up::Started(_) = &up {
             process::at_exit(stop_node_at_exit);
         }
         let info = up.info();
@@ -118,7 +118,7 @@ pub fn node() -> TestEnv {
 }
 
 extern "C" fn stop_node_at_exit() {
-    match crate::node::down(&|_| {}) {
+    match crate::cluster::node::down(&|_| {}) {
         Ok(left) if left.is_clean() => {}
         Ok(left) => eprintln!("[flotilla-testenv node] left on the machine after stopping the node: {left}"),
         Err(e) => eprintln!("[flotilla-testenv node] stopping the node: {e}"),

@@ -2,11 +2,16 @@
 //! manual use — the idea of controller-runtime's envtest, built by our own
 //! tooling because our build machines cannot download release binaries.
 //!
-//! * [`assets`] builds etcd, kube-apiserver, kube-controller-manager,
-//!   kube-scheduler, kubectl and helm from the Go module proxy into
-//!   `~/.cache/flotilla/` (or uses `FLOTILLA_TEST_ASSETS`).
-//! * [`control_plane`] starts them on loopback with free ports, a CA of its
-//!   own, RBAC authorization and working ServiceAccount tokens.
+//! * [`build`]: what the cluster runs, built here — etcd, kube-apiserver,
+//!   kube-controller-manager, kube-scheduler, kubectl and helm from the Go
+//!   module proxy into `~/.cache/flotilla/` (or `FLOTILLA_TEST_ASSETS`), the
+//!   node's binaries, OCI images without Docker.
+//! * [`cluster`]: running it — the control plane on loopback with free
+//!   ports, a CA of its own, RBAC and working ServiceAccount tokens; the
+//!   real node; kwok's simulated nodes; the processes.
+//! * [`aws`]: moto's Route53 behind the Route53-faithful proxy.
+//! * [`rbac`], [`admission_policy`], [`fixtures`], [`heap`]: what tests
+//!   grant, install, build and count.
 //! * [`harness`] is what tests use:
 //!
 //! ```no_run
@@ -19,28 +24,18 @@
 //! ```
 
 pub mod admission_policy;
-pub mod assets;
-pub mod control_plane;
+pub mod aws;
+pub mod build;
+pub mod cluster;
 pub mod fixtures;
 pub mod harness;
 pub mod heap;
-pub mod images;
-pub mod kubeconfig;
-pub mod kwok;
-pub mod moto;
-pub mod node;
-pub mod node_assets;
-pub mod pki;
-pub mod process;
 pub mod rbac;
-pub mod route53_proxy;
-pub mod tools;
-pub mod versions;
 
-pub use assets::Assets;
-pub use control_plane::{ControlPlane, ExtraFlags, Options};
+pub use build::assets::Assets;
+pub use cluster::control_plane::{ControlPlane, ExtraFlags, Options};
+pub use cluster::process::Lifetime;
 pub use harness::{TestEnv, WaitTimeout, events_about, node, shared, wait_for, wait_object};
-pub use process::Lifetime;
 
 // The heap module's own tests count through it.
 #[cfg(test)]

@@ -25,7 +25,7 @@ fn from_json<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
 async fn version_endpoint_reports_the_pinned_release() -> anyhow::Result<()> {
     let client = shared().client().await;
     let info = client.apiserver_version().await?;
-    let expected = flotilla_testenv::versions::kubernetes_version();
+    let expected = flotilla_testenv::build::versions::kubernetes_version();
     assert_eq!(info.git_version, format!("v{expected}"));
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! per test binary on loopback, answering moto's API.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use flotilla_testenv::moto;
+use flotilla_testenv::aws::moto;
 
 #[test]
 fn shared_moto_answers_and_resets() {

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use flotilla_testenv::node::images::TOOLBOX_IMAGE;
-use flotilla_testenv::node::network;
-use flotilla_testenv::node::paths::NODE_IP;
+use flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE;
+use flotilla_testenv::cluster::node::network;
+use flotilla_testenv::cluster::node::paths::NODE_IP;
 use flotilla_testenv::{node, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, Service};

@@ -1,7 +1,7 @@
 //! Several control planes can run at once (free ports), and stopping one
 //! leaves no process behind.
 
-use flotilla_testenv::process::pid_alive;
+use flotilla_testenv::cluster::process::pid_alive;
 use flotilla_testenv::{Assets, ControlPlane, Lifetime, Options};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::bail;
-use flotilla_testenv::tools::HELM_DOCS;
+use flotilla_testenv::build::tools::HELM_DOCS;
 
 use crate::util::{root, run_cmd, say};
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use flotilla_testenv::node::{self, NodePaths, Up};
-use flotilla_testenv::process::{pid_alive, terminate_pid};
+use flotilla_testenv::cluster::node::{self, NodePaths, Up};
+use flotilla_testenv::cluster::process::{pid_alive, terminate_pid};
 use flotilla_testenv::{Assets, ControlPlane, Lifetime, Options};
 
 use crate::util::{progress, root, runtime, say, setup};

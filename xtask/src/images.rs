@@ -7,9 +7,9 @@
 //! into a running one. Prints each reference, one per line, on stdout.
 
 use anyhow::Context;
-use flotilla_testenv::node::images::{build, build_system_images, import, operator_spec};
-use flotilla_testenv::node::{self, NodePaths};
-use flotilla_testenv::node_assets::NodeAssets;
+use flotilla_testenv::build::node_assets::NodeAssets;
+use flotilla_testenv::cluster::node::images::{build, build_system_images, import, operator_spec};
+use flotilla_testenv::cluster::node::{self, NodePaths};
 
 use crate::util::say;
 

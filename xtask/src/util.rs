@@ -26,10 +26,11 @@ pub fn progress(line: &str) {
 pub fn setup() -> anyhow::Result<Assets> {
     let started = Instant::now();
     say("setup: checking tools (control plane, node, kubectl, helm, Debian packages)");
-    let assets = flotilla_testenv::assets::ensure_all(&progress).context("building the test tools")?;
-    flotilla_testenv::tools::ensure_all(&progress).context("installing the packaging tools")?;
-    flotilla_testenv::node_assets::ensure(&progress).context("building the node's tools (containerd, CoreDNS)")?;
-    flotilla_testenv::moto::ensure(&progress).context("installing moto (the Route53 emulator)")?;
+    let assets = flotilla_testenv::build::assets::ensure_all(&progress).context("building the test tools")?;
+    flotilla_testenv::build::tools::ensure_all(&progress).context("installing the packaging tools")?;
+    flotilla_testenv::build::node_assets::ensure(&progress)
+        .context("building the node's tools (containerd, CoreDNS)")?;
+    flotilla_testenv::aws::moto::ensure(&progress).context("installing moto (the Route53 emulator)")?;
     say(&format!("setup: done in {:.0?}", started.elapsed()));
     Ok(assets)
 }
@@ -37,7 +38,7 @@ pub fn setup() -> anyhow::Result<Assets> {
 /// The benchmarks' own tools (kwok): `cargo xtask setup` installs them,
 /// `cargo xtask test` (which runs [`setup`]) does not need them.
 pub fn setup_bench_tools() -> anyhow::Result<()> {
-    flotilla_testenv::tools::ensure_bench_tools(&progress).context("installing the benchmarks' tools (kwok)")
+    flotilla_testenv::build::tools::ensure_bench_tools(&progress).context("installing the benchmarks' tools (kwok)")
 }
 
 /// Runs a command in the workspace root, inheriting stdio.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use flotilla_testenv::Assets;
-use flotilla_testenv::process::pid_alive;
+use flotilla_testenv::cluster::process::pid_alive;
 
 fn xtask(dir: &PathBuf, args: &[&str]) -> std::process::Output {
     match Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).env("FLOTILLA_CLUSTER_DIR", dir).output() {

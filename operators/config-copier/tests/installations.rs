@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use flotilla_testenv::process::OperatorProcess;
+use flotilla_testenv::cluster::process::OperatorProcess;
 use flotilla_testenv::rbac::{self, Scope, account_with};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;

@@ -411,7 +411,7 @@ async fn own_images_wait_for_the_admission_policy() {
         &ns,
         "SimpleDeployment",
         "own",
-        json!({"sleepytime": "120", "image": flotilla_testenv::node::images::TOOLBOX_IMAGE}),
+        json!({"sleepytime": "120", "image": flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE}),
     )
     .await
     .unwrap();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use flotilla_testenv::node;
-use flotilla_testenv::node::images::TOOLBOX_IMAGE;
+use flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
@@ -156,7 +156,7 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     assert!(am.alert_for("Pod/once").await.is_some());
 
     // An operator restart mid-incident: the crash loops go on, nothing is sent again.
-    operator.signal(flotilla_testenv::process::Signal::TERM);
+    operator.signal(flotilla_testenv::cluster::process::Signal::TERM);
     let _ = operator.child.wait();
     let sent_before = receiver.received().len();
     operator = start_operator(&env, &ns, &[]);

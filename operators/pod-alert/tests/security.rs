@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use flotilla_testenv::node;
-use flotilla_testenv::node::images::TOOLBOX_IMAGE;
+use flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::*;
 use flotilla_testenv::node;
-use flotilla_testenv::node::images::TOOLBOX_IMAGE;
+use flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};

@@ -22,7 +22,7 @@ use service_dns::model::RecordType;
 /// One attack's world: a zone, the operator with the chart's RBAC.
 struct World {
     client: kube::Client,
-    proxy: flotilla_testenv::route53_proxy::Route53Proxy,
+    proxy: flotilla_testenv::aws::route53_proxy::Route53Proxy,
     r53: aws_sdk_route53::Client,
     zone: String,
     domain: String,

@@ -8,7 +8,7 @@ pub mod widget;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use flotilla_testenv::process::OperatorProcess;
+use flotilla_testenv::cluster::process::OperatorProcess;
 use flotilla_testenv::{TestEnv, wait_for};
 use kube::CustomResourceExt;
 

@@ -49,7 +49,7 @@ pub fn run() -> anyhow::Result<()> {
     let replicas = env_usize("LOAD_TESTER_BENCH_REPLICAS", 2)?.max(1);
     let assets = setup()?;
     // Only this benchmark needs wrk: installed here (as root), not by setup.
-    flotilla_testenv::tools::install_missing(&[("wrk", WRK)], &crate::util::progress)
+    flotilla_testenv::build::tools::install_missing(&[("wrk", WRK)], &crate::util::progress)
         .context("wrk, the reference client (Debian's package `wrk`)")?;
     say("building loadgen, the benchmark's server and load-tester (release)");
     run_cmd(cargo().args([

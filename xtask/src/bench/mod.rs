@@ -74,7 +74,8 @@ impl Measured {
     /// Starts `binary` with free loopback metrics/health ports, JSON logs
     /// into `log`, and `env`.
     fn start(binary: &Path, args: &[String], env: &[(&str, &str)], log: &Path) -> anyhow::Result<Self> {
-        let (mp, hp) = (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
+        let (mp, hp) =
+            (flotilla_testenv::cluster::process::free_port()?, flotilla_testenv::cluster::process::free_port()?);
         let child = Command::new(binary)
             .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
             .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use flotilla_testenv::control_plane::http_get;
+use flotilla_testenv::cluster::control_plane::http_get;
 use flotilla_testenv::{ControlPlane, Lifetime, Options};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};

@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use flotilla_testenv::moto::{MotoServer, route53};
-use flotilla_testenv::route53_proxy::Route53Proxy;
+use flotilla_testenv::aws::moto::{MotoServer, route53};
+use flotilla_testenv::aws::route53_proxy::Route53Proxy;
 use flotilla_testenv::{ControlPlane, Lifetime, Options};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::api::{ObjectMeta, PostParams};
@@ -152,7 +152,8 @@ pub fn run() -> anyhow::Result<()> {
             .context("starting the control plane")?;
         let mut moto = MotoServer::start(&dir, Lifetime::DieWithParent).context("starting moto")?;
         let zone = route53::create_hosted_zone(&moto.endpoint, DOMAIN)?;
-        let client = flotilla_testenv::kubeconfig::client_from_yaml(&std::fs::read_to_string(&cp.kubeconfig)?).await?;
+        let client =
+            flotilla_testenv::cluster::kubeconfig::client_from_yaml(&std::fs::read_to_string(&cp.kubeconfig)?).await?;
         let result = bench(&client, &binary, &cp.kubeconfig, &moto.endpoint, &zone, &dir, latency_n, burst_n).await;
         let faults = match result {
             Ok(()) => faulty_route53(&client, &binary, &cp.kubeconfig, &moto.endpoint, &dir, fault_n).await,

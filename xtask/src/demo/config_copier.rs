@@ -18,7 +18,8 @@ pub fn start(env: &DemoEnv) -> std::pin::Pin<Box<dyn std::future::Future<Output 
 }
 
 async fn run(env: &DemoEnv) -> anyhow::Result<()> {
-    let client = flotilla_testenv::kubeconfig::client_from_yaml(&std::fs::read_to_string(&env.kubeconfig)?).await?;
+    let client =
+        flotilla_testenv::cluster::kubeconfig::client_from_yaml(&std::fs::read_to_string(&env.kubeconfig)?).await?;
     let examples = env.root.join("examples").join("config-copier");
     let apply = |file: &str| {
         let path = examples.join(file);

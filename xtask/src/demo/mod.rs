@@ -16,9 +16,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::Context;
-use flotilla_testenv::moto::{self, MotoServer, route53};
-use flotilla_testenv::node::paths::NODE_IP;
-use flotilla_testenv::route53_proxy::Route53Proxy;
+use flotilla_testenv::aws::moto::{self, MotoServer, route53};
+use flotilla_testenv::aws::route53_proxy::Route53Proxy;
+use flotilla_testenv::cluster::node::paths::NODE_IP;
 use flotilla_testenv::{Assets, Lifetime};
 
 use crate::util::{root, run_cmd, say};
@@ -58,7 +58,7 @@ pub fn run() -> anyhow::Result<()> {
     say("building the operator images (release binaries, as the Dockerfile builds them)");
     crate::images::run(&[])?;
     let started = crate::cluster::up_node("cargo xtask demo")?;
-    let info = flotilla_testenv::node::running(&flotilla_testenv::node::NodePaths::default())
+    let info = flotilla_testenv::cluster::node::running(&flotilla_testenv::cluster::node::NodePaths::default())
         .context("the one-node cluster is not running")?;
     let assets = Assets::locate()?;
     let dir = root().join("target").join("flotilla-demo");
@@ -157,7 +157,7 @@ pub fn run() -> anyhow::Result<()> {
     drop(proxy);
     drop(moto);
     if started {
-        let left = flotilla_testenv::node::down(&crate::util::progress)?;
+        let left = flotilla_testenv::cluster::node::down(&crate::util::progress)?;
         say(&format!("the one-node cluster is down: {left}"));
     } else {
         say("the one-node cluster was running before the demo: left running");

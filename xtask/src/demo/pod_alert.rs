@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use flotilla_testenv::node::paths::NODE_IP;
+use flotilla_testenv::cluster::node::paths::NODE_IP;
 
 use super::DemoEnv;
 

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use flotilla_testenv::moto::route53;
+use flotilla_testenv::aws::moto::route53;
 
 use super::DemoEnv;
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use flotilla_testenv::process::{Lifetime, Process, run_until_exit};
+use flotilla_testenv::cluster::process::{Lifetime, Process, run_until_exit};
 use flotilla_testenv::rbac::{self, Scope, account_with};
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -64,7 +64,7 @@ pub fn binary() -> PathBuf {
 pub const OPERATOR_NAMESPACE: &str = "config-copier-system";
 
 pub fn free_port() -> u16 {
-    flotilla_testenv::process::free_port().expect("a free port")
+    flotilla_testenv::cluster::process::free_port().expect("a free port")
 }
 
 /// The shared operator process of this test binary.

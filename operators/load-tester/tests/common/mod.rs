@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_testenv::TestEnv;
-use flotilla_testenv::node::images::TOOLBOX_IMAGE;
-use flotilla_testenv::process::OperatorProcess;
+use flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE;
+use flotilla_testenv::cluster::process::OperatorProcess;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;

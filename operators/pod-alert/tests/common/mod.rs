@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flotilla_testenv::process::{OperatorProcess, free_port};
+use flotilla_testenv::cluster::process::{OperatorProcess, free_port};
 use flotilla_testenv::rbac::{Scope, account_with, rule};
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::Secret;

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_testenv::process::OperatorProcess;
+use flotilla_testenv::cluster::process::OperatorProcess;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use aws_sdk_route53::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
-use flotilla_testenv::moto::SharedMoto;
+use flotilla_testenv::aws::moto::SharedMoto;
+use flotilla_testenv::aws::route53_proxy::Route53Proxy;
 use flotilla_testenv::rbac::{self, Scope, account_with, rule, rule_named};
-use flotilla_testenv::route53_proxy::Route53Proxy;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -22,7 +22,7 @@ use service_dns::model::{RecordSet, RecordType};
 pub const T: Duration = Duration::from_secs(30);
 
 pub fn free_port() -> u16 {
-    flotilla_testenv::process::free_port().expect("a free port")
+    flotilla_testenv::cluster::process::free_port().expect("a free port")
 }
 
 /// An AWS Route53 client on moto, for the tests' own reads and writes.
@@ -221,13 +221,13 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    pub fn signal(&self, sig: flotilla_testenv::process::Signal) {
-        flotilla_testenv::process::signal_pid(self.child.id(), sig);
+    pub fn signal(&self, sig: flotilla_testenv::cluster::process::Signal) {
+        flotilla_testenv::cluster::process::signal_pid(self.child.id(), sig);
     }
 
     /// SIGTERM and wait for a clean exit.
     pub async fn stop(&mut self) -> std::process::ExitStatus {
-        self.signal(flotilla_testenv::process::Signal::TERM);
+        self.signal(flotilla_testenv::cluster::process::Signal::TERM);
         let child = &mut self.child;
         let r = wait_for("service-dns to exit", T, || {
             let r = child.try_wait().map_err(|e| e.to_string());
@@ -369,7 +369,7 @@ pub async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str, tex
 }
 
 pub fn moto() -> SharedMoto {
-    flotilla_testenv::moto::shared()
+    flotilla_testenv::aws::moto::shared()
 }
 
 /// The Route53-faithful proxy in front of the shared moto: what every

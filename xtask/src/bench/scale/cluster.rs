@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use flotilla_testenv::kwok::{self, Kwok, KwokOptions};
+use flotilla_testenv::cluster::kwok::{self, Kwok, KwokOptions};
 use flotilla_testenv::{Assets, ControlPlane, ExtraFlags, Lifetime, Options};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;

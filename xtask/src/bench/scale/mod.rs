@@ -47,8 +47,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use flotilla_testenv::ControlPlane;
-use flotilla_testenv::moto::{MotoServer, route53};
-use flotilla_testenv::route53_proxy::Route53Proxy;
+use flotilla_testenv::aws::moto::{MotoServer, route53};
+use flotilla_testenv::aws::route53_proxy::Route53Proxy;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};

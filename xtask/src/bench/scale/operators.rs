@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use flotilla_testenv::ControlPlane;
-use flotilla_testenv::kubeconfig::{self, Credentials};
+use flotilla_testenv::cluster::kubeconfig::{self, Credentials};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
@@ -162,7 +162,8 @@ impl Running {
         extra_env: &[(String, String)],
         log: &Path,
     ) -> anyhow::Result<Self> {
-        let (mp, hp) = (flotilla_testenv::process::free_port()?, flotilla_testenv::process::free_port()?);
+        let (mp, hp) =
+            (flotilla_testenv::cluster::process::free_port()?, flotilla_testenv::cluster::process::free_port()?);
         let args = run.args.iter().map(|a| {
             if a.starts_with("--metrics-bind-address=") {
                 format!("--metrics-bind-address=127.0.0.1:{mp}")
@@ -204,7 +205,7 @@ impl Running {
                 "{} exited ({status}); last lines of {}:\n{}",
                 self.name,
                 self.log.display(),
-                flotilla_testenv::process::log_tail(&self.log, 20)
+                flotilla_testenv::cluster::process::log_tail(&self.log, 20)
             );
         }
         Ok(())
@@ -228,7 +229,7 @@ impl Running {
 
     /// SIGTERM, then SIGKILL after 15 s.
     pub fn stop(self) {
-        flotilla_testenv::process::terminate_pid(self.pid(), Duration::from_secs(15));
+        flotilla_testenv::cluster::process::terminate_pid(self.pid(), Duration::from_secs(15));
     }
 }
 

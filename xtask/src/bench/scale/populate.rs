@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_testenv::kwok::{BEHAVIOUR_LABEL, CRASH_LOOP, PENDING};
+use flotilla_testenv::cluster::kwok::{BEHAVIOUR_LABEL, CRASH_LOOP, PENDING};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};

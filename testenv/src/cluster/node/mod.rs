@@ -28,11 +28,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use serde::{Deserialize, Serialize};
 
-use crate::assets::{Assets, fmt_elapsed};
-use crate::control_plane::{ControlPlane, Options};
-use crate::kubeconfig::{self, Credentials};
-use crate::node_assets::NodeAssets;
-use crate::process::{Lifetime, Process, pid_alive, terminate_pid};
+use crate::build::assets::{Assets, fmt_elapsed};
+use crate::build::node_assets::NodeAssets;
+use crate::cluster::control_plane::{ControlPlane, Options};
+use crate::cluster::kubeconfig::{self, Credentials};
+use crate::cluster::process::{Lifetime, Process, pid_alive, terminate_pid};
 pub use cleanup::Leftovers;
 pub use paths::NodePaths;
 use paths::{NODE_IP, NODE_NAME};
@@ -48,13 +48,13 @@ pub enum NodeError {
     )]
     NotRoot,
     #[error(transparent)]
-    Assets(#[from] crate::assets::AssetsError),
+    Assets(#[from] crate::build::assets::AssetsError),
     #[error(transparent)]
     Network(#[from] network::NetworkError),
     #[error(transparent)]
-    ControlPlane(#[from] crate::control_plane::StartError),
+    ControlPlane(#[from] crate::cluster::control_plane::StartError),
     #[error(transparent)]
-    Image(#[from] crate::images::ImageError),
+    Image(#[from] crate::build::images::ImageError),
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
     #[error("the node did not become ready: {reason}\n{logs}")]
@@ -381,7 +381,7 @@ async fn start(
         &format!(
             "{}{}",
             config::offline_images_policy(),
-            config::coredns_manifest(&crate::node_assets::coredns_image())
+            config::coredns_manifest(&crate::build::node_assets::coredns_image())
         ),
     )?;
     let out = std::process::Command::new(assets.bin("kubectl"))

@@ -2,15 +2,15 @@
 //! `~/.cache/flotilla/node-<versions>/bin` like the control plane: containerd
 //! 2 (daemon, runc shim, `ctr`), CoreDNS, and the pod sandbox's `pause`. The
 //! kubelet and kube-proxy come from the control plane's build
-//! ([`crate::assets`]); runc, the CNI plugins, iptables and busybox from
-//! Debian ([`crate::tools::DEBIAN_PACKAGES`]).
+//! ([`crate::build::assets`]); runc, the CNI plugins, iptables and busybox from
+//! Debian ([`crate::build::tools::DEBIAN_PACKAGES`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::assets::{AssetsError, Progress, fmt_elapsed};
-use crate::versions::cache_root;
+use crate::build::assets::{AssetsError, Progress, fmt_elapsed};
+use crate::build::versions::cache_root;
 
 /// containerd 2.x: Kubernetes 1.36 no longer supports containerd 1.x.
 pub const CONTAINERD_VERSION: &str = "2.4.2";

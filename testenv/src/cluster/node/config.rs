@@ -7,7 +7,7 @@ use std::path::Path;
 use super::paths::{
     BRIDGE, CLUSTER_CIDR, CLUSTER_DNS, CLUSTER_DOMAIN, NODE_IP, NODE_NAME, NodePaths, POD_CIDR, SERVICE_CIDR_V4,
 };
-use crate::node_assets::PAUSE_IMAGE;
+use crate::build::node_assets::PAUSE_IMAGE;
 
 /// containerd 2.x (config version 3).
 pub fn containerd_toml(paths: &NodePaths) -> String {

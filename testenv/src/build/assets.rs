@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::versions;
+use crate::build::versions;
 
 /// Binaries the control plane needs, looked up in [`Assets::kubernetes_dir`].
 pub const CONTROL_PLANE_BINARIES: &[&str] =

@@ -1,5 +1,5 @@
 //! The images the one-node cluster runs, built here without Docker
-//! ([`crate::images`]) and imported into the node's containerd (`k8s.io`
+//! ([`crate::build::images`]) and imported into the node's containerd (`k8s.io`
 //! namespace, where the kubelet looks): the pod sandbox (`pause`), CoreDNS,
 //! the test toolbox (Debian's busybox-static), and each operator's image
 //! from its release binary on a distroless-equivalent base.
@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::images::{
+use crate::build::images::{
     BuiltImage, Entry, ImageError, ImageSpec, Layer, Source, ca_certificates_layer, debian_libraries_layer,
     users_layer, write_archive,
 };
-use crate::node_assets::{NodeAssets, PAUSE_IMAGE, coredns_image};
-use crate::versions::cache_root;
+use crate::build::node_assets::{NodeAssets, PAUSE_IMAGE, coredns_image};
+use crate::build::versions::cache_root;
 
 /// The test toolbox: busybox (shell, httpd, wget, nc, sleep, ps …).
 pub const TOOLBOX_IMAGE: &str = "localhost/flotilla/toolbox:latest";

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::assets::{AssetsError, Progress, fmt_elapsed};
-use crate::versions::cache_root;
+use crate::build::assets::{AssetsError, Progress, fmt_elapsed};
+use crate::build::versions::cache_root;
 
 /// A tool built with `go install <package>@<version>`.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +31,7 @@ pub const HELM_DOCS: GoTool =
 pub const GO_TOOLS: &[GoTool] = &[ACTIONLINT, HELM_DOCS];
 
 /// kwok simulates nodes and their pods without containers (the scale
-/// benchmark; stages in `testenv/kwok/`, see [`crate::kwok`]).
+/// benchmark; stages in `testenv/kwok/`, see [`crate::cluster::kwok`]).
 pub const KWOK: GoTool = GoTool { name: "kwok", package: "sigs.k8s.io/kwok/cmd/kwok", version: "v0.8.0" };
 
 /// Tools only the benchmarks use: `cargo xtask setup` installs them, the

@@ -3,7 +3,7 @@
 //! virtualenv in the cache and started on a free loopback port.
 //!
 //! ```no_run
-//! let moto = flotilla_testenv::moto::shared(); // one server per test binary
+//! let moto = flotilla_testenv::aws::moto::shared(); // one server per test binary
 //! // AWS_ENDPOINT_URL_ROUTE_53=moto.endpoint, dummy credentials
 //! ```
 //!
@@ -18,9 +18,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::assets::Progress;
-use crate::process::{self, Lifetime, Process};
-use crate::versions::cache_root;
+use crate::build::assets::Progress;
+use crate::build::versions::cache_root;
+use crate::cluster::process::{self, Lifetime, Process};
 
 /// The moto release installed and tested against.
 pub const MOTO_VERSION: &str = "5.2.5";
@@ -212,7 +212,7 @@ pub mod route53 {
         Ok((status, body.to_string()))
     }
 
-    use crate::route53_proxy::xml::between;
+    use crate::aws::route53_proxy::xml::between;
 
     /// Creates a hosted zone; returns its id (without `/hostedzone/`).
     pub fn create_hosted_zone(endpoint: &str, domain: &str) -> Result<String, MotoError> {

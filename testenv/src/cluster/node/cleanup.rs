@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::network::{is_node_chain, run};
 use super::paths::{BRIDGE, NodePaths};
-use crate::process::{pid_alive, terminate_pid};
+use crate::cluster::process::{pid_alive, terminate_pid};
 
 /// The programs only the node runs (the control plane's binaries are shared
 /// with node-less test control planes, so those are stopped by pid only).

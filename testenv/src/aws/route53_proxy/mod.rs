@@ -19,8 +19,8 @@
 //! [`Stats`] count what went through, for assertions on request counts.
 //!
 //! ```no_run
-//! let moto = flotilla_testenv::moto::shared();
-//! let proxy = flotilla_testenv::route53_proxy::Route53Proxy::start(&moto.endpoint).unwrap();
+//! let moto = flotilla_testenv::aws::moto::shared();
+//! let proxy = flotilla_testenv::aws::route53_proxy::Route53Proxy::start(&moto.endpoint).unwrap();
 //! proxy.faults().set_insync_delay(std::time::Duration::from_secs(30));
 //! // give the operator proxy.endpoint as its Route53 endpoint
 //! ```
@@ -33,7 +33,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 
 use http::Message;
@@ -208,37 +207,40 @@ async fn accept_loop(listener: TcpListener, upstream: String, faults: Faults) {
 
 /// One client connection: requests in turn, kept alive.
 async fn serve(stream: TcpStream, upstream: String, faults: Faults, changes: Arc<tokio::sync::Mutex<()>>) {
-    let mut conn = BufReader::new(stream);
-    loop {
-        let req = match http::read(&mut conn, false).await {
-            Ok(Some(r)) => r,
-            _ => return,
-        };
-        let (down, blackhole) = {
-            let s = faults.state();
-            (s.down, s.blackhole)
-        };
-        if down {
-            return;
-        }
-        if blackhole {
-            faults.state().stats.blackholed += 1;
-            // Never answer; the client gives up (or hangs up) first.
-            let mut sink = Vec::new();
-            let _ = tokio::io::AsyncReadExt::read_to_end(&mut conn, &mut sink).await;
-            return;
-        }
-        let resp = {
-            let _serial = if is_change(&req) { Some(changes.lock().await) } else { None };
-            handle(&upstream, &faults, req).await
-        };
-        if http::write(conn.get_mut(), &resp, true).await.is_err() {
-            return;
-        }
-    }
+    let service = hyper::service::service_fn(move |req| {
+        let (upstream, faults, changes) = (upstream.clone(), faults.clone(), Arc::clone(&changes));
+        async move { answer(req, &upstream, &faults, &changes).await }
+    });
+    // Kept alive as Route53's endpoint keeps its connections.
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
 }
 
-/// `POST /2013-04-01/hostedzone/<id>/rrset[/]`.
+/// One request: unanswered while down (the connection closes) or a
+/// blackhole (never answered), else [`handle`]d — changes one at a time.
+async fn answer(
+    req: hyper::Request<hyper::body::Incoming>,
+    upstream: &str,
+    faults: &Faults,
+    changes: &tokio::sync::Mutex<()>,
+) -> std::io::Result<hyper::Response<http_body_util::Full<hyper::body::Bytes>>> {
+    let req = Message::read_request(req).await.map_err(std::io::Error::other)?;
+    let (down, blackhole) = {
+        let s = faults.state();
+        (s.down, s.blackhole)
+    };
+    if down {
+        return Err(std::io::ErrorKind::ConnectionAborted.into());
+    }
+    if blackhole {
+        faults.state().stats.blackholed += 1;
+        std::future::pending::<()>().await;
+    }
+    let _serial = if is_change(&req) { Some(changes.lock().await) } else { None };
+    Ok(handle(upstream, faults, req).await.into_response())
+}
+
 fn is_change(req: &Message) -> bool {
     let (method, path) = req.method_path();
     method == "POST"

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 
-use crate::assets::{Assets, fmt_elapsed};
-use crate::kubeconfig::{self, Credentials};
-use crate::pki::Pki;
-use crate::process::{Lifetime, Process, free_port};
+use crate::build::assets::{Assets, fmt_elapsed};
+use crate::cluster::kubeconfig::{self, Credentials};
+use crate::cluster::pki::Pki;
+use crate::cluster::process::{Lifetime, Process, free_port};
 
 /// The Service ClusterIP ranges: dual-stack, so IPv6 records can be tested.
 pub const SERVICE_CIDRS: &str = "10.96.0.0/16,fd00:10:96::/112";
@@ -21,7 +21,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
-    Pki(#[from] crate::pki::PkiError),
+    Pki(#[from] crate::cluster::pki::PkiError),
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
     #[error("the test control plane did not become ready: {reason}\n{logs}")]

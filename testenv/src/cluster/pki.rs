@@ -86,7 +86,7 @@ impl Pki {
         server_params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
         // In the one-node cluster pods reach the API server through the
         // `kubernetes` Service and the node's bridge address.
-        for ip in [crate::node::paths::KUBERNETES_SERVICE_IP, crate::node::paths::NODE_IP] {
+        for ip in [crate::cluster::node::paths::KUBERNETES_SERVICE_IP, crate::cluster::node::paths::NODE_IP] {
             server_params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(ip)));
         }
         for dns in ["kubernetes.default", "kubernetes.default.svc.cluster.local"] {
@@ -108,8 +108,11 @@ impl Pki {
         let sa_key = KeyPair::generate()?;
         let (kubelet_client_pem, kubelet_client_key_pem) =
             client_cert(&issuer, "kube-apiserver-kubelet-client", Some("system:masters"))?;
-        let (node_cert_pem, node_key_pem) =
-            client_cert(&issuer, &format!("system:node:{}", crate::node::paths::NODE_NAME), Some("system:nodes"))?;
+        let (node_cert_pem, node_key_pem) = client_cert(
+            &issuer,
+            &format!("system:node:{}", crate::cluster::node::paths::NODE_NAME),
+            Some("system:nodes"),
+        )?;
         let (kube_proxy_cert_pem, kube_proxy_key_pem) = client_cert(&issuer, "system:kube-proxy", None)?;
 
         Ok(Self {

@@ -6,7 +6,7 @@
 //! nodes labelled [`NODE_LABEL`]`=true`; what it writes is decided by the
 //! stages in `testenv/kwok/` (see its README), shipped inside this crate.
 //!
-//! Built by `cargo xtask setup` ([`crate::tools::KWOK`]); not needed by the
+//! Built by `cargo xtask setup` ([`crate::build::tools::KWOK`]); not needed by the
 //! tests.
 
 use std::path::{Path, PathBuf};
@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::assets::{AssetsError, Progress};
-use crate::process::{Lifetime, Process, free_port};
-use crate::tools::KWOK;
+use crate::build::assets::{AssetsError, Progress};
+use crate::build::tools::KWOK;
+use crate::cluster::process::{Lifetime, Process, free_port};
 
 /// The label that hands a node to kwok (`=true`).
 pub const NODE_LABEL: &str = "kwok.flotilla.dev/node";
@@ -40,12 +40,12 @@ pub const KUBELET_PORT: u16 = 1;
 
 /// The stage files (name, YAML), in the order kwok reads them.
 pub const STAGES: &[(&str, &str)] = &[
-    ("node-initialize.yaml", include_str!("../kwok/node-initialize.yaml")),
-    ("node-heartbeat.yaml", include_str!("../kwok/node-heartbeat.yaml")),
-    ("pod-running.yaml", include_str!("../kwok/pod-running.yaml")),
-    ("pod-crash-loop.yaml", include_str!("../kwok/pod-crash-loop.yaml")),
-    ("pod-pending.yaml", include_str!("../kwok/pod-pending.yaml")),
-    ("pod-delete.yaml", include_str!("../kwok/pod-delete.yaml")),
+    ("node-initialize.yaml", include_str!("../../kwok/node-initialize.yaml")),
+    ("node-heartbeat.yaml", include_str!("../../kwok/node-heartbeat.yaml")),
+    ("pod-running.yaml", include_str!("../../kwok/pod-running.yaml")),
+    ("pod-crash-loop.yaml", include_str!("../../kwok/pod-crash-loop.yaml")),
+    ("pod-pending.yaml", include_str!("../../kwok/pod-pending.yaml")),
+    ("pod-delete.yaml", include_str!("../../kwok/pod-delete.yaml")),
 ];
 
 /// How kwok runs.
