@@ -43,7 +43,7 @@ pub fn operators() -> anyhow::Result<Vec<String>> {
 /// ValidatingAdmissionPolicy API (which the charts' default
 /// `admissionPolicy.enabled` requires). `lint` takes the version only.
 pub fn as_the_test_cluster(subcommand: &str) -> Vec<String> {
-    let mut args = vec!["--kube-version".to_string(), flotilla_testenv::versions::kubernetes_version()];
+    let mut args = vec!["--kube-version".to_string(), flotilla_testenv::build::versions::kubernetes_version()];
     if subcommand == "template" {
         args.extend(["--api-versions".into(), "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy".into()]);
     }
@@ -122,6 +122,12 @@ pub fn without_crds(chart: &str) -> anyhow::Result<Vec<String>> {
 /// the umbrella. Once per process; `cargo xtask charts` runs the same.
 pub fn build_chart_dependencies() -> anyhow::Result<()> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    // `cargo xtask test` builds them before the tests, which run side by
+    // side: a second `helm dependency build` would rewrite the archives
+    // another test binary is reading.
+    if std::env::var_os("FLOTILLA_CHART_DEPENDENCIES_BUILT").is_some() {
+        return Ok(());
+    }
     DONE.get_or_init(|| {
         let mut charts = operators().map_err(|e| e.to_string())?;
         charts.push(UMBRELLA.to_string());
@@ -152,7 +158,7 @@ pub fn operator_binary(op: &str) -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-pub use flotilla_testenv::process::OperatorProcess;
+pub use flotilla_testenv::cluster::process::OperatorProcess;
 
 /// Starts operator `op`'s debug binary (see [`operator_binary`]).
 pub fn start_operator(
@@ -234,8 +240,8 @@ impl Prometheus {
     /// every second.
     pub fn start(jobs: &[(&str, Vec<String>)]) -> anyhow::Result<Self> {
         use std::fmt::Write as _;
-        let bin = flotilla_testenv::tools::prometheus()?;
-        let port = flotilla_testenv::process::free_port()?;
+        let bin = flotilla_testenv::build::tools::prometheus()?;
+        let port = flotilla_testenv::cluster::process::free_port()?;
         let dir = std::env::temp_dir().join(format!("flotilla-prometheus-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let mut config = String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n");

@@ -27,7 +27,7 @@ fn after_setup() -> Vec<Step> {
         ("chart dependencies and READMEs", || crate::charts::run(true)),
         ("images", || crate::images::run(&[])),
         ("one-node cluster up", node_up),
-        ("cargo test --workspace", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-fail-fast"]))),
+        ("every test binary, side by side", crate::test_binaries::run),
         ("one-node cluster down leaves nothing", node_down),
     ]
 }
@@ -52,7 +52,7 @@ fn node_down() -> anyhow::Result<()> {
         say("the one-node cluster was running before the tests: left running");
         return Ok(());
     }
-    let left = flotilla_testenv::node::down(&crate::util::progress)?;
+    let left = flotilla_testenv::cluster::node::down(&crate::util::progress)?;
     if !left.is_clean() {
         anyhow::bail!("the one-node cluster left things on the machine: {left}");
     }
