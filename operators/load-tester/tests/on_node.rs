@@ -18,8 +18,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use flotilla_testenv::node;
 use flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE;
+use flotilla_testenv::node;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;

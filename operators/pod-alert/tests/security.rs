@@ -12,8 +12,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use flotilla_testenv::node;
 use flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE;
+use flotilla_testenv::node;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
