@@ -155,9 +155,9 @@ impl Readiness {
                 .entry(name.to_string())
                 .and_modify(|f| {
                     f.last = now;
-                    error.clone_into(&mut f.error);
+                    readable(error).clone_into(&mut f.error);
                 })
-                .or_insert_with(|| Failing { since: now, last: now, error: error.to_string() });
+                .or_insert_with(|| Failing { since: now, last: now, error: readable(error).to_string() });
             self.failing.store(s.failing.len(), Ordering::Relaxed);
         });
     }
@@ -253,6 +253,12 @@ impl Readiness {
             }
         })
     }
+}
+
+/// An error as a person reads it: kube's API errors end with the whole
+/// `Status` object in Rust's debug notation, which repeats the message.
+fn readable(error: &str) -> &str {
+    error.split_once(" (Status {").map_or(error, |(head, _)| head)
 }
 
 /// Which caches are stale (their watch failing), if any.
@@ -464,6 +470,11 @@ mod tests {
         let retry: [Result<Event<u8>, &str>; 2] = [Ok(Event::Init), Err("forbidden")];
         let _: Vec<_> = futures::executor::block_on(health.track(futures::stream::iter(retry)).collect());
         assert_eq!(health.error().as_deref(), Some("forbidden"));
+        let api = [Err("ApiError: secrets is forbidden: Forbidden (Status { status: Some(Failure), code: 403 })")];
+        let _: Vec<_> = futures::executor::block_on(
+            health.track(futures::stream::iter(api.map(|e: Result<Event<u8>, &str>| e))).collect(),
+        );
+        assert_eq!(health.error().as_deref(), Some("ApiError: secrets is forbidden: Forbidden"), "no debug dump");
         let retry: [Result<Event<u8>, &str>; 1] = [Ok(Event::Init)];
         let _: Vec<_> = futures::executor::block_on(health.track(futures::stream::iter(retry)).collect());
         assert!(r.check().is_err(), "a list begun is not a watch resumed");
