@@ -9,7 +9,6 @@ mod dist;
 mod images;
 mod receiver;
 mod test;
-mod test_binaries;
 mod util;
 mod values_schema;
 
