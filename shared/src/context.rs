@@ -183,7 +183,7 @@ impl Context {
                         // Deleted meanwhile (or shutdown came first): it
                         // leaves the queue without a reconcile.
                         None => {
-                            mirror.taken(&key, Instant::now());
+                            mirror.dropped(&key, Instant::now(), *leading.borrow());
                             return Ok(Action::await_change());
                         }
                     }
@@ -289,7 +289,7 @@ impl Context {
         };
 
         tracing::info!(controller = name, "starting controller");
-        let readiness = self.readiness.clone();
+        let (readiness, leading_now) = (self.readiness.clone(), self.leading.clone());
         let crate::controller::Controller { triggers, reader, debounce, concurrency } = controller;
         let mirror = queue.clone();
         // Triggers are debounced here, with a bound (`debounce.rs`), not by
@@ -321,7 +321,7 @@ impl Context {
                     // Its turn came after it was deleted: it left the queue.
                     Err(kube::runtime::controller::Error::ObjectNotFound(obj_ref)) => {
                         let key = queue_key(obj_ref.namespace.as_deref(), &obj_ref.name);
-                        queue.taken(&key, Instant::now());
+                        queue.dropped(&key, Instant::now(), *leading_now.borrow());
                         gone.forget(&key);
                     }
                     Err(other) => tracing::debug!(controller = name, error = %other, "controller event"),

@@ -129,6 +129,19 @@ impl QueueMirror {
         }
     }
 
+    /// `key` left the scheduler without a reconcile, its object gone
+    /// (deleted before its turn). `leading` is the replica's leadership as
+    /// the caller sees it now (the mirror's own may lag a moment behind): a
+    /// standby counts nothing, so an object created and deleted while it
+    /// stands by was never added.
+    pub fn dropped(&self, key: &str, now: Instant, leading: bool) {
+        if leading {
+            self.taken(key, now);
+        } else {
+            self.state().entries.remove(key);
+        }
+    }
+
     /// Sets `workqueue_depth` and counts the entries fallen due since the
     /// last look; called at scrape time.
     pub fn refresh(&self, now: Instant) {
@@ -354,5 +367,24 @@ mod tests {
         q.set_leading(true, led + ms(100));
         q.taken("ns/o1", led + ms(200));
         assert!((waited(&q).1 - 0.205).abs() < 1e-6);
+    }
+
+    #[test]
+    fn what_leaves_a_standbys_queue_is_not_counted() {
+        // An object created and deleted while standing by: the scheduler
+        // lets its entry out (object gone) before this replica ever leads.
+        let q = mirror();
+        let t0 = Instant::now();
+        q.set_leading(false, t0);
+        q.request("ns/gone", t0);
+        q.dropped("ns/gone", t0 + ms(50), false);
+        q.refresh(t0 + ms(60));
+        assert_eq!((q.handles.depth.get(), q.handles.adds.get(), q.scheduled()), (0, 0, 0));
+        assert_eq!(waited(&q).0, 0, "no queue time observed for a standby");
+        // Leading, the same is an add that waited until dropped.
+        q.set_leading(true, t0 + ms(100));
+        q.request("ns/gone", t0 + ms(100));
+        q.dropped("ns/gone", t0 + ms(110), true);
+        assert_eq!((q.handles.adds.get(), waited(&q).0), (1, 1));
     }
 }
