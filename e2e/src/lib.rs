@@ -122,6 +122,12 @@ pub fn without_crds(chart: &str) -> anyhow::Result<Vec<String>> {
 /// the umbrella. Once per process; `cargo xtask charts` runs the same.
 pub fn build_chart_dependencies() -> anyhow::Result<()> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    // `cargo xtask test` builds them before the tests, which run side by
+    // side: a second `helm dependency build` would rewrite the archives
+    // another test binary is reading.
+    if std::env::var_os("FLOTILLA_CHART_DEPENDENCIES_BUILT").is_some() {
+        return Ok(());
+    }
     DONE.get_or_init(|| {
         let mut charts = operators().map_err(|e| e.to_string())?;
         charts.push(UMBRELLA.to_string());

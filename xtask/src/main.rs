@@ -9,6 +9,7 @@ mod dist;
 mod images;
 mod receiver;
 mod test;
+mod test_binaries;
 mod util;
 mod values_schema;
 

@@ -27,7 +27,7 @@ fn after_setup() -> Vec<Step> {
         ("chart dependencies and READMEs", || crate::charts::run(true)),
         ("images", || crate::images::run(&[])),
         ("one-node cluster up", node_up),
-        ("cargo test --workspace", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-fail-fast"]))),
+        ("every test binary, side by side", crate::test_binaries::run),
         ("one-node cluster down leaves nothing", node_down),
     ]
 }
