@@ -25,7 +25,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::copy::{COPIES_SELECTOR, CopyKey, Observed, Payload, RuleId, SourceInfo, SourceMeta};
+use crate::copy::{COPIES_SELECTOR, CopyKey, Observed, Payload, RuleId, RuleRef, SourceInfo, SourceMeta};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
 use crate::plan::{Claim, NamespaceInfo, OwnerState, SourceSelection};
@@ -154,6 +154,11 @@ impl Caches {
         {
             self.trigger(&RuleId::new(ns, r.name_any()));
         }
+    }
+
+    /// Whose `o` is, for `rule`, as the caches know the rules now.
+    pub fn ownership(&self, rule: &RuleRef, o: &Observed) -> crate::plan::Ownership {
+        crate::plan::ownership(o.owner.as_ref(), rule, |label| self.owner_state(label, &rule.id, &o.key))
     }
 
     /// What config-copier knows of the rule behind ownership label `label`,

@@ -6,13 +6,14 @@ use kube::Resource;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 
-use crate::apply::{Outcome, run_jobs};
 use crate::cache::api_resource;
 use crate::controller::{Data, rule_ref, write_status};
+use crate::converge::{Outcome, run_jobs};
 use crate::copy::{Observed, RULE_LABEL};
 use crate::crd::{CopyRule, SourceKind};
 use crate::error::Error;
-use crate::plan::{Action as PlanAction, CopyContext};
+use crate::plan::{Action as PlanAction, CopyContext, Job, Ownership};
+use crate::report;
 use crate::status::Summary;
 
 /// The rule is being deleted: prune its copies (when `prune`), forget it.
@@ -44,7 +45,7 @@ pub(crate) async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Erro
                 tracing::warn!(rule = %me.id, copy = %o.key, "an object marked as this rule's copy is in a protected namespace: left alone");
                 continue;
             }
-            if writer.ownership(&o) == crate::plan::Ownership::Mine {
+            if caches.ownership(&me, &o) == Ownership::Mine {
                 let action = PlanAction::Delete { uid: o.uid.clone(), resource_version: o.resource_version.clone() };
                 let ctx = CopyContext {
                     on_conflict: rule.spec.on_conflict,
@@ -52,7 +53,7 @@ pub(crate) async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Erro
                     accepts_overwrite: false,
                     claimed_by: None,
                 };
-                jobs.push((o.key.clone(), None, action, ctx));
+                jobs.push(Job { key: o.key.clone(), action, ctx });
             }
         }
     }
@@ -61,7 +62,7 @@ pub(crate) async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Erro
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|o| match o {
-            Outcome::Failed { key, action, error } => Some(format!("{action} {key}: {error}")),
+            Outcome::Failed { key, action, error } => Some(report::failure(key, action, error)),
             _ => None,
         })
         .collect();

@@ -20,19 +20,21 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::apply::{Outcome, SourceJobs, Writer, bounded, run_jobs, run_source_jobs};
+use crate::apply::Writer;
 use crate::budget::Budget;
 use crate::cache::{CacheOptions, Caches, GC_INTERVAL, trigger_channel};
 use crate::cleanup::cleanup;
+use crate::converge::{bounded, run_jobs, run_source_jobs};
 use crate::copy::{CopyKey, Observed, RuleId, RuleRef, SourceInfo, StripLabels};
 use crate::crd::{CopyRule, SkippedSource, SourceKind};
 use crate::error::Error;
 use crate::metrics::CopierMetrics;
 use crate::plan::{
-    Action as PlanAction, Claim, CopyContext, Desired, Policy, Rank, RulePlan, SourceSelection, decide, desired_copies,
+    Claim, CopyContext, CopyFacts, Policy, Rank, RulePlan, SourceSelection, desired_copies, plan_copies,
     sources_too_large, target_namespaces,
 };
 use crate::read::Reader;
+use crate::report;
 use crate::status::{self, Summary};
 use crate::targets::{Selector, TargetFilter};
 
@@ -42,8 +44,6 @@ pub const FINALIZER: &str = "flotilla.dev/config-copier";
 const RESYNC: Duration = Duration::from_secs(600);
 /// Re-check rules with conflicts this often (an object in the way may go).
 const CONFLICT_RECHECK: Duration = Duration::from_secs(60);
-/// Events of one kind per reconcile, at most.
-const MAX_EVENTS: usize = 5;
 
 /// Options of the controller (from flags).
 #[derive(Debug, Clone)]
@@ -295,18 +295,6 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         }),
     );
 
-    // Decide for every wanted copy and every copy of ours.
-    let writer = data.writer(&me);
-    let mut keys: BTreeMap<CopyKey, (Option<Arc<SourceInfo>>, Option<Observed>)> =
-        desired.iter().map(|(k, s)| (k.clone(), (Some(Arc::clone(s)), None))).collect();
-    // Objects marked as this rule's in a protected namespace were planted
-    // there (config-copier never writes there): left alone, never pruned.
-    for o in caches.copies_of(id).into_iter().filter(|o| policy.may_touch(&o.key.namespace)) {
-        let key = o.key.clone();
-        keys.entry(key).or_default().1 = Some(o);
-    }
-    let mut without_payload = Vec::new();
-    let mut by_source: BTreeMap<String, SourceJobs> = BTreeMap::new();
     let mut summary = Summary {
         sources: rule_sources.copied.len(),
         namespaces: target_set.accepted.len(),
@@ -323,107 +311,51 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             .collect(),
         ..Default::default()
     };
-    for (key, (source, observed)) in keys {
-        let observed = observed.or_else(|| caches.observed(&key));
+    // Snapshot: every wanted copy and every copy of ours, as the caches
+    // show them now. Objects marked as this rule's in a protected namespace
+    // were planted there (config-copier never writes there): left alone,
+    // never pruned.
+    let mut keys: BTreeMap<CopyKey, (Option<Arc<SourceInfo>>, Option<Observed>)> =
+        desired.iter().map(|(k, s)| (k.clone(), (Some(Arc::clone(s)), None))).collect();
+    drop(desired);
+    for o in caches.copies_of(id).into_iter().filter(|o| policy.may_touch(&o.key.namespace)) {
+        let key = o.key.clone();
+        keys.entry(key).or_default().1 = Some(o);
+    }
+    let facts = keys.into_iter().map(|(key, (source, observed))| {
+        let observed = observed.or_else(|| caches.observed(&key)).map(|o| {
+            let owner = caches.ownership(&me, &o);
+            (o, owner)
+        });
         let ctx = CopyContext {
             on_conflict: rule.spec.on_conflict,
             prune: rule.spec.prune,
             accepts_overwrite: namespaces.get(&key.namespace).is_some_and(|n| n.accepts_overwrite()),
             claimed_by: source.as_ref().and_then(|_| caches.claimed_by(id, &key)),
         };
-        let owner = observed.as_ref().map(|o| writer.ownership(o));
-        let action = decide(source.as_deref().map(Desired::of).as_ref(), observed.as_ref().zip(owner.as_ref()), &ctx);
-        match (action, source) {
-            (PlanAction::InSync, _) => summary.in_sync += 1,
-            (PlanAction::Nothing | PlanAction::Keep, _) => {}
-            // Conflicts and deletions need no payload.
-            (a @ (PlanAction::Conflict(_) | PlanAction::Delete { .. }), _) | (a, None) => {
-                without_payload.push((key, None, a, ctx));
-            }
-            (a, Some(s)) => by_source
-                .entry(s.name.clone())
-                .or_insert_with(|| SourceJobs { name: s.name.clone(), jobs: Vec::new() })
-                .jobs
-                .push((key, a, ctx)),
-        }
-    }
-    let to_write: usize = by_source.values().map(|g| g.jobs.len()).sum();
-    tracing::debug!(rule = %id, desired = desired.len(), in_sync = summary.in_sync, to_write, other = without_payload.len(), "plan");
-    drop(desired);
+        CopyFacts { key, source, observed, ctx }
+    });
+    // Plan (pure).
+    let plan = plan_copies(facts);
+    summary.in_sync = plan.in_sync;
+    tracing::debug!(rule = %id, desired = summary.desired, in_sync = plan.in_sync, jobs = plan.jobs(), "plan");
+
+    // Apply: each source read once for its copies' writes, within the budget.
+    let writer = data.writer(&me);
     let concurrency = data.options.concurrency;
     let slots = tokio::sync::Semaphore::new(concurrency);
-    let mut outcomes = bounded(by_source.into_values().collect(), concurrency, |group| {
+    let mut outcomes = bounded(plan.by_source.into_iter().collect(), concurrency, |group| {
         run_source_jobs(&writer, &reader, group, &slots, concurrency)
     })
     .await
     .concat();
-    outcomes.extend(run_jobs(&writer, without_payload, concurrency).await);
+    outcomes.extend(run_jobs(&writer, plan.without_payload, concurrency).await);
 
-    let (mut created, mut updated, mut deleted, mut adopted) = (0, 0, 0, Vec::new());
-    for o in outcomes {
-        match o {
-            Outcome::InSync => summary.in_sync += 1,
-            Outcome::Nothing | Outcome::Kept => {}
-            Outcome::Created => {
-                created += 1;
-                summary.in_sync += 1;
-            }
-            Outcome::Updated => {
-                updated += 1;
-                summary.in_sync += 1;
-            }
-            Outcome::Adopted(k) => {
-                adopted.push(k);
-                summary.in_sync += 1;
-            }
-            Outcome::Deleted => deleted += 1,
-            Outcome::Conflict(c) => summary.conflicts.push(c),
-            Outcome::Failed { key, action, error } => summary.failures.push(format!("{action} {key}: {error}")),
-        }
-    }
-    // Events: conflicts not reported before (however many there are), what
-    // was written, failures.
-    let current = summary.conflicts.iter().map(|c| (c.namespace.clone(), c.name.clone())).collect();
-    let new = caches.new_conflicts(id, current);
-    for c in summary.conflicts.iter().filter(|c| new.contains(&(c.namespace.clone(), c.name.clone()))).take(MAX_EVENTS)
-    {
-        data.ctx.events.warning(
-            &oref,
-            "Conflict",
-            "Copy",
-            format!("{} {}/{} left alone ({}): {}", rule.spec.kind.as_str(), c.namespace, c.name, c.reason, c.message),
-        );
-    }
-    if new.len() > MAX_EVENTS {
-        data.ctx.events.warning(
-            &oref,
-            "Conflict",
-            "Copy",
-            format!("{} more targets left alone; see status.conflicting", new.len() - MAX_EVENTS),
-        );
-    }
-    for k in adopted.iter().take(MAX_EVENTS) {
-        data.ctx.events.normal(
-            &oref,
-            "Adopted",
-            "Copy",
-            format!("{k} had no ownership marks and was adopted (onConflict: Overwrite)"),
-        );
-    }
-    let writes = created + updated + deleted + adopted.len();
-    if writes > 0 {
-        data.ctx.events.normal(
-            &oref,
-            "Synced",
-            "Copy",
-            format!("created {created}, updated {updated}, deleted {deleted} {} cop(ies)", rule.spec.kind.as_str()),
-        );
-    }
-    if let Some(first) = summary.failures.first() {
-        data.ctx.events.warning(&oref, "SyncFailed", "Copy", first.clone());
-    }
+    // Report: status, Events, metrics.
+    let written = report::tally(outcomes, &mut summary);
+    report::events(&data.ctx.events, &oref, caches, id, rule.spec.kind, &summary, &written);
     caches.metrics().set_rule(id, summary.sources, summary.desired, summary.in_sync, summary.conflicts.len());
-
+    let writes = written.total();
     write_status(rule, data, &summary, writes > 0).await?;
     if !summary.failures.is_empty() {
         return Err(Error::Writes { failed: summary.failures.len(), first: summary.failures[0].clone() });

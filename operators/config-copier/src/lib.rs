@@ -13,28 +13,32 @@
 //! | [`crd`] | the CRD types, schema, CEL rules, printer columns |
 //! | [`targets`] | a rule's namespace targets: its label selector and name globs (pure) |
 //! | [`copy`] | what a copy looks like: content, ownership marks, hashes (pure) |
-//! | [`plan`] | which copies should exist and the diff against what exists (pure) |
-//! | [`cache`] | metadata-only watches of namespaces and copies that trigger rules; what reads of sources taught |
+//! | [`plan`] | which copies should exist, whose each object is, and what to do about each (pure) |
+//! | [`cache`] | metadata-only watches of namespaces and copies that trigger rules; what reads of sources taught; claims |
 //! | [`sources`] | every possible source, one metadata-only watch per kind for all rules |
 //! | [`budget`] | the bytes of payload held at once (`--max-bytes-in-flight`) |
 //! | [`read`] | the reads of sources' payloads, within that budget |
-//! | [`apply`] | the writes: create, server-side apply, delete, each proving ownership |
+//! | [`apply`] | the writes and nothing else: create, server-side apply, delete, each proving ownership |
+//! | [`converge`] | the plan carried out, copy by copy: a write's answer (409, 422) read and handed back to the plan |
 //! | [`cleanup`] | a deleted rule: its copies pruned (asking the API), the rule forgotten |
 //! | [`status`] | status and conditions (pure) |
+//! | [`report`] | a sync told: outcomes counted into the status, Events |
 //! | [`metrics`] | `flotilla_config_copier_*` |
-//! | [`controller`] | the reconcile loop, finalizer and wiring |
+//! | [`controller`] | the reconcile: snapshot → plan → converge → report; finalizer and wiring |
 
 pub mod apply;
 pub mod budget;
 pub mod cache;
 pub mod cleanup;
 pub mod controller;
+pub mod converge;
 pub mod copy;
 pub mod crd;
 pub mod error;
 pub mod metrics;
 pub mod plan;
 pub mod read;
+pub mod report;
 pub mod sources;
 pub mod status;
 pub mod targets;

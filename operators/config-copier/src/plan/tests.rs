@@ -333,10 +333,47 @@ fn only_a_type_change_replaces_a_copy_after_a_422() {
     let same =
         observed(mine(), "h", Payload::Read { content_hash: "x".into(), type_: Some("kubernetes.io/tls".into()) });
     let other = observed(mine(), "h", Payload::Read { content_hash: "x".into(), type_: Some("Opaque".into()) });
-    assert!(!replace_after_invalid(&same, &Ownership::Mine, &d), "immutable or a policy: never delete");
-    assert!(replace_after_invalid(&other, &Ownership::Mine, &d));
-    assert!(!replace_after_invalid(&other, &Ownership::Unowned, &d));
-    assert!(!replace_after_invalid(&observed(mine(), "h", Payload::Trusted), &Ownership::Mine, &d));
+    let secret = SourceKind::Secret;
+    let after = |o: &Observed, w: &Ownership| after_invalid(secret, Some((o, w)), &d);
+    assert_eq!(after(&same, &Ownership::Mine), AfterInvalid::Refused, "immutable or a policy: never delete");
+    assert!(matches!(after(&other, &Ownership::Mine), AfterInvalid::Replace { .. }));
+    assert_eq!(after(&other, &Ownership::Unowned), AfterInvalid::Refused);
+    assert_eq!(after(&observed(mine(), "h", Payload::Trusted), &Ownership::Mine), AfterInvalid::Refused);
+    assert_eq!(after_invalid(SourceKind::ConfigMap, Some((&other, &Ownership::Mine)), &d), AfterInvalid::Refused);
+    assert_eq!(after_invalid(secret, None, &d), AfterInvalid::Create, "gone meanwhile");
+}
+
+#[test]
+fn a_rules_copies_are_grouped_by_the_source_their_writes_read() {
+    let src = source(SourceKind::ConfigMap, "cfg", &[("copy", "yes")], None);
+    let key = |ns: &str, name: &str| CopyKey { kind: SourceKind::ConfigMap, namespace: ns.into(), name: name.into() };
+    let facts = |k: CopyKey, source: Option<Arc<SourceInfo>>, observed: Option<(Observed, Ownership)>| CopyFacts {
+        key: k,
+        source,
+        observed,
+        ctx: ctx(),
+    };
+    let in_sync = observed(mine(), &src.hash, Payload::Read { content_hash: src.content_hash.clone(), type_: None });
+    let stale = observed(mine(), "old", Payload::Trusted);
+    let foreign = observed(None, "x", Payload::Trusted);
+    let plan = plan_copies([
+        facts(key("b", "cfg"), Some(src.clone()), None),
+        facts(key("c", "cfg"), Some(src.clone()), Some((stale.clone(), Ownership::Mine))),
+        facts(key("d", "cfg"), Some(src.clone()), Some((in_sync, Ownership::Mine))),
+        facts(key("e", "cfg"), Some(src.clone()), Some((foreign, Ownership::Unowned))),
+        facts(key("f", "gone"), None, Some((stale, Ownership::Mine))),
+    ]);
+    assert_eq!(plan.in_sync, 1);
+    let writes: Vec<(&str, &Action)> =
+        plan.by_source["cfg"].iter().map(|j| (j.key.namespace.as_str(), &j.action)).collect();
+    assert!(matches!(writes.as_slice(), [("b", Action::Create), ("c", Action::Update { .. })]), "{writes:?}");
+    let apart: Vec<(&str, &Action)> =
+        plan.without_payload.iter().map(|j| (j.key.namespace.as_str(), &j.action)).collect();
+    assert!(
+        matches!(apart.as_slice(), [("e", Action::Conflict(ConflictReason::NotOwned)), ("f", Action::Delete { .. })]),
+        "{apart:?}"
+    );
+    assert_eq!(plan.jobs(), 4);
 }
 
 #[test]
