@@ -14,17 +14,23 @@
 //! | [`simple`] | SimpleDeployment's child pod (pure) |
 //! | [`simple_deployment`] | SimpleDeployment's controller: its one child kept |
 //! | [`metrics`] | `flotilla_load_tester_*` |
-//! | [`controller`] | the LoadTest controller (and both controllers' start): watches, actions, status |
+//! | [`snapshot`] | what a step looks at: the test's runners, the target Service, the namespace's other runners (reads) |
+//! | [`apply`] | a step carried out: runners deleted, made, signalled (writes) |
+//! | [`report`] | status and its Ready condition, Events, runs counted in the metrics |
+//! | [`controller`] | the LoadTest reconcile (snapshot → step → report → apply) and both controllers' start |
 
+pub mod apply;
 pub mod controller;
 pub mod crd;
 pub mod error;
 pub mod machine;
 pub mod metrics;
+pub mod report;
 pub mod results;
 pub mod runner;
 pub mod simple;
 pub mod simple_deployment;
+pub mod snapshot;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -13,10 +13,11 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use crate::controller::{Data, owned_by};
+use crate::controller::Data;
 use crate::crd::{SimpleDeployment, SimpleDeploymentStatus};
 use crate::error::Error;
 use crate::simple;
+use crate::snapshot::owned_by;
 
 /// Annotation on the child: the SimpleDeployment generation it was made for.
 const CHILD_GENERATION: &str = "flotilla.dev/generation";
