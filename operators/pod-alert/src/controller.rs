@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_shared::backoff::ErrorBackoff;
-use flotilla_shared::conditions::already_said;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
@@ -32,7 +31,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{PodAlert, PodAlertStatus, Reason, SecretKeyRef};
+use crate::crd::{PodAlert, Reason, SecretKeyRef};
 use crate::delivery::{Delivery, Sink, SinkRules};
 use crate::error::Error;
 use crate::incident::{Book, Transition};
@@ -41,8 +40,9 @@ use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
 use crate::observe::evaluate;
 use crate::pod::{PodView, elapsed, view};
+use crate::report;
 use crate::rules::Rules;
-use crate::sinks::{check_sink_secrets, notify, push_alertmanager, release_held, sink_statuses, sync_sinks};
+use crate::sinks::{check_sink_secrets, notify, push_alertmanager, release_held, sync_sinks};
 use crate::status::{self, Summary};
 use crate::throttle::{Held, Limiter};
 
@@ -324,7 +324,7 @@ impl Data {
     }
 
     /// Records one PodAlert's firing counts and updates the gauge's series.
-    fn set_firing(&self, uid: &str, counts: BTreeMap<(String, Reason), usize>) {
+    pub(crate) fn set_firing(&self, uid: &str, counts: BTreeMap<(String, Reason), usize>) {
         let mut firing = self.firing.lock().unwrap_or_else(PoisonError::into_inner);
         let old = if counts.is_empty() { firing.remove(uid) } else { firing.insert(uid.to_string(), counts.clone()) };
         let mut touched: Vec<(String, Reason)> = counts.keys().cloned().collect();
@@ -355,22 +355,14 @@ pub(crate) fn condition<'a>(conditions: &'a [Condition], t: &str) -> Option<&'a 
     conditions.iter().find(|c| c.type_ == t)
 }
 
-/// What a status says, condition times aside: equal fingerprints, no write.
-fn fingerprint(s: &PodAlertStatus) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut s = s.clone();
-    for c in &mut s.conditions {
-        c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_vec(&s).unwrap_or_default().hash(&mut h);
-    h.finish()
-}
-
+/// One PodAlert: snapshot (is it served, are its pods listed, its state)
+/// → plan (its rules admitted, the pods evaluated, the incident book
+/// stepped) → apply (sinks, their Secrets, log reads, notifications within
+/// the rate limit, Alertmanager: [`crate::sinks`], [`crate::log_reads`]) →
+/// report (status, Events, metrics: [`crate::report`]).
 pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, Error> {
     let ns = alert.namespace().ok_or(Error::NoNamespace)?;
     let uid = alert.uid().unwrap_or_default();
-    let name = alert.name_any();
     let oref = alert.object_ref(&());
     let served = data.served().contains(&uid);
     // Until the pods are listed (with the label keys this PodAlert's
@@ -387,42 +379,17 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     let now = Timestamp::now();
     let mut summary = Summary::default();
 
-    let rules = if served {
-        match Rules::new(&alert.spec, &ns, &data.options.cluster_scope) {
-            // Every namespace's pod logs are what the PodAlert policy lets
-            // only those who may read them all ask for: refused while that
-            // policy is missing.
-            Ok(r) => match data.admission.check() {
-                Err(why) if r.all_namespaces => {
-                    summary.invalid = Some(("AdmissionPolicyMissing".to_string(), format!("allNamespaces: {why}")));
-                    None
-                }
-                _ => Some(r),
-            },
-            Err(e) => {
-                summary.invalid = Some((e.reason().to_string(), e.to_string()));
-                None
-            }
+    let rules = match admitted_rules(&alert, &ns, served, &data) {
+        Ok(rules) => Some(rules),
+        Err((reason, message)) => {
+            report::refused(&oref, &st, &data, &reason, &message);
+            summary.invalid = Some((reason, message));
+            st.book = Book::default();
+            st.sinks.clear();
+            st.held.clear();
+            None
         }
-    } else {
-        let n = data.alerts.state().iter().filter(|a| a.metadata.namespace.as_deref() == Some(ns.as_str())).count();
-        let max = data.options.max_per_namespace;
-        summary.invalid = Some((
-            "TooManyPodAlerts".to_string(),
-            format!(
-                "namespace {ns} has {n} PodAlerts; the operator evaluates the {max} oldest (--max-podalerts-per-namespace): delete one, or merge their selectors"
-            ),
-        ));
-        None
     };
-    if let Some((reason, message)) = &summary.invalid {
-        if !already_said(Some(&st.conditions), "Ready", reason, message) {
-            data.ctx.events.warning(&oref, reason, "Validate", format!("PodAlert not evaluated: {message}"));
-        }
-        st.book = Book::default();
-        st.sinks.clear();
-        st.held.clear();
-    }
     let mut next: Option<Timestamp> = None;
     if let Some(rules) = rules.as_ref().filter(|r| r.enabled) {
         summary.log_lines = rules.tail_lines;
@@ -439,18 +406,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         }
         if let Some((at, waiting)) = release_held(&alert, &ns, &mut st, &data, now) {
             next = Some(next.map_or(at, |n| n.min(at)));
-            summary.throttled = Some(format!(
-                "{waiting} notifications wait for namespace {ns}'s rate limit ({} per minute, --max-notifications-per-minute-per-namespace); when several wait for a sink they go out as one summary",
-                data.options.notifications_per_minute
-            ));
-            if condition(&st.conditions, status::THROTTLED).is_none_or(|c| c.status != "True") {
-                data.ctx.events.warning(
-                    &oref,
-                    "NotificationsThrottled",
-                    "Notify",
-                    format!("notifications wait for namespace {ns}'s rate limit; they go out as it allows, several as one summary"),
-                );
-            }
+            summary.throttled = Some(report::throttled(&oref, &ns, waiting, &st, &data));
         }
     } else if rules.is_some() {
         summary.paused = true;
@@ -459,34 +415,39 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         st.held.clear();
     }
 
-    // Sinks' delivery state, and held-back counts into the metric.
-    summary.sinks = sink_statuses(&alert, &st);
-    for (cause, total) in &st.book.held_back {
-        let before = st.counted.get(cause).copied().unwrap_or(0);
-        data.metrics.suppressed(cause, u64::try_from(total - before).unwrap_or(0));
-    }
-    st.counted = st.book.held_back.clone();
-    let mut counts: BTreeMap<(String, Reason), usize> = BTreeMap::new();
-    for i in st.book.incidents.values().filter(|i| i.phase.is_open()) {
-        *counts.entry((i.key.namespace.clone(), i.key.reason)).or_default() += 1;
-    }
-    data.set_firing(&uid, counts);
-    data.metrics.log_tail_bytes.set(i64::try_from(data.tails.held()).unwrap_or(i64::MAX));
-
-    let new = status::build(Some(&st.conditions), alert.metadata.generation, &st.book, &summary);
-    let print = fingerprint(&new);
-    if st.written != Some(print) {
-        let api: Api<PodAlert> = Api::namespaced(data.ctx.client.clone(), &ns);
-        flotilla_shared::apply_status(&api, &name, &data.ctx.field_manager, &new).await.map_err(Error::Status)?;
-        st.written = Some(print);
-        st.conditions = new.conditions;
-    }
+    report::report(&alert, &ns, &mut st, summary, &data).await?;
     data.backoff.forget(&uid);
     if !served {
         return Ok(Action::requeue(REFUSED_RECHECK));
     }
     let wait = next.map_or(RESYNC, |at| elapsed(now, at)).clamp(Duration::from_secs(1), RESYNC);
     Ok(Action::requeue(wait))
+}
+
+/// The PodAlert's rules, or why it is not evaluated (reason, message): not
+/// among its namespace's oldest `--max-podalerts-per-namespace`, a spec
+/// the schema could not refuse, or `allNamespaces` while the PodAlert
+/// policy is missing (every namespace's pod logs are what that policy lets
+/// only those who may read them all ask for).
+fn admitted_rules(alert: &PodAlert, ns: &str, served: bool, data: &Data) -> Result<Rules, (String, String)> {
+    if !served {
+        let n = data.alerts.state().iter().filter(|a| a.metadata.namespace.as_deref() == Some(ns)).count();
+        let max = data.options.max_per_namespace;
+        return Err((
+            "TooManyPodAlerts".to_string(),
+            format!(
+                "namespace {ns} has {n} PodAlerts; the operator evaluates the {max} oldest (--max-podalerts-per-namespace): delete one, or merge their selectors"
+            ),
+        ));
+    }
+    let rules = Rules::new(&alert.spec, ns, &data.options.cluster_scope)
+        .map_err(|e| (e.reason().to_string(), e.to_string()))?;
+    match data.admission.check() {
+        Err(why) if rules.all_namespaces => {
+            Err(("AdmissionPolicyMissing".to_string(), format!("allNamespaces: {why}")))
+        }
+        _ => Ok(rules),
+    }
 }
 
 fn evaluate_and_step(

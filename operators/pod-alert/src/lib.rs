@@ -24,7 +24,8 @@
 //! | [`metrics`] | `flotilla_pod_alert_*` |
 //! | [`log_reads`] | a reconcile's log reads: which, side by side, then judged against `ignore.logPatterns` |
 //! | [`sinks`] | a reconcile's sinks: workers, their Secrets, notifications within the rate limit, Alertmanager |
-//! | [`controller`] | the watch, the reconcile loop and wiring |
+//! | [`report`] | a reconcile told: status (written when it changed), Warnings, metrics |
+//! | [`controller`] | the watch, the reconcile (snapshot → rules and incidents → sinks and logs → report) and wiring |
 
 pub mod address;
 pub mod controller;
@@ -38,6 +39,7 @@ pub mod metrics;
 pub mod notify;
 pub mod observe;
 pub mod pod;
+pub mod report;
 pub mod rules;
 pub mod sinks;
 pub mod status;
