@@ -14,7 +14,7 @@
 //! | [`grant`] | `flotilla.dev/allowed-hostnames`: parsing and matching a namespace's grant; `--hostname-annotations` |
 //! | [`service`] | the few fields of a Service that are kept in the cache |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
-//! | [`plan`] | the pure diff of desired and current (unit + property tests) |
+//! | [`plan`] | the pure diff of desired and current (unit + property tests): reading the zone and the claims, conflicts, changes |
 //! | [`batch`] | splitting a plan into requests within Route53's limits |
 //! | [`apply`] | sending the batches; what a failure means (back off, or narrow down a refusal) |
 //! | [`quarantine`] | names Route53 keeps refusing, each with its own backoff |
