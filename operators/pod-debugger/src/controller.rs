@@ -11,12 +11,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_shared::backoff::ErrorBackoff;
-use flotilla_shared::conditions::already_said;
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
-use flotilla_shared::status::apply_status_if_changed;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
@@ -34,8 +32,8 @@ use crate::metrics::DebuggerMetrics;
 use crate::naming;
 use crate::plan::{Decision, Memory, Rule, forget, next_wake, plan};
 use crate::pod::{PodView, view};
+use crate::report;
 use crate::security::{Level, check_profile};
-use crate::status::{self, Outcome};
 
 /// Look at every PodDebugger at least this often.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -316,22 +314,7 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
         }
     }
 
-    let outcome = match &refused {
-        Some((reason, message)) => {
-            if !already_said(rule.status.as_ref().map(|s| s.conditions.as_slice()), "Ready", reason, message) {
-                tracing::warn!(poddebugger = %name, reason, message = %message, "refused");
-                data.ctx.events.warning(&oref, reason, "Validate", format!("no debug container added: {message}"));
-                data.metrics.refusals.with_label_values(&[reason]).inc();
-            }
-            Outcome::Refused { reason, message: message.clone() }
-        }
-        None => Outcome::Planned(&plans),
-    };
-    let new = status::build(rule.status.as_ref(), rule.metadata.generation, &container, outcome);
-    let api: Api<PodDebugger> = Api::namespaced(data.ctx.client.clone(), &ns);
-    apply_status_if_changed(&api, &name, &data.ctx.field_manager, rule.status.as_ref(), &new)
-        .await
-        .map_err(Error::Status)?;
+    report::report(&rule, &ns, &container, refused.as_ref(), &plans, &data).await?;
     data.backoff.forget(&uid);
     let wait = wake.map_or(RESYNC, |at| at.saturating_duration_since(now)).clamp(Duration::from_secs(1), RESYNC);
     let wait =

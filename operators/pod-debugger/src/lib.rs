@@ -20,7 +20,8 @@
 //! | [`status`] | status from the plan (pure) |
 //! | [`metrics`] | `flotilla_pod_debugger_*` |
 //! | [`apply`] | the writes: a dry run of the first addition, then the additions, with their Events |
-//! | [`controller`] | the watch and the reconcile loop: check, plan, apply, status |
+//! | [`report`] | a reconcile told: the refusal's Warning and metric, status written when it changed |
+//! | [`controller`] | the watch and the reconcile: check (snapshot) → plan → apply → report |
 
 pub mod apply;
 pub mod container;
@@ -32,6 +33,7 @@ pub mod metrics;
 pub mod naming;
 pub mod plan;
 pub mod pod;
+pub mod report;
 pub mod security;
 pub mod status;
 
