@@ -491,10 +491,26 @@ async fn the_crashed_runs_log_even_when_the_next_run_starts_before_the_read() {
         .unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         release.send_replace(true);
-        let inc = wait_status(&client, &ns, &format!("race-{attempt}"), "the incident with its log", T, |s| {
-            s.incidents.iter().find(|i| i.workload == format!("Pod/{name}") && !i.logs.is_empty()).cloned()
+        let alerts: Api<PodAlert> = Api::namespaced(client.clone(), &ns);
+        let inc = flotilla_testenv::wait_for("the incident with its log", T, || {
+            let (alerts, name, attempt) = (alerts.clone(), name.clone(), attempt);
+            async move {
+                let a = alerts.get(&format!("race-{attempt}")).await?;
+                let incidents = a.status.map(|s| s.incidents).unwrap_or_default();
+                Ok::<_, kube::Error>(
+                    incidents.into_iter().find(|i| i.workload == format!("Pod/{name}") && !i.logs.is_empty()),
+                )
+            }
         })
         .await;
+        let inc = match inc {
+            Ok(inc) => inc,
+            Err(e) => {
+                let status = alerts.get(&format!("race-{attempt}")).await.map(|a| a.status);
+                let reads = slow.log_reads.lock().unwrap().clone();
+                panic!("{e}\nstatus: {status:#?}\nlog reads: {reads:?}\noperator logs:\n{}", operator.logs())
+            }
+        };
         let reads: Vec<(String, Instant)> =
             slow.log_reads.lock().unwrap().iter().filter(|(r, _)| r.contains(&format!("/{name}/"))).cloned().collect();
         let provoked = reads.first().is_some_and(|(q, at)| !q.contains("previous=true") && *at > up);
