@@ -22,7 +22,7 @@ const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8
 /// What the server answered to one write.
 #[derive(Debug)]
 pub enum Written {
-    /// Done as asked (a delete: the object is gone, by us or before us).
+    /// Done as asked.
     Done,
     /// 409 to a create or an apply: the object is not what the decision
     /// saw (a create: it exists).
@@ -89,25 +89,31 @@ impl Writer<'_> {
         self.answer(what, result)
     }
 
-    /// Deletes the object at `key` as last seen (same uid and version).
-    pub async fn delete_copy(&self, key: &CopyKey, uid: Option<String>, resource_version: Option<String>) -> Written {
+    /// Deletes the object at `key` as last seen (same uid and version);
+    /// gone already counts as deleted. A failure (a 409 included: it
+    /// changed since it was seen) is final for this reconcile: the watch
+    /// brings the new version and the next plan decides on it.
+    pub async fn delete_copy(
+        &self,
+        key: &CopyKey,
+        uid: Option<String>,
+        resource_version: Option<String>,
+    ) -> Result<(), kube::Error> {
         let dp = DeleteParams { preconditions: Some(Preconditions { uid, resource_version }), ..Default::default() };
         self.caches.metrics().request("delete");
         match self.api(key).delete(&key.name, &dp).await {
             Ok(_) => {
                 self.count("delete", "success");
                 self.caches.forget_copy(key);
-                Written::Done
+                Ok(())
             }
             Err(e) if is_status(&e, 404) => {
                 self.caches.forget_copy(key);
-                Written::Done
+                Ok(())
             }
-            // Changed since we saw it (409 included): the watch brings the
-            // new version and another reconcile decides again.
             Err(e) => {
                 self.count("delete", "error");
-                Written::Failed(e)
+                Err(e)
             }
         }
     }

@@ -37,6 +37,12 @@ pub enum Outcome {
     Failed { key: CopyKey, action: &'static str, error: String },
 }
 
+/// A target left alone (counted as a create that met a conflict).
+fn conflict(writer: &Writer<'_>, key: &CopyKey, reason: ConflictReason) -> Outcome {
+    writer.count("create", "conflict");
+    Outcome::Conflict { key: key.clone(), reason }
+}
+
 fn failed(key: &CopyKey, action: &'static str, e: impl std::fmt::Display) -> Outcome {
     Outcome::Failed { key: key.clone(), action, error: e.to_string() }
 }
@@ -87,9 +93,8 @@ async fn after_invalid(
     match plan::after_invalid(key.kind, seen.as_ref().zip(owner.as_ref()), desired) {
         AfterInvalid::Create => Ok(Action::Create),
         AfterInvalid::Replace { uid, resource_version } => match writer.delete_copy(key, uid, resource_version).await {
-            Written::Done => Ok(Action::Create),
-            Written::Stale | Written::Invalid(_) => Err(failed(key, "delete", "changed while being replaced")),
-            Written::Failed(e) => Err(failed(key, "delete", e)),
+            Ok(()) => Ok(Action::Create),
+            Err(e) => Err(failed(key, "delete", e)),
         },
         AfterInvalid::Refused => {
             writer.count(what, "error");
@@ -114,33 +119,30 @@ pub async fn converge(
             Action::Nothing => return Outcome::Nothing,
             Action::InSync => return Outcome::InSync,
             Action::Keep => return Outcome::Kept,
-            Action::Conflict(reason) => {
-                writer.count("create", "conflict");
-                return Outcome::Conflict { key: key.clone(), reason };
-            }
+            Action::Conflict(reason) => return conflict(writer, key, reason),
             Action::Read => decide_on_read(writer, key, desired, ctx).await,
             Action::Delete { uid, resource_version } => {
                 return match writer.delete_copy(key, uid, resource_version).await {
-                    Written::Done => Outcome::Deleted,
-                    Written::Failed(e) | Written::Invalid(e) => failed(key, "delete", e),
-                    Written::Stale => failed(key, "delete", "changed since it was seen"),
+                    Ok(()) => Outcome::Deleted,
+                    Err(e) => failed(key, "delete", e),
                 };
             }
             Action::Create => {
                 let Some(s) = source else { return Outcome::Nothing };
                 // Decided again with the claims as they are now: a rule
-                // ranking above this one creates; this one does not race it.
-                match plan::decide(desired, None, &claims_now(writer, key, desired, ctx)) {
-                    Action::Create => match writer.create_copy(key, s).await {
-                        Written::Done => return Outcome::Created,
-                        Written::Stale => decide_on_read(writer, key, desired, ctx).await,
-                        Written::Invalid(e) => {
-                            writer.count("create", "error");
-                            return failed(key, "create", e);
-                        }
-                        Written::Failed(e) => return failed(key, "create", e),
-                    },
-                    other => Ok(other),
+                // ranking above this one creates; this one does not race it
+                // (in this round: a conflict found now is not a write).
+                if let Action::Conflict(reason) = plan::decide(desired, None, &claims_now(writer, key, desired, ctx)) {
+                    return conflict(writer, key, reason);
+                }
+                match writer.create_copy(key, s).await {
+                    Written::Done => return Outcome::Created,
+                    Written::Stale => decide_on_read(writer, key, desired, ctx).await,
+                    Written::Invalid(e) => {
+                        writer.count("create", "error");
+                        return failed(key, "create", e);
+                    }
+                    Written::Failed(e) => return failed(key, "create", e),
                 }
             }
             Action::Update { ref resource_version } | Action::Adopt { ref resource_version } => {
