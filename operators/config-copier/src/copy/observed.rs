@@ -1,0 +1,181 @@
+//! What is at a copy's place, as read from its metadata (and, when read
+//! in full, its payload's hash): whose marks it carries, whether someone
+//! edited its payload, and which fields a write of ours left behind.
+//! Pure.
+
+use serde_json::Value;
+
+use super::{
+    Content, CopyKey, HASH_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, PAYLOAD_FIELDS, RULE_ANNOTATION, RULE_LABEL,
+    RULE_UID_ANNOTATION, RuleId,
+};
+use crate::crd::SourceKind;
+
+/// What is known of a copy's payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// Read in full: the hash of what it holds now, and its Secret type.
+    Read { content_hash: String, type_: Option<String> },
+    /// Metadata only, and nothing says it was edited: it holds what its hash
+    /// annotation says (a version we wrote or verified, or no other field
+    /// manager owns a payload field).
+    Trusted,
+    /// Metadata only: another field manager owns payload fields (edited by hand).
+    Edited,
+    /// Metadata only: changed by someone else since we last knew it, and
+    /// managedFields do not say how. Read it before deciding.
+    Unexplained,
+}
+
+/// An object at a copy's place, as far as ownership and drift go. Built
+/// from metadata (the copy watch) or from the full object (a GET).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub key: CopyKey,
+    /// The rule its ownership marks name, if any.
+    pub owner: Option<Owner>,
+    /// The hash annotation it was last written with.
+    pub annotated_hash: Option<String>,
+    /// `app.kubernetes.io/managed-by` says config-copier.
+    pub managed_by_ours: bool,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub payload: Payload,
+}
+
+/// Who an object's ownership marks name. A copy is known as ours by the
+/// label or, when a hand edit removed it, by the annotations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The `flotilla.dev/copy-rule` label value.
+    pub label: Option<String>,
+    /// The rule from the annotation, when present and parseable.
+    pub rule: Option<RuleId>,
+    /// The rule's UID from the annotation.
+    pub uid: Option<String>,
+}
+
+impl Owner {
+    /// The ownership label value these marks stand for.
+    pub fn label_value(&self) -> Option<String> {
+        self.label.clone().or_else(|| self.rule.as_ref().map(RuleId::label_value))
+    }
+}
+
+impl Observed {
+    /// From an object's JSON: `full` when it carries its payload (a GET),
+    /// else metadata only, where managedFields tell whether another field
+    /// manager than `field_manager` owns payload fields.
+    pub fn from_json(kind: SourceKind, obj: &Value, full: bool, field_manager: &str) -> Option<Self> {
+        let meta = obj.get("metadata")?;
+        let s = |section: &str, key: &str| {
+            meta.get(section).and_then(|m| m.get(key)).and_then(Value::as_str).map(str::to_string)
+        };
+        let (label, rule, uid) = (
+            s("labels", RULE_LABEL),
+            s("annotations", RULE_ANNOTATION).and_then(|a| RuleId::parse(&a)),
+            s("annotations", RULE_UID_ANNOTATION),
+        );
+        let owner = (label.is_some() || uid.is_some()).then_some(Owner { label, rule, uid });
+        let payload = if full {
+            let content = Content::from_json(kind, obj);
+            Payload::Read { content_hash: content.hash(), type_: content.type_ }
+        } else if foreign_payload(obj, field_manager) {
+            Payload::Edited
+        } else {
+            Payload::Trusted
+        };
+        Some(Self {
+            key: CopyKey {
+                kind,
+                namespace: meta.get("namespace")?.as_str()?.to_string(),
+                name: meta.get("name")?.as_str()?.to_string(),
+            },
+            owner,
+            annotated_hash: s("annotations", HASH_ANNOTATION),
+            managed_by_ours: s("labels", MANAGED_BY_LABEL).as_deref() == Some(MANAGED_BY),
+            uid: meta.get("uid").and_then(Value::as_str).map(str::to_string),
+            resource_version: meta.get("resourceVersion").and_then(Value::as_str).map(str::to_string),
+            payload,
+        })
+    }
+}
+
+/// Whether a field manager other than `ours` owns a payload field (`data`,
+/// `binaryData`, `type`, `immutable`): the trace a hand edit leaves.
+pub fn foreign_payload(obj: &Value, ours: &str) -> bool {
+    let entries = obj.pointer("/metadata/managedFields").and_then(Value::as_array);
+    entries.into_iter().flatten().any(|e| {
+        e.get("manager").and_then(Value::as_str) != Some(ours)
+            && e.pointer("/fieldsV1")
+                .and_then(Value::as_object)
+                .is_some_and(|f| PAYLOAD_FIELDS.iter().any(|p| f.contains_key(*p)))
+    })
+}
+
+/// Fields to remove after a write, found in managedFields (so a
+/// metadata-only response is enough).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Strays {
+    pub labels: Vec<String>,
+    pub annotations: Vec<String>,
+    /// `data` and `binaryData` keys.
+    pub data: Vec<String>,
+    pub binary_data: Vec<String>,
+}
+
+impl Strays {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty() && self.data.is_empty() && self.binary_data.is_empty()
+    }
+}
+
+/// What to remove from a copy after a write of `desired` (an apply body):
+/// labels, annotations and payload keys that `field_manager` set with a
+/// plain create or update (not apply) and that `desired` no longer has;
+/// with `repair`, also payload keys another manager added by hand. Labels
+/// and annotations of other managers are never listed (coexistence).
+pub fn stray_fields(obj: &Value, field_manager: &str, desired: &Value, repair: bool) -> Strays {
+    let mut out = Strays::default();
+    let entries = obj.pointer("/metadata/managedFields").and_then(Value::as_array).cloned().unwrap_or_default();
+    let keys = |entry: &Value, path: &str| -> Vec<String> {
+        entry
+            .pointer(path)
+            .and_then(Value::as_object)
+            .map(|m| m.keys().filter_map(|k| k.strip_prefix("f:")).map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let push = |out: &mut Vec<String>, key: String| {
+        if !out.contains(&key) {
+            out.push(key);
+        }
+    };
+    for entry in entries {
+        let ours = entry.get("manager").and_then(Value::as_str) == Some(field_manager);
+        let update = entry.get("operation").and_then(Value::as_str) == Some("Update");
+        if ours && update {
+            for (section, out) in [("labels", &mut out.labels), ("annotations", &mut out.annotations)] {
+                let want = desired.pointer(&format!("/metadata/{section}")).and_then(Value::as_object);
+                let present = obj.pointer(&format!("/metadata/{section}")).and_then(Value::as_object);
+                for key in keys(&entry, &format!("/fieldsV1/f:metadata/f:{section}")) {
+                    let wanted = want.is_some_and(|w| w.contains_key(&key));
+                    let there = present.is_some_and(|p| p.contains_key(&key));
+                    if !wanted && there {
+                        push(out, key);
+                    }
+                }
+            }
+        }
+        if (ours && update) || (!ours && repair) {
+            for (field, out) in [("data", &mut out.data), ("binaryData", &mut out.binary_data)] {
+                let want = desired.get(field).and_then(Value::as_object);
+                for key in keys(&entry, &format!("/fieldsV1/f:{field}")) {
+                    if !want.is_some_and(|w| w.contains_key(&key)) {
+                        push(out, key);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
