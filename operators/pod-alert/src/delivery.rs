@@ -34,9 +34,14 @@ use tokio::sync::{Notify, mpsc};
 
 use flotilla_shared::Leadership;
 
-use crate::address::{Policy, REFUSED, RefusedByPolicy};
+use crate::address::{REFUSED, RefusedByPolicy};
 use crate::crd::{SecretKeyRef, SinkStatus};
 use crate::metrics::AlertMetrics;
+
+mod destination;
+mod retry;
+pub use destination::{DEFAULT_SLACK_HOST, SinkRules, check_url, http_client};
+pub use retry::{Retry, delay, parse_retry_after};
 
 /// The failure classes `status.sinks[].lastError` may hold for a request
 /// that was attempted (besides configuration problems: a missing Secret).
@@ -53,46 +58,6 @@ pub enum Target {
     Url(String),
     /// A Secret key in the PodAlert's namespace.
     Secret { namespace: String, secret: SecretKeyRef },
-}
-
-/// Where sinks may send: the address policy, and the hosts a Slack sink
-/// may post to (`--slack-hosts`).
-#[derive(Debug, Clone)]
-pub struct SinkRules {
-    pub addresses: Arc<Policy>,
-    pub slack_hosts: Arc<Vec<String>>,
-}
-
-impl Default for SinkRules {
-    fn default() -> Self {
-        Self { addresses: Arc::default(), slack_hosts: Arc::new(vec![DEFAULT_SLACK_HOST.to_string()]) }
-    }
-}
-
-/// `--slack-hosts`' default.
-pub const DEFAULT_SLACK_HOST: &str = "hooks.slack.com";
-
-/// Retry policy of a worker.
-#[derive(Debug, Clone, Copy)]
-pub struct Retry {
-    pub first: Duration,
-    pub max_delay: Duration,
-    pub attempts: u32,
-    pub max_age: Duration,
-    /// Retry-After values above this are cut to it.
-    pub max_retry_after: Duration,
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Self {
-            first: Duration::from_secs(1),
-            max_delay: Duration::from_secs(300),
-            attempts: 8,
-            max_age: Duration::from_secs(1800),
-            max_retry_after: Duration::from_secs(600),
-        }
-    }
 }
 
 /// A sink's delivery state, shared with the reconciler.
@@ -280,67 +245,6 @@ impl Sink {
     pub fn state(&self) -> SinkState {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
-}
-
-/// The sinks' HTTP client: `timeout` per attempt, no redirects (a sink
-/// cannot send us elsewhere: a 3xx answer is refused by policy), and host
-/// names resolved to the addresses `policy` admits only.
-pub fn http_client(timeout: Duration, policy: Arc<Policy>) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(Duration::from_secs(5))
-        .redirect(reqwest::redirect::Policy::none())
-        .dns_resolver(Arc::new(crate::address::SafeResolver { policy }))
-        .user_agent(concat!("flotilla-pod-alert/", env!("CARGO_PKG_VERSION")))
-        .build()
-}
-
-/// Checks a sink URL: http or https with a host; an address the policy
-/// admits (a host name is checked again at connect time, by the resolver);
-/// for Slack, one of the `--slack-hosts`. The messages do not repeat the URL:
-/// it may come from a Secret.
-pub fn check_url(raw: &str, slack: bool, rules: &SinkRules) -> Result<reqwest::Url, String> {
-    let url = reqwest::Url::parse(raw.trim()).map_err(|e| format!("not a URL: {e}"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err("the scheme is not http or https".into());
-    }
-    let literal = match url.host() {
-        None => return Err("the URL has no host".into()),
-        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
-        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
-        Some(url::Host::Domain(_)) => None,
-    };
-    if slack {
-        let host = url.host_str().unwrap_or_default().trim_end_matches('.');
-        if !rules.slack_hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
-            return Err(format!("{REFUSED}: a Slack sink posts only to the operator's --slack-hosts"));
-        }
-    }
-    if literal.is_some_and(|ip| !rules.addresses.admits(ip)) {
-        return Err(format!(
-            "{REFUSED}: the address is in a range the operator never sends to (loopback, private, link-local, …) unless its --allowed-sink-cidrs admit it"
-        ));
-    }
-    Ok(url)
-}
-
-/// Parses `Retry-After`: seconds, or an HTTP date.
-pub fn parse_retry_after(value: &str, now: Timestamp) -> Option<Duration> {
-    let v = value.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = k8s_openapi::jiff::fmt::rfc2822::parse(v).ok()?.timestamp();
-    Some(crate::pod::elapsed(now, at))
-}
-
-/// The wait before attempt `n` (1-based retry number) after `failure`.
-pub fn delay(retry: &Retry, n: u32, failure: &Failure) -> Duration {
-    if let Some(ra) = failure.retry_after {
-        return ra.min(retry.max_retry_after);
-    }
-    let exp = retry.first.saturating_mul(2u32.saturating_pow(n.saturating_sub(1)));
-    exp.min(retry.max_delay)
 }
 
 impl Delivery {
@@ -552,6 +456,7 @@ pub async fn read_secret(client: &kube::Client, namespace: &str, r: &SecretKeyRe
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::address::Policy;
 
     #[test]
     fn urls() {
