@@ -23,32 +23,13 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, PinnedTarget, State, Verdict};
+use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, State, Verdict};
 use crate::results::{merge, verdict};
 use crate::runner::Runner;
 
-/// The target Service, as the controller found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// Not looked at (the step says when it must be: [`Need::Target`]).
-    Unchecked,
-    Missing,
-    Seen(ServiceView),
-}
-
-/// What the state machine reads of the target Service.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServiceView {
-    pub uid: String,
-    /// spec.type (ClusterIP when unset).
-    pub type_: String,
-    /// Its cluster IP; None for ExternalName and headless Services.
-    pub cluster_ip: Option<String>,
-    /// Whether an EndpointSlice has a ready endpoint (None: not listed).
-    pub ready: Option<bool>,
-    /// The Host the runners send: `<service>.<namespace>.svc.<domain>`.
-    pub host: String,
-}
+mod target;
+pub use target::{ServiceView, Target};
+use target::{changed, pin};
 
 /// What the controller looked at for this step.
 #[derive(Debug, Clone, Copy)]
@@ -267,38 +248,6 @@ fn runner_problem(r: &Runner) -> Option<String> {
         return Some(format!("runner {}: the pod failed", r.name));
     }
     None
-}
-
-/// The Service pinned for a run, if `view` can be one: a cluster IP to
-/// connect to (ExternalName names a host anywhere; a headless Service has
-/// no address of its own).
-fn pin(view: &ServiceView) -> Option<PinnedTarget> {
-    Some(PinnedTarget {
-        uid: view.uid.clone(),
-        type_: view.type_.clone(),
-        cluster_ip: view.cluster_ip.clone()?,
-        host: view.host.clone(),
-    })
-}
-
-/// How the Service differs from the one pinned, if it does.
-fn changed(pinned: &PinnedTarget, target: &Target, svc: &str) -> Option<String> {
-    match target {
-        Target::Unchecked => None,
-        Target::Missing => Some(format!("Service {svc} was deleted during the run")),
-        Target::Seen(v) if v.uid != pinned.uid => {
-            Some(format!("Service {svc} was deleted and made again during the run"))
-        }
-        Target::Seen(v) if v.type_ != pinned.type_ => {
-            Some(format!("Service {svc} changed type from {} to {} during the run", pinned.type_, v.type_))
-        }
-        Target::Seen(v) if v.cluster_ip.as_deref() != Some(pinned.cluster_ip.as_str()) => Some(format!(
-            "Service {svc} changed cluster IP from {} to {} during the run",
-            pinned.cluster_ip,
-            v.cluster_ip.as_deref().unwrap_or("none")
-        )),
-        Target::Seen(_) => None,
-    }
 }
 
 fn pending(
