@@ -305,6 +305,32 @@ pub async fn events_about(client: &Client, ns: &str, name: &str) -> Vec<(String,
         .collect()
 }
 
+/// Waits (up to `timeout`) for an Event of `type_` and `reason` about
+/// `name` in `ns`: operators send Events in the background, after the
+/// status that caused them, so a status seen is no proof its Event is
+/// already stored. Returns every Event about `name` then; panics with them
+/// when none comes.
+pub async fn wait_event(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    timeout: Duration,
+) -> Vec<(String, String, String)> {
+    let what = format!("a {type_} Event {reason} about {name}");
+    let found = wait_for(&what, timeout, || async {
+        let events = events_about(client, ns, name).await;
+        let seen = events.iter().any(|(t, r, _)| t == type_ && r == reason);
+        Ok::<_, std::convert::Infallible>(seen.then_some(events))
+    })
+    .await;
+    match found {
+        Ok(events) => events,
+        Err(e) => panic!("{e}; Events about {name}: {:?}", events_about(client, ns, name).await),
+    }
+}
+
 /// Server-side-applies CRDs (field manager `flotilla-tests`) and waits until
 /// each is Established, so the next request for its kind is served.
 pub async fn install_crds(

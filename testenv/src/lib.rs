@@ -35,7 +35,7 @@ pub mod rbac;
 pub use build::assets::Assets;
 pub use cluster::control_plane::{ControlPlane, ExtraFlags, Options};
 pub use cluster::process::Lifetime;
-pub use harness::{TestEnv, WaitTimeout, events_about, node, shared, wait_for, wait_object};
+pub use harness::{TestEnv, WaitTimeout, events_about, node, shared, wait_event, wait_for, wait_object};
 
 // The heap module's own tests count through it.
 #[cfg(test)]

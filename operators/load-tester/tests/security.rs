@@ -290,8 +290,7 @@ async fn a_rerun_waits_out_the_min_rerun_interval() {
     let started = |s: &LoadTestStatus| s.start_time.as_ref().unwrap().0;
     let gap = started(&run2).duration_since(started(&run1));
     assert!(gap.as_secs() >= 30, "run 2 started {gap:?} after run 1");
-    let events = events_about(&client, &ns, "quick").await;
-    assert!(events.iter().any(|(t, r, _)| t == "Warning" && r == "RerunTooSoon"), "{events:?}");
+    flotilla_testenv::wait_event(&client, &ns, "quick", "Warning", "RerunTooSoon", T).await;
     let logs = operator.logs();
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
@@ -368,8 +367,7 @@ async fn runner_pods_per_namespace_stay_within_the_bound() {
     let w = wait_test(&client, &ns, "waiter", "the waiter to finish", T, |s| s.state.is_terminal().then(|| s.clone()))
         .await;
     assert_eq!(w.state, State::Finished, "{w:#?}");
-    let events = events_about(&client, &ns, "waiter").await;
-    assert!(events.iter().any(|(t, r, _)| t == "Warning" && r == "TooManyRunners"), "{events:?}");
+    flotilla_testenv::wait_event(&client, &ns, "waiter", "Warning", "TooManyRunners", T).await;
     let logs = operator.logs();
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
@@ -433,8 +431,7 @@ async fn own_images_wait_for_the_admission_policy() {
         pods.get_opt("own-child").await.unwrap().is_none(),
         "the SimpleDeployment's pod while the policy was missing"
     );
-    let events = events_about(&client, &ns, "custom").await;
-    assert!(events.iter().any(|(t, r, _)| t == "Warning" && r == "AdmissionPolicyMissing"), "{events:?}");
+    flotilla_testenv::wait_event(&client, &ns, "custom", "Warning", "AdmissionPolicyMissing", T).await;
 
     // The policy and a denying binding come (back): both are made.
     flotilla_testenv::admission_policy::install(&client, POLICY, "flotilla.dev", &["loadtests", "simpledeployments"])
