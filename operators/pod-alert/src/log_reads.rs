@@ -140,16 +140,21 @@ async fn read_tail(data: &Data, read: TailRead, lines: u32, bytes: usize, now: T
         for attempt in 0..2 {
             if attempt > 0 {
                 // While a run is being replaced the kubelet can answer
-                // "unable to retrieve container logs" (seen in CI): once
-                // more, a moment later, as the newest view then tells it.
+                // "unable to retrieve container logs" (seen in CI), or
+                // nothing of the crashed run (an empty tail, seen in CI
+                // twice for runs that had printed): once more, a moment
+                // later, as the newest view then tells it.
                 tokio::time::sleep(LOG_READ_RETRY).await;
             }
             let (previous, run) = crashed_run(data, &read.namespace, p, &read.container, read.previous);
             logs =
                 crate::logs::read(&data.ctx.client, &read.namespace, p, &read.container, previous, run, lines, bytes)
                     .await;
-            if logs.is_ok() {
-                break 'pods;
+            match &logs {
+                Ok(text) if !text.is_empty() => break 'pods,
+                // A run may print nothing: empty twice is its tail.
+                Ok(_) if attempt > 0 => break 'pods,
+                _ => {}
             }
         }
     }
