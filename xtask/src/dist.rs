@@ -19,29 +19,60 @@ use anyhow::{Context, bail};
 
 use crate::util::{cargo, operators, root, run_cmd, say};
 
-/// The release build of every image's binary, as the Dockerfile runs it
-/// (plus `--target` there): `cargo build --release --locked --package A
+/// Which profile the images' binaries are built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// What ships: the Dockerfile's build.
+    Release,
+    /// The same command without `--release`: what `cargo xtask test` packs
+    /// (see `images.rs`). Its dependencies are the tests' own build, so it
+    /// costs the workspace crates only (about 30 s), and it still proves the
+    /// Dockerfile's package set compiles with its own features (a feature
+    /// only a dev-dependency enables would break it, not the tests).
+    Dev,
+}
+
+impl Profile {
+    /// The target directory's subdirectory the binaries land in.
+    pub fn dir(self) -> PathBuf {
+        target_dir().join(match self {
+            Profile::Release => "release",
+            Profile::Dev => "debug",
+        })
+    }
+}
+
+/// The build of every image's binary, as the Dockerfile runs it (plus
+/// `--target` there): `cargo build --release --locked --package A
 /// --package B ...`, the operators and loadgen in one invocation.
-pub fn release_build_args() -> anyhow::Result<Vec<String>> {
+pub fn image_build_args(profile: Profile) -> anyhow::Result<Vec<String>> {
     let mut args: Vec<String> = ["build", "--release", "--locked"].map(String::from).to_vec();
+    if profile == Profile::Dev {
+        args.retain(|a| a != "--release");
+    }
     for name in images()? {
         args.extend(["--package".to_string(), name]);
     }
     Ok(args)
 }
 
-/// The command line of [`release_build_args`], as the Dockerfile says it.
+/// The command line of the release build, as the Dockerfile says it.
 pub fn dockerfile_build() -> anyhow::Result<String> {
-    Ok(format!("cargo {}", release_build_args()?.join(" ")))
+    Ok(format!("cargo {}", image_build_args(Profile::Release)?.join(" ")))
 }
 
-/// Runs the release build (compiling nothing when nothing changed) and
-/// returns where the binaries are.
-pub fn build_release() -> anyhow::Result<PathBuf> {
-    let args = release_build_args()?;
+/// Runs the build of every image's binary (compiling nothing when nothing
+/// changed) and returns where the binaries are.
+pub fn build_images_binaries(profile: Profile) -> anyhow::Result<PathBuf> {
+    let args = image_build_args(profile)?;
     say(&format!("dist: cargo {}", args.join(" ")));
     run_cmd(cargo().args(&args))?;
-    Ok(target_dir().join("release"))
+    Ok(profile.dir())
+}
+
+/// The release build (see [`build_images_binaries`]).
+pub fn build_release() -> anyhow::Result<PathBuf> {
+    build_images_binaries(Profile::Release)
 }
 
 /// Shared libraries distroless/cc-debian12 has (glibc, libgcc).
@@ -105,12 +136,24 @@ pub fn max_glibc(objdump_t: &str) -> Option<(u32, u32)> {
 }
 
 pub fn run() -> anyhow::Result<()> {
-    build(&images()?)
+    build(&images()?, Profile::Release).map(|_| ())
 }
 
-/// Builds every release binary, then checks those of `names` (operators,
-/// loadgen).
-pub fn build(names: &[String]) -> anyhow::Result<()> {
+/// Builds every image's binary in `profile`, then checks those of `names`
+/// (operators, loadgen); returns where they are.
+pub fn build(names: &[String], profile: Profile) -> anyhow::Result<PathBuf> {
+    check_dockerfile()?;
+    let dir = build_images_binaries(profile)?;
+    let what = match profile {
+        Profile::Release => "release binaries (what each image carries)",
+        Profile::Dev => "dev-profile binaries (what each image of `cargo xtask test` carries)",
+    };
+    check(&dir, names, what)?;
+    Ok(dir)
+}
+
+/// The Dockerfile still runs [`dockerfile_build`].
+pub fn check_dockerfile() -> anyhow::Result<()> {
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).context("reading Dockerfile")?;
     let command = dockerfile_build()?;
     if !dockerfile.contains(&command) {
@@ -119,11 +162,16 @@ pub fn build(names: &[String]) -> anyhow::Result<()> {
              and the Dockerfile in step"
         );
     }
-    let release = build_release()?;
+    Ok(())
+}
+
+/// Checks the binaries of `names` in `dir` as the runtime base needs them
+/// (its shared libraries only, its glibc or older) and prints their sizes.
+pub fn check(dir: &std::path::Path, names: &[String], what: &str) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for op in names {
         let op = op.as_str();
-        let bin = release.join(op);
+        let bin = dir.join(op);
         let size = std::fs::metadata(&bin).with_context(|| format!("{} was not built", bin.display()))?.len();
         let bin_s = bin.display().to_string();
         let needed = needed_libs(&tool_output("readelf", &["-d", &bin_s])?);
@@ -149,7 +197,7 @@ pub fn build(names: &[String]) -> anyhow::Result<()> {
             glibc.1
         ));
     }
-    say("dist: release binaries (what each image carries):");
+    say(&format!("dist: {what}:"));
     for r in rows {
         eprintln!("{r}");
     }

@@ -5,21 +5,36 @@
 //! toolbox). Archives go to `~/.cache/flotilla/images/`; the one-node
 //! cluster imports every one when it starts, and this command imports them
 //! into a running one. Prints each reference, one per line, on stdout.
+//!
+//! `cargo xtask test` packs the same build in the dev profile instead
+//! ([`Profile::Dev`]: the Dockerfile's command without `--release`), the
+//! profile its process tests run, debug assertions and overflow checks on.
+//! Its dependencies are the tests' own build, so it costs the workspace
+//! crates only; the release build of the whole graph (5 minutes warm, 16
+//! cold on two cores) was the longest step of the test command while
+//! testing the same code. `images`, `demo`, `dist` and the benches build
+//! release.
 
 use anyhow::Context;
 use flotilla_testenv::build::node_assets::NodeAssets;
 use flotilla_testenv::cluster::node::images::{build, build_system_images, import, operator_spec};
 use flotilla_testenv::cluster::node::{self, NodePaths};
 
+use crate::dist::Profile;
 use crate::util::say;
 
 pub fn run(only: &[String]) -> anyhow::Result<()> {
+    run_with(only, Profile::Release)
+}
+
+/// The images of `only` (all when empty), carrying the `profile` build.
+pub fn run_with(only: &[String], profile: Profile) -> anyhow::Result<()> {
     let selected: Vec<String> =
         crate::dist::images()?.into_iter().filter(|i| only.is_empty() || only.contains(i)).collect();
     if let Some(unknown) = only.iter().find(|o| !selected.contains(o)) {
         anyhow::bail!("no image named {unknown:?}; known: {}", crate::dist::images()?.join(", "));
     }
-    crate::dist::build(&selected)?;
+    let dir = crate::dist::build(&selected, profile)?;
     let mut built = Vec::new();
     for op in selected {
         let reference = if op == crate::dist::LOADGEN {
@@ -28,7 +43,7 @@ pub fn run(only: &[String]) -> anyhow::Result<()> {
             flotilla_e2e::chart_image_reference(&op)?
         };
         let version = reference.rsplit(':').next().unwrap_or_default().to_string();
-        let binary = crate::dist::target_dir().join("release").join(&op);
+        let binary = dir.join(&op);
         let spec = operator_spec(&op, &binary, &reference, &version)?;
         built.push(build(&spec).with_context(|| format!("building the image of {op}"))?);
     }

@@ -16,8 +16,12 @@ fn rust_lane() -> Vec<Step> {
             run_cmd(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))
         }),
         ("CRD files match the types", || crate::crds::run(true)),
-        ("release binaries", || crate::dist::build_release().map(|_| ())),
         ("compile the tests", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-run"]))),
+        // What the test images carry: the Dockerfile's build in the dev
+        // profile, on the tests' dependencies (images.rs says why).
+        ("image binaries (the Dockerfile's build, dev profile)", || {
+            crate::dist::build(&crate::dist::images()?, crate::dist::Profile::Dev).map(|_| ())
+        }),
     ]
 }
 
@@ -25,7 +29,7 @@ fn rust_lane() -> Vec<Step> {
 fn after_setup() -> Vec<Step> {
     vec![
         ("chart dependencies and READMEs", || crate::charts::run(true)),
-        ("images", || crate::images::run(&[])),
+        ("images (dev-profile binaries)", || crate::images::run_with(&[], crate::dist::Profile::Dev)),
         ("one-node cluster up", node_up),
         ("every test binary, side by side", crate::test_binaries::run),
         ("one-node cluster down leaves nothing", node_down),
