@@ -189,16 +189,24 @@ impl Caches {
             .then(|| self.namespaces.entries().into_iter().map(|(k, v)| (k, (*v).clone())).collect())
     }
 
-    /// Whether both copy watches have listed (a rule's copies of either
-    /// kind are its own: one whose kind changed prunes the old kind's).
-    pub fn copies_ready(&self) -> bool {
-        self.copies.values().all(projection::Store::is_ready)
+    /// Whether the copy watch of `kind` has listed. Only the rule's own
+    /// kind: an installation whose RBAC withholds Secrets still copies
+    /// ConfigMaps. A rule whose kind changed prunes the old kind's copies
+    /// it sees; while that watch has not listed it sees none (deleting
+    /// nothing is the safe side), and the watch's first list wakes every
+    /// rule (`watch_copies_of`).
+    pub fn copies_ready(&self, kind: SourceKind) -> bool {
+        self.copies.get(&kind).is_some_and(projection::Store::is_ready)
     }
 
-    /// Why a cache is not ready: the first failing watch and its last
-    /// error (`None` while every watch flows, e.g. a list still arriving).
-    pub fn watch_error(&self) -> Option<String> {
-        lock(&self.watches).iter().find_map(|w| w.error().map(|e| format!("watch of {} failing: {e}", w.name())))
+    /// Why a cache a rule of `kind` needs is not ready: the first failing
+    /// watch of that kind (or of namespaces) and its last error (`None`
+    /// while they flow, e.g. a list still arriving).
+    pub fn watch_error(&self, kind: SourceKind) -> Option<String> {
+        lock(&self.watches)
+            .iter()
+            .filter(|w| w.name() == "namespaces" || w.name().ends_with(kind.plural()))
+            .find_map(|w| w.error().map(|e| format!("watch of {} failing: {e}", w.name())))
     }
 
     fn watching(&self, health: &WatchHealth) {

@@ -34,10 +34,18 @@ pub(crate) async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Erro
     for kind in SourceKind::ALL {
         let api: Api<DynamicObject> = Api::all_with(data.ctx.client.clone(), &api_resource(kind));
         caches.metrics().request("list");
-        let list = api
-            .list_metadata(&ListParams::default().labels(&format!("{RULE_LABEL}={}", me.id.label_value())))
-            .await
-            .map_err(Error::List)?;
+        let params = ListParams::default().labels(&format!("{RULE_LABEL}={}", me.id.label_value()));
+        let list = match api.list_metadata(&params).await {
+            Ok(list) => list,
+            // Another kind than the rule's, withheld by the operator's RBAC:
+            // it could not delete such copies either, and a ConfigMap rule
+            // must not keep its finalizer for want of Secrets.
+            Err(kube::Error::Api(e)) if e.code == 403 && kind != rule.spec.kind => {
+                tracing::warn!(rule = %me.id, kind = kind.as_str(), "copies of this kind not pruned: the operator's RBAC withholds them");
+                continue;
+            }
+            Err(e) => return Err(Error::List(e)),
+        };
         for o in list.items.iter().filter_map(|o| serde_json::to_value(o).ok()) {
             let Some(o) = Observed::from_json(kind, &o, false, &data.ctx.field_manager) else { continue };
             // Never a delete in a protected namespace, whatever marks an object there carries.

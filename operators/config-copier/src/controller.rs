@@ -186,9 +186,17 @@ pub(crate) fn rule_ref(rule: &CopyRule) -> Result<RuleRef, Error> {
 /// a Warning say why instead of a silent wait; nothing is decided, so its
 /// copies stay as they are. The watch's recovery wakes the rule.
 async fn caches_not_ready(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
-    let Some(why) = data.caches.watch_error() else {
+    let Some(mut why) = data.caches.watch_error(rule.spec.kind) else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
+    if why.to_ascii_lowercase().contains("forbidden") {
+        // Not the rule author's to fix: say whose it is.
+        why.push_str(&format!(
+            " (the operator's RBAC does not allow it: a cluster admin grants its ServiceAccount get, list and watch \
+             on {} cluster-wide, as the chart does)",
+            rule.spec.kind.plural()
+        ));
+    }
     let previous = rule.status.as_ref().map(|p| p.conditions.as_slice());
     let message = format!("cannot read the sources: {why}");
     if !already_said(previous, "Ready", "SourcesUnavailable", &message) {
@@ -247,7 +255,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let selection = SourceSelection { selector, names: rule.spec.names.iter().map(|n| n.0.clone()).collect() };
-    let (Some(namespaces), true) = (caches.namespaces(), caches.copies_ready()) else {
+    let (Some(namespaces), true) = (caches.namespaces(), caches.copies_ready(rule.spec.kind)) else {
         return caches_not_ready(rule, data).await;
     };
     let Some(metas) = caches.sources(id, rule.spec.kind, &selection) else {

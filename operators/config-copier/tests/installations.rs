@@ -79,8 +79,11 @@ async fn two_installations_never_take_each_others_copies() {
 /// An installation whose RBAC withholds Secrets (an admin's choice or a
 /// mistake): a Secret rule says why it waits — `Ready=False`,
 /// `SourcesUnavailable`, naming the failing watch and the API server's
-/// refusal, and a Warning — rather than waiting silently; once the RBAC
-/// allows Secrets, the watch's recovery wakes the rule and it copies.
+/// refusal, and whose it is to fix (the cluster admin's), and a Warning —
+/// rather than waiting silently; a ConfigMap rule beside it copies, and is
+/// deleted with its copies pruned (the Secrets the RBAC withholds neither
+/// hold it back nor keep its finalizer); once the RBAC allows Secrets, the
+/// watch's recovery wakes the Secret rule and it copies.
 #[tokio::test]
 async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
     let env = flotilla_testenv::shared();
@@ -116,8 +119,29 @@ async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
     let c = condition(&r, "Ready").unwrap();
     assert_eq!(c.status, "False");
     assert!(c.message.contains("secrets") && c.message.contains("forbidden"), "{c:?}");
+    assert!(c.message.contains("a cluster admin grants"), "whose it is to fix: {c:?}");
     let event = wait_event(&client, &ns, "s", "SourcesUnavailable").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    // ConfigMaps are allowed: their rule is served meanwhile.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm = serde_json::from_value(
+        json!({"metadata": {"name": "settings", "labels": {"copy": "yes"}}, "data": {"k": "v"}}),
+    )
+    .unwrap();
+    cms.create(&Default::default(), &cm).await.unwrap();
+    copy_rule(&client, &ns, "c", "ConfigMap", &[&dst], json!({})).await;
+    wait_cm(&client, &dst, "settings", |c| c.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("v"))
+        .await;
+    wait_rule(&client, &ns, "c", |r| ready(r) == Some("True")).await;
+    Api::<CopyRule>::namespaced(client.clone(), &ns).delete("c", &DeleteParams::default()).await.unwrap();
+    wait_cm_gone(&client, &dst, "settings").await;
+    flotilla_testenv::wait_for("the ConfigMap rule gone (its finalizer removed)", T, || {
+        let api = Api::<CopyRule>::namespaced(client.clone(), &ns);
+        async move { Ok::<_, kube::Error>(api.get_opt("c").await?.is_none().then_some(())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
 
     // Granted: the rule copies without being touched.
     rbac::grant(&env, Scope::Cluster, &role, &ns, "config-copier", rbac_rules()).await;
