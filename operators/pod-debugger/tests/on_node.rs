@@ -108,7 +108,8 @@ async fn debug_containers_run_once_in_matching_pods_and_see_the_target() {
     // Untouched: the non-matching pod and the other namespace's pod.
     assert!(ephemeral_names(&pods, "cart").await.is_empty());
     assert!(ephemeral_names(&other_pods, "payment-x").await.is_empty());
-    let events = events_about(&client, &ns, "payment-1").await;
+    // Events are sent after the status that caused them: wait for one.
+    let events = flotilla_testenv::wait_event(&client, &ns, "payment-1", "Normal", "DebugContainerAdded", T).await;
     assert!(
         events.iter().any(|(t, r, n)| t == "Normal"
             && r == "DebugContainerAdded"
@@ -279,8 +280,7 @@ async fn a_restricted_namespace_refuses_sysadmin_and_gets_compliant_containers()
     let names = ephemeral_names(&pods, "payment").await;
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.iter().all(|n| !n.starts_with("dbg-sys-")), "{names:?}");
-    let events = events_about(&client, &ns, "sys").await;
-    assert!(events.iter().any(|(t, r, _)| t == "Warning" && r == "ProfileForbidden"), "{events:?}");
+    flotilla_testenv::wait_event(&client, &ns, "sys", "Warning", "ProfileForbidden", T).await;
     let logs = operator.logs();
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
