@@ -464,7 +464,7 @@ fn evaluate_and_step(
         .pods
         .state()
         .into_iter()
-        .filter(|p| rules.all_namespaces || p.namespace == ns)
+        .filter(|p| rules.all_namespaces || *p.namespace == *ns)
         .filter(|p| match rules.selector.as_ref() {
             None => true,
             // Labels past what a view keeps match no selector.

@@ -147,11 +147,11 @@ fn waiting_reason(reason: &str) -> Option<Reason> {
 }
 
 fn failed(t: &Termination) -> bool {
-    t.exit_code != 0 || t.reason == "OOMKilled"
+    t.exit_code != 0 || &*t.reason == "OOMKilled"
 }
 
 fn describe(t: &Termination) -> String {
-    let reason = if t.reason.is_empty() { "terminated" } else { t.reason.as_str() };
+    let reason = if t.reason.is_empty() { "terminated" } else { &t.reason };
     format!("{reason}, exit code {}", t.exit_code)
 }
 
@@ -165,7 +165,7 @@ pub fn evaluate<'a>(
     let mut f = Findings::default();
     let mut seen = std::collections::HashSet::new();
     for pod in pods {
-        seen.insert(pod.uid.as_str());
+        seen.insert(&*pod.uid);
         evaluate_pod(pod, rules, history, now, &mut f);
     }
     history.retain_pods(&seen);
@@ -192,10 +192,11 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
     }
     let created = pod.created.unwrap_or(now);
     let mut found = Vec::new();
-    if pod.phase == "Failed" && pod.reason == "Evicted" {
-        found.push(problem(pod, "", Reason::Evicted, pod.message.clone(), 0, created, Some(pod.uid.clone()), false));
+    if pod.phase == "Failed" && pod.reason() == "Evicted" {
+        let message = pod.message().to_string();
+        found.push(problem(pod, "", Reason::Evicted, message, 0, created, Some(pod.uid.to_string()), false));
     }
-    if let Some((reason, message)) = pod.unschedulable.as_ref().filter(|_| pod.phase == "Pending") {
+    if let Some((reason, message)) = pod.unschedulable().filter(|_| pod.phase == "Pending") {
         found.push(problem(pod, "", Reason::Pending, format!("{reason}: {message}"), 0, created, None, false));
     }
     let restarts_allowed = pod.restart_policy != "Never";
@@ -246,12 +247,12 @@ fn problem(
 ) -> Problem {
     Problem {
         key: Key {
-            namespace: pod.namespace.clone(),
+            namespace: pod.namespace.to_string(),
             workload: pod.workload.clone(),
             container: container.to_string(),
             reason,
         },
-        pod: pod.name.clone(),
+        pod: pod.name.to_string(),
         message,
         restarts,
         since,
@@ -274,12 +275,12 @@ fn container_problem(
     if restarts_allowed {
         let in_window = history.restarts_within(&pod.uid, &c.name, c.restart_count, now, rules.restart_window);
         if let Some(last) = c.last_termination.as_ref().filter(|t| failed(t) && recent(t)) {
-            let oom = last.reason == "OOMKilled";
+            let oom = &*last.reason == "OOMKilled";
             if in_window >= rules.restart_threshold || oom {
                 let reason = if oom { Reason::OOMKilled } else { Reason::CrashLoopBackOff };
                 let message = format!("{} restarts, last: {}", c.restart_count, describe(last));
                 let since = last.finished_at.unwrap_or(now);
-                let incarnation = Some(last.container_id.clone()).filter(|s| !s.is_empty());
+                let incarnation = Some(last.container_id.to_string()).filter(|s| !s.is_empty());
                 // Decided again when the log is read (the container may
                 // restart meanwhile); this is the fallback.
                 let previous = c.state.crashed_run_is_previous();
@@ -291,18 +292,18 @@ fn container_problem(
         State::Waiting { reason, message } => {
             let r = waiting_reason(reason)?;
             let since = c.last_termination.as_ref().and_then(|t| t.finished_at).unwrap_or(created);
-            let message = if message.is_empty() { reason.clone() } else { format!("{reason}: {message}") };
+            let message = if message.is_empty() { reason.to_string() } else { format!("{reason}: {message}") };
             Some(problem(pod, &c.name, r, message, c.restart_count, since, None, false))
         }
         // A container that does not restart and failed (or an OOM kill
         // the kubelet reports before restarting).
-        State::Terminated(t) if failed(t) && (!restarts_allowed || t.reason == "OOMKilled") => {
-            let reason = if t.reason == "OOMKilled" { Reason::OOMKilled } else { Reason::Error };
+        State::Terminated(t) if failed(t) && (!restarts_allowed || &*t.reason == "OOMKilled") => {
+            let reason = if &*t.reason == "OOMKilled" { Reason::OOMKilled } else { Reason::Error };
             let since = t.finished_at.unwrap_or(now);
             let incarnation = Some(if t.container_id.is_empty() {
                 format!("{}/{}/{}", pod.uid, c.name, c.restart_count)
             } else {
-                t.container_id.clone()
+                t.container_id.to_string()
             });
             Some(problem(pod, &c.name, reason, describe(t), c.restart_count, since, incarnation, false))
         }

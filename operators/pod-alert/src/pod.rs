@@ -21,7 +21,7 @@ use k8s_openapi::jiff::Timestamp;
 pub struct Workload {
     /// The usual kinds are not allocated (memory per pod, issue 28).
     pub kind: Cow<'static, str>,
-    pub name: String,
+    pub name: Box<str>,
 }
 
 impl std::fmt::Display for Workload {
@@ -33,20 +33,20 @@ impl std::fmt::Display for Workload {
 /// How a container ended.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Termination {
-    pub reason: String,
+    pub reason: Box<str>,
     pub exit_code: i32,
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
     /// The runtime's container ID: the incarnation that ended.
-    pub container_id: String,
+    pub container_id: Box<str>,
 }
 
 /// A container's current state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
     Waiting {
-        reason: String,
-        message: String,
+        reason: Box<str>,
+        message: Box<str>,
     },
     Running {
         started_at: Option<Timestamp>,
@@ -68,7 +68,7 @@ impl State {
 /// One container (or init container) of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerView {
-    pub name: String,
+    pub name: Box<str>,
     pub init: bool,
     pub ready: bool,
     pub restart_count: u32,
@@ -81,12 +81,25 @@ pub const MAX_MESSAGE_BYTES: usize = 1024;
 /// Containers and init containers of a pod kept at most.
 pub const MAX_CONTAINERS: usize = 64;
 
-/// What pod-alert keeps of a pod.
+/// What a pod says of itself when something is off; most pods say
+/// nothing, and hold one pointer for it (memory per pod, issue 28).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Trouble {
+    /// Pod-level reason and message (`Evicted`, …).
+    pub reason: Box<str>,
+    pub message: Box<str>,
+    /// PodScheduled=False: its reason and message.
+    pub unschedulable: Option<(Box<str>, Box<str>)>,
+}
+
+/// What pod-alert keeps of a pod. Strings are `Box<str>` (16 bytes, not a
+/// `String`'s 24) and the rare parts boxed: the view is per pod, and
+/// 150,000 pods is Kubernetes' limit (`heap_budget.rs` counts it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+    pub namespace: Box<str>,
+    pub name: Box<str>,
+    pub uid: Box<str>,
     /// The labels some PodAlert's selector references.
     pub labels: PodLabels,
     pub workload: Workload,
@@ -94,18 +107,32 @@ pub struct PodView {
     pub deleting: bool,
     /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
     pub phase: &'static str,
-    /// Pod-level reason and message (`Evicted`, …).
-    pub reason: String,
-    pub message: String,
+    /// The pod's reason, message and scheduling trouble, when it has any.
+    pub trouble: Option<Box<Trouble>>,
     pub scheduling_gated: bool,
-    /// PodScheduled=False: its reason and message.
-    pub unschedulable: Option<(String, String)>,
     /// The Ready condition's status and last transition.
     pub ready: bool,
     pub ready_changed: Option<Timestamp>,
     /// Always, OnFailure or Never.
     pub restart_policy: &'static str,
-    pub containers: Vec<ContainerView>,
+    pub containers: Box<[ContainerView]>,
+}
+
+impl PodView {
+    /// The pod-level reason (`Evicted`, …), empty when none.
+    pub fn reason(&self) -> &str {
+        self.trouble.as_ref().map_or("", |t| &t.reason)
+    }
+
+    /// The pod-level message, empty when none.
+    pub fn message(&self) -> &str {
+        self.trouble.as_ref().map_or("", |t| &t.message)
+    }
+
+    /// PodScheduled=False: its reason and message.
+    pub fn unschedulable(&self) -> Option<(&str, &str)> {
+        self.trouble.as_ref()?.unschedulable.as_ref().map(|(r, m)| (&**r, &**m))
+    }
 }
 
 fn termination(t: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> Termination {
@@ -114,18 +141,18 @@ fn termination(t: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> Term
         exit_code: t.exit_code,
         started_at: t.started_at.as_ref().map(|t| t.0),
         finished_at: t.finished_at.as_ref().map(|t| t.0),
-        container_id: t.container_id.clone().unwrap_or_default(),
+        container_id: t.container_id.as_deref().unwrap_or_default().into(),
     }
 }
 
 /// `s` cut to `MAX_MESSAGE_BYTES` (its start: a message says what it is first).
-fn short(s: Option<&String>) -> String {
+fn short(s: Option<&String>) -> Box<str> {
     let s = s.map(String::as_str).unwrap_or_default();
     let mut end = s.len().min(MAX_MESSAGE_BYTES);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    s[..end].to_string()
+    s[..end].into()
 }
 
 fn state(s: Option<&ContainerState>) -> State {
@@ -143,7 +170,7 @@ fn state(s: Option<&ContainerState>) -> State {
 
 fn container(c: &ContainerStatus, init: bool) -> ContainerView {
     ContainerView {
-        name: c.name.clone(),
+        name: c.name.as_str().into(),
         init,
         ready: c.ready,
         restart_count: u32::try_from(c.restart_count).unwrap_or(0),
@@ -154,17 +181,17 @@ fn container(c: &ContainerStatus, init: bool) -> ContainerView {
 
 /// The workload owning a pod (see [`Workload`]).
 pub fn workload_of(pod: &Pod) -> Workload {
-    let name = pod.metadata.name.clone().unwrap_or_default();
+    let name: Box<str> = pod.metadata.name.as_deref().unwrap_or_default().into();
     let owner = pod.metadata.owner_references.as_ref().and_then(|o| o.iter().find(|o| o.controller == Some(true)));
     let Some(owner) = owner else { return Workload { kind: Cow::Borrowed("Pod"), name } };
     if owner.kind == "ReplicaSet" && owner.api_version == "apps/v1" {
         let hash = pod.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
         let deployment = hash.and_then(|h| owner.name.strip_suffix(&format!("-{h}"))).filter(|d| !d.is_empty());
         if let Some(deployment) = deployment {
-            return Workload { kind: Cow::Borrowed("Deployment"), name: deployment.to_string() };
+            return Workload { kind: Cow::Borrowed("Deployment"), name: deployment.into() };
         }
     }
-    Workload { kind: known_kind(&owner.kind), name: owner.name.clone() }
+    Workload { kind: known_kind(&owner.kind), name: owner.name.as_str().into() }
 }
 
 /// An owner's kind, not allocated when it is one of the usual ones.
@@ -206,28 +233,30 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         .map(|c| (short(c.reason.as_ref()), short(c.message.as_ref())));
     let ready_cond = condition("Ready");
     let mut containers: Vec<ContainerView> = Vec::new();
+    let reason = short(status.and_then(|s| s.reason.as_ref()));
+    let message = short(status.and_then(|s| s.message.as_ref()));
+    let trouble = (!reason.is_empty() || !message.is_empty() || unschedulable.is_some())
+        .then(|| Box::new(Trouble { reason, message, unschedulable }));
     if let Some(s) = status {
         let init = s.init_container_statuses.as_deref().unwrap_or_default().iter().map(|c| container(c, true));
         let regular = s.container_statuses.as_deref().unwrap_or_default().iter().map(|c| container(c, false));
         containers.extend(init.chain(regular).take(MAX_CONTAINERS));
     }
     PodView {
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
+        namespace: meta.namespace.as_deref().unwrap_or_default().into(),
+        name: meta.name.as_deref().unwrap_or_default().into(),
+        uid: meta.uid.as_deref().unwrap_or_default().into(),
         labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         workload: workload_of(pod),
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
         phase: phase(status.and_then(|s| s.phase.as_deref())),
-        reason: short(status.and_then(|s| s.reason.as_ref())),
-        message: short(status.and_then(|s| s.message.as_ref())),
+        trouble,
         scheduling_gated: spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()),
-        unschedulable,
         ready: ready_cond.is_some_and(|c| c.status == "True"),
         ready_changed: ready_cond.and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
         restart_policy: restart_policy(spec.and_then(|s| s.restart_policy.as_deref())),
-        containers,
+        containers: containers.into_boxed_slice(),
     }
 }
 
@@ -295,9 +324,9 @@ mod tests {
         assert_eq!(v.containers.len(), 1);
         let c = &v.containers[0];
         assert_eq!(c.restart_count, 4);
-        assert!(matches!(&c.state, State::Waiting { reason, .. } if reason == "CrashLoopBackOff"));
+        assert!(matches!(&c.state, State::Waiting { reason, .. } if &**reason == "CrashLoopBackOff"));
         let t = c.last_termination.as_ref().unwrap();
-        assert_eq!((t.exit_code, t.container_id.as_str()), (1, "containerd://abc"));
+        assert_eq!((t.exit_code, &*t.container_id), (1, "containerd://abc"));
         assert!(!v.ready);
     }
 
@@ -322,7 +351,7 @@ mod tests {
         assert_eq!(v.labels.labels.len(), 1, "only the referenced key");
         assert_eq!(v.labels.get("tier"), Some("backend"));
         assert_eq!(v.containers.len(), MAX_CONTAINERS);
-        assert_eq!(v.message.len(), MAX_MESSAGE_BYTES);
+        assert_eq!(v.message().len(), MAX_MESSAGE_BYTES);
         assert!(
             v.containers
                 .iter()

@@ -164,7 +164,7 @@ pub fn build(previous: Option<&[Condition]>, generation: Option<i64>, book: &Boo
 
 fn parse_workload(s: &str) -> Option<Workload> {
     let (kind, name) = s.split_once('/')?;
-    Some(Workload { kind: kind.to_string().into(), name: name.to_string() })
+    Some(Workload { kind: kind.to_string().into(), name: name.into() })
 }
 
 fn parse_reason(s: &str) -> Option<Reason> {

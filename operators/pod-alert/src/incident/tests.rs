@@ -52,7 +52,7 @@ fn stuck_reasons_wait_their_grace_and_recover_silently_within_it() {
     let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "pendingAfter": "2m"}}));
     let mut p = pod("w", "web");
     p.phase = "Pending";
-    p.containers[0].state = crate::pod::State::Waiting { reason: "ImagePullBackOff".into(), message: String::new() };
+    p.containers[0].state = crate::pod::State::Waiting { reason: "ImagePullBackOff".into(), message: "".into() };
     let mut book = Book::default();
     assert!(step(&mut book, &[p.clone()], &r, 60).is_empty());
     assert_eq!(book.pending(), 1);

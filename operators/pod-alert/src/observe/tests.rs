@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
 use crate::crd::PodAlertSpec;
+use crate::pod::Trouble;
 
 pub(crate) fn rules(extra: serde_json::Value) -> Rules {
     let mut spec = serde_json::json!({"alerts": {"checkRunningPods": true}});
@@ -21,16 +22,14 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
     PodView {
         namespace: "a".into(),
         name: name.into(),
-        uid: format!("uid-{name}"),
+        uid: format!("uid-{name}").into(),
         labels: Default::default(),
         workload: Workload { kind: "Deployment".into(), name: workload.into() },
         created: Some(t(0)),
         deleting: false,
         phase: "Running",
-        reason: String::new(),
-        message: String::new(),
+        trouble: None,
         scheduling_gated: false,
-        unschedulable: None,
         ready: true,
         ready_changed: Some(t(0)),
         restart_policy: "Always",
@@ -41,7 +40,8 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
             restart_count: 0,
             state: State::Running { started_at: Some(t(0)) },
             last_termination: None,
-        }],
+        }]
+        .into(),
     }
 }
 
@@ -56,7 +56,7 @@ pub(crate) fn crashing(mut p: PodView, restarts: u32, at: i64, reason: &str) -> 
         exit_code: if reason == "OOMKilled" { 137 } else { 1 },
         started_at: Some(t(at - 1)),
         finished_at: Some(t(at)),
-        container_id: format!("containerd://{}-{restarts}", p.uid),
+        container_id: format!("containerd://{}-{restarts}", p.uid).into(),
     }));
     p.ready = false;
     p
@@ -157,21 +157,24 @@ fn pending_unschedulable_and_not_started() {
     let r = rules(serde_json::json!({}));
     let mut p = pod("w", "web");
     p.phase = "Pending";
-    p.unschedulable = Some(("Unschedulable".into(), "0/1 nodes are available".into()));
-    p.containers.clear();
+    p.trouble = Some(Box::new(Trouble {
+        unschedulable: Some(("Unschedulable".into(), "0/1 nodes are available".into())),
+        ..Default::default()
+    }));
+    p.containers = Box::default();
     let f = eval(&[p.clone()], &r, 10);
     assert_eq!(f.problems.len(), 1);
     assert_eq!((f.problems[0].key.reason, f.problems[0].key.container.as_str()), (Reason::Pending, ""));
     assert!(f.problems[0].message.contains("0/1 nodes"));
-    p.unschedulable = None;
-    p.containers = vec![ContainerView {
+    p.trouble = None;
+    p.containers = Box::new([ContainerView {
         name: "app".into(),
         init: false,
         ready: false,
         restart_count: 0,
-        state: State::Waiting { reason: "ContainerCreating".into(), message: String::new() },
+        state: State::Waiting { reason: "ContainerCreating".into(), message: "".into() },
         last_termination: None,
-    }];
+    }]);
     let f = eval(&[p], &r, 10);
     assert_eq!(f.problems[0].key.reason, Reason::Pending);
     assert_eq!(f.problems[0].message, "app: ContainerCreating");
@@ -229,9 +232,12 @@ fn failed_containers_that_do_not_restart_and_evictions() {
     assert_eq!(f.problems[0].incarnation.as_deref(), Some("containerd://j"));
     let mut e = pod("ev", "web");
     e.phase = "Failed";
-    e.reason = "Evicted".into();
-    e.message = "The node was low on resource: memory.".into();
-    e.containers.clear();
+    e.trouble = Some(Box::new(Trouble {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory.".into(),
+        ..Default::default()
+    }));
+    e.containers = Box::default();
     let f = eval(&[e], &r, 100);
     assert_eq!(f.problems[0].key.reason, Reason::Evicted);
     assert_eq!(f.problems[0].key.container, "");
