@@ -45,7 +45,7 @@ struct Args {
     #[arg(long, env = "CONCURRENCY", default_value_t = 1)]
     concurrency: u64,
     /// Timeout of one request.
-    #[arg(long, env = "TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TIMEOUT", default_value = "5s", value_parser = flotilla_shared::duration::parse_flag)]
     timeout: Duration,
     /// Requests per second for this runner (open model, latencies from the
     /// scheduled time); 0: each connection sends as soon as it is answered.
@@ -53,7 +53,7 @@ struct Args {
     rate: f64,
     /// The whole run; requests not sent by then, or still in flight then,
     /// are counted as not sent (neither answered nor failed).
-    #[arg(long, env = "DEADLINE", default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "DEADLINE", default_value = "10m", value_parser = flotilla_shared::duration::parse_flag)]
     deadline: Duration,
     /// Stop sending at this time (Unix seconds), if that comes before
     /// --deadline: the operator sets it so that every runner has written its
@@ -214,4 +214,22 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Go's duration syntax, as every Flotilla flag and field takes it (the
+    /// operator passes milliseconds): fractions are valid, prose is not.
+    #[test]
+    fn durations_are_go_durations() {
+        let args = |t: &str| Args::try_parse_from(["loadgen", "--url", "http://x/", "--timeout", t]);
+        assert_eq!(args("1.5s").unwrap().timeout, Duration::from_millis(1500));
+        assert_eq!(args("1500ms").unwrap().timeout, Duration::from_millis(1500));
+        assert_eq!(args("1h30m").unwrap().timeout, Duration::from_secs(5400));
+        assert!(args("2 weeks").is_err());
+        assert!(args("5").is_err());
+    }
 }
