@@ -13,6 +13,9 @@ use flotilla_shared::pods::{LabelKeys, PodLabels};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 
+mod container_id;
+pub use container_id::ContainerId;
+
 /// The workload a pod belongs to: its controller, followed from a
 /// ReplicaSet to its Deployment (by Kubernetes' naming: a Deployment's
 /// ReplicaSet is `<deployment>-<pod-template-hash>`, and its pods carry that
@@ -33,12 +36,13 @@ impl std::fmt::Display for Workload {
 /// How a container ended.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Termination {
-    pub reason: Box<str>,
+    /// The usual reasons (`OOMKilled`, `Error`, …) are not allocated.
+    pub reason: Cow<'static, str>,
     pub exit_code: i32,
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
     /// The runtime's container ID: the incarnation that ended.
-    pub container_id: Box<str>,
+    pub container_id: ContainerId,
 }
 
 /// A container's current state.
@@ -137,17 +141,28 @@ impl PodView {
 
 fn termination(t: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> Termination {
     Termination {
-        reason: short(t.reason.as_ref()),
+        reason: termination_reason(t.reason.as_deref()),
         exit_code: t.exit_code,
         started_at: t.started_at.as_ref().map(|t| t.0),
         finished_at: t.finished_at.as_ref().map(|t| t.0),
-        container_id: t.container_id.as_deref().unwrap_or_default().into(),
+        container_id: ContainerId::parse(t.container_id.as_deref().unwrap_or_default()),
+    }
+}
+
+/// A termination's reason, not allocated when it is one the kubelet gives.
+fn termination_reason(reason: Option<&str>) -> Cow<'static, str> {
+    const KNOWN: [&str; 7] =
+        ["", "Error", "OOMKilled", "Completed", "ContainerCannotRun", "DeadlineExceeded", "StartError"];
+    let reason = reason.unwrap_or_default();
+    match KNOWN.iter().find(|k| **k == reason) {
+        Some(k) => Cow::Borrowed(*k),
+        None => Cow::Owned(short(Some(reason)).into()),
     }
 }
 
 /// `s` cut to `MAX_MESSAGE_BYTES` (its start: a message says what it is first).
-fn short(s: Option<&String>) -> Box<str> {
-    let s = s.map(String::as_str).unwrap_or_default();
+fn short(s: Option<&str>) -> Box<str> {
+    let s = s.unwrap_or_default();
     let mut end = s.len().min(MAX_MESSAGE_BYTES);
     while !s.is_char_boundary(end) {
         end -= 1;
@@ -158,7 +173,7 @@ fn short(s: Option<&String>) -> Box<str> {
 fn state(s: Option<&ContainerState>) -> State {
     let Some(s) = s else { return State::Unknown };
     if let Some(w) = &s.waiting {
-        State::Waiting { reason: short(w.reason.as_ref()), message: short(w.message.as_ref()) }
+        State::Waiting { reason: short(w.reason.as_deref()), message: short(w.message.as_deref()) }
     } else if let Some(r) = &s.running {
         State::Running { started_at: r.started_at.as_ref().map(|t| t.0) }
     } else if let Some(t) = &s.terminated {
@@ -230,11 +245,11 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
     let condition = |t: &str| conditions.iter().find(|c| c.type_ == t);
     let unschedulable = condition("PodScheduled")
         .filter(|c| c.status == "False")
-        .map(|c| (short(c.reason.as_ref()), short(c.message.as_ref())));
+        .map(|c| (short(c.reason.as_deref()), short(c.message.as_deref())));
     let ready_cond = condition("Ready");
     let mut containers: Vec<ContainerView> = Vec::new();
-    let reason = short(status.and_then(|s| s.reason.as_ref()));
-    let message = short(status.and_then(|s| s.message.as_ref()));
+    let reason = short(status.and_then(|s| s.reason.as_deref()));
+    let message = short(status.and_then(|s| s.message.as_deref()));
     let trouble = (!reason.is_empty() || !message.is_empty() || unschedulable.is_some())
         .then(|| Box::new(Trouble { reason, message, unschedulable }));
     if let Some(s) = status {
@@ -326,7 +341,7 @@ mod tests {
         assert_eq!(c.restart_count, 4);
         assert!(matches!(&c.state, State::Waiting { reason, .. } if &**reason == "CrashLoopBackOff"));
         let t = c.last_termination.as_ref().unwrap();
-        assert_eq!((t.exit_code, &*t.container_id), (1, "containerd://abc"));
+        assert_eq!((t.exit_code, t.container_id.to_string().as_str()), (1, "containerd://abc"));
         assert!(!v.ready);
     }
 

@@ -52,7 +52,7 @@ pub(crate) fn crashing(mut p: PodView, restarts: u32, at: i64, reason: &str) -> 
     c.restart_count = restarts;
     c.state = State::Waiting { reason: "CrashLoopBackOff".into(), message: "back-off".into() };
     c.last_termination = Some(Box::new(Termination {
-        reason: reason.into(),
+        reason: reason.to_string().into(),
         exit_code: if reason == "OOMKilled" { 137 } else { 1 },
         started_at: Some(t(at - 1)),
         finished_at: Some(t(at)),
