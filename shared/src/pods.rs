@@ -53,7 +53,8 @@ pub struct LabelKeys {
 pub const NAMESPACE_MARK: &str = "";
 
 /// Keys by the namespace whose pods they select; `None`: every namespace.
-pub type Scoped = BTreeMap<Option<String>, BTreeSet<String>>;
+/// Each key is allocated once and shared by every view that keeps it.
+pub type Scoped = BTreeMap<Option<String>, BTreeSet<Arc<str>>>;
 
 #[derive(Default)]
 struct KeysState {
@@ -67,11 +68,12 @@ fn contains(set: &Scoped, scope: &Option<String>, key: &str) -> bool {
 }
 
 /// A pod's labels as a view keeps them: a sorted list, not a `BTreeMap`
-/// (whose smallest node is ~550 bytes, per pod; issue 28).
+/// (whose smallest node is ~550 bytes, per pod; issue 28), each key the
+/// one [`LabelKeys`] holds (an allocation per label per pod saved).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodLabels {
     /// The referenced keys the pod has, sorted by key.
-    pub labels: Box<[(Box<str>, Box<str>)]>,
+    pub labels: Box<[(Arc<str>, Box<str>)]>,
     /// They took more than [`MAX_LABEL_BYTES`]: none are kept, and no
     /// selector should match the pod on them.
     pub cut: bool,
@@ -90,7 +92,7 @@ impl PodLabels {
 
     /// Labels as a view keeps them, from `pairs` (for tests and fixtures).
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let mut labels: Vec<(Box<str>, Box<str>)> = pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        let mut labels: Vec<(Arc<str>, Box<str>)> = pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
         labels.sort();
         labels.dedup_by(|a, b| a.0 == b.0);
         PodLabels { labels: labels.into_boxed_slice(), cut: false }
@@ -131,11 +133,14 @@ impl LabelKeys {
     /// when one is new to the views: the pod watch lists again (a key no
     /// longer referenced costs nothing until then).
     pub fn set(&self, keys: impl IntoIterator<Item = (Option<String>, String)>) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // A key already held is shared, not allocated again.
+        let held: BTreeSet<Arc<str>> = st.wanted.values().chain(st.listed.values()).flatten().cloned().collect();
         let mut wanted = Scoped::new();
         for (scope, key) in keys {
+            let key = held.get(key.as_str()).cloned().unwrap_or_else(|| Arc::from(key));
             wanted.entry(scope).or_default().insert(key);
         }
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let new = wanted.iter().any(|(scope, keys)| keys.iter().any(|k| !contains(&st.listed, scope, k)));
         let changed = wanted != st.wanted;
         st.wanted = wanted;
@@ -164,12 +169,12 @@ impl LabelKeys {
         let mut kept = Vec::new();
         let mut bytes = 0;
         for key in everywhere.union(here) {
-            let Some((k, v)) = labels.get_key_value(key) else { continue };
+            let Some((k, v)) = labels.get_key_value(&**key) else { continue };
             bytes += k.len() + v.len();
             if bytes > MAX_LABEL_BYTES {
                 return PodLabels { labels: Box::default(), cut: true };
             }
-            kept.push((Box::from(k.as_str()), Box::from(v.as_str())));
+            kept.push((Arc::clone(key), Box::from(v.as_str())));
         }
         kept.sort();
         PodLabels { labels: kept.into_boxed_slice(), cut: false }

@@ -15,8 +15,9 @@ use kube::runtime::watcher;
 
 use crate::pod::view;
 
-/// Bytes the cache may hold per pod (malloc's per-chunk cost included).
-const BUDGET: usize = 1024;
+/// Bytes the cache may hold per pod (malloc's per-chunk cost included):
+/// 856 measured before a kept label's key was shared (`LabelKeys`), 818 after.
+const BUDGET: usize = 850;
 
 #[test]
 fn the_pod_cache_holds_at_most_its_budget_per_pod() {
