@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use crate::extdns::{EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_TTL};
 use crate::grant::{ANNOTATION_ALLOWED_HOSTNAMES, Grant, HostnameAnnotations};
 use crate::hostname::{self, Template, Vars};
 use crate::model::{RecordSet, RecordType};
@@ -16,11 +17,6 @@ pub const ANNOTATION_HOSTNAME: &str = "flotilla.dev/hostname";
 pub const ANNOTATION_TTL: &str = "flotilla.dev/ttl";
 pub const ANNOTATION_DNS: &str = "flotilla.dev/dns";
 pub const ANNOTATION_TARGET: &str = "flotilla.dev/target";
-/// external-dns's annotations, accepted as aliases of ours (ours win when
-/// both are set), so that Services annotated for external-dns keep their
-/// names after a switch.
-pub const EXTERNAL_DNS_HOSTNAME: &str = "external-dns.alpha.kubernetes.io/hostname";
-pub const EXTERNAL_DNS_TTL: &str = "external-dns.alpha.kubernetes.io/ttl";
 
 /// A TTL annotation: whole seconds, or (as external-dns takes it) a
 /// duration of whole seconds such as `1m`.

@@ -18,6 +18,12 @@
 
 use crate::model::{RecordSet, RecordType};
 
+/// external-dns's annotations, accepted as aliases of ours (ours win when
+/// both are set), so that Services annotated for external-dns keep their
+/// names after a switch.
+pub const EXTERNAL_DNS_HOSTNAME: &str = "external-dns.alpha.kubernetes.io/hostname";
+pub const EXTERNAL_DNS_TTL: &str = "external-dns.alpha.kubernetes.io/ttl";
+
 /// `%{record_type}` in external-dns's prefix/suffix.
 const TYPE_TEMPLATE: &str = "%{record_type}";
 

@@ -14,12 +14,13 @@
 //! | [`grant`] | `flotilla.dev/allowed-hostnames`: parsing and matching a namespace's grant; `--hostname-annotations` |
 //! | [`service`] | the few fields of a Service that are kept in the cache |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
+//! | [`model`] | the record model shared by desired, current and plan: record sets, their keys, changes |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests): reading the zone and the claims, conflicts, changes |
 //! | [`batch`] | splitting a plan into requests within Route53's limits |
 //! | [`apply`] | sending the batches; what a failure means (back off, or narrow down a refusal) |
 //! | [`quarantine`] | names Route53 keeps refusing, each with its own backoff |
 //! | [`insync`] | waiting for INSYNC off the loop, then the Events |
-//! | [`extdns`] | external-dns's TXT registry formats (for adoption) |
+//! | [`extdns`] | external-dns's TXT registry formats (for adoption) and the annotations taken as aliases of ours |
 //! | [`registry`] | the ownership TXT records (and the `freed=` mark of a name held for its namespace) |
 //! | [`hostname`] | the hostname template and name checks |
 //! | [`metrics`], [`report`] | `flotilla_service_dns_*` metrics; Events on Services |

@@ -38,8 +38,8 @@ impl ServiceInfo {
 /// The annotations that decide records: ours, and external-dns's aliases.
 fn kept_annotation(key: &str) -> bool {
     key.starts_with("flotilla.dev/")
-        || key == crate::desired::EXTERNAL_DNS_HOSTNAME
-        || key == crate::desired::EXTERNAL_DNS_TTL
+        || key == crate::extdns::EXTERNAL_DNS_HOSTNAME
+        || key == crate::extdns::EXTERNAL_DNS_TTL
 }
 
 impl From<Service> for ServiceInfo {

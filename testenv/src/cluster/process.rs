@@ -146,7 +146,10 @@ extern "C" fn cleanup_at_exit() {
 }
 
 /// Runs `hook` when the process exits normally (after `main` returns or
-/// `exit` is called), like C's `atexit`.
+/// `exit` is called), like C's `atexit`. Ours through libc, the one call
+/// here not through rustix: `atexit` is the C library's, not a system call
+/// (rustix has none), and the test harness leaves through `exit`, where no
+/// `Drop` runs.
 pub fn at_exit(hook: extern "C" fn()) {
     // SAFETY: registering a plain extern "C" fn with atexit.
     unsafe {
