@@ -9,10 +9,11 @@
 //! deleted, made, signalled, [`crate::apply`]). SimpleDeployment has its
 //! own controller ([`crate::simple_deployment`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::conditions::{READY, already_said};
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
@@ -64,6 +65,8 @@ pub struct Data {
     /// cannot both take the last room.
     rooms: Mutex<HashMap<String, Arc<Room>>>,
     pub(crate) admission: AdmissionGuard,
+    /// Per object (by UID), the delay before its retry after failures.
+    backoff: ErrorBackoff,
 }
 
 /// A namespace's room for runner pods: runs are counted one at a time, and
@@ -110,7 +113,14 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
             None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
         };
     let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
-    let data = Arc::new(Data { ctx: ctx.clone(), metrics, options, rooms: Mutex::default(), admission });
+    let data = Arc::new(Data {
+        ctx: ctx.clone(),
+        metrics,
+        options,
+        rooms: Mutex::default(),
+        admission,
+        backoff: ErrorBackoff::default(),
+    });
     // Only our own pods are watched (by label), and only to wake owners. A
     // bounded number of tests reconcile at a time. (No debounce: the
     // scheduler restarts it on every trigger, and a test's runners change
@@ -126,18 +136,52 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic())
         .concurrency(8)
         .reconcile_all_on(data.admission.changes());
-    let a = ctx.run_controller("loadtest", runners, reconcile_test, error_policy, Arc::clone(&data));
+    let gc = tokio::spawn(forget_gone(Arc::clone(&data), runners.store(), children.store()));
+    let a = ctx.run_controller(
+        "loadtest",
+        runners,
+        |t, d| forgetting_on_success(t, d, reconcile_test),
+        error_policy,
+        Arc::clone(&data),
+    );
     let b = ctx.run_controller(
         "simpledeployment",
         children,
-        crate::simple_deployment::reconcile,
+        |s, d| forgetting_on_success(s, d, crate::simple_deployment::reconcile),
         error_policy,
         Arc::clone(&data),
     );
     let result = tokio::try_join!(a, b);
     targets.abort();
+    gc.abort();
     result?;
     Ok(())
+}
+
+/// `reconcile`; a success clears the object's error backoff.
+async fn forgetting_on_success<K, F, Fut>(obj: Arc<K>, data: Arc<Data>, reconcile: F) -> Result<Action, Error>
+where
+    K: Resource,
+    F: FnOnce(Arc<K>, Arc<Data>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action, Error>>,
+{
+    let uid = obj.meta().uid.clone().unwrap_or_default();
+    let result = reconcile(obj, Arc::clone(&data)).await;
+    if result.is_ok() {
+        data.backoff.forget(&uid);
+    }
+    result
+}
+
+/// Every minute, forgets the backoff of objects that are gone (a deleted
+/// object is not reconciled again, so nothing else would).
+async fn forget_gone(data: Arc<Data>, tests: Store<LoadTest>, sds: Store<SimpleDeployment>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let live: HashSet<String> =
+            tests.state().iter().filter_map(|t| t.uid()).chain(sds.state().iter().filter_map(|s| s.uid())).collect();
+        data.backoff.retain(|uid| live.contains(uid));
+    }
 }
 
 /// Wakes the running LoadTests whose target Service changed (or went): a
@@ -175,9 +219,11 @@ async fn watch_targets(
     }
 }
 
-pub fn error_policy<K>(_: Arc<K>, error: &Error, _: Arc<Data>) -> Action {
-    tracing::warn!(error = %error, label = error.metric_label(), "will retry in 10s");
-    Action::requeue(Duration::from_secs(10))
+/// Failures back off per object (1 s doubling to 5 min, `ErrorBackoff`).
+pub fn error_policy<K: Resource>(obj: Arc<K>, error: &Error, data: Arc<Data>) -> Action {
+    let d = data.backoff.next(obj.meta().uid.as_deref().unwrap_or_default());
+    tracing::warn!(error = %error, label = error.metric_label(), delay = ?d, "will retry");
+    Action::requeue(d)
 }
 
 /// One LoadTest: snapshot (its runners) → plan (the state machine's step,
