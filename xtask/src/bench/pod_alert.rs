@@ -405,6 +405,18 @@ async fn attack(client: &kube::Client, op: &Measured) -> anyhow::Result<Attack> 
         list.iter().map(|a| serde_json::to_vec(&a.data["status"]).map(|v| v.len()).unwrap_or(0)).max().unwrap_or(0);
 
     say("attack: 40 pods with 12,000 labels each");
+    // pod-alert holds only the pods of namespaces a PodAlert reads: one
+    // there, its selector reading one of the 12,000 keys.
+    let label_alerts = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        LABELS,
+        &kube::api::ApiResource::erase::<pod_alert::crd::PodAlert>(&()),
+    );
+    let pa: kube::api::DynamicObject = from_json(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": "labels"},
+        "spec": {"alerts": {"checkRunningPods": true}, "selector": {"matchLabels": {"label-00000": "x"}}}
+    }))?;
+    label_alerts.create(&PostParams::default(), &pa).await?;
     let want = op.metric_sum("flotilla_pod_alert_pods_cached").unwrap_or(0.0) + 40.0;
     super::many_label_pods(client, LABELS, 40, 12_000).await?;
     wait("the labelled pods cached", || async { Ok(op.metric_sum("flotilla_pod_alert_pods_cached")? >= want) }).await?;
