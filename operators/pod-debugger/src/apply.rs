@@ -1,18 +1,18 @@
 //! The writes of a reconcile: a dry run of the first addition (a spec the
 //! API would refuse is refused as a whole, before any pod is touched), then
-//! the additions a few at a time, each result turned into the pod's
-//! decision, with the Events that say so.
+//! the additions a few at a time. What each answer means for the pod (its
+//! decision, the Events, the metrics) is `report::additions`'.
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::container::{ephemeral_container, patch};
 use crate::controller::{Data, Refused, RuleState};
 use crate::crd::PodDebugger;
-use crate::plan::{Decision, PodPlan, Refusal};
+use crate::plan::{Decision, PodPlan};
 use crate::security::Level;
 
 /// A dry-run refusal is tried again after this long (or on a spec change).
@@ -87,17 +87,13 @@ pub(crate) async fn add_container(
     api.patch_ephemeral_containers(pod, &pp, &Patch::Strategic(&body)).await.map(|_| ())
 }
 
-/// Adds the container to every pod the plan says, a few at a time; each
-/// result turns the pod's decision into Added or Refused.
-pub(crate) async fn add(
-    rule: &PodDebugger,
-    ns: &str,
-    oref: &ObjectReference,
-    container: &str,
-    plans: &mut [PodPlan],
-    st: &mut RuleState,
-    data: &Data,
-) {
+/// What one addition came to: the plan's index of the pod, its target
+/// container, and the API's answer.
+pub(crate) type Added = (usize, String, Result<(), kube::Error>);
+
+/// Adds the container to every pod the plan says, a few at a time; the
+/// answers go to `report::additions`.
+pub(crate) async fn add(rule: &PodDebugger, ns: &str, container: &str, plans: &[PodPlan], data: &Data) -> Vec<Added> {
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
     let jobs: Vec<(usize, String, String, String)> = plans
         .iter()
@@ -107,7 +103,7 @@ pub(crate) async fn add(
             _ => None,
         })
         .collect();
-    let results: Vec<(usize, String, Result<(), kube::Error>)> = futures::stream::iter(jobs)
+    futures::stream::iter(jobs)
         .map(|(i, pod, uid, target)| {
             let api = &api;
             async move {
@@ -117,66 +113,5 @@ pub(crate) async fn add(
         })
         .buffer_unordered(data.options.concurrency.max(1))
         .collect()
-        .await;
-    let now = Instant::now();
-    let mut added = Vec::new();
-    for (i, target, result) in results {
-        let p = &mut plans[i];
-        let key = (p.uid.clone(), container.to_string());
-        match result {
-            Ok(()) => {
-                data.metrics.injections.with_label_values(&["added"]).inc();
-                st.memory.added.insert(key.clone(), now);
-                st.memory.refused.remove(&key);
-                let note = format!("added debug container {container} ({}) targeting {target}", rule.spec.image);
-                let pod_ref = ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    namespace: Some(ns.to_string()),
-                    name: Some(p.pod.clone()),
-                    uid: Some(p.uid.clone()),
-                    ..ObjectReference::default()
-                };
-                data.ctx.events.normal(&pod_ref, "DebugContainerAdded", "AddEphemeralContainer", note);
-                tracing::info!(pod = %p.pod, container, target = %target, "debug container added");
-                added.push(p.pod.clone());
-                p.decision = Decision::Added;
-            }
-            Err(e) => {
-                let (label, message) = match &e {
-                    kube::Error::Api(s) => ("rejected", s.message.clone()),
-                    other => ("error", other.to_string()),
-                };
-                data.metrics.injections.with_label_values(&[label]).inc();
-                let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
-                if refusal.attempts == 1 {
-                    data.ctx.events.warning(
-                        oref,
-                        "InjectionFailed",
-                        "AddEphemeralContainer",
-                        format!("pod {}: {container} not added: {message}", p.pod),
-                    );
-                }
-                tracing::warn!(pod = %p.pod, container, error = %message, attempts = refusal.attempts, "debug container not added");
-                p.decision = Decision::Refused { message, retry_at: refusal.retry_at };
-                st.memory.refused.insert(key, refusal);
-            }
-        }
-    }
-    if !added.is_empty() {
-        added.sort();
-        let shown: Vec<&str> = added.iter().take(5).map(String::as_str).collect();
-        let more = if added.len() > 5 { format!(" and {} more", added.len() - 5) } else { String::new() };
-        data.ctx.events.normal(
-            oref,
-            "DebugContainerAdded",
-            "AddEphemeralContainer",
-            format!(
-                "added {container} ({}) to {} pod(s): {}{more}; kubectl exec -it <pod> -c {container} -- sh",
-                rule.spec.image,
-                added.len(),
-                shown.join(", ")
-            ),
-        );
-    }
+        .await
 }

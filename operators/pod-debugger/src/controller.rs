@@ -274,7 +274,6 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     let ns = rule.namespace().ok_or(Error::NoNamespace)?;
     let name = rule.name_any();
     let uid = rule.uid().unwrap_or_default();
-    let oref = rule.object_ref(&());
     let container = naming::container_name(&name, &rule.spec);
     // Until the pod cache holds the first complete list (with the label
     // keys this selector reads), a plan would see too few pods (and a
@@ -306,7 +305,8 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
             if plans.iter().any(|p| matches!(p.decision, Decision::Add { .. })) {
                 refused = dry_run(&rule, &ns, &container, level, &plans, &mut st, &data).await;
                 if refused.is_none() {
-                    add(&rule, &ns, &oref, &container, &mut plans, &mut st, &data).await;
+                    let results = add(&rule, &ns, &container, &plans, &data).await;
+                    report::additions(&rule, &ns, &container, &mut plans, results, &mut st, &data);
                 }
             }
             forget(&mut st.memory, &plans, now);

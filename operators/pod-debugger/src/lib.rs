@@ -19,8 +19,8 @@
 //! | [`container`] | the ephemeral container and its patch (pure) |
 //! | [`status`] | status from the plan (pure) |
 //! | [`metrics`] | `flotilla_pod_debugger_*` |
-//! | [`apply`] | the writes: a dry run of the first addition, then the additions, with their Events |
-//! | [`report`] | a reconcile told: the refusal's Warning and metric, status written when it changed |
+//! | [`apply`] | the writes: a dry run of the first addition, then the additions (their answers handed back) |
+//! | [`report`] | a reconcile told: each addition's answer as the pod's decision, Events and metrics; the refusal's Warning and metric; status written when it changed |
 //! | [`controller`] | the watch and the reconcile: check (snapshot) → plan → apply → report |
 
 pub mod apply;

@@ -1,16 +1,21 @@
-//! What a PodDebugger's reconcile tells: a refusal as a Warning (once per
+//! What a PodDebugger's reconcile tells: what each addition came to (the
+//! pod's decision, Events, metrics), a refusal as a Warning (once per
 //! reason and message) and counted in the metrics, and the status, from the
 //! plan or the refusal, written only when it changed.
 
+use std::time::Instant;
+
 use flotilla_shared::conditions::already_said;
 use flotilla_shared::status::apply_status_if_changed;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
-use crate::controller::{Data, Refused};
+use crate::apply::Added;
+use crate::controller::{Data, Refused, RuleState};
 use crate::crd::PodDebugger;
 use crate::error::Error;
-use crate::plan::PodPlan;
+use crate::plan::{Decision, PodPlan, Refusal};
 use crate::status::{self, Outcome};
 
 /// Reports one reconcile of `rule`: refused (why), or what its plans did.
@@ -41,4 +46,81 @@ pub(crate) async fn report(
         .await
         .map_err(Error::Status)?;
     Ok(())
+}
+
+/// What the additions' answers mean: each pod's decision turns Added (an
+/// Event on the pod, one on the PodDebugger naming the first few) or
+/// Refused (retried with backoff; a Warning on the first refusal), and the
+/// metrics count them.
+pub(crate) fn additions(
+    rule: &PodDebugger,
+    ns: &str,
+    container: &str,
+    plans: &mut [PodPlan],
+    results: Vec<Added>,
+    st: &mut RuleState,
+    data: &Data,
+) {
+    let oref = &rule.object_ref(&());
+    let now = Instant::now();
+    let mut added = Vec::new();
+    for (i, target, result) in results {
+        let p = &mut plans[i];
+        let key = (p.uid.clone(), container.to_string());
+        match result {
+            Ok(()) => {
+                data.metrics.injections.with_label_values(&["added"]).inc();
+                st.memory.added.insert(key.clone(), now);
+                st.memory.refused.remove(&key);
+                let note = format!("added debug container {container} ({}) targeting {target}", rule.spec.image);
+                let pod_ref = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    namespace: Some(ns.to_string()),
+                    name: Some(p.pod.clone()),
+                    uid: Some(p.uid.clone()),
+                    ..ObjectReference::default()
+                };
+                data.ctx.events.normal(&pod_ref, "DebugContainerAdded", "AddEphemeralContainer", note);
+                tracing::info!(pod = %p.pod, container, target = %target, "debug container added");
+                added.push(p.pod.clone());
+                p.decision = Decision::Added;
+            }
+            Err(e) => {
+                let (label, message) = match &e {
+                    kube::Error::Api(s) => ("rejected", s.message.clone()),
+                    other => ("error", other.to_string()),
+                };
+                data.metrics.injections.with_label_values(&[label]).inc();
+                let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
+                if refusal.attempts == 1 {
+                    data.ctx.events.warning(
+                        oref,
+                        "InjectionFailed",
+                        "AddEphemeralContainer",
+                        format!("pod {}: {container} not added: {message}", p.pod),
+                    );
+                }
+                tracing::warn!(pod = %p.pod, container, error = %message, attempts = refusal.attempts, "debug container not added");
+                p.decision = Decision::Refused { message, retry_at: refusal.retry_at };
+                st.memory.refused.insert(key, refusal);
+            }
+        }
+    }
+    if !added.is_empty() {
+        added.sort();
+        let shown: Vec<&str> = added.iter().take(5).map(String::as_str).collect();
+        let more = if added.len() > 5 { format!(" and {} more", added.len() - 5) } else { String::new() };
+        data.ctx.events.normal(
+            oref,
+            "DebugContainerAdded",
+            "AddEphemeralContainer",
+            format!(
+                "added {container} ({}) to {} pod(s): {}{more}; kubectl exec -it <pod> -c {container} -- sh",
+                rule.spec.image,
+                added.len(),
+                shown.join(", ")
+            ),
+        );
+    }
 }
