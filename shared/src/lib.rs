@@ -21,6 +21,7 @@
 //! | SIGTERM: stop taking work, finish in-flight reconciles, release, exit 0 | [`operator`] |
 //! | CRD files generated from the Rust types, drift check | [`crd`] |
 //! | watch caches of small projections, not whole objects; Pods by namespace | [`projection`], [`pods`] |
+//! | what an operator remembers of each custom resource between reconciles, dropped with the object | [`per_object`] |
 //!
 //! ## A minimal operator
 //!
@@ -85,6 +86,7 @@ pub mod memory;
 pub mod metadata;
 pub mod metrics;
 pub mod operator;
+pub mod per_object;
 pub mod pods;
 pub mod projection;
 pub mod selector;

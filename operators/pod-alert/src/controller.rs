@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::health::WatchHealth;
+use flotilla_shared::per_object::PerObject;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
@@ -114,7 +115,7 @@ pub struct Data {
     pub options: Options,
     pub(crate) pods: projection::Store<PodView>,
     pub(crate) alerts: Store<PodAlert>,
-    pub(crate) states: Mutex<HashMap<String, Arc<tokio::sync::Mutex<State>>>>,
+    pub(crate) states: PerObject<State>,
     /// Firing incidents per PodAlert UID, by (namespace, reason), for the gauge.
     pub(crate) firing: Mutex<HashMap<String, FiringCounts>>,
     pub(crate) backoff: ErrorBackoff,
@@ -166,7 +167,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         options,
         pods,
         alerts: controller.store(),
-        states: Mutex::default(),
+        states: PerObject::default(),
         firing: Mutex::default(),
         backoff: ErrorBackoff::default(),
         trigger: tx,
@@ -250,15 +251,14 @@ fn seniority(a: &PodAlert) -> (Option<Timestamp>, String) {
 
 impl Data {
     fn state(&self, uid: &str) -> Arc<tokio::sync::Mutex<State>> {
-        let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(states.entry(uid.to_string()).or_insert_with(|| {
+        self.states.get(uid, || {
             // First sight (or an operator restart): the status remembers
             // open incidents and what was notified.
             let mut r = self.restored.lock().unwrap_or_else(PoisonError::into_inner);
             r.seen.insert(uid.to_string());
             let (book, conditions) = r.pending.remove(uid).unwrap_or_default();
-            Arc::new(tokio::sync::Mutex::new(State { book, conditions, ..State::default() }))
-        }))
+            State { book, conditions, ..State::default() }
+        })
     }
 
     /// The UIDs of the PodAlerts evaluated (the oldest
@@ -304,7 +304,7 @@ impl Data {
     /// log tails no incident holds any more, and idle rate-limit buckets.
     fn collect_garbage(&self) {
         let live: HashSet<String> = self.alerts.state().iter().filter_map(|a| a.uid()).collect();
-        self.states.lock().unwrap_or_else(PoisonError::into_inner).retain(|uid, _| live.contains(uid));
+        self.states.remove_gone(|uid| live.contains(uid));
         {
             let mut r = self.restored.lock().unwrap_or_else(PoisonError::into_inner);
             r.seen.retain(|uid| live.contains(uid));

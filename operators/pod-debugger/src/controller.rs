@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::health::WatchHealth;
+use flotilla_shared::per_object::PerObject;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
@@ -74,7 +75,7 @@ pub struct Data {
     pub options: Options,
     pods: projection::Store<PodView>,
     rules: Store<PodDebugger>,
-    states: Mutex<HashMap<String, Arc<tokio::sync::Mutex<RuleState>>>>,
+    states: PerObject<RuleState>,
     namespaces: Mutex<HashMap<String, (Level, Instant)>>,
     backoff: ErrorBackoff,
     trigger: UnboundedSender<ObjectRef<PodDebugger>>,
@@ -105,7 +106,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         options,
         pods,
         rules: controller.store(),
-        states: Mutex::default(),
+        states: PerObject::default(),
         namespaces: Mutex::default(),
         backoff: ErrorBackoff::default(),
         trigger: tx,
@@ -170,17 +171,13 @@ impl Data {
     }
 
     fn state(&self, rule: &PodDebugger) -> Arc<tokio::sync::Mutex<RuleState>> {
-        let uid = rule.uid().unwrap_or_default();
-        let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(states.entry(uid).or_insert_with(|| {
-            Arc::new(tokio::sync::Mutex::new(RuleState {
-                memory: Memory::default(),
-                dry_run: None,
-                oref: rule.object_ref(&()),
-                name: rule.name_any(),
-                namespace: rule.namespace().unwrap_or_default(),
-            }))
-        }))
+        self.states.get(&rule.uid().unwrap_or_default(), || RuleState {
+            memory: Memory::default(),
+            dry_run: None,
+            oref: rule.object_ref(&()),
+            name: rule.name_any(),
+            namespace: rule.namespace().unwrap_or_default(),
+        })
     }
 
     /// Drops the state of deleted PodDebuggers, telling (a Normal Event)
@@ -190,11 +187,7 @@ impl Data {
             return;
         }
         let live: std::collections::HashSet<String> = self.rules.state().iter().filter_map(|r| r.uid()).collect();
-        let gone: Vec<Arc<tokio::sync::Mutex<RuleState>>> = {
-            let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
-            let uids: Vec<String> = states.keys().filter(|u| !live.contains(*u)).cloned().collect();
-            uids.iter().filter_map(|u| states.remove(u)).collect()
-        };
+        let gone = self.states.remove_gone(|uid| live.contains(uid));
         for st in gone {
             let st = st.lock().await;
             let left = self
