@@ -344,6 +344,10 @@ pub fn short_zone_id(id: &str) -> String {
 }
 
 /// Exponential backoff with full jitter: uniform in [base, min(cap, base·2^attempt)].
+/// Ours, not `backon`'s (which `shared::backoff` uses): a pure function of
+/// the attempt number, so that what remembers failures — a name's count in
+/// the quarantine, the sync loop's — keeps only a number, not a live
+/// iterator per name.
 pub fn jittered_backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
     let ceiling = base.saturating_mul(1u32 << attempt.min(16)).min(cap);
     let span = ceiling.saturating_sub(base).as_millis() as u64;
