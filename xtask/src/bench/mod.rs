@@ -134,6 +134,15 @@ pub(super) async fn make_node(client: &Client, name: &str) -> anyhow::Result<tok
 /// Pods with `labels` labels each (short keys, `label-00000`…), never
 /// scheduled (a node selector no node has): what a user with create-pods
 /// rights can make every pod cache hold.
+/// A namespaced API of our custom resource `K` as dynamic objects (the
+/// benches write them from JSON, as a user's manifest would be).
+pub(super) fn dynamic_api<K: kube::Resource<DynamicType = ()>>(
+    client: &Client,
+    ns: &str,
+) -> Api<kube::api::DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &kube::api::ApiResource::erase::<K>(&()))
+}
+
 pub(super) async fn many_label_pods(client: &Client, ns: &str, pods: usize, labels: usize) -> anyhow::Result<()> {
     let map: serde_json::Map<String, Value> =
         (0..labels).map(|i| (format!("label-{i:05}"), Value::from("x"))).collect();

@@ -231,11 +231,7 @@ async fn bench(
     let op = Measured::start(binary, &[], &env, &log)?;
     wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
         .await?;
-    let alerts = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-        client.clone(),
-        NS,
-        &kube::api::ApiResource::erase::<pod_alert::crd::PodAlert>(&()),
-    );
+    let alerts = super::dynamic_api::<pod_alert::crd::PodAlert>(&client, NS);
     let pa: kube::api::DynamicObject = from_json(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": "bench"},
         "spec": {"alerts": {"checkRunningPods": true, "restartThreshold": THRESHOLD}, "sinks": {"webhook": {"urlSecretRef": {"name": "hook", "key": "url"}}}}
@@ -375,11 +371,7 @@ async fn attack(client: &kube::Client, op: &Measured) -> anyhow::Result<Attack> 
     let names: Vec<String> =
         pods.list(&ListParams::default()).await?.items.into_iter().filter_map(|p| p.metadata.name).collect();
     write_statuses(&pods, names.iter().map(|n| (n.clone(), 2)).collect()).await?;
-    let alerts = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-        client.clone(),
-        ATTACK,
-        &kube::api::ApiResource::erase::<pod_alert::crd::PodAlert>(&()),
-    );
+    let alerts = super::dynamic_api::<pod_alert::crd::PodAlert>(client, ATTACK);
     for i in 0..40 {
         let pa: kube::api::DynamicObject = from_json(json!({
             "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": format!("a-{i:02}")},
@@ -407,11 +399,7 @@ async fn attack(client: &kube::Client, op: &Measured) -> anyhow::Result<Attack> 
     say("attack: 40 pods with 12,000 labels each");
     // pod-alert holds only the pods of namespaces a PodAlert reads: one
     // there, its selector reading one of the 12,000 keys.
-    let label_alerts = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-        client.clone(),
-        LABELS,
-        &kube::api::ApiResource::erase::<pod_alert::crd::PodAlert>(&()),
-    );
+    let label_alerts = super::dynamic_api::<pod_alert::crd::PodAlert>(client, LABELS);
     let pa: kube::api::DynamicObject = from_json(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodAlert", "metadata": {"name": "labels"},
         "spec": {"alerts": {"checkRunningPods": true}, "selector": {"matchLabels": {"label-00000": "x"}}}

@@ -127,11 +127,7 @@ async fn bench(cp: &ControlPlane, binary: &std::path::Path, matching: usize, oth
     let op = Measured::start(binary, &[], &env, &log)?;
     wait("the operator to serve metrics", || async { Ok(op.metric_sum("process_resident_memory_bytes").is_ok()) })
         .await?;
-    let debuggers = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-        client.clone(),
-        NS,
-        &kube::api::ApiResource::erase::<pod_debugger::crd::PodDebugger>(&()),
-    );
+    let debuggers = super::dynamic_api::<pod_debugger::crd::PodDebugger>(&client, NS);
     let pd: kube::api::DynamicObject = from_json(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodDebugger", "metadata": {"name": "payment"},
         "spec": {"selector": {"matchLabels": {"app": "payment"}}, "image": "busybox:1.37"}
