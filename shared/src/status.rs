@@ -53,6 +53,48 @@ where
     Ok(true)
 }
 
+/// Applies `new` (as [`apply_status`]) unless it says what the status
+/// this operator wrote last said ([`Fingerprint`], kept in `last`); whether
+/// it wrote. For an operator that keeps no copy of the object's status
+/// (pod-alert's cache drops them: each may hold up to 256 KiB of log tails),
+/// so there is no `old` to compare with; `last` is set only once the write
+/// succeeded.
+pub async fn apply_status_if_new<K, S>(
+    api: &Api<K>,
+    name: &str,
+    field_manager: &str,
+    last: &mut Option<Fingerprint>,
+    new: &S,
+) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug,
+    S: ReportedStatus,
+{
+    let print = Fingerprint::of(new);
+    if *last == Some(print) {
+        return Ok(false);
+    }
+    apply_status(api, name, field_manager, new).await?;
+    *last = Some(print);
+    Ok(true)
+}
+
+/// What a status says, condition times and order aside, as 8 bytes: equal
+/// fingerprints, the same status as far as [`same_ignoring_times`] can tell
+/// (up to a 64-bit hash collision, which costs one skipped write until the
+/// status changes again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint(u64);
+
+impl Fingerprint {
+    pub fn of<S: ReportedStatus>(s: &S) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_vec(&without_times(s, S::conditions_mut)).unwrap_or_default().hash(&mut h);
+        Self(h.finish())
+    }
+}
+
 /// Whether two statuses say the same, ignoring when their conditions last
 /// changed and in which order they are listed: an unchanged status is not
 /// written again (every write would wake every watcher of the object).
@@ -62,16 +104,18 @@ pub fn same_ignoring_times<S: Clone + PartialEq>(
     b: &S,
     conditions: impl Fn(&mut S) -> &mut Vec<Condition>,
 ) -> bool {
-    let strip = |s: &S| {
-        let mut s = s.clone();
-        let list = conditions(&mut s);
-        for c in list.iter_mut() {
-            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        }
-        list.sort_by(|x, y| x.type_.cmp(&y.type_));
-        s
-    };
-    strip(a) == strip(b)
+    without_times(a, &conditions) == without_times(b, &conditions)
+}
+
+/// `s` with its conditions' transition times zeroed and sorted by type.
+fn without_times<S: Clone>(s: &S, conditions: impl Fn(&mut S) -> &mut Vec<Condition>) -> S {
+    let mut s = s.clone();
+    let list = conditions(&mut s);
+    for c in list.iter_mut() {
+        c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+    }
+    list.sort_by(|x, y| x.type_.cmp(&y.type_));
+    s
 }
 
 #[cfg(test)]
@@ -104,5 +148,31 @@ mod tests {
         assert!(!same_ignoring_times(&a, &c, |s| &mut s.conditions));
         let d = St { n: 1, conditions: vec![cond("Ready", "False", 1), cond("Synced", "True", 2)] };
         assert!(!same_ignoring_times(&a, &d, |s| &mut s.conditions));
+    }
+
+    #[derive(Clone, PartialEq, Debug, Serialize)]
+    struct Reported {
+        n: i32,
+        conditions: Vec<Condition>,
+    }
+
+    impl ReportedStatus for Reported {
+        fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+            &mut self.conditions
+        }
+    }
+
+    #[test]
+    fn fingerprints_agree_with_same_ignoring_times() {
+        let a = Reported { n: 1, conditions: vec![cond("Ready", "True", 1), cond("Synced", "True", 2)] };
+        let b = Reported { n: 1, conditions: vec![cond("Synced", "True", 9), cond("Ready", "True", 8)] };
+        assert_eq!(Fingerprint::of(&a), Fingerprint::of(&b), "times and order do not count");
+        let c = Reported { n: 2, ..b.clone() };
+        assert_ne!(Fingerprint::of(&a), Fingerprint::of(&c));
+        let d = Reported { n: 1, conditions: vec![cond("Ready", "False", 1), cond("Synced", "True", 2)] };
+        assert_ne!(Fingerprint::of(&a), Fingerprint::of(&d));
+        let mut e = a.clone();
+        e.conditions[0].message = "now something".into();
+        assert_ne!(Fingerprint::of(&a), Fingerprint::of(&e), "a message counts");
     }
 }

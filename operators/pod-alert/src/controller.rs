@@ -41,11 +41,11 @@ use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
 use crate::observe::evaluate;
 use crate::pod::{PodView, elapsed, view};
-use crate::report;
 use crate::rules::Rules;
-use crate::sinks::{check_sink_secrets, notify, push_alertmanager, release_held, sync_sinks};
+use crate::sinks::{self, Outbox};
 use crate::status::{self, Summary};
 use crate::throttle::{Held, Limiter};
+use crate::{apply, report};
 
 /// Look at every PodAlert at least this often.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -94,7 +94,7 @@ pub(crate) struct State {
     /// The conditions last written (their transition times carry on).
     pub(crate) conditions: Vec<Condition>,
     /// What the status last written says (times aside): unchanged, not written.
-    pub(crate) written: Option<u64>,
+    pub(crate) written: Option<flotilla_shared::status::Fingerprint>,
 }
 
 /// Statuses read at first sight of a PodAlert (the cache keeps none): the
@@ -357,9 +357,11 @@ pub(crate) fn condition<'a>(conditions: &'a [Condition], t: &str) -> Option<&'a 
 
 /// One PodAlert: snapshot (is it served, are its pods listed, its state)
 /// → plan (its rules admitted, the pods evaluated, the incident book
-/// stepped) → apply (sinks, their Secrets, log reads, notifications within
-/// the rate limit, Alertmanager: [`crate::sinks`], [`crate::log_reads`]) →
-/// report (status, Events, metrics: [`crate::report`]).
+/// stepped; the new incidents' log tails read and judged,
+/// [`crate::log_reads`]; the sinks' Secrets read and the deliveries decided
+/// within the rate limit, [`crate::sinks`]) → apply (sink workers started
+/// or stopped, documents handed to them: [`crate::apply`]) → report
+/// (status, Events, metrics: [`crate::report`]).
 pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, Error> {
     let ns = alert.namespace().ok_or(Error::NoNamespace)?;
     let uid = alert.uid().unwrap_or_default();
@@ -395,16 +397,24 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         summary.log_lines = rules.tail_lines;
         summary.log_bytes = rules.max_bytes;
         let transitions = evaluate_and_step(&alert, &ns, rules, &mut st, &mut summary, &data, now);
-        sync_sinks(&alert, &ns, &mut st, &data).await;
-        check_sink_secrets(&alert, &ns, &mut st, &mut summary, &data, now).await;
+        let workers = sinks::workers(&alert, &ns, &mut st);
+        let misconfigured = sinks::check_sink_secrets(&alert, &ns, &mut st, &mut summary, &data, now).await;
         let transitions = read_logs(&ns, rules, transitions, &mut st, &data, now).await;
-        notify(&alert, rules, &oref, &transitions, &mut st, &data, now);
+        let mut out = Outbox::default();
+        sinks::notify(&alert, rules, &transitions, &mut st, &data, now, &mut out);
         next = st.book.next_deadline(rules, now);
         let changed = !transitions.is_empty();
-        if let Some(at) = push_alertmanager(&alert, &ns, rules, &mut st, &data, changed, now) {
+        if let Some(at) = sinks::push_alertmanager(&alert, &ns, rules, &mut st, &data, changed, now, &mut out) {
             next = Some(next.map_or(at, |n| n.min(at)));
         }
-        if let Some((at, waiting)) = release_held(&alert, &ns, &mut st, &data, now) {
+        let waiting = sinks::release_held(&alert, &ns, &mut st, &data, now, &mut out);
+
+        apply::workers(&alert, workers, &mut st, &data);
+        apply::send(&mut out, &st, &data);
+
+        report::sink_misconfigured(&alert, &st, &data, &misconfigured);
+        report::deliveries(&oref, &out, &data);
+        if let Some((at, waiting)) = waiting {
             next = Some(next.map_or(at, |n| n.min(at)));
             summary.throttled = Some(report::throttled(&oref, &ns, waiting, &st, &data));
         }

@@ -478,3 +478,9 @@ pub struct SinkStatus {
 pub const MAX_INCIDENTS_LISTED: usize = 20;
 /// At most this many pod names per incident in status.
 pub const MAX_PODS_LISTED: usize = 10;
+
+impl flotilla_shared::status::ReportedStatus for PodAlertStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+}

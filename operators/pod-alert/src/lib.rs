@@ -23,11 +23,13 @@
 //! | [`address`] | where sinks may send: the operator's own network refused unless admitted, also after DNS |
 //! | [`metrics`] | `flotilla_pod_alert_*` |
 //! | [`log_reads`] | a reconcile's log reads: which, side by side, then judged against `ignore.logPatterns` |
-//! | [`sinks`] | a reconcile's sinks: workers, their Secrets, notifications within the rate limit, Alertmanager |
-//! | [`report`] | a reconcile told: status (written when it changed), Warnings, metrics |
-//! | [`controller`] | the watch, the reconcile (snapshot → rules and incidents → sinks and logs → report) and wiring |
+//! | [`sinks`] | a reconcile's deliveries decided: the workers the spec wants, their Secrets read, what goes to which sink within the rate limit, Alertmanager's schedule |
+//! | [`apply`] | the writes and nothing else: sink workers started and stopped, documents handed to them |
+//! | [`report`] | a reconcile told: status (written when it changed), Events, Warnings, metrics |
+//! | [`controller`] | the watch, the reconcile (snapshot → rules, incidents, log reads, deliveries → apply → report) and wiring |
 
 pub mod address;
+pub mod apply;
 pub mod controller;
 pub mod crd;
 pub mod delivery;

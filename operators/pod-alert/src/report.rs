@@ -1,38 +1,55 @@
 //! What a PodAlert's reconcile tells: its status (written only when it
-//! says something new, condition times aside), the Warnings of a refusal
-//! and of held notifications, and the metrics (firing incidents,
-//! notifications held back, log tail bytes).
+//! says something new, condition times aside), the incidents' Events (the
+//! `events` sink), the Warnings of a refusal, of a misconfigured sink and
+//! of held notifications, and the metrics (firing incidents, notifications
+//! held, dropped or summarized, log tail bytes).
 
 use std::collections::BTreeMap;
 
 use flotilla_shared::conditions::already_said;
+use flotilla_shared::status::apply_status_if_new;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::api::Api;
+use kube::{Resource, ResourceExt};
 
 use crate::controller::{Data, State, condition};
-use crate::crd::{PodAlert, PodAlertStatus, Reason};
+use crate::crd::{PodAlert, Reason};
 use crate::error::Error;
-use crate::sinks::sink_statuses;
+use crate::incident::Change;
+use crate::sinks::{Outbox, sink_statuses};
 use crate::status::{self, Summary};
-
-/// What a status says, condition times aside: equal fingerprints, no write.
-fn fingerprint(s: &PodAlertStatus) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut s = s.clone();
-    for c in &mut s.conditions {
-        c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_vec(&s).unwrap_or_default().hash(&mut h);
-    h.finish()
-}
 
 /// A PodAlert not evaluated: a Warning once per reason and message.
 pub(crate) fn refused(oref: &ObjectReference, st: &State, data: &Data, reason: &str, message: &str) {
     if !already_said(Some(&st.conditions), "Ready", reason, message) {
         data.ctx.events.warning(oref, reason, "Validate", format!("PodAlert not evaluated: {message}"));
+    }
+}
+
+/// The incidents' transitions as Events, and the notifications not sent
+/// now counted (sent ones are counted by their workers).
+pub(crate) fn deliveries(oref: &ObjectReference, out: &Outbox, data: &Data) {
+    for n in &out.events {
+        match n.change {
+            Change::Resolved => data.ctx.events.normal(oref, n.event_reason(), "Notify", n.event_note()),
+            _ => data.ctx.events.warning(oref, n.event_reason(), "Notify", n.event_note()),
+        }
+        data.metrics.notified("events", "success");
+    }
+    for (sink, outcome, n) in &out.not_sent {
+        data.metrics.notifications.with_label_values(&[sink, outcome]).inc_by(*n);
+    }
+}
+
+/// A sink's Secret that does not hold a usable URL: a Warning when the
+/// problem is new (the last status did not name it).
+pub(crate) fn sink_misconfigured(alert: &PodAlert, st: &State, data: &Data, problems: &[(&'static str, String)]) {
+    let was = condition(&st.conditions, status::SINKS_HEALTHY);
+    for (sink, e) in problems {
+        if !was.is_some_and(|c| c.message.contains(e.as_str())) {
+            tracing::warn!(podalert = %alert.name_any(), sink, error = %e, "sink misconfigured");
+            data.ctx.events.warning(&alert.object_ref(&()), "SinkMisconfigured", "Validate", format!("{sink}: {e}"));
+        }
     }
 }
 
@@ -79,13 +96,11 @@ pub(crate) async fn report(
     data.metrics.log_tail_bytes.set(i64::try_from(data.tails.held()).unwrap_or(i64::MAX));
 
     let new = status::build(Some(&st.conditions), alert.metadata.generation, &st.book, &summary);
-    let print = fingerprint(&new);
-    if st.written != Some(print) {
-        let api: Api<PodAlert> = Api::namespaced(data.ctx.client.clone(), ns);
-        flotilla_shared::apply_status(&api, &alert.name_any(), &data.ctx.field_manager, &new)
-            .await
-            .map_err(Error::Status)?;
-        st.written = Some(print);
+    let api: Api<PodAlert> = Api::namespaced(data.ctx.client.clone(), ns);
+    if apply_status_if_new(&api, &alert.name_any(), &data.ctx.field_manager, &mut st.written, &new)
+        .await
+        .map_err(Error::Status)?
+    {
         st.conditions = new.conditions;
     }
     Ok(())

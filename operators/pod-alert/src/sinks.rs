@@ -1,25 +1,57 @@
-//! A reconcile's sinks: the workers that match the spec, the Secrets they
-//! read, notifications handed to them (within the namespace's rate limit),
-//! Alertmanager's schedule, and the sinks' state for the status.
+//! A reconcile's deliveries, decided: which sink workers the spec wants,
+//! whether their Secrets hold a usable URL (read at most once a minute),
+//! which documents go to which sink now — within the namespace's rate
+//! limit, the rest held in order or summarized — and Alertmanager's
+//! schedule. Nothing here sends or starts anything: [`crate::apply`] starts
+//! the workers and hands them the [`Outbox`], [`crate::report`] tells its
+//! Events and counts it.
 
+use std::collections::BTreeSet;
 use std::sync::PoisonError;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
-use crate::controller::{Data, SECRET_CHECK_EVERY, State, condition};
+use crate::controller::{Data, SECRET_CHECK_EVERY, State};
 use crate::crd::{PodAlert, SinkStatus};
 use crate::delivery::{Payload, Target, read_secret};
-use crate::incident::{Change, Transition};
+use crate::incident::Transition;
 use crate::notify::{IncidentView, Notification, alertmanager_alerts};
 use crate::pod::elapsed;
 use crate::rules::Rules;
-use crate::status::{self, Summary};
+use crate::status::Summary;
 use crate::throttle::Release;
 
-/// Starts, replaces or stops sink workers to match the spec.
-pub(crate) async fn sync_sinks(alert: &PodAlert, ns: &str, st: &mut State, data: &Data) {
+/// A sink worker to start (or to replace, its target changed) or to stop.
+pub(crate) enum WorkerChange {
+    Start { name: &'static str, target: Target, path: &'static str, coalesce: bool },
+    Stop(&'static str),
+}
+
+/// What one reconcile hands its sinks, in the order decided.
+#[derive(Default)]
+pub(crate) struct Outbox {
+    /// Documents for the sink workers.
+    pub(crate) sends: Vec<(&'static str, Payload)>,
+    /// Transitions told as Events (the `events` sink).
+    pub(crate) events: Vec<Notification>,
+    /// Notifications not sent now: (sink, "held" | "dropped" | "summarized", how many).
+    pub(crate) not_sent: Vec<(&'static str, &'static str, u64)>,
+}
+
+/// The sink workers the spec wants, by name.
+pub(crate) fn wanted(alert: &PodAlert) -> BTreeSet<&'static str> {
+    let s = &alert.spec.sinks;
+    [("slack", s.slack.is_some()), ("webhook", s.webhook.is_some()), ("alertmanager", s.alertmanager.is_some())]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect()
+}
+
+/// The workers to start, replace or stop so that they match the spec; a
+/// stopped sink's held notifications go with it, and a new Alertmanager
+/// target starts its schedule over.
+pub(crate) fn workers(alert: &PodAlert, ns: &str, st: &mut State) -> Vec<WorkerChange> {
     let s = &alert.spec.sinks;
     let wanted: [(&'static str, Option<Target>, &'static str, bool); 3] = [
         (
@@ -38,27 +70,32 @@ pub(crate) async fn sync_sinks(alert: &PodAlert, ns: &str, st: &mut State, data:
         ),
         ("alertmanager", s.alertmanager.as_ref().map(|x| Target::Url(x.url.clone())), "/api/v2/alerts", true),
     ];
+    let mut changes = Vec::new();
     for (name, target, path, coalesce) in wanted {
         match target {
             None => {
-                st.sinks.remove(name);
                 st.held.remove(name);
+                if st.sinks.contains_key(name) {
+                    changes.push(WorkerChange::Stop(name));
+                }
             }
-            Some(t) => {
-                if st.sinks.get(name).is_none_or(|s| s.target != t) {
-                    let sink = data.delivery.start(name, t, path, coalesce, data.trigger_for(alert));
-                    st.sinks.insert(name, sink);
+            Some(target) => {
+                if st.sinks.get(name).is_none_or(|s| s.target != target) {
                     if name == "alertmanager" {
                         st.alertmanager.reset();
                     }
+                    changes.push(WorkerChange::Start { name, target, path, coalesce });
                 }
             }
         }
     }
+    changes
 }
 
-/// Checks that the sinks' Secrets exist and hold a usable URL (at most once
-/// a minute each), so a misconfiguration shows before the first incident.
+/// Reads the sinks' Secrets (at most once a minute each) and checks that
+/// they hold a usable URL, so a misconfiguration shows before the first
+/// incident: each problem goes into the summary; the Secrets' problems are
+/// also returned, for their Warnings.
 pub(crate) async fn check_sink_secrets(
     alert: &PodAlert,
     ns: &str,
@@ -66,7 +103,7 @@ pub(crate) async fn check_sink_secrets(
     summary: &mut Summary,
     data: &Data,
     now: Timestamp,
-) {
+) -> Vec<(&'static str, String)> {
     let s = &alert.spec.sinks;
     let refs = [
         ("slack", s.slack.as_ref().map(|x| &x.webhook_secret_ref)),
@@ -76,6 +113,7 @@ pub(crate) async fn check_sink_secrets(
     if let Some(Err(e)) = s.alertmanager.as_ref().map(|am| crate::delivery::check_url(&am.url, false, rules)) {
         summary.sink_problems.push(("alertmanager".into(), e));
     }
+    let mut problems = Vec::new();
     for (sink, r) in refs {
         let Some(r) = r else { continue };
         let fresh = st.secret_checks.get(r).is_some_and(|(at, _)| elapsed(*at, now) < SECRET_CHECK_EVERY);
@@ -89,20 +127,12 @@ pub(crate) async fn check_sink_secrets(
             st.secret_checks.insert(r.clone(), (now, result));
         }
         if let Some((_, Err(e))) = st.secret_checks.get(r) {
-            let was = condition(&st.conditions, status::SINKS_HEALTHY);
-            if !was.is_some_and(|c| c.message.contains(e.as_str())) {
-                tracing::warn!(podalert = %alert.name_any(), sink, error = %e, "sink misconfigured");
-                data.ctx.events.warning(
-                    &alert.object_ref(&()),
-                    "SinkMisconfigured",
-                    "Validate",
-                    format!("{sink}: {e}"),
-                );
-            }
             summary.sink_problems.push((sink.to_string(), e.clone()));
+            problems.push((sink, e.clone()));
         }
     }
     st.secret_checks.retain(|k, _| refs.iter().any(|(_, r)| *r == Some(k)));
+    problems
 }
 
 /// The document `n` is for `sink`, rendered when it is sent.
@@ -110,19 +140,20 @@ fn payload(sink: &str, n: Notification) -> Payload {
     if sink == "slack" { Payload::new(move || n.slack()) } else { Payload::new(move || n.webhook()) }
 }
 
-/// Sends each transition to the Events sink, and to Slack and the webhook
-/// as the namespace's rate limit allows (the rest wait, in order).
+/// Each transition for the Events sink, and for Slack and the webhook as
+/// the namespace's rate limit allows (the rest wait, in order).
 pub(crate) fn notify(
     alert: &PodAlert,
     rules: &Rules,
-    oref: &ObjectReference,
     transitions: &[Transition],
     st: &mut State,
     data: &Data,
     now: Timestamp,
+    out: &mut Outbox,
 ) {
     let podalert = (alert.namespace().unwrap_or_default(), alert.name_any());
     let ns = podalert.0.clone();
+    let live = wanted(alert);
     for t in transitions {
         let Some(inc) = st.book.incidents.get(&t.key) else { continue };
         let n = Notification {
@@ -131,60 +162,60 @@ pub(crate) fn notify(
             incident: IncidentView::of(inc, rules.tail_lines, rules.max_bytes),
             at: now,
         };
-        if alert.spec.sinks.events {
-            match t.change {
-                Change::Resolved => data.ctx.events.normal(oref, n.event_reason(), "Notify", n.event_note()),
-                _ => data.ctx.events.warning(oref, n.event_reason(), "Notify", n.event_note()),
-            }
-            data.metrics.notified("events", "success");
-        }
         for name in ["slack", "webhook"] {
-            let Some(sink) = st.sinks.get(name) else { continue };
+            if !live.contains(name) {
+                continue;
+            }
             let held = st.held.entry(name).or_default();
             let token =
                 held.is_empty() && data.limiter.lock().unwrap_or_else(PoisonError::into_inner).try_take(&ns, now);
             if token {
-                sink.send(payload(name, n.clone()), &data.metrics, name);
+                out.sends.push((name, payload(name, n.clone())));
             } else if held.hold(n.clone()) {
-                data.metrics.notified(name, "held");
+                out.not_sent.push((name, "held", 1));
             } else {
-                data.metrics.notified(name, "dropped");
+                out.not_sent.push((name, "dropped", 1));
             }
+        }
+        if alert.spec.sinks.events {
+            out.events.push(n);
         }
     }
 }
 
-/// Sends what waits for the rate limit as tokens allow: each alone when the
-/// tokens cover them, else the oldest alone or all as one summary. Returns,
-/// while some still wait, when to look again and how many wait.
+/// What waits for the rate limit, released as tokens allow: each alone when
+/// the tokens cover them, else the oldest alone or all as one summary.
+/// Returns, while some still wait, when to look again and how many wait.
 pub(crate) fn release_held(
     alert: &PodAlert,
     ns: &str,
     st: &mut State,
     data: &Data,
     now: Timestamp,
+    out: &mut Outbox,
 ) -> Option<(Timestamp, usize)> {
     let podalert = (ns.to_string(), alert.name_any());
+    let live = wanted(alert);
     let mut limiter = data.limiter.lock().unwrap_or_else(PoisonError::into_inner);
     for (name, held) in st.held.iter_mut() {
-        let Some(sink) = st.sinks.get(name) else { continue };
+        if !live.contains(name) {
+            continue;
+        }
         while !held.is_empty() {
             let tokens = limiter.available(ns, now);
             if !limiter.try_take(ns, now) {
                 break;
             }
             match held.release(tokens) {
-                Some(Release::One(n)) => {
-                    sink.send(payload(name, *n), &data.metrics, name);
-                }
+                Some(Release::One(n)) => out.sends.push((name, payload(name, *n))),
                 Some(Release::Summary(all, more)) => {
-                    data.metrics.notifications.with_label_values(&[name, "summarized"]).inc_by(all.len() as u64);
+                    out.not_sent.push((name, "summarized", all.len() as u64));
                     let body = if *name == "slack" {
                         crate::throttle::slack_summary(&podalert, &all, more)
                     } else {
                         crate::throttle::webhook_summary(&podalert, &all, more, now)
                     };
-                    sink.send(body, &data.metrics, name);
+                    out.sends.push((name, body.into()));
                 }
                 None => break,
             }
@@ -195,10 +226,11 @@ pub(crate) fn release_held(
     (waiting > 0).then(|| (limiter.next_token(ns, now), waiting))
 }
 
-/// Sends Alertmanager the full list of alerts when something changed or a
-/// minute passed; returns when to send again (None: nothing to tell). A
-/// change takes a token of the namespace's rate limit; without one it goes
-/// with the minute's re-send.
+/// Alertmanager's full list of alerts, when something changed or a minute
+/// passed; returns when to send again (None: nothing to tell). A change
+/// takes a token of the namespace's rate limit; without one it goes with
+/// the minute's re-send.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn push_alertmanager(
     alert: &PodAlert,
     ns: &str,
@@ -207,8 +239,11 @@ pub(crate) fn push_alertmanager(
     data: &Data,
     changed: bool,
     now: Timestamp,
+    out: &mut Outbox,
 ) -> Option<Timestamp> {
-    let sink = st.sinks.get("alertmanager")?;
+    if !wanted(alert).contains("alertmanager") {
+        return None;
+    }
     let incidents = st.book.for_alertmanager(now);
     let changed = changed
         && (st.alertmanager.is_due(now)
@@ -216,7 +251,7 @@ pub(crate) fn push_alertmanager(
     let (send, next) = st.alertmanager.tick(!incidents.is_empty(), changed, now);
     if send {
         let body = alertmanager_alerts((ns, &alert.name_any()), &incidents, (rules.tail_lines, rules.max_bytes), now);
-        sink.send(body, &data.metrics, "alertmanager");
+        out.sends.push(("alertmanager", body.into()));
     }
     next
 }
