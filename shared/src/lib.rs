@@ -21,6 +21,7 @@
 //! | SIGTERM: stop taking work, finish in-flight reconciles, release, exit 0 | [`operator`] |
 //! | CRD files generated from the Rust types, drift check | [`crd`] |
 //! | watch caches of small projections, not whole objects; Pods by namespace | [`projection`], [`pods`] |
+//! | names and label values many cached objects repeat, held once | [`intern`] |
 //! | what an operator remembers of each custom resource between reconciles, dropped with the object | [`per_object`] |
 //!
 //! ## A minimal operator
@@ -80,6 +81,7 @@ pub mod debounce;
 pub mod duration;
 pub mod events;
 pub mod health;
+pub mod intern;
 pub mod leader;
 pub mod leadership;
 pub mod memory;

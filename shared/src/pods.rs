@@ -69,11 +69,13 @@ fn contains(set: &Scoped, scope: &Option<String>, key: &str) -> bool {
 
 /// A pod's labels as a view keeps them: a sorted list, not a `BTreeMap`
 /// (whose smallest node is ~550 bytes, per pod; issue 28), each key the
-/// one [`LabelKeys`] holds (an allocation per label per pod saved).
+/// one [`LabelKeys`] holds and each value interned ([`crate::intern`]: a
+/// Deployment's replicas share theirs) — an allocation per label per pod
+/// saved twice.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodLabels {
     /// The referenced keys the pod has, sorted by key.
-    pub labels: Box<[(Arc<str>, Box<str>)]>,
+    pub labels: Box<[(Arc<str>, Arc<str>)]>,
     /// They took more than [`MAX_LABEL_BYTES`]: none are kept, and no
     /// selector should match the pod on them.
     pub cut: bool,
@@ -92,7 +94,7 @@ impl PodLabels {
 
     /// Labels as a view keeps them, from `pairs` (for tests and fixtures).
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let mut labels: Vec<(Arc<str>, Box<str>)> = pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        let mut labels: Vec<(Arc<str>, Arc<str>)> = pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
         labels.sort();
         labels.dedup_by(|a, b| a.0 == b.0);
         PodLabels { labels: labels.into_boxed_slice(), cut: false }
@@ -174,7 +176,7 @@ impl LabelKeys {
             if bytes > MAX_LABEL_BYTES {
                 return PodLabels { labels: Box::default(), cut: true };
             }
-            kept.push((Arc::clone(key), Box::from(v.as_str())));
+            kept.push((Arc::clone(key), crate::intern::names().get(v)));
         }
         kept.sort();
         PodLabels { labels: kept.into_boxed_slice(), cut: false }

@@ -6,8 +6,10 @@
 //! [`MAX_MESSAGE_BYTES`], at most [`MAX_CONTAINERS`] containers.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::intern::names;
 use flotilla_shared::pods::{LabelKeys, PodLabels};
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
@@ -24,7 +26,8 @@ pub use container_id::ContainerId;
 pub struct Workload {
     /// The usual kinds are not allocated (memory per pod, issue 28).
     pub kind: Cow<'static, str>,
-    pub name: Box<str>,
+    /// Interned: a workload's pods share it.
+    pub name: Arc<str>,
 }
 
 impl std::fmt::Display for Workload {
@@ -72,7 +75,8 @@ impl State {
 /// One container (or init container) of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerView {
-    pub name: Box<str>,
+    /// Interned: pods of one workload share their containers' names.
+    pub name: Arc<str>,
     pub init: bool,
     pub ready: bool,
     pub restart_count: u32,
@@ -97,11 +101,13 @@ pub struct Trouble {
 }
 
 /// What pod-alert keeps of a pod. Strings are `Box<str>` (16 bytes, not a
-/// `String`'s 24) and the rare parts boxed: the view is per pod, and
+/// `String`'s 24), those many pods repeat interned
+/// ([`flotilla_shared::intern`]), and the rare parts boxed: the view is per pod, and
 /// 150,000 pods is Kubernetes' limit (`heap_budget.rs` counts it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
-    pub namespace: Box<str>,
+    /// Interned: a namespace's pods share it.
+    pub namespace: Arc<str>,
     pub name: Box<str>,
     pub uid: Box<str>,
     /// The labels some PodAlert's selector references.
@@ -185,7 +191,7 @@ fn state(s: Option<&ContainerState>) -> State {
 
 fn container(c: &ContainerStatus, init: bool) -> ContainerView {
     ContainerView {
-        name: c.name.as_str().into(),
+        name: names().get(&c.name),
         init,
         ready: c.ready,
         restart_count: u32::try_from(c.restart_count).unwrap_or(0),
@@ -196,17 +202,17 @@ fn container(c: &ContainerStatus, init: bool) -> ContainerView {
 
 /// The workload owning a pod (see [`Workload`]).
 pub fn workload_of(pod: &Pod) -> Workload {
-    let name: Box<str> = pod.metadata.name.as_deref().unwrap_or_default().into();
+    let name = names().get(pod.metadata.name.as_deref().unwrap_or_default());
     let owner = pod.metadata.owner_references.as_ref().and_then(|o| o.iter().find(|o| o.controller == Some(true)));
     let Some(owner) = owner else { return Workload { kind: Cow::Borrowed("Pod"), name } };
     if owner.kind == "ReplicaSet" && owner.api_version == "apps/v1" {
         let hash = pod.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
         let deployment = hash.and_then(|h| owner.name.strip_suffix(&format!("-{h}"))).filter(|d| !d.is_empty());
         if let Some(deployment) = deployment {
-            return Workload { kind: Cow::Borrowed("Deployment"), name: deployment.into() };
+            return Workload { kind: Cow::Borrowed("Deployment"), name: names().get(deployment) };
         }
     }
-    Workload { kind: known_kind(&owner.kind), name: owner.name.as_str().into() }
+    Workload { kind: known_kind(&owner.kind), name: names().get(&owner.name) }
 }
 
 /// An owner's kind, not allocated when it is one of the usual ones.
@@ -258,7 +264,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         containers.extend(init.chain(regular).take(MAX_CONTAINERS));
     }
     PodView {
-        namespace: meta.namespace.as_deref().unwrap_or_default().into(),
+        namespace: names().get(meta.namespace.as_deref().unwrap_or_default()),
         name: meta.name.as_deref().unwrap_or_default().into(),
         uid: meta.uid.as_deref().unwrap_or_default().into(),
         labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),

@@ -194,7 +194,7 @@ impl Data {
                 .pods
                 .state()
                 .iter()
-                .filter(|p| p.namespace == st.namespace && p.ephemeral.iter().any(|c| naming::added_by(&st.name, c)))
+                .filter(|p| *p.namespace == *st.namespace && p.ephemeral.iter().any(|c| naming::added_by(&st.name, c)))
                 .count();
             if left > 0 {
                 self.ctx.events.normal(

@@ -90,7 +90,7 @@ pub fn plan<'p>(
 ) -> Vec<PodPlan> {
     let mut out: Vec<PodPlan> = pods
         .into_iter()
-        .filter(|p| p.namespace == rule.namespace && !p.terminating && !p.mirror)
+        .filter(|p| *p.namespace == *rule.namespace && !p.terminating && !p.mirror)
         // Labels past what a view keeps match no selector.
         .filter(|p| p.labels.matched_by(rule.selector))
         .map(|p| PodPlan { pod: p.name.clone(), uid: p.uid.clone(), decision: decide(rule, p, memory, now) })
@@ -110,11 +110,11 @@ fn decide(rule: &Rule<'_>, pod: &PodView, memory: &Memory, now: Instant) -> Deci
     let target = match rule.target {
         Some(t) => t.to_string(),
         None => match pod.containers.first() {
-            Some(first) => first.clone(),
+            Some(first) => first.to_string(),
             None => return Decision::Wait { reason: "PodNotRunning" },
         },
     };
-    if !pod.containers.is_empty() && !pod.containers.contains(&target) {
+    if !pod.containers.is_empty() && !pod.containers.iter().any(|c| **c == *target) {
         return Decision::Skip {
             reason: "TargetNotFound",
             message: format!("the pod has no container {target:?} (containers: {})", pod.containers.join(", ")),
@@ -133,7 +133,7 @@ fn decide(rule: &Rule<'_>, pod: &PodView, memory: &Memory, now: Instant) -> Deci
     if !pod.running {
         return Decision::Wait { reason: "PodNotRunning" };
     }
-    if !pod.running_containers.contains(&target) {
+    if !pod.running_containers.iter().any(|c| **c == *target) {
         return Decision::Wait { reason: "TargetNotRunning" };
     }
     if let Some(r) = memory.refused.get(&key).filter(|r| now < r.retry_at) {

@@ -6,6 +6,9 @@
 //! container's termination message is its own to write) cut to
 //! [`MAX_MESSAGE_BYTES`], at most [`MAX_CONTAINERS`] names per list.
 
+use std::sync::Arc;
+
+use flotilla_shared::intern::names;
 use std::collections::BTreeMap;
 
 use flotilla_shared::pods::{LabelKeys, PodLabels};
@@ -40,7 +43,9 @@ pub struct ContainerState {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodView {
-    pub namespace: String,
+    /// Interned ([`flotilla_shared::intern`]), as the container names: a
+    /// namespace's pods, a workload's containers share them.
+    pub namespace: Arc<str>,
     pub name: String,
     pub uid: String,
     /// The labels some PodDebugger's selector references.
@@ -52,9 +57,9 @@ pub struct PodView {
     /// A static pod's mirror (the API cannot change it).
     pub mirror: bool,
     /// The containers, in order.
-    pub containers: Vec<String>,
+    pub containers: Vec<Arc<str>>,
     /// Containers whose state is running.
-    pub running_containers: Vec<String>,
+    pub running_containers: Vec<Arc<str>>,
     /// Ephemeral containers in the spec, in order.
     pub ephemeral: Vec<String>,
     /// Their states, by name.
@@ -94,7 +99,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         .into_iter()
         .flatten()
         .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-        .map(|c| c.name.clone())
+        .map(|c| names().get(&c.name))
         .take(MAX_CONTAINERS)
         .collect();
     let ephemeral_states = status
@@ -105,7 +110,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         .take(MAX_CONTAINERS)
         .collect();
     PodView {
-        namespace: meta.namespace.clone().unwrap_or_default(),
+        namespace: names().get(meta.namespace.as_deref().unwrap_or_default()),
         name: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone().unwrap_or_default(),
         labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
@@ -113,7 +118,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         terminating: meta.deletion_timestamp.is_some(),
         mirror: meta.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
         containers: spec
-            .map(|s| s.containers.iter().map(|c| c.name.clone()).take(MAX_CONTAINERS).collect())
+            .map(|s| s.containers.iter().map(|c| names().get(&c.name)).take(MAX_CONTAINERS).collect())
             .unwrap_or_default(),
         running_containers,
         ephemeral: spec
@@ -152,8 +157,8 @@ mod tests {
         let v = view(&pod, &keys);
         assert_eq!(v.labels, flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]));
         assert!(v.running && v.mirror && !v.terminating);
-        assert_eq!(v.containers, ["app", "side"]);
-        assert_eq!(v.running_containers, ["app"]);
+        assert_eq!(v.containers, [Arc::from("app"), Arc::from("side")]);
+        assert_eq!(v.running_containers, [Arc::from("app")]);
         assert_eq!(v.ephemeral, ["dbg-a-0123456789"]);
         let s = &v.ephemeral_states["dbg-a-0123456789"];
         assert_eq!((s.state, s.reason.as_str(), s.message.as_str()), ("Waiting", "ImagePullBackOff", "not found"));
