@@ -21,7 +21,7 @@
 //! | SIGTERM: stop taking work, finish in-flight reconciles, release, exit 0 | [`operator`] |
 //! | CRD files generated from the Rust types, drift check | [`crd`] |
 //! | watch caches of small projections, not whole objects; Pods by namespace | [`projection`], [`pods`] |
-//! | names and label values many cached objects repeat, held once | [`intern`] |
+//! | names and label values many cached objects repeat, held once; UIDs as 16 bytes | [`intern`], [`uid`] |
 //! | what an operator remembers of each custom resource between reconciles, dropped with the object | [`per_object`] |
 //!
 //! ## A minimal operator
@@ -95,6 +95,7 @@ pub mod selector;
 pub mod server;
 pub mod status;
 pub mod telemetry;
+pub mod uid;
 pub mod workqueue;
 
 pub use admission::{AdmissionGuard, AdmissionPolicyArgs};

@@ -21,8 +21,11 @@ use crate::pod::view;
 /// (`pod::ContainerId`) and the usual termination reasons not allocated,
 /// 935 with label keys shared (`LabelKeys`), 853 with the namespace, the
 /// workload's and containers' names and label values interned
-/// (`flotilla_shared::intern`). Issue 28's target is 300.
-const BUDGET: usize = 880;
+/// (`flotilla_shared::intern`), 809 with the UID as 16 bytes
+/// (`flotilla_shared::uid::Uid`), 702 with times as 8-byte seconds
+/// (`pod::Stamp`) and a waiting container's reason and message boxed.
+/// Issue 28's target is 300.
+const BUDGET: usize = 730;
 
 #[test]
 fn the_pod_cache_holds_at_most_its_budget_per_pod() {

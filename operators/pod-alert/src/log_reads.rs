@@ -27,7 +27,7 @@ fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool
         RunState::Terminated(t) => Some(t),
         _ => c.last_termination.as_ref(),
     };
-    let run = term.and_then(|t| t.finished_at.map(|finished| Run { started: t.started_at, finished }));
+    let run = term.and_then(|t| t.finished_at.get().map(|finished| Run { started: t.started_at.get(), finished }));
     (previous, run)
 }
 

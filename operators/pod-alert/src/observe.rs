@@ -4,8 +4,10 @@
 //! findings however many updates led to them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::uid::Uid;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::Reason;
@@ -78,8 +80,11 @@ impl Skip {
 /// lifetime count.
 #[derive(Debug, Clone, Default)]
 pub struct RestartHistory {
-    samples: HashMap<(String, String), Vec<(Timestamp, u32)>>,
+    samples: HashMap<Incarnation, Vec<(Timestamp, u32)>>,
 }
+
+/// A container of a pod: its pod's UID and its name.
+type Incarnation = (Uid, Arc<str>);
 
 impl RestartHistory {
     /// Records `count` for a container and returns its restarts within
@@ -90,11 +95,18 @@ impl RestartHistory {
     /// A container that never restarted has none to count and is not
     /// recorded (its baseline would be 0 anyway): recording every container
     /// of every pod cost a PodAlert over 10,000 pods ~6 MB (issue 28).
-    fn restarts_within(&mut self, uid: &str, container: &str, count: u32, now: Timestamp, window: Duration) -> u32 {
+    fn restarts_within(
+        &mut self,
+        uid: &Uid,
+        container: &Arc<str>,
+        count: u32,
+        now: Timestamp,
+        window: Duration,
+    ) -> u32 {
         if count == 0 {
             return 0;
         }
-        let samples = self.samples.entry((uid.to_string(), container.to_string())).or_default();
+        let samples = self.samples.entry((uid.clone(), Arc::clone(container))).or_default();
         if samples.last().is_none_or(|&(_, c)| c != count) {
             samples.push((now, count));
         }
@@ -111,8 +123,8 @@ impl RestartHistory {
     }
 
     /// Forgets containers of pods not seen in the last evaluation.
-    fn retain_pods(&mut self, seen: &std::collections::HashSet<&str>) {
-        self.samples.retain(|(uid, _), _| seen.contains(uid.as_str()));
+    fn retain_pods(&mut self, seen: &std::collections::HashSet<&Uid>) {
+        self.samples.retain(|(uid, _), _| seen.contains(uid));
     }
 
     pub fn len(&self) -> usize {
@@ -165,7 +177,7 @@ pub fn evaluate<'a>(
     let mut f = Findings::default();
     let mut seen = std::collections::HashSet::new();
     for pod in pods {
-        seen.insert(&*pod.uid);
+        seen.insert(&pod.uid);
         evaluate_pod(pod, rules, history, now, &mut f);
     }
     history.retain_pods(&seen);
@@ -190,7 +202,7 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
     if pod.scheduling_gated {
         return skip(f, Skip::SchedulingGated);
     }
-    let created = pod.created.unwrap_or(now);
+    let created = pod.created.get().unwrap_or(now);
     let mut found = Vec::new();
     if pod.phase == "Failed" && pod.reason() == "Evicted" {
         let message = pod.message().to_string();
@@ -218,7 +230,7 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
             .containers
             .iter()
             .filter_map(|c| match &c.state {
-                State::Waiting { reason, .. } if !reason.is_empty() => Some(format!("{}: {reason}", c.name)),
+                State::Waiting(w) if !w.reason.is_empty() => Some(format!("{}: {}", c.name, w.reason)),
                 _ => None,
             })
             .collect();
@@ -269,8 +281,8 @@ fn container_problem(
     now: Timestamp,
     restarts_allowed: bool,
 ) -> Option<Problem> {
-    let created = pod.created.unwrap_or(now);
-    let recent = |t: &Termination| t.finished_at.is_none_or(|at| elapsed(at, now) < rules.restart_window);
+    let created = pod.created.get().unwrap_or(now);
+    let recent = |t: &Termination| t.finished_at.get().is_none_or(|at| elapsed(at, now) < rules.restart_window);
     // Crashes (the container restarts): the last termination tells.
     if restarts_allowed {
         let in_window = history.restarts_within(&pod.uid, &c.name, c.restart_count, now, rules.restart_window);
@@ -279,7 +291,7 @@ fn container_problem(
             if in_window >= rules.restart_threshold || oom {
                 let reason = if oom { Reason::OOMKilled } else { Reason::CrashLoopBackOff };
                 let message = format!("{} restarts, last: {}", c.restart_count, describe(last));
-                let since = last.finished_at.unwrap_or(now);
+                let since = last.finished_at.get().unwrap_or(now);
                 let incarnation = Some(last.container_id.to_string()).filter(|s| !s.is_empty());
                 // Decided again when the log is read (the container may
                 // restart meanwhile); this is the fallback.
@@ -289,9 +301,10 @@ fn container_problem(
         }
     }
     match &c.state {
-        State::Waiting { reason, message } => {
+        State::Waiting(w) => {
+            let (reason, message) = (&w.reason, &w.message);
             let r = waiting_reason(reason)?;
-            let since = c.last_termination.as_ref().and_then(|t| t.finished_at).unwrap_or(created);
+            let since = c.last_termination.as_ref().and_then(|t| t.finished_at.get()).unwrap_or(created);
             let message = if message.is_empty() { reason.to_string() } else { format!("{reason}: {message}") };
             Some(problem(pod, &c.name, r, message, c.restart_count, since, None, false))
         }
@@ -299,7 +312,7 @@ fn container_problem(
         // the kubelet reports before restarting).
         State::Terminated(t) if failed(t) && (!restarts_allowed || &*t.reason == "OOMKilled") => {
             let reason = if &*t.reason == "OOMKilled" { Reason::OOMKilled } else { Reason::Error };
-            let since = t.finished_at.unwrap_or(now);
+            let since = t.finished_at.get().unwrap_or(now);
             let incarnation = Some(if t.container_id.is_empty() {
                 format!("{}/{}/{}", pod.uid, c.name, c.restart_count)
             } else {
@@ -308,7 +321,7 @@ fn container_problem(
             Some(problem(pod, &c.name, reason, describe(t), c.restart_count, since, incarnation, false))
         }
         State::Running { started_at } if !c.ready && !c.init && pod.phase == "Running" => {
-            let since = [pod.ready_changed, *started_at].into_iter().flatten().max().unwrap_or(created);
+            let since = [pod.ready_changed.get(), started_at.get()].into_iter().flatten().max().unwrap_or(created);
             let message = "running but not Ready (readiness probe failing)".to_string();
             Some(problem(pod, &c.name, Reason::NotReady, message, c.restart_count, since, None, false))
         }

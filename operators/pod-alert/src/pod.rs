@@ -11,12 +11,15 @@ use std::time::Duration;
 
 use flotilla_shared::intern::names;
 use flotilla_shared::pods::{LabelKeys, PodLabels};
+use flotilla_shared::uid::Uid;
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 mod container_id;
+mod stamp;
 pub use container_id::ContainerId;
+pub use stamp::Stamp;
 
 /// The workload a pod belongs to: its controller, followed from a
 /// ReplicaSet to its Deployment (by Kubernetes' naming: a Deployment's
@@ -42,8 +45,8 @@ pub struct Termination {
     /// The usual reasons (`OOMKilled`, `Error`, …) are not allocated.
     pub reason: Cow<'static, str>,
     pub exit_code: i32,
-    pub started_at: Option<Timestamp>,
-    pub finished_at: Option<Timestamp>,
+    pub started_at: Stamp,
+    pub finished_at: Stamp,
     /// The runtime's container ID: the incarnation that ended.
     pub container_id: ContainerId,
 }
@@ -51,19 +54,28 @@ pub struct Termination {
 /// A container's current state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
-    Waiting {
-        reason: Box<str>,
-        message: Box<str>,
-    },
+    /// Boxed (the reason and the message: 32 bytes) so that a state is 16.
+    Waiting(Box<Waiting>),
     Running {
-        started_at: Option<Timestamp>,
+        started_at: Stamp,
     },
     /// Boxed: most containers run, and a pod view's size is per pod.
     Terminated(Box<Termination>),
     Unknown,
 }
 
+/// Why a container waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: Box<str>,
+    pub message: Box<str>,
+}
+
 impl State {
+    pub fn waiting(reason: impl Into<Box<str>>, message: impl Into<Box<str>>) -> Self {
+        State::Waiting(Box::new(Waiting { reason: reason.into(), message: message.into() }))
+    }
+
     /// Whether a container's crashed run is the kubelet's `previous` log:
     /// only while a new run is alive; in back-off (or terminated) the
     /// newest run is the crashed one.
@@ -109,11 +121,11 @@ pub struct PodView {
     /// Interned: a namespace's pods share it.
     pub namespace: Arc<str>,
     pub name: Box<str>,
-    pub uid: Box<str>,
+    pub uid: Uid,
     /// The labels some PodAlert's selector references.
     pub labels: PodLabels,
     pub workload: Workload,
-    pub created: Option<Timestamp>,
+    pub created: Stamp,
     pub deleting: bool,
     /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
     pub phase: &'static str,
@@ -122,7 +134,7 @@ pub struct PodView {
     pub scheduling_gated: bool,
     /// The Ready condition's status and last transition.
     pub ready: bool,
-    pub ready_changed: Option<Timestamp>,
+    pub ready_changed: Stamp,
     /// Always, OnFailure or Never.
     pub restart_policy: &'static str,
     pub containers: Box<[ContainerView]>,
@@ -149,8 +161,8 @@ fn termination(t: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> Term
     Termination {
         reason: termination_reason(t.reason.as_deref()),
         exit_code: t.exit_code,
-        started_at: t.started_at.as_ref().map(|t| t.0),
-        finished_at: t.finished_at.as_ref().map(|t| t.0),
+        started_at: Stamp::of(t.started_at.as_ref()),
+        finished_at: Stamp::of(t.finished_at.as_ref()),
         container_id: ContainerId::parse(t.container_id.as_deref().unwrap_or_default()),
     }
 }
@@ -179,9 +191,9 @@ fn short(s: Option<&str>) -> Box<str> {
 fn state(s: Option<&ContainerState>) -> State {
     let Some(s) = s else { return State::Unknown };
     if let Some(w) = &s.waiting {
-        State::Waiting { reason: short(w.reason.as_deref()), message: short(w.message.as_deref()) }
+        State::Waiting(Box::new(Waiting { reason: short(w.reason.as_deref()), message: short(w.message.as_deref()) }))
     } else if let Some(r) = &s.running {
-        State::Running { started_at: r.started_at.as_ref().map(|t| t.0) }
+        State::Running { started_at: Stamp::of(r.started_at.as_ref()) }
     } else if let Some(t) = &s.terminated {
         State::Terminated(Box::new(termination(t)))
     } else {
@@ -266,16 +278,16 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
     PodView {
         namespace: names().get(meta.namespace.as_deref().unwrap_or_default()),
         name: meta.name.as_deref().unwrap_or_default().into(),
-        uid: meta.uid.as_deref().unwrap_or_default().into(),
+        uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
         labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         workload: workload_of(pod),
-        created: meta.creation_timestamp.as_ref().map(|t| t.0),
+        created: Stamp::of(meta.creation_timestamp.as_ref()),
         deleting: meta.deletion_timestamp.is_some(),
         phase: phase(status.and_then(|s| s.phase.as_deref())),
         trouble,
         scheduling_gated: spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()),
         ready: ready_cond.is_some_and(|c| c.status == "True"),
-        ready_changed: ready_cond.and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
+        ready_changed: Stamp::of(ready_cond.and_then(|c| c.last_transition_time.as_ref())),
         restart_policy: restart_policy(spec.and_then(|s| s.restart_policy.as_deref())),
         containers: containers.into_boxed_slice(),
     }
@@ -345,7 +357,7 @@ mod tests {
         assert_eq!(v.containers.len(), 1);
         let c = &v.containers[0];
         assert_eq!(c.restart_count, 4);
-        assert!(matches!(&c.state, State::Waiting { reason, .. } if &**reason == "CrashLoopBackOff"));
+        assert!(matches!(&c.state, State::Waiting(w) if &*w.reason == "CrashLoopBackOff"));
         let t = c.last_termination.as_ref().unwrap();
         assert_eq!((t.exit_code, t.container_id.to_string().as_str()), (1, "containerd://abc"));
         assert!(!v.ready);
@@ -374,9 +386,7 @@ mod tests {
         assert_eq!(v.containers.len(), MAX_CONTAINERS);
         assert_eq!(v.message().len(), MAX_MESSAGE_BYTES);
         assert!(
-            v.containers
-                .iter()
-                .all(|c| matches!(&c.state, State::Waiting { message, .. } if message.len() == MAX_MESSAGE_BYTES))
+            v.containers.iter().all(|c| matches!(&c.state, State::Waiting(w) if w.message.len() == MAX_MESSAGE_BYTES))
         );
     }
 

@@ -52,8 +52,8 @@ pub(crate) async fn dry_run(
         _ => None,
     })?;
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
-    let uid = plans.iter().find(|p| p.pod == pod).map(|p| p.uid.as_str()).unwrap_or_default();
-    let result = match add_container(&api, data, rule, container, (pod, uid, target), true).await {
+    let uid = plans.iter().find(|p| p.pod == pod).map(|p| p.uid.to_string()).unwrap_or_default();
+    let result = match add_container(&api, data, rule, container, (pod, &uid, target), true).await {
         Ok(_) => Ok(()),
         // The spec itself is refused (Pod Security, validation, a webhook).
         Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
@@ -99,7 +99,7 @@ pub(crate) async fn add(rule: &PodDebugger, ns: &str, container: &str, plans: &[
         .iter()
         .enumerate()
         .filter_map(|(i, p)| match &p.decision {
-            Decision::Add { target } => Some((i, p.pod.clone(), p.uid.clone(), target.clone())),
+            Decision::Add { target } => Some((i, p.pod.clone(), p.uid.to_string(), target.clone())),
             _ => None,
         })
         .collect();

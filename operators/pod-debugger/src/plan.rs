@@ -3,6 +3,7 @@
 //! (additions not yet seen by the watch, refusals in back-off). The
 //! executor only carries out `Add`s; every decision is taken here.
 
+use flotilla_shared::uid::Uid;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -47,9 +48,9 @@ impl Refusal {
 #[derive(Debug, Default)]
 pub struct Memory {
     /// Additions made but not yet in the watch's view of the pod.
-    pub added: HashMap<(String, String), Instant>,
+    pub added: HashMap<(Uid, String), Instant>,
     /// Refused additions.
-    pub refused: HashMap<(String, String), Refusal>,
+    pub refused: HashMap<(Uid, String), Refusal>,
 }
 
 /// How long an addition the watch has not shown yet counts as done.
@@ -76,7 +77,7 @@ pub enum Decision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodPlan {
     pub pod: String,
-    pub uid: String,
+    pub uid: Uid,
     pub decision: Decision,
 }
 
@@ -183,7 +184,7 @@ mod tests {
         PodView {
             namespace: "shop".into(),
             name: name.into(),
-            uid: format!("uid-{name}"),
+            uid: format!("uid-{name}").into(),
             labels: flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]),
             running: true,
             containers: vec!["app".into(), "side".into()],

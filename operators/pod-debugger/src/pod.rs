@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use flotilla_shared::intern::names;
+use flotilla_shared::uid::Uid;
 use std::collections::BTreeMap;
 
 use flotilla_shared::pods::{LabelKeys, PodLabels};
@@ -47,7 +48,7 @@ pub struct PodView {
     /// namespace's pods, a workload's containers share them.
     pub namespace: Arc<str>,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     /// The labels some PodDebugger's selector references.
     pub labels: PodLabels,
     /// Phase Running.
@@ -112,7 +113,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
     PodView {
         namespace: names().get(meta.namespace.as_deref().unwrap_or_default()),
         name: meta.name.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
+        uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
         labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
         terminating: meta.deletion_timestamp.is_some(),

@@ -78,7 +78,7 @@ pub(crate) fn additions(
                     kind: Some("Pod".into()),
                     namespace: Some(ns.to_string()),
                     name: Some(p.pod.clone()),
-                    uid: Some(p.uid.clone()),
+                    uid: Some(p.uid.to_string()),
                     ..ObjectReference::default()
                 };
                 data.ctx.events.normal(&pod_ref, "DebugContainerAdded", "AddEphemeralContainer", note);

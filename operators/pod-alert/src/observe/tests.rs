@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
 use crate::crd::PodAlertSpec;
-use crate::pod::Trouble;
+use crate::pod::{Stamp, Trouble};
 
 pub(crate) fn rules(extra: serde_json::Value) -> Rules {
     let mut spec = serde_json::json!({"alerts": {"checkRunningPods": true}});
@@ -25,20 +25,20 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
         uid: format!("uid-{name}").into(),
         labels: Default::default(),
         workload: Workload { kind: "Deployment".into(), name: workload.into() },
-        created: Some(t(0)),
+        created: t(0).into(),
         deleting: false,
         phase: "Running",
         trouble: None,
         scheduling_gated: false,
         ready: true,
-        ready_changed: Some(t(0)),
+        ready_changed: t(0).into(),
         restart_policy: "Always",
         containers: vec![ContainerView {
             name: "app".into(),
             init: false,
             ready: true,
             restart_count: 0,
-            state: State::Running { started_at: Some(t(0)) },
+            state: State::Running { started_at: t(0).into() },
             last_termination: None,
         }]
         .into(),
@@ -50,12 +50,12 @@ pub(crate) fn crashing(mut p: PodView, restarts: u32, at: i64, reason: &str) -> 
     let c = &mut p.containers[0];
     c.ready = false;
     c.restart_count = restarts;
-    c.state = State::Waiting { reason: "CrashLoopBackOff".into(), message: "back-off".into() };
+    c.state = State::waiting("CrashLoopBackOff", "back-off");
     c.last_termination = Some(Box::new(Termination {
         reason: reason.to_string().into(),
         exit_code: if reason == "OOMKilled" { 137 } else { 1 },
-        started_at: Some(t(at - 1)),
-        finished_at: Some(t(at)),
+        started_at: t(at - 1).into(),
+        finished_at: t(at).into(),
         container_id: format!("containerd://{}-{restarts}", p.uid).into(),
     }));
     p.ready = false;
@@ -96,7 +96,7 @@ fn restarts_are_counted_within_the_window_not_over_the_pods_life() {
     let old = crashing(pod("w", "web"), 40, -3600, "Error");
     assert!(evaluate([&old], &r, &mut h, t(0)).problems.is_empty(), "the last crash is an hour old");
     let mut later = crashing(pod("w", "web"), 41, 1199, "Error");
-    later.containers[0].state = State::Running { started_at: Some(t(1199)) };
+    later.containers[0].state = State::Running { started_at: t(1199).into() };
     later.containers[0].ready = true;
     let f = evaluate([&later], &r, &mut h, t(1200));
     assert!(f.problems.is_empty(), "1 restart in the window is below 3: {f:?}");
@@ -124,7 +124,7 @@ fn containers_that_never_restarted_are_not_remembered() {
 fn one_oom_kill_is_a_problem_with_its_incarnation() {
     let r = rules(serde_json::json!({}));
     let mut p = crashing(pod("w", "web"), 1, 95, "OOMKilled");
-    p.containers[0].state = State::Running { started_at: Some(t(96)) };
+    p.containers[0].state = State::Running { started_at: t(96).into() };
     let f = eval(&[p], &r, 100);
     assert_eq!(f.problems.len(), 1);
     assert_eq!(f.problems[0].key.reason, Reason::OOMKilled);
@@ -143,7 +143,7 @@ fn image_pull_and_config_errors_are_stuck_reasons() {
     ] {
         let mut p = pod("w", "web");
         p.phase = "Pending";
-        p.containers[0].state = State::Waiting { reason: waiting.into(), message: "x".into() };
+        p.containers[0].state = State::waiting(waiting, "x");
         let f = eval(&[p], &r, 10);
         assert_eq!(f.problems.len(), 1, "{waiting}");
         assert_eq!(f.problems[0].key.reason, want);
@@ -172,7 +172,7 @@ fn pending_unschedulable_and_not_started() {
         init: false,
         ready: false,
         restart_count: 0,
-        state: State::Waiting { reason: "ContainerCreating".into(), message: "".into() },
+        state: State::waiting("ContainerCreating", ""),
         last_termination: None,
     }]);
     let f = eval(&[p], &r, 10);
@@ -223,8 +223,8 @@ fn failed_containers_that_do_not_restart_and_evictions() {
     p.containers[0].state = State::Terminated(Box::new(Termination {
         reason: "Error".into(),
         exit_code: 2,
-        started_at: None,
-        finished_at: Some(t(50)),
+        started_at: Stamp::NONE,
+        finished_at: t(50).into(),
         container_id: "containerd://j".into(),
     }));
     let f = eval(&[p], &r, 100);
@@ -248,7 +248,7 @@ fn not_ready_counts_from_the_ready_transition() {
     let r = rules(serde_json::json!({}));
     let mut p = pod("w", "web");
     p.ready = false;
-    p.ready_changed = Some(t(40));
+    p.ready_changed = t(40).into();
     p.containers[0].ready = false;
     let f = eval(&[p], &r, 100);
     assert_eq!(f.problems[0].key.reason, Reason::NotReady);
