@@ -11,7 +11,8 @@
 //!   real node; kwok's simulated nodes; the processes.
 //! * [`aws`]: moto's Route53 behind the Route53-faithful proxy.
 //! * [`rbac`], [`admission_policy`], [`fixtures`], [`heap`]: what tests
-//!   grant, install, build and count.
+//!   grant, install, build and count; [`under_test`]: the operator a test
+//!   binary starts, and its CRDs.
 //! * [`harness`] is what tests use:
 //!
 //! ```no_run
@@ -31,6 +32,7 @@ pub mod fixtures;
 pub mod harness;
 pub mod heap;
 pub mod rbac;
+pub mod under_test;
 
 pub use build::assets::Assets;
 pub use cluster::control_plane::{ControlPlane, ExtraFlags, Options};

@@ -85,7 +85,7 @@ async fn wait_no_runners(client: &kube::Client, ns: &str, test: &str, what: &str
 #[tokio::test]
 async fn example_02_finishes_with_merged_results_and_a_failing_target_fails_its_verdict() {
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-main").await.unwrap();
     target(&client, &ns).await;
@@ -171,7 +171,7 @@ async fn example_02_finishes_with_merged_results_and_a_failing_target_fails_its_
 #[tokio::test]
 async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_removes_its_pods() {
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-fail").await.unwrap();
     target(&client, &ns).await;
@@ -250,7 +250,7 @@ async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_rem
 #[tokio::test]
 async fn a_simple_deployment_keeps_exactly_one_child() {
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-simple").await.unwrap();
     let operator = start_operator(&env, &ns);
@@ -293,7 +293,7 @@ async fn a_refused_child_is_reported_and_a_restricted_namespace_runs_it() {
     use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
     use kube::api::{Patch, PatchParams};
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-refused").await.unwrap();
     let restricted =

@@ -76,7 +76,7 @@ impl Drop for SvcNamespace<'_> {
 #[tokio::test]
 async fn a_namespace_called_svc_does_not_receive_a_loadtests_traffic() {
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-dns").await.unwrap();
     let _svc_ns = SvcNamespace::create(&env).await;
@@ -127,7 +127,7 @@ fn rand_u32() -> u32 {
 #[tokio::test]
 async fn a_target_that_changes_during_the_run_fails_it_and_stops_the_runners() {
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-target").await.unwrap();
     capture_pod(&client, &ns, "web", None).await;
@@ -201,7 +201,7 @@ async fn a_target_that_changes_during_the_run_fails_it_and_stops_the_runners() {
 #[tokio::test]
 async fn header_values_from_secrets_reach_the_target_and_nowhere_else() {
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-secret").await.unwrap();
     capture_pod(&client, &ns, "web", None).await;
@@ -262,7 +262,7 @@ async fn header_values_from_secrets_reach_the_target_and_nowhere_else() {
 #[tokio::test]
 async fn a_rerun_waits_out_the_min_rerun_interval() {
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-rerun").await.unwrap();
     capture_pod(&client, &ns, "web", None).await;
@@ -303,7 +303,7 @@ async fn a_rerun_waits_out_the_min_rerun_interval() {
 #[tokio::test]
 async fn runner_pods_per_namespace_stay_within_the_bound() {
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-room").await.unwrap();
     capture_pod(&client, &ns, "web", None).await;
@@ -387,16 +387,17 @@ async fn runner_pods_per_namespace_stay_within_the_bound() {
 async fn own_images_wait_for_the_admission_policy() {
     const POLICY: &str = "test-load-tester-loadtests";
     let env = node();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     flotilla_testenv::admission_policy::remove(&client, POLICY).await;
     let ns = env.namespace("lt-guard").await.unwrap();
     capture_pod(&client, &ns, "web", None).await;
     service(&client, &ns, "web", "web", false).await;
     wait_ready_endpoint(&client, &ns, "web", None).await;
-    let operator = start_operator_with_env(
-        &env,
-        &ns,
+    let operator = OPERATOR.start(
+        &env.kubeconfig,
+        Some(&ns),
+        &[],
         &[("REQUIRE_ADMISSION_POLICY", POLICY), ("ADMISSION_POLICY_CHECK_INTERVAL", "1s")],
     );
     // The runners' usual image, named: that is enough to be guarded.

@@ -13,7 +13,7 @@ use serde_json::json;
 #[tokio::test]
 async fn admission_rejects_what_would_fail_later() {
     let env = shared();
-    install_crds(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-admission").await.unwrap();
     let test = |t: serde_json::Value| json!({"replicas": 1, "test": t});

@@ -45,7 +45,7 @@ fn incident<'a>(s: &'a PodAlertStatus, workload: &str) -> Option<&'a pod_alert::
 #[tokio::test]
 async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold_down() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-crash").await.unwrap();
     let receiver = Receiver::start(1).await;
@@ -240,7 +240,7 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
 #[tokio::test]
 async fn a_missing_image_and_an_oom_kill_are_incidents_with_their_reasons() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-image").await.unwrap();
     let _operator = start_operator(&env, &ns, &[]);

@@ -47,7 +47,7 @@ fn sink<'a>(s: &'a PodAlertStatus, name: &str) -> Option<&'a pod_alert::crd::Sin
 #[tokio::test]
 async fn sinks_never_reach_the_operators_own_network_by_default() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-ssrf").await.unwrap();
     let receiver = Receiver::start(0).await;
@@ -95,7 +95,7 @@ async fn sinks_never_reach_the_operators_own_network_by_default() {
 #[tokio::test]
 async fn sink_errors_in_status_are_classes() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-classes").await.unwrap();
     let receiver = Receiver::start(0).await;
@@ -129,7 +129,7 @@ async fn sink_errors_in_status_are_classes() {
 #[tokio::test]
 async fn slack_shows_what_pods_write_uninterpreted() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-slack").await.unwrap();
     let receiver = Receiver::start(0).await;
@@ -170,7 +170,7 @@ async fn slack_shows_what_pods_write_uninterpreted() {
 #[tokio::test]
 async fn forty_podalerts_over_one_crash_loop_hold_each_tail_once_in_small_statuses() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-tails").await.unwrap();
     let operator = start_operator_with_chart_rbac(&env, &ns, &[]).await;
@@ -247,7 +247,7 @@ async fn forty_podalerts_over_one_crash_loop_hold_each_tail_once_in_small_status
 #[tokio::test]
 async fn notifications_over_the_namespace_rate_limit_wait_and_go_out_as_a_summary() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-flood").await.unwrap();
     let receiver = Receiver::start(0).await;
@@ -341,7 +341,7 @@ async fn notifications_over_the_namespace_rate_limit_wait_and_go_out_as_a_summar
 #[tokio::test]
 async fn pods_with_thousands_of_labels_are_matched_on_the_keys_selectors_use() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-labels").await.unwrap();
     let operator = start_operator_with_chart_rbac(&env, &ns, &[]).await;
@@ -431,7 +431,7 @@ async fn pods_with_thousands_of_labels_are_matched_on_the_keys_selectors_use() {
 #[tokio::test]
 async fn the_crashed_runs_log_even_when_the_next_run_starts_before_the_read() {
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-race").await.unwrap();
     let kubeconfig = chart_rbac_kubeconfig(&env, &ns).await;

@@ -18,7 +18,7 @@ const T: Duration = Duration::from_secs(40);
 #[tokio::test]
 async fn the_seeds_rule_without_an_alert_and_bad_values_are_refused_at_admission() {
     let env = shared();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-admission").await.unwrap();
     // The seed's Orchestr without spec.alerts.checkRunningPods.
@@ -44,7 +44,7 @@ async fn the_seeds_rule_without_an_alert_and_bad_values_are_refused_at_admission
 #[tokio::test]
 async fn cluster_scope_outside_trusted_namespaces_and_missing_secrets_are_conditions() {
     let env = shared();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-refuse").await.unwrap();
     let trusted = env.namespace("pa-trusted").await.unwrap();
@@ -106,7 +106,7 @@ async fn cluster_scope_outside_trusted_namespaces_and_missing_secrets_are_condit
 async fn all_namespaces_is_refused_while_the_admission_policy_is_missing() {
     const POLICY: &str = "test-pod-alert-podalerts";
     let env = shared();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     flotilla_testenv::admission_policy::remove(&client, POLICY).await;
     let ns = env.namespace("pa-guard").await.unwrap();

@@ -44,7 +44,7 @@ fn sleeper(name: &str, marker: &str) -> Value {
 async fn debug_containers_run_once_in_matching_pods_and_see_the_target() {
     let _one = ONE_OPERATOR.lock().await;
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pd-main").await.unwrap();
     let other_ns = env.namespace("pd-other").await.unwrap();
@@ -207,7 +207,7 @@ async fn debug_containers_run_once_in_matching_pods_and_see_the_target() {
 async fn a_restricted_namespace_refuses_sysadmin_and_gets_compliant_containers() {
     let _one = ONE_OPERATOR.lock().await;
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pd-restricted").await.unwrap();
     let label = json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}});
@@ -299,7 +299,7 @@ async fn debug_containers_wait_for_the_admission_policy() {
     const POLICY: &str = "test-pod-debugger-poddebuggers";
     let _one = ONE_OPERATOR.lock().await;
     let env = node();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     flotilla_testenv::admission_policy::remove(&client, POLICY).await;
     let ns = env.namespace("pd-guard").await.unwrap();
@@ -311,8 +311,9 @@ async fn debug_containers_wait_for_the_admission_policy() {
         (p.status.as_ref()?.phase.as_deref()? == "Running").then_some(())
     })
     .await;
-    let _operator = start_operator_with_env(
-        &env,
+    let _operator = OPERATOR.start(
+        &env.kubeconfig,
+        None,
         &[],
         &[("REQUIRE_ADMISSION_POLICY", POLICY), ("ADMISSION_POLICY_CHECK_INTERVAL", "1s")],
     );

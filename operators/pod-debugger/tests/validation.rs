@@ -23,7 +23,7 @@ fn rejected(r: Result<(), kube::Error>, what: &str) -> String {
 #[tokio::test]
 async fn admission_rejects_what_the_api_would_reject_later() {
     let env = shared();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pd-admission").await.unwrap();
     let sel = json!({"matchLabels": {"app": "payment"}});
@@ -57,7 +57,7 @@ async fn admission_rejects_what_the_api_would_reject_later() {
 #[tokio::test]
 async fn a_protected_namespace_is_refused_with_a_condition_and_an_event() {
     let env = shared();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pd-protected").await.unwrap();
     // The namespace is protected by flag here: the real kube-system is

@@ -4,12 +4,12 @@
 //! server that logs what each request carried.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_testenv::TestEnv;
 use flotilla_testenv::cluster::node::images::TOOLBOX_IMAGE;
 use flotilla_testenv::cluster::process::OperatorProcess;
+use flotilla_testenv::under_test::UnderTest;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -19,23 +19,18 @@ use serde_json::{Value, json};
 #[allow(unused_imports)]
 pub use load_tester::crd::{LoadTest, LoadTestStatus, SimpleDeployment};
 
+/// The operator under test: this build's, or `LOAD_TESTER_TEST_BINARY` (to
+/// run the same tests against another build, e.g. the one before a fix).
+pub const OPERATOR: UnderTest = UnderTest {
+    name: "load-tester",
+    other_build: "LOAD_TESTER_TEST_BINARY",
+    built: env!("CARGO_BIN_EXE_load-tester"),
+    crds: load_tester::crds,
+};
+
 /// The operator, watching `namespace` only (tests run side by side).
 pub fn start_operator(env: &TestEnv, namespace: &str) -> OperatorProcess {
-    start_operator_with_env(env, namespace, &[])
-}
-
-/// The operator, watching `namespace`, with `vars` in its environment
-/// (which every flag also reads, and an older build ignores).
-pub fn start_operator_with_env(env: &TestEnv, namespace: &str, vars: &[(&str, &str)]) -> OperatorProcess {
-    let args = vec![format!("--watch-namespace={namespace}"), "--log-format=text".to_string()];
-    OperatorProcess::start(&binary(), &env.kubeconfig, &args, vars).unwrap()
-}
-
-/// The binary under test: this build's, or `LOAD_TESTER_TEST_BINARY` (to
-/// run the same tests against another build, e.g. the one before a fix).
-pub fn binary() -> PathBuf {
-    std::env::var_os("LOAD_TESTER_TEST_BINARY")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_load-tester")), PathBuf::from)
+    OPERATOR.start(&env.kubeconfig, Some(namespace), &[], &[])
 }
 
 /// The operator as the chart runs it, watching `namespace`: the chart's
@@ -86,8 +81,7 @@ pub async fn start_operator_with_chart_rbac(env: &TestEnv, namespace: &str, vars
     }
     let account = account.expect("the chart binds a ServiceAccount");
     let kubeconfig = env.service_account_kubeconfig(namespace, &account).await.unwrap();
-    let args = vec![format!("--watch-namespace={namespace}"), "--log-format=text".to_string()];
-    OperatorProcess::start(&binary(), &kubeconfig, &args, vars).unwrap()
+    OPERATOR.start(&kubeconfig, Some(namespace), &[], vars)
 }
 
 /// A capture server: busybox httpd on :8080 in pod `name` (labels
@@ -146,10 +140,6 @@ pub async fn wait_ready_endpoint(client: &kube::Client, ns: &str, svc: &str, hos
 pub fn hits(env: &TestEnv, ns: &str, pod: &str) -> Vec<String> {
     let log = env.kubectl(&["logs", "-n", ns, pod]).unwrap_or_default();
     log.lines().filter(|l| l.starts_with("hit ")).map(str::to_string).collect()
-}
-
-pub async fn install_crds(env: &TestEnv) {
-    flotilla_testenv::harness::install_crds(&env.client().await, &load_tester::crds()).await.unwrap();
 }
 
 pub fn api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_testenv::cluster::process::{OperatorProcess, free_port};
 use flotilla_testenv::rbac::{Scope, account_with, rule};
+use flotilla_testenv::under_test::UnderTest;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -21,15 +22,17 @@ pub use pod_alert::crd::{PodAlert, PodAlertStatus};
 /// Admits the tests' receivers (on loopback) past the sink address policy,
 /// and lets Slack sinks post to them — as environment variables, which
 /// every flag also reads (and a build without those flags ignores: the
-/// attacks run against an older build too, see [`binary`]).
+/// attacks run against an older build too, see [`OPERATOR`]).
 pub const LOOPBACK_SINKS: [(&str, &str); 2] = [("ALLOWED_SINK_CIDRS", "127.0.0.0/8"), ("SLACK_HOSTS", "127.0.0.1")];
 
-/// The operator binary: this build's, or `POD_ALERT_TEST_BINARY` (to run
-/// the same attacks against another build, e.g. the one before a fix).
-pub fn binary() -> PathBuf {
-    std::env::var_os("POD_ALERT_TEST_BINARY")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pod-alert")), PathBuf::from)
-}
+/// The operator under test: this build's, or `POD_ALERT_TEST_BINARY` (to
+/// run the same attacks against another build, e.g. the one before a fix).
+pub const OPERATOR: UnderTest = UnderTest {
+    name: "pod-alert",
+    other_build: "POD_ALERT_TEST_BINARY",
+    built: env!("CARGO_BIN_EXE_pod-alert"),
+    crds: pod_alert::crds,
+};
 
 /// The operator, watching `namespace` only (tests share the node), with
 /// the tests' receivers admitted ([`LOOPBACK_SINKS`]).
@@ -40,9 +43,7 @@ pub fn start_operator(env: &TestEnv, namespace: &str, extra: &[&str]) -> Operato
 /// The operator with `kubeconfig`'s identity and only the flags and
 /// environment given.
 pub fn start_operator_as(kubeconfig: &Path, namespace: &str, extra: &[&str], vars: &[(&str, &str)]) -> OperatorProcess {
-    let mut args = vec![format!("--watch-namespace={namespace}"), "--log-format=text".to_string()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    OperatorProcess::start(&binary(), kubeconfig, &args, vars).unwrap()
+    OPERATOR.start(kubeconfig, Some(namespace), extra, vars)
 }
 
 /// The rules the chart gives the operator with `watchNamespace` set (a Role
@@ -156,10 +157,6 @@ impl SlowLogs {
         std::fs::write(&path, cfg).unwrap();
         Self { kubeconfig: path, log_reads }
     }
-}
-
-pub async fn install_crd(env: &TestEnv) {
-    flotilla_testenv::harness::install_crds(&env.client().await, &pod_alert::crds()).await.unwrap();
 }
 
 /// Creates a PodAlert from raw JSON (untyped: the tests send what a user

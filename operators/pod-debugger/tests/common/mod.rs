@@ -2,10 +2,10 @@
 //! objects sent untyped (as a user could), waits on status and pods.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_testenv::cluster::process::OperatorProcess;
+use flotilla_testenv::under_test::UnderTest;
 use flotilla_testenv::{TestEnv, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -14,28 +14,19 @@ use serde_json::{Value, json};
 
 pub use pod_debugger::crd::{PodDebugger, PodDebuggerStatus};
 
-/// The operator, with `extra` flags.
+/// The operator under test: this build's, or `POD_DEBUGGER_TEST_BINARY`
+/// (to run the same test against another build, e.g. the one before a fix).
+pub const OPERATOR: UnderTest = UnderTest {
+    name: "pod-debugger",
+    other_build: "POD_DEBUGGER_TEST_BINARY",
+    built: env!("CARGO_BIN_EXE_pod-debugger"),
+    crds: pod_debugger::crds,
+};
+
+/// The operator, cluster-wide (its tests' pods are on the shared node),
+/// with `extra` flags.
 pub fn start_operator(env: &TestEnv, extra: &[&str]) -> OperatorProcess {
-    start_operator_with_env(env, extra, &[])
-}
-
-/// The binary under test: this build's, or `POD_DEBUGGER_TEST_BINARY` (to
-/// run the same test against another build, e.g. the one before a fix).
-pub fn binary() -> PathBuf {
-    std::env::var_os("POD_DEBUGGER_TEST_BINARY")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pod-debugger")), PathBuf::from)
-}
-
-/// The operator, with `extra` flags and `vars` in its environment (which
-/// every flag also reads, and an older build ignores).
-pub fn start_operator_with_env(env: &TestEnv, extra: &[&str], vars: &[(&str, &str)]) -> OperatorProcess {
-    let mut args = vec!["--log-format=text".to_string()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    OperatorProcess::start(&binary(), &env.kubeconfig, &args, vars).unwrap()
-}
-
-pub async fn install_crd(env: &TestEnv) {
-    flotilla_testenv::harness::install_crds(&env.client().await, &pod_debugger::crds()).await.unwrap();
+    OPERATOR.start(&env.kubeconfig, None, extra, &[])
 }
 
 fn api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
