@@ -7,7 +7,7 @@
 //! | [`config`] | flags/env and their checks (bad → exit 2) |
 //! | [`zone`] | which hosted zone (and its cross-check with the domain) |
 //! | [`owner`] | the owner id derived from the cluster when none is given |
-//! | [`sync_loop`] | the Service cache and the level-triggered loop (leading edge, batching, backoff) |
+//! | [`controller`] | wiring (the Service cache, the grants' watch, the owner id) and the level-triggered loop's timing (leading edge, debounce, backoff) |
 //! | [`namespaces`] | the Namespace cache: each namespace's hostname grant (metadata watch, only the granted held) |
 //! | [`sync`] | one sync: desired, current, plan, apply, hand-offs |
 //! | [`desired`] | desired state: the records a Service asks for, and what of it is refused (grant, cap, TTL) |
@@ -28,6 +28,7 @@
 pub mod apply;
 pub mod batch;
 pub mod config;
+pub mod controller;
 pub mod desired;
 pub mod extdns;
 pub mod grant;
@@ -44,12 +45,11 @@ pub mod report;
 pub mod route53;
 pub mod service;
 pub mod sync;
-pub mod sync_loop;
 pub mod zone;
 
 pub use config::{Args, Config};
 pub use plan::{Plan, Policy, plan};
-pub use sync_loop::{Error, run};
+pub use controller::{Error, run};
 
 #[cfg(test)]
 mod heap_budget;
