@@ -12,7 +12,6 @@
 //! retried with backoff, however many events arrive meanwhile; a single
 //! refused name does not fail the sync (it is quarantined).
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::Context;
@@ -26,17 +25,15 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::desired::{Naming, resource_id};
+use crate::desired::resource_id;
 use crate::grant::HostnameAnnotations;
-use crate::insync::InsyncWatcher;
 use crate::metrics::DnsMetrics;
 use crate::namespaces::{self, Grants};
 use crate::owner;
-use crate::quarantine::Quarantine;
 use crate::report::Reporter;
 use crate::route53::{Route53, Route53Error, jittered_backoff};
 use crate::service::ServiceInfo;
-use crate::sync::{Syncer, sync_backoff};
+use crate::sync::{Caches, Synced, Syncer, sync_backoff};
 use crate::zone::resolve_zone;
 
 /// The controller label of the shared reconcile metrics and readiness gate.
@@ -164,34 +161,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         _ = shutdown.cancelled() => return Ok(()),
     }
 
-    let naming = Naming {
-        template: cfg.template.clone(),
-        prefix: cfg.prefix.clone(),
-        domain: zone.name.clone(),
-        default_ttl: cfg.ttl,
-        max_ttl: cfg.max_ttl,
-        max_hostnames: cfg.max_hostnames,
-        annotations: cfg.hostname_annotations,
-    };
     let reporter = Reporter::new(Some(ctx.events.clone()));
-    let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
-    let mut syncer = Syncer {
-        cfg: cfg.clone(),
-        owner_id,
-        zone,
-        naming,
-        r53,
-        metrics,
-        reporter,
-        insync,
-        store,
-        grants,
-        zone_cache: None,
-        listed: false,
-        first_planned: HashMap::new(),
-        held_since: None,
-        quarantine: Quarantine::new(cfg.interval.max(Duration::from_secs(300))),
-    };
+    let caches = Caches { services: store, grants };
+    let mut syncer = Syncer::new(cfg.clone(), owner_id, zone, r53, metrics.clone(), reporter, caches);
     // A standby keeps its cache warm; only the leader writes to the zone.
     if !ctx.is_leading() {
         tracing::info!("standing by: the cache is kept, the first sync waits for the lease");
@@ -226,7 +198,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // trickle in (a loaded API server) would otherwise send each of
         // them alone, one leading edge after the other.
         let mut leading = false;
-        if events.first.is_none() && syncer.held_since.is_none() {
+        if events.first.is_none() && syncer.held_since().is_none() {
             // Nothing pending: whatever stream there was has ended.
             events.stream_ended();
             let wake = syncer.next_retry().map_or(next_full, |t| next_full.min(t.into()));
@@ -247,13 +219,13 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // that are full (`hold`), and what has waited `--max-batch-delay`.
         let hold = !leading
             && loop {
-                let oldest = [events.first, syncer.held_since].into_iter().flatten().min();
+                let oldest = [events.first, syncer.held_since()].into_iter().flatten().min();
                 let cap = oldest.map_or(tokio::time::Instant::now(), |t| (t + cfg.max_batch_delay).into());
                 // Inside a stream (changes held, or events that came while a
                 // request was in flight), a pause of one debounce is not its
                 // end: a loaded API server stalls creations that long, and
                 // longer — see `Unsynced::stream_quiet`.
-                let quiet = if syncer.held_since.is_some() || streaming {
+                let quiet = if syncer.held_since().is_some() || streaming {
                     events.stream_quiet(check_every)
                 } else {
                     cfg.debounce
@@ -273,7 +245,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                     // request only if the full ones cannot carry it.
                     _ = tokio::time::sleep_until(due) => {
                         let held_is_oldest =
-                            syncer.held_since.is_some_and(|h| events.first.is_none_or(|f| h <= f));
+                            syncer.held_since().is_some_and(|h| events.first.is_none_or(|f| h <= f));
                         break due < paused && held_is_oldest;
                     }
                     _ = tokio::time::sleep_until(check), if check < due => break true,
@@ -301,7 +273,6 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // the burst, and the oldest held change with it, which is what cuts a
         // burst into more requests than its size needs.
         let full = tokio::time::Instant::now() >= next_full && !hold;
-        syncer.listed = false;
         // Leadership suspended mid-sync: the sync is dropped where it waits
         // (its zone copy with it, so the next sync lists the zone afresh).
         let outcome = tokio::select! {
@@ -320,17 +291,17 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         last_sync = tokio::time::Instant::now();
         reconcile.time.observe(took.as_secs_f64());
         reconcile.work_duration.observe(took.as_secs_f64());
-        syncer.metrics.sync_duration.observe(took.as_secs_f64());
+        metrics.sync_duration.observe(took.as_secs_f64());
         drop(running);
         reconcile.active.dec();
         ctx.readiness().set_synced(CONTROLLER);
         // A sync of thousands of records frees megabytes: give them back.
         flotilla_shared::memory::release_free_memory();
         match result {
-            Ok(()) => {
+            Ok(Synced { listed }) => {
                 failures = 0;
                 reconcile.success.inc();
-                if syncer.listed {
+                if listed {
                     next_full = tokio::time::Instant::now() + cfg.interval;
                 }
             }
@@ -339,7 +310,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 reconcile.error.inc();
                 reconcile.errors.inc();
                 reconcile.retries.inc();
-                syncer.metrics.sync_errors.inc();
+                metrics.sync_errors.inc();
                 let wait = sync_backoff(failures, &e, cfg.interval);
                 tracing::warn!(error = %Error::Route53(e), retry_in = ?wait, "sync failed; backing off with every pending change");
                 // Backoff: events arriving meanwhile wait for it.

@@ -48,8 +48,8 @@ pub mod sync;
 pub mod zone;
 
 pub use config::{Args, Config};
-pub use plan::{Plan, Policy, plan};
 pub use controller::{Error, run};
+pub use plan::{Plan, Policy, plan};
 
 #[cfg(test)]
 mod heap_budget;

@@ -25,29 +25,42 @@ use crate::route53::{FailureKind, Route53, Route53Error};
 use crate::service::ServiceInfo;
 use crate::zone::Zone;
 
-pub struct Syncer {
-    pub cfg: Config,
-    pub owner_id: String,
-    pub zone: Zone,
-    pub naming: Naming,
-    pub r53: Route53,
-    pub metrics: DnsMetrics,
-    pub reporter: Reporter,
-    pub insync: InsyncWatcher,
-    pub store: Store<ServiceInfo>,
+/// The caches a sync reads, once each, at its start.
+pub struct Caches {
+    pub services: Store<ServiceInfo>,
     /// The namespaces' hostname grants (empty unless `--hostname-annotations=namespace-allowed`).
     pub grants: Grants,
-    /// The zone as of the last sync (None: list it next time).
-    pub zone_cache: Option<Vec<RecordSet>>,
-    /// Whether the last sync listed the zone in full.
+}
+
+/// What the loop learns from a sync that went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Synced {
+    /// The zone was listed in full: the next full listing is due an
+    /// `--interval` from now.
     pub listed: bool,
+}
+
+/// The sync's state between two syncs. Private: only a sync changes it; the
+/// loop reads what it needs through methods.
+pub struct Syncer {
+    cfg: Config,
+    owner_id: String,
+    zone: Zone,
+    naming: Naming,
+    r53: Route53,
+    metrics: DnsMetrics,
+    reporter: Reporter,
+    insync: InsyncWatcher,
+    caches: Caches,
+    /// The zone as of the last sync (None: list it next time).
+    zone_cache: Option<Vec<RecordSet>>,
     /// When each unsent change (by name) was first planned: changes are
     /// sent oldest first.
-    pub first_planned: HashMap<String, Instant>,
+    first_planned: HashMap<String, Instant>,
     /// The oldest change the last sync held back for a fuller request.
-    pub held_since: Option<Instant>,
+    held_since: Option<Instant>,
     /// Names Route53 refused, each with its own backoff.
-    pub quarantine: Quarantine,
+    quarantine: Quarantine,
 }
 
 fn describe(records: &[RecordSet]) -> String {
@@ -106,6 +119,51 @@ fn refusal(g: &ChangeGroup, e: &Route53Error) -> String {
 }
 
 impl Syncer {
+    /// The state of the sync of `zone` for `owner_id`; the accepted changes
+    /// are watched until INSYNC (their Events told then) by a watcher
+    /// started here.
+    pub fn new(
+        cfg: Config,
+        owner_id: String,
+        zone: Zone,
+        r53: Route53,
+        metrics: DnsMetrics,
+        reporter: Reporter,
+        caches: Caches,
+    ) -> Self {
+        let naming = Naming {
+            template: cfg.template.clone(),
+            prefix: cfg.prefix.clone(),
+            domain: zone.name.clone(),
+            default_ttl: cfg.ttl,
+            max_ttl: cfg.max_ttl,
+            max_hostnames: cfg.max_hostnames,
+            annotations: cfg.hostname_annotations,
+        };
+        let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
+        let quarantine = Quarantine::new(cfg.interval.max(Duration::from_secs(300)));
+        Self {
+            cfg,
+            owner_id,
+            zone,
+            naming,
+            r53,
+            metrics,
+            reporter,
+            insync,
+            caches,
+            zone_cache: None,
+            first_planned: HashMap::new(),
+            held_since: None,
+            quarantine,
+        }
+    }
+
+    /// The oldest change the last sync held back for a fuller request.
+    pub fn held_since(&self) -> Option<Instant> {
+        self.held_since
+    }
+
     /// When a quarantined name is due for another try.
     pub fn next_retry(&self) -> Option<Instant> {
         self.quarantine.next_due()
@@ -124,9 +182,10 @@ impl Syncer {
     /// One sync. `full`: list the zone. `hold`: a stream of changes is still
     /// arriving: send the full requests and keep the rest for later, unless
     /// it holds a change that has waited `--max-batch-delay` (`batch::sending`).
-    pub async fn sync(&mut self, full: bool, hold: bool) -> Result<(), Route53Error> {
-        let services = self.store.state();
-        let grants = self.grants.snapshot();
+    pub async fn sync(&mut self, full: bool, hold: bool) -> Result<Synced, Route53Error> {
+        let services = self.caches.services.state();
+        let grants = self.caches.grants.snapshot();
+        let mut listed = false;
         let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut claims: Vec<Claim> = Vec::new();
         // Services skipped for bad input keep what they have.
@@ -177,7 +236,7 @@ impl Syncer {
             }
             _ => match self.r53.list(&self.zone.id).await {
                 Ok(c) => {
-                    self.listed = true;
+                    listed = true;
                     c
                 }
                 Err(e) => {
@@ -223,7 +282,7 @@ impl Syncer {
             self.reporter.end_sync(|_| false);
             self.metrics.last_success.set(unix_now());
             self.zone_cache = Some(current);
-            return Ok(());
+            return Ok(Synced { listed });
         }
 
         // Names back from quarantine go alone; those still waiting stay
@@ -310,7 +369,7 @@ impl Syncer {
             None => {
                 self.zone_cache = Some(update_zone(current, &applied));
                 self.metrics.last_success.set(unix_now());
-                Ok(())
+                Ok(Synced { listed })
             }
         }
     }
