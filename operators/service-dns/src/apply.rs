@@ -69,7 +69,7 @@ pub fn after_failure<'a>(batch: &[&'a ChangeGroup], e: &Route53Error) -> Next<'a
 /// Sends `groups` in as few requests as `limits` allow, and each of `alone`
 /// in a request of its own (names coming back from quarantine: if one
 /// fails again it must not take a full batch down with it). Deletions go
-/// first (`groups` is ordered so by `batch::oldest_first`): the deletions
+/// first (`groups` is ordered so by `hold::Hold::order`): the deletions
 /// among `alone`, then `groups`, then the rest of `alone`.
 pub async fn apply<'a, F, Fut>(
     groups: &'a [ChangeGroup],

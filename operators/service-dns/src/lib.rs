@@ -17,6 +17,7 @@
 //! | [`model`] | the record model shared by desired, current and plan: record sets, their keys, changes |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests): reading the zone and the claims, conflicts, changes |
 //! | [`batch`] | splitting a plan into requests within Route53's limits |
+//! | [`hold`] | the hold rule (pure): when the loop syncs, in which order changes go and how many while a stream goes on (nothing held past `--max-batch-delay`) |
 //! | [`apply`] | sending the batches; what a failure means (back off, or narrow down a refusal) |
 //! | [`quarantine`] | names Route53 keeps refusing, each with its own backoff |
 //! | [`insync`] | waiting for INSYNC off the loop, then the Events |
@@ -32,6 +33,7 @@ pub mod controller;
 pub mod desired;
 pub mod extdns;
 pub mod grant;
+pub mod hold;
 pub mod hostname;
 pub mod insync;
 pub mod metrics;

@@ -4,15 +4,16 @@
 //! the accepted changes go to the INSYNC watcher, the refused names to
 //! quarantine.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use flotilla_shared::projection::Store;
 
 use crate::apply::{Applied, apply, refresh_names, update_zone};
-use crate::batch::{Limits, oldest_first, sending};
+use crate::batch::Limits;
 use crate::config::Config;
 use crate::desired::{Claim, Desired, Naming, Wish, desired, resource_id};
+use crate::hold::{Hold, Sending};
 use crate::hostname::owner_txt_name;
 use crate::insync::{InsyncWatcher, Note};
 use crate::metrics::DnsMetrics;
@@ -54,11 +55,6 @@ pub struct Syncer {
     caches: Caches,
     /// The zone as of the last sync (None: list it next time).
     zone_cache: Option<Vec<RecordSet>>,
-    /// When each unsent change (by name) was first planned: changes are
-    /// sent oldest first.
-    first_planned: HashMap<String, Instant>,
-    /// The oldest change the last sync held back for a fuller request.
-    held_since: Option<Instant>,
     /// Names Route53 refused, each with its own backoff.
     quarantine: Quarantine,
 }
@@ -142,26 +138,7 @@ impl Syncer {
         };
         let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
         let quarantine = Quarantine::new(cfg.interval.max(Duration::from_secs(300)));
-        Self {
-            cfg,
-            owner_id,
-            zone,
-            naming,
-            r53,
-            metrics,
-            reporter,
-            insync,
-            caches,
-            zone_cache: None,
-            first_planned: HashMap::new(),
-            held_since: None,
-            quarantine,
-        }
-    }
-
-    /// The oldest change the last sync held back for a fuller request.
-    pub fn held_since(&self) -> Option<Instant> {
-        self.held_since
+        Self { cfg, owner_id, zone, naming, r53, metrics, reporter, insync, caches, zone_cache: None, quarantine }
     }
 
     /// When a quarantined name is due for another try.
@@ -179,10 +156,11 @@ impl Syncer {
         out
     }
 
-    /// One sync. `full`: list the zone. `hold`: a stream of changes is still
-    /// arriving: send the full requests and keep the rest for later, unless
-    /// it holds a change that has waited `--max-batch-delay` (`batch::sending`).
-    pub async fn sync(&mut self, full: bool, hold: bool) -> Result<Synced, Route53Error> {
+    /// One sync. `full`: list the zone. `sending`: all the changes, or
+    /// (a stream of changes still arriving) the full requests, as `hold`
+    /// says ([`Hold::sending`]): it orders the changes and keeps the time
+    /// each was first planned.
+    pub async fn sync(&mut self, full: bool, sending: Sending, hold: &mut Hold) -> Result<Synced, Route53Error> {
         let services = self.caches.services.state();
         let grants = self.caches.grants.snapshot();
         let mut listed = false;
@@ -253,7 +231,7 @@ impl Syncer {
             now: unix_now() as i64,
         };
         let mut p: Plan = plan_with(&claims, &keep, &current, &rules);
-        let since = oldest_first(&mut p.groups, &self.first_planned, Instant::now());
+        let since = hold.order(&mut p.groups, Instant::now());
         tracing::debug!(
             services = services.len(),
             records = current.len(),
@@ -305,29 +283,27 @@ impl Syncer {
         // Apply: whole batches; while a stream goes on, the full ones (and a
         // partial one holding a change overdue).
         let limits = Limits::default();
-        let count = sending(&normal, limits, hold, &since, Instant::now(), self.cfg.max_batch_delay);
+        let count = hold.sending(&since, &normal, limits, sending, Instant::now());
         let (to_send, held) = normal.split_at(count);
-        self.held_since = held.iter().filter_map(|g| since.get(&g.name)).min().copied();
         if !held.is_empty() {
             tracing::debug!(sending = to_send.len(), held = held.len(), "holding a partial request for more changes");
         }
         let (r53, zone_id) = (&self.r53, self.zone.id.as_str());
         let Applied { done, refused, unsent: _, outage } =
             apply(to_send, &alone, limits, |batch| async move { r53.change(zone_id, &batch).await }).await;
-        self.first_planned = since;
+        hold.sent(since, done.iter().flat_map(|(_, g)| g.iter().map(|g| g.name.as_str())));
         tracing::debug!(
             requests = done.len(),
             names = done.iter().map(|(_, g)| g.len()).sum::<usize>(),
             sizes = ?done.iter().map(|(_, g)| g.len()).collect::<Vec<_>>(),
             held = held.len(),
-            hold,
+            hold = sending == Sending::FullRequests,
             "applied"
         );
         let mut applied_records = 0i64;
         for (id, groups) in &done {
             let mut notes = Vec::new();
             for g in groups {
-                self.first_planned.remove(&g.name);
                 self.quarantine.release(&g.name);
                 for c in &g.changes {
                     let action = match c.action {
