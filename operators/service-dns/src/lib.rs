@@ -16,9 +16,9 @@
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`model`] | the record model shared by desired, current and plan: record sets, their keys, changes |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests): reading the zone and the claims, conflicts, changes |
-//! | [`batch`] | splitting a plan into requests within Route53's limits |
+//! | [`batch`] | splitting a plan into requests within Route53's limits; what an answer means for the requests that follow (back off, or narrow a refusal down) — pure |
 //! | [`hold`] | the hold rule (pure): when the loop syncs, in which order changes go and how many while a stream goes on (nothing held past `--max-batch-delay`) |
-//! | [`apply`] | sending the batches; what a failure means (back off, or narrow down a refusal) |
+//! | [`apply`] | sending the requests `batch` gives (writes only, each answer handed back to it); the zone copy after the writes |
 //! | [`quarantine`] | names Route53 keeps refusing, each with its own backoff |
 //! | [`insync`] | waiting for INSYNC off the loop, then the Events |
 //! | [`extdns`] | external-dns's TXT registry formats (for adoption) and the annotations taken as aliases of ours |

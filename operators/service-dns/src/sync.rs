@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use flotilla_shared::projection::Store;
 
-use crate::apply::{Applied, apply, refresh_names, update_zone};
-use crate::batch::Limits;
+use crate::apply::{apply, refresh_names, update_zone};
+use crate::batch::{Applied, Limits};
 use crate::config::Config;
 use crate::desired::{Claim, Desired, Naming, Wish, desired, resource_id};
 use crate::hold::{Hold, Sending};
