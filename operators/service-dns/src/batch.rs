@@ -178,7 +178,9 @@ mod tests {
     use super::*;
     use crate::desired::Claim;
     use crate::model::{RecordSet, RecordType};
+    use crate::plan::tests::{ME, arb_claims, arb_zone};
     use crate::plan::{Policy, plan};
+    use proptest::prelude::*;
 
     #[test]
     fn five_thousand_services_fit_in_few_requests() {
@@ -288,5 +290,32 @@ mod tests {
         assert_eq!(out.done.len(), 1);
         assert_eq!(out.unsent.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["s4.z"]);
         assert_eq!(out.outage.map(|e| e.code), Some("Throttling".to_string()));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Batches respect Route53's limits and keep each name's records
+        /// with its TXT; together they are the whole plan, in order.
+        #[test]
+        fn batches_respect_limits(
+            zone in arb_zone(),
+            claims in arb_claims(),
+            max_records in 2usize..12,
+            max_chars in 60usize..400,
+        ) {
+            let p = plan(&claims, &zone, ME, Policy::Sync);
+            let limits = Limits { max_records, max_chars };
+            let bs = batches(&p.groups, limits);
+            let mut flat = Vec::new();
+            for b in &bs {
+                let (recs, chars): (usize, usize) =
+                    b.iter().map(|g| (g.cost_records(), g.cost_chars())).fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
+                prop_assert!(b.len() == 1 || (recs <= max_records && chars <= max_chars), "batch over limits: {recs} {chars}");
+                prop_assert!(!b.is_empty());
+                flat.extend(b.iter().cloned().cloned());
+            }
+            prop_assert_eq!(flat, p.groups);
+        }
     }
 }

@@ -8,8 +8,8 @@
 //! stream, are gathered: a sync once the stream pauses, the requests that
 //! are full as they fill, and nothing held past `--max-batch-delay`.
 //!
-//! The loop ([`crate::controller`]) tells [`Hold`] of events and syncs and
-//! asks it how long to [`Hold::wait`]; the sync ([`crate::sync`]) asks it in
+//! The loop (`controller.rs`) tells [`Hold`] of events and syncs and asks
+//! it how long to [`Hold::wait`]; the sync (`sync.rs`) asks it in
 //! which order the planned changes go ([`Hold::order`]), how many of them to
 //! send ([`Hold::sending`]), and tells it what went ([`Hold::sent`]).
 
