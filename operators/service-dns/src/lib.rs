@@ -7,9 +7,10 @@
 //! | [`config`] | flags/env and their checks (bad → exit 2) |
 //! | [`zone`] | which hosted zone (and its cross-check with the domain) |
 //! | [`owner`] | the owner id derived from the cluster when none is given |
-//! | [`controller`] | wiring (the Service cache, the grants' watch, the owner id) and the level-triggered loop's timing (leading edge, debounce, backoff) |
+//! | [`controller`] | wiring (the Service cache, the grants' watch, the zone, the owner id) and the level-triggered loop: syncs when `hold` says, leadership, backoff after an outage, the reconcile metrics |
+//! | [`hold`] | the hold rule (pure): when the loop syncs (leading edge, debounce, a stream's pause), in which order changes go, how many go while a stream goes on; nothing held past `--max-batch-delay` |
 //! | [`namespaces`] | the Namespace cache: each namespace's hostname grant (metadata watch, only the granted held) |
-//! | [`sync`] | one sync: desired, current, plan, apply, hand-offs |
+//! | [`sync`] | one sync: snapshot (the caches read once; the zone listed, or its copy) → plan → apply → report (Events, metrics; accepted changes to `insync`, refused names to `quarantine`); its state private |
 //! | [`desired`] | desired state: the records a Service asks for, and what of it is refused (grant, cap, TTL) |
 //! | [`grant`] | `flotilla.dev/allowed-hostnames`: parsing and matching a namespace's grant; `--hostname-annotations` |
 //! | [`service`] | the few fields of a Service that are kept in the cache |
@@ -17,7 +18,6 @@
 //! | [`model`] | the record model shared by desired, current and plan: record sets, their keys, changes |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests): reading the zone and the claims, conflicts, changes |
 //! | [`batch`] | splitting a plan into requests within Route53's limits; what an answer means for the requests that follow (back off, or narrow a refusal down) — pure |
-//! | [`hold`] | the hold rule (pure): when the loop syncs, in which order changes go and how many while a stream goes on (nothing held past `--max-batch-delay`) |
 //! | [`apply`] | sending the requests `batch` gives (writes only, each answer handed back to it); the zone copy after the writes |
 //! | [`quarantine`] | names Route53 keeps refusing, each with its own backoff |
 //! | [`insync`] | waiting for INSYNC off the loop, then the Events |

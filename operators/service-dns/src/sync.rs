@@ -1,8 +1,11 @@
-//! One sync: desired from the Service cache (and the namespaces' hostname
-//! grants), current from Route53 (a full listing, or the copy kept between
-//! listings with the names back from quarantine read again), `plan`, apply;
-//! the accepted changes go to the INSYNC watcher, the refused names to
-//! quarantine.
+//! One sync, in the suite's steps: snapshot (desired from the Service cache
+//! and the namespaces' hostname grants, read once; current from Route53: a
+//! full listing, or the copy kept between listings with the names back from
+//! quarantine read again) → `plan` (then `hold` says how much goes now, and
+//! `batch` into which requests) → `apply` → report (Events, metrics; the
+//! accepted changes go to the INSYNC watcher, the refused names to
+//! quarantine). The loop only calls [`Syncer::sync`]; the state kept between
+//! syncs is private to this module.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant, SystemTime};
