@@ -1,76 +1,22 @@
-//! Applying a plan: a thin executor. It sends the batches in order and,
-//! when one fails, asks [`after_failure`] — a pure function, tested on its
-//! own — what that failure means: back off with everything (Route53
-//! unavailable or throttling), or narrow a refused batch down to the names
-//! Route53 refused so that the others still go out.
+//! Applying a plan: writes and nothing else. It sends the requests
+//! [`Requests`] (pure, in `batch.rs`) gives, and hands each answer back to
+//! it: what a failed write means — back off with everything, or narrow a
+//! refused request down to the names Route53 refused — is decided there,
+//! never here. Also the zone copy kept between listings, after the writes.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::future::Future;
 
-use crate::batch::{Limits, batches};
+use crate::batch::{Applied, Limits, Requests};
 use crate::model::{Action, RecordSet, RecordType};
-use crate::plan::{ChangeGroup, ChangeKind};
-use crate::route53::{FailureKind, Route53Error};
-
-/// What was sent.
-#[derive(Default)]
-pub struct Applied<'a> {
-    /// `(change id, groups)` Route53 accepted.
-    pub done: Vec<(String, Vec<&'a ChangeGroup>)>,
-    /// Names Route53 refused, each proven alone (or named in its answer).
-    pub refused: Vec<(&'a ChangeGroup, Route53Error)>,
-    /// Groups not applied because Route53 was unavailable or throttling:
-    /// the sync backs off with all of them.
-    pub unsent: Vec<&'a ChangeGroup>,
-    /// Why `unsent` is not empty.
-    pub outage: Option<Route53Error>,
-}
-
-/// What to do after a batch failed.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Next<'a> {
-    /// Route53 is unavailable or throttling: stop, back off with this batch
-    /// and every one after it. Splitting would send each name into the same
-    /// timeout (380 names × 5 s) or throttle.
-    BackOff,
-    /// Route53 refused the batch, naming these groups: they failed; send
-    /// the rest again as one batch.
-    Culprits { failed: Vec<&'a ChangeGroup>, rest: Vec<&'a ChangeGroup> },
-    /// Route53 refused the batch without saying which name: send each half
-    /// on its own (a bad name is found in log2(n) requests, not n).
-    Halves(Vec<&'a ChangeGroup>, Vec<&'a ChangeGroup>),
-    /// A batch of one name refused: that name failed.
-    Failed(&'a ChangeGroup),
-}
-
-/// Whether Route53's message names `name` (its messages say
-/// `[name='kube-x.example.com.', type='A']`).
-fn names(message: &str, name: &str) -> bool {
-    message.contains(&format!("name='{name}.'")) || message.contains(&format!("name='{name}'"))
-}
-
-/// The decision after `batch` failed with `e`.
-pub fn after_failure<'a>(batch: &[&'a ChangeGroup], e: &Route53Error) -> Next<'a> {
-    if e.kind() != FailureKind::Refused {
-        return Next::BackOff;
-    }
-    if let [one] = batch {
-        return Next::Failed(one);
-    }
-    let (failed, rest): (Vec<&ChangeGroup>, Vec<&ChangeGroup>) =
-        batch.iter().partition(|g| g.changes.iter().any(|c| names(&e.message, &c.record.name)));
-    if !failed.is_empty() && !rest.is_empty() {
-        return Next::Culprits { failed, rest };
-    }
-    let (a, b) = batch.split_at(batch.len() / 2);
-    Next::Halves(a.to_vec(), b.to_vec())
-}
+use crate::plan::ChangeGroup;
+use crate::route53::Route53Error;
 
 /// Sends `groups` in as few requests as `limits` allow, and each of `alone`
 /// in a request of its own (names coming back from quarantine: if one
-/// fails again it must not take a full batch down with it). Deletions go
-/// first (`groups` is ordered so by `batch::oldest_first`): the deletions
-/// among `alone`, then `groups`, then the rest of `alone`.
+/// fails again it must not take a full batch down with it), in the order
+/// [`Requests`] gives them; what each answer means (back off, narrow a
+/// refused request down) is [`Requests::answered`]'s to decide.
 pub async fn apply<'a, F, Fut>(
     groups: &'a [ChangeGroup],
     alone: &'a [ChangeGroup],
@@ -81,40 +27,12 @@ where
     F: FnMut(Vec<&'a ChangeGroup>) -> Fut,
     Fut: Future<Output = Result<String, Route53Error>>,
 {
-    let mut out = Applied::default();
-    let deletion = |g: &&ChangeGroup| g.kind == ChangeKind::Deleted;
-    let mut queue: VecDeque<Vec<&ChangeGroup>> = alone.iter().filter(deletion).map(|g| vec![g]).collect();
-    queue.extend(batches(groups, limits));
-    queue.extend(alone.iter().filter(|g| !deletion(g)).map(|g| vec![g]));
-    while let Some(batch) = queue.pop_front() {
-        let e = match send(batch.clone()).await {
-            Ok(id) => {
-                out.done.push((id, batch));
-                continue;
-            }
-            Err(e) => e,
-        };
-        match after_failure(&batch, &e) {
-            Next::BackOff => {
-                tracing::warn!(error = %e, names = batch.len(), "Route53 unavailable; backing off with the whole batch");
-                out.unsent.extend(batch);
-                out.unsent.extend(queue.drain(..).flatten());
-                out.outage = Some(e);
-            }
-            Next::Culprits { failed, rest } => {
-                tracing::warn!(error = %e, refused = failed.len(), "change batch refused; sending the rest again");
-                out.refused.extend(failed.into_iter().map(|g| (g, e.clone())));
-                queue.push_front(rest);
-            }
-            Next::Halves(a, b) => {
-                tracing::warn!(error = %e, names = batch.len(), "change batch refused; sending each half");
-                queue.push_front(b);
-                queue.push_front(a);
-            }
-            Next::Failed(g) => out.refused.push((g, e)),
-        }
+    let mut requests = Requests::new(groups, alone, limits);
+    while let Some(batch) = requests.next_request() {
+        let answer = send(batch.clone()).await;
+        requests.answered(batch, answer);
     }
-    out
+    requests.finish()
 }
 
 /// The zone after `groups` were applied to `zone`: the in-memory copy of
@@ -146,7 +64,7 @@ mod tests {
     use super::*;
     use crate::desired::Claim;
     use crate::model::{RecordSet, RecordType};
-    use crate::plan::{Policy, plan};
+    use crate::plan::{ChangeKind, Policy, plan};
 
     fn groups(n: usize) -> Vec<ChangeGroup> {
         let claims: Vec<Claim> = (0..n)
@@ -257,26 +175,6 @@ mod tests {
         })
         .await;
         assert_eq!(calls, [(1, ChangeKind::Deleted), (5, ChangeKind::Created)]);
-    }
-
-    #[test]
-    fn decisions() {
-        let gs = groups(3);
-        let refs: Vec<&ChangeGroup> = gs.iter().collect();
-        assert_eq!(after_failure(&refs, &err("Throttling", "")), Next::BackOff);
-        assert_eq!(after_failure(&refs[..1], &err("InvalidChangeBatch", "")), Next::Failed(refs[0]));
-        let txt_named = err(
-            "InvalidChangeBatch",
-            "Tried to delete resource record set [name='_flotilla-owner.s1.z.', type='TXT'] but the values provided do not match the current values",
-        );
-        assert_eq!(
-            after_failure(&refs, &txt_named),
-            Next::Culprits { failed: vec![refs[1]], rest: vec![refs[0], refs[2]] },
-            "the TXT of s1 names the group of s1"
-        );
-        assert!(
-            matches!(after_failure(&refs, &err("InvalidInput", "?")), Next::Halves(a, b) if a.len() == 1 && b.len() == 2)
-        );
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Splitting a plan into ChangeResourceRecordSets requests within Route53's
-//! limits, never separating a name's records from its ownership TXT.
+//! limits, never separating a name's records from its ownership TXT; and
+//! what Route53's answer to a request means for the requests that follow
+//! (back off, or narrow a refused request down to the names it refused).
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::collections::VecDeque;
 
 use crate::plan::{ChangeGroup, ChangeKind};
+use crate::route53::{FailureKind, Route53Error};
 
 /// Route53's per-request limits (UPSERT counted twice, as Route53 does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,50 +54,123 @@ pub fn full_batches(groups: &[ChangeGroup], limits: Limits) -> usize {
     batches.iter().rev().skip(1).map(Vec::len).sum()
 }
 
-/// How many of `groups` (ordered by [`oldest_first`], their times in
-/// `since`) a sync sends. When the stream of changes has ended (`hold`
-/// false): all. While it goes on: the full requests — and the last, partial
-/// one too when it holds a change first planned `max_wait`
-/// (`--max-batch-delay`) or longer before `now`: that change has waited long enough, and
-/// the request it goes in might as well carry everything pending. The
-/// oldest change is always in the first request, so a change that falls
-/// overdue while full requests exist goes with them, costing no request.
-pub fn sending(
-    groups: &[ChangeGroup],
-    limits: Limits,
-    hold: bool,
-    since: &HashMap<String, Instant>,
-    now: Instant,
-    max_wait: Duration,
-) -> usize {
-    if !hold {
-        return groups.len();
-    }
-    let full = full_batches(groups, limits);
-    let late = groups[full..]
-        .iter()
-        .any(|g| since.get(&g.name).is_some_and(|t| now.saturating_duration_since(*t) >= max_wait));
-    if late { groups.len() } else { full }
+/// What was sent.
+#[derive(Default)]
+pub struct Applied<'a> {
+    /// `(change id, groups)` Route53 accepted.
+    pub done: Vec<(String, Vec<&'a ChangeGroup>)>,
+    /// Names Route53 refused, each proven alone (or named in its answer).
+    pub refused: Vec<(&'a ChangeGroup, Route53Error)>,
+    /// Groups not applied because Route53 was unavailable or throttling:
+    /// the sync backs off with all of them.
+    pub unsent: Vec<&'a ChangeGroup>,
+    /// Why `unsent` is not empty.
+    pub outage: Option<Route53Error>,
 }
 
-/// Orders `groups` deletions first, then oldest first — by when each
-/// name's change was first planned (`first_planned`; new ones at `now`),
-/// then by name — so that a change held back for a fuller request goes out
-/// in the next one. Returns those times.
-///
-/// Deletions first: after an outage or a restart, a record of a Service
-/// deleted meanwhile still points at its ClusterIP, which the cluster may
-/// have given to another Service since; it must not wait behind thousands
-/// of creations (at `--route53-rps` a request or two a second).
-pub fn oldest_first(
-    groups: &mut [ChangeGroup],
-    first_planned: &HashMap<String, Instant>,
-    now: Instant,
-) -> HashMap<String, Instant> {
-    let since: HashMap<String, Instant> =
-        groups.iter().map(|g| (g.name.clone(), first_planned.get(&g.name).copied().unwrap_or(now))).collect();
-    groups.sort_by_cached_key(|g| (g.kind != ChangeKind::Deleted, since.get(&g.name).copied(), g.name.clone()));
-    since
+/// What to do after a batch failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next<'a> {
+    /// Route53 is unavailable or throttling: stop, back off with this batch
+    /// and every one after it. Splitting would send each name into the same
+    /// timeout (380 names × 5 s) or throttle.
+    BackOff,
+    /// Route53 refused the batch, naming these groups: they failed; send
+    /// the rest again as one batch.
+    Culprits { failed: Vec<&'a ChangeGroup>, rest: Vec<&'a ChangeGroup> },
+    /// Route53 refused the batch without saying which name: send each half
+    /// on its own (a bad name is found in log2(n) requests, not n).
+    Halves(Vec<&'a ChangeGroup>, Vec<&'a ChangeGroup>),
+    /// A batch of one name refused: that name failed.
+    Failed(&'a ChangeGroup),
+}
+
+/// Whether Route53's message names `name` (its messages say
+/// `[name='kube-x.example.com.', type='A']`).
+fn names(message: &str, name: &str) -> bool {
+    message.contains(&format!("name='{name}.'")) || message.contains(&format!("name='{name}'"))
+}
+
+/// The decision after `batch` failed with `e`.
+pub fn after_failure<'a>(batch: &[&'a ChangeGroup], e: &Route53Error) -> Next<'a> {
+    if e.kind() != FailureKind::Refused {
+        return Next::BackOff;
+    }
+    if let [one] = batch {
+        return Next::Failed(one);
+    }
+    let (failed, rest): (Vec<&ChangeGroup>, Vec<&ChangeGroup>) =
+        batch.iter().partition(|g| g.changes.iter().any(|c| names(&e.message, &c.record.name)));
+    if !failed.is_empty() && !rest.is_empty() {
+        return Next::Culprits { failed, rest };
+    }
+    let (a, b) = batch.split_at(batch.len() / 2);
+    Next::Halves(a.to_vec(), b.to_vec())
+}
+
+/// The requests of one sync, in the order they go, and what each answer
+/// means: pure (the writes are `apply`'s), so that every decision taken
+/// after a failed write is taken here, from its answer.
+pub struct Requests<'a> {
+    queue: VecDeque<Vec<&'a ChangeGroup>>,
+    out: Applied<'a>,
+}
+
+impl<'a> Requests<'a> {
+    /// `groups` in as few requests as `limits` allow, and each of `alone`
+    /// in a request of its own (names coming back from quarantine: if one
+    /// fails again it must not take a full batch down with it). Deletions go
+    /// first (`groups` is ordered so by `hold::Hold::order`): the deletions
+    /// among `alone`, then `groups`, then the rest of `alone`.
+    pub fn new(groups: &'a [ChangeGroup], alone: &'a [ChangeGroup], limits: Limits) -> Self {
+        let deletion = |g: &&ChangeGroup| g.kind == ChangeKind::Deleted;
+        let mut queue: VecDeque<Vec<&ChangeGroup>> = alone.iter().filter(deletion).map(|g| vec![g]).collect();
+        queue.extend(batches(groups, limits));
+        queue.extend(alone.iter().filter(|g| !deletion(g)).map(|g| vec![g]));
+        Self { queue, out: Applied::default() }
+    }
+
+    /// The next request to send (None: done, or backing off).
+    pub fn next_request(&mut self) -> Option<Vec<&'a ChangeGroup>> {
+        self.queue.pop_front()
+    }
+
+    /// Route53's answer to `batch`: accepted (its change id), or what the
+    /// failure means ([`after_failure`]) — the requests that follow change
+    /// accordingly.
+    pub fn answered(&mut self, batch: Vec<&'a ChangeGroup>, answer: Result<String, Route53Error>) {
+        let e = match answer {
+            Ok(id) => {
+                self.out.done.push((id, batch));
+                return;
+            }
+            Err(e) => e,
+        };
+        match after_failure(&batch, &e) {
+            Next::BackOff => {
+                tracing::warn!(error = %e, names = batch.len(), "Route53 unavailable; backing off with the whole batch");
+                self.out.unsent.extend(batch);
+                self.out.unsent.extend(self.queue.drain(..).flatten());
+                self.out.outage = Some(e);
+            }
+            Next::Culprits { failed, rest } => {
+                tracing::warn!(error = %e, refused = failed.len(), "change batch refused; sending the rest again");
+                self.out.refused.extend(failed.into_iter().map(|g| (g, e.clone())));
+                self.queue.push_front(rest);
+            }
+            Next::Halves(a, b) => {
+                tracing::warn!(error = %e, names = batch.len(), "change batch refused; sending each half");
+                self.queue.push_front(b);
+                self.queue.push_front(a);
+            }
+            Next::Failed(g) => self.out.refused.push((g, e)),
+        }
+    }
+
+    /// What was sent, once [`Requests::next_request`] has nothing more.
+    pub fn finish(self) -> Applied<'a> {
+        self.out
+    }
 }
 
 #[cfg(test)]
@@ -103,7 +178,9 @@ mod tests {
     use super::*;
     use crate::desired::Claim;
     use crate::model::{RecordSet, RecordType};
+    use crate::plan::tests::{ME, arb_claims, arb_zone};
     use crate::plan::{Policy, plan};
+    use proptest::prelude::*;
 
     #[test]
     fn five_thousand_services_fit_in_few_requests() {
@@ -164,80 +241,81 @@ mod tests {
         assert_eq!(batches(&gs[..4], limits).len(), 2);
     }
 
-    #[test]
-    fn a_partial_request_goes_mid_stream_only_with_an_overdue_change() {
-        let t0 = Instant::now();
-        let limits = Limits { max_records: 4, max_chars: 10_000 }; // 2 names per request
-        let mut gs = groups(&["a", "b", "c", "d", "e"]);
-        let first: HashMap<String, Instant> = [("a.z".to_string(), t0)].into();
-        let later = t0 + Duration::from_secs(10);
-        let since = oldest_first(&mut gs, &first, later);
-        let (now, wait) = (later + Duration::from_secs(5), Duration::from_secs(15));
-        // The stream has ended: everything.
-        assert_eq!(sending(&gs, limits, false, &since, now, wait), 5);
-        // Mid-stream, nothing overdue in the partial request: the full ones.
-        assert_eq!(sending(&gs, limits, true, &since, now, wait), 4, "a (overdue) goes in the first full request");
-        assert_eq!(
-            sending(&gs[..1], limits, true, &since, now, wait),
-            1,
-            "a alone is overdue: its partial request goes"
-        );
-        assert_eq!(sending(&gs[1..], limits, true, &since, now, wait), 2, "b..e: nothing overdue, d and e wait");
-        // 15 s after b..e were planned, e is overdue too: the partial goes.
-        assert_eq!(sending(&gs, limits, true, &since, later + wait, wait), 5);
+    fn err(code: &str, message: &str) -> Route53Error {
+        Route53Error::new("ChangeResourceRecordSets", code, message)
     }
 
     #[test]
-    fn deletions_go_before_creations_and_updates() {
-        // After a restart every change is new: by name, the deletion of
-        // zz.z (its Service gone, its ClusterIP maybe someone else's now)
-        // would go last.
-        let mut zone = Vec::new();
-        for g in groups(&["zz", "m"]) {
-            zone.extend(g.changes.into_iter().map(|c| c.record));
+    fn decisions() {
+        let gs = groups(&["s0", "s1", "s2"]);
+        let refs: Vec<&ChangeGroup> = gs.iter().collect();
+        assert_eq!(after_failure(&refs, &err("Throttling", "")), Next::BackOff);
+        assert_eq!(after_failure(&refs[..1], &err("InvalidChangeBatch", "")), Next::Failed(refs[0]));
+        let txt_named = err(
+            "InvalidChangeBatch",
+            "Tried to delete resource record set [name='_flotilla-owner.s1.z.', type='TXT'] but the values provided do not match the current values",
+        );
+        assert_eq!(
+            after_failure(&refs, &txt_named),
+            Next::Culprits { failed: vec![refs[1]], rest: vec![refs[0], refs[2]] },
+            "the TXT of s1 names the group of s1"
+        );
+        assert!(
+            matches!(after_failure(&refs, &err("InvalidInput", "?")), Next::Halves(a, b) if a.len() == 1 && b.len() == 2)
+        );
+    }
+
+    #[test]
+    fn a_refused_request_is_narrowed_from_its_answer() {
+        let gs = groups(&["s0", "s1", "s2", "s3", "s4"]);
+        let limits = Limits { max_records: 8, max_chars: 10_000 }; // 4 names per request
+        let mut r = Requests::new(&gs, &[], limits);
+        let first = r.next_request().unwrap_or_default();
+        assert_eq!(first.len(), 4);
+        // Refused, naming s1: s1 failed, s0, s2, s3 go again before s4.
+        let named = err(
+            "InvalidChangeBatch",
+            "Tried to create resource record set [name='s1.z.', type='A'] but it already exists",
+        );
+        r.answered(first, Err(named));
+        let again = r.next_request().unwrap_or_default();
+        assert_eq!(again.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["s0.z", "s2.z", "s3.z"]);
+        r.answered(again, Ok("C1".into()));
+        // Throttled: back off with it and everything after it.
+        let last = r.next_request().unwrap_or_default();
+        r.answered(last, Err(err("Throttling", "slow down")));
+        assert!(r.next_request().is_none());
+        let out = r.finish();
+        assert_eq!(out.refused.iter().map(|(g, _)| g.name.as_str()).collect::<Vec<_>>(), ["s1.z"]);
+        assert_eq!(out.done.len(), 1);
+        assert_eq!(out.unsent.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["s4.z"]);
+        assert_eq!(out.outage.map(|e| e.code), Some("Throttling".to_string()));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Batches respect Route53's limits and keep each name's records
+        /// with its TXT; together they are the whole plan, in order.
+        #[test]
+        fn batches_respect_limits(
+            zone in arb_zone(),
+            claims in arb_claims(),
+            max_records in 2usize..12,
+            max_chars in 60usize..400,
+        ) {
+            let p = plan(&claims, &zone, ME, Policy::Sync);
+            let limits = Limits { max_records, max_chars };
+            let bs = batches(&p.groups, limits);
+            let mut flat = Vec::new();
+            for b in &bs {
+                let (recs, chars): (usize, usize) =
+                    b.iter().map(|g| (g.cost_records(), g.cost_chars())).fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
+                prop_assert!(b.len() == 1 || (recs <= max_records && chars <= max_chars), "batch over limits: {recs} {chars}");
+                prop_assert!(!b.is_empty());
+                flat.extend(b.iter().cloned().cloned());
+            }
+            prop_assert_eq!(flat, p.groups);
         }
-        let mut claims: Vec<Claim> = ["a", "b", "c"]
-            .iter()
-            .map(|n| {
-                let resource = format!("service/ns/{n}");
-                let records = vec![RecordSet::new(format!("{n}.z"), RecordType::A, 300, vec!["10.0.0.9".into()])];
-                Claim { order: (0, resource.clone()), records, resource }
-            })
-            .collect();
-        claims.push(Claim {
-            resource: "service/ns/m".into(),
-            order: (0, "service/ns/m".into()),
-            records: vec![RecordSet::new("m.z", RecordType::A, 300, vec!["10.0.0.2".into()])],
-        });
-        let mut p = plan(&claims, &zone, "me", Policy::Sync).groups;
-        let since = oldest_first(&mut p, &HashMap::new(), Instant::now());
-        let order: Vec<(&str, ChangeKind)> = p.iter().map(|g| (g.name.as_str(), g.kind)).collect();
-        assert_eq!(
-            order,
-            [
-                ("zz.z", ChangeKind::Deleted),
-                ("a.z", ChangeKind::Created),
-                ("b.z", ChangeKind::Created),
-                ("c.z", ChangeKind::Created),
-                ("m.z", ChangeKind::Updated)
-            ]
-        );
-        // In requests of two names, the deletion is in the first.
-        let limits = Limits { max_records: 4, max_chars: 10_000 };
-        assert_eq!(batches(&p, limits)[0][0].name, "zz.z");
-        assert_eq!(sending(&p, limits, false, &since, Instant::now(), Duration::from_secs(15)), 5);
-    }
-
-    #[test]
-    fn held_changes_go_first() {
-        let t0 = Instant::now();
-        let later = t0 + std::time::Duration::from_secs(5);
-        let mut gs = groups(&["a", "b", "c"]);
-        let first: HashMap<String, Instant> = [("c.z".to_string(), t0)].into();
-        let since = oldest_first(&mut gs, &first, later);
-        let order: Vec<&str> = gs.iter().map(|g| g.name.as_str()).collect();
-        assert_eq!(order, ["c.z", "a.z", "b.z"], "c was held: it goes first; then by name");
-        assert_eq!(since["c.z"], t0);
-        assert_eq!(since["a.z"], later);
     }
 }

@@ -63,7 +63,7 @@ fn realistic(i: usize) -> Service {
 #[test]
 fn the_service_cache_holds_at_most_1_kib_per_service() {
     let services: Vec<Service> = (0..SERVICES).map(realistic).collect();
-    // Fed as the watch feeds it (sync_loop.rs): each Service becomes its
+    // Fed as the watch feeds it (controller.rs): each Service becomes its
     // ServiceInfo under its resource id.
     let ((store, _writer), heap) = heap_of(|| {
         let (store, mut writer) = projection::store::<ServiceInfo>();

@@ -7,17 +7,18 @@
 //! | [`config`] | flags/env and their checks (bad → exit 2) |
 //! | [`zone`] | which hosted zone (and its cross-check with the domain) |
 //! | [`owner`] | the owner id derived from the cluster when none is given |
-//! | [`sync_loop`] | the Service cache and the level-triggered loop (leading edge, batching, backoff) |
+//! | [`controller`] | wiring (the Service cache, the grants' watch, the zone, the owner id) and the level-triggered loop: syncs when `hold` says, leadership, backoff after an outage, the reconcile metrics |
+//! | [`hold`] | the hold rule (pure): when the loop syncs (leading edge, debounce, a stream's pause), in which order changes go, how many go while a stream goes on; nothing held past `--max-batch-delay` |
 //! | [`namespaces`] | the Namespace cache: each namespace's hostname grant (metadata watch, only the granted held) |
-//! | [`sync`] | one sync: desired, current, plan, apply, hand-offs |
+//! | [`sync`] | one sync: snapshot (the caches read once; the zone listed, or its copy) → plan → apply → report (Events, metrics; accepted changes to `insync`, refused names to `quarantine`); its state private |
 //! | [`desired`] | desired state: the records a Service asks for, and what of it is refused (grant, cap, TTL) |
 //! | [`grant`] | `flotilla.dev/allowed-hostnames`: parsing and matching a namespace's grant; `--hostname-annotations` |
 //! | [`service`] | the few fields of a Service that are kept in the cache |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`model`] | the record model shared by desired, current and plan: record sets, their keys, changes |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests): reading the zone and the claims, conflicts, changes |
-//! | [`batch`] | splitting a plan into requests within Route53's limits |
-//! | [`apply`] | sending the batches; what a failure means (back off, or narrow down a refusal) |
+//! | [`batch`] | splitting a plan into requests within Route53's limits; what an answer means for the requests that follow (back off, or narrow a refusal down) — pure |
+//! | [`apply`] | sending the requests `batch` gives (writes only, each answer handed back to it); the zone copy after the writes |
 //! | [`quarantine`] | names Route53 keeps refusing, each with its own backoff |
 //! | [`insync`] | waiting for INSYNC off the loop, then the Events |
 //! | [`extdns`] | external-dns's TXT registry formats (for adoption) and the annotations taken as aliases of ours |
@@ -28,9 +29,11 @@
 pub mod apply;
 pub mod batch;
 pub mod config;
+pub mod controller;
 pub mod desired;
 pub mod extdns;
 pub mod grant;
+pub mod hold;
 pub mod hostname;
 pub mod insync;
 pub mod metrics;
@@ -44,12 +47,11 @@ pub mod report;
 pub mod route53;
 pub mod service;
 pub mod sync;
-pub mod sync_loop;
 pub mod zone;
 
 pub use config::{Args, Config};
+pub use controller::{Error, run};
 pub use plan::{Plan, Policy, plan};
-pub use sync_loop::{Error, run};
 
 #[cfg(test)]
 mod heap_budget;

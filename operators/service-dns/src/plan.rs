@@ -38,7 +38,7 @@ mod changes;
 mod conflicts;
 mod reading;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use reading::{Claimant, Zone, is_ours_managed};
 

@@ -1,53 +1,65 @@
-//! One sync: desired from the Service cache (and the namespaces' hostname
-//! grants), current from Route53 (a full listing, or the copy kept between
-//! listings with the names back from quarantine read again), `plan`, apply;
-//! the accepted changes go to the INSYNC watcher, the refused names to
-//! quarantine.
+//! One sync, in the suite's steps: snapshot (desired from the Service cache
+//! and the namespaces' hostname grants, read once; current from Route53: a
+//! full listing, or the copy kept between listings with the names back from
+//! quarantine read again) → `plan` (then `hold` says how much goes now, and
+//! `batch` into which requests) → `apply` → report (Events, metrics; the
+//! accepted changes go to the INSYNC watcher, the refused names to
+//! quarantine). The loop only calls [`Syncer::sync`]; the state kept between
+//! syncs is private to this module.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use flotilla_shared::projection::Store;
 
-use crate::apply::{Applied, apply, refresh_names, update_zone};
-use crate::batch::{Limits, oldest_first, sending};
+use crate::apply::{apply, refresh_names, update_zone};
+use crate::batch::{Applied, Limits};
 use crate::config::Config;
 use crate::desired::{Claim, Desired, Naming, Wish, desired, resource_id};
+use crate::hold::{Hold, Sending};
 use crate::hostname::owner_txt_name;
 use crate::insync::{InsyncWatcher, Note};
 use crate::metrics::DnsMetrics;
 use crate::model::{Action, RecordSet};
 use crate::namespaces::Grants;
-use crate::plan::{ChangeGroup, ChangeKind, ConflictCause, Plan, Rules, plan_with};
+use crate::plan::{ChangeGroup, ChangeKind, Conflict, ConflictCause, Plan, Rules, plan_with};
 use crate::quarantine::Quarantine;
 use crate::report::{self, Reporter};
 use crate::route53::{FailureKind, Route53, Route53Error};
 use crate::service::ServiceInfo;
 use crate::zone::Zone;
 
-pub struct Syncer {
-    pub cfg: Config,
-    pub owner_id: String,
-    pub zone: Zone,
-    pub naming: Naming,
-    pub r53: Route53,
-    pub metrics: DnsMetrics,
-    pub reporter: Reporter,
-    pub insync: InsyncWatcher,
-    pub store: Store<ServiceInfo>,
+/// The caches a sync reads, once each, at its start.
+pub struct Caches {
+    pub services: Store<ServiceInfo>,
     /// The namespaces' hostname grants (empty unless `--hostname-annotations=namespace-allowed`).
     pub grants: Grants,
-    /// The zone as of the last sync (None: list it next time).
-    pub zone_cache: Option<Vec<RecordSet>>,
-    /// Whether the last sync listed the zone in full.
+}
+
+/// What the loop learns from a sync that went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Synced {
+    /// The zone was listed in full: the next full listing is due an
+    /// `--interval` from now.
     pub listed: bool,
-    /// When each unsent change (by name) was first planned: changes are
-    /// sent oldest first.
-    pub first_planned: HashMap<String, Instant>,
-    /// The oldest change the last sync held back for a fuller request.
-    pub held_since: Option<Instant>,
+}
+
+/// The sync's state between two syncs. Private: only a sync changes it; the
+/// loop reads what it needs through methods.
+pub struct Syncer {
+    cfg: Config,
+    owner_id: String,
+    zone: Zone,
+    naming: Naming,
+    r53: Route53,
+    metrics: DnsMetrics,
+    reporter: Reporter,
+    insync: InsyncWatcher,
+    caches: Caches,
+    /// The zone as of the last sync (None: list it next time).
+    zone_cache: Option<Vec<RecordSet>>,
     /// Names Route53 refused, each with its own backoff.
-    pub quarantine: Quarantine,
+    quarantine: Quarantine,
 }
 
 fn describe(records: &[RecordSet]) -> String {
@@ -106,6 +118,32 @@ fn refusal(g: &ChangeGroup, e: &Route53Error) -> String {
 }
 
 impl Syncer {
+    /// The state of the sync of `zone` for `owner_id`; the accepted changes
+    /// are watched until INSYNC (their Events told then) by a watcher
+    /// started here.
+    pub fn new(
+        cfg: Config,
+        owner_id: String,
+        zone: Zone,
+        r53: Route53,
+        metrics: DnsMetrics,
+        reporter: Reporter,
+        caches: Caches,
+    ) -> Self {
+        let naming = Naming {
+            template: cfg.template.clone(),
+            prefix: cfg.prefix.clone(),
+            domain: zone.name.clone(),
+            default_ttl: cfg.ttl,
+            max_ttl: cfg.max_ttl,
+            max_hostnames: cfg.max_hostnames,
+            annotations: cfg.hostname_annotations,
+        };
+        let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
+        let quarantine = Quarantine::new(cfg.interval.max(Duration::from_secs(300)));
+        Self { cfg, owner_id, zone, naming, r53, metrics, reporter, insync, caches, zone_cache: None, quarantine }
+    }
+
     /// When a quarantined name is due for another try.
     pub fn next_retry(&self) -> Option<Instant> {
         self.quarantine.next_due()
@@ -121,71 +159,25 @@ impl Syncer {
         out
     }
 
-    /// One sync. `full`: list the zone. `hold`: a stream of changes is still
-    /// arriving: send the full requests and keep the rest for later, unless
-    /// it holds a change that has waited `--max-batch-delay` (`batch::sending`).
-    pub async fn sync(&mut self, full: bool, hold: bool) -> Result<(), Route53Error> {
-        let services = self.store.state();
-        let grants = self.grants.snapshot();
-        let mut uids: BTreeMap<String, Option<String>> = BTreeMap::new();
-        let mut claims: Vec<Claim> = Vec::new();
-        // Services skipped for bad input keep what they have.
-        let mut keep: BTreeSet<String> = BTreeSet::new();
-        for svc in &services {
-            let resource = resource_id(&svc.namespace, &svc.name);
-            let uid = svc.uid.clone();
-            uids.insert(resource.clone(), uid.clone());
-            let Wish { desired, notices } = desired(svc, &self.naming, grants.get(&svc.namespace).map(|g| &**g));
-            for n in notices {
-                self.reporter.standing(&resource, uid.clone(), true, n.reason, "", n.message);
-            }
-            match desired {
-                Desired::Publish(c) => claims.push(c),
-                Desired::Skip { reason, message } => {
-                    self.reporter.standing(&resource, uid, false, reason, "", message);
-                }
-                Desired::Invalid { reason, message } => {
-                    keep.insert(resource.clone());
-                    self.reporter.standing(&resource, uid, true, reason, "", message);
-                }
-                Desired::Quiet => {}
-            }
-        }
-        let uid_of = |r: &str| uids.get(r).cloned().flatten();
-
-        // The zone: listed in full at every resync (and after an outage); in
-        // between, the copy kept up to date with our own changes, with the
-        // names coming back from quarantine read again.
+    /// One sync: snapshot (the caches read once, the zone as it is) →
+    /// plan → apply → report. `full`: list the zone. `sending`: all the
+    /// changes, or (a stream of changes still arriving) the full requests,
+    /// as `hold` says ([`Hold::sending`]): it orders the changes and keeps
+    /// the time each was first planned.
+    pub async fn sync(&mut self, full: bool, sending: Sending, hold: &mut Hold) -> Result<Synced, Route53Error> {
+        // Snapshot.
+        let wanted = self.wanted();
         let now = Instant::now();
         let due = self.quarantine.due(now);
-        let current = match self.zone_cache.take() {
-            Some(c) if !full => {
-                let mut names = HashSet::new();
-                let mut fresh = Vec::new();
-                for name in due.iter().flat_map(|n| self.names_to_read(n)) {
-                    match self.r53.records_at(&self.zone.id, &name).await {
-                        Ok(rs) => fresh.extend(rs),
-                        Err(e) => {
-                            self.zone_cache = Some(c);
-                            self.reporter.end_sync(|reason| reason != report::DRY_RUN);
-                            return Err(e);
-                        }
-                    }
-                    names.insert(name);
-                }
-                refresh_names(c, &names, fresh)
+        let (current, listed) = match self.current(full, &due).await {
+            Ok(current) => current,
+            Err(e) => {
+                self.reporter.end_sync(|reason| reason != report::DRY_RUN);
+                return Err(e);
             }
-            _ => match self.r53.list(&self.zone.id).await {
-                Ok(c) => {
-                    self.listed = true;
-                    c
-                }
-                Err(e) => {
-                    self.reporter.end_sync(|reason| reason != report::DRY_RUN);
-                    return Err(e);
-                }
-            },
         };
+
+        // Plan.
         let rules = Rules {
             owner_id: &self.owner_id,
             policy: self.cfg.policy,
@@ -193,37 +185,21 @@ impl Syncer {
             grace: i64::try_from(self.cfg.handover_grace.as_secs()).unwrap_or(i64::MAX),
             now: unix_now() as i64,
         };
-        let mut p: Plan = plan_with(&claims, &keep, &current, &rules);
-        let since = oldest_first(&mut p.groups, &self.first_planned, Instant::now());
+        let mut p: Plan = plan_with(&wanted.claims, &wanted.keep, &current, &rules);
+        let since = hold.order(&mut p.groups, Instant::now());
         tracing::debug!(
-            services = services.len(),
+            services = wanted.services,
             records = current.len(),
             changes = p.groups.len(),
             conflicts = p.conflicts.len(),
             quarantined = self.quarantine.len(),
             "planned"
         );
-        self.metrics.conflicts.set(p.conflicts.len() as i64);
-        for c in &p.conflicts {
-            if self.reporter.standing(&c.resource, uid_of(&c.resource), true, report::CONFLICT, &c.name, c.message()) {
-                self.metrics.conflicts_total.inc();
-                // The Event does not say which Service holds the name (it
-                // may be another namespace's); the operator's log does.
-                if let ConflictCause::OtherService(holder) = &c.cause {
-                    tracing::warn!(name = %c.name, resource = %c.resource, holder = %holder, "name held by another Service");
-                }
-            }
-        }
+        self.report_conflicts(&p.conflicts, &wanted);
         if self.cfg.dry_run {
-            for g in &p.groups {
-                let (reason, text) = note(g, true);
-                self.reporter.standing(&g.resource, uid_of(&g.resource), false, reason, &g.name, text);
-            }
-            self.metrics.managed_records.set(count_owned(&current, &self.owner_id) as i64);
-            self.reporter.end_sync(|_| false);
-            self.metrics.last_success.set(unix_now());
+            self.report_dry_run(&p.groups, &current, &wanted);
             self.zone_cache = Some(current);
-            return Ok(());
+            return Ok(Synced { listed });
         }
 
         // Names back from quarantine go alone; those still waiting stay
@@ -239,62 +215,41 @@ impl Syncer {
             rest.into_iter().partition(|g| self.quarantine.holds(&g.name, now));
         for (name, resource, text) in self.quarantine.notes() {
             if waiting.iter().any(|g| g.name == name) {
-                self.reporter.standing(resource, uid_of(resource), true, report::ROUTE53_ERROR, name, text.to_string());
+                self.reporter.standing(
+                    resource,
+                    wanted.uid_of(resource),
+                    true,
+                    report::ROUTE53_ERROR,
+                    name,
+                    text.to_string(),
+                );
             }
         }
-
-        // Apply: whole batches; while a stream goes on, the full ones (and a
+        // Whole requests; while a stream goes on, the full ones (and a
         // partial one holding a change overdue).
         let limits = Limits::default();
-        let count = sending(&normal, limits, hold, &since, Instant::now(), self.cfg.max_batch_delay);
+        let count = hold.sending(&since, &normal, limits, sending, Instant::now());
         let (to_send, held) = normal.split_at(count);
-        self.held_since = held.iter().filter_map(|g| since.get(&g.name)).min().copied();
         if !held.is_empty() {
             tracing::debug!(sending = to_send.len(), held = held.len(), "holding a partial request for more changes");
         }
+
+        // Apply.
         let (r53, zone_id) = (&self.r53, self.zone.id.as_str());
         let Applied { done, refused, unsent: _, outage } =
             apply(to_send, &alone, limits, |batch| async move { r53.change(zone_id, &batch).await }).await;
-        self.first_planned = since;
+        hold.sent(since, done.iter().flat_map(|(_, g)| g.iter().map(|g| g.name.as_str())));
         tracing::debug!(
             requests = done.len(),
             names = done.iter().map(|(_, g)| g.len()).sum::<usize>(),
             sizes = ?done.iter().map(|(_, g)| g.len()).collect::<Vec<_>>(),
             held = held.len(),
-            hold,
+            hold = sending == Sending::FullRequests,
             "applied"
         );
-        let mut applied_records = 0i64;
-        for (id, groups) in &done {
-            let mut notes = Vec::new();
-            for g in groups {
-                self.first_planned.remove(&g.name);
-                self.quarantine.release(&g.name);
-                for c in &g.changes {
-                    let action = match c.action {
-                        Action::Create => "create",
-                        Action::Upsert => "upsert",
-                        Action::Delete => "delete",
-                    };
-                    self.metrics.changes.with_label_values(&[action]).inc();
-                }
-                applied_records += g.after.len() as i64 - g.before.len() as i64;
-                let (reason, text) = note(g, false);
-                notes.push(Note { resource: g.resource.clone(), uid: uid_of(&g.resource), reason, text });
-            }
-            self.insync.watch(id.clone(), notes);
-        }
-        let now = Instant::now();
-        for (g, e) in &refused {
-            let text = refusal(g, e);
-            let wait = self.quarantine.refused(&g.name, now, &g.resource, &text);
-            tracing::warn!(name = %g.name, error = %e, retry_in = ?wait, "Route53 refused a name; quarantined");
-            self.reporter.standing(&g.resource, uid_of(&g.resource), true, report::ROUTE53_ERROR, &g.name, text);
-        }
-        self.metrics.quarantined.set(self.quarantine.len() as i64);
-        let before = count_owned(&current, &self.owner_id) as i64;
-        self.metrics.managed_records.set(before + applied_records);
-        self.reporter.end_sync(|_| false);
+
+        // Report.
+        self.report_applied(&done, &refused, &current, &wanted);
 
         // The copy of the zone: what Route53 accepted is in it; a refused
         // batch changed nothing (Route53 applies a batch whole or not at
@@ -310,9 +265,155 @@ impl Syncer {
             None => {
                 self.zone_cache = Some(update_zone(current, &applied));
                 self.metrics.last_success.set(unix_now());
-                Ok(())
+                Ok(Synced { listed })
             }
         }
+    }
+
+    /// Desired state from the caches, read once: the Services' claims, and
+    /// what a Service asks for that cannot be (reported on it).
+    fn wanted(&mut self) -> Wanted {
+        let services = self.caches.services.state();
+        let grants = self.caches.grants.snapshot();
+        let mut wanted = Wanted { services: services.len(), ..Wanted::default() };
+        for svc in &services {
+            let resource = resource_id(&svc.namespace, &svc.name);
+            let uid = svc.uid.clone();
+            wanted.uids.insert(resource.clone(), uid.clone());
+            let Wish { desired, notices } = desired(svc, &self.naming, grants.get(&svc.namespace).map(|g| &**g));
+            for n in notices {
+                self.reporter.standing(&resource, uid.clone(), true, n.reason, "", n.message);
+            }
+            match desired {
+                Desired::Publish(c) => wanted.claims.push(c),
+                Desired::Skip { reason, message } => {
+                    self.reporter.standing(&resource, uid, false, reason, "", message);
+                }
+                Desired::Invalid { reason, message } => {
+                    wanted.keep.insert(resource.clone());
+                    self.reporter.standing(&resource, uid, true, reason, "", message);
+                }
+                Desired::Quiet => {}
+            }
+        }
+        wanted
+    }
+
+    /// The zone: listed in full at every resync (and after an outage); in
+    /// between, the copy kept up to date with our own changes, with the
+    /// names coming back from quarantine (`due`) read again. Also whether
+    /// it was listed.
+    async fn current(&mut self, full: bool, due: &[String]) -> Result<(Vec<RecordSet>, bool), Route53Error> {
+        match self.zone_cache.take() {
+            Some(c) if !full => {
+                let mut names = HashSet::new();
+                let mut fresh = Vec::new();
+                for name in due.iter().flat_map(|n| self.names_to_read(n)) {
+                    match self.r53.records_at(&self.zone.id, &name).await {
+                        Ok(rs) => fresh.extend(rs),
+                        Err(e) => {
+                            // Nothing changed meanwhile: the copy stays.
+                            self.zone_cache = Some(c);
+                            return Err(e);
+                        }
+                    }
+                    names.insert(name);
+                }
+                Ok((refresh_names(c, &names, fresh), false))
+            }
+            _ => Ok((self.r53.list(&self.zone.id).await?, true)),
+        }
+    }
+
+    fn report_conflicts(&mut self, conflicts: &[Conflict], wanted: &Wanted) {
+        self.metrics.conflicts.set(conflicts.len() as i64);
+        for c in conflicts {
+            if self.reporter.standing(
+                &c.resource,
+                wanted.uid_of(&c.resource),
+                true,
+                report::CONFLICT,
+                &c.name,
+                c.message(),
+            ) {
+                self.metrics.conflicts_total.inc();
+                // The Event does not say which Service holds the name (it
+                // may be another namespace's); the operator's log does.
+                if let ConflictCause::OtherService(holder) = &c.cause {
+                    tracing::warn!(name = %c.name, resource = %c.resource, holder = %holder, "name held by another Service");
+                }
+            }
+        }
+    }
+
+    /// `--dry-run`: what would be done, as standing Events; nothing sent.
+    fn report_dry_run(&mut self, groups: &[ChangeGroup], current: &[RecordSet], wanted: &Wanted) {
+        for g in groups {
+            let (reason, text) = note(g, true);
+            self.reporter.standing(&g.resource, wanted.uid_of(&g.resource), false, reason, &g.name, text);
+        }
+        self.metrics.managed_records.set(count_owned(current, &self.owner_id) as i64);
+        self.reporter.end_sync(|_| false);
+        self.metrics.last_success.set(unix_now());
+    }
+
+    /// The accepted changes counted and handed to the INSYNC watcher (their
+    /// Events told there); the refused names quarantined and reported.
+    fn report_applied(
+        &mut self,
+        done: &[(String, Vec<&ChangeGroup>)],
+        refused: &[(&ChangeGroup, Route53Error)],
+        current: &[RecordSet],
+        wanted: &Wanted,
+    ) {
+        let mut applied_records = 0i64;
+        for (id, groups) in done {
+            let mut notes = Vec::new();
+            for g in groups {
+                self.quarantine.release(&g.name);
+                for c in &g.changes {
+                    let action = match c.action {
+                        Action::Create => "create",
+                        Action::Upsert => "upsert",
+                        Action::Delete => "delete",
+                    };
+                    self.metrics.changes.with_label_values(&[action]).inc();
+                }
+                applied_records += g.after.len() as i64 - g.before.len() as i64;
+                let (reason, text) = note(g, false);
+                notes.push(Note { resource: g.resource.clone(), uid: wanted.uid_of(&g.resource), reason, text });
+            }
+            self.insync.watch(id.clone(), notes);
+        }
+        let now = Instant::now();
+        for (g, e) in refused {
+            let text = refusal(g, e);
+            let wait = self.quarantine.refused(&g.name, now, &g.resource, &text);
+            tracing::warn!(name = %g.name, error = %e, retry_in = ?wait, "Route53 refused a name; quarantined");
+            self.reporter.standing(&g.resource, wanted.uid_of(&g.resource), true, report::ROUTE53_ERROR, &g.name, text);
+        }
+        self.metrics.quarantined.set(self.quarantine.len() as i64);
+        let before = count_owned(current, &self.owner_id) as i64;
+        self.metrics.managed_records.set(before + applied_records);
+        self.reporter.end_sync(|_| false);
+    }
+}
+
+/// What the Services want, as read from the cache at a sync's start.
+#[derive(Default)]
+struct Wanted {
+    /// How many Services the cache held.
+    services: usize,
+    claims: Vec<Claim>,
+    /// Services skipped for bad input keep what they have.
+    keep: BTreeSet<String>,
+    /// Each Service's UID (for the Events' object references).
+    uids: BTreeMap<String, Option<String>>,
+}
+
+impl Wanted {
+    fn uid_of(&self, resource: &str) -> Option<String> {
+        self.uids.get(resource).cloned().flatten()
     }
 }
 

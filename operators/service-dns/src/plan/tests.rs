@@ -1,11 +1,10 @@
 use super::*;
-use crate::batch::{Limits, batches};
 use crate::extdns;
 use crate::hostname::{owned_name_of_txt, owner_txt_name};
 use crate::model::Action;
 use proptest::prelude::*;
 
-const ME: &str = "me";
+pub(crate) const ME: &str = "me";
 
 fn a(name: &str, ip: &str) -> RecordSet {
     RecordSet::new(name, RecordType::A, 300, vec![ip.to_string()])
@@ -406,7 +405,7 @@ fn arb_foreign() -> impl Strategy<Value = RecordSet> {
         r
     })
 }
-fn arb_zone() -> impl Strategy<Value = Vec<RecordSet>> {
+pub(crate) fn arb_zone() -> impl Strategy<Value = Vec<RecordSet>> {
     // Records, foreign records, and for some names an ownership TXT
     // (ours, another owner's, or a non-flotilla TXT).
     (
@@ -435,7 +434,7 @@ fn arb_zone() -> impl Strategy<Value = Vec<RecordSet>> {
             z.into_values().collect()
         })
 }
-fn arb_claims() -> impl Strategy<Value = Vec<Claim>> {
+pub(crate) fn arb_claims() -> impl Strategy<Value = Vec<Claim>> {
     proptest::collection::vec((0u8..5, proptest::collection::vec(arb_record(), 1..3)), 0..6).prop_map(|cs| {
         let mut seen = BTreeSet::new();
         cs.into_iter()
@@ -628,22 +627,5 @@ proptest! {
             let one = Plan { groups: vec![g.clone()], ..Plan::default() };
             prop_assert!(apply(&taken, &one).is_err(), "a taken name was overwritten");
         }
-    }
-
-    /// Batches respect Route53's limits and keep each name's records
-    /// with its TXT; together they are the whole plan, in order.
-    #[test]
-    fn batches_respect_limits(zone in arb_zone(), claims in arb_claims(), max_records in 2usize..12, max_chars in 60usize..400) {
-        let p = plan(&claims, &zone, ME, Policy::Sync);
-        let limits = Limits { max_records, max_chars };
-        let bs = batches(&p.groups, limits);
-        let mut flat = Vec::new();
-        for b in &bs {
-            let (recs, chars): (usize, usize) = b.iter().map(|g| (g.cost_records(), g.cost_chars())).fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
-            prop_assert!(b.len() == 1 || (recs <= max_records && chars <= max_chars), "batch over limits: {recs} {chars}");
-            prop_assert!(!b.is_empty());
-            flat.extend(b.iter().cloned().cloned());
-        }
-        prop_assert_eq!(flat, p.groups);
     }
 }

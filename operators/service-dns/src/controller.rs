@@ -1,18 +1,15 @@
-//! The level-triggered loop: a Service cache (watch), the namespaces'
-//! hostname grants (a metadata watch, [`crate::namespaces`]), and a sync
-//! (see [`crate::sync`]) after Service or grant changes and every
-//! `--interval`.
+//! The controller: the wiring (a Service cache (watch), the namespaces'
+//! hostname grants (a metadata watch, [`crate::namespaces`]), the zone and
+//! the owner id) and the level-triggered loop: a sync (see [`crate::sync`])
+//! after Service or grant changes and every `--interval`.
 //!
-//! Batching costs nothing when there is nothing to batch: the first event
-//! on an idle loop is synced at once (leading edge: one request for one
-//! change). Events that arrive while a request is in flight, or during a
-//! stream, are gathered: a sync once the stream pauses for `--debounce`,
-//! full requests as they fill, and nothing held past `--max-batch-delay`.
+//! When to sync, and whether a sync sends everything or only the full
+//! requests of a stream of changes, is the hold rule's ([`crate::hold`]):
+//! the loop tells it of events and syncs, and sleeps as long as it says.
 //! A sync that failed because Route53 was unavailable or throttling is
 //! retried with backoff, however many events arrive meanwhile; a single
 //! refused name does not fail the sync (it is quarantined).
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::Context;
@@ -26,17 +23,16 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::desired::{Naming, resource_id};
+use crate::desired::resource_id;
 use crate::grant::HostnameAnnotations;
-use crate::insync::InsyncWatcher;
+use crate::hold::{Hold, Sending};
 use crate::metrics::DnsMetrics;
 use crate::namespaces::{self, Grants};
 use crate::owner;
-use crate::quarantine::Quarantine;
 use crate::report::Reporter;
 use crate::route53::{Route53, Route53Error, jittered_backoff};
 use crate::service::ServiceInfo;
-use crate::sync::{Syncer, sync_backoff};
+use crate::sync::{Caches, Synced, Syncer, sync_backoff};
 use crate::zone::resolve_zone;
 
 /// The controller label of the shared reconcile metrics and readiness gate.
@@ -164,34 +160,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         _ = shutdown.cancelled() => return Ok(()),
     }
 
-    let naming = Naming {
-        template: cfg.template.clone(),
-        prefix: cfg.prefix.clone(),
-        domain: zone.name.clone(),
-        default_ttl: cfg.ttl,
-        max_ttl: cfg.max_ttl,
-        max_hostnames: cfg.max_hostnames,
-        annotations: cfg.hostname_annotations,
-    };
     let reporter = Reporter::new(Some(ctx.events.clone()));
-    let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
-    let mut syncer = Syncer {
-        cfg: cfg.clone(),
-        owner_id,
-        zone,
-        naming,
-        r53,
-        metrics,
-        reporter,
-        insync,
-        store,
-        grants,
-        zone_cache: None,
-        listed: false,
-        first_planned: HashMap::new(),
-        held_since: None,
-        quarantine: Quarantine::new(cfg.interval.max(Duration::from_secs(300))),
-    };
+    let caches = Caches { services: store, grants };
+    let mut syncer = Syncer::new(cfg.clone(), owner_id, zone, r53, metrics.clone(), reporter, caches);
     // A standby keeps its cache warm; only the leader writes to the zone.
     if !ctx.is_leading() {
         tracing::info!("standing by: the cache is kept, the first sync waits for the lease");
@@ -206,11 +177,11 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     let reconcile = ctx.metrics.controller(CONTROLLER);
     let mut failures: u32 = 0;
     let mut next_full = tokio::time::Instant::now();
+    // When to sync and what to send: the hold rule (`hold.rs`), told of
+    // every event and sync.
+    let mut hold = Hold::new(cfg.debounce, cfg.max_batch_delay, cfg.debounce.max(BATCH_CHECK), Instant::now());
     // Startup counts as an event: the first sync covers every Service.
-    let mut events = Unsynced::default();
-    events.saw_one();
-    let mut last_sync = tokio::time::Instant::now();
-    let check_every = cfg.debounce.max(BATCH_CHECK);
+    hold.event(Instant::now());
     loop {
         // An event that arrived during the last sync: it was not sent with
         // the request then in flight, so it is batched with what follows
@@ -218,68 +189,47 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // a sync longer than the debounce would look like the stream's end).
         let streaming = rx.try_recv().is_ok();
         if streaming {
-            events.saw_one();
+            hold.event(Instant::now());
         }
         // Idle: wait for an event, a quarantined name's retry or the resync
-        // tick. An event on an idle loop is synced at once — idle meaning no
-        // sync for a `--debounce` either: a burst whose first creates
-        // trickle in (a loaded API server) would otherwise send each of
-        // them alone, one leading edge after the other.
+        // tick; an event on an idle loop may go at once (`Hold::leading_edge`).
         let mut leading = false;
-        if events.first.is_none() && syncer.held_since.is_none() {
+        if hold.idle() {
             // Nothing pending: whatever stream there was has ended.
-            events.stream_ended();
+            hold.stream_ended();
             let wake = syncer.next_retry().map_or(next_full, |t| next_full.min(t.into()));
             tokio::select! {
                 _ = tokio::time::sleep_until(wake) => {}
                 got = rx.recv() => match got {
                     Some(()) => {
-                        events.saw_one();
-                        leading = last_sync.elapsed() >= cfg.debounce;
+                        let now = Instant::now();
+                        hold.event(now);
+                        leading = hold.leading_edge(now);
                     }
                     None => break,
                 },
                 _ = shutdown.cancelled() => break,
             }
         }
-        // Gather the burst: sync everything once the stream pauses for a
-        // `--debounce`; meanwhile, every `check_every`, send the requests
-        // that are full (`hold`), and what has waited `--max-batch-delay`.
-        let hold = !leading
-            && loop {
-                let oldest = [events.first, syncer.held_since].into_iter().flatten().min();
-                let cap = oldest.map_or(tokio::time::Instant::now(), |t| (t + cfg.max_batch_delay).into());
-                // Inside a stream (changes held, or events that came while a
-                // request was in flight), a pause of one debounce is not its
-                // end: a loaded API server stalls creations that long, and
-                // longer — see `Unsynced::stream_quiet`.
-                let quiet = if syncer.held_since.is_some() || streaming {
-                    events.stream_quiet(check_every)
-                } else {
-                    cfg.debounce
-                };
-                let paused = events.last + quiet;
-                let due = paused.min(cap);
-                let check = last_sync + check_every;
+        // Gather the burst for as long as `Hold::wait` says; the full
+        // requests go at its `check`.
+        let sending = if leading {
+            Sending::All
+        } else {
+            loop {
+                let wait = hold.wait(streaming, Instant::now());
+                let check = wait.check.unwrap_or(wait.until);
                 tokio::select! {
                     got = rx.recv() => match got {
-                        Some(()) => events.saw_next(),
-                        None => break false,
+                        Some(()) => hold.event_in_stream(Instant::now()),
+                        None => break Sending::All,
                     },
-                    // The stream paused, or an event not yet planned waited
-                    // `--max-batch-delay`: send it all. A held change that
-                    // waited that long while the stream goes on goes with
-                    // the full requests instead (`batch::sending`): a partial
-                    // request only if the full ones cannot carry it.
-                    _ = tokio::time::sleep_until(due) => {
-                        let held_is_oldest =
-                            syncer.held_since.is_some_and(|h| events.first.is_none_or(|f| h <= f));
-                        break due < paused && held_is_oldest;
-                    }
-                    _ = tokio::time::sleep_until(check), if check < due => break true,
-                    _ = shutdown.cancelled() => break false,
+                    _ = tokio::time::sleep_until(wait.until.into()) => break wait.then,
+                    _ = tokio::time::sleep_until(check.into()), if wait.check.is_some() => break Sending::FullRequests,
+                    _ = shutdown.cancelled() => break Sending::All,
                 }
-            };
+            }
+        };
         if shutdown.is_cancelled() {
             break;
         }
@@ -291,7 +241,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 break;
             }
         }
-        events.first = None;
+        hold.sync_starts();
         reconcile.active.inc();
         let running = reconcile.running.start();
         let started = Instant::now();
@@ -300,37 +250,36 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         // thousands of records between two full requests delays the rest of
         // the burst, and the oldest held change with it, which is what cuts a
         // burst into more requests than its size needs.
-        let full = tokio::time::Instant::now() >= next_full && !hold;
-        syncer.listed = false;
+        let full = tokio::time::Instant::now() >= next_full && sending == Sending::All;
         // Leadership suspended mid-sync: the sync is dropped where it waits
         // (its zone copy with it, so the next sync lists the zone afresh).
         let outcome = tokio::select! {
             biased;
             () = ctx.suspended() => None,
-            r = syncer.sync(full, hold) => Some(r),
+            r = syncer.sync(full, sending, &mut hold) => Some(r),
         };
         let Some(result) = outcome else {
             drop(running);
             reconcile.active.dec();
             tracing::warn!("sync cancelled: leadership suspended");
-            events.saw_one();
+            hold.event(Instant::now());
             continue;
         };
         let took = started.elapsed();
-        last_sync = tokio::time::Instant::now();
+        hold.synced(Instant::now());
         reconcile.time.observe(took.as_secs_f64());
         reconcile.work_duration.observe(took.as_secs_f64());
-        syncer.metrics.sync_duration.observe(took.as_secs_f64());
+        metrics.sync_duration.observe(took.as_secs_f64());
         drop(running);
         reconcile.active.dec();
         ctx.readiness().set_synced(CONTROLLER);
         // A sync of thousands of records frees megabytes: give them back.
         flotilla_shared::memory::release_free_memory();
         match result {
-            Ok(()) => {
+            Ok(Synced { listed }) => {
                 failures = 0;
                 reconcile.success.inc();
-                if syncer.listed {
+                if listed {
                     next_full = tokio::time::Instant::now() + cfg.interval;
                 }
             }
@@ -339,7 +288,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                 reconcile.error.inc();
                 reconcile.errors.inc();
                 reconcile.retries.inc();
-                syncer.metrics.sync_errors.inc();
+                metrics.sync_errors.inc();
                 let wait = sync_backoff(failures, &e, cfg.interval);
                 tracing::warn!(error = %Error::Route53(e), retry_in = ?wait, "sync failed; backing off with every pending change");
                 // Backoff: events arriving meanwhile wait for it.
@@ -347,7 +296,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
                     _ = tokio::time::sleep(wait) => {}
                     _ = shutdown.cancelled() => break,
                 }
-                events.saw_one();
+                hold.event(Instant::now());
             }
         }
     }
@@ -394,79 +343,4 @@ fn watch_grants(
         }
     });
     (grants, task)
-}
-
-/// The Service events not yet covered by a sync.
-struct Unsynced {
-    /// When the first of them came (None: there are none).
-    first: Option<Instant>,
-    /// When the last one came: the stream has paused when this is old.
-    last: tokio::time::Instant,
-    /// The longest pause between two events of the current stream, as seen
-    /// while gathering (a pause across a sync measures the sync, not the
-    /// stream, and is not counted).
-    longest_gap: Duration,
-}
-
-impl Default for Unsynced {
-    fn default() -> Self {
-        Self { first: None, last: tokio::time::Instant::now(), longest_gap: Duration::ZERO }
-    }
-}
-
-impl Unsynced {
-    /// An event seen after a sync (or on an idle loop): no gap measured.
-    fn saw_one(&mut self) {
-        self.first.get_or_insert_with(Instant::now);
-        self.last = tokio::time::Instant::now();
-    }
-
-    /// An event seen while gathering a stream: the pause before it counts.
-    fn saw_next(&mut self) {
-        let now = tokio::time::Instant::now();
-        self.longest_gap = self.longest_gap.max(now.saturating_duration_since(self.last));
-        self.first.get_or_insert_with(Instant::now);
-        self.last = now;
-    }
-
-    fn stream_ended(&mut self) {
-        self.longest_gap = Duration::ZERO;
-    }
-
-    /// How long a stream must pause before its partial request is sent:
-    /// at least `check_every`, and twice the longest pause the stream has
-    /// already had. A stream whose creations stall for 1.5 s now and then
-    /// (an API server on 2 busy cores) is not taken to have ended at each
-    /// stall — every such stall would cost a partial request — while a
-    /// steady stream still ends after `check_every`. `--max-batch-delay`
-    /// bounds the wait whatever this says.
-    fn stream_quiet(&self, check_every: Duration) -> Duration {
-        check_every.max(self.longest_gap.saturating_mul(2))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stream_that_stalled_must_pause_longer_to_end() {
-        let check = Duration::from_secs(1);
-        let mut ev = Unsynced::default();
-        ev.saw_one();
-        for _ in 0..10 {
-            tokio::time::advance(Duration::from_millis(50)).await;
-            ev.saw_next();
-        }
-        assert_eq!(ev.stream_quiet(check), check, "a steady stream ends after check_every");
-        tokio::time::advance(Duration::from_millis(1500)).await;
-        ev.saw_next();
-        assert_eq!(ev.stream_quiet(check), Duration::from_secs(3), "twice the longest stall");
-        // A pause across a sync (events seen after it) is not a stall.
-        tokio::time::advance(Duration::from_secs(6)).await;
-        ev.saw_one();
-        assert_eq!(ev.stream_quiet(check), Duration::from_secs(3));
-        ev.stream_ended();
-        assert_eq!(ev.stream_quiet(check), check, "a new stream starts afresh");
-    }
 }
