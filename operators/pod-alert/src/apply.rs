@@ -1,20 +1,24 @@
 //! A PodAlert's writes, and nothing else: the sink workers started,
-//! replaced or stopped as [`crate::sinks::workers`] decided, and the
+//! replaced or stopped as [`crate::sinks::worker_changes`] decided, and the
 //! documents of the [`Outbox`] handed to them (each worker delivers on its
 //! own, with its retries: [`crate::delivery`]). What each means for the
 //! status, Events and metrics is [`crate::report`]'s.
 
 use crate::controller::{Data, State};
-use crate::crd::PodAlert;
 use crate::sinks::{Outbox, WorkerChange};
 
-/// Starts and stops the sink workers; a started one wakes `alert`'s
-/// reconcile when its delivery state changes.
-pub(crate) fn workers(alert: &PodAlert, changes: Vec<WorkerChange>, st: &mut State, data: &Data) {
+/// Starts and stops the sink workers; a started one calls `wake` when its
+/// delivery state changes.
+pub(crate) fn workers(
+    changes: Vec<WorkerChange>,
+    wake: impl Fn() + Clone + Send + Sync + 'static,
+    st: &mut State,
+    data: &Data,
+) {
     for change in changes {
         match change {
             WorkerChange::Start { name, target, path, coalesce } => {
-                let sink = data.delivery.start(name, target, path, coalesce, data.trigger_for(alert));
+                let sink = data.delivery.start(name, target, path, coalesce, wake.clone());
                 st.sinks.insert(name, sink);
             }
             WorkerChange::Stop(name) => {

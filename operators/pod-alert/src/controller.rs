@@ -335,7 +335,8 @@ impl Data {
         }
     }
 
-    pub(crate) fn trigger_for(&self, alert: &PodAlert) -> impl Fn() + Send + Sync + 'static {
+    /// Wakes `alert`'s reconcile (a sink worker's delivery state changed).
+    pub(crate) fn trigger_for(&self, alert: &PodAlert) -> impl Fn() + Clone + Send + Sync + 'static {
         let (tx, oref) = (self.trigger.clone(), ObjectRef::from_obj(alert));
         move || {
             let _ = tx.unbounded_send(oref.clone());
@@ -397,9 +398,9 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         summary.log_lines = rules.tail_lines;
         summary.log_bytes = rules.max_bytes;
         let transitions = evaluate_and_step(&alert, &ns, rules, &mut st, &mut summary, &data, now);
-        let workers = sinks::workers(&alert, &ns, &mut st);
-        let misconfigured = sinks::check_sink_secrets(&alert, &ns, &mut st, &mut summary, &data, now).await;
         let transitions = read_logs(&ns, rules, transitions, &mut st, &data, now).await;
+        let workers = sinks::worker_changes(&alert, &ns, &mut st);
+        let misconfigured = sinks::check_sink_secrets(&alert, &ns, &mut st, &mut summary, &data, now).await;
         let mut out = Outbox::default();
         sinks::notify(&alert, rules, &transitions, &mut st, &data, now, &mut out);
         next = st.book.next_deadline(rules, now);
@@ -409,7 +410,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         }
         let waiting = sinks::release_held(&alert, &ns, &mut st, &data, now, &mut out);
 
-        apply::workers(&alert, workers, &mut st, &data);
+        apply::workers(workers, data.trigger_for(&alert), &mut st, &data);
         apply::send(&mut out, &st, &data);
 
         report::sink_misconfigured(&alert, &st, &data, &misconfigured);

@@ -13,10 +13,10 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
 use crate::controller::{Data, State, condition};
-use crate::crd::{PodAlert, Reason};
+use crate::crd::{PodAlert, Reason, SinkStatus};
 use crate::error::Error;
 use crate::incident::Change;
-use crate::sinks::{Outbox, sink_statuses};
+use crate::sinks::Outbox;
 use crate::status::{self, Summary};
 
 /// A PodAlert not evaluated: a Warning once per reason and message.
@@ -104,4 +104,16 @@ pub(crate) async fn report(
         st.conditions = new.conditions;
     }
     Ok(())
+}
+
+/// The sinks' delivery state, for the status.
+fn sink_statuses(alert: &PodAlert, st: &State) -> Vec<SinkStatus> {
+    let mut out = Vec::new();
+    if alert.spec.sinks.events {
+        out.push(SinkStatus { name: "events".into(), healthy: true, ..Default::default() });
+    }
+    for (name, sink) in &st.sinks {
+        out.push(sink.state().to_status(name));
+    }
+    out
 }

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::controller::{Data, SECRET_CHECK_EVERY, State};
-use crate::crd::{PodAlert, SinkStatus};
+use crate::crd::PodAlert;
 use crate::delivery::{Payload, Target, read_secret};
 use crate::incident::Transition;
 use crate::notify::{IncidentView, Notification, alertmanager_alerts};
@@ -51,7 +51,7 @@ pub(crate) fn wanted(alert: &PodAlert) -> BTreeSet<&'static str> {
 /// The workers to start, replace or stop so that they match the spec; a
 /// stopped sink's held notifications go with it, and a new Alertmanager
 /// target starts its schedule over.
-pub(crate) fn workers(alert: &PodAlert, ns: &str, st: &mut State) -> Vec<WorkerChange> {
+pub(crate) fn worker_changes(alert: &PodAlert, ns: &str, st: &mut State) -> Vec<WorkerChange> {
     let s = &alert.spec.sinks;
     let wanted: [(&'static str, Option<Target>, &'static str, bool); 3] = [
         (
@@ -254,15 +254,4 @@ pub(crate) fn push_alertmanager(
         out.sends.push(("alertmanager", body.into()));
     }
     next
-}
-
-pub(crate) fn sink_statuses(alert: &PodAlert, st: &State) -> Vec<SinkStatus> {
-    let mut out = Vec::new();
-    if alert.spec.sinks.events {
-        out.push(SinkStatus { name: "events".into(), healthy: true, ..Default::default() });
-    }
-    for (name, sink) in &st.sinks {
-        out.push(sink.state().to_status(name));
-    }
-    out
 }
