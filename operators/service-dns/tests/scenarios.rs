@@ -788,7 +788,7 @@ async fn bad_configuration_exits_2() {
     let proxy = faithful(&moto);
     let r53 = route53(&moto.endpoint);
     let run = |args: Vec<String>| {
-        let out = std::process::Command::new(binary())
+        let out = std::process::Command::new(OPERATOR.binary())
             .args(args)
             .env("KUBECONFIG", &env.kubeconfig)
             .env("AWS_ENDPOINT_URL_ROUTE_53", &proxy.endpoint)

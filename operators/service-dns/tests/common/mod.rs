@@ -2,6 +2,7 @@
 //! real moto server, the operator binary as a process, zone and Event reads.
 #![allow(dead_code)]
 
+use flotilla_testenv::under_test::UnderTest;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -167,11 +168,15 @@ pub struct Operator {
     pub log: PathBuf,
 }
 
-/// The binary under test: this build's, or `SERVICE_DNS_TEST_BINARY` (another
-/// build, e.g. one from before a fix, to see its attack test fail).
-pub fn binary() -> String {
-    std::env::var("SERVICE_DNS_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_service-dns").to_string())
-}
+/// The operator under test: this build's, or `SERVICE_DNS_TEST_BINARY`
+/// (another build, e.g. one from before a fix, to see its attack test
+/// fail). It has no CRD; it starts with its AWS endpoint ([`Operator`]).
+pub const OPERATOR: UnderTest = UnderTest {
+    name: "service-dns",
+    other_build: "SERVICE_DNS_TEST_BINARY",
+    built: env!("CARGO_BIN_EXE_service-dns"),
+    crds: Vec::new,
+};
 
 impl Operator {
     /// Starts the binary against the test cluster and `aws_endpoint`.
@@ -191,7 +196,7 @@ impl Operator {
         let (mp, hp) = (free_port(), free_port());
         let log = std::env::temp_dir().join(format!("service-dns-{}-{mp}.log", std::process::id()));
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(binary())
+        let child = Command::new(OPERATOR.binary())
             .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
             .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
             .arg("--log-format=json")
