@@ -37,10 +37,13 @@ pub(crate) async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Erro
         let params = ListParams::default().labels(&format!("{RULE_LABEL}={}", me.id.label_value()));
         let list = match api.list_metadata(&params).await {
             Ok(list) => list,
-            // Another kind than the rule's, withheld by the operator's RBAC:
-            // it could not delete such copies either, and a ConfigMap rule
-            // must not keep its finalizer for want of Secrets.
-            Err(kube::Error::Api(e)) if e.code == 403 && kind != rule.spec.kind => {
+            // A kind withheld by the operator's RBAC: it could not delete
+            // such copies either, and a ConfigMap rule must not keep its
+            // finalizer for want of Secrets. Nor must a rule of that kind
+            // whose copy watch never listed (refused too): the operator
+            // could not have written its copies. A kind once listed and
+            // refused now may hold copies: that refusal keeps the finalizer.
+            Err(kube::Error::Api(e)) if e.code == 403 && (kind != rule.spec.kind || !caches.copies_ready(kind)) => {
                 tracing::warn!(rule = %me.id, kind = kind.as_str(), "copies of this kind not pruned: the operator's RBAC withholds them");
                 continue;
             }
