@@ -346,7 +346,65 @@ impl Claim {
 
 /// The rule that wins `key` among `claims` (the best rank wanting it).
 pub fn winner<'c>(key: &CopyKey, claims: impl IntoIterator<Item = &'c Claim>) -> Option<&'c RuleId> {
-    claims.into_iter().filter(|c| c.wants(key)).min_by(|a, b| a.rank.cmp(&b.rank)).map(|c| &c.rank.rule)
+    winning_claim(key, claims).map(|c| &c.rank.rule)
+}
+
+fn winning_claim<'c>(key: &CopyKey, claims: impl IntoIterator<Item = &'c Claim>) -> Option<&'c Claim> {
+    claims.into_iter().filter(|c| c.wants(key)).min_by(|a, b| a.rank.cmp(&b.rank))
+}
+
+/// Every rule's claim, by rule, as one decision reads them
+/// ([`crate::claims`] keeps them between reconciles).
+pub type ClaimSet = HashMap<RuleId, Arc<Claim>>;
+
+/// The rule ranking above `rule` that wants `key`, if any (none while
+/// `rule` claims nothing).
+pub fn claimed_by(claims: &ClaimSet, rule: &RuleId, key: &CopyKey) -> Option<RuleId> {
+    let mine = claims.get(rule)?;
+    winning_claim(key, claims.values().map(|c| &**c))
+        .filter(|w| w.rank.rule != *rule && w.rank < mine.rank)
+        .map(|w| w.rank.rule.clone())
+}
+
+/// The live rules of this installation that ownership labels name, by
+/// label value: their id and UID (as the rules cache shows them).
+pub type LiveRules = HashMap<String, (RuleId, String)>;
+
+/// What is known of the rule behind ownership label `label`, for `me`
+/// deciding about `key`: live (and whether it wants `key` but ranks below
+/// `me`), outside this installation's `scope`, or gone.
+pub fn owner_state(
+    label: &str,
+    me: &RuleId,
+    key: &CopyKey,
+    rules: &LiveRules,
+    scope: Option<&str>,
+    claims: &ClaimSet,
+) -> OwnerState {
+    if let Some((id, uid)) = rules.get(label) {
+        let theirs = claims.get(id).filter(|c| c.wants(key));
+        let loses_to_us = match (theirs, claims.get(me)) {
+            (Some(t), Some(m)) => m.rank < t.rank,
+            _ => false,
+        };
+        return OwnerState::Live { uid: uid.clone(), loses_to_us };
+    }
+    match scope {
+        // The label is `<namespace>.<name>` (or a hash): a rule of ours starts with our namespace.
+        Some(scope) if !label.starts_with(&format!("{scope}.")) => OwnerState::OutOfScope,
+        _ => OwnerState::Gone,
+    }
+}
+
+/// The claim `rule` publishes for the copies it wants (`created`: its
+/// creationTimestamp, which ranks it).
+pub fn claim(rule: &RulePlan<'_>, created: Option<String>, sources: &RuleSources, targets: &Targets<'_>) -> Claim {
+    Claim {
+        rank: Rank { created, rule: rule.rule.id.clone() },
+        kind: rule.kind,
+        names: sources.copied.iter().map(|s| s.name.clone()).collect(),
+        namespaces: targets.accepted.iter().map(|s| s.to_string()).collect(),
+    }
 }
 
 mod copies;

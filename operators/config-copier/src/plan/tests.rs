@@ -545,3 +545,99 @@ fn guarded_powers_are_the_admission_policys() {
         assert!(guarded_power(&spec(OnConflict::Skip, open)).is_some(), "{open:?}");
     }
 }
+
+fn key(ns: &str, name: &str) -> CopyKey {
+    CopyKey { kind: SourceKind::ConfigMap, namespace: ns.into(), name: name.into() }
+}
+
+fn claim_of(rule: &RuleId, created: &str, namespaces: &[&str]) -> Arc<Claim> {
+    Arc::new(Claim {
+        rank: Rank { created: Some(created.into()), rule: rule.clone() },
+        kind: SourceKind::ConfigMap,
+        names: ["cfg".to_string()].into(),
+        namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+    })
+}
+
+#[test]
+fn claims_and_owners_are_read_from_one_claim_set() {
+    let k = key("b", "cfg");
+    let (old, young) = (RuleId::new("z", "old"), RuleId::new("a", "young"));
+    let claims: ClaimSet = [
+        (old.clone(), claim_of(&old, "2026-01-01T00:00:00Z", &["b"])),
+        (young.clone(), claim_of(&young, "2026-01-02T00:00:00Z", &["b"])),
+    ]
+    .into();
+    assert_eq!(claimed_by(&claims, &young, &k), Some(old.clone()));
+    assert_eq!(claimed_by(&claims, &old, &k), None, "the winner is claimed by nobody");
+    assert_eq!(claimed_by(&claims, &RuleId::new("x", "none"), &k), None, "a rule that claims nothing");
+    assert_eq!(claimed_by(&claims, &young, &key("c", "cfg")), None, "a name nobody else wants");
+    let rules: LiveRules = [
+        (old.label_value(), (old.clone(), "uid-old".to_string())),
+        (young.label_value(), (young.clone(), "uid-young".to_string())),
+    ]
+    .into();
+    let state = |label: &str, me: &RuleId, scope| owner_state(label, me, &k, &rules, scope, &claims);
+    assert_eq!(
+        state(&young.label_value(), &old, None),
+        OwnerState::Live { uid: "uid-young".into(), loses_to_us: true }
+    );
+    assert_eq!(state(&old.label_value(), &young, None), OwnerState::Live { uid: "uid-old".into(), loses_to_us: false });
+    assert_eq!(state("elsewhere.r", &old, Some("z")), OwnerState::OutOfScope);
+    assert_eq!(state("z.gone", &old, Some("z")), OwnerState::Gone, "ours, and no such rule");
+    assert_eq!(state("elsewhere.r", &old, None), OwnerState::Gone, "every namespace is ours");
+}
+
+#[test]
+fn copy_facts_are_the_wanted_copies_and_our_own_outside_protected_namespaces() {
+    let src = source(SourceKind::ConfigMap, "cfg", &[("copy", "yes")], None);
+    let at = |k: CopyKey, owner: Option<Owner>| Observed { key: k, ..observed(owner, "h", Payload::Trusted) };
+    let copies: BTreeMap<CopyKey, Observed> = [
+        at(key("b", "cfg"), mine()),
+        at(key("c", "cfg"), None),
+        at(key("d", "old"), mine()),
+        at(key("kube-system", "cfg"), mine()),
+        at(key("e", "other"), None),
+    ]
+    .into_iter()
+    .map(|o| (o.key.clone(), o))
+    .collect();
+    let desired: BTreeMap<CopyKey, Arc<SourceInfo>> =
+        ["b", "c", "f"].iter().map(|ns| (key(ns, "cfg"), Arc::clone(&src))).collect();
+    let older = RuleId::new("team-0", "older");
+    let claims: ClaimSet = [
+        (me().id, claim_of(&me().id, "2026-01-02T00:00:00Z", &["b", "c", "f"])),
+        (older.clone(), claim_of(&older, "2026-01-01T00:00:00Z", &["f"])),
+    ]
+    .into();
+    let namespaces: HashMap<String, NamespaceInfo> =
+        [("c".to_string(), ns(&[(ACCEPT_OVERWRITE, "true")])), ("b".to_string(), ns(&[]))].into();
+    let me = me();
+    let rules = LiveRules::new();
+    let seen = Seen { me: &me, copies: &copies, rules: &rules, scope: None, claims: &claims, namespaces: &namespaces };
+    let facts: Vec<CopyFacts> = copy_facts(desired, &seen, &Policy::default(), OnConflict::Overwrite, true).collect();
+    let summary: Vec<_> = facts
+        .iter()
+        .map(|f| {
+            (
+                f.key.namespace.as_str(),
+                f.key.name.as_str(),
+                f.source.is_some(),
+                f.observed.as_ref().map(|(_, w)| w),
+                f.ctx.accepts_overwrite,
+                f.ctx.claimed_by.as_ref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("b", "cfg", true, Some(&Ownership::Mine), false, None),
+            ("c", "cfg", true, Some(&Ownership::Unowned), true, None),
+            ("d", "old", false, Some(&Ownership::Mine), false, None),
+            ("f", "cfg", true, None, false, Some(&older)),
+        ],
+        "kube-system's planted copy and e's unrelated object are not decided on"
+    );
+    assert!(facts.iter().all(|f| f.ctx.prune && f.ctx.on_conflict == OnConflict::Overwrite));
+}
