@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_shared::health::WatchHealth;
-use flotilla_shared::projection::{self, Change};
+use flotilla_shared::projection::{self, Change, Fed};
 use futures::channel::mpsc::UnboundedSender;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::ApiResource;
 use kube::core::PartialObjectMeta;
@@ -385,33 +385,29 @@ impl Caches {
         index.watch(self.client.clone(), self.scope.clone(), health, changed).await;
     }
 
-    /// Watches namespaces (metadata only) until the stream ends.
+    /// Watches namespaces (metadata only) until the stream ends. Every
+    /// complete list (a relist too) and every change wakes every rule: any
+    /// rule may target any namespace.
     pub async fn watch_namespaces(self: Arc<Self>, health: WatchHealth) {
-        let Some(mut writer) = lock(&self.writers).namespaces.take() else { return };
+        let Some(writer) = lock(&self.writers).namespaces.take() else { return };
         self.watching(&health);
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().any_semantic();
-        let mut stream = std::pin::pin!(health.watcher(api, cfg));
         let project = |o: PartialObjectMeta<Namespace>| {
             let info =
                 NamespaceInfo { labels: o.labels().clone(), terminating: o.metadata.deletion_timestamp.is_some() };
             (o.name_any(), info)
         };
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(ev) => {
-                    let init_done = matches!(ev, watcher::Event::InitDone);
-                    let changes = writer.apply_changes(ev, project);
-                    if init_done {
-                        health.synced();
-                    }
-                    if init_done || !changes.is_empty() {
-                        self.trigger_all();
-                    }
+        writer
+            .feed(health.watcher(api, cfg), project, |fed| match fed {
+                Fed::Listed(_) => {
+                    health.synced();
+                    self.trigger_all();
                 }
-                Err(e) => tracing::warn!(error = %e, "watching namespaces"),
-            }
-        }
+                Fed::Changed(changes) if !changes.is_empty() => self.trigger_all(),
+                Fed::Changed(_) => {}
+            })
+            .await;
     }
 
     /// Watches the copies of one kind: metadata only, by the ownership label.
@@ -426,33 +422,30 @@ impl Caches {
     where
         K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     {
-        let Some(mut writer) = lock(&self.writers).copies.remove(&kind) else { return };
+        let Some(writer) = lock(&self.writers).copies.remove(&kind) else { return };
         self.watching(&health);
         let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
-        let mut stream = std::pin::pin!(health.watcher(api, cfg));
         let fm = self.field_manager.clone();
         let project = |o: PartialObjectMeta<K>| {
             let key = copy_key_str(&o.namespace().unwrap_or_default(), &o.name_any());
             let observed = serde_json::to_value(&o).ok().and_then(|v| Observed::from_json(kind, &v, false, &fm));
             (key, observed)
         };
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(ev) => {
-                    let init_done = matches!(ev, watcher::Event::InitDone);
-                    let changes = writer.apply_changes(ev, project);
-                    for c in &changes {
-                        self.copy_changed(c);
-                    }
-                    if init_done {
-                        health.synced();
-                        self.trigger_all();
-                    }
+        writer
+            .feed(health.watcher(api, cfg), project, |fed| {
+                for c in fed.changes() {
+                    self.copy_changed(c);
                 }
-                Err(e) => tracing::warn!(kind = kind.as_str(), error = %e, "watching copies"),
-            }
-        }
+                // Every complete list wakes every rule: the first ends the
+                // wait of the rules of this kind (`copies_ready`); a relist
+                // follows a lost watch, after which every rule converges again.
+                if let Fed::Listed(_) = fed {
+                    health.synced();
+                    self.trigger_all();
+                }
+            })
+            .await;
     }
 
     /// A copy changed: its owner (old and new) reconciles, unless it is the
