@@ -29,10 +29,26 @@ where
 /// are what [`same_ignoring_times`] leaves the times and order out of.
 pub trait ReportedStatus: Clone + PartialEq + Serialize {
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+
+    /// Clears the fields that move with every write and alone never
+    /// warrant one (e.g. a `lastSyncTime`): [`says_the_same`] compares
+    /// without them. None by default.
+    fn clear_write_times(&mut self) {}
+}
+
+/// Whether two statuses say the same: [`same_ignoring_times`], and
+/// without the fields [`ReportedStatus::clear_write_times`] clears.
+pub fn says_the_same<S: ReportedStatus>(a: &S, b: &S) -> bool {
+    let cleared = |s: &S| {
+        let mut s = s.clone();
+        s.clear_write_times();
+        s
+    };
+    same_ignoring_times(&cleared(a), &cleared(b), S::conditions_mut)
 }
 
 /// Applies `new` (as [`apply_status`]) unless `old` says the same
-/// ([`same_ignoring_times`]); whether it wrote. An unchanged status is not
+/// ([`says_the_same`]); whether it wrote. An unchanged status is not
 /// written: every write wakes every watcher of the object, the operator's
 /// own controller included.
 pub async fn apply_status_if_changed<K, S>(
@@ -46,7 +62,7 @@ where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug,
     S: ReportedStatus,
 {
-    if old.is_some_and(|old| same_ignoring_times(old, new, S::conditions_mut)) {
+    if old.is_some_and(|old| says_the_same(old, new)) {
         return Ok(false);
     }
     apply_status(api, name, field_manager, new).await?;
@@ -78,10 +94,21 @@ pub fn same_ignoring_times<S: Clone + PartialEq>(
 mod tests {
     use super::*;
 
-    #[derive(Clone, PartialEq, Debug)]
+    #[derive(Clone, PartialEq, Debug, Serialize)]
     struct St {
         n: i32,
         conditions: Vec<Condition>,
+        synced_at: Option<i64>,
+    }
+
+    impl ReportedStatus for St {
+        fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+            &mut self.conditions
+        }
+
+        fn clear_write_times(&mut self) {
+            self.synced_at = None;
+        }
     }
 
     fn cond(t: &str, status: &str, secs: i64) -> Condition {
@@ -97,12 +124,22 @@ mod tests {
 
     #[test]
     fn times_and_order_do_not_count_anything_else_does() {
-        let a = St { n: 1, conditions: vec![cond("Ready", "True", 1), cond("Synced", "True", 2)] };
-        let b = St { n: 1, conditions: vec![cond("Synced", "True", 9), cond("Ready", "True", 8)] };
+        let a = St { n: 1, conditions: vec![cond("Ready", "True", 1), cond("Synced", "True", 2)], synced_at: None };
+        let b = St { n: 1, conditions: vec![cond("Synced", "True", 9), cond("Ready", "True", 8)], synced_at: None };
         assert!(same_ignoring_times(&a, &b, |s| &mut s.conditions));
         let c = St { n: 2, ..b.clone() };
         assert!(!same_ignoring_times(&a, &c, |s| &mut s.conditions));
-        let d = St { n: 1, conditions: vec![cond("Ready", "False", 1), cond("Synced", "True", 2)] };
+        let d = St { n: 1, conditions: vec![cond("Ready", "False", 1), cond("Synced", "True", 2)], synced_at: None };
         assert!(!same_ignoring_times(&a, &d, |s| &mut s.conditions));
+    }
+
+    #[test]
+    fn a_write_time_alone_is_not_a_change_to_report() {
+        let a = St { n: 1, conditions: vec![cond("Ready", "True", 1)], synced_at: Some(10) };
+        let later = St { synced_at: Some(20), conditions: vec![cond("Ready", "True", 5)], ..a.clone() };
+        assert!(says_the_same(&a, &later));
+        assert!(!same_ignoring_times(&a, &later, |s| &mut s.conditions), "only the trait's own fields are cleared");
+        let changed = St { n: 2, ..later };
+        assert!(!says_the_same(&a, &changed));
     }
 }

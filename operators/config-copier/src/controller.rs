@@ -18,8 +18,6 @@ use std::time::Duration;
 use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::conditions::already_said;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -40,7 +38,7 @@ use crate::plan::{
 use crate::read::Reader;
 use crate::report;
 use crate::report::{Carried, Outcome};
-use crate::status::{self, Summary};
+use crate::status::Summary;
 use crate::targets::{Selector, TargetFilter};
 
 /// The finalizer on every CopyRule: its copies are pruned before it goes.
@@ -400,18 +398,7 @@ async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
+/// Writes `rule`'s status from `summary` (see [`report::write_status`]).
 pub(crate) async fn write_status(rule: &CopyRule, data: &Data, summary: &Summary, wrote: bool) -> Result<(), Error> {
-    let previous = rule.status.as_ref();
-    let mut new = status::build(previous, rule.metadata.generation, summary);
-    if previous.is_some_and(|p| status::same(p, &new)) && !wrote {
-        return Ok(());
-    }
-    new.last_sync_time = Some(Time(Timestamp::now()));
-    let ns = rule.namespace().ok_or(Error::NoNamespace)?;
-    let api: Api<CopyRule> = Api::namespaced(data.ctx.client.clone(), &ns);
-    data.caches.metrics().request("status");
-    flotilla_shared::apply_status(&api, &rule.name_any(), &data.ctx.field_manager, &new)
-        .await
-        .map_err(Error::Status)?;
-    Ok(())
+    report::write_status(&data.ctx.client, &data.ctx.field_manager, data.caches.metrics(), rule, summary, wrote).await
 }

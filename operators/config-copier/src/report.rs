@@ -3,18 +3,24 @@
 //! `flotilla_config_copier_copy_operations_total` ([`count_operations`],
 //! the one place they are counted), and the Events — conflicts not
 //! reported before (however many there are, at most [`MAX_EVENTS`] a
-//! reconcile), adoptions, what was written, the first failure ([`events`]).
+//! reconcile), adoptions, what was written, the first failure ([`events`]);
+//! and the status ([`write_status`]).
 
 use flotilla_shared::events::Events;
+use flotilla_shared::status::{apply_status, apply_status_if_changed};
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::{Api, Client, ResourceExt};
 
 use crate::apply::Op;
 use crate::claims::ConflictId;
 use crate::copy::CopyKey;
-use crate::crd::{ConflictEntry, SourceKind};
+use crate::crd::{ConflictEntry, CopyRule, SourceKind};
+use crate::error::Error;
 use crate::metrics::CopierMetrics;
 use crate::plan::{ACCEPT_OVERWRITE, ConflictReason};
-use crate::status::Summary;
+use crate::status::{self, Summary};
 
 /// What happened to one copy.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,6 +172,36 @@ pub fn events(
     if let Some(first) = summary.failures.first() {
         recorder.warning(on, "SyncFailed", "Copy", first.clone());
     }
+}
+
+/// Writes `rule`'s status from `summary` when it says something new
+/// (shared `apply_status_if_changed`: times alone are no news), or when
+/// copies were written (`wrote`: `lastSyncTime` tells when the rule last
+/// changed a copy).
+pub async fn write_status(
+    client: &Client,
+    field_manager: &str,
+    metrics: &CopierMetrics,
+    rule: &CopyRule,
+    summary: &Summary,
+    wrote: bool,
+) -> Result<(), Error> {
+    let previous = rule.status.as_ref();
+    let mut new = status::build(previous, rule.metadata.generation, summary);
+    new.last_sync_time = Some(Time(Timestamp::now()));
+    let ns = rule.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<CopyRule> = Api::namespaced(client.clone(), &ns);
+    let name = rule.name_any();
+    let result = if wrote {
+        apply_status(&api, &name, field_manager, &new).await.map(|_| true)
+    } else {
+        apply_status_if_changed(&api, &name, field_manager, previous, &new).await
+    };
+    // A request was sent unless the status was left as it was.
+    if !matches!(result, Ok(false)) {
+        metrics.request("status");
+    }
+    result.map(|_| ()).map_err(Error::Status)
 }
 
 #[cfg(test)]
