@@ -11,6 +11,7 @@
 //! (its payload is read once for all of them, [`crate::read`]) and by the
 //! reconcile's `--copy-concurrency`.
 
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -19,7 +20,7 @@ use tokio::sync::Semaphore;
 
 use crate::apply::{Answer, Op, Writer};
 use crate::copy::{CopyKey, Source};
-use crate::plan::{self, Action, AfterInvalid, CopyContext, Desired, Job};
+use crate::plan::{self, Action, AfterInvalid, ConflictReason, CopyContext, Desired, Job};
 use crate::read::{Reader, read_copy};
 use crate::report::{Carried, Outcome};
 
@@ -38,11 +39,63 @@ enum Again {
     AfterInvalid { what: &'static str, refusal: kube::Error },
 }
 
+/// What a round writes: the plan's action, or the replacement the plan
+/// chose after a 422 ([`AfterInvalid::Replace`]: delete, then create).
+enum Step {
+    Act(Action),
+    Replace { uid: Option<String>, resource_version: Option<String> },
+}
+
 /// `ctx` with the claims as they are now: a better-ranked rule may have
 /// claimed the name since the snapshot (two rules woken by one list plan
 /// at once), and a 409 is often its create.
 fn claims_now(writer: &Writer<'_>, key: &CopyKey, desired: Option<&Desired>, ctx: &CopyContext) -> CopyContext {
     CopyContext { claimed_by: desired.and_then(|_| writer.caches.claimed_by(&writer.rule.id, key)), ..ctx.clone() }
+}
+
+/// A target left alone counts as a create that met a conflict.
+fn conflict(ops: &mut Vec<Op>, key: &CopyKey, reason: ConflictReason) -> Outcome {
+    ops.push(Op::new("create", "conflict"));
+    Outcome::Conflict { key: key.clone(), reason }
+}
+
+/// The outcome of a delete, unless it is done (or found nothing).
+fn delete_failed(key: &CopyKey, answer: Answer) -> Option<Outcome> {
+    match answer {
+        Answer::Done | Answer::Gone => None,
+        Answer::Failed(e) | Answer::Invalid(e) => Some(failed(key, "delete", e)),
+        // A delete's 409 comes back as a failure; this is for completeness.
+        Answer::Stale => Some(failed(key, "delete", "the object changed since it was seen")),
+    }
+}
+
+/// Creates the copy of `s` at `key`, planned again first with the claims
+/// as they are now: a rule ranking above this one creates; this one does
+/// not race it (a conflict found now is not a write). `Break`: the copy's
+/// outcome; `Continue`: what the next round must plan on.
+async fn create(
+    writer: &Writer<'_>,
+    key: &CopyKey,
+    s: &Source,
+    desired: Option<&Desired>,
+    ctx: &CopyContext,
+    ops: &mut Vec<Op>,
+) -> ControlFlow<Outcome, Again> {
+    if let Action::Conflict(reason) = plan::decide(desired, None, &claims_now(writer, key, desired, ctx)) {
+        return Break(conflict(ops, key, reason));
+    }
+    let written = writer.create_copy(key, s).await;
+    ops.extend(written.op());
+    match written.answer {
+        Answer::Done => Break(Outcome::Created),
+        Answer::Stale | Answer::Gone => Continue(Again::Decide),
+        Answer::Invalid(e) => {
+            // Nothing there to read again: the refusal is final.
+            ops.push(Op::new("create", "error"));
+            Break(failed(key, "create", e))
+        }
+        Answer::Failed(e) => Break(failed(key, "create", e)),
+    }
 }
 
 /// Carries `action` out for `key` (a copy of `source`, or not wanted):
@@ -52,75 +105,66 @@ pub(crate) async fn carry_out(
     writer: &Writer<'_>,
     key: &CopyKey,
     source: Option<&Arc<Source>>,
-    mut action: Action,
+    action: Action,
     ctx: &CopyContext,
 ) -> Carried {
     let desired = source.map(|s| Desired::of(&s.info()));
     let desired = desired.as_ref();
     let mut ops = Vec::new();
-    let conflict = |ops: &mut Vec<Op>, reason| {
-        // A target left alone counts as a create that met a conflict.
-        ops.push(Op::new("create", "conflict"));
-        Outcome::Conflict { key: key.clone(), reason }
-    };
+    let mut step = Step::Act(action);
     let outcome = 'rounds: {
         for _ in 0..ROUNDS {
-            // Apply the action (those that write nothing end here).
-            let again = match action {
-                Action::Nothing => break 'rounds Outcome::Nothing,
-                Action::InSync => break 'rounds Outcome::InSync,
-                Action::Keep => break 'rounds Outcome::Kept,
-                Action::Conflict(reason) => break 'rounds conflict(&mut ops, reason),
-                Action::Read => Again::Decide,
-                Action::Delete { uid, resource_version } => {
+            // Apply the step (those that write nothing end here); a write
+            // whose answer is not final says what the next round plans on.
+            let done = match step {
+                Step::Act(Action::Nothing) => Break(Outcome::Nothing),
+                Step::Act(Action::InSync) => Break(Outcome::InSync),
+                Step::Act(Action::Keep) => Break(Outcome::Kept),
+                Step::Act(Action::Conflict(reason)) => Break(conflict(&mut ops, key, reason)),
+                Step::Act(Action::Read) => Continue(Again::Decide),
+                Step::Act(Action::Delete { uid, resource_version }) => {
                     let written = writer.delete_copy(key, uid, resource_version).await;
                     ops.extend(written.op());
-                    break 'rounds match written.answer {
-                        Answer::Done | Answer::Gone => Outcome::Deleted,
-                        Answer::Failed(e) | Answer::Invalid(e) => failed(key, "delete", e),
-                        // A delete's 409 comes back as a failure; this is for completeness.
-                        Answer::Stale => failed(key, "delete", "the object changed since it was seen"),
-                    };
+                    Break(delete_failed(key, written.answer).unwrap_or(Outcome::Deleted))
                 }
-                Action::Create => {
-                    let Some(s) = source else { break 'rounds Outcome::Nothing };
-                    // Planned again with the claims as they are now: a
-                    // rule ranking above this one creates; this one does
-                    // not race it (in this round: a conflict found now is
-                    // not a write).
-                    if let Action::Conflict(reason) =
-                        plan::decide(desired, None, &claims_now(writer, key, desired, ctx))
-                    {
-                        break 'rounds conflict(&mut ops, reason);
-                    }
-                    let written = writer.create_copy(key, s).await;
-                    ops.extend(written.op());
-                    match written.answer {
-                        Answer::Done => break 'rounds Outcome::Created,
-                        Answer::Stale | Answer::Gone => Again::Decide,
-                        Answer::Invalid(e) => {
-                            // Nothing there to read again: the refusal is final.
-                            ops.push(Op::new("create", "error"));
-                            break 'rounds failed(key, "create", e);
+                Step::Act(Action::Create) => match source {
+                    Some(s) => create(writer, key, s, desired, ctx, &mut ops).await,
+                    None => Break(Outcome::Nothing),
+                },
+                Step::Replace { uid, resource_version } => match source {
+                    Some(s) => {
+                        let written = writer.delete_copy(key, uid, resource_version).await;
+                        ops.extend(written.op());
+                        match delete_failed(key, written.answer) {
+                            Some(outcome) => Break(outcome),
+                            None => create(writer, key, s, desired, ctx, &mut ops).await,
                         }
-                        Answer::Failed(e) => break 'rounds failed(key, "create", e),
                     }
-                }
-                Action::Update { ref resource_version } | Action::Adopt { ref resource_version } => {
-                    let Some(s) = source else { break 'rounds Outcome::Nothing };
-                    let (what, done) = match action {
-                        Action::Update { .. } => ("update", Outcome::Updated),
-                        _ => ("adopt", Outcome::Adopted(key.clone())),
-                    };
-                    let written = writer.apply_copy(key, s, resource_version.as_deref(), what).await;
-                    ops.extend(written.op());
-                    match written.answer {
-                        Answer::Done => break 'rounds done,
-                        Answer::Stale | Answer::Gone => Again::Decide,
-                        Answer::Invalid(refusal) => Again::AfterInvalid { what, refusal },
-                        Answer::Failed(e) => break 'rounds failed(key, what, e),
+                    None => Break(Outcome::Nothing),
+                },
+                Step::Act(
+                    ref action @ (Action::Update { ref resource_version } | Action::Adopt { ref resource_version }),
+                ) => match source {
+                    Some(s) => {
+                        let (what, done) = match action {
+                            Action::Update { .. } => ("update", Outcome::Updated),
+                            _ => ("adopt", Outcome::Adopted(key.clone())),
+                        };
+                        let written = writer.apply_copy(key, s, resource_version.as_deref(), what).await;
+                        ops.extend(written.op());
+                        match written.answer {
+                            Answer::Done => Break(done),
+                            Answer::Stale | Answer::Gone => Continue(Again::Decide),
+                            Answer::Invalid(refusal) => Continue(Again::AfterInvalid { what, refusal }),
+                            Answer::Failed(e) => Break(failed(key, what, e)),
+                        }
                     }
-                }
+                    None => Break(Outcome::Nothing),
+                },
+            };
+            let again = match done {
+                ControlFlow::Continue(again) => again,
+                ControlFlow::Break(outcome) => break 'rounds outcome,
             };
             // Snapshot: the object read again, whose it is now.
             let seen = match read_copy(writer.client, writer.caches, writer.field_manager, key).await {
@@ -133,31 +177,20 @@ pub(crate) async fn carry_out(
             let owner = seen.as_ref().map(|o| writer.caches.ownership(writer.rule, o));
             let observed = seen.as_ref().zip(owner.as_ref());
             // Plan the next round on it.
-            action = match again {
+            step = match again {
                 Again::Decide => {
                     let next = plan::decide(desired, observed, &claims_now(writer, key, desired, ctx));
                     if let (Action::InSync, Some(o)) = (&next, &seen) {
                         // Verified: this version holds what it should.
                         writer.caches.record_version(key, o.resource_version.clone());
                     }
-                    next
+                    Step::Act(next)
                 }
                 Again::AfterInvalid { what, refusal } => {
                     let Some(d) = desired else { break 'rounds Outcome::Nothing };
                     match plan::after_invalid(key.kind, observed, d) {
-                        AfterInvalid::Create => Action::Create,
-                        AfterInvalid::Replace { uid, resource_version } => {
-                            // The replacement's delete; its create is the next round's.
-                            let written = writer.delete_copy(key, uid, resource_version).await;
-                            ops.extend(written.op());
-                            match written.answer {
-                                Answer::Done | Answer::Gone => Action::Create,
-                                Answer::Failed(e) | Answer::Invalid(e) => break 'rounds failed(key, "delete", e),
-                                Answer::Stale => {
-                                    break 'rounds failed(key, "delete", "the object changed since it was seen");
-                                }
-                            }
-                        }
+                        AfterInvalid::Create => Step::Act(Action::Create),
+                        AfterInvalid::Replace { uid, resource_version } => Step::Replace { uid, resource_version },
                         AfterInvalid::Refused => {
                             ops.push(Op::new(what, "error"));
                             break 'rounds failed(key, what, refusal);
