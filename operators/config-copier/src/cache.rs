@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::projection::{self, Change, Fed};
-use futures::channel::mpsc::UnboundedSender;
 use futures::Stream;
+use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::ApiResource;
 use kube::core::PartialObjectMeta;
@@ -25,11 +25,11 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::claims::Claims;
+use crate::claims::{ClaimSet, Claims, LiveRules};
 use crate::copy::{COPIES_SELECTOR, CopyKey, Observed, Payload, RuleId, RuleRef, SourceInfo, SourceMeta};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
-use crate::plan::{ClaimSet, LiveRules, NamespaceInfo, SourceSelection};
+use crate::plan::{NamespaceInfo, SourceSelection};
 use crate::sources::SourceIndex;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -206,14 +206,14 @@ impl Caches {
         let rules = self.rules_named([o]);
         self.claims.with(|claims| {
             crate::plan::ownership(o.owner.as_ref(), rule, |label| {
-                crate::plan::owner_state(label, &rule.id, &o.key, &rules, self.scope.as_deref(), claims)
+                crate::claims::owner_state(label, &rule.id, &o.key, &rules, self.scope.as_deref(), claims)
             })
         })
     }
 
     /// The rule ranking above `rule` that wants `key`, with the claims as they are now.
     pub fn claimed_by(&self, rule: &RuleId, key: &CopyKey) -> Option<RuleId> {
-        self.claims.with(|claims| crate::plan::claimed_by(claims, rule, key))
+        self.claims.with(|claims| crate::claims::claimed_by(claims, rule, key))
     }
 
     /// Reads the caches once for a reconcile of `rule` (its sources of

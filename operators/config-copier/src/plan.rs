@@ -1,8 +1,8 @@
 //! Every write decision, as pure functions: which namespaces may receive a
 //! rule's copies (protection and consent), which selected objects may be
 //! copied (Secret types, default exclusions), whether a rule's sources fit
-//! its byte budget, which copies should exist,
-//! who wins a name two rules want, and — for one copy — what to do from
+//! its byte budget, which copies should exist, the rule's claim (who wins
+//! a name two rules want: [`crate::claims`]), and — for one copy — what to do from
 //! the desired copy, the observed object's metadata and the policy
 //! ([`decide`]). `apply.rs` only carries the [`Action`] out.
 //!
@@ -14,7 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::copy::{CopyKey, RuleId, RuleRef, SA_TOKEN_TYPE, SourceInfo};
+use crate::claims::{Claim, Rank};
+use crate::copy::{CopyKey, RuleRef, SA_TOKEN_TYPE, SourceInfo};
 use crate::crd::{OnConflict, SourceKind};
 use crate::targets::{Selector, TargetFilter};
 
@@ -318,82 +319,6 @@ pub fn desired_copies(
         }
     }
     out
-}
-
-/// A rule's precedence when two want the same object: the oldest rule,
-/// then the smallest `namespace/name`. Smaller wins.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Rank {
-    /// Creation time (RFC 3339 sorts as text; a missing one sorts last).
-    pub created: Option<String>,
-    pub rule: RuleId,
-}
-
-/// What one rule wants, published for the others.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    pub rank: Rank,
-    pub kind: SourceKind,
-    pub names: BTreeSet<String>,
-    pub namespaces: BTreeSet<String>,
-}
-
-impl Claim {
-    pub fn wants(&self, key: &CopyKey) -> bool {
-        self.kind == key.kind && self.names.contains(&key.name) && self.namespaces.contains(&key.namespace)
-    }
-}
-
-/// The rule that wins `key` among `claims` (the best rank wanting it).
-pub fn winner<'c>(key: &CopyKey, claims: impl IntoIterator<Item = &'c Claim>) -> Option<&'c RuleId> {
-    winning_claim(key, claims).map(|c| &c.rank.rule)
-}
-
-fn winning_claim<'c>(key: &CopyKey, claims: impl IntoIterator<Item = &'c Claim>) -> Option<&'c Claim> {
-    claims.into_iter().filter(|c| c.wants(key)).min_by(|a, b| a.rank.cmp(&b.rank))
-}
-
-/// Every rule's claim, by rule, as one decision reads them
-/// ([`crate::claims`] keeps them between reconciles).
-pub type ClaimSet = HashMap<RuleId, Arc<Claim>>;
-
-/// The rule ranking above `rule` that wants `key`, if any (none while
-/// `rule` claims nothing).
-pub fn claimed_by(claims: &ClaimSet, rule: &RuleId, key: &CopyKey) -> Option<RuleId> {
-    let mine = claims.get(rule)?;
-    winning_claim(key, claims.values().map(|c| &**c))
-        .filter(|w| w.rank.rule != *rule && w.rank < mine.rank)
-        .map(|w| w.rank.rule.clone())
-}
-
-/// The live rules of this installation that ownership labels name, by
-/// label value: their id and UID (as the rules cache shows them).
-pub type LiveRules = HashMap<String, (RuleId, String)>;
-
-/// What is known of the rule behind ownership label `label`, for `me`
-/// deciding about `key`: live (and whether it wants `key` but ranks below
-/// `me`), outside this installation's `scope`, or gone.
-pub fn owner_state(
-    label: &str,
-    me: &RuleId,
-    key: &CopyKey,
-    rules: &LiveRules,
-    scope: Option<&str>,
-    claims: &ClaimSet,
-) -> OwnerState {
-    if let Some((id, uid)) = rules.get(label) {
-        let theirs = claims.get(id).filter(|c| c.wants(key));
-        let loses_to_us = match (theirs, claims.get(me)) {
-            (Some(t), Some(m)) => m.rank < t.rank,
-            _ => false,
-        };
-        return OwnerState::Live { uid: uid.clone(), loses_to_us };
-    }
-    match scope {
-        // The label is `<namespace>.<name>` (or a hash): a rule of ours starts with our namespace.
-        Some(scope) if !label.starts_with(&format!("{scope}.")) => OwnerState::OutOfScope,
-        _ => OwnerState::Gone,
-    }
 }
 
 /// The claim `rule` publishes for the copies it wants (`created`: its

@@ -6,10 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::{
-    Action, ClaimSet, CopyContext, Desired, LiveRules, NamespaceInfo, Ownership, Policy, claimed_by, decide,
-    owner_state, ownership,
-};
+use super::{Action, CopyContext, Desired, NamespaceInfo, Ownership, Policy, decide, ownership};
+use crate::claims::{ClaimSet, LiveRules, claimed_by, owner_state};
 use crate::copy::{CopyKey, Observed, RuleRef, SourceInfo};
 use crate::crd::OnConflict;
 

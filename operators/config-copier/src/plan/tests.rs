@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
+use crate::claims::{Claim, ClaimSet, LiveRules, OwnerState, Rank, winner};
 use crate::copy::{Content, Observed, Owner, Payload, RuleId, RuleRef, Source, SourceInfo};
 use crate::crd::{LabelKey, LabelSelector, LabelValue, NamespaceGlob, NamespaceTargets};
 use proptest::prelude::*;
@@ -557,35 +558,6 @@ fn claim_of(rule: &RuleId, created: &str, namespaces: &[&str]) -> Arc<Claim> {
         names: ["cfg".to_string()].into(),
         namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
     })
-}
-
-#[test]
-fn claims_and_owners_are_read_from_one_claim_set() {
-    let k = key("b", "cfg");
-    let (old, young) = (RuleId::new("z", "old"), RuleId::new("a", "young"));
-    let claims: ClaimSet = [
-        (old.clone(), claim_of(&old, "2026-01-01T00:00:00Z", &["b"])),
-        (young.clone(), claim_of(&young, "2026-01-02T00:00:00Z", &["b"])),
-    ]
-    .into();
-    assert_eq!(claimed_by(&claims, &young, &k), Some(old.clone()));
-    assert_eq!(claimed_by(&claims, &old, &k), None, "the winner is claimed by nobody");
-    assert_eq!(claimed_by(&claims, &RuleId::new("x", "none"), &k), None, "a rule that claims nothing");
-    assert_eq!(claimed_by(&claims, &young, &key("c", "cfg")), None, "a name nobody else wants");
-    let rules: LiveRules = [
-        (old.label_value(), (old.clone(), "uid-old".to_string())),
-        (young.label_value(), (young.clone(), "uid-young".to_string())),
-    ]
-    .into();
-    let state = |label: &str, me: &RuleId, scope| owner_state(label, me, &k, &rules, scope, &claims);
-    assert_eq!(
-        state(&young.label_value(), &old, None),
-        OwnerState::Live { uid: "uid-young".into(), loses_to_us: true }
-    );
-    assert_eq!(state(&old.label_value(), &young, None), OwnerState::Live { uid: "uid-old".into(), loses_to_us: false });
-    assert_eq!(state("elsewhere.r", &old, Some("z")), OwnerState::OutOfScope);
-    assert_eq!(state("z.gone", &old, Some("z")), OwnerState::Gone, "ours, and no such rule");
-    assert_eq!(state("elsewhere.r", &old, None), OwnerState::Gone, "every namespace is ours");
 }
 
 #[test]
