@@ -7,7 +7,9 @@
 //! those five here, keyed by a string of its choosing, with the reflector's
 //! semantics: a relist (`Init` … `InitDone`) replaces the contents at once,
 //! so objects deleted while the watch was down disappear, and readiness is
-//! the first complete list.
+//! the first complete list. [`Writer::feed`] runs a watch into a store and
+//! tells its caller of each change and of every complete list (relists
+//! included); [`Writer::run`] of the first list only.
 //!
 //! ```no_run
 //! # async fn example(client: kube::Client) {
@@ -152,23 +154,40 @@ impl<T: PartialEq> Writer<T> {
     }
 }
 
+/// What [`Writer::feed`] tells its callback after each event it applied.
+#[derive(Debug)]
+pub enum Fed<'a, T> {
+    /// A complete list was applied: the first (the store is ready from
+    /// now on) or a relist after a lost watch. `changes`: what it added,
+    /// removed or changed. A caller that must look at everything again
+    /// after a relist (objects deleted meanwhile count, and so may objects
+    /// it skipped while the list was under way) does it here.
+    Listed(&'a [Change<T>]),
+    /// Any other event (a list's page in progress reports no change).
+    Changed(&'a [Change<T>]),
+}
+
+impl<'a, T> Fed<'a, T> {
+    /// The changes the event made, whichever it was.
+    pub fn changes(&self) -> &'a [Change<T>] {
+        match self {
+            Fed::Listed(c) | Fed::Changed(c) => c,
+        }
+    }
+}
+
 impl<T: PartialEq> Writer<T> {
-    /// Feeds this writer from a watch until the stream ends, handing each
-    /// event's changes to `changed` and calling `synced` once, after the
-    /// first complete list. A failed watch call is logged and the stream
-    /// polled again after a second (the watcher re-lists by itself).
-    pub async fn run<K, S>(
-        mut self,
-        watch: S,
-        project: impl Fn(K) -> (String, T),
-        synced: impl FnOnce(),
-        mut changed: impl FnMut(&[Change<T>]),
-    ) where
+    /// Feeds this writer from a watch until the stream ends, telling `on`
+    /// after each event what it changed, and whether it completed a list
+    /// ([`Fed::Listed`], after every complete list: the first and every
+    /// relist). A failed watch call is logged and the stream polled again
+    /// after a second (the watcher re-lists by itself).
+    pub async fn feed<K, S>(mut self, watch: S, project: impl Fn(K) -> (String, T), mut on: impl FnMut(Fed<'_, T>))
+    where
         S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     {
         use futures::StreamExt;
         let mut watch = std::pin::pin!(watch);
-        let mut synced = Some(synced);
         while let Some(event) = watch.next().await {
             let event = match event {
                 Ok(e) => e,
@@ -178,14 +197,35 @@ impl<T: PartialEq> Writer<T> {
                     continue;
                 }
             };
+            let listed = matches!(event, watcher::Event::InitDone);
             let changes = self.apply_changes(event, &project);
-            if *self.ready.borrow()
+            on(if listed { Fed::Listed(&changes) } else { Fed::Changed(&changes) });
+        }
+    }
+
+    /// [`Self::feed`] for a caller that only needs to know when the store
+    /// first became ready: `synced` is called once, after the first
+    /// complete list (before that event's changes are handed to
+    /// `changed`); every event's changes go to `changed`.
+    pub async fn run<K, S>(
+        self,
+        watch: S,
+        project: impl Fn(K) -> (String, T),
+        synced: impl FnOnce(),
+        mut changed: impl FnMut(&[Change<T>]),
+    ) where
+        S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    {
+        let mut synced = Some(synced);
+        self.feed(watch, project, |fed| {
+            if let Fed::Listed(_) = fed
                 && let Some(f) = synced.take()
             {
                 f();
             }
-            changed(&changes);
-        }
+            changed(fed.changes());
+        })
+        .await;
     }
 }
 
@@ -295,6 +335,58 @@ mod tests {
             [("a".to_string(), Some(1), None), ("ccc".to_string(), None, Some(3))]
         );
         assert_eq!(keys(w.apply_changes(Event::Delete("bb"), project)), [("bb".to_string(), Some(2), None)]);
+    }
+
+    /// What a callback saw: `L` a complete list, `C` another event, with
+    /// the keys changed.
+    fn seen(fed: &Fed<'_, usize>) -> String {
+        let (tag, changes) = match fed {
+            Fed::Listed(c) => ("L", c),
+            Fed::Changed(c) => ("C", c),
+        };
+        let mut keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+        keys.sort_unstable();
+        format!("{tag}{keys:?}")
+    }
+
+    fn a_list_an_event_and_a_relist() -> impl futures::Stream<Item = Result<Event<&'static str>, watcher::Error>> {
+        futures::stream::iter(
+            [
+                Event::Init,
+                Event::InitApply("a"),
+                Event::InitDone,
+                Event::Apply("bb"),
+                Event::Init,
+                Event::InitApply("bb"),
+                Event::InitDone,
+            ]
+            .map(Ok),
+        )
+    }
+
+    #[tokio::test]
+    async fn feed_tells_every_complete_list_the_relist_included() {
+        let (store, w) = store::<usize>();
+        let mut log = Vec::new();
+        w.feed(a_list_an_event_and_a_relist(), project, |fed| log.push(seen(&fed))).await;
+        assert_eq!(log, ["C[]", "C[]", "L[\"a\"]", "C[\"bb\"]", "C[]", "C[]", "L[\"a\"]"]);
+        assert_eq!(store.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn run_tells_synced_once_and_every_change() {
+        let (_store, w) = store::<usize>();
+        let synced = std::cell::Cell::new(0);
+        let mut changed = Vec::new();
+        w.run(
+            a_list_an_event_and_a_relist(),
+            project,
+            || synced.set(synced.get() + 1),
+            |c: &[Change<usize>]| changed.extend(c.iter().map(|c| c.key.clone())),
+        )
+        .await;
+        assert_eq!(synced.get(), 1, "the relist is not a first sync");
+        assert_eq!(changed, ["a", "bb", "a"]);
     }
 
     #[tokio::test]

@@ -29,10 +29,26 @@ where
 /// are what [`same_ignoring_times`] leaves the times and order out of.
 pub trait ReportedStatus: Clone + PartialEq + Serialize {
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+
+    /// Clears the fields that move with every write and alone never
+    /// warrant one (e.g. a `lastSyncTime`): [`says_the_same`] compares
+    /// without them. None by default.
+    fn clear_write_times(&mut self) {}
+}
+
+/// Whether two statuses say the same: [`same_ignoring_times`], and
+/// without the fields [`ReportedStatus::clear_write_times`] clears.
+pub fn says_the_same<S: ReportedStatus>(a: &S, b: &S) -> bool {
+    let cleared = |s: &S| {
+        let mut s = s.clone();
+        s.clear_write_times();
+        s
+    };
+    same_ignoring_times(&cleared(a), &cleared(b), S::conditions_mut)
 }
 
 /// Applies `new` (as [`apply_status`]) unless `old` says the same
-/// ([`same_ignoring_times`]); whether it wrote. An unchanged status is not
+/// ([`says_the_same`]); whether it wrote. An unchanged status is not
 /// written: every write wakes every watcher of the object, the operator's
 /// own controller included.
 pub async fn apply_status_if_changed<K, S>(
@@ -46,7 +62,7 @@ where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug,
     S: ReportedStatus,
 {
-    if old.is_some_and(|old| same_ignoring_times(old, new, S::conditions_mut)) {
+    if old.is_some_and(|old| says_the_same(old, new)) {
         return Ok(false);
     }
     apply_status(api, name, field_manager, new).await?;
@@ -80,8 +96,8 @@ where
 }
 
 /// What a status says, condition times and order aside, as 8 bytes: equal
-/// fingerprints, the same status as far as [`same_ignoring_times`] can tell
-/// (up to a 64-bit hash collision, which costs one skipped write until the
+/// fingerprints, the same status as far as [`says_the_same`] can tell (up
+/// to a 64-bit hash collision, which costs one skipped write until the
 /// status changes again).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint(u64);
@@ -90,7 +106,9 @@ impl Fingerprint {
     pub fn of<S: ReportedStatus>(s: &S) -> Self {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        serde_json::to_vec(&without_times(s, S::conditions_mut)).unwrap_or_default().hash(&mut h);
+        let mut s = without_times(s, S::conditions_mut);
+        s.clear_write_times();
+        serde_json::to_vec(&s).unwrap_or_default().hash(&mut h);
         Self(h.finish())
     }
 }
@@ -122,10 +140,21 @@ fn without_times<S: Clone>(s: &S, conditions: impl Fn(&mut S) -> &mut Vec<Condit
 mod tests {
     use super::*;
 
-    #[derive(Clone, PartialEq, Debug)]
+    #[derive(Clone, PartialEq, Debug, Serialize)]
     struct St {
         n: i32,
         conditions: Vec<Condition>,
+        synced_at: Option<i64>,
+    }
+
+    impl ReportedStatus for St {
+        fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+            &mut self.conditions
+        }
+
+        fn clear_write_times(&mut self) {
+            self.synced_at = None;
+        }
     }
 
     fn cond(t: &str, status: &str, secs: i64) -> Condition {
@@ -141,13 +170,23 @@ mod tests {
 
     #[test]
     fn times_and_order_do_not_count_anything_else_does() {
-        let a = St { n: 1, conditions: vec![cond("Ready", "True", 1), cond("Synced", "True", 2)] };
-        let b = St { n: 1, conditions: vec![cond("Synced", "True", 9), cond("Ready", "True", 8)] };
+        let a = St { n: 1, conditions: vec![cond("Ready", "True", 1), cond("Synced", "True", 2)], synced_at: None };
+        let b = St { n: 1, conditions: vec![cond("Synced", "True", 9), cond("Ready", "True", 8)], synced_at: None };
         assert!(same_ignoring_times(&a, &b, |s| &mut s.conditions));
         let c = St { n: 2, ..b.clone() };
         assert!(!same_ignoring_times(&a, &c, |s| &mut s.conditions));
-        let d = St { n: 1, conditions: vec![cond("Ready", "False", 1), cond("Synced", "True", 2)] };
+        let d = St { n: 1, conditions: vec![cond("Ready", "False", 1), cond("Synced", "True", 2)], synced_at: None };
         assert!(!same_ignoring_times(&a, &d, |s| &mut s.conditions));
+    }
+
+    #[test]
+    fn a_write_time_alone_is_not_a_change_to_report() {
+        let a = St { n: 1, conditions: vec![cond("Ready", "True", 1)], synced_at: Some(10) };
+        let later = St { synced_at: Some(20), conditions: vec![cond("Ready", "True", 5)], ..a.clone() };
+        assert!(says_the_same(&a, &later));
+        assert!(!same_ignoring_times(&a, &later, |s| &mut s.conditions), "only the trait's own fields are cleared");
+        let changed = St { n: 2, ..later };
+        assert!(!says_the_same(&a, &changed));
     }
 
     #[derive(Clone, PartialEq, Debug, Serialize)]

@@ -1,10 +1,12 @@
 //! The writes of ConfigMaps and Secrets, and nothing else: what to write
-//! is decided by the plan ([`crate::plan::decide`]), and what a write's
-//! answer makes of the decision by [`crate::converge`]. Every write proves
+//! is decided by the plan ([`crate::plan::decide`]); each write returns the
+//! server's answer, typed ([`Written`]), and decides nothing more — an
+//! answer that says the world is not what the plan saw is the next plan
+//! round's input (the controller's rounds). Every write proves
 //! ownership on the server: a create fails rather than overwrite, an apply
 //! carries the `resourceVersion` the decision was made at, a delete
 //! carries `uid` and `resourceVersion`; a 409 comes back as
-//! [`Written::Stale`] for the plan to decide again on a fresh read.
+//! [`Answer::Stale`], a 422 as [`Answer::Invalid`].
 //!
 //! Responses are asked for as metadata only (`as=PartialObjectMetadata`):
 //! a write of a 1 MiB copy does not bring 1 MiB back. The caller holds the
@@ -15,22 +17,59 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::{Value, json};
 
 use crate::cache::{Caches, api_resource};
-use crate::copy::{CopyKey, Observed, RuleRef, Source, stray_fields};
+use crate::copy::{CopyKey, RuleRef, Source, stray_fields};
 
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
+/// One operation as `flotilla_config_copier_copy_operations_total`
+/// counts it (`action`, `result` labels); [`crate::report`] counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Op {
+    pub what: &'static str,
+    pub result: &'static str,
+}
+
+impl Op {
+    pub fn new(what: &'static str, result: &'static str) -> Self {
+        Self { what, result }
+    }
+}
+
 /// What the server answered to one write.
 #[derive(Debug)]
-pub enum Written {
+pub enum Answer {
     /// Done as asked.
     Done,
+    /// A delete found nothing: gone already (as good as deleted).
+    Gone,
     /// 409 to a create or an apply: the object is not what the decision
     /// saw (a create: it exists).
     Stale,
-    /// 422: the API refused the object as invalid.
+    /// 422 to a create or an apply: the API refused the object as invalid.
     Invalid(kube::Error),
-    /// Any other failure.
+    /// Any other failure (a delete's 409 included: it changed since it
+    /// was seen, and the watch brings the new version to the next plan).
     Failed(kube::Error),
+}
+
+/// One write (`what`: create, update, adopt, delete) and its answer.
+#[derive(Debug)]
+pub struct Written {
+    pub what: &'static str,
+    pub answer: Answer,
+}
+
+impl Written {
+    /// The operation this answer counts: a success or a failure. A 409 or
+    /// a 422 is answered by reading the object again, and counted by what
+    /// comes of that; a delete of an object gone already counts nothing.
+    pub fn op(&self) -> Option<Op> {
+        match self.answer {
+            Answer::Done => Some(Op::new(self.what, "success")),
+            Answer::Failed(_) => Some(Op::new(self.what, "error")),
+            Answer::Gone | Answer::Stale | Answer::Invalid(_) => None,
+        }
+    }
 }
 
 /// Writes copies for one rule.
@@ -50,30 +89,20 @@ impl Writer<'_> {
         Api::namespaced_with(self.client.clone(), &key.namespace, &api_resource(key.kind))
     }
 
-    /// Counts one operation's result.
-    pub fn count(&self, what: &'static str, result: &'static str) {
-        self.caches.metrics().operations.with_label_values(&[what, result]).inc();
-    }
-
-    fn answer(&self, what: &'static str, result: Result<(), kube::Error>) -> Written {
-        match result {
-            Ok(()) => {
-                self.count(what, "success");
-                Written::Done
-            }
-            Err(e) if is_status(&e, 409) => Written::Stale,
-            Err(e) if is_status(&e, 422) => Written::Invalid(e),
-            Err(e) => {
-                self.count(what, "error");
-                Written::Failed(e)
-            }
-        }
+    fn answer(what: &'static str, result: Result<(), kube::Error>) -> Written {
+        let answer = match result {
+            Ok(()) => Answer::Done,
+            Err(e) if is_status(&e, 409) => Answer::Stale,
+            Err(e) if is_status(&e, 422) => Answer::Invalid(e),
+            Err(e) => Answer::Failed(e),
+        };
+        Written { what, answer }
     }
 
     /// Creates the copy of `source` at `key`; fails (409) rather than overwrite.
     pub async fn create_copy(&self, key: &CopyKey, source: &Source) -> Written {
         let result = self.create(key, source).await;
-        self.answer("create", result)
+        Self::answer("create", result)
     }
 
     /// Applies the copy of `source` over the object at `resource_version`
@@ -86,45 +115,25 @@ impl Writer<'_> {
         what: &'static str,
     ) -> Written {
         let result = self.apply(key, source, resource_version).await;
-        self.answer(what, result)
+        Self::answer(what, result)
     }
 
-    /// Deletes the object at `key` as last seen (same uid and version);
-    /// gone already counts as deleted. A failure (a 409 included: it
-    /// changed since it was seen) is final for this reconcile: the watch
-    /// brings the new version and the next plan decides on it.
-    pub async fn delete_copy(
-        &self,
-        key: &CopyKey,
-        uid: Option<String>,
-        resource_version: Option<String>,
-    ) -> Result<(), kube::Error> {
+    /// Deletes the object at `key` as last seen (same uid and version).
+    /// A failure (a 409 included: it changed since it was seen) is final
+    /// for this reconcile: the watch brings the new version and the next
+    /// plan decides on it.
+    pub async fn delete_copy(&self, key: &CopyKey, uid: Option<String>, resource_version: Option<String>) -> Written {
         let dp = DeleteParams { preconditions: Some(Preconditions { uid, resource_version }), ..Default::default() };
         self.caches.metrics().request("delete");
-        match self.api(key).delete(&key.name, &dp).await {
-            Ok(_) => {
-                self.count("delete", "success");
-                self.caches.forget_copy(key);
-                Ok(())
-            }
-            Err(e) if is_status(&e, 404) => {
-                self.caches.forget_copy(key);
-                Ok(())
-            }
-            Err(e) => {
-                self.count("delete", "error");
-                Err(e)
-            }
+        let answer = match self.api(key).delete(&key.name, &dp).await {
+            Ok(_) => Answer::Done,
+            Err(e) if is_status(&e, 404) => Answer::Gone,
+            Err(e) => Answer::Failed(e),
+        };
+        if matches!(answer, Answer::Done | Answer::Gone) {
+            self.caches.forget_copy(key);
         }
-    }
-
-    /// Reads the object at `key` (its payload's hashes, not the payload).
-    pub async fn get(&self, key: &CopyKey) -> Result<Option<Observed>, kube::Error> {
-        self.caches.metrics().request("get");
-        let obj = self.api(key).get_opt(&key.name).await?;
-        Ok(obj
-            .and_then(|o| serde_json::to_value(o).ok())
-            .and_then(|v| Observed::from_json(key.kind, &v, true, self.field_manager)))
+        Written { what: "delete", answer }
     }
 
     async fn create(&self, key: &CopyKey, source: &Source) -> Result<(), kube::Error> {
@@ -184,5 +193,24 @@ impl Writer<'_> {
         let patched = self.api(key).patch_metadata(&key.name, &pp, &Patch::Merge(&patch)).await?;
         self.caches.record_version(key, patched.metadata.resource_version.clone());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status::failure("no", "Refused").with_code(code)))
+    }
+
+    #[test]
+    fn an_answer_counts_a_success_or_a_failure_and_nothing_the_next_round_answers() {
+        let op = |what, answer| Written { what, answer }.op();
+        assert_eq!(op("update", Answer::Done), Some(Op::new("update", "success")));
+        assert_eq!(op("create", Answer::Failed(refused(500))), Some(Op::new("create", "error")));
+        assert_eq!(op("delete", Answer::Gone), None, "gone already: nothing was deleted");
+        assert_eq!(op("create", Answer::Stale), None, "a 409 is read and planned again");
+        assert_eq!(op("adopt", Answer::Invalid(refused(422))), None, "a 422 is read and planned again");
     }
 }

@@ -6,17 +6,17 @@
 //! the rules concerned. Beside the stores: what reads of sources taught
 //! ([`SourceInfo`] per resourceVersion: size, type, hashes; no payload), the
 //! resourceVersions config-copier wrote or verified (a copy at another
-//! version was changed by someone else), the rules' claims (who wins a name
-//! two rules want) and the conflicts already reported.
+//! version was changed by someone else), and the rules' [`Claims`].
+//! A reconcile reads all of it once, as a [`Snapshot`], and plans on that.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_shared::health::WatchHealth;
-use flotilla_shared::projection::{self, Change};
+use flotilla_shared::projection::{self, Change, Fed};
+use futures::Stream;
 use futures::channel::mpsc::UnboundedSender;
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::ApiResource;
 use kube::core::PartialObjectMeta;
@@ -25,10 +25,11 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use crate::claims::{ClaimSet, Claims, LiveRules};
 use crate::copy::{COPIES_SELECTOR, CopyKey, Observed, Payload, RuleId, RuleRef, SourceInfo, SourceMeta};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
-use crate::plan::{Claim, NamespaceInfo, OwnerState, SourceSelection};
+use crate::plan::{NamespaceInfo, SourceSelection};
 use crate::sources::SourceIndex;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -44,6 +45,23 @@ pub fn api_resource(kind: SourceKind) -> ApiResource {
 
 fn copy_key_str(ns: &str, name: &str) -> String {
     format!("{ns}/{name}")
+}
+
+/// One reconcile's read of the caches, taken once ([`Caches::snapshot`]):
+/// what the plan decides on.
+pub struct Snapshot {
+    pub namespaces: HashMap<String, NamespaceInfo>,
+    /// The rule's sources, metadata only.
+    pub sources: Vec<SourceMeta>,
+    /// The rule's copies and whatever is held where its copies would go,
+    /// with what config-copier knows of their payload.
+    pub copies: BTreeMap<CopyKey, Observed>,
+    /// The live rules those copies' labels name.
+    pub rules: LiveRules,
+    /// `--watch-namespace`.
+    pub scope: Option<String>,
+    /// Every rule's claim.
+    pub claims: ClaimSet,
 }
 
 /// Everything the reconciler reads instead of asking the API.
@@ -64,8 +82,7 @@ pub struct Caches {
     known: Mutex<HashMap<CopyKey, String>>,
     /// Possible sources, by kind.
     sources: HashMap<SourceKind, Arc<SourceIndex>>,
-    claims: Mutex<HashMap<RuleId, Claim>>,
-    reported: Mutex<HashMap<RuleId, BTreeSet<(String, String)>>>,
+    claims: Claims,
     /// What the last read of each source taught, by kind, namespace and
     /// name (valid for the resourceVersion it names).
     learned: Mutex<HashMap<SourceKey, Arc<SourceInfo>>>,
@@ -116,8 +133,7 @@ impl Caches {
             writers: Mutex::new(writers),
             known: Mutex::new(HashMap::new()),
             sources: SourceKind::ALL.into_iter().map(|k| (k, Arc::new(SourceIndex::new(k)))).collect(),
-            claims: Mutex::new(HashMap::new()),
-            reported: Mutex::new(HashMap::new()),
+            claims: Claims::default(),
             learned: Mutex::new(HashMap::new()),
             watches: Mutex::default(),
         })
@@ -129,6 +145,18 @@ impl Caches {
 
     fn trigger(&self, rule: &RuleId) {
         let _ = self.trigger.unbounded_send(ObjectRef::new(&rule.name).within(&rule.namespace));
+    }
+
+    /// Wakes `rules` (those a change of claims concerns).
+    pub fn wake(&self, rules: Vec<RuleId>) {
+        for rule in &rules {
+            self.trigger(rule);
+        }
+    }
+
+    /// The rules' claims (what each wants), shared by the reconciles.
+    pub fn claims(&self) -> &Claims {
+        &self.claims
     }
 
     fn trigger_all(&self) {
@@ -156,34 +184,64 @@ impl Caches {
         }
     }
 
-    /// Whose `o` is, for `rule`, as the caches know the rules now.
-    pub fn ownership(&self, rule: &RuleRef, o: &Observed) -> crate::plan::Ownership {
-        crate::plan::ownership(o.owner.as_ref(), rule, |label| self.owner_state(label, &rule.id, &o.key))
+    /// The live rules named by the ownership labels of `copies`.
+    fn rules_named<'o>(&self, copies: impl IntoIterator<Item = &'o Observed>) -> LiveRules {
+        let mut rules = LiveRules::new();
+        for label in copies.into_iter().filter_map(|o| o.owner.as_ref().and_then(|w| w.label_value())) {
+            if rules.contains_key(&label) {
+                continue;
+            }
+            if let Some(r) = self.live_rule(&label)
+                && let Some(ns) = r.namespace()
+            {
+                rules.insert(label, (RuleId::new(ns, r.name_any()), r.uid().unwrap_or_default()));
+            }
+        }
+        rules
     }
 
-    /// What config-copier knows of the rule behind ownership label `label`,
-    /// for `me` deciding about `key`.
-    pub fn owner_state(&self, label: &str, me: &RuleId, key: &CopyKey) -> OwnerState {
-        if let Some(r) = self.live_rule(label) {
-            let Some(ns) = r.namespace() else { return OwnerState::Gone };
-            let id = RuleId::new(ns, r.name_any());
-            let claims = lock(&self.claims);
-            let theirs = claims.get(&id).filter(|c| c.wants(key));
-            let loses_to_us = match (theirs, claims.get(me)) {
-                (Some(t), Some(m)) => m.rank < t.rank,
-                _ => false,
-            };
-            return OwnerState::Live { uid: r.uid().unwrap_or_default(), loses_to_us };
+    /// Whose `o` is, for `rule`, as the caches know the rules and claims
+    /// now (an object just read from the API, not from a snapshot).
+    pub fn ownership(&self, rule: &RuleRef, o: &Observed) -> crate::plan::Ownership {
+        let rules = self.rules_named([o]);
+        self.claims.with(|claims| {
+            crate::plan::ownership(o.owner.as_ref(), rule, |label| {
+                crate::claims::owner_state(label, &rule.id, &o.key, &rules, self.scope.as_deref(), claims)
+            })
+        })
+    }
+
+    /// The rule ranking above `rule` that wants `key`, with the claims as they are now.
+    pub fn claimed_by(&self, rule: &RuleId, key: &CopyKey) -> Option<RuleId> {
+        self.claims.with(|claims| crate::claims::claimed_by(claims, rule, key))
+    }
+
+    /// Reads the caches once for a reconcile of `rule` (its sources of
+    /// `kind` as `selection` selects them): `None` while a cache it needs
+    /// has not listed.
+    pub fn snapshot(&self, rule: &RuleId, kind: SourceKind, selection: &SourceSelection) -> Option<Snapshot> {
+        let (Some(namespaces), true) = (self.namespaces(), self.copies_ready(kind)) else { return None };
+        let sources = self.sources(rule, kind, selection)?;
+        // The copies the plan may decide on: this rule's own (of either
+        // kind: a rule whose kind changed prunes the old kind's), and
+        // whatever is held under its sources' names (a desired copy's
+        // name is its source's).
+        let names: HashSet<&str> = sources.iter().map(|m| m.name.as_str()).collect();
+        let mut copies: BTreeMap<CopyKey, Observed> =
+            self.copies_of(rule).into_iter().map(|o| (o.key.clone(), o)).collect();
+        if let Some(store) = self.copies.get(&kind) {
+            let named = store.select(|_, o| o.as_ref().filter(|o| names.contains(o.key.name.as_str())).cloned());
+            for o in named {
+                copies.entry(o.key.clone()).or_insert_with(|| self.with_knowledge(o));
+            }
         }
-        match &self.scope {
-            // The label is `<namespace>.<name>` (or a hash): a rule of ours starts with our namespace.
-            Some(scope) if !label.starts_with(&format!("{scope}.")) => OwnerState::OutOfScope,
-            _ => OwnerState::Gone,
-        }
+        drop(names);
+        let rules = self.rules_named(copies.values());
+        Some(Snapshot { namespaces, sources, copies, rules, scope: self.scope.clone(), claims: self.claims.view() })
     }
 
     /// A snapshot of the namespaces, once listed.
-    pub fn namespaces(&self) -> Option<HashMap<String, NamespaceInfo>> {
+    fn namespaces(&self) -> Option<HashMap<String, NamespaceInfo>> {
         self.namespaces
             .is_ready()
             .then(|| self.namespaces.entries().into_iter().map(|(k, v)| (k, (*v).clone())).collect())
@@ -213,14 +271,6 @@ impl Caches {
         lock(&self.watches).push(health.clone());
     }
 
-    /// The object at `key` as the copy watch saw it, with what we know of
-    /// its payload: a version we wrote or read is trusted; another version
-    /// of an object we knew was changed by someone else.
-    pub fn observed(&self, key: &CopyKey) -> Option<Observed> {
-        let o = self.copies.get(&key.kind)?.get(&copy_key_str(&key.namespace, &key.name))?;
-        o.as_ref().clone().map(|o| self.with_knowledge(o))
-    }
-
     fn with_knowledge(&self, mut o: Observed) -> Observed {
         if o.payload == Payload::Trusted {
             match lock(&self.known).get(&o.key) {
@@ -232,7 +282,7 @@ impl Caches {
     }
 
     /// Every copy whose marks name `rule` (by label value or annotation).
-    pub fn copies_of(&self, rule: &RuleId) -> Vec<Observed> {
+    fn copies_of(&self, rule: &RuleId) -> Vec<Observed> {
         let label = rule.label_value();
         let mut out = Vec::new();
         for store in self.copies.values() {
@@ -259,55 +309,19 @@ impl Caches {
         lock(&self.known).remove(key);
     }
 
-    /// Publishes what `rule` wants; when it changed, the other rules of the
-    /// kind are triggered (one of them may now win or lose a name).
-    pub fn set_claim(&self, rule: &RuleId, claim: Option<Claim>) {
-        let mut claims = lock(&self.claims);
-        let changed = claims.get(rule) != claim.as_ref();
-        let kind = claim.as_ref().map(|c| c.kind).or_else(|| claims.get(rule).map(|c| c.kind));
-        match claim {
-            Some(c) => claims.insert(rule.clone(), c),
-            None => claims.remove(rule),
-        };
-        let others: Vec<RuleId> =
-            claims.iter().filter(|(id, c)| *id != rule && Some(c.kind) == kind).map(|(id, _)| id.clone()).collect();
-        drop(claims);
-        if changed {
-            for other in others {
-                self.trigger(&other);
-            }
-        }
-    }
-
-    /// The rule ranking above `rule` that wants `key`, if any.
-    pub fn claimed_by(&self, rule: &RuleId, key: &CopyKey) -> Option<RuleId> {
-        let claims = lock(&self.claims);
-        let mine = claims.get(rule)?;
-        crate::plan::winner(key, claims.values()).filter(|w| *w != rule && claims[*w].rank < mine.rank).cloned()
-    }
-
-    /// Of `conflicts`, those not reported before for `rule`; remembers them all.
-    pub fn new_conflicts(&self, rule: &RuleId, conflicts: BTreeSet<(String, String)>) -> Vec<(String, String)> {
-        let mut reported = lock(&self.reported);
-        let before = reported.get(rule);
-        let new = conflicts.iter().filter(|c| !before.is_some_and(|b| b.contains(*c))).cloned().collect();
-        reported.insert(rule.clone(), conflicts);
-        new
-    }
-
     /// Forgets a rule (deleted or invalid): its label keys, claim and reports.
     pub fn forget_rule(&self, rule: &RuleId) {
         for index in self.sources.values() {
             index.forget(rule);
         }
-        lock(&self.reported).remove(rule);
-        self.set_claim(rule, None);
+        let woken = self.claims.forget(rule);
+        self.wake(woken);
     }
 
     /// `rule`'s sources of `kind` (what `selection` selects in its
     /// namespace), from the shared index ([`SourceIndex`]); `None` until
     /// it is listed with the label keys the rule reads.
-    pub fn sources(&self, rule: &RuleId, kind: SourceKind, selection: &SourceSelection) -> Option<Vec<SourceMeta>> {
+    fn sources(&self, rule: &RuleId, kind: SourceKind, selection: &SourceSelection) -> Option<Vec<SourceMeta>> {
         for (k, index) in &self.sources {
             if *k != kind {
                 index.forget(rule);
@@ -346,7 +360,7 @@ impl Caches {
         }
         lock(&self.learned)
             .retain(|(kind, ns, name), _| self.sources.get(kind).is_some_and(|index| index.contains(ns, name)));
-        lock(&self.claims).retain(|id, _| live.contains(id));
+        self.claims.retain(&live);
     }
 
     /// Watches `kind`'s possible sources until the stream ends; a change
@@ -371,33 +385,29 @@ impl Caches {
         index.watch(self.client.clone(), self.scope.clone(), health, changed).await;
     }
 
-    /// Watches namespaces (metadata only) until the stream ends.
+    /// Watches namespaces (metadata only) until the stream ends. Every
+    /// complete list (a relist too) and every change wakes every rule: any
+    /// rule may target any namespace.
     pub async fn watch_namespaces(self: Arc<Self>, health: WatchHealth) {
-        let Some(mut writer) = lock(&self.writers).namespaces.take() else { return };
+        let Some(writer) = lock(&self.writers).namespaces.take() else { return };
         self.watching(&health);
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().any_semantic();
-        let mut stream = std::pin::pin!(health.watcher(api, cfg));
         let project = |o: PartialObjectMeta<Namespace>| {
             let info =
                 NamespaceInfo { labels: o.labels().clone(), terminating: o.metadata.deletion_timestamp.is_some() };
             (o.name_any(), info)
         };
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(ev) => {
-                    let init_done = matches!(ev, watcher::Event::InitDone);
-                    let changes = writer.apply_changes(ev, project);
-                    if init_done {
-                        health.synced();
-                    }
-                    if init_done || !changes.is_empty() {
-                        self.trigger_all();
-                    }
+        writer
+            .feed(health.watcher(api, cfg), project, |fed| match fed {
+                Fed::Listed(_) => {
+                    health.synced();
+                    self.trigger_all();
                 }
-                Err(e) => tracing::warn!(error = %e, "watching namespaces"),
-            }
-        }
+                Fed::Changed(changes) if !changes.is_empty() => self.trigger_all(),
+                Fed::Changed(_) => {}
+            })
+            .await;
     }
 
     /// Watches the copies of one kind: metadata only, by the ownership label.
@@ -412,33 +422,30 @@ impl Caches {
     where
         K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     {
-        let Some(mut writer) = lock(&self.writers).copies.remove(&kind) else { return };
+        let Some(writer) = lock(&self.writers).copies.remove(&kind) else { return };
         self.watching(&health);
         let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
-        let mut stream = std::pin::pin!(health.watcher(api, cfg));
         let fm = self.field_manager.clone();
         let project = |o: PartialObjectMeta<K>| {
             let key = copy_key_str(&o.namespace().unwrap_or_default(), &o.name_any());
             let observed = serde_json::to_value(&o).ok().and_then(|v| Observed::from_json(kind, &v, false, &fm));
             (key, observed)
         };
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(ev) => {
-                    let init_done = matches!(ev, watcher::Event::InitDone);
-                    let changes = writer.apply_changes(ev, project);
-                    for c in &changes {
-                        self.copy_changed(c);
-                    }
-                    if init_done {
-                        health.synced();
-                        self.trigger_all();
-                    }
+        writer
+            .feed(health.watcher(api, cfg), project, |fed| {
+                for c in fed.changes() {
+                    self.copy_changed(c);
                 }
-                Err(e) => tracing::warn!(kind = kind.as_str(), error = %e, "watching copies"),
-            }
-        }
+                // Every complete list wakes every rule: the first ends the
+                // wait of the rules of this kind (`copies_ready`); a relist
+                // follows a lost watch, after which every rule converges again.
+                if let Fed::Listed(_) = fed {
+                    health.synced();
+                    self.trigger_all();
+                }
+            })
+            .await;
     }
 
     /// A copy changed: its owner (old and new) reconciles, unless it is the

@@ -1,19 +1,23 @@
-//! The CopyRule controller: one reconcile per rule converges all of its
-//! copies from the caches (namespaces, sources' metadata, copies) and what
-//! reads of its sources taught; the caches trigger the rules concerned on
-//! every change. A source's payload is read only to learn a new version of
-//! it, or to write its copies, within the byte budget. A finalizer prunes a
-//! deleted rule's copies (never in a protected namespace).
+//! The CopyRule controller: the watches wired, and one reconcile per rule
+//! that converges all of its copies, in this order — a [`Snapshot`] of the
+//! caches (namespaces, sources' metadata, copies, claims), what reads of its
+//! sources taught ([`crate::read`]), the plan ([`crate::plan`], pure), its
+//! claim published ([`crate::claims`]), the writes in rounds ([`rounds`]:
+//! apply, and a write's answer read and planned again), then the report
+//! ([`crate::report`]: status, Events, metrics). The caches trigger the
+//! rules concerned on every change. A source's payload is read only to
+//! learn a new version of it, or to write its copies, within the byte
+//! budget. A finalizer prunes a deleted rule's copies (never in a protected
+//! namespace; [`crate::cleanup`] finds them).
 
-use std::collections::BTreeMap;
+mod rounds;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::conditions::already_said;
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -22,20 +26,19 @@ use kube::{Resource, ResourceExt};
 
 use crate::apply::Writer;
 use crate::budget::Budget;
-use crate::cache::{CacheOptions, Caches, GC_INTERVAL, trigger_channel};
-use crate::cleanup::cleanup;
-use crate::converge::{bounded, run_jobs, run_source_jobs};
-use crate::copy::{CopyKey, Observed, RuleId, RuleRef, SourceInfo, StripLabels};
+use crate::cache::{CacheOptions, Caches, GC_INTERVAL, Snapshot, trigger_channel};
+use crate::copy::{RuleId, RuleRef, StripLabels};
 use crate::crd::{CopyRule, SkippedSource, SourceKind};
 use crate::error::Error;
 use crate::metrics::CopierMetrics;
 use crate::plan::{
-    Claim, CopyContext, CopyFacts, Policy, Rank, RulePlan, SourceSelection, desired_copies, plan_copies,
-    sources_too_large, target_namespaces,
+    Policy, RulePlan, Seen, SourceSelection, copy_facts, desired_copies, plan_copies, sources_too_large,
+    target_namespaces,
 };
 use crate::read::Reader;
 use crate::report;
-use crate::status::{self, Summary};
+use crate::report::{Carried, Outcome};
+use crate::status::Summary;
 use crate::targets::{Selector, TargetFilter};
 
 /// The finalizer on every CopyRule: its copies are pruned before it goes.
@@ -255,10 +258,10 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let selection = SourceSelection { selector, names: rule.spec.names.iter().map(|n| n.0.clone()).collect() };
-    let (Some(namespaces), true) = (caches.namespaces(), caches.copies_ready(rule.spec.kind)) else {
-        return caches_not_ready(rule, data).await;
-    };
-    let Some(metas) = caches.sources(id, rule.spec.kind, &selection) else {
+    // Snapshot: the caches, read once.
+    let Some(Snapshot { namespaces, sources: metas, copies, rules, scope, mut claims }) =
+        caches.snapshot(id, rule.spec.kind, &selection)
+    else {
         return caches_not_ready(rule, data).await;
     };
     // What each source is at its current version: known from an earlier
@@ -275,6 +278,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     };
     drop(metas);
 
+    // Plan (pure): the sources, the targets, the copies wanted.
     let plan_rule = RulePlan { rule: &me, kind: rule.spec.kind, sources: &selection, targets: &targets };
     let rule_sources = crate::plan::rule_sources(&plan_rule, &sources, policy);
     if let Some(why) = sources_too_large(&rule_sources, data.options.max_rule_source_bytes) {
@@ -290,18 +294,12 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     }
     let target_set = target_namespaces(&plan_rule, &namespaces, policy);
     let desired = desired_copies(&rule_sources, &target_set, rule.spec.kind);
-    caches.set_claim(
-        id,
-        Some(Claim {
-            rank: Rank {
-                created: rule.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
-                rule: id.clone(),
-            },
-            kind: rule.spec.kind,
-            names: rule_sources.copied.iter().map(|s| s.name.clone()).collect(),
-            namespaces: target_set.accepted.iter().map(|s| s.to_string()).collect(),
-        }),
-    );
+    let created = rule.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string());
+    let claim = crate::plan::claim(&plan_rule, created, &rule_sources, &target_set);
+    // Published for the other rules (those it concerns are woken); this
+    // plan decides with it in place of the one the snapshot holds.
+    caches.wake(caches.claims().set(id, Some(claim.clone())));
+    claims.insert(id.clone(), Arc::new(claim));
 
     let mut summary = Summary {
         sources: rule_sources.copied.len(),
@@ -319,49 +317,38 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             .collect(),
         ..Default::default()
     };
-    // Snapshot: every wanted copy and every copy of ours, as the caches
-    // show them now. Objects marked as this rule's in a protected namespace
-    // were planted there (config-copier never writes there): left alone,
-    // never pruned.
-    let mut keys: BTreeMap<CopyKey, (Option<Arc<SourceInfo>>, Option<Observed>)> =
-        desired.iter().map(|(k, s)| (k.clone(), (Some(Arc::clone(s)), None))).collect();
-    drop(desired);
-    for o in caches.copies_of(id).into_iter().filter(|o| policy.may_touch(&o.key.namespace)) {
-        let key = o.key.clone();
-        keys.entry(key).or_default().1 = Some(o);
-    }
-    let facts = keys.into_iter().map(|(key, (source, observed))| {
-        let observed = observed.or_else(|| caches.observed(&key)).map(|o| {
-            let owner = caches.ownership(&me, &o);
-            (o, owner)
-        });
-        let ctx = CopyContext {
-            on_conflict: rule.spec.on_conflict,
-            prune: rule.spec.prune,
-            accepts_overwrite: namespaces.get(&key.namespace).is_some_and(|n| n.accepts_overwrite()),
-            claimed_by: source.as_ref().and_then(|_| caches.claimed_by(id, &key)),
-        };
-        CopyFacts { key, source, observed, ctx }
-    });
-    // Plan (pure).
-    let plan = plan_copies(facts);
+    let seen = Seen {
+        me: &me,
+        copies: &copies,
+        rules: &rules,
+        scope: scope.as_deref(),
+        claims: &claims,
+        namespaces: &namespaces,
+    };
+    let plan = plan_copies(copy_facts(desired, &seen, policy, rule.spec.on_conflict, rule.spec.prune));
+    drop((copies, claims));
     summary.in_sync = plan.in_sync;
     tracing::debug!(rule = %id, desired = summary.desired, in_sync = plan.in_sync, jobs = plan.jobs(), "plan");
 
-    // Apply: each source read once for its copies' writes, within the budget.
+    // Apply, in rounds: each source read once for its copies' writes,
+    // within the budget; a write's answer read and planned again.
     let writer = data.writer(&me);
     let concurrency = data.options.concurrency;
     let slots = tokio::sync::Semaphore::new(concurrency);
-    let mut outcomes = bounded(plan.by_source.into_iter().collect(), concurrency, |group| {
-        run_source_jobs(&writer, &reader, group, &slots, concurrency)
+    let mut carried = rounds::bounded(plan.by_source.into_iter().collect(), concurrency, |group| {
+        rounds::run_source_jobs(&writer, &reader, group, &slots, concurrency)
     })
     .await
-    .concat();
-    outcomes.extend(run_jobs(&writer, plan.without_payload, concurrency).await);
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>();
+    carried.extend(rounds::run_jobs(&writer, plan.without_payload, concurrency).await);
 
-    // Report: status, Events, metrics.
-    let written = report::tally(outcomes, &mut summary);
-    report::events(&data.ctx.events, &oref, caches, id, rule.spec.kind, &summary, &written);
+    // Report: metrics, status, Events.
+    report::count_operations(caches.metrics(), &carried);
+    let written = report::tally(carried.into_iter().map(|c| c.outcome), &mut summary);
+    let new_conflicts = caches.claims().new_conflicts(id, report::conflicts(&summary));
+    report::events(&data.ctx.events, &oref, rule.spec.kind, &summary, &written, &new_conflicts);
     caches.metrics().set_rule(id, summary.sources, summary.desired, summary.in_sync, summary.conflicts.len());
     let writes = written.total();
     write_status(rule, data, &summary, writes > 0).await?;
@@ -371,18 +358,47 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     Ok(Action::requeue(if summary.conflicts.is_empty() { RESYNC } else { CONFLICT_RECHECK }))
 }
 
-pub(crate) async fn write_status(rule: &CopyRule, data: &Data, summary: &Summary, wrote: bool) -> Result<(), Error> {
-    let previous = rule.status.as_ref();
-    let mut new = status::build(previous, rule.metadata.generation, summary);
-    if previous.is_some_and(|p| status::same(p, &new)) && !wrote {
-        return Ok(());
+/// The rule is being deleted: prune its copies (when `prune`), forget it.
+/// A copy whose deletion is denied keeps the finalizer (status and a
+/// Warning say so, retried with backoff); the escape is `prune: false` on
+/// the rule, or removing the finalizer by hand.
+async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
+    let me = rule_ref(rule)?;
+    let caches = &data.caches;
+    if rule.spec.prune {
+        let (client, field_manager) = (&data.ctx.client, data.ctx.field_manager.as_str());
+        let jobs =
+            crate::cleanup::copies_to_prune(client, caches, field_manager, &data.options.policy, rule, &me).await?;
+        let pruned = jobs.len();
+        let carried: Vec<Carried> = rounds::run_jobs(&data.writer(&me), jobs, data.options.concurrency).await;
+        report::count_operations(caches.metrics(), &carried);
+        let failures: Vec<String> = carried
+            .iter()
+            .filter_map(|c| match &c.outcome {
+                Outcome::Failed { key, action, error } => Some(report::failure(key, action, error)),
+                _ => None,
+            })
+            .collect();
+        if let Some(first) = failures.first() {
+            let oref = rule.object_ref(&());
+            data.ctx.events.warning(
+                &oref,
+                "PruneFailed",
+                "Delete",
+                format!("{first} (set prune: false on the rule to delete it without its copies)"),
+            );
+            let summary = Summary { prune_failed: Some(first.clone()), ..Default::default() };
+            write_status(rule, data, &summary, false).await?;
+            return Err(Error::Writes { failed: failures.len(), first: first.clone() });
+        }
+        tracing::info!(rule = %me.id, pruned, "rule deleted: copies pruned");
     }
-    new.last_sync_time = Some(Time(Timestamp::now()));
-    let ns = rule.namespace().ok_or(Error::NoNamespace)?;
-    let api: Api<CopyRule> = Api::namespaced(data.ctx.client.clone(), &ns);
-    data.caches.metrics().request("status");
-    flotilla_shared::apply_status(&api, &rule.name_any(), &data.ctx.field_manager, &new)
-        .await
-        .map_err(Error::Status)?;
-    Ok(())
+    caches.forget_rule(&me.id);
+    caches.metrics().forget_rule(&me.id);
+    Ok(Action::await_change())
+}
+
+/// Writes `rule`'s status from `summary` (see [`report::write_status`]).
+pub(crate) async fn write_status(rule: &CopyRule, data: &Data, summary: &Summary, wrote: bool) -> Result<(), Error> {
+    report::write_status(&data.ctx.client, &data.ctx.field_manager, data.caches.metrics(), rule, summary, wrote).await
 }

@@ -16,9 +16,9 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
+use crate::claims::{Claim, Rank};
 use crate::copy::{CopyKey, Observed, RuleId};
 use crate::crd::SourceKind;
-use crate::plan::{Claim, Rank};
 
 /// Bytes config-copier may hold per copy it tracks.
 const BUDGET: usize = 1024;

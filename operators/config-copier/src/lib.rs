@@ -13,25 +13,25 @@
 //! | [`crd`] | the CRD types, schema, CEL rules, printer columns |
 //! | [`targets`] | a rule's namespace targets: its label selector and name globs (pure) |
 //! | [`copy`] | what a copy looks like: content, ownership marks, hashes (pure) |
-//! | [`plan`] | which copies should exist, whose each object is, and what to do about each (pure) |
-//! | [`cache`] | metadata-only watches of namespaces and copies that trigger rules; what reads of sources taught; claims |
+//! | [`cache`] | metadata-only watches of namespaces and copies that trigger rules; what reads of sources taught; one read-once `Snapshot` per reconcile |
 //! | [`sources`] | every possible source, one metadata-only watch per kind for all rules |
+//! | [`claims`] | claims and conflicts: who wins a name two rules want and what is known of the rule a copy's marks name (pure); the claims and reported conflicts kept between reconciles, a change returning the rules to wake |
 //! | [`budget`] | the bytes of payload held at once (`--max-bytes-in-flight`) |
-//! | [`read`] | the reads of sources' payloads, within that budget |
-//! | [`apply`] | the writes and nothing else: create, server-side apply, delete, each proving ownership |
-//! | [`converge`] | the plan carried out, copy by copy: a write's answer (409, 422) read and handed back to the plan |
-//! | [`cleanup`] | a deleted rule: its copies pruned (asking the API), the rule forgotten |
+//! | [`read`] | the reads of sources' payloads, within that budget; a copy read again after a write's answer |
+//! | [`plan`] | which copies should exist, the rule's claim, whose each object is, and what to do about each (pure) |
+//! | [`apply`] | the writes and nothing else: create, server-side apply, delete, each proving ownership; typed answers |
+//! | [`cleanup`] | a deleted rule: the copies to prune, found by asking the API |
 //! | [`status`] | status and conditions (pure) |
-//! | [`report`] | a sync told: outcomes counted into the status, Events |
+//! | [`report`] | a sync told: outcomes counted into the status and `copy_operations_total`, Events |
 //! | [`metrics`] | `flotilla_config_copier_*` |
-//! | [`controller`] | the reconcile: snapshot → plan → converge → report; finalizer and wiring |
+//! | [`controller`] | wiring, finalizer, and the reconcile: snapshot → plan → apply in rounds (a write's answer read and planned again, `controller::rounds`) → report |
 
 pub mod apply;
 pub mod budget;
 pub mod cache;
+pub mod claims;
 pub mod cleanup;
 pub mod controller;
-pub mod converge;
 pub mod copy;
 pub mod crd;
 pub mod error;

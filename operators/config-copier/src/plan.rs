@@ -1,8 +1,8 @@
 //! Every write decision, as pure functions: which namespaces may receive a
 //! rule's copies (protection and consent), which selected objects may be
 //! copied (Secret types, default exclusions), whether a rule's sources fit
-//! its byte budget, which copies should exist,
-//! who wins a name two rules want, and — for one copy — what to do from
+//! its byte budget, which copies should exist, the rule's claim (who wins
+//! a name two rules want: [`crate::claims`]), and — for one copy — what to do from
 //! the desired copy, the observed object's metadata and the policy
 //! ([`decide`]). `apply.rs` only carries the [`Action`] out.
 //!
@@ -14,7 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::copy::{CopyKey, RuleId, RuleRef, SA_TOKEN_TYPE, SourceInfo};
+use crate::claims::{Claim, Rank};
+use crate::copy::{CopyKey, RuleRef, SA_TOKEN_TYPE, SourceInfo};
 use crate::crd::{OnConflict, SourceKind};
 use crate::targets::{Selector, TargetFilter};
 
@@ -320,33 +321,15 @@ pub fn desired_copies(
     out
 }
 
-/// A rule's precedence when two want the same object: the oldest rule,
-/// then the smallest `namespace/name`. Smaller wins.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Rank {
-    /// Creation time (RFC 3339 sorts as text; a missing one sorts last).
-    pub created: Option<String>,
-    pub rule: RuleId,
-}
-
-/// What one rule wants, published for the others.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    pub rank: Rank,
-    pub kind: SourceKind,
-    pub names: BTreeSet<String>,
-    pub namespaces: BTreeSet<String>,
-}
-
-impl Claim {
-    pub fn wants(&self, key: &CopyKey) -> bool {
-        self.kind == key.kind && self.names.contains(&key.name) && self.namespaces.contains(&key.namespace)
+/// The claim `rule` publishes for the copies it wants (`created`: its
+/// creationTimestamp, which ranks it).
+pub fn claim(rule: &RulePlan<'_>, created: Option<String>, sources: &RuleSources, targets: &Targets<'_>) -> Claim {
+    Claim {
+        rank: Rank { created, rule: rule.rule.id.clone() },
+        kind: rule.kind,
+        names: sources.copied.iter().map(|s| s.name.clone()).collect(),
+        namespaces: targets.accepted.iter().map(|s| s.to_string()).collect(),
     }
-}
-
-/// The rule that wins `key` among `claims` (the best rank wanting it).
-pub fn winner<'c>(key: &CopyKey, claims: impl IntoIterator<Item = &'c Claim>) -> Option<&'c RuleId> {
-    claims.into_iter().filter(|c| c.wants(key)).min_by(|a, b| a.rank.cmp(&b.rank)).map(|c| &c.rank.rule)
 }
 
 mod copies;

@@ -2,7 +2,8 @@
 //! Source watches are metadata only; a payload is read (GET) when a
 //! source's version is new to config-copier (to learn its size, type and
 //! hashes, then dropped) or when its copies must be written (held while
-//! they are, then dropped).
+//! they are, then dropped). And reading a copy again ([`read_copy`]) when
+//! a write's answer says it is not what the plan saw.
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use serde_json::Value;
 
 use crate::budget::{self, Budget, MAX_SOURCE_BYTES, Share};
 use crate::cache::{Caches, api_resource};
-use crate::copy::{Source, SourceInfo, SourceMeta, StripLabels};
+use crate::copy::{CopyKey, Observed, Source, SourceInfo, SourceMeta, StripLabels};
 use crate::crd::SourceKind;
 
 /// Reads the sources of one namespace and kind.
@@ -113,4 +114,21 @@ impl<'a> Reader<'a> {
         }
         Ok(Some(Held { source: Arc::new(source), writes, _share: share }))
     }
+}
+
+/// Reads the object at `key` (its payload's hashes, not the payload), as
+/// `field_manager` sees it: the next plan round's input after a write's
+/// answer said it is not what the plan saw.
+pub async fn read_copy(
+    client: &Client,
+    caches: &Caches,
+    field_manager: &str,
+    key: &CopyKey,
+) -> Result<Option<Observed>, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.namespace, &api_resource(key.kind));
+    caches.metrics().request("get");
+    let obj = api.get_opt(&key.name).await?;
+    Ok(obj
+        .and_then(|o| serde_json::to_value(o).ok())
+        .and_then(|v| Observed::from_json(key.kind, &v, true, field_manager)))
 }

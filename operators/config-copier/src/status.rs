@@ -1,7 +1,10 @@
 //! A rule's status from what a reconcile found: counts, the conflicts (capped
-//! list) and the conditions `Ready` and `Conflicting`. Pure.
+//! list) and the conditions `Ready` and `Conflicting`; what of it is no
+//! change worth a write ([`ReportedStatus`]). Pure.
 
 use flotilla_shared::Conditions;
+use flotilla_shared::status::ReportedStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::crd::{ConflictEntry, CopyRuleStatus, MAX_CONFLICTS_LISTED, SkippedSource};
 
@@ -133,28 +136,23 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
     }
 }
 
-/// Whether two statuses say the same (ignoring times), so that an
-/// unchanged status is not written again.
-pub fn same(a: &CopyRuleStatus, b: &CopyRuleStatus) -> bool {
-    let strip = |s: &CopyRuleStatus| {
-        let mut s = s.clone();
-        s.last_sync_time = None;
-        let mut conditions: Vec<_> = s
-            .conditions
-            .iter()
-            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone(), c.observed_generation))
-            .collect();
-        conditions.sort();
-        s.conditions.clear();
-        (s, conditions)
-    };
-    strip(a) == strip(b)
+impl ReportedStatus for CopyRuleStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+
+    /// `lastSyncTime` moves with every write: alone it is no change to
+    /// write (a write of copies moves it: [`crate::report::write_status`]).
+    fn clear_write_times(&mut self) {
+        self.last_sync_time = None;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use flotilla_shared::status::says_the_same;
 
     fn cond<'a>(s: &'a CopyRuleStatus, t: &str) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
         s.conditions.iter().find(|c| c.type_ == t).unwrap()
@@ -213,14 +211,14 @@ mod tests {
     }
 
     #[test]
-    fn same_ignores_times_only() {
+    fn a_status_says_the_same_whatever_its_times() {
         let sum = Summary { sources: 1, namespaces: 1, desired: 1, in_sync: 1, ..Default::default() };
         let a = build(None, Some(1), &sum);
         let mut b = build(Some(&a), Some(1), &sum);
         b.last_sync_time =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
-        assert!(same(&a, &b));
+        assert!(says_the_same(&a, &b));
         let c = build(Some(&a), Some(1), &Summary { in_sync: 0, ..sum });
-        assert!(!same(&a, &c));
+        assert!(!says_the_same(&a, &c));
     }
 }

@@ -82,7 +82,8 @@ async fn two_installations_never_take_each_others_copies() {
 /// refusal, and whose it is to fix (the cluster admin's), and a Warning —
 /// rather than waiting silently; a ConfigMap rule beside it copies, and is
 /// deleted with its copies pruned (the Secrets the RBAC withholds neither
-/// hold it back nor keep its finalizer); once the RBAC allows Secrets, the
+/// hold it back nor keep its finalizer), and so is a Secret rule (its copy
+/// watch never listed: there are no copies it could have written); once the RBAC allows Secrets, the
 /// watch's recovery wakes the Secret rule and it copies.
 #[tokio::test]
 async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
@@ -139,6 +140,24 @@ async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
     flotilla_testenv::wait_for("the ConfigMap rule gone (its finalizer removed)", T, || {
         let api = Api::<CopyRule>::namespaced(client.clone(), &ns);
         async move { Ok::<_, kube::Error>(api.get_opt("c").await?.is_none().then_some(())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+
+    // A Secret rule deleted while Secrets are withheld: the operator could
+    // not have written its copies (its copy watch never listed), so the
+    // prune's refusal for that kind does not keep the finalizer.
+    copy_rule(&client, &ns, "s2", "Secret", &[&dst], json!({})).await;
+    flotilla_testenv::wait_for("the second Secret rule to say its sources are unavailable", T, || {
+        let api = Api::<CopyRule>::namespaced(client.clone(), &ns);
+        async move { Ok::<_, kube::Error>(api.get_opt("s2").await?.filter(|r| unavailable(r))) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+    Api::<CopyRule>::namespaced(client.clone(), &ns).delete("s2", &DeleteParams::default()).await.unwrap();
+    flotilla_testenv::wait_for("the Secret rule gone while Secrets are withheld (its finalizer removed)", T, || {
+        let api = Api::<CopyRule>::namespaced(client.clone(), &ns);
+        async move { Ok::<_, kube::Error>(api.get_opt("s2").await?.is_none().then_some(())) }
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));

@@ -1,13 +1,15 @@
 //! A rule's copies planned (pure): every copy it wants and every copy of
-//! its own, as the snapshot shows them, decided ([`super::decide`]) and
+//! its own, as the snapshot shows them ([`copy_facts`]), decided ([`super::decide`]) and
 //! grouped for the writes — those that need a source's payload by source
 //! (each source read once for all its copies), the rest apart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::{Action, CopyContext, Desired, Ownership, decide};
-use crate::copy::{CopyKey, Observed, SourceInfo};
+use super::{Action, CopyContext, Desired, NamespaceInfo, Ownership, Policy, decide, ownership};
+use crate::claims::{ClaimSet, LiveRules, claimed_by, owner_state};
+use crate::copy::{CopyKey, Observed, RuleRef, SourceInfo};
+use crate::crd::OnConflict;
 
 /// One copy as the snapshot shows it.
 #[derive(Debug, Clone)]
@@ -62,4 +64,58 @@ pub fn plan_copies(copies: impl IntoIterator<Item = CopyFacts>) -> CopyPlan {
         }
     }
     plan
+}
+
+/// What the plan of a rule's copies reads, from one snapshot of the caches.
+pub struct Seen<'a> {
+    pub me: &'a RuleRef,
+    /// What the copy watch holds at every key the rule may care about.
+    pub copies: &'a BTreeMap<CopyKey, Observed>,
+    /// The live rules the copies' labels name.
+    pub rules: &'a LiveRules,
+    /// `--watch-namespace`: rules elsewhere are another installation's.
+    pub scope: Option<&'a str>,
+    /// The claims, this rule's new one included.
+    pub claims: &'a ClaimSet,
+    pub namespaces: &'a HashMap<String, NamespaceInfo>,
+}
+
+impl Seen<'_> {
+    /// Whose `o` is, for this rule.
+    pub fn ownership(&self, o: &Observed) -> Ownership {
+        ownership(o.owner.as_ref(), self.me, |label| {
+            owner_state(label, &self.me.id, &o.key, self.rules, self.scope, self.claims)
+        })
+    }
+}
+
+/// The copies to decide: every wanted one (`desired`) and every copy of
+/// this rule's outside the protected namespaces (objects marked as this
+/// rule's there were planted: config-copier never writes there, so they
+/// are left alone, never pruned), each with what is there and whose it is.
+pub fn copy_facts<'a>(
+    desired: BTreeMap<CopyKey, Arc<SourceInfo>>,
+    seen: &'a Seen<'a>,
+    policy: &Policy,
+    on_conflict: OnConflict,
+    prune: bool,
+) -> impl Iterator<Item = CopyFacts> + 'a {
+    let label = seen.me.id.label_value();
+    let mut keys: BTreeMap<CopyKey, Option<Arc<SourceInfo>>> = desired.into_iter().map(|(k, s)| (k, Some(s))).collect();
+    for o in seen.copies.values() {
+        let ours = o.owner.as_ref().is_some_and(|w| w.label_value().as_deref() == Some(label.as_str()));
+        if ours && policy.may_touch(&o.key.namespace) {
+            keys.entry(o.key.clone()).or_default();
+        }
+    }
+    keys.into_iter().map(move |(key, source)| {
+        let observed = seen.copies.get(&key).map(|o| (o.clone(), seen.ownership(o)));
+        let ctx = CopyContext {
+            on_conflict,
+            prune,
+            accepts_overwrite: seen.namespaces.get(&key.namespace).is_some_and(|n| n.accepts_overwrite()),
+            claimed_by: source.as_ref().and_then(|_| claimed_by(seen.claims, &seen.me.id, &key)),
+        };
+        CopyFacts { key, source, observed, ctx }
+    })
 }

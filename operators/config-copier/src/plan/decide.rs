@@ -2,6 +2,7 @@
 //! ([`ownership`]), what to do about it ([`decide`]), and what a refusal
 //! of the API as invalid makes of it ([`after_invalid`]).
 
+use crate::claims::OwnerState;
 use crate::copy::{Observed, Owner, Payload, RuleId, RuleRef, SourceInfo};
 use crate::crd::{OnConflict, SourceKind};
 
@@ -19,17 +20,6 @@ pub enum Ownership {
     OtherInstallation(String),
     /// No ownership marks, or those of a rule that no longer exists.
     Unowned,
-}
-
-/// What the caller knows about the rule an object's marks name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OwnerState {
-    /// A live rule of ours (its UID), and whether it wants this object but ranks below us.
-    Live { uid: String, loses_to_us: bool },
-    /// Its namespace is outside this installation's scope.
-    OutOfScope,
-    /// No such rule.
-    Gone,
 }
 
 /// Classifies `owner` for `me`; `lookup` tells about another rule by its label value.

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
+use crate::claims::{Claim, ClaimSet, LiveRules, OwnerState, Rank, winner};
 use crate::copy::{Content, Observed, Owner, Payload, RuleId, RuleRef, Source, SourceInfo};
 use crate::crd::{LabelKey, LabelSelector, LabelValue, NamespaceGlob, NamespaceTargets};
 use proptest::prelude::*;
@@ -544,4 +545,71 @@ fn guarded_powers_are_the_admission_policys() {
     for open in [&[][..], &["team-*"][..], &["team-?"][..]] {
         assert!(guarded_power(&spec(OnConflict::Skip, open)).is_some(), "{open:?}");
     }
+}
+
+fn key(ns: &str, name: &str) -> CopyKey {
+    CopyKey { kind: SourceKind::ConfigMap, namespace: ns.into(), name: name.into() }
+}
+
+fn claim_of(rule: &RuleId, created: &str, namespaces: &[&str]) -> Arc<Claim> {
+    Arc::new(Claim {
+        rank: Rank { created: Some(created.into()), rule: rule.clone() },
+        kind: SourceKind::ConfigMap,
+        names: ["cfg".to_string()].into(),
+        namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+    })
+}
+
+#[test]
+fn copy_facts_are_the_wanted_copies_and_our_own_outside_protected_namespaces() {
+    let src = source(SourceKind::ConfigMap, "cfg", &[("copy", "yes")], None);
+    let at = |k: CopyKey, owner: Option<Owner>| Observed { key: k, ..observed(owner, "h", Payload::Trusted) };
+    let copies: BTreeMap<CopyKey, Observed> = [
+        at(key("b", "cfg"), mine()),
+        at(key("c", "cfg"), None),
+        at(key("d", "old"), mine()),
+        at(key("kube-system", "cfg"), mine()),
+        at(key("e", "other"), None),
+    ]
+    .into_iter()
+    .map(|o| (o.key.clone(), o))
+    .collect();
+    let desired: BTreeMap<CopyKey, Arc<SourceInfo>> =
+        ["b", "c", "f"].iter().map(|ns| (key(ns, "cfg"), Arc::clone(&src))).collect();
+    let older = RuleId::new("team-0", "older");
+    let claims: ClaimSet = [
+        (me().id, claim_of(&me().id, "2026-01-02T00:00:00Z", &["b", "c", "f"])),
+        (older.clone(), claim_of(&older, "2026-01-01T00:00:00Z", &["f"])),
+    ]
+    .into();
+    let namespaces: HashMap<String, NamespaceInfo> =
+        [("c".to_string(), ns(&[(ACCEPT_OVERWRITE, "true")])), ("b".to_string(), ns(&[]))].into();
+    let me = me();
+    let rules = LiveRules::new();
+    let seen = Seen { me: &me, copies: &copies, rules: &rules, scope: None, claims: &claims, namespaces: &namespaces };
+    let facts: Vec<CopyFacts> = copy_facts(desired, &seen, &Policy::default(), OnConflict::Overwrite, true).collect();
+    let summary: Vec<_> = facts
+        .iter()
+        .map(|f| {
+            (
+                f.key.namespace.as_str(),
+                f.key.name.as_str(),
+                f.source.is_some(),
+                f.observed.as_ref().map(|(_, w)| w),
+                f.ctx.accepts_overwrite,
+                f.ctx.claimed_by.as_ref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("b", "cfg", true, Some(&Ownership::Mine), false, None),
+            ("c", "cfg", true, Some(&Ownership::Unowned), true, None),
+            ("d", "old", false, Some(&Ownership::Mine), false, None),
+            ("f", "cfg", true, None, false, Some(&older)),
+        ],
+        "kube-system's planted copy and e's unrelated object are not decided on"
+    );
+    assert!(facts.iter().all(|f| f.ctx.prune && f.ctx.on_conflict == OnConflict::Overwrite));
 }
