@@ -174,7 +174,7 @@ impl<'a> Requests<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::desired::Claim;
     use crate::model::{RecordSet, RecordType};
@@ -215,7 +215,8 @@ mod tests {
         assert_eq!(full_batches(&[], Limits::default()), 0);
     }
 
-    fn groups(names: &[&str]) -> Vec<ChangeGroup> {
+    /// The change groups of one A record (and its TXT) per name in `names`.
+    pub(crate) fn groups(names: &[&str]) -> Vec<ChangeGroup> {
         let claims: Vec<Claim> = names
             .iter()
             .map(|n| {

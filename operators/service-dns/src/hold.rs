@@ -237,27 +237,13 @@ impl Hold {
 mod tests {
     use super::*;
     use crate::batch::batches;
+    use crate::batch::tests::groups;
     use crate::desired::Claim;
     use crate::model::{RecordSet, RecordType};
     use crate::plan::{Policy, plan};
     use proptest::prelude::*;
 
     const SEC: Duration = Duration::from_secs(1);
-
-    fn groups(names: &[&str]) -> Vec<ChangeGroup> {
-        let claims: Vec<Claim> = names
-            .iter()
-            .map(|n| {
-                let resource = format!("service/ns/{n}");
-                Claim {
-                    order: (0, resource.clone()),
-                    records: vec![RecordSet::new(format!("{n}.z"), RecordType::A, 300, vec!["10.0.0.1".into()])],
-                    resource,
-                }
-            })
-            .collect();
-        plan(&claims, &[], "me", Policy::Sync).groups
-    }
 
     /// 2 names (A + TXT each) per request.
     fn two_per_request() -> Limits {
