@@ -420,7 +420,7 @@ async fn two_rules_one_target_first_keeps_it() {
 #[tokio::test]
 async fn invalid_rules_are_rejected_at_admission() {
     let env = shared();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("invalid").await.unwrap();
     let bad = [
@@ -573,7 +573,7 @@ async fn metrics_are_exposed() {
 /// A bad flag: one line naming it on stderr, exit 2, before touching a cluster.
 #[test]
 fn bad_flags_exit_2() {
-    let out = std::process::Command::new(binary())
+    let out = std::process::Command::new(OPERATOR.binary())
         .arg("--copy-concurrency=0")
         .env("KUBECONFIG", "/nonexistent")
         .output()
@@ -581,9 +581,9 @@ fn bad_flags_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--copy-concurrency"), "{stderr}");
-    let out = std::process::Command::new(binary()).env("COPY_CONCURRENCY", "1000").output().unwrap();
+    let out = std::process::Command::new(OPERATOR.binary()).env("COPY_CONCURRENCY", "1000").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = std::process::Command::new(binary()).arg("--watch-namespace=Bad_NS").output().unwrap();
+    let out = std::process::Command::new(OPERATOR.binary()).arg("--watch-namespace=Bad_NS").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 

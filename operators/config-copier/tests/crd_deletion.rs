@@ -50,5 +50,5 @@ async fn deleting_the_crd_prunes_only_the_copies_of_prune_true_rules() {
         assert_eq!(data(&cm, "k"), Some(value), "{ns}/{name} touched");
     }
     // Back for the suites that run after this one.
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
 }

@@ -22,14 +22,13 @@ use serde_json::json;
 const RULE_LABEL: &str = "flotilla.dev/copy-rule";
 
 fn installation(env: &flotilla_testenv::TestEnv, namespace: &str) -> OperatorProcess {
-    OperatorProcess::start(&binary(), &env.kubeconfig, &[format!("--watch-namespace={namespace}")], &[])
-        .expect("starting config-copier")
+    OPERATOR.start(&env.kubeconfig, Some(namespace), &[], &[])
 }
 
 #[tokio::test]
 async fn two_installations_never_take_each_others_copies() {
     let env = flotilla_testenv::shared();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let (a, b, dst) = (target("inst-a").await, target("inst-b").await, target("inst-dst").await);
     label_namespace(&client, &dst, "flotilla.dev/accept-overwrite", Some("true")).await;
@@ -88,7 +87,7 @@ async fn two_installations_never_take_each_others_copies() {
 #[tokio::test]
 async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
     let env = flotilla_testenv::shared();
-    install_crd(&env).await;
+    OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let (ns, dst) = (target("rbac-src").await, target("rbac-dst").await);
     let role = format!("cc-test-{ns}");
@@ -99,8 +98,7 @@ async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
         }
     }
     let kubeconfig = account_with(&env, Scope::Cluster, &role, &ns, "config-copier", without_secrets).await;
-    let op = OperatorProcess::start(&binary(), &kubeconfig, &[format!("--watch-namespace={ns}")], &[])
-        .expect("starting config-copier");
+    let op = OPERATOR.start(&kubeconfig, Some(&ns), &[], &[]);
 
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
     let secret = serde_json::from_value(json!({

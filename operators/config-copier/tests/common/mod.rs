@@ -3,6 +3,7 @@
 //! ServiceAccount with exactly the RBAC rules the README lists), objects.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use flotilla_testenv::under_test::UnderTest;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -45,20 +46,14 @@ pub fn rbac_rules() -> Vec<PolicyRule> {
 /// settings the other tests must not see).
 pub static OPERATOR_ENV: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
 
-/// Installs the CopyRule CRD and waits until served.
-pub async fn install_crd(env: &TestEnv) {
-    flotilla_testenv::harness::install_crds(&env.client().await, &config_copier::crds()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-}
-
-/// The operator binary as a user runs it; `CONFIG_COPIER_TEST_BINARY` runs
-/// the suite against another build (e.g. main's, to see an attack test
-/// fail before its fix).
-pub fn binary() -> PathBuf {
-    std::env::var_os("CONFIG_COPIER_TEST_BINARY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_config-copier")))
-}
+/// The operator under test: this build's, or `CONFIG_COPIER_TEST_BINARY`
+/// (another build, e.g. main's, to see an attack test fail before its fix).
+pub const OPERATOR: UnderTest = UnderTest {
+    name: "config-copier",
+    other_build: "CONFIG_COPIER_TEST_BINARY",
+    built: env!("CARGO_BIN_EXE_config-copier"),
+    crds: config_copier::crds,
+};
 
 /// The namespace the shared operator runs in (its `POD_NAMESPACE`: protected).
 pub const OPERATOR_NAMESPACE: &str = "config-copier-system";
@@ -75,14 +70,14 @@ pub struct Running {
     pub log: PathBuf,
 }
 
-static OPERATOR: OnceLock<Running> = OnceLock::new();
+static SHARED_OPERATOR: OnceLock<Running> = OnceLock::new();
 
 /// Starts (once) the operator binary as ServiceAccount
 /// `config-copier-system/config-copier` bound to [`rbac_rules`] only, and
 /// waits until it is ready.
 pub async fn operator(env: &TestEnv) -> &'static Running {
-    install_crd(env).await;
-    if let Some(r) = OPERATOR.get() {
+    OPERATOR.install_crds(env).await;
+    if let Some(r) = SHARED_OPERATOR.get() {
         return r;
     }
     let client = env.client().await;
@@ -93,7 +88,7 @@ pub async fn operator(env: &TestEnv) -> &'static Running {
     let kubeconfig =
         account_with(env, Scope::Cluster, "flotilla-config-copier", ns, "config-copier", rbac_rules()).await;
 
-    let running = OPERATOR.get_or_init(|| {
+    let running = SHARED_OPERATOR.get_or_init(|| {
         let (mp, hp) = (free_port(), free_port());
         let dir = std::env::temp_dir().join(format!("config-copier-{}-{mp}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("the operator's log directory");
@@ -112,8 +107,15 @@ pub async fn operator(env: &TestEnv) -> &'static Running {
         // the operator ends with the binary, not with the test that began it.
         run_until_exit("config-copier", dir, move |dir| {
             let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let p = Process::spawn_with_env("config-copier", &binary(), &args, dir, Lifetime::DieWithParent, &vars)
-                .map_err(|e| format!("spawning config-copier: {e}"))?;
+            let p = Process::spawn_with_env(
+                "config-copier",
+                &OPERATOR.binary(),
+                &args,
+                dir,
+                Lifetime::DieWithParent,
+                &vars,
+            )
+            .map_err(|e| format!("spawning config-copier: {e}"))?;
             let pid = p.child.id();
             let running = Running {
                 pid,
@@ -335,7 +337,7 @@ pub async fn wait_event(client: &Client, ns: &str, rule: &str, reason: &str) -> 
 }
 
 pub fn log_tail() -> String {
-    let Some(r) = OPERATOR.get() else { return String::new() };
+    let Some(r) = SHARED_OPERATOR.get() else { return String::new() };
     let text = std::fs::read_to_string(&r.log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
