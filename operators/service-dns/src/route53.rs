@@ -271,7 +271,7 @@ impl Route53 {
                     req.send()
                 })
                 .await?;
-            out.extend(page.resource_record_sets().iter().map(from_route53));
+            add_page(&mut out, page.resource_record_sets());
             match (page.is_truncated(), page.next_record_name(), page.next_record_type()) {
                 (true, Some(name), Some(rtype)) => {
                     let next = (name.to_string(), rtype.clone(), page.next_record_identifier().map(str::to_string));
@@ -358,6 +358,12 @@ fn canonical_ip(v: &str) -> String {
     v.parse::<IpAddr>().map(|ip| ip.to_string()).unwrap_or_else(|_| v.to_string())
 }
 
+/// One page of a listing added to the zone copy (heap_budget.rs builds the
+/// copy it measures through this too).
+pub(crate) fn add_page(zone: &mut Vec<RecordSet>, page: &[r53::ResourceRecordSet]) {
+    zone.extend(page.iter().map(from_route53));
+}
+
 /// Route53's record set in our model. Alias records, routing policies and
 /// other types are `foreign`: never written, only in the way.
 pub fn from_route53(r: &r53::ResourceRecordSet) -> RecordSet {
@@ -382,7 +388,7 @@ pub fn from_route53(r: &r53::ResourceRecordSet) -> RecordSet {
     rs
 }
 
-fn to_route53(action: Action, r: &RecordSet) -> Result<r53::Change, String> {
+pub(crate) fn to_route53(action: Action, r: &RecordSet) -> Result<r53::Change, String> {
     let rtype = match r.rtype {
         RecordType::A => RrType::A,
         RecordType::Aaaa => RrType::Aaaa,
