@@ -271,7 +271,9 @@ fn publish(svc: &ServiceInfo, hostnames: Vec<String>, ttl: i64) -> Desired {
         return Desired::Quiet;
     }
 
-    let mut records = Vec::new();
+    // Exactly as many as pushed: a Vec grown from empty keeps room for
+    // four record sets (224 B), and every sync builds a claim per Service.
+    let mut records = Vec::with_capacity(hostnames.len() * targets.len());
     for h in &hostnames {
         for (rtype, values) in &targets {
             records.push(RecordSet::new(h.clone(), *rtype, ttl, values.clone()));
