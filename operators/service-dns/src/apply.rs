@@ -39,8 +39,8 @@ where
 /// the zone kept between full listings.
 pub fn update_zone(mut zone: Vec<RecordSet>, groups: &[&ChangeGroup]) -> Vec<RecordSet> {
     let touched: HashSet<(&str, RecordType)> =
-        groups.iter().flat_map(|g| g.changes.iter().map(|c| (c.record.name.as_str(), c.record.rtype))).collect();
-    zone.retain(|r| r.foreign.is_some() || !touched.contains(&(r.name.as_str(), r.rtype)));
+        groups.iter().flat_map(|g| g.changes.iter().map(|c| (&*c.record.name, c.record.rtype))).collect();
+    zone.retain(|r| r.foreign.is_some() || !touched.contains(&(&*r.name, r.rtype)));
     for g in groups {
         for c in &g.changes {
             if c.action != Action::Delete {
@@ -48,14 +48,19 @@ pub fn update_zone(mut zone: Vec<RecordSet>, groups: &[&ChangeGroup]) -> Vec<Rec
             }
         }
     }
+    // Kept until the next sync: without the room its growth left (up to
+    // as much again as it holds). Nothing applied: no reallocation.
+    zone.shrink_to_fit();
     zone
 }
 
 /// `zone` with the records at `names` replaced by `fresh` (a name read
 /// again after Route53 refused a change to it).
 pub fn refresh_names(mut zone: Vec<RecordSet>, names: &HashSet<String>, fresh: Vec<RecordSet>) -> Vec<RecordSet> {
-    zone.retain(|r| !names.contains(&r.name));
+    zone.retain(|r| !names.contains(&*r.name));
     zone.extend(fresh);
+    // As in `update_zone`: kept until the next sync, without spare room.
+    zone.shrink_to_fit();
     zone
 }
 

@@ -271,7 +271,9 @@ fn publish(svc: &ServiceInfo, hostnames: Vec<String>, ttl: i64) -> Desired {
         return Desired::Quiet;
     }
 
-    let mut records = Vec::new();
+    // Exactly as many as pushed: a Vec grown from empty keeps room for
+    // four record sets (224 B), and every sync builds a claim per Service.
+    let mut records = Vec::with_capacity(hostnames.len() * targets.len());
     for h in &hostnames {
         for (rtype, values) in &targets {
             records.push(RecordSet::new(h.clone(), *rtype, ttl, values.clone()));
@@ -398,7 +400,7 @@ mod tests {
 
     fn names(d: &Desired) -> Vec<&str> {
         match d {
-            Desired::Publish(c) => c.records.iter().map(|r| r.name.as_str()).collect(),
+            Desired::Publish(c) => c.records.iter().map(|r| &*r.name).collect(),
             _ => Vec::new(),
         }
     }
@@ -425,7 +427,7 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert_eq!(r[0].rtype, RecordType::A);
         assert_eq!(r[1].rtype, RecordType::Aaaa);
-        assert_eq!(r[1].values, vec!["fd00:10:96::1".to_string()]);
+        assert_eq!(*r[1].values, [Box::from("fd00:10:96::1")]);
     }
 
     #[test]
@@ -434,7 +436,7 @@ mod tests {
             svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.vipmind.me, B.vipmind.me."), (ANNOTATION_TTL, "60")]),
             &naming(),
         ));
-        assert_eq!(r.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a.vipmind.me", "b.vipmind.me"]);
+        assert_eq!(r.iter().map(|r| &*r.name).collect::<Vec<_>>(), ["a.vipmind.me", "b.vipmind.me"]);
         assert!(r.iter().all(|r| r.ttl == 60));
         assert_eq!(want(svc("x", &["10.0.0.1"], &[(ANNOTATION_DNS, "false")]), &naming()), Desired::Quiet);
         let bad = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.example.com")]), &naming());
@@ -451,7 +453,7 @@ mod tests {
             svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_HOSTNAME, "ext.vipmind.me"), (EXTERNAL_DNS_TTL, "1m")]),
             &naming(),
         ));
-        assert_eq!((r[0].name.as_str(), r[0].ttl), ("ext.vipmind.me", 60));
+        assert_eq!((&*r[0].name, r[0].ttl), ("ext.vipmind.me", 60));
         // Ours win when both are set.
         let r = records(want(
             svc(
@@ -466,7 +468,7 @@ mod tests {
             ),
             &naming(),
         ));
-        assert_eq!((r[0].name.as_str(), r[0].ttl), ("ours.vipmind.me", 30));
+        assert_eq!((&*r[0].name, r[0].ttl), ("ours.vipmind.me", 30));
         let bad = want(svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_TTL, "1.5s")]), &naming());
         assert!(matches!(&bad, Desired::Invalid { message, .. } if message.contains(EXTERNAL_DNS_TTL)), "{bad:?}");
     }
@@ -559,6 +561,6 @@ mod tests {
         });
         let r = records(want(s.clone(), &naming()));
         assert_eq!(r[0].rtype, RecordType::Cname);
-        assert_eq!(r[0].values, vec!["lb.aws.example".to_string()]);
+        assert_eq!(*r[0].values, [Box::from("lb.aws.example")]);
     }
 }

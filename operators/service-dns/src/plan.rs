@@ -294,7 +294,7 @@ fn conflict(c: &Claim, name: &str, cause: ConflictCause) -> Conflict {
 /// Owned names nobody wants any more: deleted (policy `sync`, unless held
 /// by a Service skipped for bad input), or held for `--handover-grace`.
 fn release_unwanted(claims: &[Claim], zone: &Zone<'_>, keep: &BTreeSet<String>, rules: &Rules<'_>, out: &mut Plan) {
-    let wanted_names: BTreeSet<&str> = claims.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+    let wanted_names: BTreeSet<&str> = claims.iter().flat_map(|c| c.records.iter().map(|r| &*r.name)).collect();
     for (name, txt) in &zone.txt_at {
         if wanted_names.contains(name) {
             continue;

@@ -63,7 +63,7 @@ pub struct Syncer {
 }
 
 fn describe(records: &[RecordSet]) -> String {
-    let values: Vec<&str> = records.iter().flat_map(|r| r.values.iter().map(String::as_str)).collect();
+    let values: Vec<&str> = records.iter().flat_map(|r| r.values.iter().map(|v| &**v)).collect();
     values.join(", ")
 }
 
@@ -429,7 +429,7 @@ fn count_owned(current: &[RecordSet], owner: &str) -> usize {
         .filter(|r| crate::registry::ownership_of(r).is_some_and(|o| o.owner == owner))
         .filter_map(|r| crate::hostname::owned_name_of_txt(&r.name))
         .collect();
-    current.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned.contains(r.name.as_str())).count()
+    current.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned.contains(&*r.name)).count()
 }
 
 fn unix_now() -> f64 {

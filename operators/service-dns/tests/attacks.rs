@@ -55,13 +55,13 @@ impl World {
     }
 
     async fn a(&self, name: &str) -> Option<Vec<String>> {
-        find(&self.r53, &self.zone, name, RecordType::A).await.map(|r| r.values)
+        find(&self.r53, &self.zone, name, RecordType::A).await.map(|r| values(&r))
     }
 
     async fn txt(&self, name: &str) -> Option<String> {
         find(&self.r53, &self.zone, &format!("_flotilla-owner.{name}"), RecordType::Txt)
             .await
-            .and_then(|r| r.values.into_iter().next())
+            .and_then(|r| r.values.first().map(|v| v.to_string()))
     }
 }
 
@@ -354,7 +354,7 @@ async fn deletions_go_first_after_a_restart() {
     let _op = w.operator(&args, &many_names).await;
     wait_for(&format!("{stale} gone and the 600 names published"), Duration::from_secs(120), || async {
         let zone = user_records(&w.r53, &w.zone).await;
-        let gone = !zone.iter().any(|r| r.name == stale && r.rtype == RecordType::A);
+        let gone = !zone.iter().any(|r| *r.name == stale && r.rtype == RecordType::A);
         let made = zone.iter().filter(|r| r.name.starts_with("a-") && r.rtype == RecordType::A).count();
         Ok::<_, String>((gone && made == 600).then_some(()))
     })

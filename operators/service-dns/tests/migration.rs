@@ -92,7 +92,7 @@ async fn external_dns_records_are_adopted_for_the_same_service_only() {
     wait_event(&client, &ns, "other", "DnsRecordConflict", &other).await;
 
     let zone_now = user_records(&r53, &zone).await;
-    let has = |name: &str| zone_now.iter().any(|r| r.name == name);
+    let has = |name: &str| zone_now.iter().any(|r| &*r.name == name);
     for adopted in [&web, &api] {
         let txt = find(&r53, &zone, &format!("_flotilla-owner.{adopted}"), RecordType::Txt).await.expect("our TXT");
         assert!(txt.values[0].contains("owner=flo"), "{txt:?}");
@@ -104,7 +104,7 @@ async fn external_dns_records_are_adopted_for_the_same_service_only() {
     }
     // Left alone: another owner's name, and a name no Service here wants.
     for (name, ip) in [(&other, "192.0.2.12"), (&gone, "192.0.2.13")] {
-        assert_eq!(find(&r53, &zone, name, RecordType::A).await.map(|r| r.values), Some(vec![ip.to_string()]));
+        assert_eq!(find(&r53, &zone, name, RecordType::A).await.map(|r| values(&r)), Some(vec![ip.to_string()]));
     }
     assert!(has(&format!("reg.a-kube-other.{domain}")) && has(&format!("reg.a-kube-gone.{domain}")));
     assert!(!has(&format!("_flotilla-owner.{other}")) && !has(&format!("_flotilla-owner.{gone}")));

@@ -48,7 +48,7 @@ async fn seed_scenario_create_and_delete() {
     let uid_hex: String = uid.chars().filter(char::is_ascii_hexdigit).take(8).collect();
     assert!(owner.starts_with(&format!("{uid_hex}-")) && owner.len() == 15, "{owner}");
     let txt = find(&r53, &zone, &format!("_flotilla-owner.{name}"), RecordType::Txt).await.expect("ownership TXT");
-    assert_eq!(txt.values, vec![format!("\"heritage=flotilla,owner={owner},resource=service/test/hello-world\"")]);
+    assert_eq!(values(&txt), vec![format!("\"heritage=flotilla,owner={owner},resource=service/test/hello-world\"")]);
     assert!(op.logs().contains(&owner), "the derived owner id is logged\n{}", op.logs());
     let note =
         wait_event(&client, "test", "hello-world", "DnsRecordCreated", &format!("created dns {name} → {ip}")).await;
@@ -106,7 +106,7 @@ async fn seed_scenario_create_and_delete() {
     // What is left: the name's TXT, holding it for namespace test for
     // --handover-grace (5m).
     let left = user_records(&r53, &zone).await;
-    assert!(left.len() == 1 && is_held(&left[0]) && left[0].name == format!("_flotilla-owner.{name}"), "{left:?}");
+    assert!(left.len() == 1 && is_held(&left[0]) && *left[0].name == format!("_flotilla-owner.{name}"), "{left:?}");
     assert_eq!(op.stop().await.code(), Some(0), "SIGTERM: clean exit\n{}", op.logs());
 }
 
@@ -136,7 +136,7 @@ async fn service_deleted_while_stopped_is_removed_after_restart() {
     wait_gone(&r53, &zone, &format!("kube-gone.{domain}")).await;
     let left = live_records(&r53, &zone).await;
     assert_eq!(left.len(), 2, "only keep's A and TXT remain: {left:?}");
-    assert!(left.iter().any(|r| r.name == format!("kube-keep.{domain}") && r.values == vec![cluster_ip(&keep)]));
+    assert!(left.iter().any(|r| *r.name == format!("kube-keep.{domain}") && values(r) == vec![cluster_ip(&keep)]));
 }
 
 /// Under leader election a standby keeps its Service cache (it is ready once
@@ -228,7 +228,7 @@ async fn unowned_record_is_untouched_and_reported() {
     // Deleting the Service does not delete the record it never owned.
     Api::<Service>::namespaced(client.clone(), &ns).delete("taken", &DeleteParams::default()).await.expect("delete");
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(find(&r53, &zone, &taken, RecordType::A).await.map(|r| r.values), Some(vec!["192.0.2.1".to_string()]));
+    assert_eq!(find(&r53, &zone, &taken, RecordType::A).await.map(|r| values(&r)), Some(vec!["192.0.2.1".to_string()]));
 }
 
 /// The same name from two namespaces: the older Service keeps it, the other
@@ -482,7 +482,7 @@ async fn annotations() {
     wait_gone(&r53, &zone, &format!("www.{domain}")).await;
     wait_gone(&r53, &zone, &format!("api.{domain}")).await;
     let left = live_records(&r53, &zone).await;
-    let names: Vec<&str> = left.iter().map(|r| r.name.as_str()).collect();
+    let names: Vec<&str> = left.iter().map(|r| &*r.name).collect();
     assert_eq!(left.len(), 2, "only lb's CNAME and TXT: {names:?}");
     assert!(!names.iter().any(|n| n.contains("optout")));
 }
@@ -775,7 +775,7 @@ async fn zone_larger_than_one_page() {
     let after = live_records(&r53, &zone).await;
     assert_eq!(after.len(), 701, "all of theirs, untouched");
     assert_eq!(
-        find(&r53, &zone, &format!("kube-zz-taken.{domain}"), RecordType::A).await.map(|r| r.values),
+        find(&r53, &zone, &format!("kube-zz-taken.{domain}"), RecordType::A).await.map(|r| values(&r)),
         Some(vec!["198.51.100.1".to_string()])
     );
 }

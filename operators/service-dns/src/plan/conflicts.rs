@@ -57,7 +57,7 @@ pub(super) fn taken_by(
 ) -> Option<String> {
     let existing = zone.records(name);
     let wants_cname = want.iter().any(|r| r.rtype == RecordType::Cname);
-    let label = |r: &RecordSet| format!("{} {}", r.foreign.as_deref().unwrap_or(r.rtype.as_str()), r.name);
+    let label = |r: &RecordSet| format!("{} {}", r.foreign().unwrap_or(r.rtype.as_str()), r.name);
     let ours = owned.is_some_and(|(o, _)| o.owner == owner_id);
     if let Some((o, _)) = owned.filter(|(o, _)| o.owner != owner_id) {
         return Some(format!("TXT {} says owner={}", owner_txt_name(name), o.owner));

@@ -27,7 +27,7 @@ impl<'r> Zone<'r> {
             if let Some(owned) = owned_name_of_txt(&r.name).filter(|_| r.rtype == RecordType::Txt) {
                 zone.txt_at.insert(owned, r);
             } else {
-                zone.at.entry(r.name.as_str()).or_default().push(r);
+                zone.at.entry(&*r.name).or_default().push(r);
             }
         }
         zone
@@ -50,7 +50,7 @@ pub(super) fn claimants_by_name(claims: &[Claim]) -> BTreeMap<&str, Vec<Claimant
     for c in claims {
         let mut by_name: BTreeMap<&str, Vec<&RecordSet>> = BTreeMap::new();
         for r in &c.records {
-            by_name.entry(r.name.as_str()).or_default().push(r);
+            by_name.entry(&*r.name).or_default().push(r);
         }
         for (name, records) in by_name {
             wanted.entry(name).or_default().push((c, records));

@@ -22,7 +22,7 @@ fn txt_of(name: &str, owner: &str) -> RecordSet {
 /// Applies a plan the way Route53 does (atomically per change, strictly:
 /// CREATE of an existing set and DELETE of a different one fail).
 pub(crate) fn apply(zone: &[RecordSet], plan: &Plan) -> Result<Vec<RecordSet>, String> {
-    let mut z: BTreeMap<(String, RecordType), RecordSet> =
+    let mut z: BTreeMap<(Box<str>, RecordType), RecordSet> =
         zone.iter().map(|r| ((r.name.clone(), r.rtype), r.clone())).collect();
     for g in &plan.groups {
         for c in &g.changes {
@@ -137,7 +137,7 @@ fn cname(name: &str, target: &str) -> RecordSet {
 }
 fn other(name: &str, kind: &str, value: &str) -> RecordSet {
     let mut r = RecordSet::new(name, RecordType::Other, 300, vec![value.to_string()]);
-    r.foreign = Some(kind.to_string());
+    r.foreign = Some(Box::new(kind.into()));
     r
 }
 
@@ -199,7 +199,7 @@ fn plan_at(claims: &[Claim], zone: &[RecordSet], now: i64) -> Plan {
     plan_with(claims, &BTreeSet::new(), zone, &at(now))
 }
 fn txt_at(zone: &[RecordSet], name: &str) -> Option<Ownership> {
-    zone.iter().find(|r| r.name == owner_txt_name(name)).and_then(registry::ownership_of)
+    zone.iter().find(|r| *r.name == owner_txt_name(name)).and_then(registry::ownership_of)
 }
 
 #[test]
@@ -215,7 +215,7 @@ fn a_name_freed_by_one_namespace_is_not_handed_to_another_within_the_grace() {
     assert_eq!(p.conflicts[0].cause, ConflictCause::Reserved(T0 + GRACE));
     assert!(!p.conflicts[0].message().contains("service/a"), "{}", p.conflicts[0].message());
     let zone = apply(&held, &p).unwrap();
-    assert!(!zone.iter().any(|r| r.name == "login.z"), "the stale record is gone: {zone:?}");
+    assert!(!zone.iter().any(|r| &*r.name == "login.z"), "the stale record is gone: {zone:?}");
     let o = txt_at(&zone, "login.z").unwrap();
     assert_eq!((o.resource.as_str(), o.freed), ("service/a/login", Some(T0)));
     // Within the grace: nothing more, b still waits (and across a restart:
@@ -338,7 +338,7 @@ fn external_dns_records_of_the_adopted_owner_are_taken_over() {
     assert!(after.contains(&a("web.z", "2.2.2.2")));
     assert!(after.contains(&txt("web.z", ME, "service/ns/web")));
     assert!(
-        !after.iter().any(|r| r.name == "a-web.z" || (r.name == "web.z" && r.rtype == RecordType::Txt)),
+        !after.iter().any(|r| &*r.name == "a-web.z" || (&*r.name == "web.z" && r.rtype == RecordType::Txt)),
         "theirs removed: {after:?}"
     );
     // Another Service's name stays theirs.
@@ -401,7 +401,7 @@ fn arb_foreign() -> impl Strategy<Value = RecordSet> {
             _ => (RecordType::Other, vec!["10 mail.example".to_string()], Some("MX")),
         };
         let mut r = RecordSet::new(n, rtype, 300, values);
-        r.foreign = foreign.map(str::to_string);
+        r.foreign = foreign.map(|f| Box::new(f.into()));
         r
     })
 }
@@ -414,7 +414,7 @@ pub(crate) fn arb_zone() -> impl Strategy<Value = Vec<RecordSet>> {
         proptest::collection::vec((arb_name(), 0u8..4, 0u8..3), 0..6),
     )
         .prop_map(|(records, foreign, txts)| {
-            let mut z: BTreeMap<(String, RecordType), RecordSet> = BTreeMap::new();
+            let mut z: BTreeMap<(Box<str>, RecordType), RecordSet> = BTreeMap::new();
             for r in foreign.into_iter().chain(records) {
                 // A CNAME cannot share its name with anything.
                 let clash =
@@ -441,7 +441,7 @@ pub(crate) fn arb_claims() -> impl Strategy<Value = Vec<Claim>> {
             .filter(|(i, _)| seen.insert(*i))
             .map(|(i, records)| {
                 // One record per (name, type); a CNAME alone at its name.
-                let mut by: BTreeMap<(String, RecordType), RecordSet> = BTreeMap::new();
+                let mut by: BTreeMap<(Box<str>, RecordType), RecordSet> = BTreeMap::new();
                 for r in records {
                     let clash = by
                         .keys()
@@ -488,12 +488,12 @@ proptest! {
         for c in &claims { for r in &c.records { names.entry(&r.name).or_default().push(c); } }
         for (name, mut cs) in names {
             cs.dedup_by(|a, b| a.resource == b.resource);
-            let holder = zone.iter().find(|r| r.name == owner_txt_name(name)).and_then(registry::ownership_of);
+            let holder = zone.iter().find(|r| *r.name == owner_txt_name(name)).and_then(registry::ownership_of);
             let Some(w) = cs.iter().find(|c| holder.as_ref().is_some_and(|o| o.owner == ME && o.resource == c.resource))
                 .or_else(|| cs.iter().min_by(|a, b| a.order.cmp(&b.order)))
                 .copied() else { continue };
-            let wants_cname = w.records.iter().any(|r| r.name == name && r.rtype == RecordType::Cname);
-            let at_name = || zone.iter().filter(|r| r.name == name);
+            let wants_cname = w.records.iter().any(|r| &*r.name == name && r.rtype == RecordType::Cname);
+            let at_name = || zone.iter().filter(|r| &*r.name == name);
             let attainable = match &holder {
                 Some(o) => o.owner == ME && !at_name().any(|r| {
                     let ours = r.rtype.is_managed() && r.foreign.is_none();
@@ -501,7 +501,7 @@ proptest! {
                 }),
                 None => {
                     !at_name().any(|r| r.rtype.is_managed() || wants_cname || r.foreign.is_some())
-                        && !zone.iter().any(|r| r.name == owner_txt_name(name))
+                        && !zone.iter().any(|r| *r.name == owner_txt_name(name))
                 }
             };
             if !attainable {
@@ -512,11 +512,11 @@ proptest! {
                 }
                 continue;
             }
-            for r in w.records.iter().filter(|r| r.name == name) { expected.insert(r.clone()); }
+            for r in w.records.iter().filter(|r| &*r.name == name) { expected.insert(r.clone()); }
         }
         let owned_after = owned_by_me(&after);
         let got: BTreeSet<RecordSet> = after.iter()
-            .filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned_after.contains(&r.name))
+            .filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned_after.contains(&*r.name))
             .cloned().collect();
         prop_assert_eq!(got, expected);
         // Idempotent: a second plan writes nothing.
@@ -549,7 +549,7 @@ proptest! {
         }
         for r in zone.iter().filter(|r| registry::ownership_of(r).is_some_and(|o| o.owner == ME)) {
             let (Some(before), Some(name)) = (registry::ownership_of(r), owned_name_of_txt(&r.name)) else { continue };
-            let still = claims.iter().any(|c| c.resource == before.resource && c.records.iter().any(|x| x.name == name));
+            let still = claims.iter().any(|c| c.resource == before.resource && c.records.iter().any(|x| &*x.name == name));
             if still {
                 continue;
             }
@@ -563,7 +563,7 @@ proptest! {
         let settled = plan_at(&claims, &later, T0 + GRACE);
         prop_assert!(settled.is_empty(), "not settled after the grace: {:?}", settled.groups);
         // Nothing wanted keeps a TXT of ours once the grace is over.
-        let wanted: BTreeSet<&str> = claims.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+        let wanted: BTreeSet<&str> = claims.iter().flat_map(|c| c.records.iter().map(|r| &*r.name)).collect();
         for name in owned_by_me(&later) {
             prop_assert!(wanted.contains(name.as_str()), "{name} still held after the grace");
         }
@@ -581,7 +581,7 @@ proptest! {
             if let Some(o) = registry::ownership_of(r).filter(|o| o.owner == ME && keep.contains(&o.resource)) {
                 prop_assert!(after.contains(r), "TXT of kept {} changed", o.resource);
                 let name = owned_name_of_txt(&r.name).unwrap_or_default();
-                for held in zone.iter().filter(|x| x.name == name) {
+                for held in zone.iter().filter(|x| &*x.name == name) {
                     prop_assert!(after.contains(held), "record of kept {} changed: {held:?}", o.resource);
                 }
             }
@@ -620,10 +620,10 @@ proptest! {
         let p = plan(&claims, &zone, ME, Policy::Sync);
         for g in p.groups.iter().filter(|g| g.changes.iter().any(|c| c.action == Action::Upsert)) {
             let txt = owner_txt_name(&g.name);
-            let guard = g.changes.iter().find(|c| c.action == Action::Delete && c.record.name == txt);
+            let guard = g.changes.iter().find(|c| c.action == Action::Delete && *c.record.name == txt);
             prop_assert!(guard.is_some(), "unguarded UPSERT: {:?}", g.changes);
             // Someone takes the name: the group no longer applies.
-            let taken: Vec<RecordSet> = zone.iter().map(|r| if r.name == txt { txt_of(&g.name, "thief") } else { r.clone() }).collect();
+            let taken: Vec<RecordSet> = zone.iter().map(|r| if *r.name == txt { txt_of(&g.name, "thief") } else { r.clone() }).collect();
             let one = Plan { groups: vec![g.clone()], ..Plan::default() };
             prop_assert!(apply(&taken, &one).is_err(), "a taken name was overwritten");
         }

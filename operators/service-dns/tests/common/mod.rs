@@ -83,7 +83,7 @@ pub async fn user_records(r53: &aws_sdk_route53::Client, zone: &str) -> Vec<Reco
 }
 
 pub async fn find(r53: &aws_sdk_route53::Client, zone: &str, name: &str, rtype: RecordType) -> Option<RecordSet> {
-    records(r53, zone).await.into_iter().find(|r| r.name == name && r.rtype == rtype)
+    records(r53, zone).await.into_iter().find(|r| &*r.name == name && r.rtype == rtype)
 }
 
 /// Waits until `name`/`rtype` exists with `values`.
@@ -100,10 +100,15 @@ pub async fn wait_record(
         v
     };
     wait_for(&format!("{rtype} {name} = {want:?}"), T, || async {
-        Ok::<_, String>(find(r53, zone, name, rtype).await.filter(|r| r.values == want))
+        Ok::<_, String>(find(r53, zone, name, rtype).await.filter(|r| self::values(r) == want))
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A record set's values, as strings to compare with.
+pub fn values(r: &RecordSet) -> Vec<String> {
+    r.values.iter().map(|v| v.to_string()).collect()
 }
 
 /// Whether `r` is the ownership TXT of a name freed and held for its
@@ -125,7 +130,7 @@ pub async fn wait_gone(r53: &aws_sdk_route53::Client, zone: &str, name: &str) {
         let left: Vec<RecordSet> = records(r53, zone)
             .await
             .into_iter()
-            .filter(|r| r.name == name || (r.name == format!("_flotilla-owner.{name}") && !is_held(r)))
+            .filter(|r| &*r.name == name || (*r.name == format!("_flotilla-owner.{name}") && !is_held(r)))
             .collect();
         Ok::<_, String>(left.is_empty().then_some(()))
     })
