@@ -33,7 +33,7 @@ pub struct Claim {
 
 impl Claim {
     pub fn wants(&self, key: &CopyKey) -> bool {
-        self.kind == key.kind && self.names.contains(&key.name) && self.namespaces.contains(&key.namespace)
+        self.kind == key.kind && self.names.contains(&*key.name) && self.namespaces.contains(&*key.namespace)
     }
 }
 

@@ -7,8 +7,6 @@
 //! from RSS, against 1 KiB per copy. RSS figures are `cargo xtask bench
 //! scale`'s.
 
-use std::collections::HashMap;
-
 use flotilla_shared::projection;
 use flotilla_testenv::heap::heap_of;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -16,8 +14,9 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
+use crate::cache::Known;
 use crate::claims::{Claim, Rank};
-use crate::copy::{CopyKey, Observed, RuleId};
+use crate::copy::{Observed, RuleId};
 use crate::crd::SourceKind;
 
 /// Bytes config-copier may hold per copy it tracks.
@@ -75,9 +74,11 @@ fn config_copier_holds_at_most_1_kib_per_copy() {
                 (key, observed)
             });
         }
-        let mut known: HashMap<CopyKey, String> = HashMap::new();
+        let mut known = Known::new();
         for o in store.state().iter().filter_map(|o| o.as_ref().as_ref()) {
-            known.insert(o.key.clone(), o.resource_version.clone().unwrap_or_default());
+            if let Some(rv) = &o.resource_version {
+                known.insert(o.key.clone(), rv.clone());
+            }
         }
         let claim = Claim {
             rank: Rank {

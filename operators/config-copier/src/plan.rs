@@ -315,7 +315,8 @@ pub fn desired_copies(
     let mut out = BTreeMap::new();
     for source in &sources.copied {
         for ns in &targets.accepted {
-            out.insert(CopyKey { kind, namespace: (*ns).to_string(), name: source.name.clone() }, Arc::clone(source));
+            let key = CopyKey { kind, namespace: (*ns).into(), name: source.name.as_str().into() };
+            out.insert(key, Arc::clone(source));
         }
     }
     out

@@ -113,7 +113,7 @@ pub fn copy_facts<'a>(
         let ctx = CopyContext {
             on_conflict,
             prune,
-            accepts_overwrite: seen.namespaces.get(&key.namespace).is_some_and(|n| n.accepts_overwrite()),
+            accepts_overwrite: seen.namespaces.get(&*key.namespace).is_some_and(|n| n.accepts_overwrite()),
             claimed_by: source.as_ref().and_then(|_| claimed_by(seen.claims, &seen.me.id, &key)),
         };
         CopyFacts { key, source, observed, ctx }

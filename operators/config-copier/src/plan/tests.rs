@@ -49,7 +49,7 @@ fn observed(owner: Option<Owner>, hash: &str, payload: Payload) -> Observed {
 }
 
 fn mine() -> Option<Owner> {
-    Some(Owner { label: Some(me().id.label_value()), rule: Some(me().id), uid: Some(me().uid) })
+    Some(Owner::new(Some(&me().id.label_value()), Some(&me().id), Some(&me().uid)))
 }
 
 fn ctx() -> CopyContext {
@@ -118,7 +118,7 @@ fn a_namespace_user_cannot_reach_kube_system_nor_copy_cluster_credentials() {
     let lax = Policy::new(None, &[], Consent::None, NEVER_COPIED_TYPES.iter().map(|s| s.to_string()).collect());
     assert!(lax.secret_types.is_empty());
     let keys = desired_copies(&s, &t, SourceKind::Secret);
-    assert!(keys.keys().all(|k| k.name == "creds" && !k.namespace.starts_with("kube-")));
+    assert!(keys.keys().all(|k| &*k.name == "creds" && !k.namespace.starts_with("kube-")));
 }
 
 #[test]
@@ -278,13 +278,12 @@ fn ownership_follows_the_uid() {
     let me = me();
     let live = |_: &str| OwnerState::Live { uid: "uid-other".into(), loses_to_us: false };
     // Label edited away: our annotations with our UID still say ours.
-    let by_annotation = Owner { label: None, rule: Some(me.id.clone()), uid: Some(me.uid.clone()) };
+    let by_annotation = Owner::new(None, Some(&me.id), Some(&me.uid));
     assert_eq!(ownership(Some(&by_annotation), &me, live), Ownership::Mine);
     // A copy from before UIDs were written.
-    let legacy = Owner { label: Some(me.id.label_value()), rule: None, uid: None };
+    let legacy = Owner::new(Some(&me.id.label_value()), None, None);
     assert_eq!(ownership(Some(&legacy), &me, live), Ownership::Mine);
-    let other =
-        Owner { label: Some("team-b.r".into()), rule: Some(RuleId::new("team-b", "r")), uid: Some("uid-other".into()) };
+    let other = Owner::new(Some("team-b.r"), Some(&RuleId::new("team-b", "r")), Some("uid-other"));
     assert_eq!(
         ownership(Some(&other), &me, live),
         Ownership::OtherRule { rule: "team-b/r".into(), loses_to_us: false }
@@ -365,11 +364,9 @@ fn a_rules_copies_are_grouped_by_the_source_their_writes_read() {
         facts(key("f", "gone"), None, Some((stale, Ownership::Mine))),
     ]);
     assert_eq!(plan.in_sync, 1);
-    let writes: Vec<(&str, &Action)> =
-        plan.by_source["cfg"].iter().map(|j| (j.key.namespace.as_str(), &j.action)).collect();
+    let writes: Vec<(&str, &Action)> = plan.by_source["cfg"].iter().map(|j| (&*j.key.namespace, &j.action)).collect();
     assert!(matches!(writes.as_slice(), [("b", Action::Create), ("c", Action::Update { .. })]), "{writes:?}");
-    let apart: Vec<(&str, &Action)> =
-        plan.without_payload.iter().map(|j| (j.key.namespace.as_str(), &j.action)).collect();
+    let apart: Vec<(&str, &Action)> = plan.without_payload.iter().map(|j| (&*j.key.namespace, &j.action)).collect();
     assert!(
         matches!(apart.as_slice(), [("e", Action::Conflict(ConflictReason::NotOwned)), ("f", Action::Delete { .. })]),
         "{apart:?}"
@@ -404,21 +401,14 @@ fn arb_owner() -> impl Strategy<Value = (Option<Owner>, OwnerState)> {
     let me = me();
     prop_oneof![
         Just((None, OwnerState::Gone)),
-        Just((
-            Some(Owner { label: Some(me.id.label_value()), rule: Some(me.id.clone()), uid: Some(me.uid.clone()) }),
-            OwnerState::Gone
-        )),
-        Just((Some(Owner { label: None, rule: Some(me.id.clone()), uid: Some(me.uid.clone()) }), OwnerState::Gone)),
+        Just((Some(Owner::new(Some(&me.id.label_value()), Some(&me.id), Some(&me.uid))), OwnerState::Gone)),
+        Just((Some(Owner::new(None, Some(&me.id), Some(&me.uid))), OwnerState::Gone)),
         any::<bool>().prop_map(|loses| (
-            Some(Owner {
-                label: Some("team-b.r".into()),
-                rule: Some(RuleId::new("team-b", "r")),
-                uid: Some("ub".into())
-            }),
+            Some(Owner::new(Some("team-b.r"), Some(&RuleId::new("team-b", "r")), Some("ub"))),
             OwnerState::Live { uid: "ub".into(), loses_to_us: loses }
         )),
-        Just((Some(Owner { label: Some("team-b.r".into()), rule: None, uid: None }), OwnerState::OutOfScope)),
-        Just((Some(Owner { label: Some("team-b.r".into()), rule: None, uid: Some("old".into()) }), OwnerState::Gone)),
+        Just((Some(Owner::new(Some("team-b.r"), None, None)), OwnerState::OutOfScope)),
+        Just((Some(Owner::new(Some("team-b.r"), None, Some("old"))), OwnerState::Gone)),
     ]
 }
 
@@ -476,7 +466,7 @@ proptest! {
         }
         if let Action::Delete { uid, .. } = &action {
             prop_assert!(present && own == Ownership::Mine && !wanted && prune);
-            prop_assert_eq!(uid, &o.uid);
+            prop_assert_eq!(uid, &o.uid.as_ref().map(ToString::to_string));
         }
         if let Action::Adopt { .. } = action {
             prop_assert!(own == Ownership::Unowned);
@@ -592,8 +582,8 @@ fn copy_facts_are_the_wanted_copies_and_our_own_outside_protected_namespaces() {
         .iter()
         .map(|f| {
             (
-                f.key.namespace.as_str(),
-                f.key.name.as_str(),
+                &*f.key.namespace,
+                &*f.key.name,
                 f.source.is_some(),
                 f.observed.as_ref().map(|(_, w)| w),
                 f.ctx.accepts_overwrite,
