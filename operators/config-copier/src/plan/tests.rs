@@ -305,8 +305,8 @@ fn two_rules_one_name_the_oldest_wins_and_the_other_hands_off() {
     let claim = |created: &str, ns: &str, name: &str| Claim {
         rank: Rank { created: Some(created.into()), rule: RuleId::new(ns, name) },
         kind: SourceKind::ConfigMap,
-        names: ["cfg".to_string()].into(),
-        namespaces: ["b".to_string()].into(),
+        names: [Arc::from("cfg")].into(),
+        namespaces: [Arc::from("b")].into(),
     };
     let claims = [
         claim("2026-01-02T00:00:00Z", "a", "young"),
@@ -545,8 +545,8 @@ fn claim_of(rule: &RuleId, created: &str, namespaces: &[&str]) -> Arc<Claim> {
     Arc::new(Claim {
         rank: Rank { created: Some(created.into()), rule: rule.clone() },
         kind: SourceKind::ConfigMap,
-        names: ["cfg".to_string()].into(),
-        namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+        names: [Arc::from("cfg")].into(),
+        namespaces: namespaces.iter().map(|n| Arc::from(*n)).collect(),
     })
 }
 
