@@ -23,7 +23,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
-use crate::copy::{NOT_A_COPY, RuleId, SourceMeta};
+use crate::copy::{NOT_A_COPY, ResourceVersion, RuleId, SourceMeta};
 use crate::crd::SourceKind;
 use crate::plan::SourceSelection;
 
@@ -33,7 +33,8 @@ const PAGE_SIZE: u32 = 500;
 /// What is held of a possible source, under its key `<namespace>/<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceView {
-    pub resource_version: Option<Box<str>>,
+    /// A number when it is one: no allocation (issue 28).
+    pub resource_version: Option<ResourceVersion>,
     /// Only the keys a rule in this namespace reads.
     pub labels: PodLabels,
 }
@@ -87,7 +88,7 @@ impl SourceIndex {
             let name = key.strip_prefix(ns)?.strip_prefix('/')?;
             selection.selects_kept(name, &v.labels).then(|| SourceMeta {
                 name: name.to_string(),
-                resource_version: v.resource_version.as_deref().map(str::to_string),
+                resource_version: v.resource_version.as_ref().map(ToString::to_string),
             })
         }))
     }
@@ -160,7 +161,7 @@ impl SourceIndex {
 pub(crate) fn view<K: kube::Resource<DynamicType = ()>>(keys: &LabelKeys, o: &PartialObjectMeta<K>) -> SourceView {
     SourceView {
         labels: keys.keep(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.labels.as_ref()),
-        resource_version: o.metadata.resource_version.as_deref().map(Box::from),
+        resource_version: o.metadata.resource_version.as_deref().map(ResourceVersion::parse),
     }
 }
 
