@@ -178,12 +178,14 @@ impl CopyKey {
 /// the API conventions, held as a number when it is a plain decimal (what
 /// the API server writes), so that it costs no allocation. Only equal
 /// texts are equal: a number is kept only for the one text that prints as
-/// it (no sign, no leading zero), and it reads back as that text.
+/// it (no sign, no leading zero), and it reads back as that text. 16
+/// bytes: any other text is boxed twice (a thin pointer), being rare.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum ResourceVersion {
     Decimal(u64),
     /// Anything else, as written.
-    Text(Box<str>),
+    #[allow(clippy::redundant_allocation, reason = "a thin pointer keeps the enum at 16 bytes")]
+    Text(Box<Box<str>>),
 }
 
 impl ResourceVersion {
@@ -191,7 +193,7 @@ impl ResourceVersion {
         let canonical = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
         match s.parse::<u64>() {
             Ok(n) if canonical => Self::Decimal(n),
-            _ => Self::Text(s.into()),
+            _ => Self::Text(Box::new(s.into())),
         }
     }
 }
@@ -552,7 +554,7 @@ mod tests {
         assert_eq!(read.annotated_hash.as_deref(), Some(src.hash.as_str()));
         assert_eq!(
             read.payload,
-            Payload::Read { content_hash: src.content_hash.clone(), type_: Some("Opaque".into()) }
+            Payload::Read { content_hash: src.content_hash.as_str().into(), type_: Some("Opaque".into()) }
         );
         obj["data"]["k"] = json!("ZWRpdGVk");
         let edited = Observed::from_json(SourceKind::Secret, &obj, true, "me").unwrap();
@@ -621,6 +623,7 @@ mod tests {
         assert!(matches!(ResourceVersion::parse("48213377"), ResourceVersion::Decimal(48_213_377)));
         assert_ne!(ResourceVersion::parse("7"), ResourceVersion::parse("07"));
         assert_ne!(ResourceVersion::parse("7"), ResourceVersion::parse("+7"));
+        assert_eq!(size_of::<Option<ResourceVersion>>(), 16);
         assert_eq!(ResourceVersion::parse("7"), ResourceVersion::from("7".to_string()));
     }
 

@@ -19,7 +19,7 @@ use crate::crd::SourceKind;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
     /// Read in full: the hash of what it holds now, and its Secret type.
-    Read { content_hash: String, type_: Option<String> },
+    Read { content_hash: Box<str>, type_: Option<Box<str>> },
     /// Metadata only, and nothing says it was edited: it holds what its hash
     /// annotation says (a version we wrote or verified, or no other field
     /// manager owns a payload field).
@@ -111,7 +111,7 @@ impl Observed {
         let owner = (label.is_some() || uid.is_some()).then_some(Owner { label, rule, uid });
         let payload = if full {
             let content = Content::from_json(kind, obj);
-            Payload::Read { content_hash: content.hash(), type_: content.type_ }
+            Payload::Read { content_hash: content.hash().into(), type_: content.type_.map(Into::into) }
         } else if foreign_payload(obj, field_manager) {
             Payload::Edited
         } else {

@@ -353,7 +353,8 @@ fn a_rules_copies_are_grouped_by_the_source_their_writes_read() {
         observed,
         ctx: ctx(),
     };
-    let in_sync = observed(mine(), &src.hash, Payload::Read { content_hash: src.content_hash.clone(), type_: None });
+    let in_sync =
+        observed(mine(), &src.hash, Payload::Read { content_hash: src.content_hash.as_str().into(), type_: None });
     let stale = observed(mine(), "old", Payload::Trusted);
     let foreign = observed(None, "x", Payload::Trusted);
     let plan = plan_copies([
@@ -417,8 +418,10 @@ fn arb_payload() -> impl Strategy<Value = Payload> {
         Just(Payload::Trusted),
         Just(Payload::Edited),
         Just(Payload::Unexplained),
-        (any::<bool>(), proptest::option::of("[ab]"))
-            .prop_map(|(ok, t)| Payload::Read { content_hash: if ok { "c".into() } else { "x".into() }, type_: t }),
+        (any::<bool>(), proptest::option::of("[ab]")).prop_map(|(ok, t)| Payload::Read {
+            content_hash: if ok { "c".into() } else { "x".into() },
+            type_: t.map(Into::into)
+        }),
     ]
 }
 
