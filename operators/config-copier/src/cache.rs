@@ -212,7 +212,7 @@ impl Caches {
     pub fn ownership(&self, rule: &RuleRef, o: &Observed) -> crate::plan::Ownership {
         let rules = self.rules_named([o]);
         self.claims.with(|claims| {
-            crate::plan::ownership(o.owner.as_ref(), rule, |label| {
+            crate::plan::ownership(o.owner.as_deref(), rule, |label| {
                 crate::claims::owner_state(label, &rule.id, &o.key, &rules, self.scope.as_deref(), claims)
             })
         })

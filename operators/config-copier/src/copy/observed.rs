@@ -3,7 +3,7 @@
 //! edited its payload, and which fields a write of ours left behind.
 //! Pure.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use flotilla_shared::intern;
 use flotilla_shared::uid::Uid;
@@ -39,8 +39,9 @@ pub enum Payload {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     pub key: CopyKey,
-    /// The rule its ownership marks name, if any.
-    pub owner: Option<Owner>,
+    /// The rule its ownership marks name, if any (shared: the same on
+    /// every copy of a rule, [`Owner::shared`]).
+    pub owner: Option<Arc<Owner>>,
     /// The hash annotation it was last written with (the same on every
     /// copy of one version of a source).
     pub annotated_hash: Option<Arc<str>>,
@@ -53,8 +54,9 @@ pub struct Observed {
 
 /// Who an object's ownership marks name. A copy is known as ours by the
 /// label or, when a hand edit removed it, by the annotations. The same
-/// marks on every copy of a rule: shared strings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// marks on every copy of a rule: shared strings, and kept shared as a
+/// whole ([`Owner::shared`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Owner {
     /// The `flotilla.dev/copy-rule` label value.
     pub label: Option<Arc<str>>,
@@ -75,6 +77,13 @@ impl Owner {
             rule: rule.map(ToString::to_string).filter(|a| RuleId::parse(a).is_some()).map(|a| names.get(&a)),
             uid: uid.map(|u| names.get(u)),
         }
+    }
+
+    /// These marks, shared with every copy that carries the same (the
+    /// process's set of marks, bounded as [`intern::names`] is).
+    pub fn shared(self) -> Arc<Self> {
+        static OWNERS: LazyLock<intern::Interner<Owner>> = LazyLock::new(Default::default);
+        OWNERS.share(self)
     }
 
     /// The rule from the annotation, when present and parseable.
@@ -108,7 +117,7 @@ impl Observed {
             s("annotations", RULE_ANNOTATION).filter(|a| RuleId::parse(a).is_some()).map(|a| names.get(a)),
             shared("annotations", RULE_UID_ANNOTATION),
         );
-        let owner = (label.is_some() || uid.is_some()).then_some(Owner { label, rule, uid });
+        let owner = (label.is_some() || uid.is_some()).then(|| Owner { label, rule, uid }.shared());
         let payload = if full {
             let content = Content::from_json(kind, obj);
             Payload::Read { content_hash: content.hash().into(), type_: content.type_.map(Into::into) }

@@ -83,7 +83,7 @@ pub struct Seen<'a> {
 impl Seen<'_> {
     /// Whose `o` is, for this rule.
     pub fn ownership(&self, o: &Observed) -> Ownership {
-        ownership(o.owner.as_ref(), self.me, |label| {
+        ownership(o.owner.as_deref(), self.me, |label| {
             owner_state(label, &self.me.id, &o.key, self.rules, self.scope, self.claims)
         })
     }

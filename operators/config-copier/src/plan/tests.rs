@@ -39,7 +39,7 @@ fn ns(l: &[(&str, &str)]) -> NamespaceInfo {
 fn observed(owner: Option<Owner>, hash: &str, payload: Payload) -> Observed {
     Observed {
         key: CopyKey { kind: SourceKind::ConfigMap, namespace: "b".into(), name: "cfg".into() },
-        owner,
+        owner: owner.map(Owner::shared),
         annotated_hash: Some(hash.into()),
         managed_by_ours: true,
         uid: Some("u1".into()),
