@@ -13,9 +13,10 @@
 //! budget.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use flotilla_shared::health::WatchHealth;
+use flotilla_shared::intern::Interner;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK, PodLabels, watch_labelled};
 use flotilla_shared::projection;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -35,8 +36,10 @@ const PAGE_SIZE: u32 = 500;
 pub struct SourceView {
     /// A number when it is one: no allocation (issue 28).
     pub resource_version: Option<ResourceVersion>,
-    /// Only the keys a rule in this namespace reads.
-    pub labels: PodLabels,
+    /// Only the keys a rule in this namespace reads: shared by every
+    /// source that has the same (most have none, or the one value a
+    /// selector asks for; issue 28).
+    pub labels: Arc<PodLabels>,
 }
 
 /// One kind's possible sources, and the label keys the rules read.
@@ -157,10 +160,15 @@ impl SourceIndex {
     }
 }
 
+/// The kept labels of every possible source, shared (bounded as
+/// [`flotilla_shared::intern::names`] is).
+static LABELS: LazyLock<Interner<PodLabels>> = LazyLock::new(Default::default);
+
 /// What is held of `o`.
 pub(crate) fn view<K: kube::Resource<DynamicType = ()>>(keys: &LabelKeys, o: &PartialObjectMeta<K>) -> SourceView {
     SourceView {
-        labels: keys.keep(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.labels.as_ref()),
+        labels: LABELS
+            .share(keys.keep(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.labels.as_ref())),
         resource_version: o.metadata.resource_version.as_deref().map(ResourceVersion::parse),
     }
 }
