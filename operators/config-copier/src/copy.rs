@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::crd::SourceKind;
 
 mod observed;
-pub use observed::{Observed, Owner, Payload, Strays, foreign_payload, stray_fields};
+pub use observed::{Observed, Owner, Payload, ReadPayload, Strays, foreign_payload, stray_fields};
 
 /// Ownership label: its value names the rule (see [`RuleId::label_value`]).
 pub const RULE_LABEL: &str = "flotilla.dev/copy-rule";
@@ -552,10 +552,7 @@ mod tests {
         assert_eq!(owner.rule(), Some(rule.id.clone()));
         assert!(read.managed_by_ours);
         assert_eq!(read.annotated_hash.as_deref(), Some(src.hash.as_str()));
-        assert_eq!(
-            read.payload,
-            Payload::Read { content_hash: src.content_hash.as_str().into(), type_: Some("Opaque".into()) }
-        );
+        assert_eq!(read.payload, Payload::read(&src.content_hash, Some("Opaque")));
         obj["data"]["k"] = json!("ZWRpdGVk");
         let edited = Observed::from_json(SourceKind::Secret, &obj, true, "me").unwrap();
         assert_ne!(edited.payload, read.payload);

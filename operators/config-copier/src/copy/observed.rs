@@ -18,8 +18,9 @@ use crate::crd::SourceKind;
 /// What is known of a copy's payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
-    /// Read in full: the hash of what it holds now, and its Secret type.
-    Read { content_hash: Box<str>, type_: Option<Box<str>> },
+    /// Read in full ([`Payload::read`]): boxed, as only a copy just read
+    /// holds it, while every copy the watch keeps holds a `Payload`.
+    Read(Box<ReadPayload>),
     /// Metadata only, and nothing says it was edited: it holds what its hash
     /// annotation says (a version we wrote or verified, or no other field
     /// manager owns a payload field).
@@ -29,6 +30,21 @@ pub enum Payload {
     /// Metadata only: changed by someone else since we last knew it, and
     /// managedFields do not say how. Read it before deciding.
     Unexplained,
+}
+
+/// A copy's payload as read in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadPayload {
+    /// The hash of what it holds now.
+    pub content_hash: Box<str>,
+    /// Its Secret type.
+    pub type_: Option<Box<str>>,
+}
+
+impl Payload {
+    pub fn read(content_hash: &str, type_: Option<&str>) -> Self {
+        Self::Read(Box::new(ReadPayload { content_hash: content_hash.into(), type_: type_.map(Into::into) }))
+    }
 }
 
 /// An object at a copy's place, as far as ownership and drift go. Built
@@ -120,7 +136,7 @@ impl Observed {
         let owner = (label.is_some() || uid.is_some()).then(|| Owner { label, rule, uid }.shared());
         let payload = if full {
             let content = Content::from_json(kind, obj);
-            Payload::Read { content_hash: content.hash().into(), type_: content.type_.map(Into::into) }
+            Payload::read(&content.hash(), content.type_.as_deref())
         } else if foreign_payload(obj, field_manager) {
             Payload::Edited
         } else {

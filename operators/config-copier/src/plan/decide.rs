@@ -159,7 +159,7 @@ pub fn decide(desired: Option<&Desired>, observed: Option<(&Observed, &Ownership
         Ownership::Mine => {
             let marks = o.managed_by_ours && o.annotated_hash.as_deref() == Some(d.hash.as_str());
             let payload = match &o.payload {
-                Payload::Read { content_hash, .. } => Some(**content_hash == *d.content_hash),
+                Payload::Read(read) => Some(*read.content_hash == *d.content_hash),
                 Payload::Trusted => Some(true),
                 Payload::Edited => Some(false),
                 Payload::Unexplained => None,
@@ -200,8 +200,7 @@ pub enum AfterInvalid {
 /// See [`AfterInvalid`]; only a Secret is ever replaced.
 pub fn after_invalid(kind: SourceKind, observed: Option<(&Observed, &Ownership)>, desired: &Desired) -> AfterInvalid {
     let Some((o, owner)) = observed else { return AfterInvalid::Create };
-    let type_changes =
-        matches!(&o.payload, Payload::Read { type_, .. } if type_.as_deref() != desired.type_.as_deref());
+    let type_changes = matches!(&o.payload, Payload::Read(read) if read.type_.as_deref() != desired.type_.as_deref());
     if kind == SourceKind::Secret && matches!(owner, Ownership::Mine) && type_changes {
         AfterInvalid::Replace {
             uid: o.uid.as_ref().map(ToString::to_string),

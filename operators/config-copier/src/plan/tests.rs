@@ -249,9 +249,9 @@ fn decisions_for_one_copy() {
     assert!(matches!(decide(Some(&d), Some((&relabelled, &Ownership::Mine)), &ctx()), Action::Update { .. }));
     let unexplained = o(mine(), "h", Payload::Unexplained);
     assert_eq!(decide(Some(&d), Some((&unexplained, &Ownership::Mine)), &ctx()), Action::Read);
-    let read_ok = o(mine(), "h", Payload::Read { content_hash: "c".into(), type_: None });
+    let read_ok = o(mine(), "h", Payload::read("c", None));
     assert_eq!(decide(Some(&d), Some((&read_ok, &Ownership::Mine)), &ctx()), Action::InSync);
-    let read_bad = o(mine(), "h", Payload::Read { content_hash: "x".into(), type_: None });
+    let read_bad = o(mine(), "h", Payload::read("x", None));
     assert_eq!(
         decide(Some(&d), Some((&read_bad, &Ownership::Mine)), &ctx()),
         Action::Update { resource_version: Some("7".into()) }
@@ -330,9 +330,8 @@ fn two_rules_one_name_the_oldest_wins_and_the_other_hands_off() {
 #[test]
 fn only_a_type_change_replaces_a_copy_after_a_422() {
     let d = Desired { type_: Some("kubernetes.io/tls".into()), ..desired() };
-    let same =
-        observed(mine(), "h", Payload::Read { content_hash: "x".into(), type_: Some("kubernetes.io/tls".into()) });
-    let other = observed(mine(), "h", Payload::Read { content_hash: "x".into(), type_: Some("Opaque".into()) });
+    let same = observed(mine(), "h", Payload::read("x", Some("kubernetes.io/tls")));
+    let other = observed(mine(), "h", Payload::read("x", Some("Opaque")));
     let secret = SourceKind::Secret;
     let after = |o: &Observed, w: &Ownership| after_invalid(secret, Some((o, w)), &d);
     assert_eq!(after(&same, &Ownership::Mine), AfterInvalid::Refused, "immutable or a policy: never delete");
@@ -353,8 +352,7 @@ fn a_rules_copies_are_grouped_by_the_source_their_writes_read() {
         observed,
         ctx: ctx(),
     };
-    let in_sync =
-        observed(mine(), &src.hash, Payload::Read { content_hash: src.content_hash.as_str().into(), type_: None });
+    let in_sync = observed(mine(), &src.hash, Payload::read(&src.content_hash, None));
     let stale = observed(mine(), "old", Payload::Trusted);
     let foreign = observed(None, "x", Payload::Trusted);
     let plan = plan_copies([
@@ -418,10 +416,8 @@ fn arb_payload() -> impl Strategy<Value = Payload> {
         Just(Payload::Trusted),
         Just(Payload::Edited),
         Just(Payload::Unexplained),
-        (any::<bool>(), proptest::option::of("[ab]")).prop_map(|(ok, t)| Payload::Read {
-            content_hash: if ok { "c".into() } else { "x".into() },
-            type_: t.map(Into::into)
-        }),
+        (any::<bool>(), proptest::option::of("[ab]"))
+            .prop_map(|(ok, t)| Payload::read(if ok { "c" } else { "x" }, t.as_deref())),
     ]
 }
 
