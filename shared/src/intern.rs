@@ -9,24 +9,35 @@
 //! in use (plus [`MIN_SWEEP`]), whatever the objects' authors write, with
 //! O(1) amortised cost per string. Not `Weak` references: a `Weak<str>`
 //! cannot be looked up by content without upgrading every candidate.
+//!
+//! Any other value many objects repeat (an operator's small record of
+//! marks or labels) is shared the same way by an `Interner<T>` of its own
+//! ([`Interner::share`]).
 
 use std::collections::HashSet;
+use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 /// Below this many strings the set is not swept.
 pub const MIN_SWEEP: usize = 1024;
 
-/// A set of shared strings.
-#[derive(Debug, Default)]
-pub struct Interner {
-    state: Mutex<State>,
+/// A set of shared strings (or of shared values of another type `T`).
+#[derive(Debug)]
+pub struct Interner<T: ?Sized = str> {
+    state: Mutex<State<T>>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    set: HashSet<Arc<str>>,
-    /// Strings held after the last sweep.
+#[derive(Debug)]
+struct State<T: ?Sized> {
+    set: HashSet<Arc<T>>,
+    /// Values held after the last sweep.
     live: usize,
+}
+
+impl<T: ?Sized> Default for Interner<T> {
+    fn default() -> Self {
+        Self { state: Mutex::new(State { set: HashSet::new(), live: 0 }) }
+    }
 }
 
 impl Interner {
@@ -36,23 +47,47 @@ impl Interner {
 
     /// `s`, shared with every other holder of the same text.
     pub fn get(&self, s: &str) -> Arc<str> {
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = self.lock();
         if let Some(held) = st.set.get(s) {
             return Arc::clone(held);
         }
-        if st.set.len() >= (2 * st.live).max(MIN_SWEEP) {
-            // Only the set holds a string whose count is 1, and only `get`
-            // (under this lock) hands out new holders: none can appear
-            // while this runs.
-            st.set.retain(|held| Arc::strong_count(held) > 1);
-            st.live = st.set.len();
+        st.hold(Arc::from(s))
+    }
+}
+
+impl<T: Hash + Eq> Interner<T> {
+    /// `value`, shared with every other holder of an equal one.
+    pub fn share(&self, value: T) -> Arc<T> {
+        let mut st = self.lock();
+        if let Some(held) = st.set.get(&value) {
+            return Arc::clone(held);
         }
-        let shared: Arc<str> = Arc::from(s);
-        st.set.insert(Arc::clone(&shared));
+        st.hold(Arc::new(value))
+    }
+}
+
+impl<T: ?Sized + Hash + Eq> State<T> {
+    /// Holds `shared` (not held yet) from now on, sweeping first when due.
+    fn hold(&mut self, shared: Arc<T>) -> Arc<T> {
+        if self.set.len() >= (2 * self.live).max(MIN_SWEEP) {
+            // Only the set holds a value whose count is 1, and only the
+            // interner (under its lock) hands out new holders: none can
+            // appear while this runs.
+            self.set.retain(|held| Arc::strong_count(held) > 1);
+            self.live = self.set.len();
+        }
+        self.set.insert(Arc::clone(&shared));
         shared
     }
+}
 
-    /// Strings in the set (some perhaps no longer held elsewhere).
+impl<T: ?Sized + Hash + Eq> Interner<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<T>> {
+        // A poisoned lock only means a panic elsewhere mid-update of the set; the set is still a set.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Values in the set (some perhaps no longer held elsewhere).
     pub fn len(&self) -> usize {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).set.len()
     }
@@ -80,6 +115,16 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &i.get("team-b")));
         assert_eq!(&*a, "team-a");
+    }
+
+    #[test]
+    fn equal_values_of_another_type_are_one_allocation() {
+        let i = Interner::<(u32, Arc<str>)>::default();
+        let a = i.share((1, "a".into()));
+        let b = i.share((1, "a".into()));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &i.share((2, "a".into()))));
+        assert_eq!(i.len(), 2);
     }
 
     #[test]

@@ -72,7 +72,7 @@ fn contains(set: &Scoped, scope: &Option<String>, key: &str) -> bool {
 /// one [`LabelKeys`] holds and each value interned ([`crate::intern`]: a
 /// Deployment's replicas share theirs) — an allocation per label per pod
 /// saved twice.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct PodLabels {
     /// The referenced keys the pod has, sorted by key.
     pub labels: Box<[(Arc<str>, Arc<str>)]>,

@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::{Value, json};
 
 use crate::cache::{Caches, api_resource};
-use crate::copy::{CopyKey, RuleRef, Source, stray_fields};
+use crate::copy::{CopyKey, ResourceVersion, RuleRef, Source, stray_fields};
 
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
@@ -168,11 +168,11 @@ impl Writer<'_> {
     /// create, payload keys added by hand), read from managedFields, then
     /// records the version we leave it at.
     async fn settle(&self, key: &CopyKey, source: &Source, meta: &Value, repair: bool) -> Result<(), kube::Error> {
-        let rv = meta.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+        let rv = meta.pointer("/metadata/resourceVersion").and_then(Value::as_str);
         let desired = source.copy_manifest_marks(self.rule, &key.namespace);
         let strays = stray_fields(meta, self.field_manager, &desired, repair);
         if strays.is_empty() {
-            self.caches.record_version(key, rv);
+            self.caches.record_version(key, rv.map(ResourceVersion::parse));
             return Ok(());
         }
         let nulls =
@@ -191,7 +191,7 @@ impl Writer<'_> {
         self.caches.metrics().request("patch");
         let pp = PatchParams { field_manager: Some(self.field_manager.to_string()), ..Default::default() };
         let patched = self.api(key).patch_metadata(&key.name, &pp, &Patch::Merge(&patch)).await?;
-        self.caches.record_version(key, patched.metadata.resource_version.clone());
+        self.caches.record_version(key, patched.metadata.resource_version.as_deref().map(ResourceVersion::parse));
         Ok(())
     }
 }

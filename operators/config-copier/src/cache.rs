@@ -26,7 +26,9 @@ use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::claims::{ClaimSet, Claims, LiveRules};
-use crate::copy::{COPIES_SELECTOR, CopyKey, Observed, Payload, RuleId, RuleRef, SourceInfo, SourceMeta};
+use crate::copy::{
+    COPIES_SELECTOR, CopyKey, Observed, Payload, ResourceVersion, RuleId, RuleRef, SourceInfo, SourceMeta,
+};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
 use crate::plan::{NamespaceInfo, SourceSelection};
@@ -79,7 +81,7 @@ pub struct Caches {
     /// The stores' writers until their watches take them.
     writers: Mutex<Writers>,
     /// resourceVersion of each copy as config-copier last wrote or read it.
-    known: Mutex<HashMap<CopyKey, String>>,
+    known: Mutex<Known>,
     /// Possible sources, by kind.
     sources: HashMap<SourceKind, Arc<SourceIndex>>,
     claims: Claims,
@@ -91,6 +93,11 @@ pub struct Caches {
 }
 
 type SourceKey = (SourceKind, String, String);
+
+/// The resourceVersion of each copy as config-copier last wrote or read
+/// it, by interned key (its strings are the copy watch's: no allocation
+/// of its own, issue 28).
+pub type Known = HashMap<CopyKey, ResourceVersion>;
 
 #[derive(Default)]
 struct Writers {
@@ -174,8 +181,8 @@ impl Caches {
     /// Triggers the rule an observed copy's marks name.
     fn trigger_owner(&self, o: &Observed) {
         let Some(owner) = &o.owner else { return };
-        if let Some(rule) = &owner.rule {
-            self.trigger(rule);
+        if let Some(rule) = owner.rule() {
+            self.trigger(&rule);
         } else if let Some(label) = owner.label_value()
             && let Some(r) = self.live_rule(&label)
             && let Some(ns) = r.namespace()
@@ -205,7 +212,7 @@ impl Caches {
     pub fn ownership(&self, rule: &RuleRef, o: &Observed) -> crate::plan::Ownership {
         let rules = self.rules_named([o]);
         self.claims.with(|claims| {
-            crate::plan::ownership(o.owner.as_ref(), rule, |label| {
+            crate::plan::ownership(o.owner.as_deref(), rule, |label| {
                 crate::claims::owner_state(label, &rule.id, &o.key, &rules, self.scope.as_deref(), claims)
             })
         })
@@ -230,7 +237,7 @@ impl Caches {
         let mut copies: BTreeMap<CopyKey, Observed> =
             self.copies_of(rule).into_iter().map(|o| (o.key.clone(), o)).collect();
         if let Some(store) = self.copies.get(&kind) {
-            let named = store.select(|_, o| o.as_ref().filter(|o| names.contains(o.key.name.as_str())).cloned());
+            let named = store.select(|_, o| o.as_ref().filter(|o| names.contains(&*o.key.name)).cloned());
             for o in named {
                 copies.entry(o.key.clone()).or_insert_with(|| self.with_knowledge(o));
             }
@@ -296,10 +303,11 @@ impl Caches {
     }
 
     /// Records the version of a copy config-copier just wrote or read.
-    pub fn record_version(&self, key: &CopyKey, resource_version: Option<String>) {
+    pub fn record_version(&self, key: &CopyKey, resource_version: Option<ResourceVersion>) {
         let mut known = lock(&self.known);
         match resource_version {
-            Some(rv) => known.insert(key.clone(), rv),
+            // The copy watch's strings, not the plan's (which go with the reconcile).
+            Some(rv) => known.insert(CopyKey::interned(key.kind, &key.namespace, &key.name), rv),
             None => known.remove(key),
         };
     }

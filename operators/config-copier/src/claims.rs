@@ -22,18 +22,21 @@ pub struct Rank {
     pub rule: RuleId,
 }
 
-/// What one rule wants, published for the others.
+/// What one rule wants, published for the others. Its names and
+/// namespaces are the process's shared strings ([`flotilla_shared::intern`]):
+/// every rule copying into a namespace, and every copy there, holds the
+/// same one (issue 28).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
     pub rank: Rank,
     pub kind: SourceKind,
-    pub names: BTreeSet<String>,
-    pub namespaces: BTreeSet<String>,
+    pub names: BTreeSet<Arc<str>>,
+    pub namespaces: BTreeSet<Arc<str>>,
 }
 
 impl Claim {
     pub fn wants(&self, key: &CopyKey) -> bool {
-        self.kind == key.kind && self.names.contains(&key.name) && self.namespaces.contains(&key.namespace)
+        self.kind == key.kind && self.names.contains(&*key.name) && self.namespaces.contains(&*key.namespace)
     }
 }
 
@@ -179,8 +182,8 @@ mod tests {
         Claim {
             rank: Rank { created: Some("2026-01-01T00:00:00Z".into()), rule: rule.clone() },
             kind,
-            names: names.iter().map(|n| n.to_string()).collect(),
-            namespaces: ["b".to_string()].into(),
+            names: names.iter().map(|n| Arc::from(*n)).collect(),
+            namespaces: [Arc::from("b")].into(),
         }
     }
 
@@ -222,8 +225,8 @@ mod tests {
         Arc::new(Claim {
             rank: Rank { created: Some(created.into()), rule: rule.clone() },
             kind: SourceKind::ConfigMap,
-            names: ["cfg".to_string()].into(),
-            namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            names: [Arc::from("cfg")].into(),
+            namespaces: namespaces.iter().map(|n| Arc::from(*n)).collect(),
         })
     }
 

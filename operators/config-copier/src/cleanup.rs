@@ -51,7 +51,10 @@ pub(crate) async fn copies_to_prune(
                 continue;
             }
             if caches.ownership(me, &o) == Ownership::Mine {
-                let action = PlanAction::Delete { uid: o.uid.clone(), resource_version: o.resource_version.clone() };
+                let action = PlanAction::Delete {
+                    uid: o.uid.as_ref().map(ToString::to_string),
+                    resource_version: o.resource_version.as_ref().map(ToString::to_string),
+                };
                 let ctx = CopyContext {
                     on_conflict: rule.spec.on_conflict,
                     prune: true,

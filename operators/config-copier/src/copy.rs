@@ -18,6 +18,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
+
+use flotilla_shared::intern;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -25,7 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::crd::SourceKind;
 
 mod observed;
-pub use observed::{Observed, Owner, Payload, Strays, foreign_payload, stray_fields};
+pub use observed::{Observed, Owner, Payload, ReadPayload, Strays, foreign_payload, stray_fields};
 
 /// Ownership label: its value names the rule (see [`RuleId::label_value`]).
 pub const RULE_LABEL: &str = "flotilla.dev/copy-rule";
@@ -151,12 +154,75 @@ impl fmt::Display for RuleId {
     }
 }
 
-/// Where a copy lives.
+/// Where a copy lives. Shared strings (issue 28): a copy's name is its
+/// source's in every namespace, and a namespace holds the copies of many
+/// sources; a key kept beside the copy watch's ([`CopyKey::interned`])
+/// costs no allocation of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CopyKey {
     pub kind: SourceKind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+impl CopyKey {
+    /// A key whose strings are the process's shared ones
+    /// ([`intern::names`]): for keys kept beyond one reconcile.
+    pub fn interned(kind: SourceKind, namespace: &str, name: &str) -> Self {
+        let names = intern::names();
+        Self { kind, namespace: names.get(namespace), name: names.get(name) }
+    }
+}
+
+/// A resourceVersion as kept for each copy (issue 28): opaque text per
+/// the API conventions, held as a number when it is a plain decimal (what
+/// the API server writes), so that it costs no allocation. Only equal
+/// texts are equal: a number is kept only for the one text that prints as
+/// it (no sign, no leading zero), and it reads back as that text. 16
+/// bytes: any other text is boxed twice (a thin pointer), being rare.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum ResourceVersion {
+    Decimal(u64),
+    /// Anything else, as written.
+    #[allow(clippy::redundant_allocation, reason = "a thin pointer keeps the enum at 16 bytes")]
+    Text(Box<Box<str>>),
+}
+
+impl ResourceVersion {
+    pub fn parse(s: &str) -> Self {
+        let canonical = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+        match s.parse::<u64>() {
+            Ok(n) if canonical => Self::Decimal(n),
+            _ => Self::Text(Box::new(s.into())),
+        }
+    }
+}
+
+impl From<&str> for ResourceVersion {
+    fn from(s: &str) -> Self {
+        Self::parse(s)
+    }
+}
+
+impl From<String> for ResourceVersion {
+    fn from(s: String) -> Self {
+        Self::parse(&s)
+    }
+}
+
+impl fmt::Display for ResourceVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Decimal(n) => write!(f, "{n}"),
+            Self::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl fmt::Debug for ResourceVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
 }
 
 impl fmt::Display for CopyKey {
@@ -483,13 +549,10 @@ mod tests {
         let owner = read.owner.clone().unwrap();
         assert_eq!(owner.label.as_deref(), Some("default.r"));
         assert_eq!(owner.uid.as_deref(), Some("uid-r"));
-        assert_eq!(owner.rule, Some(rule.id.clone()));
+        assert_eq!(owner.rule(), Some(rule.id.clone()));
         assert!(read.managed_by_ours);
         assert_eq!(read.annotated_hash.as_deref(), Some(src.hash.as_str()));
-        assert_eq!(
-            read.payload,
-            Payload::Read { content_hash: src.content_hash.clone(), type_: Some("Opaque".into()) }
-        );
+        assert_eq!(read.payload, Payload::read(&src.content_hash, Some("Opaque")));
         obj["data"]["k"] = json!("ZWRpdGVk");
         let edited = Observed::from_json(SourceKind::Secret, &obj, true, "me").unwrap();
         assert_ne!(edited.payload, read.payload);
@@ -545,6 +608,30 @@ mod tests {
             (taken.size(), Some("Opaque"), Some("42"))
         );
         assert_eq!((info.hash, info.content_hash), (taken.hash.clone(), taken.content_hash.clone()));
+    }
+
+    #[test]
+    fn a_resource_version_reads_back_exactly_and_equals_only_its_own_text() {
+        for s in
+            ["0", "7", "48213377", "18446744073709551615", "18446744073709551616", "007", "0x1", "+1", "", "-1", "é"]
+        {
+            assert_eq!(ResourceVersion::parse(s).to_string(), s);
+        }
+        assert!(matches!(ResourceVersion::parse("48213377"), ResourceVersion::Decimal(48_213_377)));
+        assert_ne!(ResourceVersion::parse("7"), ResourceVersion::parse("07"));
+        assert_ne!(ResourceVersion::parse("7"), ResourceVersion::parse("+7"));
+        assert_eq!(size_of::<Option<ResourceVersion>>(), 16);
+        assert_eq!(ResourceVersion::parse("7"), ResourceVersion::from("7".to_string()));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn resource_versions_are_equal_exactly_when_their_texts_are(a in "[0-9]{0,22}|\\PC{0,8}", b in "[0-9]{0,22}|\\PC{0,8}") {
+            let (ra, rb) = (ResourceVersion::parse(&a), ResourceVersion::parse(&b));
+            proptest::prop_assert_eq!(ra.to_string(), a.clone());
+            proptest::prop_assert_eq!(ra == rb, a == b);
+            proptest::prop_assert_eq!(ra.clone(), ResourceVersion::parse(&a));
+        }
     }
 
     #[test]

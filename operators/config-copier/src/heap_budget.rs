@@ -7,8 +7,6 @@
 //! from RSS, against 1 KiB per copy. RSS figures are `cargo xtask bench
 //! scale`'s.
 
-use std::collections::HashMap;
-
 use flotilla_shared::projection;
 use flotilla_testenv::heap::heap_of;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -16,12 +14,27 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
+use crate::cache::Known;
 use crate::claims::{Claim, Rank};
-use crate::copy::{CopyKey, Observed, RuleId};
+use crate::copy::{Observed, RuleId};
 use crate::crd::SourceKind;
 
-/// Bytes config-copier may hold per copy it tracks.
-const BUDGET: usize = 1024;
+/// Bytes config-copier may hold per copy it tracks (malloc's per-chunk
+/// cost included, as issue 28's target of 1 KiB reads): 1,145 measured
+/// (903 raw) before the copy's marks were shared strings
+/// (`flotilla_shared::intern`: key, rule label and annotation, rule UID,
+/// content hash), its UID 16 bytes (`flotilla_shared::uid::Uid`) and its
+/// resourceVersions numbers (`copy::ResourceVersion`), 643 (577 raw) after,
+/// 599 (549 raw) with the claim's namespaces the copies' shared ones, 583
+/// (533 raw) with a resourceVersion in 16 bytes and a read payload's
+/// hashes boxed, 535 (485 raw) with a copy's ownership marks shared as a
+/// whole (`copy::Owner::shared`), 511 (461 raw) with a payload read in
+/// full boxed (`copy::ReadPayload`), 494 (445 raw) with the store's keys
+/// `Box<str>` (`flotilla_shared::projection`).
+const BUDGET: usize = 510;
+/// Issue 28's target: what [`BUDGET`] may never exceed.
+const TARGET: usize = 1024;
+const _: () = assert!(BUDGET <= TARGET, "the budget is issue 28's target at most");
 /// Copies in the measured cache (its maps' slots are shared out).
 const COPIES: usize = 1000;
 const FIELD_MANAGER: &str = "flotilla-config-copier";
@@ -75,18 +88,22 @@ fn config_copier_holds_at_most_1_kib_per_copy() {
                 (key, observed)
             });
         }
-        let mut known: HashMap<CopyKey, String> = HashMap::new();
+        let mut known = Known::new();
         for o in store.state().iter().filter_map(|o| o.as_ref().as_ref()) {
-            known.insert(o.key.clone(), o.resource_version.clone().unwrap_or_default());
+            if let Some(rv) = &o.resource_version {
+                known.insert(o.key.clone(), rv.clone());
+            }
         }
+        let names = flotilla_shared::intern::names();
         let claim = Claim {
             rank: Rank {
                 created: Some("2026-01-12T09:14:55Z".into()),
                 rule: RuleId::new("platform", "platform-ca-bundle"),
             },
             kind: SourceKind::ConfigMap,
-            names: ["platform-ca-bundle".to_string()].into(),
-            namespaces: copies.iter().filter_map(|o| o.metadata.namespace.clone()).collect(),
+            // Shared strings, as `plan::claim` publishes them.
+            names: [names.get("platform-ca-bundle")].into(),
+            namespaces: copies.iter().filter_map(|o| o.metadata.namespace.as_deref()).map(|ns| names.get(ns)).collect(),
         };
         (store, writer, known, claim)
     });
@@ -94,14 +111,24 @@ fn config_copier_holds_at_most_1_kib_per_copy() {
     let per_copy = heap.bytes / COPIES;
     let with_malloc = heap.with_malloc_overhead() / COPIES;
     println!("config-copier holds {per_copy} B per copy ({with_malloc} B with malloc's per-chunk cost)");
-    assert!(per_copy <= BUDGET, "config-copier holds {per_copy} B per copy it tracks, over the budget of {BUDGET} B");
+    assert!(
+        with_malloc <= BUDGET,
+        "config-copier holds {with_malloc} B per copy it tracks ({per_copy} B raw), over the budget of {BUDGET} B"
+    );
 }
 
 /// Bytes config-copier may hold per possible source (every ConfigMap or
 /// Secret in its scope that is not a copy: 10,000 namespaces hold at least
-/// 10,000, one `kube-root-ca.crt` each). 324 measured before a kept
-/// label's key was shared (`LabelKeys`), 290 after.
-const SOURCE_BUDGET: usize = 320;
+/// 10,000, one `kube-root-ca.crt` each; malloc's per-chunk cost
+/// included). 324 measured before a kept label's key was shared
+/// (`LabelKeys`), 290 after (270 later), 254 with the resourceVersion a
+/// number (`copy::ResourceVersion`), 246 with that number in 16 bytes,
+/// 182 with the kept labels shared by every source that has the same
+/// (`sources::SourceView`; here every source's one kept label has the
+/// same value, as a selector's usually does: a value unique to each
+/// source would cost its `Arc` and slot in the set instead, about 30
+/// bytes more than kept inline), 165 with the store's keys `Box<str>`.
+const SOURCE_BUDGET: usize = 180;
 
 /// A ConfigMap's metadata as the source watch receives it: a Helm-made
 /// object with the usual labels, one of them read by a rule.

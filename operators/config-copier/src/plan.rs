@@ -315,7 +315,8 @@ pub fn desired_copies(
     let mut out = BTreeMap::new();
     for source in &sources.copied {
         for ns in &targets.accepted {
-            out.insert(CopyKey { kind, namespace: (*ns).to_string(), name: source.name.clone() }, Arc::clone(source));
+            let key = CopyKey { kind, namespace: (*ns).into(), name: source.name.as_str().into() };
+            out.insert(key, Arc::clone(source));
         }
     }
     out
@@ -324,11 +325,12 @@ pub fn desired_copies(
 /// The claim `rule` publishes for the copies it wants (`created`: its
 /// creationTimestamp, which ranks it).
 pub fn claim(rule: &RulePlan<'_>, created: Option<String>, sources: &RuleSources, targets: &Targets<'_>) -> Claim {
+    let names = flotilla_shared::intern::names();
     Claim {
         rank: Rank { created, rule: rule.rule.id.clone() },
         kind: rule.kind,
-        names: sources.copied.iter().map(|s| s.name.clone()).collect(),
-        namespaces: targets.accepted.iter().map(|s| s.to_string()).collect(),
+        names: sources.copied.iter().map(|s| names.get(&s.name)).collect(),
+        namespaces: targets.accepted.iter().map(|ns| names.get(ns)).collect(),
     }
 }
 

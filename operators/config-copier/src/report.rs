@@ -81,8 +81,8 @@ pub fn conflict_entry(key: &CopyKey, reason: &ConflictReason) -> ConflictEntry {
         ConflictReason::ClaimedByAnotherRule(r) => format!("CopyRule {r} wants it too and is older"),
     };
     ConflictEntry {
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
+        namespace: key.namespace.to_string(),
+        name: key.name.to_string(),
         reason: reason.reason().to_string(),
         message,
     }

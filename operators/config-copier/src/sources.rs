@@ -13,9 +13,10 @@
 //! budget.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use flotilla_shared::health::WatchHealth;
+use flotilla_shared::intern::Interner;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK, PodLabels, watch_labelled};
 use flotilla_shared::projection;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -23,7 +24,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
-use crate::copy::{NOT_A_COPY, RuleId, SourceMeta};
+use crate::copy::{NOT_A_COPY, ResourceVersion, RuleId, SourceMeta};
 use crate::crd::SourceKind;
 use crate::plan::SourceSelection;
 
@@ -33,9 +34,12 @@ const PAGE_SIZE: u32 = 500;
 /// What is held of a possible source, under its key `<namespace>/<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceView {
-    pub resource_version: Option<Box<str>>,
-    /// Only the keys a rule in this namespace reads.
-    pub labels: PodLabels,
+    /// A number when it is one: no allocation (issue 28).
+    pub resource_version: Option<ResourceVersion>,
+    /// Only the keys a rule in this namespace reads: shared by every
+    /// source that has the same (most have none, or the one value a
+    /// selector asks for; issue 28).
+    pub labels: Arc<PodLabels>,
 }
 
 /// One kind's possible sources, and the label keys the rules read.
@@ -87,7 +91,7 @@ impl SourceIndex {
             let name = key.strip_prefix(ns)?.strip_prefix('/')?;
             selection.selects_kept(name, &v.labels).then(|| SourceMeta {
                 name: name.to_string(),
-                resource_version: v.resource_version.as_deref().map(str::to_string),
+                resource_version: v.resource_version.as_ref().map(ToString::to_string),
             })
         }))
     }
@@ -156,11 +160,16 @@ impl SourceIndex {
     }
 }
 
+/// The kept labels of every possible source, shared (bounded as
+/// [`flotilla_shared::intern::names`] is).
+static LABELS: LazyLock<Interner<PodLabels>> = LazyLock::new(Default::default);
+
 /// What is held of `o`.
 pub(crate) fn view<K: kube::Resource<DynamicType = ()>>(keys: &LabelKeys, o: &PartialObjectMeta<K>) -> SourceView {
     SourceView {
-        labels: keys.keep(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.labels.as_ref()),
-        resource_version: o.metadata.resource_version.as_deref().map(Box::from),
+        labels: LABELS
+            .share(keys.keep(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.labels.as_ref())),
+        resource_version: o.metadata.resource_version.as_deref().map(ResourceVersion::parse),
     }
 }
 

@@ -3,19 +3,24 @@
 //! edited its payload, and which fields a write of ours left behind.
 //! Pure.
 
+use std::sync::{Arc, LazyLock};
+
+use flotilla_shared::intern;
+use flotilla_shared::uid::Uid;
 use serde_json::Value;
 
 use super::{
     Content, CopyKey, HASH_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, PAYLOAD_FIELDS, RULE_ANNOTATION, RULE_LABEL,
-    RULE_UID_ANNOTATION, RuleId,
+    RULE_UID_ANNOTATION, ResourceVersion, RuleId,
 };
 use crate::crd::SourceKind;
 
 /// What is known of a copy's payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
-    /// Read in full: the hash of what it holds now, and its Secret type.
-    Read { content_hash: String, type_: Option<String> },
+    /// Read in full ([`Payload::read`]): boxed, as only a copy just read
+    /// holds it, while every copy the watch keeps holds a `Payload`.
+    Read(Box<ReadPayload>),
     /// Metadata only, and nothing says it was edited: it holds what its hash
     /// annotation says (a version we wrote or verified, or no other field
     /// manager owns a payload field).
@@ -27,38 +32,89 @@ pub enum Payload {
     Unexplained,
 }
 
+/// A copy's payload as read in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadPayload {
+    /// The hash of what it holds now.
+    pub content_hash: Box<str>,
+    /// Its Secret type.
+    pub type_: Option<Box<str>>,
+}
+
+impl Payload {
+    pub fn read(content_hash: &str, type_: Option<&str>) -> Self {
+        Self::Read(Box::new(ReadPayload { content_hash: content_hash.into(), type_: type_.map(Into::into) }))
+    }
+}
+
 /// An object at a copy's place, as far as ownership and drift go. Built
-/// from metadata (the copy watch) or from the full object (a GET).
+/// from metadata (the copy watch) or from the full object (a GET). Kept
+/// for every copy (issue 28): strings many copies repeat (key, marks,
+/// hash) are the shared ones of [`intern::names`], the UID is 16 bytes
+/// and the resourceVersion a number when it is one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     pub key: CopyKey,
-    /// The rule its ownership marks name, if any.
-    pub owner: Option<Owner>,
-    /// The hash annotation it was last written with.
-    pub annotated_hash: Option<String>,
+    /// The rule its ownership marks name, if any (shared: the same on
+    /// every copy of a rule, [`Owner::shared`]).
+    pub owner: Option<Arc<Owner>>,
+    /// The hash annotation it was last written with (the same on every
+    /// copy of one version of a source).
+    pub annotated_hash: Option<Arc<str>>,
     /// `app.kubernetes.io/managed-by` says config-copier.
     pub managed_by_ours: bool,
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
+    pub uid: Option<Uid>,
+    pub resource_version: Option<ResourceVersion>,
     pub payload: Payload,
 }
 
 /// Who an object's ownership marks name. A copy is known as ours by the
-/// label or, when a hand edit removed it, by the annotations.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// label or, when a hand edit removed it, by the annotations. The same
+/// marks on every copy of a rule: shared strings, and kept shared as a
+/// whole ([`Owner::shared`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Owner {
     /// The `flotilla.dev/copy-rule` label value.
-    pub label: Option<String>,
-    /// The rule from the annotation, when present and parseable.
-    pub rule: Option<RuleId>,
+    pub label: Option<Arc<str>>,
+    /// The rule's `namespace/name` from the annotation, only when it
+    /// parses as one ([`Owner::rule`]).
+    rule: Option<Arc<str>>,
     /// The rule's UID from the annotation.
-    pub uid: Option<String>,
+    pub uid: Option<Arc<str>>,
 }
 
 impl Owner {
+    /// Marks naming `rule` (by the annotation, as [`Observed::from_json`]
+    /// keeps it: only what parses back), with `label` and `uid`.
+    pub fn new(label: Option<&str>, rule: Option<&RuleId>, uid: Option<&str>) -> Self {
+        let names = intern::names();
+        Self {
+            label: label.map(|l| names.get(l)),
+            rule: rule.map(ToString::to_string).filter(|a| RuleId::parse(a).is_some()).map(|a| names.get(&a)),
+            uid: uid.map(|u| names.get(u)),
+        }
+    }
+
+    /// These marks, shared with every copy that carries the same (the
+    /// process's set of marks, bounded as [`intern::names`] is).
+    pub fn shared(self) -> Arc<Self> {
+        static OWNERS: LazyLock<intern::Interner<Owner>> = LazyLock::new(Default::default);
+        OWNERS.share(self)
+    }
+
+    /// The rule from the annotation, when present and parseable.
+    pub fn rule(&self) -> Option<RuleId> {
+        self.rule.as_deref().and_then(RuleId::parse)
+    }
+
+    /// The rule from the annotation as `namespace/name` (as [`RuleId`] prints).
+    pub fn rule_name(&self) -> Option<&str> {
+        self.rule.as_deref()
+    }
+
     /// The ownership label value these marks stand for.
     pub fn label_value(&self) -> Option<String> {
-        self.label.clone().or_else(|| self.rule.as_ref().map(RuleId::label_value))
+        self.label.as_deref().map(str::to_string).or_else(|| self.rule().map(|r| r.label_value()))
     }
 }
 
@@ -68,34 +124,31 @@ impl Observed {
     /// manager than `field_manager` owns payload fields.
     pub fn from_json(kind: SourceKind, obj: &Value, full: bool, field_manager: &str) -> Option<Self> {
         let meta = obj.get("metadata")?;
-        let s = |section: &str, key: &str| {
-            meta.get(section).and_then(|m| m.get(key)).and_then(Value::as_str).map(str::to_string)
-        };
+        let names = intern::names();
+        let s = |section: &str, key: &str| meta.get(section).and_then(|m| m.get(key)).and_then(Value::as_str);
+        let shared = |section: &str, key: &str| s(section, key).map(|v| names.get(v));
         let (label, rule, uid) = (
-            s("labels", RULE_LABEL),
-            s("annotations", RULE_ANNOTATION).and_then(|a| RuleId::parse(&a)),
-            s("annotations", RULE_UID_ANNOTATION),
+            shared("labels", RULE_LABEL),
+            // Kept as text only when it names a rule (what `Owner::rule` parses).
+            s("annotations", RULE_ANNOTATION).filter(|a| RuleId::parse(a).is_some()).map(|a| names.get(a)),
+            shared("annotations", RULE_UID_ANNOTATION),
         );
-        let owner = (label.is_some() || uid.is_some()).then_some(Owner { label, rule, uid });
+        let owner = (label.is_some() || uid.is_some()).then(|| Owner { label, rule, uid }.shared());
         let payload = if full {
             let content = Content::from_json(kind, obj);
-            Payload::Read { content_hash: content.hash(), type_: content.type_ }
+            Payload::read(&content.hash(), content.type_.as_deref())
         } else if foreign_payload(obj, field_manager) {
             Payload::Edited
         } else {
             Payload::Trusted
         };
         Some(Self {
-            key: CopyKey {
-                kind,
-                namespace: meta.get("namespace")?.as_str()?.to_string(),
-                name: meta.get("name")?.as_str()?.to_string(),
-            },
+            key: CopyKey::interned(kind, meta.get("namespace")?.as_str()?, meta.get("name")?.as_str()?),
             owner,
-            annotated_hash: s("annotations", HASH_ANNOTATION),
-            managed_by_ours: s("labels", MANAGED_BY_LABEL).as_deref() == Some(MANAGED_BY),
-            uid: meta.get("uid").and_then(Value::as_str).map(str::to_string),
-            resource_version: meta.get("resourceVersion").and_then(Value::as_str).map(str::to_string),
+            annotated_hash: shared("annotations", HASH_ANNOTATION),
+            managed_by_ours: s("labels", MANAGED_BY_LABEL) == Some(MANAGED_BY),
+            uid: meta.get("uid").and_then(Value::as_str).map(Uid::parse),
+            resource_version: meta.get("resourceVersion").and_then(Value::as_str).map(ResourceVersion::parse),
             payload,
         })
     }

@@ -83,7 +83,7 @@ pub struct Seen<'a> {
 impl Seen<'_> {
     /// Whose `o` is, for this rule.
     pub fn ownership(&self, o: &Observed) -> Ownership {
-        ownership(o.owner.as_ref(), self.me, |label| {
+        ownership(o.owner.as_deref(), self.me, |label| {
             owner_state(label, &self.me.id, &o.key, self.rules, self.scope, self.claims)
         })
     }
@@ -113,7 +113,7 @@ pub fn copy_facts<'a>(
         let ctx = CopyContext {
             on_conflict,
             prune,
-            accepts_overwrite: seen.namespaces.get(&key.namespace).is_some_and(|n| n.accepts_overwrite()),
+            accepts_overwrite: seen.namespaces.get(&*key.namespace).is_some_and(|n| n.accepts_overwrite()),
             claimed_by: source.as_ref().and_then(|_| claimed_by(seen.claims, &seen.me.id, &key)),
         };
         CopyFacts { key, source, observed, ctx }

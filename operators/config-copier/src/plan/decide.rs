@@ -36,13 +36,13 @@ pub fn ownership(owner: Option<&Owner>, me: &RuleRef, lookup: impl Fn(&str) -> O
         return Ownership::Mine;
     }
     let Some(label) = label else { return Ownership::Unowned };
-    let name = owner.rule.as_ref().map(ToString::to_string).unwrap_or_else(|| label.clone());
+    let name = owner.rule_name().map(str::to_string).unwrap_or_else(|| label.clone());
     match lookup(&label) {
         OwnerState::OutOfScope => Ownership::OtherInstallation(name),
         OwnerState::Gone => Ownership::Unowned,
         // The marks name a live rule but another incarnation of it: the
         // copy of a deleted rule with the same name; nobody's now.
-        OwnerState::Live { uid, .. } if owner.uid.as_ref().is_some_and(|u| *u != uid) => Ownership::Unowned,
+        OwnerState::Live { uid, .. } if owner.uid.as_ref().is_some_and(|u| **u != *uid) => Ownership::Unowned,
         OwnerState::Live { loses_to_us, .. } => Ownership::OtherRule { rule: name, loses_to_us },
     }
 }
@@ -137,10 +137,12 @@ pub fn decide(desired: Option<&Desired>, observed: Option<(&Observed, &Ownership
             (Some(_), None) => Action::Create,
         };
     };
-    let rv = || o.resource_version.clone();
+    let rv = || o.resource_version.as_ref().map(ToString::to_string);
     let Some(d) = desired else {
         return match owner {
-            Ownership::Mine if ctx.prune => Action::Delete { uid: o.uid.clone(), resource_version: rv() },
+            Ownership::Mine if ctx.prune => {
+                Action::Delete { uid: o.uid.as_ref().map(ToString::to_string), resource_version: rv() }
+            }
             Ownership::Mine => Action::Keep,
             _ => Action::Nothing,
         };
@@ -157,7 +159,7 @@ pub fn decide(desired: Option<&Desired>, observed: Option<(&Observed, &Ownership
         Ownership::Mine => {
             let marks = o.managed_by_ours && o.annotated_hash.as_deref() == Some(d.hash.as_str());
             let payload = match &o.payload {
-                Payload::Read { content_hash, .. } => Some(*content_hash == d.content_hash),
+                Payload::Read(read) => Some(*read.content_hash == *d.content_hash),
                 Payload::Trusted => Some(true),
                 Payload::Edited => Some(false),
                 Payload::Unexplained => None,
@@ -198,9 +200,12 @@ pub enum AfterInvalid {
 /// See [`AfterInvalid`]; only a Secret is ever replaced.
 pub fn after_invalid(kind: SourceKind, observed: Option<(&Observed, &Ownership)>, desired: &Desired) -> AfterInvalid {
     let Some((o, owner)) = observed else { return AfterInvalid::Create };
-    let type_changes = matches!(&o.payload, Payload::Read { type_, .. } if *type_ != desired.type_);
+    let type_changes = matches!(&o.payload, Payload::Read(read) if read.type_.as_deref() != desired.type_.as_deref());
     if kind == SourceKind::Secret && matches!(owner, Ownership::Mine) && type_changes {
-        AfterInvalid::Replace { uid: o.uid.clone(), resource_version: o.resource_version.clone() }
+        AfterInvalid::Replace {
+            uid: o.uid.as_ref().map(ToString::to_string),
+            resource_version: o.resource_version.as_ref().map(ToString::to_string),
+        }
     } else {
         AfterInvalid::Refused
     }

@@ -39,7 +39,7 @@ fn ns(l: &[(&str, &str)]) -> NamespaceInfo {
 fn observed(owner: Option<Owner>, hash: &str, payload: Payload) -> Observed {
     Observed {
         key: CopyKey { kind: SourceKind::ConfigMap, namespace: "b".into(), name: "cfg".into() },
-        owner,
+        owner: owner.map(Owner::shared),
         annotated_hash: Some(hash.into()),
         managed_by_ours: true,
         uid: Some("u1".into()),
@@ -49,7 +49,7 @@ fn observed(owner: Option<Owner>, hash: &str, payload: Payload) -> Observed {
 }
 
 fn mine() -> Option<Owner> {
-    Some(Owner { label: Some(me().id.label_value()), rule: Some(me().id), uid: Some(me().uid) })
+    Some(Owner::new(Some(&me().id.label_value()), Some(&me().id), Some(&me().uid)))
 }
 
 fn ctx() -> CopyContext {
@@ -118,7 +118,7 @@ fn a_namespace_user_cannot_reach_kube_system_nor_copy_cluster_credentials() {
     let lax = Policy::new(None, &[], Consent::None, NEVER_COPIED_TYPES.iter().map(|s| s.to_string()).collect());
     assert!(lax.secret_types.is_empty());
     let keys = desired_copies(&s, &t, SourceKind::Secret);
-    assert!(keys.keys().all(|k| k.name == "creds" && !k.namespace.starts_with("kube-")));
+    assert!(keys.keys().all(|k| &*k.name == "creds" && !k.namespace.starts_with("kube-")));
 }
 
 #[test]
@@ -249,9 +249,9 @@ fn decisions_for_one_copy() {
     assert!(matches!(decide(Some(&d), Some((&relabelled, &Ownership::Mine)), &ctx()), Action::Update { .. }));
     let unexplained = o(mine(), "h", Payload::Unexplained);
     assert_eq!(decide(Some(&d), Some((&unexplained, &Ownership::Mine)), &ctx()), Action::Read);
-    let read_ok = o(mine(), "h", Payload::Read { content_hash: "c".into(), type_: None });
+    let read_ok = o(mine(), "h", Payload::read("c", None));
     assert_eq!(decide(Some(&d), Some((&read_ok, &Ownership::Mine)), &ctx()), Action::InSync);
-    let read_bad = o(mine(), "h", Payload::Read { content_hash: "x".into(), type_: None });
+    let read_bad = o(mine(), "h", Payload::read("x", None));
     assert_eq!(
         decide(Some(&d), Some((&read_bad, &Ownership::Mine)), &ctx()),
         Action::Update { resource_version: Some("7".into()) }
@@ -278,13 +278,12 @@ fn ownership_follows_the_uid() {
     let me = me();
     let live = |_: &str| OwnerState::Live { uid: "uid-other".into(), loses_to_us: false };
     // Label edited away: our annotations with our UID still say ours.
-    let by_annotation = Owner { label: None, rule: Some(me.id.clone()), uid: Some(me.uid.clone()) };
+    let by_annotation = Owner::new(None, Some(&me.id), Some(&me.uid));
     assert_eq!(ownership(Some(&by_annotation), &me, live), Ownership::Mine);
     // A copy from before UIDs were written.
-    let legacy = Owner { label: Some(me.id.label_value()), rule: None, uid: None };
+    let legacy = Owner::new(Some(&me.id.label_value()), None, None);
     assert_eq!(ownership(Some(&legacy), &me, live), Ownership::Mine);
-    let other =
-        Owner { label: Some("team-b.r".into()), rule: Some(RuleId::new("team-b", "r")), uid: Some("uid-other".into()) };
+    let other = Owner::new(Some("team-b.r"), Some(&RuleId::new("team-b", "r")), Some("uid-other"));
     assert_eq!(
         ownership(Some(&other), &me, live),
         Ownership::OtherRule { rule: "team-b/r".into(), loses_to_us: false }
@@ -306,8 +305,8 @@ fn two_rules_one_name_the_oldest_wins_and_the_other_hands_off() {
     let claim = |created: &str, ns: &str, name: &str| Claim {
         rank: Rank { created: Some(created.into()), rule: RuleId::new(ns, name) },
         kind: SourceKind::ConfigMap,
-        names: ["cfg".to_string()].into(),
-        namespaces: ["b".to_string()].into(),
+        names: [Arc::from("cfg")].into(),
+        namespaces: [Arc::from("b")].into(),
     };
     let claims = [
         claim("2026-01-02T00:00:00Z", "a", "young"),
@@ -331,9 +330,8 @@ fn two_rules_one_name_the_oldest_wins_and_the_other_hands_off() {
 #[test]
 fn only_a_type_change_replaces_a_copy_after_a_422() {
     let d = Desired { type_: Some("kubernetes.io/tls".into()), ..desired() };
-    let same =
-        observed(mine(), "h", Payload::Read { content_hash: "x".into(), type_: Some("kubernetes.io/tls".into()) });
-    let other = observed(mine(), "h", Payload::Read { content_hash: "x".into(), type_: Some("Opaque".into()) });
+    let same = observed(mine(), "h", Payload::read("x", Some("kubernetes.io/tls")));
+    let other = observed(mine(), "h", Payload::read("x", Some("Opaque")));
     let secret = SourceKind::Secret;
     let after = |o: &Observed, w: &Ownership| after_invalid(secret, Some((o, w)), &d);
     assert_eq!(after(&same, &Ownership::Mine), AfterInvalid::Refused, "immutable or a policy: never delete");
@@ -354,7 +352,7 @@ fn a_rules_copies_are_grouped_by_the_source_their_writes_read() {
         observed,
         ctx: ctx(),
     };
-    let in_sync = observed(mine(), &src.hash, Payload::Read { content_hash: src.content_hash.clone(), type_: None });
+    let in_sync = observed(mine(), &src.hash, Payload::read(&src.content_hash, None));
     let stale = observed(mine(), "old", Payload::Trusted);
     let foreign = observed(None, "x", Payload::Trusted);
     let plan = plan_copies([
@@ -365,11 +363,9 @@ fn a_rules_copies_are_grouped_by_the_source_their_writes_read() {
         facts(key("f", "gone"), None, Some((stale, Ownership::Mine))),
     ]);
     assert_eq!(plan.in_sync, 1);
-    let writes: Vec<(&str, &Action)> =
-        plan.by_source["cfg"].iter().map(|j| (j.key.namespace.as_str(), &j.action)).collect();
+    let writes: Vec<(&str, &Action)> = plan.by_source["cfg"].iter().map(|j| (&*j.key.namespace, &j.action)).collect();
     assert!(matches!(writes.as_slice(), [("b", Action::Create), ("c", Action::Update { .. })]), "{writes:?}");
-    let apart: Vec<(&str, &Action)> =
-        plan.without_payload.iter().map(|j| (j.key.namespace.as_str(), &j.action)).collect();
+    let apart: Vec<(&str, &Action)> = plan.without_payload.iter().map(|j| (&*j.key.namespace, &j.action)).collect();
     assert!(
         matches!(apart.as_slice(), [("e", Action::Conflict(ConflictReason::NotOwned)), ("f", Action::Delete { .. })]),
         "{apart:?}"
@@ -404,21 +400,14 @@ fn arb_owner() -> impl Strategy<Value = (Option<Owner>, OwnerState)> {
     let me = me();
     prop_oneof![
         Just((None, OwnerState::Gone)),
-        Just((
-            Some(Owner { label: Some(me.id.label_value()), rule: Some(me.id.clone()), uid: Some(me.uid.clone()) }),
-            OwnerState::Gone
-        )),
-        Just((Some(Owner { label: None, rule: Some(me.id.clone()), uid: Some(me.uid.clone()) }), OwnerState::Gone)),
+        Just((Some(Owner::new(Some(&me.id.label_value()), Some(&me.id), Some(&me.uid))), OwnerState::Gone)),
+        Just((Some(Owner::new(None, Some(&me.id), Some(&me.uid))), OwnerState::Gone)),
         any::<bool>().prop_map(|loses| (
-            Some(Owner {
-                label: Some("team-b.r".into()),
-                rule: Some(RuleId::new("team-b", "r")),
-                uid: Some("ub".into())
-            }),
+            Some(Owner::new(Some("team-b.r"), Some(&RuleId::new("team-b", "r")), Some("ub"))),
             OwnerState::Live { uid: "ub".into(), loses_to_us: loses }
         )),
-        Just((Some(Owner { label: Some("team-b.r".into()), rule: None, uid: None }), OwnerState::OutOfScope)),
-        Just((Some(Owner { label: Some("team-b.r".into()), rule: None, uid: Some("old".into()) }), OwnerState::Gone)),
+        Just((Some(Owner::new(Some("team-b.r"), None, None)), OwnerState::OutOfScope)),
+        Just((Some(Owner::new(Some("team-b.r"), None, Some("old"))), OwnerState::Gone)),
     ]
 }
 
@@ -428,7 +417,7 @@ fn arb_payload() -> impl Strategy<Value = Payload> {
         Just(Payload::Edited),
         Just(Payload::Unexplained),
         (any::<bool>(), proptest::option::of("[ab]"))
-            .prop_map(|(ok, t)| Payload::Read { content_hash: if ok { "c".into() } else { "x".into() }, type_: t }),
+            .prop_map(|(ok, t)| Payload::read(if ok { "c" } else { "x" }, t.as_deref())),
     ]
 }
 
@@ -476,7 +465,7 @@ proptest! {
         }
         if let Action::Delete { uid, .. } = &action {
             prop_assert!(present && own == Ownership::Mine && !wanted && prune);
-            prop_assert_eq!(uid, &o.uid);
+            prop_assert_eq!(uid, &o.uid.as_ref().map(ToString::to_string));
         }
         if let Action::Adopt { .. } = action {
             prop_assert!(own == Ownership::Unowned);
@@ -555,8 +544,8 @@ fn claim_of(rule: &RuleId, created: &str, namespaces: &[&str]) -> Arc<Claim> {
     Arc::new(Claim {
         rank: Rank { created: Some(created.into()), rule: rule.clone() },
         kind: SourceKind::ConfigMap,
-        names: ["cfg".to_string()].into(),
-        namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+        names: [Arc::from("cfg")].into(),
+        namespaces: namespaces.iter().map(|n| Arc::from(*n)).collect(),
     })
 }
 
@@ -592,8 +581,8 @@ fn copy_facts_are_the_wanted_copies_and_our_own_outside_protected_namespaces() {
         .iter()
         .map(|f| {
             (
-                f.key.namespace.as_str(),
-                f.key.name.as_str(),
+                &*f.key.namespace,
+                &*f.key.name,
                 f.source.is_some(),
                 f.observed.as_ref().map(|(_, w)| w),
                 f.ctx.accepts_overwrite,
