@@ -50,6 +50,9 @@ struct State<T> {
     items: HashMap<Box<str>, Arc<T>>,
     /// A relist in progress: the new contents, swapped in at `InitDone`.
     relist: Option<HashMap<Box<str>, Arc<T>>>,
+    /// Counts changes to `items`: equal generations, equal contents (a
+    /// reader may keep what it built from them, [`Store::generation`]).
+    generation: u64,
 }
 
 /// The read side; cheap to clone.
@@ -72,7 +75,7 @@ pub struct Writer<T> {
 
 /// An empty store and its writer.
 pub fn store<T>() -> (Store<T>, Writer<T>) {
-    let state = Arc::new(Mutex::new(State { items: HashMap::new(), relist: None }));
+    let state = Arc::new(Mutex::new(State { items: HashMap::new(), relist: None, generation: 0 }));
     let (tx, rx) = watch::channel(false);
     (Store { state: state.clone(), ready: rx }, Writer { state, ready: tx })
 }
@@ -104,6 +107,7 @@ impl<T> Writer<T> {
             }
             watcher::Event::InitDone => {
                 if let Some(items) = state.relist.take() {
+                    state.generation += 1;
                     let old = std::mem::replace(&mut state.items, items);
                     for (key, new) in &state.items {
                         match old.get(key) {
@@ -127,6 +131,7 @@ impl<T> Writer<T> {
             watcher::Event::Apply(obj) => {
                 let (key, value) = project(obj);
                 let new = Arc::new(value);
+                state.generation += 1;
                 let old = state.items.insert(key.as_str().into(), Arc::clone(&new));
                 if old.as_ref().is_none_or(|o| differ(o, &new)) {
                     changes.push(Change { key, old, new: Some(new) });
@@ -135,6 +140,7 @@ impl<T> Writer<T> {
             watcher::Event::Delete(obj) => {
                 let (key, _) = project(obj);
                 if let Some(old) = state.items.remove(key.as_str()) {
+                    state.generation += 1;
                     changes.push(Change { key, old: Some(old), new: None });
                 }
             }
@@ -236,6 +242,13 @@ impl<T: PartialEq> Writer<T> {
 }
 
 impl<T> Store<T> {
+    /// How many times the contents changed: read it *before* reading the
+    /// contents, and what was built from them stays valid while it is
+    /// unchanged (built from contents at least that new).
+    pub fn generation(&self) -> u64 {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).generation
+    }
+
     /// Every projection, in no particular order.
     pub fn state(&self) -> Vec<Arc<T>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).items.values().cloned().collect()
@@ -318,6 +331,25 @@ mod tests {
         let mut keys: Vec<usize> = store.state().iter().map(|v| **v).collect();
         keys.sort();
         assert_eq!(keys, vec![2]);
+    }
+
+    #[test]
+    fn the_generation_moves_with_every_change_of_the_contents_only() {
+        let (store, mut w) = store::<usize>();
+        let g0 = store.generation();
+        w.apply(Event::Init, project);
+        w.apply(Event::InitApply("a"), project);
+        assert_eq!(store.generation(), g0, "a list in progress is not the contents");
+        w.apply(Event::InitDone, project);
+        let g1 = store.generation();
+        assert!(g1 > g0);
+        w.apply(Event::Apply("bb"), project);
+        let g2 = store.generation();
+        assert!(g2 > g1);
+        w.apply(Event::Delete("zz"), project);
+        assert_eq!(store.generation(), g2, "deleting what is not held changes nothing");
+        w.apply(Event::Delete("bb"), project);
+        assert!(store.generation() > g2);
     }
 
     #[test]

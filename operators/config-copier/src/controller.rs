@@ -260,7 +260,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     let selection = SourceSelection { selector, names: rule.spec.names.iter().map(|n| n.0.clone()).collect() };
     // Snapshot: the caches, read once.
     let Some(Snapshot { namespaces, sources: metas, copies, rules, scope, mut claims }) =
-        caches.snapshot(id, rule.spec.kind, &selection)
+        caches.snapshot(id, rule.spec.kind, &selection, &targets)
     else {
         return caches_not_ready(rule, data).await;
     };
