@@ -14,26 +14,23 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_shared::health::WatchHealth;
-use flotilla_shared::projection::{self, Change, Fed};
+use flotilla_shared::projection;
 use futures::Stream;
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ApiResource;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Client, ResourceExt};
 
 use crate::claims::{ClaimSet, Claims, LiveRules};
-use crate::copy::{
-    COPIES_SELECTOR, CopyKey, Observed, Payload, ResourceVersion, RuleId, RuleRef, SourceInfo, SourceMeta,
-};
+use crate::copy::{CopyKey, Observed, Payload, ResourceVersion, RuleId, RuleRef, SourceInfo, SourceMeta};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
 use crate::plan::{NamespaceInfo, SourceSelection};
 use crate::sources::SourceIndex;
 use crate::targets::TargetFilter;
+
+mod watches;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -404,110 +401,6 @@ impl Caches {
         lock(&self.learned)
             .retain(|(kind, ns, name), _| self.sources.get(kind).is_some_and(|index| index.contains(ns, name)));
         self.claims.retain(&live);
-    }
-
-    /// Watches `kind`'s possible sources until the stream ends; a change
-    /// wakes the rules of that kind in the namespaces it touched.
-    pub async fn watch_sources(self: Arc<Self>, kind: SourceKind, health: WatchHealth) {
-        let Some(index) = self.sources.get(&kind).cloned() else { return };
-        self.watching(&health);
-        let this = Arc::clone(&self);
-        let changed = move |namespaces: &[&str]| {
-            if namespaces.is_empty() {
-                return;
-            }
-            for r in this.rules.state() {
-                if r.spec.kind == kind
-                    && let Some(ns) = r.namespace()
-                    && namespaces.binary_search(&ns.as_str()).is_ok()
-                {
-                    this.trigger(&RuleId::new(ns, r.name_any()));
-                }
-            }
-        };
-        index.watch(self.client.clone(), self.scope.clone(), health, changed).await;
-    }
-
-    /// Watches namespaces (metadata only) until the stream ends. Every
-    /// complete list (a relist too) and every change wakes every rule: any
-    /// rule may target any namespace.
-    pub async fn watch_namespaces(self: Arc<Self>, health: WatchHealth) {
-        let Some(writer) = lock(&self.writers).namespaces.take() else { return };
-        self.watching(&health);
-        let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
-        let cfg = watcher::Config::default().any_semantic();
-        let project = |o: PartialObjectMeta<Namespace>| {
-            let info =
-                NamespaceInfo { labels: o.labels().clone(), terminating: o.metadata.deletion_timestamp.is_some() };
-            (o.name_any(), info)
-        };
-        writer
-            .feed(health.watcher(api, cfg), project, |fed| match fed {
-                Fed::Listed(_) => {
-                    health.synced();
-                    self.trigger_all();
-                }
-                Fed::Changed(changes) if !changes.is_empty() => self.trigger_all(),
-                Fed::Changed(_) => {}
-            })
-            .await;
-    }
-
-    /// Watches the copies of one kind: metadata only, by the ownership label.
-    pub async fn watch_copies(self: Arc<Self>, kind: SourceKind, health: WatchHealth) {
-        match kind {
-            SourceKind::ConfigMap => self.watch_copies_of::<ConfigMap>(kind, health).await,
-            SourceKind::Secret => self.watch_copies_of::<Secret>(kind, health).await,
-        }
-    }
-
-    async fn watch_copies_of<K>(self: Arc<Self>, kind: SourceKind, health: WatchHealth)
-    where
-        K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-    {
-        let Some(writer) = lock(&self.writers).copies.remove(&kind) else { return };
-        self.watching(&health);
-        let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
-        let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
-        let fm = self.field_manager.clone();
-        let project = |o: PartialObjectMeta<K>| {
-            let key = copy_key_str(&o.namespace().unwrap_or_default(), &o.name_any());
-            let observed = serde_json::to_value(&o).ok().and_then(|v| Observed::from_json(kind, &v, false, &fm));
-            (key, observed)
-        };
-        writer
-            .feed(health.watcher(api, cfg), project, |fed| {
-                for c in fed.changes() {
-                    self.copy_changed(c);
-                }
-                // Every complete list wakes every rule: the first ends the
-                // wait of the rules of this kind (`copies_ready`); a relist
-                // follows a lost watch, after which every rule converges again.
-                if let Fed::Listed(_) = fed {
-                    health.synced();
-                    self.trigger_all();
-                }
-            })
-            .await;
-    }
-
-    /// A copy changed: its owner (old and new) reconciles, unless it is the
-    /// echo of our own write.
-    fn copy_changed(&self, c: &Change<Option<Observed>>) {
-        let old = c.old.as_deref().and_then(Option::as_ref);
-        if let Some(new) = c.new.as_deref().and_then(Option::as_ref) {
-            let ours = lock(&self.known).get(&new.key) == new.resource_version.as_ref();
-            if !ours {
-                self.trigger_owner(new);
-            }
-            if let Some(old) = old
-                && old.owner != new.owner
-            {
-                self.trigger_owner(old);
-            }
-        } else if let Some(old) = old {
-            self.trigger_owner(old);
-        }
     }
 }
 

@@ -174,7 +174,7 @@ impl Claims {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
@@ -217,11 +217,13 @@ mod tests {
         assert_eq!(claims.new_conflicts(&r, [c("3")].into()), vec![c("3")]);
     }
 
-    fn key(ns: &str, name: &str) -> CopyKey {
+    /// A ConfigMap copy's key (for this module's tests and the plan's).
+    pub(crate) fn key(ns: &str, name: &str) -> CopyKey {
         CopyKey { kind: SourceKind::ConfigMap, namespace: ns.into(), name: name.into() }
     }
 
-    fn claim_of(rule: &RuleId, created: &str, namespaces: &[&str]) -> Arc<Claim> {
+    /// `rule`'s claim on ConfigMaps named `cfg` in `namespaces`.
+    pub(crate) fn claim_of(rule: &RuleId, created: &str, namespaces: &[&str]) -> Arc<Claim> {
         Arc::new(Claim {
             rank: Rank { created: Some(created.into()), rule: rule.clone() },
             kind: SourceKind::ConfigMap,

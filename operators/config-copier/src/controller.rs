@@ -2,7 +2,7 @@
 //! that converges all of its copies, in this order — a [`Snapshot`] of the
 //! caches (namespaces, sources' metadata, copies, claims), what reads of its
 //! sources taught ([`crate::read`]), the plan ([`crate::plan`], pure), its
-//! claim published ([`crate::claims`]), the writes in rounds ([`rounds`]:
+//! claim published ([`crate::claims`]), the writes in rounds (`rounds`:
 //! apply, and a write's answer read and planned again), then the report
 //! ([`crate::report`]: status, Events, metrics). The caches trigger the
 //! rules concerned on every change. A source's payload is read only to

@@ -13,7 +13,7 @@
 //! | [`crd`] | the CRD types, schema, CEL rules, printer columns |
 //! | [`targets`] | a rule's namespace targets: its label selector and name globs (pure) |
 //! | [`copy`] | what a copy looks like: content, ownership marks, hashes (pure) |
-//! | [`cache`] | metadata-only watches of namespaces and copies that trigger rules; what reads of sources taught; one read-once `Snapshot` per reconcile |
+//! | [`cache`] | what the watches hold (namespaces, copies: metadata only; `cache::watches` feeds them and wakes rules); what reads of sources taught; one read-once `Snapshot` per reconcile, looked up where the rule's copies would go |
 //! | [`sources`] | every possible source, one metadata-only watch per kind for all rules |
 //! | [`claims`] | claims and conflicts: who wins a name two rules want and what is known of the rule a copy's marks name (pure); the claims and reported conflicts kept between reconciles, a change returning the rules to wake |
 //! | [`budget`] | the bytes of payload held at once (`--max-bytes-in-flight`) |

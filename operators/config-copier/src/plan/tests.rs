@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
+use crate::claims::tests::{claim_of, key};
 use crate::claims::{Claim, ClaimSet, LiveRules, OwnerState, Rank, winner};
 use crate::copy::{Content, Observed, Owner, Payload, RuleId, RuleRef, Source, SourceInfo};
 use crate::crd::{LabelKey, LabelSelector, LabelValue, NamespaceGlob, NamespaceTargets};
@@ -534,19 +535,6 @@ fn guarded_powers_are_the_admission_policys() {
     for open in [&[][..], &["team-*"][..], &["team-?"][..]] {
         assert!(guarded_power(&spec(OnConflict::Skip, open)).is_some(), "{open:?}");
     }
-}
-
-fn key(ns: &str, name: &str) -> CopyKey {
-    CopyKey { kind: SourceKind::ConfigMap, namespace: ns.into(), name: name.into() }
-}
-
-fn claim_of(rule: &RuleId, created: &str, namespaces: &[&str]) -> Arc<Claim> {
-    Arc::new(Claim {
-        rank: Rank { created: Some(created.into()), rule: rule.clone() },
-        kind: SourceKind::ConfigMap,
-        names: [Arc::from("cfg")].into(),
-        namespaces: namespaces.iter().map(|n| Arc::from(*n)).collect(),
-    })
 }
 
 #[test]
