@@ -112,32 +112,28 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         wc = wc.labels(sel);
     }
     // The cache keeps a ServiceInfo per Service, not the Service.
-    let (store, mut writer) = projection::store::<ServiceInfo>();
+    let (store, writer) = projection::store::<ServiceInfo>();
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let grants_tx = tx.clone();
     let services = ctx.readiness().watch("services");
     let watch = services.watcher(api, wc);
     let watch_shutdown = shutdown.clone();
-    let watch_task = tokio::spawn(async move {
-        let mut watch = std::pin::pin!(watch);
-        loop {
-            let ev = tokio::select! {
-                ev = watch.next() => ev,
-                _ = watch_shutdown.cancelled() => break,
-            };
-            match ev {
-                Some(Ok(ev)) => {
-                    writer.apply(ev, |svc| {
-                        let info = ServiceInfo::from(svc);
-                        (resource_id(&info.namespace, &info.name), info)
-                    });
-                    let _ = tx.try_send(());
-                }
-                Some(Err(e)) => tracing::warn!(error = %e, "watching Services"),
-                None => break,
+    // A sync is due when a Service's kept fields changed or a list
+    // completed (the first, or a relist after a lost watch); an update that
+    // leaves its `ServiceInfo` as it was (its status, an unrelated label)
+    // plans nothing new and wakes nothing.
+    let watch_task = tokio::spawn(writer.feed(
+        watch.take_until(watch_shutdown.cancelled_owned()),
+        |svc| {
+            let info = ServiceInfo::from(svc);
+            (resource_id(&info.namespace, &info.name), info)
+        },
+        move |fed| {
+            if matches!(fed, projection::Fed::Listed(_)) || !fed.changes().is_empty() {
+                let _ = tx.try_send(());
             }
-        }
-    });
+        },
+    ));
 
     // The namespaces' grants, read only when names need them.
     let (grants, grants_task) = if cfg.hostname_annotations == HostnameAnnotations::NamespaceAllowed {
