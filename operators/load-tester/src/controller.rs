@@ -1,11 +1,11 @@
 //! The LoadTest controller (and the start of both controllers): runner
-//! pods (owned, labelled) and the target Service (a metadata watch of
-//! Services) trigger their LoadTest. Each reconcile follows the suite's
-//! shape: snapshot (the test's runners, [`crate::snapshot`]) → plan (the
-//! state machine's step, [`crate::machine`], stepping again with what it
-//! asks to look at: the target Service; the namespace's runner pods,
-//! counted one run at a time, the room reserved until the runners are
-//! made) → report (the status, [`crate::report`]) → apply (runners
+//! pods (owned, labelled, held by a watch, [`crate::runner_pods`]) and the
+//! target Service (a metadata watch of Services) trigger their LoadTest.
+//! Each reconcile follows the suite's shape: snapshot (the test's runners,
+//! from that cache) → plan (the state machine's step, [`crate::machine`],
+//! stepping again with what it asks to look at: the target Service,
+//! [`crate::snapshot`]; the namespace's runner pods, counted one run at a
+//! time, the names reserved until the cache shows them) → report (the status, [`crate::report`]) → apply (runners
 //! deleted, made, signalled, [`crate::apply`]). SimpleDeployment has its
 //! own controller ([`crate::simple_deployment`]).
 
@@ -31,7 +31,8 @@ use crate::error::Error;
 use crate::machine::{Limits, Need, Seen, Step, Target, Wanted, step};
 use crate::metrics::LoadMetrics;
 use crate::report::{count_ended_run, write_status};
-use crate::runner::{self, LOADTEST_LABEL};
+use crate::runner;
+use crate::runner_pods::{Room, RunnerPods};
 use crate::simple::OWNER_LABEL;
 use crate::snapshot;
 
@@ -60,39 +61,21 @@ pub struct Data {
     pub ctx: Context,
     pub metrics: LoadMetrics,
     pub options: Options,
+    /// Every LoadTest's runner pods, as the watch shows them.
+    runner_pods: RunnerPods,
     /// Per namespace whose runner pods are being counted or made (entries
-    /// nobody holds are dropped): two runs starting at once in a namespace
-    /// cannot both take the last room.
+    /// nobody holds and with nothing reserved are dropped): two runs
+    /// starting at once in a namespace cannot both take the last room.
     rooms: Mutex<HashMap<String, Arc<Room>>>,
     pub(crate) admission: AdmissionGuard,
     /// Per object (by UID), the delay before its retry after failures.
     backoff: ErrorBackoff,
 }
 
-/// A namespace's room for runner pods: runs are counted one at a time, and
-/// the pods a counted run is still making are reserved until it has made
-/// them (then the API server lists them), so creations run in parallel.
-/// A pod both listed and still reserved counts twice: a run may wait one
-/// look more, never pass the bound.
-#[derive(Default)]
-struct Room {
-    counting: Arc<tokio::sync::Mutex<()>>,
-    reserved: std::sync::atomic::AtomicUsize,
-}
-
-/// Pods of a run being made, reserved in their namespace's [`Room`].
-struct Reservation(Arc<Room>, usize);
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.0.reserved.fetch_sub(self.1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 impl Data {
     fn room(&self, ns: &str) -> Arc<Room> {
         let mut rooms = self.rooms.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        rooms.retain(|_, r| Arc::strong_count(r) > 1);
+        rooms.retain(|_, r| Arc::strong_count(r) > 1 || !r.is_idle());
         Arc::clone(rooms.entry(ns.to_string()).or_default())
     }
 }
@@ -113,21 +96,24 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
             None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
         };
     let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
+    // Runner pods are watched (by label) into a cache that wakes their
+    // owners and that reconciles read, never list.
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let (runner_pods, feeding) = RunnerPods::start(pods.clone(), ctx.readiness().watch("runner pods"), tx.clone());
+    let feeding = tokio::spawn(feeding);
     let data = Arc::new(Data {
         ctx: ctx.clone(),
         metrics,
         options,
+        runner_pods,
         rooms: Mutex::default(),
         admission,
         backoff: ErrorBackoff::default(),
     });
-    // Only our own pods are watched (by label), and only to wake owners. A
-    // bounded number of tests reconcile at a time. (No debounce: the
+    // A bounded number of tests reconcile at a time. (No debounce: the
     // scheduler restarts it on every trigger, and a test's runners change
     // often enough to push its deadline's reconcile back.)
-    let (tx, rx) = futures::channel::mpsc::unbounded();
     let runners = Controller::new(tests, watcher::Config::default().any_semantic())
-        .owns(pods.clone(), watcher::Config::default().labels(LOADTEST_LABEL).any_semantic())
         .concurrency(8)
         .reconcile_on(rx)
         .reconcile_all_on(data.admission.changes());
@@ -154,6 +140,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     let result = tokio::try_join!(a, b);
     targets.abort();
     gc.abort();
+    feeding.abort();
     result?;
     Ok(())
 }
@@ -236,7 +223,8 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
     let (name, uid) = (test.name_any(), test.uid().unwrap_or_default());
     let oref = test.object_ref(&());
     let pods: Api<Pod> = Api::namespaced(data.ctx.client.clone(), &ns);
-    let runners = snapshot::runners(&pods, &name, &uid).await?;
+    data.runner_pods.ready().await.map_err(|_| Error::CacheGone("runner pods"))?;
+    let runners = data.runner_pods.of_test(&ns, &uid);
     let limits = match limits(&test, &data.options) {
         Ok(l) => l,
         Err(why) => {
@@ -249,7 +237,7 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
         }
     };
     let old = test.status.as_ref();
-    let (mut next, counting) = plan_step(&test, &data, &pods, &limits, &runners).await?;
+    let (mut next, counting) = plan_step(&test, &data, &limits, &runners).await?;
     // Runners about to be made with what only the LoadTest policy lets the
     // right people ask for: while that policy is missing, the run waits
     // (not recorded, nothing made) and starts once it is back.
@@ -264,11 +252,11 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
         write_status(&test, &ns, &name, st, &data, &oref, events, Some(&waiting)).await?;
         return Ok(Action::await_change());
     }
-    // The counted room is reserved for this run's runners until they are
-    // made (or this reconcile ends); the next run may count meanwhile.
+    // The counted room is reserved for this run's runners (by name, until
+    // the cache shows them); the next run may count meanwhile.
     let _reserved = counting.map(|(room, _lock)| {
-        room.reserved.fetch_add(next.create.len(), std::sync::atomic::Ordering::SeqCst);
-        Reservation(room, next.create.len())
+        let names = next.create.iter().map(|i| runner::name(&name, next.status.run, *i)).collect();
+        room.reserve(&uid, next.status.run, names)
     });
 
     // The status first: a new run's number and start time are recorded
@@ -338,7 +326,6 @@ type Counting = (Arc<Room>, tokio::sync::OwnedMutexGuard<()>);
 async fn plan_step(
     test: &LoadTest,
     data: &Data,
-    pods: &Api<Pod>,
     limits: &Limits,
     runners: &[crate::runner::Runner],
 ) -> Result<(Step, Option<Counting>), Error> {
@@ -358,12 +345,11 @@ async fn plan_step(
                 target = snapshot::check_target(&data.ctx.client, &ns, svc, host.clone(), endpoints).await?;
             }
             Some(Need::Room) if others.is_none() => {
-                // Counted one run at a time; what others are still making
-                // counts too.
+                // Counted one run at a time; what others made or are
+                // making and the cache does not show yet counts too.
                 let room = data.room(&ns);
                 let lock = Arc::clone(&room.counting).lock_owned().await;
-                let listed = snapshot::others_in_namespace(pods, &uid, next.status.run).await?;
-                others = Some(listed + room.reserved.load(std::sync::atomic::Ordering::SeqCst));
+                others = Some(room.others(&data.runner_pods, &ns, &uid, next.status.run, std::time::Instant::now()));
                 counting = Some((room, lock));
             }
             _ => return Ok((next, counting)),

@@ -4,6 +4,9 @@
 pub enum Error {
     #[error("the object has no namespace")]
     NoNamespace,
+    /// The watch feeding a cache ended (the process is stopping).
+    #[error("the {0} cache is gone")]
+    CacheGone(&'static str),
     #[error("{0}: {1}")]
     Kube(&'static str, #[source] kube::Error),
 }
@@ -12,6 +15,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::NoNamespace => "no_namespace",
+            Error::CacheGone(_) => "cache_gone",
             Error::Kube(what, _) => what,
         }
     }

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod runner_pods;
 pub mod simple;
 pub mod simple_deployment;
 pub mod snapshot;
