@@ -41,6 +41,7 @@ use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
 use crate::observe::evaluate;
 use crate::pod::{PodView, elapsed, view};
+use crate::redact::Redactor;
 use crate::rules::Rules;
 use crate::sinks::{self, Outbox};
 use crate::status::{self, Summary};
@@ -207,9 +208,16 @@ fn stash_status(pa: &mut PodAlert, tails: &Tails, restored: &Mutex<Restored>) {
     }
     let (mut book, logs) = status::restore(&status);
     let now = Timestamp::now();
+    // Redacted as this spec redacts (its reconciles share these tails); a
+    // spec that cannot be used gets the defaults, the safe side.
+    let redactor = crate::rules::redactor(&pa.spec.logs).or_else(|_| Redactor::defaults());
     for (key, text) in logs {
         if let Some(inc) = book.incidents.get_mut(&key) {
-            inc.logs = Some(tails.adopt(&key, text, now));
+            inc.logs = match &redactor {
+                Ok(r) => Some(tails.adopt(&key, r, text, now)),
+                // Never: the built-in patterns compile (unit-tested). Not held, then.
+                Err(_) => None,
+            };
         }
     }
     r.pending.insert(uid, (book, status.conditions));

@@ -52,7 +52,8 @@ pub struct PodAlertSpec {
     /// Containers, pods and log lines that never make an incident.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore: Option<Ignore>,
-    /// How much of the failing container's log an incident carries.
+    /// How much of the failing container's log an incident carries, and
+    /// what is redacted from it before it is held, shown or sent.
     #[serde(default)]
     #[schemars(default = "LogOptions::default")]
     pub logs: LogOptions,
@@ -241,7 +242,10 @@ pub struct Ignore {
     #[schemars(length(max = 64))]
     pub pod_name_patterns: Vec<NameGlob>,
     /// Regular expressions (RE2 syntax); an incident whose log tail matches
-    /// one is not sent anywhere (counted as LogPattern). Nothing is redacted.
+    /// one is not sent anywhere (counted as LogPattern). They are matched
+    /// against the redacted tail (see logs.redact), the text status and the
+    /// sinks show: a pattern cannot match a secret's value, so it cannot be
+    /// used to learn one either.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub log_patterns: Vec<LogPattern>,
@@ -264,7 +268,9 @@ pub struct NameGlob(#[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9.*?
 #[serde(transparent)]
 pub struct LogPattern(#[schemars(length(min = 1, max = 512))] pub String);
 
-/// How much log an incident carries.
+/// How much log an incident carries, and what is redacted from it: once,
+/// as it is read, so status, Events and every sink get the same redacted
+/// text (the raw tail is never held).
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LogOptions {
@@ -277,11 +283,40 @@ pub struct LogOptions {
     #[serde(default = "default_max_bytes")]
     #[schemars(default = "default_max_bytes", range(min = 0, max = 65536))]
     pub max_bytes: i32,
+    /// Redact the usual secrets from the tail before it is held, shown in
+    /// status or sent to any sink (default true): each is replaced by
+    /// "[redacted]". They are "Bearer <token>", the value of an
+    /// Authorization header, AWS access key IDs (AKIA…, ASIA…) and secret
+    /// keys (the value of aws_secret_access_key), JWTs, PEM private keys
+    /// (the whole BEGIN…END block; from BEGIN to the end of the tail, or
+    /// from its start to END, when the tail cuts the block), a URL's
+    /// user:password@, and the value after password, passwd, secret, token,
+    /// api_key, api-key or apikey (any case, also as the end of a longer
+    /// name such as DB_PASSWORD) followed by '=' or ':'. False: only the
+    /// redact patterns apply.
+    #[serde(default = "default_true")]
+    #[schemars(default = "default_true")]
+    pub redact_defaults: bool,
+    /// More regular expressions (RE2 syntax, the limits of
+    /// ignore.logPatterns) whose matches are redacted, whatever
+    /// redactDefaults says: the whole match, or only the first capture
+    /// group that took part in it, e.g. 'session=([0-9a-f]+)' keeps
+    /// "session=". Matches that overlap are one "[redacted]"; empty matches
+    /// redact nothing. An invalid pattern makes the PodAlert Ready=False
+    /// (InvalidSpec) with a Warning Event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub redact: Vec<LogPattern>,
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
-        Self { tail_lines: default_tail_lines(), max_bytes: default_max_bytes() }
+        Self {
+            tail_lines: default_tail_lines(),
+            max_bytes: default_max_bytes(),
+            redact_defaults: default_true(),
+            redact: Vec::new(),
+        }
     }
 }
 

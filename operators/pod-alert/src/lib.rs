@@ -18,6 +18,7 @@
 //! | [`notify`] | Slack, webhook, Alertmanager and Event payloads (pure) |
 //! | [`status`] | status from the incidents and back (pure) |
 //! | [`throttle`] | the per-namespace rate limit on notifications, held ones and summaries (pure) |
+//! | [`redact`] | secrets taken out of log tails: the defaults and spec.logs.redact, compiled once per spec (pure) |
 //! | [`logs`] | log tails: read (the crashed run's, told by timestamps), held once per incident key within a budget |
 //! | [`delivery`] | sink workers: HTTP, retries, `Retry-After`, failure classes |
 //! | [`address`] | where sinks may send: the operator's own network refused unless admitted, also after DNS |
@@ -41,6 +42,7 @@ pub mod metrics;
 pub mod notify;
 pub mod observe;
 pub mod pod;
+pub mod redact;
 pub mod report;
 pub mod rules;
 pub mod sinks;

@@ -1,6 +1,8 @@
 //! The log tails of a reconcile's new incidents: which reads are needed
 //! (from the transitions and the incident book), the reads side by side,
 //! then the book changed and the transitions a log pattern silences dropped.
+//! Every tail here is already redacted ([`crate::redact`]): log patterns
+//! judge, and the book holds, only what status and the sinks may show.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use crate::incident::{Change, Transition};
 use crate::logs::{Identity, Run, Tail};
 use crate::observe::Key;
 use crate::pod::State as RunState;
+use crate::redact::Redactor;
 use crate::rules::Rules;
 
 /// Which run of `container` in `pod` holds the crash, from the newest view:
@@ -89,10 +92,11 @@ pub(crate) async fn read_logs(
             })
         })
         .collect();
+    let redactor = &rules.redactor;
     let tails: Vec<Option<(Arc<Tail>, String)>> = futures::stream::iter(reads)
         .map(|read| async move {
             match read {
-                Some(read) => Some(read_tail(data, read, lines, bytes, now).await),
+                Some(read) => Some(read_tail(data, read, redactor, lines, bytes, now).await),
                 None => None,
             }
         })
@@ -124,14 +128,23 @@ pub(crate) async fn read_logs(
     kept
 }
 
-/// One incident's tail: shared when another PodAlert read it for this run
-/// (one read at a time per incident key), else read and stored. The whole
-/// tail is returned to be judged (ignore.logPatterns); what is held is what
-/// the namespace's share leaves room for.
-async fn read_tail(data: &Data, read: TailRead, lines: u32, bytes: usize, now: Timestamp) -> (Arc<Tail>, String) {
+/// One incident's tail: shared when another PodAlert that redacts the same
+/// way read it for this run (one read at a time per incident key), else read
+/// (redacted by [`crate::logs::read`]) and stored. The whole tail is
+/// returned to be judged (ignore.logPatterns), redacted as it is in either
+/// case; what is held is what the namespace's share leaves room for.
+async fn read_tail(
+    data: &Data,
+    read: TailRead,
+    redactor: &Redactor,
+    lines: u32,
+    bytes: usize,
+    now: Timestamp,
+) -> (Arc<Tail>, String) {
     let gate = data.tails.gate(&read.key);
     let _reading = gate.lock().await;
-    if let Some(tail) = data.tails.reusable(&read.key, &read.id, lines, bytes, now) {
+    let profile = redactor.profile();
+    if let Some(tail) = data.tails.reusable(&read.key, profile, &read.id, lines, bytes, now) {
         let text = tail.view(lines, bytes);
         return (tail, text);
     }
@@ -147,9 +160,18 @@ async fn read_tail(data: &Data, read: TailRead, lines: u32, bytes: usize, now: T
                 tokio::time::sleep(LOG_READ_RETRY).await;
             }
             let (previous, run) = crashed_run(data, &read.namespace, p, &read.container, read.previous);
-            logs =
-                crate::logs::read(&data.ctx.client, &read.namespace, p, &read.container, previous, run, lines, bytes)
-                    .await;
+            logs = crate::logs::read(
+                &data.ctx.client,
+                &read.namespace,
+                p,
+                &read.container,
+                previous,
+                run,
+                lines,
+                bytes,
+                redactor,
+            )
+            .await;
             match &logs {
                 Ok(text) if !text.is_empty() => break 'pods,
                 // A run may print nothing: empty twice is its tail.
@@ -164,6 +186,6 @@ async fn read_tail(data: &Data, read: TailRead, lines: u32, bytes: usize, now: T
         tracing::warn!(incident = %read.key, pod = %read.id.pod, error = %e, "could not read the log tail");
     }
     let text = logs.unwrap_or_else(|e| e);
-    let tail = data.tails.store(&read.key, read.id, lines, bytes, text.clone(), now);
+    let tail = data.tails.store(&read.key, profile, read.id, lines, bytes, text.clone(), now);
     (tail, text)
 }

@@ -14,7 +14,9 @@
 //! which each namespace holding tails gets a fair share: a namespace may
 //! fill what others leave unused, and gives it back (its largest tails are
 //! left out) when another namespace needs its share. A tail left out says
-//! so; notifications and status carry that note instead.
+//! so; notifications and status carry that note instead. A tail is held
+//! as its PodAlert's [`Redactor`] left it, and shared only between
+//! PodAlerts that redact the same way.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -27,6 +29,7 @@ use kube::api::LogParams;
 
 use crate::observe::Key;
 use crate::pod::elapsed;
+use crate::redact::Redactor;
 
 /// A log read never holds a reconcile longer than this.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -176,6 +179,11 @@ async fn read_once(
 /// started one since the pod view) is made again of `previous`; a read of
 /// the current run with none of the crashed run's lines is checked against
 /// `previous` too, in case a later run has just not printed yet.
+///
+/// What is returned is redacted by `redactor`: the raw text lives only
+/// within this call. The lines that hold the last `max_bytes` are redacted
+/// whole before the text is cut to them, so a secret on the first line kept
+/// is still found by what precedes it on its line (`password=`, `Bearer `).
 #[allow(clippy::too_many_arguments)]
 pub async fn read(
     client: &kube::Client,
@@ -186,10 +194,40 @@ pub async fn read(
     run: Option<Run>,
     lines: u32,
     max_bytes: usize,
+    redactor: &Redactor,
 ) -> Result<String, String> {
     if lines == 0 || max_bytes == 0 {
         return Ok(String::new());
     }
+    match read_raw(client, namespace, pod, container, previous, run, lines).await {
+        Ok(text) => Ok(cap(&redactor.redact(line_window(&text, max_bytes)), max_bytes)),
+        // The API's own words; redacted all the same, they are shown too.
+        Err(e) => Err(redactor.redact(&e).into_owned()),
+    }
+}
+
+/// The end of `text` from the start of the line that holds its last
+/// `max_bytes` bytes.
+fn line_window(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let cut = text.len() - max_bytes;
+    // '\n' is never inside a UTF-8 sequence: the start is a boundary.
+    let start = text.as_bytes()[..cut].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    &text[start..]
+}
+
+/// [`read`] before redaction and the cut to `max_bytes`.
+async fn read_raw(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+    previous: bool,
+    run: Option<Run>,
+    lines: u32,
+) -> Result<String, String> {
     let first = read_once(client, namespace, pod, container, previous, lines).await;
     let verdict = match &first {
         Ok(text) => judge(text, run),
@@ -225,7 +263,7 @@ pub async fn read(
             }
         }
     };
-    Ok(cap(&text, max_bytes))
+    Ok(text)
 }
 
 fn strip_stamps(stamped: &str) -> String {
@@ -318,9 +356,15 @@ pub struct Tails {
     inner: Mutex<Inner>,
 }
 
+/// What a tail is held under: the incident key and the profile of the
+/// redaction it went through ([`Redactor::profile`]). PodAlerts that redact
+/// differently never share a tail: one with `redactDefaults: false` must not
+/// hand its text to one that redacts, nor the other way round.
+type Slot = (Key, Arc<str>);
+
 #[derive(Debug, Default)]
 struct Inner {
-    entries: HashMap<Key, Arc<Tail>>,
+    entries: HashMap<Slot, Arc<Tail>>,
     /// One read at a time per key: the PodAlerts that open the same
     /// incident together wait for the first read and share it.
     gates: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
@@ -395,24 +439,43 @@ impl Tails {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).by_namespace.get(namespace).copied().unwrap_or(0)
     }
 
-    /// The tail already held for `key`, when it is the same read (same pod
-    /// and crashed run, or read moments ago), whole, and has at least
-    /// `lines` and `bytes`: another PodAlert read it.
-    pub fn reusable(&self, key: &Key, id: &Identity, lines: u32, bytes: usize, now: Timestamp) -> Option<Arc<Tail>> {
+    /// The tail already held for `key` redacted as `profile`, when it is
+    /// the same read (same pod and crashed run, or read moments ago), whole,
+    /// and has at least `lines` and `bytes`: another PodAlert read it.
+    pub fn reusable(
+        &self,
+        key: &Key,
+        profile: &Arc<str>,
+        id: &Identity,
+        lines: u32,
+        bytes: usize,
+        now: Timestamp,
+    ) -> Option<Arc<Tail>> {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let tail = inner.entries.get(key)?;
+        let tail = inner.entries.get(&(key.clone(), Arc::clone(profile)))?;
         let st = tail.state.lock().unwrap_or_else(PoisonError::into_inner);
         let same = st.identity == *id && (!id.incarnation.is_empty() || elapsed(st.read_at, now) < FRESH);
         (same && st.complete && st.lines >= lines && st.bytes >= bytes).then(|| Arc::clone(tail))
     }
 
-    /// Holds `text`, read as `id` with `lines` and `bytes`, as `key`'s tail
-    /// (replacing what was held: every PodAlert with that key sees it),
-    /// within the namespace's share of the budget.
-    pub fn store(&self, key: &Key, id: Identity, lines: u32, bytes: usize, text: String, now: Timestamp) -> Arc<Tail> {
+    /// Holds `text`, redacted as `profile` and read as `id` with `lines` and
+    /// `bytes`, as `key`'s tail (replacing what was held: every PodAlert with
+    /// that key and profile sees it), within the namespace's share of the
+    /// budget.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store(
+        &self,
+        key: &Key,
+        profile: &Arc<str>,
+        id: Identity,
+        lines: u32,
+        bytes: usize,
+        text: String,
+        now: Timestamp,
+    ) -> Arc<Tail> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let ns = key.namespace.as_str();
-        let tail = Arc::clone(inner.entries.entry(key.clone()).or_insert_with(|| {
+        let tail = Arc::clone(inner.entries.entry((key.clone(), Arc::clone(profile))).or_insert_with(|| {
             Arc::new(Tail {
                 namespace: ns.to_string(),
                 state: Mutex::new(TailState {
@@ -458,13 +521,21 @@ impl Tails {
         tail
     }
 
-    /// The tail held for `key`, or `text` (an operator restart's tail from
-    /// the status) held as it, if room allows.
-    pub fn adopt(&self, key: &Key, text: String, now: Timestamp) -> Arc<Tail> {
-        if let Some(t) = self.inner.lock().unwrap_or_else(PoisonError::into_inner).entries.get(key) {
+    /// The tail held for `key` redacted by `redactor`, or `text` (an
+    /// operator restart's tail from the status) redacted and held as it, if
+    /// room allows. Redacted again: a status written before redaction
+    /// existed, or under another spec, may hold what this one redacts.
+    pub fn adopt(&self, key: &Key, redactor: &Redactor, text: String, now: Timestamp) -> Arc<Tail> {
+        let profile = redactor.profile();
+        let slot = (key.clone(), Arc::clone(profile));
+        if let Some(t) = self.inner.lock().unwrap_or_else(PoisonError::into_inner).entries.get(&slot) {
             return Arc::clone(t);
         }
-        let tail = self.store(key, Identity::default(), 0, 0, text, now);
+        let text = match redactor.redact(&text) {
+            std::borrow::Cow::Borrowed(_) => text,
+            std::borrow::Cow::Owned(redacted) => redacted,
+        };
+        let tail = self.store(key, profile, Identity::default(), 0, 0, text, now);
         // Not a read: nothing to share with a PodAlert that needs one.
         tail.state.lock().unwrap_or_else(PoisonError::into_inner).complete = false;
         tail
@@ -481,7 +552,7 @@ impl Tails {
     pub fn collect(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         inner.gates.retain(|_, g| Arc::strong_count(g) > 1);
-        let unused: Vec<Key> =
+        let unused: Vec<Slot> =
             inner.entries.iter().filter(|(_, t)| Arc::strong_count(t) == 1).map(|(k, _)| k.clone()).collect();
         for key in unused {
             if let Some(t) = inner.entries.remove(&key) {
@@ -514,6 +585,11 @@ mod tests {
 
     fn now() -> Timestamp {
         Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    /// The default redaction's profile.
+    fn p() -> Arc<str> {
+        Arc::clone(Redactor::defaults().unwrap().profile())
     }
 
     #[test]
@@ -565,23 +641,23 @@ mod tests {
     fn one_tail_per_key_whatever_the_podalerts() {
         let tails = Tails::new(1 << 20);
         let k = key("a", "web");
-        assert!(tails.reusable(&k, &id("p"), 50, 8192, now()).is_none());
+        assert!(tails.reusable(&k, &p(), &id("p"), 50, 8192, now()).is_none());
         let held: Vec<Arc<Tail>> = (0..40)
-            .map(|_| match tails.reusable(&k, &id("p"), 50, 8192, now()) {
+            .map(|_| match tails.reusable(&k, &p(), &id("p"), 50, 8192, now()) {
                 Some(t) => t,
-                None => tails.store(&k, id("p"), 50, 8192, "x".repeat(8000), now()),
+                None => tails.store(&k, &p(), id("p"), 50, 8192, "x".repeat(8000), now()),
             })
             .collect();
         assert_eq!(tails.held(), 8000, "40 PodAlerts hold one tail");
         assert!(held.iter().all(|t| Arc::ptr_eq(t, &held[0])));
         // A PodAlert wanting more lines reads again; every sharer sees the new read.
-        assert!(tails.reusable(&k, &id("p"), 100, 8192, now()).is_none());
-        tails.store(&k, id("p"), 100, 8192, "y".repeat(9000), now());
+        assert!(tails.reusable(&k, &p(), &id("p"), 100, 8192, now()).is_none());
+        tails.store(&k, &p(), id("p"), 100, 8192, "y".repeat(9000), now());
         assert_eq!(tails.held(), 9000);
         assert_eq!(held[5].text().len(), 9000);
         assert_eq!(held[5].view(100, 100).len(), 100, "each PodAlert sees its own maxBytes");
         // Another crash (incarnation): not the same read.
-        assert!(tails.reusable(&k, &id("q"), 50, 8192, now()).is_none());
+        assert!(tails.reusable(&k, &p(), &id("q"), 50, 8192, now()).is_none());
         drop(held);
         tails.collect();
         assert_eq!(tails.held(), 0, "no incident holds it: forgotten");
@@ -593,12 +669,12 @@ mod tests {
         let tails = Tails::new(budget);
         // Namespace a alone may fill the budget.
         let a: Vec<Arc<Tail>> = (0..8)
-            .map(|i| tails.store(&key("a", &format!("w{i}")), id("p"), 50, 9000, "a".repeat(8192), now()))
+            .map(|i| tails.store(&key("a", &format!("w{i}")), &p(), id("p"), 50, 9000, "a".repeat(8192), now()))
             .collect();
         assert_eq!(tails.held_by("a"), budget);
         // b arrives: half the budget is its share, taken back from a.
         let b: Vec<Arc<Tail>> = (0..4)
-            .map(|i| tails.store(&key("b", &format!("w{i}")), id("p"), 50, 9000, "b".repeat(8192), now()))
+            .map(|i| tails.store(&key("b", &format!("w{i}")), &p(), id("p"), 50, 9000, "b".repeat(8192), now()))
             .collect();
         assert_eq!(tails.held_by("b"), budget / 2);
         assert_eq!(tails.held_by("a"), budget / 2);
@@ -606,17 +682,17 @@ mod tests {
         assert_eq!(a.iter().filter(|t| t.text().as_ref() == EVICTED).count(), 4);
         assert!(b.iter().all(|t| t.text().len() == 8192));
         // b past its share: left out, a keeps the rest.
-        let more = tails.store(&key("b", "w9"), id("p"), 50, 9000, "b".repeat(8192), now());
+        let more = tails.store(&key("b", "w9"), &p(), id("p"), 50, 9000, "b".repeat(8192), now());
         assert_eq!(more.text().as_ref(), LEFT_OUT);
         assert_eq!(tails.held_by("a"), budget / 2);
         // Something smaller than the room left is cut to it, the end kept.
         drop(b);
         tails.collect();
         let tails2 = Tails::new(10_000);
-        let t = tails2.store(&key("c", "w"), id("p"), 50, 20_000, format!("{}\nEND", "z".repeat(15_000)), now());
+        let t = tails2.store(&key("c", "w"), &p(), id("p"), 50, 20_000, format!("{}\nEND", "z".repeat(15_000)), now());
         assert!(t.text().ends_with("END") && t.text().len() <= 10_000);
         assert!(
-            tails2.reusable(&key("c", "w"), &id("p"), 50, 20_000, now()).is_none(),
+            tails2.reusable(&key("c", "w"), &p(), &id("p"), 50, 20_000, now()).is_none(),
             "a cut tail is not judged again"
         );
     }
@@ -625,10 +701,46 @@ mod tests {
     fn a_restored_tail_is_adopted_once() {
         let tails = Tails::new(1 << 20);
         let k = key("a", "web");
-        let one = tails.adopt(&k, "restored".into(), now());
-        let two = tails.adopt(&k, "restored".into(), now());
+        let one = tails.adopt(&k, &Redactor::defaults().unwrap(), "restored".into(), now());
+        let two = tails.adopt(&k, &Redactor::defaults().unwrap(), "restored".into(), now());
         assert!(Arc::ptr_eq(&one, &two));
         assert_eq!(tails.held(), 8);
-        assert!(tails.reusable(&k, &Identity::default(), 0, 0, now()).is_none());
+        assert!(tails.reusable(&k, &p(), &Identity::default(), 0, 0, now()).is_none());
+    }
+
+    /// A status written before redaction (or by a spec that redacted less)
+    /// is redacted as the adopting PodAlert redacts, and PodAlerts that
+    /// redact differently never share one held tail.
+    #[test]
+    fn tails_are_held_per_redaction() {
+        let tails = Tails::new(1 << 20);
+        let k = key("a", "web");
+        let defaults = Redactor::defaults().unwrap();
+        let raw = Redactor::new(false, Vec::new()).unwrap();
+        let restored = tails.adopt(&k, &defaults, "db password=hunter2\n".into(), now());
+        assert_eq!(restored.text().as_ref(), "db password=[redacted]\n");
+        let unredacted = tails.adopt(&k, &raw, "db password=hunter2\n".into(), now());
+        assert!(!Arc::ptr_eq(&restored, &unredacted));
+        assert_eq!(restored.text().as_ref(), "db password=[redacted]\n", "untouched by the other profile");
+        // A read stored by the PodAlert without redaction is not another's to reuse.
+        tails.store(&k, raw.profile(), id("p"), 50, 8192, "password=hunter2".into(), now());
+        assert!(tails.reusable(&k, defaults.profile(), &id("p"), 50, 8192, now()).is_none());
+        assert!(tails.reusable(&k, raw.profile(), &id("p"), 50, 8192, now()).is_some());
+        assert_eq!(restored.text().as_ref(), "db password=[redacted]\n");
+    }
+
+    #[test]
+    fn the_window_redacted_is_the_kept_lines_whole() {
+        let r = Redactor::defaults().unwrap();
+        let text = "old line\nconnect password=hunter2 to db\nlast\n";
+        assert_eq!(line_window(text, 20), "connect password=hunter2 to db\nlast\n", "the line holding the cut, whole");
+        // One long line cut in its middle: cut first, the secret has lost
+        // what tells it is one; redacted first, it is gone.
+        let line = "connect password=hunter2hunter2";
+        assert!(r.redact(&cap(line, 14)).contains("hunter2"), "the attack: cut before redacting");
+        let kept = cap(&r.redact(line_window(line, 14)), 14);
+        assert!(!kept.contains("hunter2") && kept.ends_with("[redacted]"), "{kept:?}");
+        assert_eq!(line_window("short", 20), "short");
+        assert_eq!(line_window(&"é".repeat(20), 5), "é".repeat(20), "no newline: all of it");
     }
 }

@@ -4,11 +4,13 @@
 //! for objects stored before a schema change, and it turns what remains into
 //! a condition instead of a crash.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_shared::selector::{Selector, glob_match};
 
-use crate::crd::{PodAlertSpec, Reason};
+use crate::crd::{LogOptions, LogPattern, PodAlertSpec, Reason};
+use crate::redact::Redactor;
 
 /// Why a spec cannot be used, for the Ready condition.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,14 +56,34 @@ pub struct Rules {
     pub ignore_containers: Vec<String>,
     pub ignore_pods: Vec<String>,
     pub log_patterns: Vec<regex::Regex>,
+    /// What is taken out of every log tail before it is held (spec.logs.redact,
+    /// redactDefaults). Shared: the log reads take it along.
+    pub redactor: Arc<Redactor>,
     pub tail_lines: u32,
     pub max_bytes: usize,
     pub cooldown: Duration,
 }
 
-/// Regex program size limit for one ignore.logPatterns entry: an untrusted
-/// pattern cannot make the operator compile a huge automaton.
+/// Regex program size limit for one user regex (ignore.logPatterns,
+/// logs.redact): an untrusted pattern cannot make the operator compile a
+/// huge automaton. Their count and length are bounded by the schema
+/// (`crd::LogPattern`: 512 characters, 32 per list).
 const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+
+/// Compiles one user regex of the spec at `field`, within [`REGEX_SIZE_LIMIT`].
+fn user_regex(field: &str, p: &LogPattern) -> Result<regex::Regex, Invalid> {
+    regex::RegexBuilder::new(&p.0)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| Invalid::Spec(format!("{field} {:?}: {e}", p.0)))
+}
+
+/// The redaction `logs` asks for, its patterns compiled as every user regex
+/// is ([`user_regex`]).
+pub fn redactor(logs: &LogOptions) -> Result<Redactor, Invalid> {
+    let custom = logs.redact.iter().map(|p| user_regex("logs.redact", p)).collect::<Result<Vec<_>, _>>()?;
+    Redactor::new(logs.redact_defaults, custom).map_err(|e| Invalid::Spec(e.to_string()))
+}
 
 fn bounded(name: &str, d: Duration, max: Duration) -> Result<Duration, Invalid> {
     if d > max {
@@ -101,15 +123,10 @@ impl Rules {
             return Err(Invalid::ClusterScopeRefused { allowed });
         }
         let ignore = spec.ignore.clone().unwrap_or_default();
-        let mut log_patterns = Vec::new();
-        for p in &ignore.log_patterns {
-            let re = regex::RegexBuilder::new(&p.0)
-                .size_limit(REGEX_SIZE_LIMIT)
-                .build()
-                .map_err(|e| Invalid::Spec(format!("ignore.logPatterns {:?}: {e}", p.0)))?;
-            log_patterns.push(re);
-        }
+        let log_patterns =
+            ignore.log_patterns.iter().map(|p| user_regex("ignore.logPatterns", p)).collect::<Result<Vec<_>, _>>()?;
         let logs = &spec.logs;
+        let redactor = Arc::new(redactor(logs)?);
         Ok(Self {
             enabled,
             pending_after,
@@ -122,6 +139,7 @@ impl Rules {
             ignore_containers: ignore.container_names.iter().map(|c| c.0.clone()).collect(),
             ignore_pods: ignore.pod_name_patterns.iter().map(|g| g.0.clone()).collect(),
             log_patterns,
+            redactor,
             tail_lines: u32::try_from(logs.tail_lines.clamp(0, 1000)).unwrap_or(50),
             max_bytes: usize::try_from(logs.max_bytes.clamp(0, 65536)).unwrap_or(8192),
             cooldown,
@@ -142,7 +160,9 @@ impl Rules {
         self.ignore_containers.iter().any(|c| c == name)
     }
 
-    /// The ignore.logPatterns entry the log tail matches, if any.
+    /// The ignore.logPatterns entry the log tail matches, if any. The tail
+    /// given is the redacted one (as held and shown): a pattern never sees a
+    /// secret, so its verdict (counted in status) cannot reveal one.
     pub fn suppressing_pattern(&self, logs: &str) -> Option<&str> {
         self.log_patterns.iter().find(|re| re.is_match(logs)).map(regex::Regex::as_str)
     }
@@ -157,7 +177,7 @@ impl Rules {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::crd::{AlertRules, GoDuration, Ignore, LogPattern};
+    use crate::crd::{AlertRules, GoDuration, Ignore};
 
     fn spec() -> PodAlertSpec {
         serde_json::from_value(serde_json::json!({"alerts": {"checkRunningPods": true}})).unwrap()
@@ -224,6 +244,30 @@ mod tests {
         let mut s = spec();
         s.ignore = Some(Ignore { log_patterns: vec![LogPattern("a{1000}{1000}".into())], ..Default::default() });
         assert!(Rules::new(&s, "a", &[]).is_err(), "a huge automaton is refused");
+        // logs.redact: the same compiler, the same bounds, its own field named.
+        let mut s = spec();
+        s.logs.redact = vec![LogPattern("(unclosed".into())];
+        let e = Rules::new(&s, "a", &[]).unwrap_err();
+        assert_eq!(e.reason(), "InvalidSpec");
+        assert!(e.to_string().contains("logs.redact"), "{e}");
+        s.logs.redact = vec![LogPattern("a{1000}{1000}".into())];
+        assert!(
+            Rules::new(&s, "a", &[]).unwrap_err().to_string().contains("logs.redact"),
+            "a huge automaton is refused"
+        );
+    }
+
+    #[test]
+    fn redaction_is_on_by_default_and_can_be_turned_off() {
+        let r = Rules::new(&spec(), "a", &[]).unwrap();
+        assert_eq!(r.redactor.redact("password=hunter2"), "password=[redacted]");
+        let s: PodAlertSpec = serde_json::from_value(serde_json::json!({
+            "alerts": {"checkRunningPods": true},
+            "logs": {"redactDefaults": false, "redact": ["ssn=\\d+"]}
+        }))
+        .unwrap();
+        let r = Rules::new(&s, "a", &[]).unwrap();
+        assert_eq!(r.redactor.redact("password=hunter2 ssn=123"), "password=hunter2 [redacted]");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Bad input gets a clear answer, on the test control plane: the seed's
 //! rule without `checkRunningPods` is refused at admission with "an alert
-//! must be set"; an `allNamespaces` rule outside the trusted namespaces and a
-//! sink Secret that does not exist become conditions and Warning Events.
+//! must be set"; an `allNamespaces` rule outside the trusted namespaces, a
+//! sink Secret that does not exist and a `logs.redact` pattern that is not
+//! RE2 become conditions and Warning Events.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -33,6 +34,10 @@ async fn the_seeds_rule_without_an_alert_and_bad_values_are_refused_at_admission
         (json!({"alerts": {"checkRunningPods": true, "reasons": ["Sad"]}}), "reasons"),
         (json!({"alerts": {"checkRunningPods": true}, "sinks": {"alertmanager": {"url": "ftp://x"}}}), "url"),
         (json!({"alerts": {"checkRunningPods": true}, "logs": {"tailLines": 100000}}), "tailLines"),
+        // logs.redact has ignore.logPatterns' bounds: 32 patterns of 512 characters.
+        (json!({"alerts": {"checkRunningPods": true}, "logs": {"redact": vec!["x"; 33]}}), "redact"),
+        (json!({"alerts": {"checkRunningPods": true}, "logs": {"redact": ["x".repeat(513)]}}), "redact"),
+        (json!({"alerts": {"checkRunningPods": true}, "logs": {"redactDefaults": "no"}}), "redactDefaults"),
     ];
     for (spec, field) in bad {
         let e = create_podalert(&client, &ns, "bad", spec.clone()).await.unwrap_err();
@@ -154,4 +159,48 @@ async fn all_namespaces_is_refused_while_the_admission_policy_is_missing() {
     })
     .await;
     flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+}
+
+/// A `logs.redact` pattern the schema cannot judge (it is not RE2) is
+/// reported as a bad `ignore.logPatterns` one is: Ready=False with
+/// InvalidSpec naming the field, and a Warning Event — no panic, and the
+/// PodAlert is not evaluated half-redacting.
+#[tokio::test]
+async fn an_invalid_redact_pattern_is_a_condition_and_a_warning() {
+    let env = shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pa-redact-bad").await.unwrap();
+    let operator = start_operator(&env, &ns, &[]);
+    create_podalert(
+        &client,
+        &ns,
+        "bad-redact",
+        json!({"alerts": {"checkRunningPods": true}, "logs": {"redact": ["ok", "(unclosed"]}}),
+    )
+    .await
+    .unwrap();
+    let ready = wait_status(&client, &ns, "bad-redact", "the InvalidSpec condition", T, |s| {
+        condition(s, "Ready").filter(|c| c.1 == "InvalidSpec")
+    })
+    .await;
+    assert_eq!(ready.0, "False");
+    assert!(ready.2.contains("logs.redact") && ready.2.contains("(unclosed"), "{ready:?}");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    flotilla_testenv::wait_for("the InvalidSpec Warning", T, || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&Default::default()).await?;
+            let said = list.items.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("InvalidSpec")
+                    && e.note.as_deref().is_some_and(|n| n.contains("logs.redact"))
+            });
+            Ok::<_, kube::Error>(said.then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let logs = operator.logs();
+    assert!(!logs.contains("panicked"), "{logs}");
 }
