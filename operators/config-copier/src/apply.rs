@@ -137,7 +137,7 @@ impl Writer<'_> {
     }
 
     async fn create(&self, key: &CopyKey, source: &Source) -> Result<(), kube::Error> {
-        let manifest = source.copy_manifest(self.rule, &key.namespace);
+        let manifest = source.copy_manifest(self.rule, &key.namespace, &key.name);
         let body = serde_json::to_vec(&manifest).map_err(kube::Error::SerdeError)?;
         drop(manifest);
         let pp = PostParams { dry_run: false, field_manager: Some(self.field_manager.to_string()) };
@@ -152,7 +152,7 @@ impl Writer<'_> {
 
     /// Server-side apply of the copy, with a resourceVersion precondition.
     async fn apply(&self, key: &CopyKey, source: &Source, resource_version: Option<&str>) -> Result<(), kube::Error> {
-        let mut manifest = source.copy_manifest(self.rule, &key.namespace);
+        let mut manifest = source.copy_manifest(self.rule, &key.namespace, &key.name);
         if let Some(rv) = resource_version {
             manifest["metadata"]["resourceVersion"] = json!(rv);
         }
@@ -169,7 +169,7 @@ impl Writer<'_> {
     /// records the version we leave it at.
     async fn settle(&self, key: &CopyKey, source: &Source, meta: &Value, repair: bool) -> Result<(), kube::Error> {
         let rv = meta.pointer("/metadata/resourceVersion").and_then(Value::as_str);
-        let desired = source.copy_manifest_marks(self.rule, &key.namespace);
+        let desired = source.copy_manifest_marks(self.rule, &key.namespace, &key.name);
         let strays = stray_fields(meta, self.field_manager, &desired, repair);
         if strays.is_empty() {
             self.caches.record_version(key, rv.map(ResourceVersion::parse));

@@ -9,6 +9,7 @@
 //! version was changed by someone else), and the rules' [`Claims`].
 //! A reconcile reads all of it once, as a [`Snapshot`], and plans on that.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -26,7 +27,7 @@ use crate::claims::{ClaimSet, Claims, LiveRules};
 use crate::copy::{CopyKey, Observed, Payload, ResourceVersion, RuleId, RuleRef, SourceInfo, SourceMeta};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
-use crate::plan::{NamespaceInfo, SourceSelection};
+use crate::plan::{NamespaceInfo, Naming, SourceSelection};
 use crate::sources::SourceIndex;
 use crate::targets::TargetFilter;
 
@@ -231,25 +232,27 @@ impl Caches {
     }
 
     /// Reads the caches once for a reconcile of `rule` (its sources of
-    /// `kind` as `selection` selects them): `None` while a cache it needs
-    /// has not listed.
+    /// `kind` as `selection` selects them, their copies named as `naming`
+    /// says): `None` while a cache it needs has not listed.
     pub fn snapshot(
         &self,
         rule: &RuleId,
         kind: SourceKind,
         selection: &SourceSelection,
         targets: &TargetFilter,
+        naming: &Naming,
     ) -> Option<Snapshot> {
         let (Some(namespaces), true) = (self.namespaces(), self.copies_ready(kind)) else { return None };
         let sources = self.sources(rule, kind, selection)?;
         // The copies the plan may decide on: this rule's own (of either
-        // kind: a rule whose kind changed prunes the old kind's), and
-        // whatever is held where its copies would go — under its sources'
-        // names (a desired copy's name is its source's) in the namespaces
-        // it selects. Looked up by key, not by scanning every copy: a
+        // kind: a rule whose kind changed prunes the old kind's; a rule
+        // whose target names changed, the old names'), and whatever is
+        // held where its copies would go — under its copies' names (the
+        // sources', or as spec.target names them) in the namespaces it
+        // selects. Looked up by key, not by scanning every copy: a
         // scan cost every reconcile all copies of the cluster, and cloned
         // those of every rule whose sources share a name (issue 28).
-        let names: BTreeSet<&str> = sources.iter().map(|m| m.name.as_str()).collect();
+        let names: BTreeSet<Cow<'_, str>> = sources.iter().map(|m| naming.copy_name(&m.name)).collect();
         let mut copies: BTreeMap<CopyKey, Observed> =
             self.copies_of(rule).into_iter().map(|o| (o.key.clone(), o)).collect();
         if let Some(store) = self.copies.get(&kind) {

@@ -32,8 +32,8 @@ use crate::crd::{CopyRule, SkippedSource, SourceKind};
 use crate::error::Error;
 use crate::metrics::CopierMetrics;
 use crate::plan::{
-    Policy, RulePlan, Seen, SourceSelection, copy_facts, desired_copies, plan_copies, sources_too_large,
-    target_namespaces,
+    Naming, Policy, RulePlan, Seen, SourceSelection, TARGET_NAME_INVALID, copy_facts, desired_copies,
+    invalid_names_message, name_copies, plan_copies, sources_too_large, target_namespaces,
 };
 use crate::read::Reader;
 use crate::report;
@@ -225,8 +225,9 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         .as_ref()
         .map(Selector::new)
         .transpose()
-        .and_then(|s| Ok((s, TargetFilter::new(rule.spec.namespaces.as_ref())?)));
-    let (selector, targets) = match checked {
+        .and_then(|s| Ok((s, TargetFilter::new(rule.spec.namespaces.as_ref())?)))
+        .and_then(|(s, t)| Ok((s, t, Naming::of(rule.spec.target.as_ref())?)));
+    let (selector, targets, naming) = match checked {
         Ok(v) => v,
         Err(e) => {
             caches.forget_rule(id);
@@ -260,7 +261,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     let selection = SourceSelection { selector, names: rule.spec.names.iter().map(|n| n.0.clone()).collect() };
     // Snapshot: the caches, read once.
     let Some(Snapshot { namespaces, sources: metas, copies, rules, scope, mut claims }) =
-        caches.snapshot(id, rule.spec.kind, &selection, &targets)
+        caches.snapshot(id, rule.spec.kind, &selection, &targets, &naming)
     else {
         return caches_not_ready(rule, data).await;
     };
@@ -292,10 +293,31 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         write_status(rule, data, &summary, false).await?;
         return Ok(Action::requeue(RESYNC));
     }
+    // The copies' names (spec.target). One name for several sources is
+    // refused as a whole, as a rule over its budget is: its copies stay
+    // as they are, and nothing is copied under that name.
+    let named = match name_copies(&rule_sources, &naming) {
+        Ok(named) => named,
+        Err(ambiguous) => {
+            let why = ambiguous.message();
+            if !already_said(previous.map(|p| p.conditions.as_slice()), "Ready", "TargetNameAmbiguous", &why) {
+                data.ctx.events.warning(&oref, "TargetNameAmbiguous", "Copy", why.clone());
+            }
+            let summary = Summary { sources: rule_sources.copied.len(), ambiguous: Some(why), ..Default::default() };
+            write_status(rule, data, &summary, false).await?;
+            return Ok(Action::requeue(RESYNC));
+        }
+    };
+    let names_invalid = invalid_names_message(&named);
+    if let Some(why) = &names_invalid
+        && !already_said(previous.map(|p| p.conditions.as_slice()), "Ready", "TargetNameInvalid", why)
+    {
+        data.ctx.events.warning(&oref, "TargetNameInvalid", "Copy", why.clone());
+    }
     let target_set = target_namespaces(&plan_rule, &namespaces, policy);
-    let desired = desired_copies(&rule_sources, &target_set, rule.spec.kind);
+    let desired = desired_copies(&named, &target_set, rule.spec.kind);
     let created = rule.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string());
-    let claim = crate::plan::claim(&plan_rule, created, &rule_sources, &target_set);
+    let claim = crate::plan::claim(&plan_rule, created, &named, &target_set);
     // Published for the other rules (those it concerns are woken); this
     // plan decides with it in place of the one the snapshot holds.
     caches.wake(caches.claims().set(id, Some(claim.clone())));
@@ -314,7 +336,13 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
                 reason: why.reason().into(),
                 message: why.message(),
             })
+            .chain(named.invalid.iter().map(|(name, why)| SkippedSource {
+                name: name.clone(),
+                reason: TARGET_NAME_INVALID.into(),
+                message: why.clone(),
+            }))
             .collect(),
+        names_invalid,
         ..Default::default()
     };
     let seen = Seen {

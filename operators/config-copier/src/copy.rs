@@ -1,6 +1,7 @@
 //! What a copy looks like: its content, ownership marks and hashes. Pure.
 //!
-//! A copy has the source's name, `data`/`binaryData` (and `type` for
+//! A copy has the source's name (or the one `spec.target` makes of it:
+//! [`crate::plan::Naming`]), `data`/`binaryData` (and `type` for
 //! Secrets), the source's labels and annotations minus tracking ones, plus:
 //! label `flotilla.dev/copy-rule` (who owns it), label
 //! `app.kubernetes.io/managed-by: flotilla-config-copier`, and annotations
@@ -448,19 +449,21 @@ impl Source {
         Some(source)
     }
 
-    /// The copy of this source in `namespace` for `rule`, as a server-side
-    /// apply body: exactly the fields config-copier owns.
-    pub fn copy_manifest(&self, rule: &RuleRef, namespace: &str) -> Value {
-        self.manifest(rule, namespace, true)
+    /// The copy of this source named `name` in `namespace` for `rule`, as
+    /// a server-side apply body: exactly the fields config-copier owns.
+    /// `name` is the plan's (the source's, or as `spec.target` names it);
+    /// the source annotation names the source either way.
+    pub fn copy_manifest(&self, rule: &RuleRef, namespace: &str, name: &str) -> Value {
+        self.manifest(rule, namespace, name, true)
     }
 
     /// The copy's manifest with empty payload values: its marks and key
     /// names, without carrying the payload around.
-    pub fn copy_manifest_marks(&self, rule: &RuleRef, namespace: &str) -> Value {
-        self.manifest(rule, namespace, false)
+    pub fn copy_manifest_marks(&self, rule: &RuleRef, namespace: &str, name: &str) -> Value {
+        self.manifest(rule, namespace, name, false)
     }
 
-    fn manifest(&self, rule: &RuleRef, namespace: &str, values: bool) -> Value {
+    fn manifest(&self, rule: &RuleRef, namespace: &str, name: &str, values: bool) -> Value {
         let payload = |m: &BTreeMap<String, String>| -> Value {
             if values { json!(m) } else { Value::Object(m.keys().map(|k| (k.clone(), json!(""))).collect()) }
         };
@@ -475,7 +478,7 @@ impl Source {
         let mut obj = json!({
             "apiVersion": "v1",
             "kind": self.kind.as_str(),
-            "metadata": {"name": self.name, "namespace": namespace, "labels": labels, "annotations": annotations},
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
         });
         if !self.content.data.is_empty() {
             obj["data"] = payload(&self.content.data);
@@ -513,7 +516,7 @@ mod tests {
             ]),
             Content { data: m(&[("k", "v")]), ..Default::default() },
         );
-        let obj = src.copy_manifest(&rref("default", "main-rule"), "team-a");
+        let obj = src.copy_manifest(&rref("default", "main-rule"), "team-a", "cfg");
         let labels = obj["metadata"]["labels"].as_object().unwrap();
         assert_eq!(labels.len(), 3, "{labels:?}");
         assert_eq!(labels["copyrator"], "true");
@@ -534,6 +537,31 @@ mod tests {
     }
 
     #[test]
+    fn a_renamed_copy_has_the_plans_name_and_names_its_source() {
+        let src = Source::new(
+            SourceKind::ConfigMap,
+            "team-a",
+            "ca-crt",
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            Content { data: m(&[("ca.crt", "pem")]), ..Default::default() },
+        );
+        let rule = rref("team-a", "r");
+        for obj in
+            [src.copy_manifest(&rule, "apps", "team-a-ca-crt"), src.copy_manifest_marks(&rule, "apps", "team-a-ca-crt")]
+        {
+            assert_eq!(obj["metadata"]["name"], "team-a-ca-crt");
+            assert_eq!(obj["metadata"]["annotations"][SOURCE_ANNOTATION], "team-a/ca-crt");
+            assert_eq!(obj["metadata"]["labels"][RULE_LABEL], "team-a.r");
+        }
+        // The name is no part of the content hash: a rename alone rewrites nothing but the name.
+        let read =
+            Observed::from_json(SourceKind::ConfigMap, &src.copy_manifest(&rule, "apps", "x"), true, "me").unwrap();
+        assert_eq!(read.annotated_hash.as_deref(), Some(src.hash.as_str()));
+        assert_eq!(&*read.key.name, "x");
+    }
+
+    #[test]
     fn a_written_copy_reads_back_with_its_marks_and_drift_is_seen() {
         let src = Source::new(
             SourceKind::Secret,
@@ -544,7 +572,7 @@ mod tests {
             Content { data: m(&[("k", "dg==")]), type_: Some("Opaque".into()), ..Default::default() },
         );
         let rule = rref("default", "r");
-        let mut obj = src.copy_manifest(&rule, "x");
+        let mut obj = src.copy_manifest(&rule, "x", "s");
         let read = Observed::from_json(SourceKind::Secret, &obj, true, "me").unwrap();
         let owner = read.owner.clone().unwrap();
         assert_eq!(owner.label.as_deref(), Some("default.r"));
@@ -677,7 +705,7 @@ mod tests {
             &BTreeMap::new(),
             Content { data: m(&[("k", "v")]), ..Default::default() },
         );
-        let desired = src.copy_manifest_marks(&rref("d", "r"), "x");
+        let desired = src.copy_manifest_marks(&rref("d", "r"), "x", "n");
         assert_eq!(desired["data"]["k"], "", "marks carry key names, not the payload");
         let obj = json!({
             "metadata": {

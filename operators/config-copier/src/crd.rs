@@ -18,6 +18,12 @@ pub use flotilla_shared::selector::{
 #[x_kube(validation = kube::core::Rule::new(
     "has(self.selector) || (has(self.names) && size(self.names) > 0)"
 ).message("a rule needs a selector, names, or both"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.target) || !has(self.target.name) || !has(self.names) || size(self.names) <= 1"
+).message("target.name is the name of one copy: a rule with target.name lists at most one source name (use target.namePrefix or target.nameSuffix to copy several)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.target) || !has(self.names) || self.names.all(n, (has(self.target.namePrefix) ? size(self.target.namePrefix) : 0) + size(n) + (has(self.target.nameSuffix) ? size(self.target.nameSuffix) : 0) <= 253)"
+).message("target.namePrefix + a source name + target.nameSuffix must be at most 253 characters (an object name)"))]
 #[kube(
     group = "flotilla.dev",
     version = "v1alpha1",
@@ -71,6 +77,13 @@ pub struct CopyRuleSpec {
     /// object owned by another existing CopyRule is never taken).
     #[serde(default)]
     pub on_conflict: OnConflict,
+    /// How copies are named in the target namespaces. Omitted: a copy has
+    /// its source's name. Set name (one source only) or namePrefix and/or
+    /// nameSuffix (any number of sources), not both. Changing it renames
+    /// the copies: the new ones are made and this rule's old ones pruned
+    /// (unless prune is false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<CopyTarget>,
     /// Delete copies whose source, rule or namespace match went away
     /// (default true). False leaves such copies in place, no longer updated.
     #[serde(default = "default_true")]
@@ -135,6 +148,52 @@ pub struct NamespaceTargets {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub exclude: Vec<NamespaceGlob>,
+}
+
+/// How a rule names its copies: one fixed name, or the source's name
+/// between a prefix and a suffix. A name that is not a valid object name,
+/// or a fixed name for a rule selecting several sources, is refused at
+/// admission where the schema can know it; otherwise at run time with
+/// Ready=False (TargetNameInvalid, TargetNameAmbiguous) and a Warning
+/// Event, and nothing is copied under that name.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.name) || (!has(self.namePrefix) && !has(self.nameSuffix))"
+).message("target.name and target.namePrefix/nameSuffix are mutually exclusive"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "(has(self.namePrefix) ? size(self.namePrefix) : 0) + (has(self.nameSuffix) ? size(self.nameSuffix) : 0) <= 252"
+).message("target.namePrefix and target.nameSuffix together must leave room for the source's name (at most 252 characters)"))]
+pub struct CopyTarget {
+    /// The copy's name, instead of its source's (a DNS subdomain). Only
+    /// for a rule that copies exactly one source: admission refuses it
+    /// with more than one entry in names, and a rule whose selector
+    /// matches several sources is Ready=False (TargetNameAmbiguous) and
+    /// copies, updates and prunes nothing until it matches one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<ObjectName>,
+    /// Put before each source's name: the copy of ca-crt with namePrefix
+    /// team-a- is team-a-ca-crt. Lowercase letters, digits, '-' and '.';
+    /// it starts with a letter or digit and ends with a letter, a digit,
+    /// '-' or a single '.', so that the copy's name is a valid object
+    /// name. A copy name over 253 characters (a long source name) is not
+    /// copied: status.skipped, Ready=False TargetNameInvalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 252),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\.|-+)?$")
+    )]
+    pub name_prefix: Option<String>,
+    /// Put after each source's name: the copy of ca-crt with nameSuffix
+    /// -team-a is ca-crt-team-a. Lowercase letters, digits, '-' and '.';
+    /// it starts with a letter, a digit, '-' or a single '.' and ends with
+    /// a letter or digit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 252),
+        pattern(r"^(\.|-+)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name_suffix: Option<String>,
 }
 
 /// An object's name (a DNS subdomain).
@@ -203,7 +262,7 @@ pub struct CopyRuleStatus {
 pub struct ConflictEntry {
     /// The target namespace.
     pub namespace: String,
-    /// The object's name (the source's name).
+    /// The object's name (the copy's: its source's, or as spec.target names it).
     pub name: String,
     /// NotOwned (no ownership marks), OwnedByAnotherRule, ClaimedByAnotherRule
     /// (an older rule wants the same object) or Invalid (the API refused the write).
@@ -219,7 +278,9 @@ pub struct ConflictEntry {
 pub struct SkippedSource {
     /// The object's name (in the rule's namespace).
     pub name: String,
-    /// SecretTypeNotAllowed, KubeRootCa, HelmRelease or ControlledByAnotherController.
+    /// SecretTypeNotAllowed, KubeRootCa, HelmRelease,
+    /// ControlledByAnotherController or TargetNameInvalid (the copy's name
+    /// spec.target makes of it is not a valid object name).
     pub reason: String,
     /// Details, e.g. the Secret type or the controller.
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -18,7 +18,7 @@
 //! | [`claims`] | claims and conflicts: who wins a name two rules want and what is known of the rule a copy's marks name (pure); the claims and reported conflicts kept between reconciles, a change returning the rules to wake |
 //! | [`budget`] | the bytes of payload held at once (`--max-bytes-in-flight`) |
 //! | [`read`] | the reads of sources' payloads, within that budget; a copy read again after a write's answer |
-//! | [`plan`] | which copies should exist, the rule's claim, whose each object is, and what to do about each (pure) |
+//! | [`plan`] | which copies should exist and their names (`spec.target`: `plan::Naming`), the rule's claim, whose each object is, and what to do about each (pure) |
 //! | [`apply`] | the writes and nothing else: create, server-side apply, delete, each proving ownership; typed answers |
 //! | [`cleanup`] | a deleted rule: the copies to prune, found by asking the API |
 //! | [`status`] | status and conditions (pure) |

@@ -1,7 +1,8 @@
 //! Every write decision, as pure functions: which namespaces may receive a
 //! rule's copies (protection and consent), which selected objects may be
 //! copied (Secret types, default exclusions), whether a rule's sources fit
-//! its byte budget, which copies should exist, the rule's claim (who wins
+//! its byte budget, what the copies are named ([`naming`]: `spec.target`),
+//! which copies should exist, the rule's claim (who wins
 //! a name two rules want: [`crate::claims`]), and — for one copy — what to do from
 //! the desired copy, the observed object's metadata and the policy
 //! ([`decide`]). `apply.rs` only carries the [`Action`] out.
@@ -306,16 +307,18 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Every copy that should exist: each copied source in each target namespace.
+/// Every copy that should exist: each named copy ([`name_copies`]) in
+/// each target namespace, under its copy name (one shared string for all
+/// the namespaces).
 pub fn desired_copies(
-    sources: &RuleSources,
+    named: &NamedCopies,
     targets: &Targets<'_>,
     kind: SourceKind,
 ) -> BTreeMap<CopyKey, Arc<SourceInfo>> {
     let mut out = BTreeMap::new();
-    for source in &sources.copied {
+    for (name, source) in &named.copies {
         for ns in &targets.accepted {
-            let key = CopyKey { kind, namespace: (*ns).into(), name: source.name.as_str().into() };
+            let key = CopyKey { kind, namespace: (*ns).into(), name: Arc::clone(name) };
             out.insert(key, Arc::clone(source));
         }
     }
@@ -323,21 +326,25 @@ pub fn desired_copies(
 }
 
 /// The claim `rule` publishes for the copies it wants (`created`: its
-/// creationTimestamp, which ranks it).
-pub fn claim(rule: &RulePlan<'_>, created: Option<String>, sources: &RuleSources, targets: &Targets<'_>) -> Claim {
+/// creationTimestamp, which ranks it): their names, not their sources'
+/// (two rules whose sources share a name but whose copies do not, say
+/// by prefix, want different objects).
+pub fn claim(rule: &RulePlan<'_>, created: Option<String>, named: &NamedCopies, targets: &Targets<'_>) -> Claim {
     let names = flotilla_shared::intern::names();
     Claim {
         rank: Rank { created, rule: rule.rule.id.clone() },
         kind: rule.kind,
-        names: sources.copied.iter().map(|s| names.get(&s.name)).collect(),
+        names: named.copies.iter().map(|(name, _)| Arc::clone(name)).collect(),
         namespaces: targets.accepted.iter().map(|ns| names.get(ns)).collect(),
     }
 }
 
 mod copies;
 mod decide;
+mod naming;
 pub use copies::*;
 pub use decide::*;
+pub use naming::*;
 
 #[cfg(test)]
 mod tests;

@@ -28,6 +28,11 @@ pub struct Summary {
     pub sources_unavailable: Option<String>,
     /// The sources exceed the per-rule budget (and by how much).
     pub too_large: Option<String>,
+    /// `target.name` and several sources: nothing decided (why).
+    pub ambiguous: Option<String>,
+    /// Some sources' copy names are not valid object names (why); the
+    /// others are copied.
+    pub names_invalid: Option<String>,
     /// Protected namespaces the selection matched.
     pub protected: Vec<String>,
     /// Selected objects that are not copied.
@@ -64,6 +69,10 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
         c.set("Ready", false, "SourcesUnavailable", format!("cannot read the sources: {why}"));
     } else if let Some(why) = &s.too_large {
         c.set("Ready", false, "SourcesTooLarge", why.clone());
+    } else if let Some(why) = &s.ambiguous {
+        c.set("Ready", false, "TargetNameAmbiguous", why.clone());
+    } else if let Some(why) = &s.names_invalid {
+        c.set("Ready", false, crate::plan::TARGET_NAME_INVALID, why.clone());
     } else if let Some(first) = s.failures.first() {
         c.set(
             "Ready",
@@ -96,8 +105,13 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
             ),
         );
     }
-    // A rule that decided nothing (invalid, too large) says nothing new of conflicts.
-    if s.invalid.is_none() && s.refused.is_none() && s.prune_failed.is_none() && s.too_large.is_none() {
+    // A rule that decided nothing (invalid, too large, ambiguous) says nothing new of conflicts.
+    let decided = s.invalid.is_none()
+        && s.refused.is_none()
+        && s.prune_failed.is_none()
+        && s.too_large.is_none()
+        && s.ambiguous.is_none();
+    if decided {
         if conflicts.is_empty() {
             c.set(CONFLICTING, false, "NoConflicts", "every target is free or owned by this rule");
         } else {
@@ -208,6 +222,35 @@ mod tests {
         assert!(cond(&s, "Ready").message.contains("40 MiB"));
         assert_eq!(cond(&s, CONFLICTING), cond(&before, CONFLICTING));
         assert_eq!(s.sources, 60);
+    }
+
+    #[test]
+    fn target_names_that_cannot_be_have_their_reasons() {
+        let before = build(None, Some(1), &Summary { desired: 1, in_sync: 1, ..Default::default() });
+        let s = build(
+            Some(&before),
+            Some(2),
+            &Summary { sources: 2, ambiguous: Some("target.name x names one copy".into()), ..Default::default() },
+        );
+        assert_eq!(
+            (cond(&s, "Ready").status.as_str(), cond(&s, "Ready").reason.as_str()),
+            ("False", "TargetNameAmbiguous")
+        );
+        assert_eq!(cond(&s, CONFLICTING), cond(&before, CONFLICTING), "nothing was decided");
+        let s = build(
+            Some(&before),
+            Some(3),
+            &Summary {
+                sources: 2,
+                desired: 1,
+                in_sync: 1,
+                names_invalid: Some("1 source is not copied".into()),
+                failures: vec!["boom".into()],
+                ..Default::default()
+            },
+        );
+        assert_eq!(cond(&s, "Ready").reason, "TargetNameInvalid", "the spec's problem, before a write's");
+        assert_eq!(cond(&s, CONFLICTING).reason, "NoConflicts", "the other sources were decided");
     }
 
     #[test]

@@ -420,6 +420,7 @@ fn attack_rule(name: &str, targets: &[&str]) -> CopyRule {
                 include: targets.iter().map(|t| NamespaceGlob((*t).to_string())).collect(),
                 ..Default::default()
             }),
+            target: None,
             on_conflict: OnConflict::Skip,
             prune: true,
         },
@@ -453,6 +454,7 @@ fn rule() -> CopyRule {
             selector: Some(sel("bench", "source")),
             names: vec![],
             namespaces: Some(NamespaceTargets { selector: Some(sel("bench", "target")), ..Default::default() }),
+            target: None,
             on_conflict: OnConflict::Skip,
             prune: true,
         },

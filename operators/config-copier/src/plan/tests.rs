@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
 use crate::claims::tests::{claim_of, key};
-use crate::claims::{Claim, ClaimSet, LiveRules, OwnerState, Rank, winner};
+use crate::claims::{Claim, ClaimSet, LiveRules, OwnerState, Rank, claimed_by, winner};
 use crate::copy::{Content, Observed, Owner, Payload, RuleId, RuleRef, Source, SourceInfo};
 use crate::crd::{LabelKey, LabelSelector, LabelValue, NamespaceGlob, NamespaceTargets};
 use proptest::prelude::*;
@@ -118,7 +118,7 @@ fn a_namespace_user_cannot_reach_kube_system_nor_copy_cluster_credentials() {
     // Even listed in --secret-types, the cluster's credentials are never copied.
     let lax = Policy::new(None, &[], Consent::None, NEVER_COPIED_TYPES.iter().map(|s| s.to_string()).collect());
     assert!(lax.secret_types.is_empty());
-    let keys = desired_copies(&s, &t, SourceKind::Secret);
+    let keys = desired_copies(&name_copies(&s, &Naming::Same).unwrap(), &t, SourceKind::Secret);
     assert!(keys.keys().all(|k| &*k.name == "creds" && !k.namespace.starts_with("kube-")));
 }
 
@@ -589,4 +589,113 @@ fn copy_facts_are_the_wanted_copies_and_our_own_outside_protected_namespaces() {
         "kube-system's planted copy and e's unrelated object are not decided on"
     );
     assert!(facts.iter().all(|f| f.ctx.prune && f.ctx.on_conflict == OnConflict::Overwrite));
+}
+
+fn arb_naming() -> impl Strategy<Value = Naming> {
+    prop_oneof![
+        Just(Naming::Same),
+        ("(a-|b-|a\\.)?", "(-a|-b)?").prop_map(|(prefix, suffix)| Naming::Affixed { prefix, suffix }),
+        "[a-c]".prop_map(Naming::Fixed),
+    ]
+}
+
+proptest! {
+    /// A rule whose copies were named by `old` and are now named by `new`
+    /// (sources whose names may run into each other's copies' names:
+    /// `b` prefixed `a-` is the `a-b` of before) deletes exactly its old
+    /// copies no name wants any more, creates exactly the new names
+    /// nothing holds, and never deletes an object that is not its own,
+    /// under an old name or not; with `prune: false` it deletes nothing.
+    #[test]
+    fn a_rename_prunes_exactly_the_old_copies_and_makes_the_new(
+        sources_ in proptest::collection::btree_set("[a-c](-[a-c])?", 1..5),
+        old in arb_naming(),
+        new in arb_naming(),
+        foreign in proptest::option::of("[a-c](-[a-c])?"),
+        prune in any::<bool>(),
+    ) {
+        let list: Vec<&str> = sources_.iter().map(String::as_str).collect();
+        let infos = RuleSources {
+            copied: list.iter().map(|n| source(SourceKind::ConfigMap, n, &[], None)).collect(),
+            skipped: vec![],
+        };
+        let targets = Targets { accepted: vec!["b", "c"], protected: vec![] };
+        let keys = |naming: &Naming| -> Option<BTreeSet<CopyKey>> {
+            let named = name_copies(&infos, naming).ok()?;
+            Some(desired_copies(&named, &targets, SourceKind::ConfigMap).into_keys().collect())
+        };
+        // What the old naming made (an ambiguous old naming made nothing).
+        let before = keys(&old).unwrap_or_default();
+        let mut copies: BTreeMap<CopyKey, Observed> = before
+            .iter()
+            .map(|k| (k.clone(), Observed { key: k.clone(), ..observed(mine(), "h", Payload::Trusted) }))
+            .collect();
+        // An object not ours where no copy of ours is (a name the new naming may want).
+        let foreign_key = foreign.map(|f| key("b", &f)).filter(|k| !copies.contains_key(k));
+        if let Some(k) = &foreign_key {
+            copies.insert(k.clone(), Observed { key: k.clone(), ..observed(None, "h", Payload::Trusted) });
+        }
+        let Ok(named) = name_copies(&infos, &new) else {
+            // One name for several sources: the controller decides nothing (status says why).
+            prop_assert!(matches!(new, Naming::Fixed(_)) && list.len() > 1);
+            return Ok(());
+        };
+        let after: BTreeSet<CopyKey> = desired_copies(&named, &targets, SourceKind::ConfigMap).into_keys().collect();
+        let me = me();
+        let (rules, claims, namespaces) = (LiveRules::new(), ClaimSet::new(), HashMap::new());
+        let seen = Seen { me: &me, copies: &copies, rules: &rules, scope: None, claims: &claims, namespaces: &namespaces };
+        let desired = desired_copies(&named, &targets, SourceKind::ConfigMap);
+        let plan = plan_copies(copy_facts(desired, &seen, &Policy::default(), OnConflict::Skip, prune));
+        let jobs: Vec<&Job> = plan.by_source.values().flatten().chain(&plan.without_payload).collect();
+        let deleted: BTreeSet<CopyKey> =
+            jobs.iter().filter(|j| matches!(j.action, Action::Delete { .. })).map(|j| j.key.clone()).collect();
+        let created: BTreeSet<CopyKey> =
+            jobs.iter().filter(|j| j.action == Action::Create).map(|j| j.key.clone()).collect();
+        let gone: BTreeSet<CopyKey> = before.difference(&after).cloned().collect();
+        prop_assert_eq!(&deleted, &if prune { gone.clone() } else { BTreeSet::new() });
+        let fresh: BTreeSet<CopyKey> =
+            after.iter().filter(|k| !copies.contains_key(*k)).cloned().collect();
+        prop_assert_eq!(created, fresh);
+        if let Some(k) = &foreign_key {
+            prop_assert!(!deleted.contains(k), "deleted {} which is not ours", k);
+        }
+        // Every copy kept under a name still wanted is written (its content is its new source's).
+        for k in before.intersection(&after) {
+            prop_assert!(jobs.iter().any(|j| &j.key == k && matches!(j.action, Action::Update { .. })), "{}", k);
+        }
+    }
+}
+
+/// Two rules in two namespaces both copy a `ca-crt` into one namespace:
+/// under their own prefixes they want different objects, and neither is
+/// claimed by the other; without, the older wins the one name.
+#[test]
+fn prefixed_copies_of_one_source_name_from_two_rules_do_not_collide() {
+    let (a, b) = (
+        RuleRef { id: RuleId::new("team-a", "ca"), uid: "ua".into() },
+        RuleRef { id: RuleId::new("team-b", "ca"), uid: "ub".into() },
+    );
+    let (sel, targets) = (SourceSelection::default(), TargetFilter::default());
+    let t = Targets { accepted: vec!["apps"], protected: vec![] };
+    let claim_with = |rule: &RuleRef, created: &str, naming: &Naming| {
+        let plan = RulePlan { rule, kind: SourceKind::ConfigMap, sources: &sel, targets: &targets };
+        let src = RuleSources { copied: vec![source(SourceKind::ConfigMap, "ca-crt", &[], None)], skipped: vec![] };
+        let named = name_copies(&src, naming).unwrap();
+        Arc::new(claim(&plan, Some(created.into()), &named, &t))
+    };
+    let prefix = |p: &str| Naming::Affixed { prefix: p.into(), suffix: String::new() };
+    let claims: ClaimSet = [
+        (a.id.clone(), claim_with(&a, "2026-01-01T00:00:00Z", &prefix("team-a-"))),
+        (b.id.clone(), claim_with(&b, "2026-01-02T00:00:00Z", &prefix("team-b-"))),
+    ]
+    .into();
+    assert_eq!(claimed_by(&claims, &b.id, &key("apps", "team-b-ca-crt")), None);
+    assert_eq!(claimed_by(&claims, &a.id, &key("apps", "team-a-ca-crt")), None);
+    assert!(!claims[&a.id].wants(&key("apps", "ca-crt")), "a claim names the copies, not the sources");
+    let same: ClaimSet = [
+        (a.id.clone(), claim_with(&a, "2026-01-01T00:00:00Z", &Naming::Same)),
+        (b.id.clone(), claim_with(&b, "2026-01-02T00:00:00Z", &Naming::Same)),
+    ]
+    .into();
+    assert_eq!(claimed_by(&same, &b.id, &key("apps", "ca-crt")), Some(a.id.clone()), "the collision of before");
 }
