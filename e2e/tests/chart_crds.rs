@@ -45,15 +45,15 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// A copy of the load-tester chart as an older release would have had it:
-/// the LoadTest CRD without its short name `ld`.
+/// the LoadTest CRD without its short names (`lt`, `ld`).
 fn older_chart() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("flotilla-older-chart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     copy_dir(&charts_dir().join(CHART), &dir);
     let file = dir.join("files").join("crds").join(format!("{LOADTESTS}.yaml"));
     let text = std::fs::read_to_string(&file).unwrap();
-    let short = "    shortNames:\n    - ld\n";
-    assert!(text.contains(short), "the LoadTest CRD no longer has the short name this test removes");
+    let short = "    shortNames:\n    - lt\n    - ld\n";
+    assert!(text.contains(short), "the LoadTest CRD no longer has the short names this test removes");
     std::fs::write(&file, text.replace(short, "")).unwrap();
     dir
 }
@@ -101,7 +101,11 @@ async fn crds_install_upgrade_stay_and_are_adopted_with_the_charts() {
     // 2. Upgrade: the CRD changes with the chart (Helm's crds/ would not).
     helm_ok(kc, &["upgrade", "lt", &real, "--namespace", &ns]).unwrap();
     let c = crd(&env, LOADTESTS).await.unwrap();
-    assert_eq!(c.spec.names.short_names, Some(vec!["ld".to_string()]), "helm upgrade updated the CRD");
+    assert_eq!(
+        c.spec.names.short_names,
+        Some(vec!["lt".to_string(), "ld".to_string()]),
+        "helm upgrade updated the CRD"
+    );
     let want = generated().into_iter().find(|(n, _)| n == LOADTESTS).unwrap().1;
     assert_eq!(serde_json::to_value(&c.spec.versions).unwrap(), want["spec"]["versions"], "the live CRD is crds/'s");
 

@@ -92,6 +92,14 @@ spec:
             summary: {{ printf "%s: the {{ $labels.name }} queue has not emptied in over 15 minutes; objects wait to be reconciled" $name | quote }}
             runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaWorkqueueBacklog") }}
         {{- end }}
+        - alert: FlotillaAPIServerErrors
+          expr: sum(rate(rest_client_requests_total{ {{- $sel -}} ,code=~"5..|<error>"}[5m])) / sum(rate(rest_client_requests_total{ {{- $sel -}} }[5m])) > 0.1
+          for: 15m
+          labels:
+            severity: warning
+          annotations:
+            summary: {{ printf "%s: more than 10%% of its requests to the API server fail (5xx or no answer)" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaAPIServerErrors") }}
         - alert: FlotillaEventsDropped
           expr: sum(increase(flotilla_events_dropped_total{ {{- $sel -}} }[15m])) > 0
           labels:

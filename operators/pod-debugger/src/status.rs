@@ -2,10 +2,17 @@
 //! rule). Pure.
 
 use flotilla_shared::Conditions;
-use flotilla_shared::conditions::{READY, Status};
+use flotilla_shared::conditions::{INVALID_SPEC, READY, Status};
 
 use crate::crd::{MAX_PODS_LISTED, PodDebuggerStatus, PodEntry};
 use crate::plan::{Decision, PodPlan};
+
+/// The refusals that make a PodDebugger Stalled: a spec the operator
+/// cannot use, or one its flags say it never honours (a protected
+/// namespace, an image off --allowed-images); only an edit changes them.
+/// A missing admission policy or a namespace's Pod Security level can
+/// change without one: those are not Stalled.
+pub const STALLED_ON: [&str; 3] = [INVALID_SPEC, "ProtectedNamespace", "ImageNotAllowed"];
 
 /// The rule-level outcome of a reconcile.
 pub enum Outcome<'a> {
@@ -115,6 +122,7 @@ pub fn build(
             status.pods = entries;
         }
     }
+    conditions.stall_on(&STALLED_ON);
     status.conditions = conditions.into_vec();
     status
 }
@@ -175,6 +183,24 @@ mod tests {
         let s = build(Some(&s), Some(2), "dbg-x", Outcome::Refused { reason: "ImageNotAllowed", message: "no".into() });
         assert!(s.pods.is_empty() && s.matched == 0);
         assert_eq!(s.conditions[0].reason, "ImageNotAllowed");
+    }
+
+    #[test]
+    fn a_refusal_only_an_edit_lifts_is_stalled_the_others_are_not() {
+        let stalled = |reason: &'static str| {
+            let s = build(None, Some(1), "c", Outcome::Refused { reason, message: "m".into() });
+            s.conditions.iter().find(|c| c.type_ == "Stalled").map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        for reason in STALLED_ON {
+            assert_eq!(stalled(reason), Some(("True".into(), reason.into())), "{reason}");
+        }
+        for reason in ["AdmissionPolicyMissing", "ProfileForbidden", "DryRunRejected"] {
+            assert_eq!(stalled(reason), None, "{reason}");
+        }
+        // Fixed: planned again, and no longer stalled.
+        let s = build(None, Some(1), "c", Outcome::Refused { reason: "InvalidSpec", message: "m".into() });
+        let s = build(Some(&s), Some(2), "c", Outcome::Planned(&[]));
+        assert!(!s.conditions.iter().any(|c| c.type_ == "Stalled"), "{:?}", s.conditions);
     }
 
     #[test]
