@@ -136,7 +136,11 @@ async fn crds_install_upgrade_stay_and_are_adopted_with_the_charts() {
     let crds_dir = root().join("crds").display().to_string();
     env.kubectl(&["apply", "--server-side", "-f", &crds_dir]).unwrap();
     let umbrella = charts_dir().join(UMBRELLA).display().to_string();
-    let out = helm(kc, &["install", "flotilla", &umbrella, "--namespace", &ns]).unwrap();
+    // Every operator (and so every CRD), not only those on by default.
+    let every = ["--set", "config-copier.enabled=true", "--set", "pod-debugger.enabled=true"];
+    let mut install = vec!["install", "flotilla", umbrella.as_str(), "--namespace", ns.as_str()];
+    install.extend(every);
+    let out = helm(kc, &install).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("invalid ownership metadata"),
@@ -148,7 +152,7 @@ async fn crds_install_upgrade_stay_and_are_adopted_with_the_charts() {
         env.kubectl(&["annotate", "--overwrite", "crd", &name, &release, &namespace]).unwrap();
         env.kubectl(&["label", "--overwrite", "crd", &name, "app.kubernetes.io/managed-by=Helm"]).unwrap();
     }
-    helm_ok(kc, &["install", "flotilla", &umbrella, "--namespace", &ns]).unwrap();
+    helm_ok(kc, &install).unwrap();
     for (name, want) in generated() {
         let c = crd(&env, &name).await.unwrap_or_else(|| panic!("CRD {name} missing"));
         assert_eq!(annotation(&c, "meta.helm.sh/release-name").as_deref(), Some("flotilla"), "{name}");

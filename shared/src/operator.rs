@@ -75,7 +75,7 @@ impl Operator {
         F: FnOnce(Context) -> Fut + Send + 'static,
         Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
-        crate::telemetry::init(self.config.log_format);
+        crate::telemetry::init(self.config.log_format, self.config.log_level);
         match self.run_inner(controllers).await {
             Ok(code) => code,
             Err(e) => {

@@ -45,7 +45,7 @@ apiVersion: v1
 kind: ConfigMap
 metadata:
   name: {{ include "flotilla.suffixed" (list . "dashboard") }}
-  namespace: {{ default .Release.Namespace .Values.grafanaDashboard.namespace }}
+  namespace: {{ default (include "flotilla.namespace" $) .Values.grafanaDashboard.namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
     grafana_dashboard: "1"
@@ -55,8 +55,8 @@ metadata:
 data:
   {{ $name }}.json: |-
     {{- dict
-      "title" (printf "Flotilla %s (%s/%s)" .Chart.Name .Release.Namespace .Release.Name)
-      "uid" (printf "flotilla-%s" (sha256sum (printf "%s/%s" .Release.Namespace $name) | trunc 12))
+      "title" (printf "Flotilla %s (%s/%s)" .Chart.Name (include "flotilla.namespace" $) .Release.Name)
+      "uid" (printf "flotilla-%s" (sha256sum (printf "%s/%s" (include "flotilla.namespace" $) $name) | trunc 12))
       "tags" (list "flotilla" .Chart.Name)
       "schemaVersion" 39
       "time" (dict "from" "now-6h" "to" "now")

@@ -7,7 +7,7 @@ prometheusRule.selector replaces that. Each alert links its runbook in the
 README at the release's tag.
 */}}
 {{- define "flotilla.alertSelector" -}}
-{{- default (printf "namespace=%q,pod=~%q" .Release.Namespace (printf "%s-.*" (include "flotilla.fullname" .))) .Values.prometheusRule.selector -}}
+{{- default (printf "namespace=%q,pod=~%q" (include "flotilla.namespace" $) (printf "%s-.*" (include "flotilla.fullname" .))) .Values.prometheusRule.selector -}}
 {{- end -}}
 
 {{- define "flotilla.runbook" -}}
@@ -22,7 +22,7 @@ apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
 metadata:
   name: {{ $name }}
-  namespace: {{ default .Release.Namespace .Values.prometheusRule.namespace }}
+  namespace: {{ default (include "flotilla.namespace" $) .Values.prometheusRule.namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
     {{- with .Values.prometheusRule.labels }}
