@@ -69,6 +69,16 @@ pub struct PodAlertSpec {
     #[serde(default)]
     #[schemars(default = "Sinks::default")]
     pub sinks: Sinks,
+    /// A runbook link sent with every notification: in Slack's message, as
+    /// the webhook's incident.runbookURL, as Alertmanager's runbook_url
+    /// annotation and at the end of the Event's note. An http(s) URL in
+    /// which {reason}, {namespace}, {workload} (Kind/name) and {container}
+    /// are replaced by the incident's, percent-encoded (a workload's `/`
+    /// kept), e.g. https://runbooks.example.com/pods/{reason}. Omitted: no
+    /// link.
+    #[serde(default, rename = "runbookURL", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 8, max = 1024), pattern(r#"^https?://[^\s<>|"`]+$"#))]
+    pub runbook_url: Option<String>,
 }
 
 fn default_true() -> bool {

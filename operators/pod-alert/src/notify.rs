@@ -43,6 +43,9 @@ pub struct IncidentView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<String>,
     pub logs: LogText,
+    /// The PodAlert's runbookURL, filled in for this incident.
+    #[serde(rename = "runbookURL", skip_serializing_if = "Option::is_none")]
+    pub runbook_url: Option<String>,
 }
 
 /// An incident's log tail as one PodAlert shows it, rendered when a
@@ -122,7 +125,15 @@ impl IncidentView {
                 _ => None,
             },
             logs: LogText::new(i.logs.clone(), lines, bytes),
+            runbook_url: None,
         }
+    }
+
+    /// With the PodAlert's runbook link filled in for this incident.
+    #[must_use]
+    pub fn with_runbook(mut self, template: Option<&str>) -> Self {
+        self.runbook_url = template.map(|t| runbook_url(t, &self));
+        self
     }
 
     /// `team-a/Deployment/web container app: CrashLoopBackOff`.
@@ -143,6 +154,49 @@ impl IncidentView {
         }
         s
     }
+}
+
+/// `template` with `{reason}`, `{namespace}`, `{workload}` and
+/// `{container}` replaced by `v`'s, percent-encoded: what pods name cannot
+/// add a query, a fragment or another host to the admin's link. The
+/// workload's `/` (Kind/name) is kept, as a path.
+pub fn runbook_url(template: &str, v: &IncidentView) -> String {
+    let fields = [
+        ("{reason}", v.reason.as_str()),
+        ("{namespace}", v.namespace.as_str()),
+        ("{workload}", v.workload.as_str()),
+        ("{container}", v.container.as_str()),
+    ];
+    let mut out = String::with_capacity(template.len() + 32);
+    let mut rest = template;
+    'scan: while let Some(at) = rest.find('{') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        for (name, value) in fields {
+            if let Some(after) = rest.strip_prefix(name) {
+                out.push_str(&percent_encode(value));
+                rest = after;
+                continue 'scan;
+            }
+        }
+        out.push('{');
+        rest = &rest[1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Everything but RFC 3986's unreserved characters and `/`, percent-encoded.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// One notification to send.
@@ -185,6 +239,15 @@ impl Notification {
     }
 
     pub fn event_note(&self) -> String {
+        let i = &self.incident;
+        let note = self.event_text();
+        match &i.runbook_url {
+            Some(url) => format!("{note} · runbook: {url}"),
+            None => note,
+        }
+    }
+
+    fn event_text(&self) -> String {
         let i = &self.incident;
         match self.change {
             Change::Resolved => format!("{} ({} pods)", self.headline(), i.pod_count),
@@ -260,9 +323,13 @@ impl Notification {
             let logs = cut_end_keep_tail(&e(&logs).replace("```", "'''"), 2800);
             blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("```{logs}```")}}));
         }
-        blocks.push(json!({"type": "context", "elements": [
-            {"type": "mrkdwn", "text": e(&format!("PodAlert {}/{} · since {}", self.podalert.0, self.podalert.1, i.since))}
-        ]}));
+        let mut context = e(&format!("PodAlert {}/{} · since {}", self.podalert.0, self.podalert.1, i.since));
+        if let Some(url) = &i.runbook_url {
+            // The admin's URL (no `<`, `>`, `|`: the schema refuses them)
+            // with encoded values: a link, and only to where it points.
+            context.push_str(&format!(" · <{url}|Runbook>"));
+        }
+        blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]}));
         json!({"text": text, "blocks": blocks})
     }
 }
@@ -331,16 +398,26 @@ pub fn alertmanager_alerts(
     podalert: (&str, &str),
     incidents: &[&Incident],
     (lines, bytes): (u32, usize),
+    runbook: Option<&str>,
     now: Timestamp,
 ) -> Value {
     let alerts: Vec<Value> = incidents
         .iter()
         .map(|i| {
-            let v = IncidentView::of(i, lines, bytes);
+            let v = IncidentView::of(i, lines, bytes).with_runbook(runbook);
             let ends = match i.phase {
                 Phase::Resolved { at } => at,
                 _ => after(now, FIRING_ENDS_AFTER),
             };
+            let mut annotations = json!({
+                "summary": v.title(),
+                "description": format!("{} ({} pods, {} restarts: {})", v.message, v.pod_count, v.restarts, v.pods_line()),
+                "logs": v.logs,
+            });
+            // Alertmanager's annotations are strings: absent, not null.
+            if let Some(url) = &v.runbook_url {
+                annotations["runbook_url"] = Value::from(url.as_str());
+            }
             json!({
                 "labels": {
                     "alertname": ALERT_NAME,
@@ -351,11 +428,7 @@ pub fn alertmanager_alerts(
                     "severity": v.severity,
                     "podalert": format!("{}/{}", podalert.0, podalert.1),
                 },
-                "annotations": {
-                    "summary": v.title(),
-                    "description": format!("{} ({} pods, {} restarts: {})", v.message, v.pod_count, v.restarts, v.pods_line()),
-                    "logs": v.logs,
-                },
+                "annotations": annotations,
                 "startsAt": i.since.to_string(),
                 "endsAt": ends.to_string(),
             })
@@ -483,12 +556,51 @@ mod tests {
     }
 
     #[test]
+    fn the_runbook_link_is_filled_in_and_what_pods_name_cannot_leave_its_place() {
+        let t = "https://runbooks.example.com/{reason}/{namespace}/{workload}?c={container}&x={unknown}";
+        let mut v = IncidentView::of(&incident(Phase::Firing), 50, 8192);
+        assert_eq!(
+            runbook_url(t, &v),
+            "https://runbooks.example.com/CrashLoopBackOff/team-a/Deployment/web?c=app&x={unknown}"
+        );
+        v.container = "a?b#c&d=e%@evil.example {namespace}".into();
+        assert_eq!(
+            runbook_url("https://r.example/{container}", &v),
+            "https://r.example/a%3Fb%23c%26d%3De%25%40evil.example%20%7Bnamespace%7D",
+            "encoded, and never substituted twice"
+        );
+        assert_eq!(runbook_url("https://r.example/{", &v), "https://r.example/{");
+    }
+
+    #[test]
+    fn every_sink_carries_the_runbook_link_and_none_without_one() {
+        let mut n = note(Change::Opened { replaces: None }, Phase::Firing);
+        n.incident = n.incident.clone().with_runbook(Some("https://r.example/{reason}"));
+        let url = "https://r.example/CrashLoopBackOff";
+        assert_eq!(n.webhook()["incident"]["runbookURL"], url);
+        assert!(n.slack()["blocks"].to_string().contains(&format!("<{url}|Runbook>")));
+        assert!(n.event_note().ends_with(&format!(" · runbook: {url}")), "{}", n.event_note());
+        let firing = incident(Phase::Firing);
+        let now = Timestamp::from_second(1_800_000_100).unwrap();
+        let am =
+            alertmanager_alerts(("team-a", "crashes"), &[&firing], (50, 8192), Some("https://r.example/{reason}"), now);
+        assert_eq!(am[0]["annotations"]["runbook_url"], url);
+
+        let plain = note(Change::Opened { replaces: None }, Phase::Firing);
+        assert!(plain.webhook()["incident"].get("runbookURL").is_none());
+        assert!(!plain.slack().to_string().contains("Runbook"));
+        assert!(!plain.event_note().contains("runbook"));
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&firing], (50, 8192), None, now);
+        assert!(am[0]["annotations"].get("runbook_url").is_none(), "absent, not null");
+    }
+
+    #[test]
     fn alertmanager_firing_ends_in_four_minutes_resolved_ends_when_resolved() {
         let now = Timestamp::from_second(1_800_000_100).unwrap();
         let firing = incident(Phase::Firing);
         let at = Timestamp::from_second(1_800_000_090).unwrap();
         let resolved = incident(Phase::Resolved { at });
-        let v = alertmanager_alerts(("team-a", "crashes"), &[&firing, &resolved], (50, 8192), now);
+        let v = alertmanager_alerts(("team-a", "crashes"), &[&firing, &resolved], (50, 8192), None, now);
         let a = v.as_array().unwrap();
         assert_eq!(a[0]["labels"]["alertname"], ALERT_NAME);
         assert_eq!(a[0]["labels"]["reason"], "CrashLoopBackOff");
@@ -516,7 +628,7 @@ mod tests {
             let incidents = book.for_alertmanager(t(s));
             let (send, next) = schedule.tick(!incidents.is_empty(), changed, t(s));
             if send {
-                let body = alertmanager_alerts(("a", "p"), &incidents, (50, 8192), t(s));
+                let body = alertmanager_alerts(("a", "p"), &incidents, (50, 8192), None, t(s));
                 sent.push((s, body[0]["endsAt"].as_str().unwrap().to_string()));
             }
             assert_eq!(next.is_some(), !incidents.is_empty());

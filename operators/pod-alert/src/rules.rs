@@ -62,6 +62,8 @@ pub struct Rules {
     pub tail_lines: u32,
     pub max_bytes: usize,
     pub cooldown: Duration,
+    /// spec.runbookURL, a template ([`crate::notify::runbook_url`]).
+    pub runbook: Option<Arc<str>>,
 }
 
 /// Regex program size limit for one user regex (ignore.logPatterns,
@@ -143,6 +145,7 @@ impl Rules {
             tail_lines: u32::try_from(logs.tail_lines.clamp(0, 1000)).unwrap_or(50),
             max_bytes: usize::try_from(logs.max_bytes.clamp(0, 65536)).unwrap_or(8192),
             cooldown,
+            runbook: spec.runbook_url.as_deref().map(Arc::from),
         })
     }
 

@@ -70,6 +70,8 @@ async fn secrets_printed_by_a_crashing_pod_reach_no_status_event_or_sink() {
         json!({
             "alerts": {"checkRunningPods": true},
             "logs": {"redact": [r"\b\d{4}-\d{4}-\d{4}-\d{4}\b"]},
+            // Every sink also carries the runbook link, filled in.
+            "runbookURL": "https://runbooks.example.com/pods/{reason}?ns={namespace}&w={workload}",
             "sinks": {
                 "webhook": {"urlSecretRef": {"name": "hooks", "key": "webhook"}},
                 "slack": {"webhookSecretRef": {"name": "hooks", "key": "slack"}},
@@ -154,6 +156,15 @@ async fn secrets_printed_by_a_crashing_pod_reach_no_status_event_or_sink() {
     assert!(hook_logs.contains("password=[redacted] user=app"), "{hook_logs}");
     let am_logs = alert["annotations"]["logs"].as_str().unwrap_or_default();
     assert!(am_logs.contains("[redacted]"), "{alert}");
+
+    // spec.runbookURL, filled in for the incident, on every sink.
+    let runbook = format!("https://runbooks.example.com/pods/Error?ns={ns}&w=Pod/leaky");
+    assert_eq!(webhook["incident"]["runbookURL"], runbook.as_str(), "{webhook}");
+    assert_eq!(alert["annotations"]["runbook_url"], runbook.as_str(), "{alert}");
+    let slack = receiver.slack_messages("Pod/leaky");
+    assert!(slack[0].body.to_string().contains(&format!("<{runbook}|Runbook>")), "{:?}", slack[0].body);
+    let opened = event_list.iter().find(|e| e.reason.as_deref() == Some("IncidentOpened")).unwrap();
+    assert!(opened.note.as_deref().unwrap_or_default().ends_with(&format!("runbook: {runbook}")), "{opened:?}");
 
     let everything = [
         ("status", status),

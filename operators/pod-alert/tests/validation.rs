@@ -38,12 +38,19 @@ async fn the_seeds_rule_without_an_alert_and_bad_values_are_refused_at_admission
         (json!({"alerts": {"checkRunningPods": true}, "logs": {"redact": vec!["x"; 33]}}), "redact"),
         (json!({"alerts": {"checkRunningPods": true}, "logs": {"redact": ["x".repeat(513)]}}), "redact"),
         (json!({"alerts": {"checkRunningPods": true}, "logs": {"redactDefaults": "no"}}), "redactDefaults"),
+        // runbookURL: an http(s) link, nothing Slack would read as markup.
+        (json!({"alerts": {"checkRunningPods": true}, "runbookURL": "javascript:alert(1)"}), "runbookURL"),
+        (json!({"alerts": {"checkRunningPods": true}, "runbookURL": "https://r.example/a|<!channel>"}), "runbookURL"),
+        (json!({"alerts": {"checkRunningPods": true}, "runbookURL": "https://r.example/a b"}), "runbookURL"),
     ];
     for (spec, field) in bad {
         let e = create_podalert(&client, &ns, "bad", spec.clone()).await.unwrap_err();
         assert!(e.to_string().contains(field), "{spec}: {e}");
     }
     create_podalert(&client, &ns, "ok", json!({"alerts": {"checkRunningPods": true}})).await.unwrap();
+    let runbook =
+        json!({"alerts": {"checkRunningPods": true}, "runbookURL": "https://r.example/{reason}?n={namespace}"});
+    create_podalert(&client, &ns, "with-runbook", runbook).await.unwrap();
 }
 
 #[tokio::test]
