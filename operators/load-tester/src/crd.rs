@@ -62,7 +62,8 @@ pub struct LoadTestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thresholds: Option<Thresholds>,
     /// The whole run, from its start (Go duration, default 10m, at most
-    /// 24h); past it the run is Failed (DeadlineExceeded).
+    /// 24h); past it the run is Failed (DeadlineExceeded). With
+    /// load.duration, at least startTimeout + duration + 1m.
     #[serde(default = "default_deadline")]
     #[schemars(default = "default_deadline")]
     pub deadline: GoDuration,
@@ -129,8 +130,10 @@ pub struct LoadSpec {
 }
 
 /// The runner pods' resources and placement.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(POD_AFFINITY_OWN_NAMESPACE)
+    .message("runner.affinity: pod (anti-)affinity terms select pods of this namespace only (no namespaces, no namespaceSelector)"))]
 pub struct RunnerSpec {
     /// The loadgen container's requests and limits. Omitted: requests =
     /// limits = 500m CPU and 256Mi memory, so runners are Guaranteed QoS (the
@@ -148,7 +151,9 @@ pub struct RunnerSpec {
     #[schemars(schema_with = "bounds::tolerations")]
     pub tolerations: Vec<Toleration>,
     /// The runners' affinity (the pod's affinity: node affinity, pod
-    /// affinity and anti-affinity; each list at most 32 long).
+    /// affinity and anti-affinity; each list at most 32 long). Pod
+    /// (anti-)affinity terms select pods of this namespace only: no
+    /// namespaces, no namespaceSelector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "bounds::affinity")]
     pub affinity: Option<Affinity>,
@@ -161,6 +166,20 @@ pub struct RunnerSpec {
     #[schemars(default = "yes")]
     pub spread: bool,
 }
+
+/// Pod (anti-)affinity terms may not name other namespaces: whether a
+/// runner schedules would tell the LoadTest's author which pods exist
+/// where they cannot look.
+const POD_AFFINITY_OWN_NAMESPACE: &str = "!has(self.affinity) || ((!has(self.affinity.podAffinity) || ((!has(self.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.all(t, !has(t.namespaces) && !has(t.namespaceSelector))) && \
+    (!has(self.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(t, \
+        !has(t.podAffinityTerm.namespaces) && !has(t.podAffinityTerm.namespaceSelector))))) && \
+    (!has(self.affinity.podAntiAffinity) || ((!has(self.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.all(t, !has(t.namespaces) && !has(t.namespaceSelector))) && \
+    (!has(self.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(t, \
+        !has(t.podAffinityTerm.namespaces) && !has(t.podAffinityTerm.namespaceSelector))))))";
 
 fn yes() -> bool {
     true

@@ -60,7 +60,8 @@ async fn admission_rejects_what_would_fail_later() {
 /// spec.load and spec.runner at admission: a duration excludes repeat and
 /// is 1s-24h; limits are at least their requests (compared as quantities,
 /// so 1Gi = 1024Mi and an integer CPU counts); the embedded Kubernetes
-/// types are bounded; what is valid is stored as written, repeat absent.
+/// types are bounded; pod (anti-)affinity stays in the namespace; what is
+/// valid is stored as written, repeat absent.
 #[tokio::test]
 async fn admission_checks_the_load_duration_and_the_runner_spec() {
     let env = shared();
@@ -116,6 +117,26 @@ async fn admission_checks_the_load_duration_and_the_runner_spec() {
                 "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": vec!["v"; 33]}]}]
             }}}}})),
             "values",
+        ),
+        // The attack: whether a runner schedules next to (or away from)
+        // pods of another namespace tells the author which pods exist there.
+        (
+            "pod affinity to another namespace",
+            with(json!({"runner": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "namespaces": ["kube-system"],
+                 "labelSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+            ]}}}})),
+            "pods of this namespace only",
+        ),
+        (
+            "pod anti-affinity by namespace selector",
+            with(
+                json!({"runner": {"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "namespaceSelector": {},
+                     "labelSelector": {"matchLabels": {"app": "secret"}}}}
+                ]}}}}),
+            ),
+            "pods of this namespace only",
         ),
     ];
     for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
