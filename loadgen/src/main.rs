@@ -47,6 +47,13 @@ struct Args {
     /// Timeout of one request.
     #[arg(long, env = "TIMEOUT", default_value = "5s", value_parser = flotilla_shared::duration::parse_flag)]
     timeout: Duration,
+    /// Send for this long from the start signal instead of `repeat`
+    /// requests per connection: each connection (or the rate's schedule)
+    /// goes on until then, and the summary covers exactly that period
+    /// (requests unanswered at its end are dropped, not counted as sent nor
+    /// as not sent). Bounded by --deadline and --end-at.
+    #[arg(long, env = "DURATION", value_parser = flotilla_shared::duration::parse_flag)]
+    duration: Option<Duration>,
     /// Requests per second for this runner (open model, latencies from the
     /// scheduled time); 0: each connection sends as soon as it is answered.
     #[arg(long, env = "RATE", default_value_t = 0.0)]
@@ -139,6 +146,9 @@ fn main() -> ExitCode {
             Err(why) => return bad("header-file", format!("{name}: {why}")),
         }
     }
+    if args.duration.is_some_and(|d| d.is_zero()) {
+        return bad("duration", "must be more than 0");
+    }
     if args.repeat == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
         return bad("repeat/concurrency", "repeat must be at least 1 and concurrency 1-10000");
     }
@@ -187,6 +197,7 @@ fn main() -> ExitCode {
         timeout: args.timeout,
         rate: args.rate,
         deadline: deadline.saturating_sub(started.elapsed()),
+        duration: args.duration,
     };
     let outcome = match rt.block_on(run(cfg)) {
         Ok(o) => o,
@@ -231,5 +242,14 @@ mod tests {
         assert_eq!(args("1h30m").unwrap().timeout, Duration::from_secs(5400));
         assert!(args("2 weeks").is_err());
         assert!(args("5").is_err());
+    }
+
+    #[test]
+    fn duration_is_optional_and_a_go_duration() {
+        let parse = |extra: &[&str]| Args::try_parse_from([&["loadgen", "--url", "http://x/"], extra].concat());
+        assert_eq!(parse(&[]).unwrap().duration, None);
+        assert_eq!(parse(&["--duration", "10000ms"]).unwrap().duration, Some(Duration::from_secs(10)));
+        assert_eq!(parse(&["--duration", "2m"]).unwrap().duration, Some(Duration::from_secs(120)));
+        assert!(parse(&["--duration", "soon"]).is_err());
     }
 }

@@ -3,7 +3,9 @@
 //! rate — requests on a fixed schedule shared by the workers (open model),
 //! each latency measured from its scheduled time so a slow server cannot
 //! hide its queueing (coordinated omission). Bounded by a per-request
-//! timeout and the run's deadline.
+//! timeout and the run's deadline. With a duration, the workers send until
+//! it is over instead of a count, and the outcome covers exactly that
+//! period.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +39,9 @@ pub struct Config {
     pub rate: f64,
     /// The whole run.
     pub deadline: Duration,
+    /// Send for this long instead of `repeat` requests per worker (ends
+    /// sooner if `deadline` does).
+    pub duration: Option<Duration>,
 }
 
 /// What a run measured.
@@ -123,9 +128,15 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
         template = template.body(cfg.body.clone());
     }
     let template = Arc::new(template.build()?);
-    let total = cfg.repeat.saturating_mul(cfg.concurrency);
+    // A fixed-time run has no count: the workers go on until its end.
+    let total = match cfg.duration {
+        Some(_) => u64::MAX,
+        None => cfg.repeat.saturating_mul(cfg.concurrency),
+    };
     let started = Instant::now();
-    let end = started + cfg.deadline;
+    let window = cfg.duration.map_or(cfg.deadline, |d| d.min(cfg.deadline));
+    let end = started + window;
+    let fixed_time = cfg.duration.is_some();
     let next = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
     let shared = Arc::new(Mutex::new(Shared { histogram: Some(histogram()), ..Shared::default() }));
@@ -164,7 +175,14 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
                 let cut_by_end = left < cfg.timeout;
                 *req.timeout_mut() = Some(left.min(cfg.timeout));
                 sent.fetch_add(1, Ordering::Relaxed);
-                match one(&client, req).await {
+                let result = one(&client, req).await;
+                // A fixed-time run counts only what completed within its
+                // period: an answer (or failure) after its end is dropped.
+                if fixed_time && Instant::now() > end {
+                    sent.fetch_sub(1, Ordering::Relaxed);
+                    break;
+                }
+                match result {
                     None => record(&mut local, due.elapsed()),
                     // Cut short by the run's end, not by its own timeout:
                     // no answer and no failure to count (as wrk does), so
@@ -187,13 +205,16 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
     for w in workers {
         let _ = w.await;
     }
-    let elapsed = started.elapsed();
+    // A fixed-time run reports its period, not the moment its last worker
+    // noticed the end.
+    let elapsed = if fixed_time { started.elapsed().min(window) } else { started.elapsed() };
     let mut s = shared.lock().await;
     let requests = sent.load(Ordering::Relaxed);
     Ok(Outcome {
         requests,
         errors: std::mem::take(&mut s.errors),
-        not_sent: total.saturating_sub(requests),
+        // Nothing was planned beyond the period: none is "not sent".
+        not_sent: if fixed_time { 0 } else { total.saturating_sub(requests) },
         elapsed,
         histogram: s.histogram.take().unwrap_or_else(histogram),
     })

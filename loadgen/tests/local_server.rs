@@ -55,6 +55,7 @@ fn config(url: String, repeat: u64, concurrency: u64) -> Config {
         timeout: Duration::from_secs(5),
         rate: 0.0,
         deadline: Duration::from_secs(30),
+        duration: None,
     }
 }
 
@@ -104,6 +105,59 @@ async fn the_deadline_stops_the_run_and_counts_what_was_not_sent() {
     // a timeout.
     assert!(out.errors.is_empty(), "{:?}", out.errors);
     assert_eq!(out.histogram.len(), out.requests);
+}
+
+#[tokio::test]
+async fn a_duration_run_sends_until_its_end_and_covers_exactly_that_period() {
+    let (base, served) = server().await;
+    // repeat 1 is ignored: three connections loop for 600 ms.
+    let mut cfg = config(format!("{base}/ok?delay_ms=20"), 1, 3);
+    cfg.duration = Some(Duration::from_millis(600));
+    let started = Instant::now();
+    let out = run(cfg).await.unwrap();
+    let wall = started.elapsed();
+    assert!(wall >= Duration::from_millis(600) && wall < Duration::from_millis(900), "{wall:?}");
+    assert_eq!(out.elapsed, Duration::from_millis(600), "the period, exactly");
+    // Each answer takes 20 ms: at most 30 per connection fit in 600 ms,
+    // and far more than repeat's 1.
+    assert!((40..=90).contains(&out.requests), "{} sent", out.requests);
+    assert_eq!(out.not_sent, 0, "nothing was planned past the period");
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    assert_eq!(out.histogram.len(), out.requests);
+    // What was in flight at the end (at most one per connection) was
+    // served, but is not counted: the results cover the period only.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let served = served.load(Ordering::Relaxed);
+    assert!(served >= out.requests && served <= out.requests + 3, "served {served}, counted {}", out.requests);
+}
+
+#[tokio::test]
+async fn a_duration_run_ends_on_time_whatever_the_server_does() {
+    let (base, _) = server().await;
+    // A server that never answers within the period: the requests in
+    // flight at its end are cut, neither answered nor failed.
+    let mut cfg = config(format!("{base}/slow"), 1, 2);
+    cfg.duration = Some(Duration::from_millis(500));
+    let started = Instant::now();
+    let out = run(cfg).await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(1_000), "{:?}", started.elapsed());
+    assert_eq!((out.requests, out.not_sent, out.elapsed), (0, 0, Duration::from_millis(500)));
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    // The run's deadline still bounds a longer duration.
+    let mut cfg = config(format!("{base}/ok"), 1, 1);
+    cfg.duration = Some(Duration::from_secs(10));
+    cfg.deadline = Duration::from_millis(300);
+    let started = Instant::now();
+    let out = run(cfg).await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(800), "{:?}", started.elapsed());
+    assert_eq!(out.elapsed, Duration::from_millis(300));
+    // The open model keeps its schedule for the period: 50/s for 500 ms.
+    let mut cfg = config(format!("{base}/ok"), 1, 2);
+    cfg.rate = 50.0;
+    cfg.duration = Some(Duration::from_millis(500));
+    let out = run(cfg).await.unwrap();
+    assert!((24..=26).contains(&out.requests), "{} sent", out.requests);
+    assert_eq!(out.not_sent, 0);
 }
 
 #[tokio::test]
@@ -159,6 +213,34 @@ async fn the_binary_writes_a_summary_the_operator_can_merge() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--header"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_binary_takes_its_duration_from_the_environment() {
+    let (base, _) = server().await;
+    let dir = std::env::temp_dir().join(format!("loadgen-duration-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("termination-log");
+    // As the operator sets it: milliseconds, in DURATION, REPEAT still set.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .env("URL", format!("{base}/ok?delay_ms=10"))
+        .env("REPEAT", "1")
+        .env("DURATION", "700ms")
+        .env("TERMINATION_LOG", &log)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = Summary::parse(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    assert_eq!(s.elapsed_ms, 700);
+    assert!(s.requests > 10, "{} requests: it sent for the duration, not once", s.requests);
+    assert_eq!((s.not_sent, s.error_count()), (0, 0));
+    let zero = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--url", &format!("{base}/ok"), "--duration", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(zero.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

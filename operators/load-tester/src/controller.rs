@@ -271,12 +271,12 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
     count_ended_run(old, &next.status, &data.metrics, &name);
 
     let image = test.spec.image.clone().unwrap_or_else(|| data.options.loadgen_image.clone());
-    let (run, end_at) = (next.status.run, crate::machine::runners_end(&next.status, &limits));
+    let (run, window) = (next.status.run, crate::machine::runners_window(&next.status, &limits));
     let mut create: Vec<Pod> = Vec::with_capacity(next.create.len());
     // The machine pins the target before it asks for runners.
     if let Some(pinned) = next.status.target.as_ref() {
         for i in &next.create {
-            let pod = runner::pod(&name, &uid, &ns, &test.spec, &image, run, *i, end_at, pinned);
+            let pod = runner::pod(&name, &uid, &ns, &test.spec, &image, run, *i, &window, pinned);
             create
                 .push(serde_json::from_value(pod).map_err(|e| Error::Kube("runner pod", kube::Error::SerdeError(e)))?);
         }
@@ -307,14 +307,18 @@ fn limits(test: &LoadTest, options: &Options) -> Result<Limits, String> {
         Some(bad) => Err(format!("header name {bad:?} is not an HTTP token")),
         None => Ok(()),
     };
-    match (test.spec.deadline.get(), test.spec.start_timeout.get(), test.spec.test.timeout.get(), headers) {
-        (Ok(deadline), Ok(start_timeout), Ok(_), Ok(())) => Ok(Limits {
+    let spec = &test.spec;
+    match (spec.deadline.get(), spec.start_timeout.get(), spec.test.timeout.get(), spec.duration(), headers) {
+        (Ok(deadline), Ok(start_timeout), Ok(_), Ok(duration), Ok(())) => Ok(Limits {
             deadline,
             start_timeout,
+            duration,
             min_rerun_interval: options.min_rerun_interval,
             max_runners_per_namespace: options.max_runners_per_namespace,
         }),
-        (d, s, t, h) => Err([d.err(), s.err(), t.err(), h.err()].into_iter().flatten().collect::<Vec<_>>().join("; ")),
+        (d, s, t, l, h) => {
+            Err([d.err(), s.err(), t.err(), l.err(), h.err()].into_iter().flatten().collect::<Vec<_>>().join("; "))
+        }
     }
 }
 

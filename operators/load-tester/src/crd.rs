@@ -6,10 +6,14 @@
 use std::collections::BTreeMap;
 
 use flotilla_shared::duration::GoDuration;
+use k8s_openapi::api::core::v1::{Affinity, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+mod bounds;
 
 /// Runs `replicas` coordinated loadgen pods against a Service of this
 /// namespace and reports one merged result: the runners' latency
@@ -18,6 +22,9 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = kube::core::Rule::new(
     "duration(self.deadline) <= duration('24h') && duration(self.startTimeout) <= duration('1h')"
 ).message("deadline is at most 24h and startTimeout at most 1h"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!(has(self.load) && has(self.load.duration) && has(self.test.repeat))"
+).message("load.duration and test.repeat are mutually exclusive: a run lasts a time or sends a count"))]
 #[kube(
     group = "flotilla.dev",
     version = "v1alpha1",
@@ -41,7 +48,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct LoadTestSpec {
     /// Runner pods (1-500), each sending test.repeat requests on each of
-    /// test.concurrency connections.
+    /// test.concurrency connections (or sending for load.duration).
     #[schemars(range(min = 1, max = 500))]
     pub replicas: i32,
     /// What each runner sends, and where.
@@ -58,7 +65,8 @@ pub struct LoadTestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thresholds: Option<Thresholds>,
     /// The whole run, from its start (Go duration, default 10m, at most
-    /// 24h); past it the run is Failed (DeadlineExceeded).
+    /// 24h); past it the run is Failed (DeadlineExceeded). With
+    /// load.duration, at least startTimeout + duration + 1m.
     #[serde(default = "default_deadline")]
     #[schemars(default = "default_deadline")]
     pub deadline: GoDuration,
@@ -80,6 +88,143 @@ pub struct LoadTestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub image: Option<String>,
+    /// How long the load lasts. Omitted: each connection sends test.repeat
+    /// requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadSpec>,
+    /// Where the runner pods run and what they may use. Omitted: requests =
+    /// limits = 500m CPU and 256Mi memory (Guaranteed QoS), spread over the
+    /// nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<RunnerSpec>,
+}
+
+impl LoadTestSpec {
+    /// The runner settings, defaults filled in.
+    pub fn runner(&self) -> RunnerSpec {
+        self.runner.clone().unwrap_or_default()
+    }
+
+    /// `load.duration`, checked: None without one.
+    pub fn duration(&self) -> Result<Option<std::time::Duration>, String> {
+        match self.load.as_ref().and_then(|l| l.duration.as_ref()) {
+            None => Ok(None),
+            Some(d) => d.get().map(Some).map_err(|e| format!("load.duration: {e}")),
+        }
+    }
+}
+
+/// A fixed-time run.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.duration) || (duration(self.duration) >= duration('1s') && duration(self.duration) <= duration('24h'))"
+).message("load.duration is 1s to 24h"))]
+pub struct LoadSpec {
+    /// Send for this long (Go duration, 1s to 24h, e.g. 2m) instead of
+    /// test.repeat requests (not both): each runner keeps
+    /// test.concurrency connections busy (or its rate, when set) from the
+    /// start signal until then, and its results cover exactly that period
+    /// (requests still unanswered at its end count neither as sent nor as
+    /// not sent). The run's deadline is then at least startTimeout +
+    /// duration + 1m, whatever deadline says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<GoDuration>,
+}
+
+/// The runner pods' resources and placement.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(POD_AFFINITY_OWN_NAMESPACE)
+    .message("runner.affinity: pod (anti-)affinity terms select pods of this namespace only (no namespaces, no namespaceSelector)"))]
+pub struct RunnerSpec {
+    /// The loadgen container's requests and limits. Omitted: requests =
+    /// limits = 500m CPU and 256Mi memory, so runners are Guaranteed QoS (the
+    /// last pods evicted, their CPU not shared). Given: used as written
+    /// (Kubernetes sets a missing request to its limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<RunnerResources>,
+    /// Node labels the runners' nodes must have (the pod's nodeSelector; at
+    /// most 32).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "bounds::node_selector")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the runners tolerate (the pod's tolerations; at most 32).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "bounds::tolerations")]
+    pub tolerations: Vec<Toleration>,
+    /// The runners' affinity (the pod's affinity: node affinity, pod
+    /// affinity and anti-affinity; each list at most 32 long). Pod
+    /// (anti-)affinity terms select pods of this namespace only: no
+    /// namespaces, no namespaceSelector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "bounds::affinity")]
+    pub affinity: Option<Affinity>,
+    /// Spread the run's runners over the nodes (default true): at most one
+    /// per node while the nodes allow it (a topology spread constraint on
+    /// kubernetes.io/hostname, maxSkew 1, whenUnsatisfiable
+    /// ScheduleAnyway: with fewer nodes than runners they still schedule).
+    /// One node's CPU and network then do not cap the whole load.
+    #[serde(default = "yes")]
+    #[schemars(default = "yes")]
+    pub spread: bool,
+}
+
+/// Pod (anti-)affinity terms may not name other namespaces: whether a
+/// runner schedules would tell the LoadTest's author which pods exist
+/// where they cannot look.
+const POD_AFFINITY_OWN_NAMESPACE: &str = "!has(self.affinity) || ((!has(self.affinity.podAffinity) || ((!has(self.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.all(t, !has(t.namespaces) && !has(t.namespaceSelector))) && \
+    (!has(self.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(t, \
+        !has(t.podAffinityTerm.namespaces) && !has(t.podAffinityTerm.namespaceSelector))))) && \
+    (!has(self.affinity.podAntiAffinity) || ((!has(self.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.all(t, !has(t.namespaces) && !has(t.namespaceSelector))) && \
+    (!has(self.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(t, \
+        !has(t.podAffinityTerm.namespaces) && !has(t.podAffinityTerm.namespaceSelector))))))";
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for RunnerSpec {
+    fn default() -> Self {
+        RunnerSpec {
+            resources: None,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            affinity: None,
+            spread: true,
+        }
+    }
+}
+
+/// Requests and limits of the loadgen container.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.requests) || self.requests.all(k, isQuantity(string(self.requests[k])))"
+).message("requests must be quantities (e.g. 500m, 256Mi)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.limits) || self.limits.all(k, isQuantity(string(self.limits[k])))"
+).message("limits must be quantities (e.g. 500m, 256Mi)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || \
+     !isQuantity(string(self.requests[k])) || !isQuantity(string(self.limits[k])) || \
+     quantity(string(self.limits[k])).compareTo(quantity(string(self.requests[k]))) >= 0)"
+).message("each limit is at least its request"))]
+pub struct RunnerResources {
+    /// What the scheduler reserves for a runner, by resource name (cpu,
+    /// memory, ...; at most 8).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "bounds::quantities")]
+    pub requests: BTreeMap<String, Quantity>,
+    /// What a runner may use at most, by resource name; each at least its
+    /// request (at most 8).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "bounds::quantities")]
+    pub limits: BTreeMap<String, Quantity>,
 }
 
 fn default_deadline() -> GoDuration {
@@ -91,9 +236,8 @@ fn default_start_timeout() -> GoDuration {
 fn default_port() -> i32 {
     80
 }
-fn default_repeat() -> i32 {
-    10
-}
+/// Requests per connection when test.repeat is omitted.
+pub const DEFAULT_REPEAT: i32 = 10;
 fn default_concurrency() -> i32 {
     1
 }
@@ -126,10 +270,12 @@ pub struct TestSpec {
     #[serde(default = "default_path")]
     #[schemars(default = "default_path", length(min = 1, max = 2048), pattern(r"^/[^\s]*$"))]
     pub path: String,
-    /// Requests per connection (1-1000000, default 10).
-    #[serde(default = "default_repeat")]
-    #[schemars(default = "default_repeat", range(min = 1, max = 1000000))]
-    pub repeat: i32,
+    /// Requests per connection (1-1000000, default 10). Not with
+    /// load.duration (no default in the schema, so that admission can tell
+    /// the two apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub repeat: Option<i32>,
     /// Connections per runner (1-1000, default 1).
     #[serde(default = "default_concurrency")]
     #[schemars(default = "default_concurrency", range(min = 1, max = 1000))]
@@ -160,6 +306,13 @@ pub struct TestSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 65536))]
     pub body: String,
+}
+
+impl TestSpec {
+    /// Requests per connection, the default filled in.
+    pub fn repeat(&self) -> i32 {
+        self.repeat.unwrap_or(DEFAULT_REPEAT)
+    }
 }
 
 /// A header value: one line, at most 4096 characters.
@@ -402,6 +555,11 @@ pub struct Results {
     /// it (in flight at the end: neither answered nor failed).
     #[serde(default)]
     pub not_sent: i64,
+    /// How long the runners sent: the longest runner's time from its start
+    /// signal to its last answer (e.g. 10.00s; with load.duration, that
+    /// duration).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub elapsed: String,
     /// Failed requests over requests sent, as a decimal string.
     pub error_ratio: String,
     /// Requests per second over the longest runner's wall time.

@@ -25,7 +25,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, State, Verdict};
 use crate::results::{merge, verdict};
-use crate::runner::Runner;
+use crate::runner::{Runner, Window};
 
 mod target;
 pub use target::{ServiceView, Target};
@@ -102,12 +102,33 @@ fn fail(step: &mut Step, now: Timestamp, reason: &'static str, message: String) 
 /// Durations the spec holds, checked, and the operator's bounds.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// spec.deadline; see [`Limits::run_deadline`] for the one that holds.
     pub deadline: Duration,
     pub start_timeout: Duration,
+    /// spec.load.duration: the runners send for this long.
+    pub duration: Option<Duration>,
     /// A new run starts no sooner than this after the last one started.
     pub min_rerun_interval: Duration,
     /// Runner pods of one namespace at once, every LoadTest's together.
     pub max_runners_per_namespace: usize,
+}
+
+/// What a fixed-time run may take past its start-up and duration: the
+/// runners' grace before the deadline (at most 10 s), the start signal
+/// reaching them through the kubelet, their summaries being read.
+pub const DURATION_SLACK: Duration = Duration::from_secs(60);
+
+impl Limits {
+    /// The deadline that holds, from the run's start: spec.deadline, but
+    /// never less than startTimeout + load.duration + [`DURATION_SLACK`]:
+    /// a run that started within its startTimeout is never timed out
+    /// before its runners have sent for the whole duration.
+    pub fn run_deadline(&self) -> Duration {
+        match self.duration {
+            None => self.deadline,
+            Some(d) => self.deadline.max(self.start_timeout.saturating_add(d).saturating_add(DURATION_SLACK)),
+        }
+    }
 }
 
 /// What asks for a run: the spec's generation and the rerun annotation's
@@ -216,13 +237,17 @@ fn current_run(step: &mut Step, spec: &LoadTestSpec, limits: &Limits, seen: &See
     step.delete.dedup();
 }
 
-/// When the current run's runners stop sending (Unix seconds): before the
-/// LoadTest's deadline by a grace (a tenth of it, at most 10 s), so every
-/// runner has written its summary when the deadline comes.
-pub fn runners_end(status: &LoadTestStatus, limits: &Limits) -> i64 {
+/// When the current run's runners must be done: they stop sending (Unix
+/// seconds) before the run's deadline by a grace (a tenth of it, at most
+/// 10 s), so every runner has written its summary when the deadline comes.
+pub fn runners_window(status: &LoadTestStatus, limits: &Limits) -> Window {
     let start = status.start_time.as_ref().map_or(0, |t| t.0.as_second());
-    let grace = (limits.deadline / 10).min(Duration::from_secs(10));
-    start.saturating_add(i64::try_from(limits.deadline.saturating_sub(grace).as_secs()).unwrap_or(i64::MAX))
+    let deadline = limits.run_deadline();
+    let grace = (deadline / 10).min(Duration::from_secs(10));
+    Window {
+        end_at: start.saturating_add(i64::try_from(deadline.saturating_sub(grace).as_secs()).unwrap_or(i64::MAX)),
+        deadline,
+    }
 }
 
 /// The run failed after its status was written because the API refused a
@@ -344,7 +369,7 @@ fn pending(
             "Executing",
             format!("run {}: all {replicas} runners running, start signal given", step.status.run),
         ));
-        step.requeue = Some(limits.deadline.saturating_sub(waited));
+        step.requeue = Some(limits.run_deadline().saturating_sub(waited));
         return;
     }
     if waited >= limits.start_timeout {
@@ -443,17 +468,18 @@ fn executing(
         return;
     }
     let elapsed = since(step.status.start_time.as_ref(), now);
-    if elapsed >= limits.deadline {
+    let deadline = limits.run_deadline();
+    if elapsed >= deadline {
         return fail(
             step,
             now,
             "DeadlineExceeded",
-            format!("{} of {replicas} runners done after {:?} (deadline)", done.len(), limits.deadline),
+            format!("{} of {replicas} runners done after {deadline:?} (deadline)", done.len()),
         );
     }
     // A signal that did not land last time is given again.
     step.signal = mine.iter().filter(|r| !r.signalled && r.terminated.is_none()).map(|r| r.name.clone()).collect();
-    step.requeue = Some(limits.deadline - elapsed);
+    step.requeue = Some(deadline - elapsed);
 }
 
 #[cfg(test)]
@@ -468,6 +494,7 @@ mod tests {
 
     const L: Limits = Limits {
         deadline: Duration::from_secs(600),
+        duration: None,
         start_timeout: Duration::from_secs(120),
         min_rerun_interval: Duration::ZERO,
         max_runners_per_namespace: 500,
@@ -499,6 +526,18 @@ mod tests {
     ) -> Step {
         let seen = Seen { runners, target: &target, others_in_namespace: Some(0) };
         step(s, &L, &Wanted { generation, rerun }, old, &seen, now)
+    }
+
+    /// A step of generation 1 with `limits`, the target ready.
+    fn go_with(
+        s: &LoadTestSpec,
+        limits: &Limits,
+        old: Option<&LoadTestStatus>,
+        runners: &[Runner],
+        now: Timestamp,
+    ) -> Step {
+        let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0) };
+        step(s, limits, &Wanted { generation: 1, rerun: "" }, old, &seen, now)
     }
 
     fn runner(run: i64, i: usize) -> Runner {
@@ -798,8 +837,40 @@ mod tests {
         let s = spec(1);
         let st = go(&s, 1, "", None, &[], ready(), t(0)).status;
         // 600 s deadline: the runners stop at 590 s.
-        assert_eq!(runners_end(&st, &L), 1_800_000_000 + 590);
+        assert_eq!(runners_window(&st, &L).end_at, 1_800_000_000 + 590);
+        assert_eq!(runners_window(&st, &L).deadline, Duration::from_secs(600));
         let short = Limits { deadline: Duration::from_secs(10), start_timeout: Duration::from_secs(5), ..L };
-        assert_eq!(runners_end(&st, &short), 1_800_000_000 + 9);
+        assert_eq!(runners_window(&st, &short).end_at, 1_800_000_000 + 9);
+    }
+
+    #[test]
+    fn a_fixed_time_run_is_not_timed_out_before_its_duration_plus_start_up() {
+        // 15 minutes of load with the default 10m deadline and a 2m
+        // startTimeout: the deadline that holds is 2m + 15m + the slack.
+        let s = spec(1);
+        let l = Limits { duration: Some(Duration::from_secs(900)), start_timeout: Duration::from_secs(120), ..L };
+        assert_eq!(l.run_deadline(), Duration::from_secs(120 + 900) + DURATION_SLACK);
+        let pending = go_with(&s, &l, None, &[], t(0)).status;
+        // The slowest start the run allows: every runner Running at 120 s.
+        let mut rs = vec![runner(1, 0)];
+        rs[0].running = true;
+        let exec = go_with(&s, &l, Some(&pending), &rs, t(120));
+        assert_eq!(exec.status.state, State::Executing);
+        assert_eq!(exec.requeue, Some(l.run_deadline() - Duration::from_secs(120)));
+        rs[0].signalled = true;
+        // Sending for the whole 900 s and writing the summary: not failed.
+        let late = go_with(&s, &l, Some(&exec.status), &rs, t(120 + 900 + 30));
+        assert_eq!(late.status.state, State::Executing, "{}", late.status.message);
+        // The runners were told to stop after their 900 s, not at spec.deadline.
+        let window = runners_window(&pending, &l);
+        assert!(window.end_at >= 1_800_000_000 + 120 + 900, "{window:?}");
+        assert_eq!(window.deadline, l.run_deadline());
+        // Past it, the run is timed out as any other.
+        let over = go_with(&s, &l, Some(&exec.status), &rs, t(120 + 900 + 60));
+        assert_eq!(over.status.reason, "DeadlineExceeded");
+        // A deadline longer than that is kept; without a duration, as ever.
+        let short = Limits { duration: Some(Duration::from_secs(10)), ..L };
+        assert_eq!(short.run_deadline(), L.deadline);
+        assert_eq!(L.run_deadline(), L.deadline);
     }
 }

@@ -38,6 +38,7 @@ pub fn merge(messages: &[(String, String)]) -> Result<(Merged, Results), String>
             .map(|(k, n)| (k.as_str().to_string(), i64::try_from(*n).unwrap_or(i64::MAX)))
             .collect(),
         not_sent: i64::try_from(merged.not_sent).unwrap_or(i64::MAX),
+        elapsed: fmt(merged.elapsed),
         error_ratio: format!("{:.4}", merged.error_ratio()),
         rps: format!("{:.1}", merged.rps()),
         latency: Latency {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use crate::crd::{LoadTestSpec, PinnedTarget};
+use crate::crd::{LoadTestSpec, PinnedTarget, RunnerSpec};
 
 /// Label: the LoadTest a runner belongs to.
 pub const LOADTEST_LABEL: &str = "flotilla.dev/loadtest";
@@ -69,9 +69,71 @@ fn headers(spec: &LoadTestSpec) -> (Vec<String>, Vec<String>, Vec<Value>) {
     (literal, files, sources)
 }
 
-/// What the runner pod for `i` of `run` is (an object for the API).
-/// `end_at`: when the runner stops sending (Unix seconds), ahead of the
-/// LoadTest's deadline so its summary is written in time. The runner
+/// When a run's runners must be done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// When the runner stops sending (Unix seconds), ahead of the run's
+    /// deadline so its summary is written in time.
+    pub end_at: i64,
+    /// The run's deadline (loadgen's own bound, from its start).
+    pub deadline: std::time::Duration,
+}
+
+/// What the runner pods get when the LoadTest does not say
+/// (spec.runner.resources): requests = limits, so Guaranteed QoS.
+pub const DEFAULT_CPU: &str = "500m";
+pub const DEFAULT_MEMORY: &str = "256Mi";
+
+/// The loadgen container's resources.
+fn resources(runner: &RunnerSpec) -> Value {
+    match &runner.resources {
+        None => json!({
+            "requests": {"cpu": DEFAULT_CPU, "memory": DEFAULT_MEMORY},
+            "limits": {"cpu": DEFAULT_CPU, "memory": DEFAULT_MEMORY}
+        }),
+        Some(r) => {
+            let mut out = serde_json::Map::new();
+            if !r.requests.is_empty() {
+                out.insert("requests".into(), json!(r.requests));
+            }
+            if !r.limits.is_empty() {
+                out.insert("limits".into(), json!(r.limits));
+            }
+            Value::Object(out)
+        }
+    }
+}
+
+/// The pod spec's placement fields: nodeSelector, tolerations, affinity
+/// as given, and with `spread` a soft spread of this run's runners over
+/// the nodes (ScheduleAnyway: one node still takes them all).
+fn placement(runner: &RunnerSpec, labels: &Value) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    if !runner.node_selector.is_empty() {
+        out.insert("nodeSelector".into(), json!(runner.node_selector));
+    }
+    if !runner.tolerations.is_empty() {
+        out.insert("tolerations".into(), json!(runner.tolerations));
+    }
+    if let Some(a) = &runner.affinity {
+        out.insert("affinity".into(), json!(a));
+    }
+    if runner.spread {
+        out.insert(
+            "topologySpreadConstraints".into(),
+            json!([{
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": labels}
+            }]),
+        );
+    }
+    out
+}
+
+/// What the runner pod for `i` of `run` is (an object for the API),
+/// to be done within `window`. The runner
 /// connects to the pinned cluster IP (`CONNECT_TO`) and never resolves the
 /// URL's host: a relative name would go through the pod's DNS search path,
 /// where `<svc>.<ns>.svc` can be answered from a namespace called `svc`.
@@ -84,27 +146,31 @@ pub fn pod(
     image: &str,
     run: i64,
     i: usize,
-    end_at: i64,
+    window: &Window,
     target: &PinnedTarget,
 ) -> Value {
     let t = &spec.test;
+    let runner = spec.runner();
     let url = format!("http://{}:{}{}", target.host, t.port, t.path);
     let (literal, files, sources) = headers(spec);
-    let env = json!([
-        {"name": "URL", "value": url},
-        {"name": "CONNECT_TO", "value": target.cluster_ip},
-        {"name": "METHOD", "value": t.method.as_str()},
-        {"name": "HEADERS", "value": literal.join("\n")},
-        {"name": "HEADER_FILES", "value": files.join("\n")},
-        {"name": "BODY", "value": t.body},
-        {"name": "REPEAT", "value": t.repeat.to_string()},
-        {"name": "CONCURRENCY", "value": t.concurrency.to_string()},
-        {"name": "TIMEOUT", "value": millis(&t.timeout)},
-        {"name": "RATE", "value": spec.rate.to_string()},
-        {"name": "DEADLINE", "value": millis(&spec.deadline)},
-        {"name": "END_AT", "value": end_at.to_string()},
-        {"name": "START_FILE", "value": START_FILE},
-    ]);
+    let mut env = vec![
+        json!({"name": "URL", "value": url}),
+        json!({"name": "CONNECT_TO", "value": target.cluster_ip}),
+        json!({"name": "METHOD", "value": t.method.as_str()}),
+        json!({"name": "HEADERS", "value": literal.join("\n")}),
+        json!({"name": "HEADER_FILES", "value": files.join("\n")}),
+        json!({"name": "BODY", "value": t.body}),
+        json!({"name": "REPEAT", "value": t.repeat().to_string()}),
+        json!({"name": "CONCURRENCY", "value": t.concurrency.to_string()}),
+        json!({"name": "TIMEOUT", "value": millis(&t.timeout)}),
+        json!({"name": "RATE", "value": spec.rate.to_string()}),
+        json!({"name": "DEADLINE", "value": format!("{}ms", window.deadline.as_millis())}),
+        json!({"name": "END_AT", "value": window.end_at.to_string()}),
+        json!({"name": "START_FILE", "value": START_FILE}),
+    ];
+    if let Some(d) = spec.load.as_ref().and_then(|l| l.duration.as_ref()) {
+        env.push(json!({"name": "DURATION", "value": millis(d)}));
+    }
     let mut mounts = vec![json!({"name": "start", "mountPath": "/etc/flotilla", "readOnly": true})];
     let mut volumes = vec![json!({"name": "start", "downwardAPI": {"items": [
         {"path": "start", "fieldRef": {"fieldPath": format!("metadata.annotations['{START_ANNOTATION}']")}}
@@ -113,7 +179,8 @@ pub fn pod(
         mounts.push(json!({"name": "headers", "mountPath": HEADERS_DIR, "readOnly": true}));
         volumes.push(json!({"name": "headers", "projected": {"sources": sources}}));
     }
-    json!({
+    let run_labels = json!({LOADTEST_LABEL: label_value(test), RUN_LABEL: run.to_string()});
+    let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -142,14 +209,18 @@ pub fn pod(
                 "image": image,
                 "env": env,
                 "terminationMessagePolicy": "File",
-                "resources": {"requests": {"cpu": "50m", "memory": "16Mi"}, "limits": {"memory": "128Mi"}},
+                "resources": resources(&runner),
                 "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
                                     "capabilities": {"drop": ["ALL"]}},
                 "volumeMounts": mounts
             }],
             "volumes": volumes
         }
-    })
+    });
+    if let Some(Value::Object(pod_spec)) = pod.get_mut("spec") {
+        pod_spec.extend(placement(&runner, &run_labels));
+    }
+    pod
 }
 
 /// What the state machine reads of a runner pod.
@@ -252,6 +323,10 @@ mod tests {
         }
     }
 
+    fn window(end_at: i64) -> Window {
+        Window { end_at, deadline: std::time::Duration::from_secs(600) }
+    }
+
     fn env_of(p: &Value) -> BTreeMap<String, String> {
         p["spec"]["containers"][0]["env"]
             .as_array()
@@ -267,7 +342,7 @@ mod tests {
             "replicas": 5, "test": {"serviceName": "nginx", "headers": {"X-A": "1"}}
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        let p = pod("example-02", "uid-1", "shop", &spec, "loadgen:1", 2, 0, 1_900_000_000, &pinned());
+        let p = pod("example-02", "uid-1", "shop", &spec, "loadgen:1", 2, 0, &window(1_900_000_000), &pinned());
         assert_eq!(p["metadata"]["name"], "example-02-r2-0");
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "uid-1");
         assert_eq!(p["metadata"]["labels"][RUN_LABEL], "2");
@@ -286,6 +361,8 @@ mod tests {
         assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
         assert_eq!(p["spec"]["securityContext"]["runAsNonRoot"], true);
         assert_eq!(p["spec"]["volumes"].as_array().map(Vec::len), Some(1), "no header volume without Secrets");
+        assert!(!env.contains_key("DURATION"), "repeat, not a duration");
+        assert_eq!(env["DEADLINE"], "600000ms");
         let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
     }
 
@@ -294,11 +371,15 @@ mod tests {
         // Go's 1.5s passes admission and the operator; loadgen's parser
         // takes whole units only, so it gets milliseconds.
         let spec: LoadTestSpec = serde_json::from_value(json!({
-            "replicas": 1, "deadline": "1.5m", "test": {"serviceName": "nginx", "timeout": "1.5s"}
+            "replicas": 1, "load": {"duration": "1.5m"}, "test": {"serviceName": "nginx", "timeout": "1.5s"}
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        let env = env_of(&pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, 0, &pinned()));
-        assert_eq!((env["TIMEOUT"].as_str(), env["DEADLINE"].as_str()), ("1500ms", "90000ms"));
+        let w = Window { end_at: 0, deadline: std::time::Duration::from_millis(90_500) };
+        let env = env_of(&pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, &w, &pinned()));
+        assert_eq!(
+            (env["TIMEOUT"].as_str(), env["DEADLINE"].as_str(), env["DURATION"].as_str()),
+            ("1500ms", "90500ms", "90000ms")
+        );
     }
 
     #[test]
@@ -311,7 +392,7 @@ mod tests {
             ]}
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        let p = pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, 0, &pinned());
+        let p = pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, &window(0), &pinned());
         let env = env_of(&p);
         assert_eq!(env["HEADERS"], "X-Plain:1");
         assert_eq!(env["HEADER_FILES"], format!("Authorization:{HEADERS_DIR}/h1\nCookie:{HEADERS_DIR}/h2"));
@@ -327,5 +408,70 @@ mod tests {
             ])
         );
         let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+    }
+
+    #[test]
+    fn runners_are_guaranteed_qos_and_spread_by_default() {
+        let spec: LoadTestSpec = serde_json::from_value(json!({"replicas": 3, "test": {"serviceName": "nginx"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let p = pod("example-02", "u", "shop", &spec, "loadgen:1", 4, 1, &window(0), &pinned());
+        // Requests = limits for CPU and memory: the Guaranteed QoS class.
+        let both = json!({"cpu": "500m", "memory": "256Mi"});
+        assert_eq!(p["spec"]["containers"][0]["resources"], json!({"requests": both, "limits": both}));
+        assert_eq!(
+            p["spec"]["topologySpreadConstraints"],
+            json!([{
+                "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {LOADTEST_LABEL: "example-02", RUN_LABEL: "4"}}
+            }])
+        );
+        // The selector matches the pod's own labels: this run's runners.
+        for (k, v) in
+            p["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"].as_object().into_iter().flatten()
+        {
+            assert_eq!(&p["metadata"]["labels"][k], v, "{k}");
+        }
+        for absent in ["nodeSelector", "tolerations", "affinity"] {
+            assert!(p["spec"].get(absent).is_none(), "{absent}");
+        }
+        let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+    }
+
+    #[test]
+    fn the_runner_spec_places_and_sizes_the_pods_as_written() {
+        let affinity = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["load"]}]}
+        ]}}});
+        let tolerations = json!([{"key": "dedicated", "operator": "Equal", "value": "load", "effect": "NoSchedule"}]);
+        let spec: LoadTestSpec = serde_json::from_value(json!({
+            "replicas": 2, "test": {"serviceName": "nginx"},
+            "runner": {
+                "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1", "memory": "64Mi"}},
+                "nodeSelector": {"pool": "load"}, "tolerations": tolerations, "affinity": affinity,
+                "spread": false
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let p = pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, &window(0), &pinned());
+        assert_eq!(
+            p["spec"]["containers"][0]["resources"],
+            json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "1", "memory": "64Mi"}})
+        );
+        assert_eq!(p["spec"]["nodeSelector"], json!({"pool": "load"}));
+        assert_eq!(p["spec"]["tolerations"], tolerations);
+        assert_eq!(p["spec"]["affinity"], affinity);
+        assert!(p["spec"].get("topologySpreadConstraints").is_none(), "spread: false");
+        // The rest of the pod is as ever: unprivileged, waiting for the signal.
+        assert_eq!(p["spec"]["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(p["spec"]["restartPolicy"], "Never");
+        let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+        // Resources given without limits: as written (Burstable), no default mixed in.
+        let spec: LoadTestSpec = serde_json::from_value(json!({
+            "replicas": 1, "test": {"serviceName": "nginx"}, "runner": {"resources": {"requests": {"cpu": "50m"}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let p = pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, &window(0), &pinned());
+        assert_eq!(p["spec"]["containers"][0]["resources"], json!({"requests": {"cpu": "50m"}}));
+        assert!(p["spec"]["topologySpreadConstraints"].is_array(), "spread defaults to true");
     }
 }

@@ -9,7 +9,10 @@
 //! never hanging; deleting a LoadTest removes its pods; a
 //! SimpleDeployment's child is recreated when deleted, and runs in a
 //! `restricted` namespace; a child the namespace refuses (a quota) is
-//! reported, and made once the namespace lets it.
+//! reported, and made once the namespace lets it. A 10 s load.duration run
+//! sends for 10 s and finishes; runner pods are Guaranteed by default and
+//! carry the placement and spread the spec gives (one node: they still
+//! schedule), and spec.runner.resources as written.
 //! Needs the loadgen image (`cargo xtask images`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -97,8 +100,8 @@ async fn example_02_finishes_with_merged_results_and_a_failing_target_fails_its_
         &ns,
         "LoadTest",
         "example-02",
-        json!({"replicas": 5, "test": {"method": "GET", "serviceName": "web", "path": "/", "repeat": 10, "concurrency": 2},
-               "thresholds": thresholds}),
+        small(json!({"replicas": 5, "test": {"method": "GET", "serviceName": "web", "path": "/", "repeat": 10, "concurrency": 2},
+               "thresholds": thresholds})),
     )
     .await
     .unwrap();
@@ -107,7 +110,7 @@ async fn example_02_finishes_with_merged_results_and_a_failing_target_fails_its_
         &ns,
         "LoadTest",
         "failing",
-        json!({"replicas": 2, "test": {"serviceName": "web", "path": "/cgi-bin/fail", "repeat": 5}, "thresholds": thresholds}),
+        small(json!({"replicas": 2, "test": {"serviceName": "web", "path": "/cgi-bin/fail", "repeat": 5}, "thresholds": thresholds})),
     )
     .await
     .unwrap();
@@ -177,7 +180,7 @@ async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_rem
     target(&client, &ns).await;
     let operator = start_operator(&env, &ns);
 
-    create(&client, &ns, "LoadTest", "no-service", json!({"replicas": 1, "test": {"serviceName": "nope"}}))
+    create(&client, &ns, "LoadTest", "no-service", small(json!({"replicas": 1, "test": {"serviceName": "nope"}})))
         .await
         .unwrap();
     // A Service whose selector matches no pod has no ready endpoints.
@@ -186,7 +189,7 @@ async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_rem
     )
     .unwrap();
     Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &empty).await.unwrap();
-    create(&client, &ns, "LoadTest", "no-endpoints", json!({"replicas": 1, "test": {"serviceName": "empty"}}))
+    create(&client, &ns, "LoadTest", "no-endpoints", small(json!({"replicas": 1, "test": {"serviceName": "empty"}})))
         .await
         .unwrap();
     create(
@@ -194,7 +197,7 @@ async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_rem
         &ns,
         "LoadTest",
         "bad-image",
-        json!({"replicas": 2, "image": "localhost/flotilla/missing:1", "test": {"serviceName": "web"}}),
+        small(json!({"replicas": 2, "image": "localhost/flotilla/missing:1", "test": {"serviceName": "web"}})),
     )
     .await
     .unwrap();
@@ -205,8 +208,8 @@ async fn runs_that_cannot_succeed_fail_with_their_reason_and_deleting_a_test_rem
         &ns,
         "LoadTest",
         "too-long",
-        json!({"replicas": 1, "rate": 1, "deadline": "20s", "thresholds": {"maxErrorRatio": 0.5},
-               "test": {"serviceName": "web", "repeat": 100}}),
+        small(json!({"replicas": 1, "rate": 1, "deadline": "20s", "thresholds": {"maxErrorRatio": 0.5},
+               "test": {"serviceName": "web", "repeat": 100}})),
     )
     .await
     .unwrap();
@@ -346,6 +349,102 @@ async fn a_refused_child_is_reported_and_a_restricted_namespace_runs_it() {
     assert_eq!(running.spec.as_ref().unwrap().security_context.as_ref().unwrap().run_as_user, Some(65532));
     let log = env.kubectl(&["logs", "-n", &ns, "sd-child"]).unwrap();
     assert!(log.contains("I'm so very useful!"), "{log}");
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+fn seconds(text: &str) -> f64 {
+    text.strip_suffix('s').and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("not seconds: {text:?}"))
+}
+
+#[tokio::test]
+async fn a_duration_run_lasts_its_duration_on_guaranteed_runners_placed_as_the_spec_says() {
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-duration").await.unwrap();
+    target(&client, &ns).await;
+    let operator = start_operator(&env, &ns);
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    let node_name = nodes.list(&ListParams::default()).await.unwrap().items[0].metadata.name.clone().unwrap();
+    let selector = json!({"kubernetes.io/hostname": node_name});
+    let toleration = json!({"key": "flotilla.dev/load", "operator": "Exists", "effect": "NoSchedule"});
+    // Default resources (500m CPU, 256Mi each: 1 CPU for the two), spread
+    // on by default over the one node there is; 10 s of load.
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "timed",
+        json!({"replicas": 2, "cleanup": "Never", "load": {"duration": "10s"},
+               "test": {"serviceName": "web", "concurrency": 2},
+               "runner": {"nodeSelector": selector, "tolerations": [toleration]}}),
+    )
+    .await
+    .unwrap();
+    // Resources as written, no spread.
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "sized",
+        json!({"replicas": 1, "cleanup": "Never", "test": {"serviceName": "web"},
+               "runner": {"spread": false, "resources": {"requests": {"cpu": "50m", "memory": "32Mi"},
+                                                          "limits": {"cpu": "100m", "memory": "64Mi"}}}}),
+    )
+    .await
+    .unwrap();
+
+    let s = wait_test(&client, &ns, "timed", "the 10 s run to finish", T, |s| s.state.is_terminal().then(|| s.clone()))
+        .await;
+    assert_eq!((s.state, s.verdict), (State::Finished, Verdict::None), "{s:#?}");
+    let r = s.results.clone().unwrap();
+    // The runners' own window: 10 s of sending, not repeat's 10 requests.
+    let elapsed = seconds(&r.elapsed);
+    assert!((10.0..=12.0).contains(&elapsed), "the runners sent for {elapsed} s: {r:#?}");
+    assert!(r.requests > 2 * 2 * 10, "{r:#?}");
+    assert_eq!(r.not_sent, 0, "{r:#?}");
+    assert!(r.errors.is_empty(), "{r:#?}");
+    // And the run as the status tells it: Executing to Finished (whole
+    // seconds, plus the start signal reaching the runners through the
+    // kubelet and the operator seeing them end: 11 s when measured, given
+    // room for a busy node; the 2 s bound is on the runners' window above).
+    let (from, to) = (s.executing_time.clone().unwrap().0, s.completion_time.clone().unwrap().0);
+    let took = to.duration_since(from).as_secs_f64();
+    eprintln!("timed: executing for {took} s, runners' window {elapsed} s, {} requests", r.requests);
+    assert!((9.0..=15.0).contains(&took), "executing for {took} s");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let timed = pods.list(&ListParams::default().labels("flotilla.dev/loadtest=timed")).await.unwrap().items;
+    assert_eq!(timed.len(), 2);
+    for p in &timed {
+        let (spec, status) = (p.spec.clone().unwrap(), p.status.clone().unwrap());
+        assert_eq!(status.qos_class.as_deref(), Some("Guaranteed"), "{:?}", p.metadata.name);
+        assert_eq!(spec.node_name.as_deref(), Some(node_name.as_str()), "scheduled on the one node");
+        assert_eq!(spec.node_selector.unwrap().get("kubernetes.io/hostname"), Some(&node_name));
+        let tolerations = spec.tolerations.unwrap();
+        assert!(tolerations.iter().any(|t| t.key.as_deref() == Some("flotilla.dev/load")), "{tolerations:?}");
+        let spread = spec.topology_spread_constraints.unwrap();
+        assert_eq!(spread.len(), 1, "{spread:?}");
+        assert_eq!(
+            (spread[0].topology_key.as_str(), spread[0].when_unsatisfiable.as_str(), spread[0].max_skew),
+            ("kubernetes.io/hostname", "ScheduleAnyway", 1)
+        );
+    }
+
+    let s =
+        wait_test(&client, &ns, "sized", "the sized run to finish", T, |s| s.state.is_terminal().then(|| s.clone()))
+            .await;
+    assert_eq!(s.state, State::Finished, "{s:#?}");
+    assert_eq!(s.results.unwrap().requests, 10, "repeat's default without a duration");
+    let sized = pods.list(&ListParams::default().labels("flotilla.dev/loadtest=sized")).await.unwrap().items;
+    let p = &sized[0];
+    assert_eq!(p.status.as_ref().and_then(|s| s.qos_class.as_deref()), Some("Burstable"));
+    let spec = p.spec.clone().unwrap();
+    assert!(spec.topology_spread_constraints.is_none(), "spread: false");
+    let limits = spec.containers[0].resources.clone().unwrap().limits.unwrap();
+    assert_eq!(limits.get("memory").map(|q| q.0.as_str()), Some("64Mi"));
     let logs = operator.logs();
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");

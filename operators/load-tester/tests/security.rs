@@ -95,8 +95,10 @@ async fn a_namespace_called_svc_does_not_receive_a_loadtests_traffic() {
         &ns,
         "LoadTest",
         "probe",
-        json!({"replicas": 1, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 3,
+        small(
+            json!({"replicas": 1, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 3,
                "headers": {"X-Api-Key": key}}}),
+        ),
     )
     .await
     .unwrap();
@@ -146,8 +148,8 @@ async fn a_target_that_changes_during_the_run_fails_it_and_stops_the_runners() {
 
     // One request a second for 100 s: long enough to be changed under.
     let long = |svc: &str| {
-        json!({"replicas": 2, "rate": 1, "deadline": "3m",
-               "test": {"serviceName": svc, "port": 8080, "path": "/cgi-bin/capture", "repeat": 100}})
+        small(json!({"replicas": 2, "rate": 1, "deadline": "3m",
+               "test": {"serviceName": svc, "port": 8080, "path": "/cgi-bin/capture", "repeat": 100}}))
     };
     create(&client, &ns, "LoadTest", "to-external", long("web")).await.unwrap();
     create(&client, &ns, "LoadTest", "remade", long("again")).await.unwrap();
@@ -157,7 +159,7 @@ async fn a_target_that_changes_during_the_run_fails_it_and_stops_the_runners() {
             &ns,
             "LoadTest",
             test,
-            json!({"replicas": 1, "test": {"serviceName": svc, "port": 8080, "path": "/cgi-bin/capture"}}),
+            small(json!({"replicas": 1, "test": {"serviceName": svc, "port": 8080, "path": "/cgi-bin/capture"}})),
         )
         .await
         .unwrap();
@@ -223,10 +225,10 @@ async fn header_values_from_secrets_reach_the_target_and_nowhere_else() {
         &ns,
         "LoadTest",
         "secret",
-        json!({"replicas": 2, "cleanup": "Never",
+        small(json!({"replicas": 2, "cleanup": "Never",
                "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 2,
                         "httpHeaders": [{"name": "Authorization", "valueFrom": from("header")},
-                                        {"name": "X-Api-Key", "valueFrom": from("key")}]}}),
+                                        {"name": "X-Api-Key", "valueFrom": from("key")}]}})),
     )
     .await
     .unwrap();
@@ -271,8 +273,9 @@ async fn a_rerun_waits_out_the_min_rerun_interval() {
     let operator = start_operator_with_chart_rbac(&env, &ns, &[]).await;
     let tests = api(&client, &ns, "LoadTest");
 
-    let quick =
-        json!({"replicas": 1, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}});
+    let quick = small(
+        json!({"replicas": 1, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}}),
+    );
     create(&client, &ns, "LoadTest", "quick", quick).await.unwrap();
     let run1 = wait_test(&client, &ns, "quick", "run 1", T, |s| (s.run == 1).then(|| s.clone())).await;
     let rerun = json!({"metadata": {"annotations": {"flotilla.dev/rerun": "now"}}});
@@ -314,8 +317,9 @@ async fn runner_pods_per_namespace_stay_within_the_bound() {
 
     // Two 2-runner runs asking at once: one is counted first and reserves
     // its room, the other waits (not both made: 4 pods).
-    let short =
-        json!({"replicas": 2, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}});
+    let short = small(
+        json!({"replicas": 2, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}}),
+    );
     let (a, b) = tokio::join!(
         create(&client, &ns, "LoadTest", "first", short.clone()),
         create(&client, &ns, "LoadTest", "second", short.clone())
@@ -336,12 +340,12 @@ async fn runner_pods_per_namespace_stay_within_the_bound() {
     assert_eq!(waited.len(), 1, "exactly one of the two waited: {waited:?}");
 
     // Room for 3 runner pods: the hog's 2 leave none for the waiter's 2.
-    let hog = json!({"replicas": 2, "rate": 1, "deadline": "3m",
-                     "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 100}});
+    let hog = small(json!({"replicas": 2, "rate": 1, "deadline": "3m",
+                     "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 100}}));
     create(&client, &ns, "LoadTest", "hog", hog).await.unwrap();
     wait_test(&client, &ns, "hog", "the hog Executing", T, |s| (s.state == State::Executing).then_some(())).await;
-    let waiter = json!({"replicas": 2, "startTimeout": "3m",
-                        "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}});
+    let waiter = small(json!({"replicas": 2, "startTimeout": "3m",
+                        "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}}));
     create(&client, &ns, "LoadTest", "waiter", waiter).await.unwrap();
     let w = wait_test(&client, &ns, "waiter", "Ready=False TooManyRunners", T, |s| {
         (ready_reason(s) == "TooManyRunners" || s.state != State::Pending || s.children > 0).then(|| s.clone())
@@ -354,7 +358,7 @@ async fn runner_pods_per_namespace_stay_within_the_bound() {
         &ns,
         "LoadTest",
         "huge",
-        json!({"replicas": 4, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture"}}),
+        small(json!({"replicas": 4, "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture"}})),
     )
     .await
     .unwrap();
@@ -402,8 +406,8 @@ async fn own_images_wait_for_the_admission_policy() {
     );
     // The runners' usual image, named: that is enough to be guarded.
     let image = concat!("ghcr.io/flotilla-dev/flotilla-loadgen:", env!("CARGO_PKG_VERSION"));
-    let spec = json!({"replicas": 1, "image": image,
-        "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}});
+    let spec = small(json!({"replicas": 1, "image": image,
+        "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 1}}));
     create(&client, &ns, "LoadTest", "custom", spec).await.unwrap();
     create(
         &client,

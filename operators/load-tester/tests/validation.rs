@@ -89,3 +89,124 @@ async fn a_spec_that_cannot_run_is_stalled_until_it_is_fixed() {
     })
     .await;
 }
+
+/// spec.load and spec.runner at admission: a duration excludes repeat and
+/// is 1s-24h; limits are at least their requests (compared as quantities,
+/// so 1Gi = 1024Mi and an integer CPU counts); the embedded Kubernetes
+/// types are bounded; pod (anti-)affinity stays in the namespace; what is
+/// valid is stored as written, repeat absent.
+#[tokio::test]
+async fn admission_checks_the_load_duration_and_the_runner_spec() {
+    let env = shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-runner-admission").await.unwrap();
+    let with = |extra: serde_json::Value| {
+        let mut spec = json!({"replicas": 1, "test": {"serviceName": "web"}});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        spec
+    };
+    let resources = |r: serde_json::Value| with(json!({"runner": {"resources": r}}));
+    let many = |n: usize| (0..n).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>();
+    let toleration = json!({"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"});
+    let cases = [
+        (
+            "duration and repeat",
+            json!({"replicas": 1, "load": {"duration": "10s"}, "test": {"serviceName": "web", "repeat": 5}}),
+            "mutually exclusive",
+        ),
+        ("duration under 1s", with(json!({"load": {"duration": "500ms"}})), "1s to 24h"),
+        ("duration over 24h", with(json!({"load": {"duration": "25h"}})), "1s to 24h"),
+        ("duration not a duration", with(json!({"load": {"duration": "soon"}})), "spec.load.duration"),
+        (
+            "cpu limit under its request",
+            resources(json!({"requests": {"cpu": "1"}, "limits": {"cpu": "500m"}})),
+            "each limit is at least its request",
+        ),
+        (
+            "integer cpu request over its limit",
+            resources(json!({"requests": {"cpu": 2}, "limits": {"cpu": "1500m"}})),
+            "each limit is at least its request",
+        ),
+        (
+            "memory limit under its request",
+            resources(json!({"requests": {"memory": "1Gi"}, "limits": {"memory": "1000Mi"}})),
+            "each limit is at least its request",
+        ),
+        ("not a quantity", resources(json!({"requests": {"cpu": "lots"}})), "quantities"),
+        ("a long quantity", resources(json!({"limits": {"cpu": "1".repeat(65)}})), "spec.runner.resources.limits"),
+        ("nine requests", resources(json!({"requests": many(9)})), "spec.runner.resources.requests"),
+        (
+            "33 tolerations",
+            with(json!({"runner": {"tolerations": vec![toleration.clone(); 33]}})),
+            "spec.runner.tolerations",
+        ),
+        ("33 node labels", with(json!({"runner": {"nodeSelector": many(33)}})), "spec.runner.nodeSelector"),
+        (
+            "33 affinity values",
+            with(json!({"runner": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": vec!["v"; 33]}]}]
+            }}}}})),
+            "values",
+        ),
+        // The attack: whether a runner schedules next to (or away from)
+        // pods of another namespace tells the author which pods exist there.
+        (
+            "pod affinity to another namespace",
+            with(json!({"runner": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "namespaces": ["kube-system"],
+                 "labelSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+            ]}}}})),
+            "pods of this namespace only",
+        ),
+        (
+            "pod anti-affinity by namespace selector",
+            with(
+                json!({"runner": {"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "namespaceSelector": {},
+                     "labelSelector": {"matchLabels": {"app": "secret"}}}}
+                ]}}}}),
+            ),
+            "pods of this namespace only",
+        ),
+    ];
+    for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
+        match create(&client, &ns, "LoadTest", &format!("bad-{i}"), spec).await {
+            Err(kube::Error::Api(s)) if s.code == 422 => assert!(s.message.contains(expect), "{what}: {}", s.message),
+            other => panic!("{what} was not rejected: {other:?}"),
+        }
+    }
+    let t: kube::Api<LoadTest> = kube::Api::namespaced(client.clone(), &ns);
+    // A fixed-time run: no repeat is defaulted in beside it.
+    create(&client, &ns, "LoadTest", "timed", with(json!({"load": {"duration": "2m"}}))).await.unwrap();
+    let timed = t.get("timed").await.unwrap();
+    assert_eq!(timed.spec.test.repeat, None);
+    assert_eq!(timed.spec.duration().unwrap(), Some(std::time::Duration::from_secs(120)));
+    assert_eq!(timed.spec.runner, None, "no runner section made up");
+    // Limits equal to or over their requests, however written; placement.
+    let runner = json!({
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": 1, "memory": "1024Mi"}},
+        "nodeSelector": {"pool": "load"},
+        "tolerations": [toleration],
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10,
+            "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"a": "b"}}}}]}},
+        "spread": false
+    });
+    create(&client, &ns, "LoadTest", "placed", with(json!({"runner": runner}))).await.unwrap();
+    let placed = t.get("placed").await.unwrap().spec.runner.unwrap();
+    assert_eq!((placed.spread, placed.node_selector.get("pool").map(String::as_str)), (false, Some("load")));
+    assert_eq!(placed.tolerations.len(), 1);
+    assert!(placed.affinity.is_some());
+    // spread defaults to true once a runner section is given.
+    create(&client, &ns, "LoadTest", "sized", with(json!({"runner": {"nodeSelector": {"pool": "load"}}})))
+        .await
+        .unwrap();
+    assert!(t.get("sized").await.unwrap().spec.runner.unwrap().spread);
+    // Today's spec, repeat given, is as valid as ever.
+    create(&client, &ns, "LoadTest", "counted", with(json!({"test": {"serviceName": "web", "repeat": 5}})))
+        .await
+        .unwrap();
+    assert_eq!(t.get("counted").await.unwrap().spec.test.repeat(), 5);
+}

@@ -174,3 +174,13 @@ pub async fn wait_test<T>(
 
 #[allow(unused_imports)]
 pub use flotilla_testenv::events_about;
+
+/// `spec` with runner pods as small as before spec.runner existed (50m CPU
+/// and 16Mi requested, a 128Mi memory limit): the tests' many runners share
+/// one 2-CPU node, where the default (500m each) would leave some of them
+/// Unschedulable. The tests of that default give none.
+pub fn small(mut spec: Value) -> Value {
+    spec["runner"] =
+        json!({"resources": {"requests": {"cpu": "50m", "memory": "16Mi"}, "limits": {"memory": "128Mi"}}});
+    spec
+}
