@@ -626,7 +626,14 @@ fn load_tester_scenario(
             .map_err(err)?;
         lts.create(
             &PostParams::default(),
-            &obj("LoadTest", &lt, json!({"replicas": 1, "cleanup": "Always", "test": {"serviceName": svc}})),
+            &obj(
+                "LoadTest",
+                &lt,
+                // A small runner: the default (500m, Guaranteed) need not fit beside the other tests.
+                json!({"replicas": 1, "cleanup": "Always", "test": {"serviceName": svc},
+                       "runner": {"resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                "limits": {"cpu": "100m", "memory": "64Mi"}}}}),
+            ),
         )
         .await
         .map_err(err)?;
