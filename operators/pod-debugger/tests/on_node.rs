@@ -555,6 +555,94 @@ async fn mirrored_volumes_are_seen_at_the_targets_paths_read_only_without_secret
     })
     .await;
     assert!(status.message.contains("creds (SecretVolumeNotAllowed)"), "{status:?}");
+
+    // The attack: a PodDebugger asking for the Secret volume itself
+    // (`secrets: true`), where no admission policy checked that its author
+    // may read Secrets (this operator requires none). It gets the
+    // container, without the Secret.
+    create_debugger(
+        &client,
+        &ns,
+        "steal",
+        json!({"selector": {"matchLabels": {"app": "vols"}}, "image": "busybox:latest", "stdin": false, "tty": false,
+               "command": ["sh", "-c", "cat /creds/token 2>/dev/null || echo no-creds"],
+               "volumeMounts": {"names": ["creds"], "secrets": true}}),
+    )
+    .await
+    .unwrap();
+    let entry = wait_status(&client, &ns, "steal", "the container, without the Secret", T, |s| {
+        s.pods.iter().find(|p| p.name == "vols" && p.state == "Terminated").cloned()
+    })
+    .await;
+    assert!(entry.message.contains("creds (SecretVolumeNotAllowed)"), "{entry:?}");
+    let log = pods
+        .logs("vols", &kube::api::LogParams { container: Some(entry.container.clone()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(log.trim(), "no-creds");
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// Secret volumes are mounted (`secrets: true`) only under the admission
+/// policy that checks the author may read Secrets: with the operator
+/// requiring it (`REQUIRE_ADMISSION_POLICY`) and the policy in place, the
+/// debug container reads the pod's Secret at the target's path.
+#[tokio::test]
+async fn secret_volumes_are_mounted_under_the_admission_policy() {
+    const POLICY: &str = "test-pod-debugger-secret-volumes";
+    let _one = ONE_OPERATOR.lock().await;
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+    flotilla_testenv::admission_policy::install(&client, POLICY, "flotilla.dev", &["poddebuggers"]).await.unwrap();
+    let ns = env.namespace("pd-secret-vol").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let target = json!([{"name": "app", "image": TOOLBOX_IMAGE, "command": ["sleep", "3600"],
+        "volumeMounts": [{"name": "creds", "mountPath": "/creds", "readOnly": true}]}]);
+    let volumes = json!({"volumes": [{"name": "creds", "secret": {"secretName": "creds"}}]});
+    pods.create(&PostParams::default(), &pod("sec", "sec", target, volumes)).await.unwrap();
+    flotilla_testenv::wait_object(&pods, "sec", "the pod to run", T, |p| {
+        (p.status.as_ref()?.phase.as_deref()? == "Running").then_some(())
+    })
+    .await;
+    let operator = OPERATOR.start(
+        &env.kubeconfig,
+        None,
+        &[],
+        &[("REQUIRE_ADMISSION_POLICY", POLICY), ("ADMISSION_POLICY_CHECK_INTERVAL", "1s")],
+    );
+    create_debugger(
+        &client,
+        &ns,
+        "read",
+        json!({"selector": {"matchLabels": {"app": "sec"}}, "image": "busybox:latest", "stdin": false, "tty": false,
+               "command": ["sh", "-c", "cat /creds/token 2>/dev/null || echo no-creds"],
+               "volumeMounts": {"names": ["creds"], "secrets": true}}),
+    )
+    .await
+    .unwrap();
+    let entry = wait_status(&client, &ns, "read", "the container, with the Secret", T, |s| {
+        s.pods.iter().find(|p| p.name == "sec" && p.state == "Terminated").cloned()
+    })
+    .await;
+    assert!(!entry.message.contains("SecretVolumeNotAllowed"), "{entry:?}");
+    let log = pods
+        .logs("sec", &kube::api::LogParams { container: Some(entry.container.clone()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(log.trim(), "s3cret");
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
     let logs = operator.logs();
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
