@@ -141,6 +141,16 @@ pub fn build_chart_dependencies() -> anyhow::Result<()> {
     .map_err(anyhow::Error::msg)
 }
 
+/// `--set` values every chart needs to render a working configuration
+/// (service-dns: a hosted zone; the umbrella: service-dns's, once enabled).
+pub fn required_values(chart: &str) -> Vec<&'static str> {
+    match chart {
+        "service-dns" => vec!["--set", "route53.hostedZoneId=Z0123456789ABC"],
+        UMBRELLA => vec!["--set", "service-dns.enabled=true", "--set", "service-dns.route53.domainName=example.com"],
+        _ => vec![],
+    }
+}
+
 /// Parses multi-document YAML (e.g. `helm template` output) into values.
 pub fn yaml_documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
     let docs: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(text)?;

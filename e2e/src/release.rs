@@ -29,17 +29,35 @@ pub fn release_version(tag: &str) -> anyhow::Result<String> {
 }
 
 /// `Chart.yaml` with every `version:` (the chart's and its dependencies')
-/// and `appVersion:` set to `version`.
+/// and `appVersion:` set to `version`, and the images its Artifact Hub
+/// annotations name (tagged with the old appVersion) tagged `version` too.
+/// Other `version:` lines (a CRD's `v1alpha1` in `artifacthub.io/crds`) stay.
 pub fn versioned_chart_yaml(text: &str, version: &str) -> String {
+    let old_app = text
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .filter(|v| !v.is_empty());
     let mut out = String::with_capacity(text.len());
+    // The top-level key the line is under.
+    let mut section = "";
     for line in text.lines() {
         let indent = &line[..line.len() - line.trim_start().len()];
         let trimmed = line.trim_start();
-        if trimmed.starts_with("version:") || trimmed.starts_with("- version:") {
+        if indent.is_empty() && !trimmed.is_empty() && !trimmed.starts_with('#') {
+            section = trimmed.split(':').next().unwrap_or_default();
+        }
+        let dependency = section == "dependencies";
+        if (indent.is_empty() || dependency) && (trimmed.starts_with("version:") || trimmed.starts_with("- version:")) {
             let dash = if trimmed.starts_with("- ") { "- " } else { "" };
             out.push_str(&format!("{indent}{dash}version: {version}"));
-        } else if trimmed.starts_with("appVersion:") {
+        } else if indent.is_empty() && trimmed.starts_with("appVersion:") {
             out.push_str(&format!("{indent}appVersion: \"{version}\""));
+        } else if let (true, Some(old)) = (section == "annotations", old_app.as_deref())
+            && let Some(image) = trimmed.trim_start_matches("- ").strip_prefix("image: ")
+            && let Some(name) = image.strip_suffix(&format!(":{old}"))
+        {
+            out.push_str(&line.replace(image, &format!("{name}:{version}")));
         } else {
             out.push_str(line);
         }

@@ -45,15 +45,15 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// A copy of the load-tester chart as an older release would have had it:
-/// the LoadTest CRD without its short name `ld`.
+/// the LoadTest CRD without its short names (`lt`, `ld`).
 fn older_chart() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("flotilla-older-chart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     copy_dir(&charts_dir().join(CHART), &dir);
     let file = dir.join("files").join("crds").join(format!("{LOADTESTS}.yaml"));
     let text = std::fs::read_to_string(&file).unwrap();
-    let short = "    shortNames:\n    - ld\n";
-    assert!(text.contains(short), "the LoadTest CRD no longer has the short name this test removes");
+    let short = "    shortNames:\n    - lt\n    - ld\n";
+    assert!(text.contains(short), "the LoadTest CRD no longer has the short names this test removes");
     std::fs::write(&file, text.replace(short, "")).unwrap();
     dir
 }
@@ -101,7 +101,11 @@ async fn crds_install_upgrade_stay_and_are_adopted_with_the_charts() {
     // 2. Upgrade: the CRD changes with the chart (Helm's crds/ would not).
     helm_ok(kc, &["upgrade", "lt", &real, "--namespace", &ns]).unwrap();
     let c = crd(&env, LOADTESTS).await.unwrap();
-    assert_eq!(c.spec.names.short_names, Some(vec!["ld".to_string()]), "helm upgrade updated the CRD");
+    assert_eq!(
+        c.spec.names.short_names,
+        Some(vec!["lt".to_string(), "ld".to_string()]),
+        "helm upgrade updated the CRD"
+    );
     let want = generated().into_iter().find(|(n, _)| n == LOADTESTS).unwrap().1;
     assert_eq!(serde_json::to_value(&c.spec.versions).unwrap(), want["spec"]["versions"], "the live CRD is crds/'s");
 
@@ -132,7 +136,11 @@ async fn crds_install_upgrade_stay_and_are_adopted_with_the_charts() {
     let crds_dir = root().join("crds").display().to_string();
     env.kubectl(&["apply", "--server-side", "-f", &crds_dir]).unwrap();
     let umbrella = charts_dir().join(UMBRELLA).display().to_string();
-    let out = helm(kc, &["install", "flotilla", &umbrella, "--namespace", &ns]).unwrap();
+    // Every operator (and so every CRD), not only those on by default.
+    let every = ["--set", "config-copier.enabled=true", "--set", "pod-debugger.enabled=true"];
+    let mut install = vec!["install", "flotilla", umbrella.as_str(), "--namespace", ns.as_str()];
+    install.extend(every);
+    let out = helm(kc, &install).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("invalid ownership metadata"),
@@ -144,7 +152,7 @@ async fn crds_install_upgrade_stay_and_are_adopted_with_the_charts() {
         env.kubectl(&["annotate", "--overwrite", "crd", &name, &release, &namespace]).unwrap();
         env.kubectl(&["label", "--overwrite", "crd", &name, "app.kubernetes.io/managed-by=Helm"]).unwrap();
     }
-    helm_ok(kc, &["install", "flotilla", &umbrella, "--namespace", &ns]).unwrap();
+    helm_ok(kc, &install).unwrap();
     for (name, want) in generated() {
         let c = crd(&env, &name).await.unwrap_or_else(|| panic!("CRD {name} missing"));
         assert_eq!(annotation(&c, "meta.helm.sh/release-name").as_deref(), Some("flotilla"), "{name}");

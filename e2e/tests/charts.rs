@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 
 use flotilla_e2e::observability::metric_names;
 use flotilla_e2e::{
-    UMBRELLA, build_chart_dependencies, charts_dir, helm, helm_ok, objects_of_release, operators, yaml_documents,
+    UMBRELLA, build_chart_dependencies, charts_dir, helm, helm_ok, objects_of_release, operators, required_values,
+    yaml_documents,
 };
 use flotilla_testenv::shared;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -22,20 +23,17 @@ fn chart(name: &str) -> String {
     charts_dir().join(name).display().to_string()
 }
 
-/// Values every chart needs to render a working configuration.
-fn required_values(chart: &str) -> Vec<&'static str> {
-    match chart {
-        "service-dns" => vec!["--set", "route53.hostedZoneId=Z0123456789ABC"],
-        UMBRELLA => vec!["--set", "service-dns.enabled=true", "--set", "service-dns.route53.domainName=example.com"],
-        _ => vec![],
-    }
-}
-
 /// Values for installing into this binary's control plane, where several
 /// releases come and go: the CRDs stay out of them (one release at a time
 /// could own them; tests/chart_crds.rs proves their lifecycle).
 fn install_values(chart: &str) -> Vec<String> {
     let mut v: Vec<String> = required_values(chart).into_iter().map(str::to_string).collect();
+    if chart == UMBRELLA {
+        // Every operator, not only those on by default.
+        for op in operators().unwrap() {
+            v.extend(["--set".to_string(), format!("{op}.enabled=true")]);
+        }
+    }
     v.extend(flotilla_e2e::without_crds(chart).unwrap());
     v
 }
@@ -128,9 +126,11 @@ fn defaults_render_a_hardened_deployment_with_probes_and_least_privilege() {
             assert!(k.contains(expected), "{op}: no {expected} in {k:?}");
         }
         assert!(
-            !k.contains("ServiceMonitor") && !k.contains("PodDisruptionBudget"),
+            !k.contains("ServiceMonitor") && !k.contains("PodMonitor"),
             "{op}: optional objects are off by default"
         );
+        // Two replicas by default, so a PodDisruptionBudget (tests/chart_values.rs).
+        assert!(k.contains("PodDisruptionBudget"), "{op}: {k:?}");
         let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
         let pod = &d["spec"]["template"]["spec"];
         let c = &pod["containers"][0];
@@ -150,6 +150,10 @@ fn defaults_render_a_hardened_deployment_with_probes_and_least_privilege() {
             "--metrics-bind-address=:8080",
             "--health-probe-bind-address=:8081",
             "--log-format=json",
+            "--log-level=info",
+            "--leader-elect-lease-duration=15s",
+            "--leader-elect-renew-deadline=10s",
+            "--leader-elect-retry-period=2s",
             "--graceful-shutdown-timeout=25s",
         ] {
             assert!(args.contains(&flag.to_string()), "{op}: {flag} not in {args:?}");
@@ -487,7 +491,8 @@ fn notes_show_status_commands_and_pods_carry_part_of() {
     args.extend(required_values(UMBRELLA));
     let out = helm_ok(kubeconfig, &args).unwrap();
     let notes = out.split("NOTES:").nth(1).unwrap_or_else(|| panic!("no NOTES in {out}"));
-    assert!(notes.contains("config-copier: enabled; status: kubectl get copyrules -A"), "{notes}");
+    assert!(notes.contains("pod-alert: enabled; status: kubectl get podalerts -A"), "{notes}");
+    assert!(notes.contains("config-copier: disabled (enable with --set config-copier.enabled=true)"), "{notes}");
     assert!(notes.contains("service-dns: enabled; status: kubectl -n ops logs deploy/rel-service-dns"), "{notes}");
     for op in operators().unwrap() {
         let path = chart(&op);
@@ -531,7 +536,8 @@ fn the_umbrella_root_is_closed_and_global_is_open() {
         .filter(|d| d["kind"] == "Deployment")
         .filter_map(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].as_str())
         .collect();
-    assert_eq!(images.len(), 4, "{images:?}");
+    // pod-alert and load-tester, the two on by default.
+    assert_eq!(images.len(), 2, "{images:?}");
     assert!(images.iter().all(|i| i.starts_with("mirror.example/flotilla/flotilla-")), "{images:?}");
 }
 
@@ -816,6 +822,9 @@ fn bad_values_are_rejected_by_the_schema_with_a_clear_message() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{op}: logFormat=xml accepted");
         assert!(stderr.contains("logFormat"), "{op}: {stderr}");
+        let out = render(&["--set", "logLevel=loud"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("logLevel"), "{op}: logLevel=loud accepted: {stderr}");
         let out = render(&["--set", "replicasCount=3"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{op}: a misspelt key is accepted");

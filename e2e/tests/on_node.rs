@@ -272,6 +272,8 @@ async fn umbrella_chart_runs_every_operator_as_pods() {
     #[rustfmt::skip]
     let values = [
         "--set", "service-dns.enabled=true",
+        "--set", "config-copier.enabled=true",
+        "--set", "pod-debugger.enabled=true",
         "--set", &zone_arg,
         "--set", "service-dns.aws.region=us-east-1",
         "--set", "service-dns.aws.credentialsSecret=aws",

@@ -31,6 +31,15 @@ fn every_version_line_of_a_chart_is_rewritten() {
     assert_eq!(out.matches("9.8.7").count(), 4, "{out}");
     assert!(!out.contains("0.1.0"), "{out}");
     assert!(out.contains("appVersion: \"9.8.7\"") && out.contains("  - version: 9.8.7"), "{out}");
+
+    // The Artifact Hub annotations: a CRD's version stays, the images follow.
+    let annotated = format!(
+        "{chart}annotations:\n  artifacthub.io/crds: |\n    - kind: X\n      version: v1alpha1\n  artifacthub.io/images: |\n    - image: ghcr.io/o/flotilla-x:0.1.0\n      name: flotilla-x\n"
+    );
+    let out = versioned_chart_yaml(&annotated, "9.8.7");
+    assert!(out.contains("      version: v1alpha1\n"), "{out}");
+    assert!(out.contains("    - image: ghcr.io/o/flotilla-x:9.8.7\n"), "{out}");
+    assert!(!out.contains("0.1.0"), "{out}");
 }
 
 #[test]

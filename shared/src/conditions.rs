@@ -1,6 +1,6 @@
 //! `metav1.Condition` semantics: one condition per type, `lastTransitionTime`
 //! moves only when `status` changes, `observedGeneration` set, `Ready` always
-//! present.
+//! present, and kstatus's `Stalled` derived from `Ready` ([`Conditions::stall_on`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -8,6 +8,16 @@ use schemars::Schema;
 
 /// The condition every custom resource carries.
 pub const READY: &str = "Ready";
+
+/// kstatus's (and Flux's) `Stalled`: present, `True`, while the object
+/// cannot progress until someone edits it; absent otherwise. Set by
+/// [`Conditions::stall_on`], never by hand.
+pub const STALLED: &str = "Stalled";
+
+/// The `Ready=False` reason of a spec the operator cannot use (the runtime
+/// check behind the schema's): every operator's, so [`Conditions::stall_on`]
+/// lists it with the operator's own.
+pub const INVALID_SPEC: &str = "InvalidSpec";
 
 /// A condition's `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +115,32 @@ impl Conditions {
         self.items.iter().find(|c| c.type_ == type_)
     }
 
+    /// Removes condition `type_` (server-side apply drops it from the
+    /// object once the operator no longer sends it).
+    pub fn remove(&mut self, type_: &str) -> &mut Self {
+        self.items.retain(|c| c.type_ != type_);
+        self
+    }
+
+    /// kstatus's `Stalled`, from `Ready`: while `Ready` is `False` for one
+    /// of `spec_reasons` — the operator's reasons for a spec it cannot use
+    /// or is configured never to honour, which no retry and no wait will
+    /// change, only an edit of the object (or of the operator's flags) —
+    /// `Stalled` is `True` with `Ready`'s reason and message; otherwise it
+    /// is removed. Call it once `Ready` is set for this reconcile, before
+    /// [`Conditions::into_vec`]; its `lastTransitionTime` is kept while it
+    /// stays stalled, whatever the reason.
+    pub fn stall_on(&mut self, spec_reasons: &[&str]) -> &mut Self {
+        let stalled = self
+            .get(READY)
+            .filter(|r| r.status == Status::False.as_str() && spec_reasons.contains(&r.reason.as_str()))
+            .map(|r| (r.reason.clone(), r.message.clone()));
+        match stalled {
+            Some((reason, message)) => self.set(STALLED, Status::True, &reason, message),
+            None => self.remove(STALLED),
+        }
+    }
+
     /// The conditions to write: `Ready` is added as `Unknown` if nobody set it.
     pub fn into_vec(mut self) -> Vec<Condition> {
         if self.get(READY).is_none() {
@@ -170,6 +206,59 @@ mod tests {
         let mut c = Conditions::new(None, None);
         c.set(READY, true, "Ok", "é".repeat(40_000));
         assert!(c.get(READY).unwrap().message.len() <= MAX_MESSAGE);
+    }
+
+    #[test]
+    fn an_unusable_spec_stalls_and_an_edit_that_fixes_it_clears_stalled() {
+        let reasons = [INVALID_SPEC, "NoAlertSet"];
+        let mut c = Conditions::new(None, Some(1));
+        c.set_at(READY, Status::False, "NoAlertSet", "an alert must be set".into(), at(100));
+        c.stall_on(&reasons);
+        let stalled = c.get(STALLED).unwrap();
+        assert_eq!(
+            (stalled.status.as_str(), stalled.reason.as_str(), stalled.message.as_str()),
+            ("True", "NoAlertSet", "an alert must be set")
+        );
+        let written = c.into_vec();
+        let since = written.iter().find(|c| c.type_ == STALLED).unwrap().last_transition_time.clone();
+
+        // Still unusable, for another reason: still stalled since then.
+        let mut c = Conditions::new(Some(&written), Some(2));
+        c.set(READY, false, INVALID_SPEC, "selector: bad key");
+        c.stall_on(&reasons);
+        let stalled = c.get(STALLED).unwrap();
+        assert_eq!((stalled.reason.as_str(), stalled.message.as_str()), (INVALID_SPEC, "selector: bad key"));
+        assert_eq!(stalled.last_transition_time, since);
+        assert_eq!(stalled.observed_generation, Some(2));
+        let written = c.into_vec();
+
+        // Fixed: Ready, and Stalled gone.
+        let mut c = Conditions::new(Some(&written), Some(3));
+        c.set(READY, true, "Synced", "ok");
+        c.stall_on(&reasons);
+        assert!(c.get(STALLED).is_none());
+        assert!(!c.into_vec().iter().any(|c| c.type_ == STALLED));
+    }
+
+    #[test]
+    fn only_a_spec_reason_with_ready_false_stalls() {
+        let stalls = |status: Status, reason: &str| {
+            let mut c = Conditions::new(None, None);
+            c.set(READY, status, reason, "m");
+            c.stall_on(&[INVALID_SPEC]);
+            c.get(STALLED).is_some()
+        };
+        assert!(stalls(Status::False, INVALID_SPEC));
+        // Waiting helps: a failed write, a missing policy, a conflict.
+        assert!(!stalls(Status::False, "SyncFailed"));
+        assert!(!stalls(Status::False, "AdmissionPolicyMissing"));
+        // A reason alone is not enough: Ready must say False.
+        assert!(!stalls(Status::True, INVALID_SPEC));
+        assert!(!stalls(Status::Unknown, INVALID_SPEC));
+        // No Ready at all (set by `into_vec` later): not stalled.
+        let mut c = Conditions::new(None, None);
+        c.stall_on(&[INVALID_SPEC]);
+        assert!(c.get(STALLED).is_none());
     }
 
     #[test]

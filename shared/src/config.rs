@@ -47,6 +47,30 @@ pub fn parse_size(s: &str) -> Option<usize> {
     n.parse::<usize>().ok()?.checked_mul(unit)
 }
 
+/// `--log-level`: the level logged when `RUST_LOG` is not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    /// The `tracing` filter directive for this level.
+    pub fn directive(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Warn => "warn",
+            Self::Info => "info",
+            Self::Debug => "debug",
+            Self::Trace => "trace",
+        }
+    }
+}
+
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -107,9 +131,13 @@ pub struct CommonArgs {
     #[arg(long, env = "GRACEFUL_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub graceful_shutdown_timeout: Duration,
 
-    /// Log format [default: text on a terminal, json otherwise]. Filter with RUST_LOG (e.g. info,kube=warn).
+    /// Log format [default: text on a terminal, json otherwise].
     #[arg(long, env = "LOG_FORMAT", value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+
+    /// Least severe level logged. RUST_LOG, when set, wins (it also filters per module, e.g. info,kube=warn).
+    #[arg(long, env = "LOG_LEVEL", value_enum, default_value_t = LogLevel::Info, value_name = "LEVEL")]
+    pub log_level: LogLevel,
 
     /// Kubeconfig file(s), ':'-separated as kubectl reads KUBECONFIG [default: ~/.kube/config, else the in-cluster config].
     #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
@@ -218,6 +246,7 @@ pub struct CommonConfig {
     pub lease_timings: LeaseTimings,
     pub graceful_shutdown_timeout: Duration,
     pub log_format: LogFormat,
+    pub log_level: LogLevel,
     /// `--kubeconfig` paths (empty: kube's default search).
     pub kubeconfig: Vec<std::path::PathBuf>,
     pub context: Option<String>,
@@ -294,6 +323,7 @@ impl CommonArgs {
             lease_timings: t,
             graceful_shutdown_timeout: self.graceful_shutdown_timeout,
             log_format: self.log_format.unwrap_or_else(default_log_format),
+            log_level: self.log_level,
             kubeconfig: self
                 .kubeconfig
                 .iter()
@@ -366,6 +396,14 @@ mod tests {
         assert!(!c.leader_elect);
         assert_eq!(c.lease_name, "flotilla-toy");
         assert_eq!(c.lease_timings, LeaseTimings::default());
+        assert_eq!(c.log_level, LogLevel::Info);
+    }
+
+    #[test]
+    fn log_level_takes_the_usual_names() {
+        assert_eq!(parse(&["--log-level=debug"]).unwrap().log_level, LogLevel::Debug);
+        assert_eq!(parse(&["--log-level", "warn"]).unwrap().log_level, LogLevel::Warn);
+        assert!(Args::try_parse_from(["op", "--log-level=loud"]).is_err());
     }
 
     #[test]

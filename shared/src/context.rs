@@ -92,7 +92,9 @@ impl Context {
 
     /// Runs `controller` until shutdown. `name` is the `controller` label of
     /// the `controller_runtime_*` metrics and of the reconcile span, and the
-    /// `name` label of the `workqueue_*` metrics.
+    /// `controller` and `name` labels of the `workqueue_*` metrics. An error
+    /// whose [`crate::ReconcileError::is_terminal`] says so, and a panic,
+    /// also count as terminal.
     /// Returns when the controller has stopped (after shutdown, in-flight
     /// reconciles finished).
     pub async fn run_controller<K, D, E, F, Fut, P>(
@@ -106,12 +108,13 @@ impl Context {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
         D: Send + Sync + 'static,
-        E: std::error::Error + Send + Sync + 'static,
+        E: crate::ReconcileError + Send + Sync + 'static,
         F: Fn(Arc<K>, Arc<D>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         P: Fn(Arc<K>, &E, Arc<D>) -> Action + Send + Sync + 'static,
     {
         let m = self.metrics.controller(name);
+        m.max_concurrent.set(i64::from(controller.concurrency));
         let queue = self.metrics.queue(name);
         // A replica that does not lead works on nothing: its queue is empty.
         let (mirror, mut leading_rx) = (queue.clone(), self.leading.clone());
@@ -225,6 +228,7 @@ impl Context {
                     }
                     Err(payload) => {
                         m.panics.inc();
+                        m.terminal.inc();
                         m.error.inc();
                         m.errors.inc();
                         m.retries.inc();
@@ -241,7 +245,10 @@ impl Context {
                     Err(e) => {
                         m.error.inc();
                         m.errors.inc();
-                        tracing::warn!(error = %DisplayChain(e), "reconcile failed");
+                        if e.is_terminal() {
+                            m.terminal.inc();
+                        }
+                        tracing::warn!(error = %DisplayChain(e), terminal = e.is_terminal(), "reconcile failed");
                     }
                 }
                 // An error's requeue is the error policy's (below).
@@ -264,6 +271,7 @@ impl Context {
                         task_mirror.requeue(&task_key, Instant::now(), retry);
                         if e.is_panic() {
                             task_m.panics.inc();
+                            task_m.terminal.inc();
                             task_m.errors.inc();
                             tracing::error!(controller = name, key = %task_key, ?retry, "reconcile task panicked; retried with backoff");
                         }

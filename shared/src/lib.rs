@@ -9,7 +9,9 @@
 //! | common flags/env, checked before touching the cluster (bad → exit 2) | [`config`] |
 //! | `text`/`json` logs, `RUST_LOG`, a span per reconcile | [`telemetry`], [`context`] |
 //! | `/metrics`, `/healthz`, `/readyz` | [`server`], [`health`] |
+//! | which reconcile errors are terminal (`controller_runtime_terminal_reconcile_errors_total`) | [`reconcile_error`] |
 //! | controller-runtime reconcile metrics, client-go's `workqueue_*` (the queue side from a mirror of kube-runtime's scheduler), process metrics, your own | [`metrics`], [`workqueue`] |
+//! | client-go's `rest_client_requests_total`: every request of the kube client, by a tower layer | [`rest_client`] |
 //! | a controller's watches and triggers (kube-runtime's `Controller` builder, run with `applier` so its queue is seen) | [`controller`] |
 //! | a debounce that a stream of triggers cannot postpone past 2 s | [`debounce`] |
 //! | refusing the powers an admission policy guards while that policy is missing (`--require-admission-policy`) | [`admission`] |
@@ -47,6 +49,9 @@
 //!     #[error("kubernetes: {0}")]
 //!     Kube(#[from] kube::Error),
 //! }
+//!
+//! // A failed request may pass: not terminal (the default).
+//! impl flotilla_shared::ReconcileError for Error {}
 //!
 //! async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Context>) -> Result<Action, Error> {
 //!     // ... make the world look like `cm` says ...
@@ -91,6 +96,8 @@ pub mod operator;
 pub mod per_object;
 pub mod pods;
 pub mod projection;
+pub mod reconcile_error;
+pub mod rest_client;
 pub mod selector;
 pub mod server;
 pub mod status;
@@ -107,4 +114,5 @@ pub use events::Events;
 pub use leadership::Leadership;
 pub use metrics::Metrics;
 pub use operator::Operator;
+pub use reconcile_error::ReconcileError;
 pub use status::apply_status;

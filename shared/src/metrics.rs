@@ -22,6 +22,10 @@ const RECONCILE_BUCKETS: &[f64] = &[
 /// client-go's `workqueue_work_duration_seconds` buckets: 10 ns × 10^0..11.
 const WORK_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0];
 
+/// The labels of every `workqueue_*` family: controller-runtime (0.15 on)
+/// sets both `controller` and `name` to the controller's name.
+const WORKQUEUE_LABELS: &[&str] = &["controller", "name"];
+
 /// Values of `controller_runtime_reconcile_total`'s `result` label.
 pub const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
 
@@ -32,13 +36,17 @@ pub struct Metrics {
     reconcile_total: IntCounterVec,
     reconcile_errors: IntCounterVec,
     reconcile_panics: IntCounterVec,
+    terminal_errors: IntCounterVec,
     reconcile_time: HistogramVec,
     active_workers: IntGaugeVec,
+    max_concurrent: IntGaugeVec,
     leader_status: IntGaugeVec,
+    rest_requests: IntCounterVec,
     work: WorkMetrics,
 }
 
-/// client-go's `workqueue_*` metrics (label `name`, the controller): the
+/// client-go's `workqueue_*` metrics (labels `controller` and `name`, both
+/// the controller's name, as controller-runtime sets them): the
 /// processing side from the reconciles themselves, the queue side (`depth`,
 /// `adds_total`, `queue_duration_seconds`) from a mirror of kube-runtime's
 /// scheduler (`workqueue.rs`).
@@ -79,6 +87,18 @@ impl Metrics {
             ),
             &["controller"],
         )?;
+        // controller-runtime counts a reconcile that returned a
+        // `TerminalError` (not requeued). Ours: an error the operator's type
+        // says retrying cannot fix (`ReconcileError::is_terminal`), and a
+        // panic (a bug; its retries only repeat it). Both also count in
+        // `reconcile_errors_total`.
+        let terminal_errors = IntCounterVec::new(
+            Opts::new(
+                "controller_runtime_terminal_reconcile_errors_total",
+                "Total number of terminal reconciliation errors per controller",
+            ),
+            &["controller"],
+        )?;
         let reconcile_time = HistogramVec::new(
             HistogramOpts::new(
                 "controller_runtime_reconcile_time_seconds",
@@ -91,6 +111,14 @@ impl Metrics {
             Opts::new("controller_runtime_active_workers", "Number of currently used workers per controller"),
             &["controller"],
         )?;
+        let max_concurrent = IntGaugeVec::new(
+            Opts::new(
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller (0: no limit)",
+            ),
+            &["controller"],
+        )?;
+        let rest_requests = crate::rest_client::requests_total()?;
         let leader_status = IntGaugeVec::new(
             Opts::new(
                 "leader_election_master_status",
@@ -101,14 +129,17 @@ impl Metrics {
         registry.register(Box::new(reconcile_total.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
         registry.register(Box::new(reconcile_panics.clone()))?;
+        registry.register(Box::new(terminal_errors.clone()))?;
         registry.register(Box::new(reconcile_time.clone()))?;
         registry.register(Box::new(active_workers.clone()))?;
+        registry.register(Box::new(max_concurrent.clone()))?;
         registry.register(Box::new(leader_status.clone()))?;
+        registry.register(Box::new(rest_requests.clone()))?;
         let work = WorkMetrics {
-            depth: IntGaugeVec::new(Opts::new("workqueue_depth", "Current depth of workqueue"), &["name"])?,
+            depth: IntGaugeVec::new(Opts::new("workqueue_depth", "Current depth of workqueue"), WORKQUEUE_LABELS)?,
             adds: IntCounterVec::new(
                 Opts::new("workqueue_adds_total", "Total number of adds handled by workqueue"),
-                &["name"],
+                WORKQUEUE_LABELS,
             )?,
             queue_duration: HistogramVec::new(
                 HistogramOpts::new(
@@ -116,7 +147,7 @@ impl Metrics {
                     "How long in seconds an item stays in workqueue before being requested.",
                 )
                 .buckets(WORK_BUCKETS.to_vec()),
-                &["name"],
+                WORKQUEUE_LABELS,
             )?,
             queues: Arc::default(),
             duration: HistogramVec::new(
@@ -125,25 +156,25 @@ impl Metrics {
                     "How long in seconds processing an item from workqueue takes.",
                 )
                 .buckets(WORK_BUCKETS.to_vec()),
-                &["name"],
+                WORKQUEUE_LABELS,
             )?,
             retries: IntCounterVec::new(
                 Opts::new("workqueue_retries_total", "Total number of retries handled by workqueue"),
-                &["name"],
+                WORKQUEUE_LABELS,
             )?,
             unfinished: GaugeVec::new(
                 Opts::new(
                     "workqueue_unfinished_work_seconds",
                     "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
                 ),
-                &["name"],
+                WORKQUEUE_LABELS,
             )?,
             longest: GaugeVec::new(
                 Opts::new(
                     "workqueue_longest_running_processor_seconds",
                     "How many seconds has the longest running processor for workqueue been running.",
                 ),
-                &["name"],
+                WORKQUEUE_LABELS,
             )?,
             running: Arc::default(),
         };
@@ -161,9 +192,12 @@ impl Metrics {
             reconcile_total,
             reconcile_errors,
             reconcile_panics,
+            terminal_errors,
             reconcile_time,
             active_workers,
+            max_concurrent,
             leader_status,
+            rest_requests,
             work,
         })
     }
@@ -181,6 +215,12 @@ impl Metrics {
         &self.registry
     }
 
+    /// `rest_client_requests_total`, for the kube client's counting layer
+    /// ([`crate::rest_client`]).
+    pub fn rest_client_requests(&self) -> IntCounterVec {
+        self.rest_requests.clone()
+    }
+
     /// The handles of one controller, every `result` pre-created at 0 so
     /// rate() and absent() behave from the first scrape.
     pub fn controller(&self, name: &str) -> ControllerMetrics {
@@ -191,19 +231,21 @@ impl Metrics {
             Ok(mut r) => r.entry(name.to_string()).or_default().clone(),
             Err(poisoned) => poisoned.into_inner().entry(name.to_string()).or_default().clone(),
         };
-        self.work.unfinished.with_label_values(&[name]);
-        self.work.longest.with_label_values(&[name]);
+        self.work.unfinished.with_label_values(&[name, name]);
+        self.work.longest.with_label_values(&[name, name]);
         ControllerMetrics {
-            work_duration: self.work.duration.with_label_values(&[name]),
-            retries: self.work.retries.with_label_values(&[name]),
+            work_duration: self.work.duration.with_label_values(&[name, name]),
+            retries: self.work.retries.with_label_values(&[name, name]),
             running,
             success: self.reconcile_total.with_label_values(&[name, "success"]),
             error: self.reconcile_total.with_label_values(&[name, "error"]),
             requeue_after: self.reconcile_total.with_label_values(&[name, "requeue_after"]),
             errors: self.reconcile_errors.with_label_values(&[name]),
             panics: self.reconcile_panics.with_label_values(&[name]),
+            terminal: self.terminal_errors.with_label_values(&[name]),
             time: self.reconcile_time.with_label_values(&[name]),
             active: self.active_workers.with_label_values(&[name]),
+            max_concurrent: self.max_concurrent.with_label_values(&[name]),
         }
     }
 
@@ -216,9 +258,9 @@ impl Metrics {
             .entry(name.to_string())
             .or_insert_with(|| {
                 let handles = QueueHandles {
-                    depth: self.work.depth.with_label_values(&[name]),
-                    adds: self.work.adds.with_label_values(&[name]),
-                    queue_duration: self.work.queue_duration.with_label_values(&[name]),
+                    depth: self.work.depth.with_label_values(&[name, name]),
+                    adds: self.work.adds.with_label_values(&[name, name]),
+                    queue_duration: self.work.queue_duration.with_label_values(&[name, name]),
                 };
                 Arc::new(QueueMirror::new(handles))
             })
@@ -256,8 +298,8 @@ impl WorkMetrics {
         };
         for (name, r) in running {
             let (unfinished, longest) = r.in_progress(now);
-            self.unfinished.with_label_values(&[&name]).set(unfinished);
-            self.longest.with_label_values(&[&name]).set(longest);
+            self.unfinished.with_label_values(&[&name, &name]).set(unfinished);
+            self.longest.with_label_values(&[&name, &name]).set(longest);
         }
     }
 }
@@ -318,8 +360,13 @@ pub struct ControllerMetrics {
     pub requeue_after: IntCounter,
     pub errors: IntCounter,
     pub panics: IntCounter,
+    /// `controller_runtime_terminal_reconcile_errors_total{controller}`.
+    pub terminal: IntCounter,
     pub time: prometheus::Histogram,
+    /// `controller_runtime_active_workers{controller}`: reconciles running.
     pub active: IntGauge,
+    /// `controller_runtime_max_concurrent_reconciles{controller}`.
+    pub max_concurrent: IntGauge,
 }
 
 #[cfg(test)]
@@ -343,7 +390,34 @@ mod tests {
             "workqueue_longest_running_processor_seconds",
             "workqueue_retries_total",
         ] {
-            assert!(text.contains(&format!("{family}{{name=\"widget\"}} 0")), "{family}: {text}");
+            assert!(text.contains(&format!("{family}{{controller=\"widget\",name=\"widget\"}} 0")), "{family}: {text}");
+        }
+        for family in [
+            "controller_runtime_terminal_reconcile_errors_total",
+            "controller_runtime_active_workers",
+            "controller_runtime_max_concurrent_reconciles",
+        ] {
+            assert!(text.contains(&format!("{family}{{controller=\"widget\"}} 0")), "{family}: {text}");
+        }
+    }
+
+    #[test]
+    fn every_workqueue_family_carries_controller_and_name() {
+        let m = Metrics::new().unwrap();
+        let c = m.controller("widget");
+        c.work_duration.observe(0.1);
+        let q = m.queue("widget");
+        q.set_leading(true, Instant::now());
+        q.request("ns/a", Instant::now());
+        let text = m.encode();
+        let families: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("workqueue_"))
+            .map(|l| l.split(['{', ' ']).next().unwrap_or_default())
+            .collect();
+        assert!(families.len() >= 7, "{text}");
+        for line in text.lines().filter(|l| l.starts_with("workqueue_")) {
+            assert!(line.contains("controller=\"widget\"") && line.contains("name=\"widget\""), "{line}");
         }
     }
 
@@ -362,6 +436,8 @@ mod tests {
         assert!(longest_after < longest, "the longest one finished: {longest_after} < {longest}");
         drop(second);
         assert_eq!(c.running.in_progress(Instant::now()), (0.0, 0.0));
-        assert!(m.encode().contains("workqueue_longest_running_processor_seconds{name=\"widget\"} 0"));
+        assert!(
+            m.encode().contains("workqueue_longest_running_processor_seconds{controller=\"widget\",name=\"widget\"} 0")
+        );
     }
 }

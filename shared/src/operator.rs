@@ -75,7 +75,7 @@ impl Operator {
         F: FnOnce(Context) -> Fut + Send + 'static,
         Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
-        crate::telemetry::init(self.config.log_format);
+        crate::telemetry::init(self.config.log_format, self.config.log_level);
         match self.run_inner(controllers).await {
             Ok(code) => code,
             Err(e) => {
@@ -119,7 +119,7 @@ impl Operator {
         }
         spawn_signal_handler(shutdown.clone(), readiness.clone());
 
-        let client = client(cfg).await?;
+        let client = client(cfg, &metrics).await?;
         tokio::spawn(crate::health::probe_while_failing(readiness.clone(), client.clone(), servers_stop.clone()));
         let identity = default_identity();
         let instance = identity.rsplit_once('_').map(|(host, _)| host.to_string()).unwrap_or_else(|| identity.clone());
@@ -256,16 +256,19 @@ impl Operator {
 
 /// The cluster client: `--kubeconfig`/`--context` when given, else kube's
 /// default search (KUBECONFIG, ~/.kube/config, the in-cluster config).
-async fn client(cfg: &CommonConfig) -> anyhow::Result<Client> {
+/// Every request it sends counts in `rest_client_requests_total`.
+async fn client(cfg: &CommonConfig, metrics: &Metrics) -> anyhow::Result<Client> {
     use kube::config::{Config, KubeConfigOptions, Kubeconfig};
     let options = KubeConfigOptions { context: cfg.context.clone(), ..Default::default() };
+    let which = || match &cfg.context {
+        Some(c) => format!("kubeconfig context {c:?}"),
+        None => "the kubeconfig's current context".to_string(),
+    };
     let config = match (cfg.kubeconfig.split_first(), &cfg.context) {
         (None, None) => {
-            return Client::try_default()
-                .await
-                .context("no cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config)");
+            Config::infer().await.context("no cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config)")?
         }
-        (None, Some(_)) => Config::from_kubeconfig(&options).await,
+        (None, Some(_)) => Config::from_kubeconfig(&options).await.with_context(which)?,
         (Some((first, rest)), _) => {
             let mut merged =
                 Kubeconfig::read_from(first).with_context(|| format!("--kubeconfig {}", first.display()))?;
@@ -273,14 +276,13 @@ async fn client(cfg: &CommonConfig) -> anyhow::Result<Client> {
                 let next = Kubeconfig::read_from(path).with_context(|| format!("--kubeconfig {}", path.display()))?;
                 merged = merged.merge(next).with_context(|| format!("--kubeconfig {}", path.display()))?;
             }
-            Config::from_custom_kubeconfig(merged, &options).await
+            Config::from_custom_kubeconfig(merged, &options).await.with_context(which)?
         }
     };
-    let config = config.with_context(|| match &cfg.context {
-        Some(c) => format!("kubeconfig context {c:?}"),
-        None => "the kubeconfig's current context".to_string(),
-    })?;
-    Client::try_from(config).context("building the cluster client")
+    let host = crate::rest_client::host_label(&config.cluster_url);
+    let counting = crate::rest_client::CountRequestsLayer::new(metrics.rest_client_requests(), host);
+    let builder = kube::client::ClientBuilder::try_from(config).context("building the cluster client")?;
+    Ok(builder.with_layer(&counting).build())
 }
 
 async fn release(leadership: Option<crate::leader::HeldLease>, gauge: &Option<prometheus::IntGauge>) {

@@ -44,6 +44,14 @@ async fn wait_leader(toy: &Toy, id: &str, timeout: Duration) {
     .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
 }
 
+/// The `host` label of `rest_client_requests_total` for the cluster of
+/// `kubeconfig`: its API server's `host:port`.
+fn rest_client_host(kubeconfig: &std::path::Path) -> String {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let server = config.clusters[0].cluster.as_ref().and_then(|c| c.server.clone()).unwrap();
+    flotilla_shared::rest_client::host_label(&server.parse().unwrap())
+}
+
 async fn lease_holder(ns: &str, id: &str) -> Option<String> {
     let api: Api<Lease> = Api::namespaced(shared().client().await, ns);
     api.get(id).await.ok()?.spec?.holder_identity
@@ -118,6 +126,19 @@ async fn reconcile_metrics_count_successes_and_errors() {
         toy.metric(r#"controller_runtime_reconcile_total{controller="widget",result="requeue"}"#).await,
         Some(0.0)
     );
+    // `spec.fail` is terminal (the toy's `ReconcileError`); a success is not.
+    let terminal = r#"controller_runtime_terminal_reconcile_errors_total{controller="widget"}"#;
+    let (terminal, errors) = (toy.metric(terminal).await, toy.metric(errors).await);
+    assert!(terminal >= Some(1.0) && terminal <= errors, "terminal {terminal:?} of {errors:?} errors");
+    // No --concurrency: no limit, exported as 0.
+    assert_eq!(toy.metric(r#"controller_runtime_max_concurrent_reconciles{controller="widget"}"#).await, Some(0.0));
+    // Every request of the client is counted: the watches' lists, the status writes.
+    let text = common::get(&toy.metrics_url()).await.unwrap().1;
+    let host = rest_client_host(&env.kubeconfig);
+    for (code, method) in [("200", "GET"), ("200", "PATCH")] {
+        let series = format!(r#"rest_client_requests_total{{code="{code}",host="{host}",method="{method}"}}"#);
+        assert!(common::metric_value(&text, &series) >= Some(1.0), "{series}:\n{text}");
+    }
     assert!(toy.metric("process_resident_memory_bytes").await.is_some_and(|v| v > 0.0));
     wait_for("/readyz to be 200 once the cache synced", T, || async {
         Ok::<_, String>(toy.ready().await.then_some(()))
@@ -164,7 +185,10 @@ async fn two_instances_one_leader_and_the_standby_takes_over_when_the_leader_die
 
     assert_eq!(b.metric(successes).await, Some(0.0), "a standby reconciles nothing:\n{}", b.logs());
     // …and reports an empty queue, though "kept" waits in its scheduler.
-    let (depth, adds) = (r#"workqueue_depth{name="widget"}"#, r#"workqueue_adds_total{name="widget"}"#);
+    let (depth, adds) = (
+        r#"workqueue_depth{controller="widget",name="widget"}"#,
+        r#"workqueue_adds_total{controller="widget",name="widget"}"#,
+    );
     assert_eq!((b.metric(depth).await, b.metric(adds).await), (Some(0.0), Some(0.0)), "{}", b.logs());
 
     // Kill the leader without a chance to release.
@@ -413,6 +437,9 @@ async fn a_panicking_reconcile_is_caught_counted_and_retried_while_the_rest_goes
     .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
     assert!(toy.child.try_wait().unwrap().is_none(), "the process exited:\n{}", toy.logs());
     assert!(toy.metric(r#"controller_runtime_reconcile_errors_total{controller="widget"}"#).await >= Some(2.0));
+    // A panic is a terminal error: a retry only repeats it.
+    let terminal = r#"controller_runtime_terminal_reconcile_errors_total{controller="widget"}"#;
+    assert!(toy.metric(terminal).await >= Some(2.0), "{:?}", toy.metric(terminal).await);
     assert!(toy.logs().contains("reconcile panicked"), "{}", toy.logs());
     // Backoff, not a hot loop: at most a handful of tries in ~5 s (1+2+4 s).
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -430,13 +457,18 @@ async fn the_queue_metrics_show_what_waits_for_a_worker() {
     let ns = env.namespace("queue").await.unwrap();
     let toy = start(&env.kubeconfig, &[format!("--watch-namespace={ns}"), "--concurrency=1".into()]);
     let api: Api<common::widget::Widget> = Api::namespaced(env.client().await, &ns);
-    let (depth, adds) = (r#"workqueue_depth{name="widget"}"#, r#"workqueue_adds_total{name="widget"}"#);
-    let waited = r#"workqueue_queue_duration_seconds_sum{name="widget"}"#;
-    let waits = r#"workqueue_queue_duration_seconds_count{name="widget"}"#;
+    let (depth, adds) = (
+        r#"workqueue_depth{controller="widget",name="widget"}"#,
+        r#"workqueue_adds_total{controller="widget",name="widget"}"#,
+    );
+    let waited = r#"workqueue_queue_duration_seconds_sum{controller="widget",name="widget"}"#;
+    let waits = r#"workqueue_queue_duration_seconds_count{controller="widget",name="widget"}"#;
     wait_for("/readyz", T, || async { Ok::<_, String>(toy.ready().await.then_some(())) })
         .await
         .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
     assert_eq!(toy.metric(depth).await, Some(0.0), "an empty queue is exported as 0");
+    let max = r#"controller_runtime_max_concurrent_reconciles{controller="widget"}"#;
+    assert_eq!(toy.metric(max).await, Some(1.0), "--concurrency=1");
 
     api.create(&PostParams::default(), &widget("slow", json!({"message": "slow", "sleepSeconds": 10}))).await.unwrap();
     let active = r#"controller_runtime_active_workers{controller="widget"}"#;
@@ -472,6 +504,7 @@ async fn the_queue_metrics_show_what_waits_for_a_worker() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", toy.logs()));
+    assert_eq!(toy.metric(active).await, Some(0.0), "every worker is free again");
     // slow, a, b, c, slow again; the status writes trigger more.
     assert!(toy.metric(adds).await >= Some(5.0), "adds {:?}", toy.metric(adds).await);
     assert!(toy.metric(waits).await >= Some(5.0), "waits {:?}", toy.metric(waits).await);

@@ -2,9 +2,10 @@
 //! (the flotilla-common library, then the umbrella's subcharts; see
 //! `flotilla_e2e::build_chart_dependencies`) and writes
 //! each chart's README.md values table with helm-docs and its
-//! `values.schema.json` from `xtask/values-schema/` (see `values_schema.rs`);
-//! `--check` fails when a committed README or schema differs from what is
-//! generated.
+//! `values.schema.json` from `xtask/values-schema/` (see `values_schema.rs`)
+//! and the generated Artifact Hub annotations of each Chart.yaml (see
+//! `chart_annotations.rs`); `--check` fails when a committed README, schema
+//! or Chart.yaml differs from what is generated.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,10 +62,13 @@ fn values_schemas(check: bool) -> anyhow::Result<()> {
 
 pub fn run(check: bool) -> anyhow::Result<()> {
     values_schemas(check)?;
+    crate::chart_annotations::run(check)?;
     flotilla_e2e::build_chart_dependencies()?;
     if !check {
         helm_docs(&charts_dir())?;
-        say("charts: values.schema.json written, dependencies built, README.md values tables written");
+        say(
+            "charts: values.schema.json and Chart.yaml annotations written, dependencies built, README.md values tables written",
+        );
         return Ok(());
     }
     let tmp = std::env::temp_dir().join(format!("flotilla-charts-{}", std::process::id()));
@@ -83,6 +87,8 @@ pub fn run(check: bool) -> anyhow::Result<()> {
     if !differing.is_empty() {
         bail!("chart READMEs differ from values.yaml (run `cargo xtask charts` and commit): {}", differing.join(", "));
     }
-    say("charts: README.md values tables match values.yaml, values.schema.json match xtask/values-schema/");
+    say(
+        "charts: README.md values tables match values.yaml, values.schema.json match xtask/values-schema/, Chart.yaml annotations match values.yaml, examples/ and CHANGELOG.md",
+    );
     Ok(())
 }

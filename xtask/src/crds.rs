@@ -44,3 +44,89 @@ pub fn run(check: bool) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    const READY_STATUS: &str = r#".status.conditions[?(@.type=="Ready")].status"#;
+    const READY_MESSAGE: &str = r#".status.conditions[?(@.type=="Ready")].message"#;
+
+    /// The short names of the built-in kinds (`kubectl api-resources`,
+    /// Kubernetes 1.33), which a CRD's must not shadow.
+    const BUILT_IN_SHORT_NAMES: &[&str] = &[
+        "cs",
+        "cm",
+        "ep",
+        "ev",
+        "limits",
+        "ns",
+        "no",
+        "pvc",
+        "pv",
+        "po",
+        "rc",
+        "quota",
+        "sa",
+        "svc",
+        "mwc",
+        "vwc",
+        "vap",
+        "vapb",
+        "crd",
+        "crds",
+        "apiservice",
+        "apiservices",
+        "ds",
+        "deploy",
+        "rs",
+        "sts",
+        "hpa",
+        "cj",
+        "csr",
+        "ing",
+        "ingclass",
+        "netpol",
+        "pdb",
+        "pc",
+        "sc",
+        "csinodes",
+        "eps",
+        "rac",
+        "rcc",
+        "vac",
+        "ipa",
+        "sc",
+    ];
+
+    #[test]
+    fn every_kind_shows_ready_and_its_message_and_has_a_short_distinct_short_name() {
+        let all: Vec<CustomResourceDefinition> = by_operator().into_iter().flat_map(|(_, c)| c).collect();
+        assert!(all.len() >= 5, "every Flotilla kind: {}", all.len());
+        let mut seen = std::collections::BTreeSet::new();
+        for crd in &all {
+            let names = &crd.spec.names;
+            let kind = &names.kind;
+            let version = &crd.spec.versions[0];
+            let columns = version.additional_printer_columns.clone().unwrap_or_default();
+            let ready = columns.iter().find(|c| c.name == "Ready").unwrap_or_else(|| panic!("{kind}: no Ready"));
+            assert_eq!((ready.json_path.as_str(), ready.priority), (READY_STATUS, None), "{kind}");
+            let message = columns.iter().find(|c| c.name == "Message").unwrap_or_else(|| panic!("{kind}: no Message"));
+            assert_eq!(
+                (message.json_path.as_str(), message.priority),
+                (READY_MESSAGE, Some(1)),
+                "{kind}: -o wide only"
+            );
+            assert_eq!(columns.last().map(|c| c.name.as_str()), Some("Age"), "{kind}");
+            let short = names.short_names.clone().unwrap_or_default();
+            let first = short.first().unwrap_or_else(|| panic!("{kind}: no short name"));
+            assert!(first.len() <= 2, "{kind}: {first} is not short");
+            for s in &short {
+                assert_ne!(Some(s), names.singular.as_ref(), "{kind}: a short name equal to the singular");
+                assert!(!BUILT_IN_SHORT_NAMES.contains(&s.as_str()), "{kind}: {s} shadows a built-in kind");
+                assert!(seen.insert(s.clone()), "{kind}: {s} is another Flotilla kind's too");
+            }
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the one entry point a newcomer needs.
 
 mod bench;
+mod chart_annotations;
 mod charts;
 mod cluster;
 mod crds;

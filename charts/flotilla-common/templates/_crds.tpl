@@ -19,7 +19,7 @@ the keep annotation are added to their metadata.
 
 {{/* The metadata lines added to each CRD (the name follows them). */}}
 {{- define "flotilla.crdMetadata" -}}
-{{- $labels := dict "helm.sh/chart" (include "flotilla.chart" .) "app.kubernetes.io/name" (include "flotilla.name" .) "app.kubernetes.io/version" .Chart.AppVersion "app.kubernetes.io/managed-by" .Release.Service "app.kubernetes.io/part-of" "flotilla" -}}
+{{- $labels := merge (dict "helm.sh/chart" (include "flotilla.chart" .) "app.kubernetes.io/name" (include "flotilla.name" .) "app.kubernetes.io/version" .Chart.AppVersion "app.kubernetes.io/managed-by" .Release.Service "app.kubernetes.io/part-of" "flotilla") (default dict .Values.commonLabels) -}}
 {{- printf "\nmetadata:\n  labels:\n%s\n" (toYaml $labels | indent 4) -}}
 {{- if .Values.crds.keep -}}
 {{- printf "  annotations:\n    helm.sh/resource-policy: keep\n" -}}

@@ -14,6 +14,7 @@ then the operator's own ("<chart>.dashboardPanels": a YAML list of
   (dict "title" "Reconcile time, p99" "expr" (printf "histogram_quantile(0.99, sum by (le, controller) (rate(controller_runtime_reconcile_time_seconds_bucket{%s}[5m])))" $sel) "unit" "s")
   (dict "title" "Reconciles in flight" "expr" (printf "sum by (controller) (controller_runtime_active_workers{%s})" $sel) "unit" "short")
   (dict "title" "Panics caught (15 min)" "expr" (printf "sum by (controller) (increase(controller_runtime_reconcile_panics_total{%s}[15m]))" $sel) "unit" "short")
+  (dict "title" "API server requests per second, by code" "expr" (printf "sum by (code, method) (rate(rest_client_requests_total{%s}[5m]))" $sel) "unit" "reqps")
   (dict "title" "Leader (1: this pod holds the lease)" "expr" (printf "max by (pod) (leader_election_master_status{%s})" $sel) "unit" "short")
   (dict "title" "Resident memory" "expr" (printf "max by (pod) (process_resident_memory_bytes{%s})" $sel) "unit" "bytes")
   (dict "title" "Events dropped (15 min)" "expr" (printf "sum(increase(flotilla_events_dropped_total{%s}[15m]))" $sel) "unit" "short")
@@ -23,6 +24,8 @@ then the operator's own ("<chart>.dashboardPanels": a YAML list of
 {{- $panels = concat $panels (list
   (dict "title" "Queue depth (due, not started)" "expr" (printf "sum by (name) (workqueue_depth{%s})" $sel) "unit" "short")
   (dict "title" "Time in queue, p99" "expr" (printf "histogram_quantile(0.99, sum by (le, name) (rate(workqueue_queue_duration_seconds_bucket{%s}[5m])))" $sel) "unit" "s")
+  (dict "title" "Workers busy (share of max concurrent reconciles)" "expr" (printf "max by (controller) (controller_runtime_active_workers{%s}) / max by (controller) (controller_runtime_max_concurrent_reconciles{%s} > 0)" $sel $sel) "unit" "percentunit")
+  (dict "title" "Terminal reconcile errors (15 min)" "expr" (printf "sum by (controller) (increase(controller_runtime_terminal_reconcile_errors_total{%s}[15m]))" $sel) "unit" "short")
 ) }}
 {{- end }}
 {{- $own := include (printf "%s.dashboardPanels" .Chart.Name) (dict "sel" $sel) | fromYamlArray }}
@@ -42,7 +45,7 @@ apiVersion: v1
 kind: ConfigMap
 metadata:
   name: {{ include "flotilla.suffixed" (list . "dashboard") }}
-  namespace: {{ default .Release.Namespace .Values.grafanaDashboard.namespace }}
+  namespace: {{ default (include "flotilla.namespace" $) .Values.grafanaDashboard.namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
     grafana_dashboard: "1"
@@ -52,8 +55,8 @@ metadata:
 data:
   {{ $name }}.json: |-
     {{- dict
-      "title" (printf "Flotilla %s (%s/%s)" .Chart.Name .Release.Namespace .Release.Name)
-      "uid" (printf "flotilla-%s" (sha256sum (printf "%s/%s" .Release.Namespace $name) | trunc 12))
+      "title" (printf "Flotilla %s (%s/%s)" .Chart.Name (include "flotilla.namespace" $) .Release.Name)
+      "uid" (printf "flotilla-%s" (sha256sum (printf "%s/%s" (include "flotilla.namespace" $) $name) | trunc 12))
       "tags" (list "flotilla" .Chart.Name)
       "schemaVersion" 39
       "time" (dict "from" "now-6h" "to" "now")

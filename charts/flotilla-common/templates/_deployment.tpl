@@ -3,13 +3,21 @@ apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: {{ include "flotilla.fullname" . }}
-  namespace: {{ .Release.Namespace }}
+  namespace: {{ include "flotilla.namespace" $ }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
+  {{- with .Values.deploymentAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 spec:
   {{- /* Without leader election two replicas would both act: one only. */}}
-  replicas: {{ if .Values.leaderElection.enabled }}{{ .Values.replicaCount }}{{ else }}1{{ end }}
-  revisionHistoryLimit: 5
+  replicas: {{ include "flotilla.replicas" . }}
+  revisionHistoryLimit: {{ .Values.revisionHistoryLimit }}
+  {{- with .Values.strategy }}
+  strategy:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   selector:
     matchLabels:
       {{- include "flotilla.selectorLabels" . | nindent 6 }}
@@ -18,6 +26,9 @@ spec:
       labels:
         {{- include "flotilla.selectorLabels" . | nindent 8 }}
         app.kubernetes.io/part-of: flotilla
+        {{- with .Values.commonLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
         {{- with .Values.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -72,21 +83,39 @@ spec:
             - name: health
               containerPort: {{ .Values.healthProbePort }}
               protocol: TCP
+          {{- /* A probe set in values replaces the default whole (a merge
+          could leave two handlers in one probe). */}}
           livenessProbe:
+            {{- if .Values.livenessProbe }}
+            {{- toYaml .Values.livenessProbe | nindent 12 }}
+            {{- else }}
             httpGet:
               path: /healthz
               port: health
             initialDelaySeconds: 5
             periodSeconds: 10
+            {{- end }}
           readinessProbe:
+            {{- if .Values.readinessProbe }}
+            {{- toYaml .Values.readinessProbe | nindent 12 }}
+            {{- else }}
             httpGet:
               path: /readyz
               port: health
             periodSeconds: 5
+            {{- end }}
           resources:
             {{- toYaml .Values.resources | nindent 12 }}
           securityContext:
             {{- toYaml .Values.securityContext | nindent 12 }}
+          {{- with .Values.volumeMounts }}
+          volumeMounts:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+      {{- with .Values.volumes }}
+      volumes:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       {{- with .Values.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}

@@ -43,6 +43,32 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: flotilla
 app.kubernetes.io/component: operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The namespace of every namespaced object of the release (namespaceOverride,
+else the release's): the Deployment, its ServiceAccount, Service, Roles,
+PodDisruptionBudget, NetworkPolicy, and the monitors' and rules' default.
+*/}}
+{{- define "flotilla.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{/* The replicas the Deployment runs: one without leader election (two
+would both act). */}}
+{{- define "flotilla.replicas" -}}
+{{- if .Values.leaderElection.enabled }}{{ int .Values.replicaCount }}{{ else }}1{{ end -}}
+{{- end -}}
+
+{{/* "true" when the PodDisruptionBudget is rendered: as podDisruptionBudget.enabled
+says, or, left unset (null), whenever more than one replica runs (a budget
+over one pod would block every node drain). */}}
+{{- define "flotilla.pdbEnabled" -}}
+{{- $e := .Values.podDisruptionBudget.enabled -}}
+{{- if kindIs "bool" $e }}{{ $e }}{{ else }}{{ gt (int (include "flotilla.replicas" .)) 1 }}{{ end -}}
 {{- end -}}
 
 {{- define "flotilla.serviceAccountName" -}}
@@ -53,13 +79,18 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- end -}}
 
-{{/* global.* wins over the chart's own image settings when set. */}}
+{{/* global.* wins over the chart's own image settings when set; image.digest,
+when set, pins the image (registry/repository@digest) whatever the tags say. */}}
 {{- define "flotilla.image" -}}
 {{- $global := default dict .Values.global -}}
 {{- $g := default dict $global.image -}}
 {{- $registry := default .Values.image.registry (default $global.imageRegistry $g.registry) -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s/%s@%s" $registry .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- $tag := default (default .Chart.AppVersion .Values.image.tag) $g.tag -}}
 {{- printf "%s/%s:%s" $registry .Values.image.repository $tag -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "flotilla.pullPolicy" -}}
@@ -69,6 +100,10 @@ app.kubernetes.io/component: operator
 
 {{- define "flotilla.logFormat" -}}
 {{- default .Values.logFormat (default dict .Values.global).logFormat -}}
+{{- end -}}
+
+{{- define "flotilla.logLevel" -}}
+{{- default .Values.logLevel (default dict .Values.global).logLevel -}}
 {{- end -}}
 
 {{- define "flotilla.pullSecrets" -}}
@@ -107,9 +142,17 @@ what the chart sets. extraArgs is a list of flags (["--ttl=60"]) or a map
 - --metrics-bind-address=:{{ .Values.metrics.port }}
 - --health-probe-bind-address=:{{ .Values.healthProbePort }}
 - --leader-elect={{ .Values.leaderElection.enabled }}
-- --leader-election-namespace={{ .Release.Namespace }}
+- --leader-election-namespace={{ include "flotilla.namespace" $ }}
 - --leader-election-id={{ include "flotilla.fullname" . }}
+{{- with .Values.leaderElection }}
+{{- if .enabled }}
+- --leader-elect-lease-duration={{ .leaseDuration }}
+- --leader-elect-renew-deadline={{ .renewDeadline }}
+- --leader-elect-retry-period={{ .retryPeriod }}
+{{- end }}
+{{- end }}
 - --log-format={{ include "flotilla.logFormat" . }}
+- --log-level={{ include "flotilla.logLevel" . }}
 {{- /* In-flight work gets the pod's grace period less 5 s to finish, so
 the process exits (non-zero if cut off) before the kubelet kills it. */}}
 - --graceful-shutdown-timeout={{ min 3600 (max 1 (sub (int .Values.terminationGracePeriodSeconds) 5)) }}s
@@ -186,6 +229,6 @@ roleRef:
 subjects:
   - kind: ServiceAccount
     name: {{ include "flotilla.serviceAccountName" . }}
-    namespace: {{ .Release.Namespace }}
+    namespace: {{ include "flotilla.namespace" $ }}
 {{- end }}
 {{- end -}}

@@ -7,7 +7,7 @@ prometheusRule.selector replaces that. Each alert links its runbook in the
 README at the release's tag.
 */}}
 {{- define "flotilla.alertSelector" -}}
-{{- default (printf "namespace=%q,pod=~%q" .Release.Namespace (printf "%s-.*" (include "flotilla.fullname" .))) .Values.prometheusRule.selector -}}
+{{- default (printf "namespace=%q,pod=~%q" (include "flotilla.namespace" $) (printf "%s-.*" (include "flotilla.fullname" .))) .Values.prometheusRule.selector -}}
 {{- end -}}
 
 {{- define "flotilla.runbook" -}}
@@ -22,7 +22,7 @@ apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
 metadata:
   name: {{ $name }}
-  namespace: {{ default .Release.Namespace .Values.prometheusRule.namespace }}
+  namespace: {{ default (include "flotilla.namespace" $) .Values.prometheusRule.namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
     {{- with .Values.prometheusRule.labels }}
@@ -92,6 +92,14 @@ spec:
             summary: {{ printf "%s: the {{ $labels.name }} queue has not emptied in over 15 minutes; objects wait to be reconciled" $name | quote }}
             runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaWorkqueueBacklog") }}
         {{- end }}
+        - alert: FlotillaAPIServerErrors
+          expr: sum(rate(rest_client_requests_total{ {{- $sel -}} ,code=~"5..|<error>"}[5m])) / sum(rate(rest_client_requests_total{ {{- $sel -}} }[5m])) > 0.1
+          for: 15m
+          labels:
+            severity: warning
+          annotations:
+            summary: {{ printf "%s: more than 10%% of its requests to the API server fail (5xx or no answer)" $name | quote }}
+            runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaAPIServerErrors") }}
         - alert: FlotillaEventsDropped
           expr: sum(increase(flotilla_events_dropped_total{ {{- $sel -}} }[15m])) > 0
           labels:

@@ -38,14 +38,14 @@ roleRef:
 subjects:
   - kind: ServiceAccount
     name: {{ include "flotilla.serviceAccountName" . }}
-    namespace: {{ .Release.Namespace }}
+    namespace: {{ include "flotilla.namespace" $ }}
 {{- if .Values.leaderElection.enabled }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
   name: {{ include "flotilla.suffixed" (list . "leader-election") }}
-  namespace: {{ .Release.Namespace }}
+  namespace: {{ include "flotilla.namespace" $ }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 rules:
@@ -64,7 +64,7 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
   name: {{ include "flotilla.suffixed" (list . "leader-election") }}
-  namespace: {{ .Release.Namespace }}
+  namespace: {{ include "flotilla.namespace" $ }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 roleRef:
@@ -74,7 +74,7 @@ roleRef:
 subjects:
   - kind: ServiceAccount
     name: {{ include "flotilla.serviceAccountName" . }}
-    namespace: {{ .Release.Namespace }}
+    namespace: {{ include "flotilla.namespace" $ }}
 {{- end }}
 {{- end }}
 {{- end -}}

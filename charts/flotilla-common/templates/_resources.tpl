@@ -4,7 +4,7 @@ apiVersion: v1
 kind: ServiceAccount
 metadata:
   name: {{ include "flotilla.serviceAccountName" . }}
-  namespace: {{ .Release.Namespace }}
+  namespace: {{ include "flotilla.namespace" $ }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
   {{- with .Values.serviceAccount.annotations }}
@@ -20,7 +20,7 @@ apiVersion: v1
 kind: Service
 metadata:
   name: {{ include "flotilla.suffixed" (list . "metrics") }}
-  namespace: {{ .Release.Namespace }}
+  namespace: {{ include "flotilla.namespace" $ }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
   {{- with .Values.metrics.service.annotations }}
@@ -44,15 +44,19 @@ apiVersion: monitoring.coreos.com/v1
 kind: ServiceMonitor
 metadata:
   name: {{ include "flotilla.fullname" . }}
-  namespace: {{ default .Release.Namespace .Values.metrics.serviceMonitor.namespace }}
+  namespace: {{ default (include "flotilla.namespace" $) .Values.metrics.serviceMonitor.namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
     {{- with .Values.metrics.serviceMonitor.labels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+  {{- with .Values.metrics.serviceMonitor.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 spec:
   namespaceSelector:
-    matchNames: [{{ .Release.Namespace | quote }}]
+    matchNames: [{{ include "flotilla.namespace" $ | quote }}]
   selector:
     matchLabels:
       {{- include "flotilla.selectorLabels" . | nindent 6 }}
@@ -61,6 +65,19 @@ spec:
       path: /metrics
       interval: {{ .Values.metrics.serviceMonitor.interval }}
       scrapeTimeout: {{ .Values.metrics.serviceMonitor.scrapeTimeout }}
+      {{- with .Values.metrics.serviceMonitor }}
+      {{- if .honorLabels }}
+      honorLabels: true
+      {{- end }}
+      {{- with .relabelings }}
+      relabelings:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .metricRelabelings }}
+      metricRelabelings:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- end }}
 {{- end }}
 {{- end -}}
 
@@ -72,15 +89,19 @@ apiVersion: monitoring.coreos.com/v1
 kind: PodMonitor
 metadata:
   name: {{ include "flotilla.fullname" . }}
-  namespace: {{ default .Release.Namespace .Values.metrics.podMonitor.namespace }}
+  namespace: {{ default (include "flotilla.namespace" $) .Values.metrics.podMonitor.namespace }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
     {{- with .Values.metrics.podMonitor.labels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+  {{- with .Values.metrics.podMonitor.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 spec:
   namespaceSelector:
-    matchNames: [{{ .Release.Namespace | quote }}]
+    matchNames: [{{ include "flotilla.namespace" $ | quote }}]
   selector:
     matchLabels:
       {{- include "flotilla.selectorLabels" . | nindent 6 }}
@@ -89,6 +110,19 @@ spec:
       path: /metrics
       interval: {{ .Values.metrics.podMonitor.interval }}
       scrapeTimeout: {{ .Values.metrics.podMonitor.scrapeTimeout }}
+      {{- with .Values.metrics.podMonitor }}
+      {{- if .honorLabels }}
+      honorLabels: true
+      {{- end }}
+      {{- with .relabelings }}
+      relabelings:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .metricRelabelings }}
+      metricRelabelings:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- end }}
 {{- end }}
 {{- end -}}
 
@@ -103,7 +137,7 @@ apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
   name: {{ include "flotilla.fullname" . }}
-  namespace: {{ .Release.Namespace }}
+  namespace: {{ include "flotilla.namespace" $ }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 spec:
@@ -148,12 +182,12 @@ spec:
 {{- end -}}
 
 {{- define "flotilla.pdb" -}}
-{{- if .Values.podDisruptionBudget.enabled }}
+{{- if eq (include "flotilla.pdbEnabled" .) "true" }}
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
   name: {{ include "flotilla.fullname" . }}
-  namespace: {{ .Release.Namespace }}
+  namespace: {{ include "flotilla.namespace" $ }}
   labels:
     {{- include "flotilla.labels" . | nindent 4 }}
 spec:

@@ -33,8 +33,12 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{- $global := default dict .Values.global -}}
 {{- $g := default dict $global.image -}}
 {{- $registry := default .Values.loadgen.image.registry (default $global.imageRegistry $g.registry) -}}
+{{- if .Values.loadgen.image.digest -}}
+{{- printf "%s/%s@%s" $registry .Values.loadgen.image.repository .Values.loadgen.image.digest -}}
+{{- else -}}
 {{- $tag := default (default .Chart.AppVersion .Values.loadgen.image.tag) $g.tag -}}
 {{- printf "%s/%s:%s" $registry .Values.loadgen.image.repository $tag -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "load-tester.args" -}}

@@ -28,7 +28,7 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{- if .Values.watchNamespace }}
 - {{ printf "--watch-namespace=%s" (include "flotilla.value" .Values.watchNamespace) | quote }}
 {{- end }}
-- {{ printf "--cluster-scope-namespaces=%s" (include "flotilla.value" (join "," (.Values.clusterScopeNamespaces | default (list .Release.Namespace)))) | quote }}
+- {{ printf "--cluster-scope-namespaces=%s" (include "flotilla.value" (join "," (.Values.clusterScopeNamespaces | default (list (include "flotilla.namespace" $))))) | quote }}
 - {{ printf "--sink-timeout=%s" (include "flotilla.value" .Values.sinkTimeout) | quote }}
 {{- with .Values.sinks.allowedCIDRs }}
 - {{ printf "--allowed-sink-cidrs=%s" (include "flotilla.value" (join "," .)) | quote }}

@@ -108,7 +108,7 @@ roleRef:
 subjects:
   - kind: ServiceAccount
     name: {{ include "flotilla.serviceAccountName" . }}
-    namespace: {{ .Release.Namespace }}
+    namespace: {{ include "flotilla.namespace" $ }}
 {{- end }}
 {{- end -}}
 
@@ -149,7 +149,7 @@ roleRef:
 subjects:
   - kind: ServiceAccount
     name: {{ include "flotilla.serviceAccountName" . }}
-    namespace: {{ .Release.Namespace }}
+    namespace: {{ include "flotilla.namespace" $ }}
 {{- end }}
 {{- end -}}
 

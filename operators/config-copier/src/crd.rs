@@ -31,7 +31,7 @@ pub use flotilla_shared::selector::{
     doc = "A rule copying the ConfigMaps or Secrets of its own namespace that match a selector into other namespaces, keeping the copies in sync.",
     namespaced,
     status = "CopyRuleStatus",
-    shortname = "copyrule",
+    shortname = "cr",
     category = "flotilla",
     printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
     printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.sources"}"#,
@@ -39,6 +39,7 @@ pub use flotilla_shared::selector::{
     printcolumn = r#"{"name":"Copies","type":"integer","jsonPath":".status.copies","description":"copies in sync"}"#,
     printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflicts"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message (kubectl get -o wide)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

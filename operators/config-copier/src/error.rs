@@ -30,3 +30,36 @@ impl Error {
         }
     }
 }
+
+/// A CopyRule without a namespace stays so: terminal. The rest are
+/// requests that may pass on the next try.
+impl flotilla_shared::ReconcileError for Error {
+    fn is_terminal(&self) -> bool {
+        match self {
+            Error::NoNamespace => true,
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => {
+                    e.is_terminal()
+                }
+                _ => false,
+            },
+            Error::Status(_) | Error::List(_) | Error::Read(_) | Error::Writes { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_shared::ReconcileError;
+
+    #[test]
+    fn only_what_no_retry_fixes_is_terminal() {
+        assert!(Error::NoNamespace.is_terminal());
+        let inner = kube::runtime::finalizer::Error::ApplyFailed(Error::NoNamespace);
+        assert!(Error::Finalizer(Box::new(inner)).is_terminal());
+        assert!(!Error::Writes { failed: 1, first: "x".into() }.is_terminal());
+        let inner = kube::runtime::finalizer::Error::CleanupFailed(Error::Writes { failed: 1, first: "x".into() });
+        assert!(!Error::Finalizer(Box::new(inner)).is_terminal());
+    }
+}

@@ -3,6 +3,7 @@
 //! change worth a write ([`ReportedStatus`]). Pure.
 
 use flotilla_shared::Conditions;
+use flotilla_shared::conditions::INVALID_SPEC;
 use flotilla_shared::status::ReportedStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -62,7 +63,7 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
             format!("deleting the rule's copies failed ({why}); retried with backoff. Set prune: false to delete the rule without its copies"),
         );
     } else if let Some(why) = &s.invalid {
-        c.set("Ready", false, "InvalidSpec", why.clone());
+        c.set("Ready", false, INVALID_SPEC, why.clone());
     } else if let Some(why) = &s.refused {
         c.set("Ready", false, "AdmissionPolicyMissing", why.clone());
     } else if let Some(why) = &s.sources_unavailable {
@@ -130,6 +131,8 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
             );
         }
     }
+    // An invalid rule stays so until it is edited: Stalled (kstatus).
+    c.stall_on(&[INVALID_SPEC]);
     let count = conflicts.len();
     conflicts.truncate(MAX_CONFLICTS_LISTED);
     let mut skipped = s.skipped.clone();
@@ -204,7 +207,12 @@ mod tests {
     fn invalid_and_failures_have_reasons() {
         let s = build(None, None, &Summary { invalid: Some("bad glob".into()), ..Default::default() });
         assert_eq!(cond(&s, "Ready").reason, "InvalidSpec");
+        assert_eq!((cond(&s, "Stalled").status.as_str(), cond(&s, "Stalled").message.as_str()), ("True", "bad glob"));
+        // Fixed: Stalled is gone; a failed write is not Stalled (retried).
+        let fixed = build(Some(&s), None, &Summary::default());
+        assert!(!fixed.conditions.iter().any(|c| c.type_ == "Stalled"), "{:?}", fixed.conditions);
         let s = build(None, None, &Summary { failures: vec!["boom".into()], ..Default::default() });
+        assert!(!s.conditions.iter().any(|c| c.type_ == "Stalled"));
         assert_eq!(cond(&s, "Ready").reason, "SyncFailed");
         assert!(cond(&s, "Ready").message.contains("boom"));
     }

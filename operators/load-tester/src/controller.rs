@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_shared::backoff::ErrorBackoff;
-use flotilla_shared::conditions::{READY, already_said};
+use flotilla_shared::conditions::{INVALID_SPEC, READY, already_said};
 use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -230,9 +230,9 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
         Err(why) => {
             let mut st = test.status.clone().unwrap_or_default();
             st.state = State::Failed;
-            st.reason = "InvalidSpec".into();
+            st.reason = INVALID_SPEC.into();
             st.message = why.clone();
-            write_status(&test, &ns, &name, st, &data, &oref, vec![(true, "InvalidSpec", why)], None).await?;
+            write_status(&test, &ns, &name, st, &data, &oref, vec![(true, INVALID_SPEC, why)], None).await?;
             return Ok(Action::await_change());
         }
     };

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     doc = "Runs N coordinated load-generating pods against a Service and merges their results (state Pending, Executing, Finished or Failed).",
     namespaced,
     status = "LoadTestStatus",
+    shortname = "lt",
     shortname = "ld",
     category = "flotilla",
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state","description":"Pending, Executing, Finished or Failed"}"#,
@@ -33,6 +34,8 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Children","type":"integer","jsonPath":".status.children","description":"runner pods of the current run"}"#,
     printcolumn = r#"{"name":"Requests","type":"integer","jsonPath":".status.results.requests"}"#,
     printcolumn = r#"{"name":"P99","type":"string","jsonPath":".status.results.latency.p99"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message (kubectl get -o wide)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -430,11 +433,13 @@ pub struct Latency {
     doc = "Keeps exactly one pod that prints a line and sleeps spec.sleepytime seconds.",
     namespaced,
     status = "SimpleDeploymentStatus",
-    shortname = "simdep",
     shortname = "sd",
+    shortname = "simdep",
     category = "flotilla",
     printcolumn = r#"{"name":"Children","type":"string","jsonPath":".status.child","description":"The child pod created by the operator."}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.childPhase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message (kubectl get -o wide)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

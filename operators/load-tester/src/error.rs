@@ -20,3 +20,15 @@ impl Error {
         }
     }
 }
+
+/// An object without a namespace stays so: terminal. A failed request may
+/// pass on the next try; a cache gone is the process stopping, not the
+/// object's fault.
+impl flotilla_shared::ReconcileError for Error {
+    fn is_terminal(&self) -> bool {
+        match self {
+            Error::NoNamespace => true,
+            Error::CacheGone(_) | Error::Kube(..) => false,
+        }
+    }
+}

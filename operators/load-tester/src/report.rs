@@ -3,7 +3,7 @@
 //! the status that caused them is written —, and the runs counted in the
 //! metrics when they end.
 
-use flotilla_shared::conditions::{READY, Status};
+use flotilla_shared::conditions::{INVALID_SPEC, READY, Status};
 use flotilla_shared::status::apply_status_if_changed;
 use kube::api::Api;
 
@@ -34,6 +34,8 @@ fn ready_condition(
         (State::Failed, None) => (Status::False, new.reason.clone(), new.message.clone()),
     };
     c.set(READY, status, &reason, message);
+    // A spec that cannot run stays Failed until it is edited: Stalled.
+    c.stall_on(&[INVALID_SPEC]);
     new.conditions = c.into_vec();
     new.observed_generation = generation;
 }

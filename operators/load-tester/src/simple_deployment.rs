@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::conditions::{READY, already_said};
+use flotilla_shared::conditions::{INVALID_SPEC, READY, already_said};
 use flotilla_shared::status::apply_status_if_changed;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -104,6 +104,9 @@ pub async fn reconcile(sd: Arc<SimpleDeployment>, data: Arc<Data>) -> Result<Act
             c.set(READY, true, "ChildExists", format!("pod {child} is {}", status.child_phase));
         }
     }
+    // The schema checks the whole spec at admission, so nothing here says
+    // InvalidSpec today; the call keeps Stalled's rule the suite's.
+    c.stall_on(&[INVALID_SPEC]);
     status.conditions = c.into_vec();
     status.observed_generation = sd.metadata.generation;
     let api: Api<SimpleDeployment> = Api::namespaced(data.ctx.client.clone(), &ns);

@@ -1,7 +1,8 @@
 //! What a LoadTest's step looks at beyond its runner pods (which a watch
 //! holds, [`crate::runner_pods`]), read from the API when the state
-//! machine asks for it ([`crate::machine::Need`]), once per run: the
-//! target Service (and whether it has a ready endpoint). Reads only.
+//! machine asks for it ([`crate::machine::Need`]): the
+//! target Service (every step of a running test) and, before a run's
+//! first runner, whether it has a ready endpoint. Reads only.
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

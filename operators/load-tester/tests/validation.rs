@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use flotilla_testenv::shared;
 use serde_json::json;
@@ -55,4 +57,35 @@ async fn admission_rejects_what_would_fail_later() {
     let t = t.get("example-02").await.unwrap();
     assert_eq!((t.spec.test.port, t.spec.test.concurrency, t.spec.deadline.0.as_str()), (80, 1, "10m"));
     create(&client, &ns, "SimpleDeployment", "example-01", json!({"sleepytime": "120"})).await.unwrap();
+}
+
+/// A header name that is not an HTTP token passes the schema (map keys are
+/// not checked there) and fails the run with InvalidSpec: Stalled, since
+/// only an edit helps. The edit that fixes it starts a run, and Stalled is
+/// gone.
+#[tokio::test]
+async fn a_spec_that_cannot_run_is_stalled_until_it_is_fixed() {
+    let env = shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-stalled").await.unwrap();
+    let _operator = start_operator(&env, &ns);
+    let spec = json!({"replicas": 1, "test": {"serviceName": "web", "headers": {"X Bad": "1"}}});
+    create(&client, &ns, "LoadTest", "bad-header", spec).await.unwrap();
+    let t = Duration::from_secs(40);
+    let condition = |s: &LoadTestStatus, t: &str| s.conditions.iter().find(|c| c.type_ == t).cloned();
+    let st = wait_test(&client, &ns, "bad-header", "Stalled", t, |s| condition(s, "Stalled").map(|_| s.clone())).await;
+    let stalled = condition(&st, "Stalled").unwrap();
+    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "InvalidSpec"));
+    assert!(stalled.message.contains("X Bad"), "{stalled:?}");
+    assert_eq!((st.state.as_str(), condition(&st, "Ready").map(|c| c.status)), ("Failed", Some("False".into())));
+
+    patch_spec(&client, &ns, "LoadTest", "bad-header", json!({"test": {"headers": {"X Bad": null, "X-Good": "1"}}}))
+        .await;
+    // A new run (whatever becomes of it: there is no Service web), not Stalled.
+    wait_test(&client, &ns, "bad-header", "a new run, not Stalled", t, |s| {
+        let ready = condition(s, "Ready")?;
+        (s.run > st.run && ready.reason != "InvalidSpec" && condition(s, "Stalled").is_none()).then_some(())
+    })
+    .await;
 }

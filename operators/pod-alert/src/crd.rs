@@ -25,12 +25,13 @@ use serde::{Deserialize, Serialize};
     doc = "Turns unhealthy pods into incidents with their log tails, sent to status, Events, Slack, webhooks and Alertmanager.",
     namespaced,
     status = "PodAlertStatus",
-    shortname = "podalert",
+    shortname = "pa",
     category = "flotilla",
     printcolumn = r#"{"name":"Firing","type":"integer","jsonPath":".status.firing","description":"incidents firing"}"#,
     printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending","description":"problems within their grace period"}"#,
     printcolumn = r#"{"name":"Sinks","type":"string","jsonPath":".status.conditions[?(@.type==\"SinksHealthy\")].status","description":"every sink delivered its last notification"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message (kubectl get -o wide)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

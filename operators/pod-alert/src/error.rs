@@ -18,3 +18,14 @@ impl Error {
         }
     }
 }
+
+/// An object without a namespace stays so: terminal. A failed request may
+/// pass on the next try.
+impl flotilla_shared::ReconcileError for Error {
+    fn is_terminal(&self) -> bool {
+        match self {
+            Error::NoNamespace => true,
+            Error::Status(_) => false,
+        }
+    }
+}

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_shared::Conditions;
+use flotilla_shared::conditions::INVALID_SPEC;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::crd::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, Reason, SinkStatus};
@@ -107,7 +108,11 @@ pub fn fit(s: &mut PodAlertStatus, limit: usize) {
     while size(s) > limit && s.incidents.pop().is_some() {}
 }
 
-/// The status to write.
+/// The Ready=False reasons (`Invalid::reason`) that make a PodAlert
+/// Stalled: its spec cannot be used, or asks for a cluster scope the
+/// operator is configured never to grant here; only an edit changes that.
+pub const STALLED_ON: [&str; 3] = [INVALID_SPEC, "NoAlertSet", "ClusterScopeRefused"];
+
 /// The status to write; `previous`: the conditions last written.
 pub fn build(previous: Option<&[Condition]>, generation: Option<i64>, book: &Book, s: &Summary) -> PodAlertStatus {
     let mut c = Conditions::new(previous, generation);
@@ -139,6 +144,7 @@ pub fn build(previous: Option<&[Condition]>, generation: Option<i64>, book: &Boo
         Some(m) => c.set(THROTTLED, true, "NamespaceRateLimit", m.clone()),
         None => c.set(THROTTLED, false, "WithinRateLimit", "no notification is waiting for the namespace's rate limit"),
     };
+    c.stall_on(&STALLED_ON);
     let mut incidents: Vec<&Incident> = book.incidents.values().collect();
     incidents.sort_by(|a, b| (rank(&a.phase), &a.key).cmp(&(rank(&b.phase), &b.key)));
     let mut suppressed = s.skipped.clone();
@@ -310,7 +316,24 @@ mod tests {
         );
         let get = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
         assert_eq!((get("Ready").status.as_str(), get("Ready").reason.as_str()), ("False", "ClusterScopeRefused"));
+        assert_eq!((get("Stalled").status.as_str(), get("Stalled").reason.as_str()), ("True", "ClusterScopeRefused"));
         assert_eq!(get(SINKS_HEALTHY).reason, "SinkMisconfigured");
         assert!(get(SINKS_HEALTHY).message.contains("not found"));
+    }
+
+    #[test]
+    fn every_unusable_spec_is_stalled_and_a_usable_one_is_not() {
+        use crate::rules::Invalid;
+        for invalid in
+            [Invalid::NoAlert, Invalid::Spec("x".into()), Invalid::ClusterScopeRefused { allowed: "a".into() }]
+        {
+            let summary =
+                Summary { invalid: Some((invalid.reason().into(), invalid.to_string())), ..Default::default() };
+            let s = build(None, None, &Book::default(), &summary);
+            let stalled = s.conditions.iter().find(|c| c.type_ == "Stalled");
+            assert_eq!(stalled.map(|c| c.reason.as_str()), Some(invalid.reason()), "{invalid:?}");
+            let fixed = build(Some(&s.conditions), None, &Book::default(), &Summary::default());
+            assert!(!fixed.conditions.iter().any(|c| c.type_ == "Stalled"), "{:?}", fixed.conditions);
+        }
     }
 }

@@ -63,6 +63,9 @@ async fn cluster_scope_outside_trusted_namespaces_and_missing_secrets_are_condit
     .await;
     assert_eq!(ready.0, "False");
     assert!(ready.2.contains(&trusted), "{ready:?}");
+    // Only an edit (or the operator's flags) helps: Stalled, kstatus's way.
+    let stalled = wait_status(&client, &ns, "everything", "Stalled", T, |s| condition(s, "Stalled")).await;
+    assert_eq!((stalled.0.as_str(), stalled.1.as_str(), &stalled.2), ("True", "ClusterScopeRefused", &ready.2));
 
     create_podalert(
         &client,
@@ -94,6 +97,16 @@ async fn cluster_scope_outside_trusted_namespaces_and_missing_secrets_are_condit
     })
     .await
     .unwrap();
+
+    // Fixed by an edit: Ready, and no longer Stalled.
+    let api: Api<pod_alert::crd::PodAlert> = Api::namespaced(client.clone(), &ns);
+    let fix = json!({"spec": {"allNamespaces": false}});
+    api.patch("everything", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&fix)).await.unwrap();
+    wait_status(&client, &ns, "everything", "Ready=True without Stalled", T, |s| {
+        let ready = condition(s, "Ready").filter(|c| c.0 == "True")?;
+        condition(s, "Stalled").is_none().then_some(ready)
+    })
+    .await;
 }
 
 /// Issue 27's attack on a missing admission policy: the PodAlert policy is

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
     doc = "Adds an ephemeral debug container to the running pods that match a label, once, within Pod Security and the operator's image allow-list.",
     namespaced,
     status = "PodDebuggerStatus",
+    shortname = "pd",
     shortname = "pdbg",
     category = "flotilla",
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Injected","type":"integer","jsonPath":".status.injected","description":"matched pods that have the current debug container"}"#,
     printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".status.expiresAt","description":"when debug access ends"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message (kubectl get -o wide)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

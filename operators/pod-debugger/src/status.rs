@@ -2,7 +2,7 @@
 //! rule). Pure.
 
 use flotilla_shared::Conditions;
-use flotilla_shared::conditions::{READY, Status};
+use flotilla_shared::conditions::{INVALID_SPEC, READY, Status};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -18,6 +18,13 @@ pub fn expired_message(at: Timestamp) -> String {
         "debug access ended at {at}: no debug container is added any more, and those added ran their command under that deadline"
     )
 }
+
+/// The refusals that make a PodDebugger Stalled: a spec the operator
+/// cannot use, or one its flags say it never honours (a protected
+/// namespace, an image off --allowed-images); only an edit changes them.
+/// A missing admission policy or a namespace's Pod Security level can
+/// change without one: those are not Stalled.
+pub const STALLED_ON: [&str; 3] = [INVALID_SPEC, "ProtectedNamespace", "ImageNotAllowed"];
 
 /// The rule-level outcome of a reconcile.
 pub enum Outcome<'a> {
@@ -146,6 +153,7 @@ pub fn build(
             status.pods = entries;
         }
     }
+    conditions.stall_on(&STALLED_ON);
     status.conditions = conditions.into_vec();
     status
 }
@@ -235,6 +243,25 @@ mod tests {
         let left = std::time::Duration::from_secs(5);
         let s = build(None, Some(1), "dbg-x", Expiry::Until { at, left }, Outcome::Planned(&plans[..1]));
         assert_eq!((s.conditions[0].reason.as_str(), s.expires_at), ("Reconciled", Some(Time(at))));
+    }
+
+    #[test]
+    fn a_refusal_only_an_edit_lifts_is_stalled_the_others_are_not() {
+        let stalled = |reason: &'static str| {
+            let s = build(None, Some(1), "c", Expiry::Never, Outcome::Refused { reason, message: "m".into() });
+            s.conditions.iter().find(|c| c.type_ == "Stalled").map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        for reason in STALLED_ON {
+            assert_eq!(stalled(reason), Some(("True".into(), reason.into())), "{reason}");
+        }
+        for reason in ["AdmissionPolicyMissing", "ProfileForbidden", "DryRunRejected"] {
+            assert_eq!(stalled(reason), None, "{reason}");
+        }
+        // Fixed: planned again, and no longer stalled.
+        let s =
+            build(None, Some(1), "c", Expiry::Never, Outcome::Refused { reason: "InvalidSpec", message: "m".into() });
+        let s = build(Some(&s), Some(2), "c", Expiry::Never, Outcome::Planned(&[]));
+        assert!(!s.conditions.iter().any(|c| c.type_ == "Stalled"), "{:?}", s.conditions);
     }
 
     #[test]

@@ -135,6 +135,10 @@ async fn a_protected_namespace_is_refused_with_a_condition_and_an_event() {
     .await;
     assert_eq!(ready(&status).0, "False");
     assert!(ready(&status).2.contains(&ns));
+    // The operator's flags say never: Stalled (kstatus), with Ready's reason.
+    let stalled = status.conditions.iter().find(|c| c.type_ == "Stalled").expect("Stalled with the refusal");
+    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "ProtectedNamespace"));
+    assert_eq!(stalled.message, ready(&status).2);
     let warned = flotilla_testenv::wait_for("the Warning Event", Duration::from_secs(30), || async {
         let ev = events_about(&client, &ns, "p").await;
         Ok::<_, std::convert::Infallible>(

@@ -43,6 +43,13 @@ enum Error {
     Asked,
 }
 
+/// `spec.fail` stays true until the Widget is edited: no retry can pass.
+impl flotilla_shared::ReconcileError for Error {
+    fn is_terminal(&self) -> bool {
+        matches!(self, Error::Asked)
+    }
+}
+
 async fn reconcile(widget: Arc<Widget>, ctx: Arc<Context>) -> Result<Action, Error> {
     let (ns, name) = (widget.namespace().unwrap_or_default(), widget.name_any());
     if let Some(secs) = widget.spec.sleep_seconds {

@@ -103,6 +103,8 @@ pub fn run() -> anyhow::Result<()> {
     let mut install = vec![
         "install", "flotilla", &chart, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "5m",
         "--set", "service-dns.enabled=true",
+        "--set", "config-copier.enabled=true",
+        "--set", "pod-debugger.enabled=true",
         "--set", &zone_value,
         "--set", &domain_value,
         "--set", "service-dns.aws.region=us-east-1",

@@ -257,7 +257,7 @@ pub fn goal(op: &str) -> Goal {
         "config-copier" => Goal { meaning: "every CopyRule Ready", objects: "copies" },
         "pod-alert" => Goal { meaning: "every PodAlert evaluated, every crash loop an incident", objects: "pods" },
         "pod-debugger" => Goal { meaning: "every matched pod has its debug container", objects: "pods" },
-        _ => Goal { meaning: "every LoadTest's runners Running", objects: "LoadTests + runner pods" },
+        _ => Goal { meaning: "every LoadTest Executing or ended", objects: "LoadTests + runner pods" },
     }
 }
 
@@ -338,9 +338,12 @@ pub async fn converged(op: &Running, client: &Client, layout: &Layout) -> anyhow
         _ => {
             let tests = crs::<load_tester::crd::LoadTest>(client).list(&ListParams::default()).await?.items;
             let state = |t: &DynamicObject| t.data["status"]["state"].as_str().unwrap_or("").to_string();
-            let running = tests.iter().filter(|t| matches!(state(t).as_str(), "Executing" | "Finished")).count();
-            if running < tests.len() || tests.len() < layout.loadtest_namespaces().len() {
-                bail!("{running} of {} LoadTests Executing", tests.len());
+            // Settled: running, or ended (a run that ended during the churn
+            // is not started again; Failed counts, with its reason in status).
+            let settled =
+                tests.iter().filter(|t| matches!(state(t).as_str(), "Executing" | "Finished" | "Failed")).count();
+            if settled < tests.len() || tests.len() < layout.loadtest_namespaces().len() {
+                bail!("{settled} of {} LoadTests Executing or ended", tests.len());
             }
             Ok(true)
         }
