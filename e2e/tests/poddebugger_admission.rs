@@ -6,8 +6,10 @@
 //! pods/exec`) themselves may write one. A namespace `edit` user with the
 //! chart's `-edit` role is refused (edit lacks ephemeralcontainers, on
 //! purpose); with the ephemeralcontainers right but no exec, refused too;
-//! with both, allowed. `view` carries read access. Requests are made as
-//! those users by impersonation.
+//! with both, allowed. `view` carries read access. Mounting the pods'
+//! Secret volumes (`volumeMounts.secrets`) also needs `get secrets`: a
+//! debugger without it may mirror the other volumes, not those. Requests
+//! are made as those users by impersonation.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -88,6 +90,33 @@ async fn only_users_who_could_debug_the_pods_themselves_write_poddebuggers() {
     assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("pods/exec")), "{refused:?}");
     let label = Patch::Merge(json!({"metadata": {"labels": {"team": "payments"}}}));
     as_bob.patch("by-admin", &PatchParams::default(), &label).await.unwrap();
+
+    // dave may debug (ephemeral containers, exec) but not read Secrets:
+    // he may mirror the pods' volumes, not ask for their Secret volumes;
+    // alice (edit reads Secrets) may.
+    let dave = format!("dave-{ns}");
+    bind(&admin, &ns, &dave, "ClusterRole", &edit_role).await;
+    bind(&admin, &ns, &dave, "Role", "debug").await;
+    role(&admin, &ns, "exec", json!([{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}])).await;
+    bind(&admin, &ns, &dave, "Role", "exec").await;
+    let as_dave = debuggers(&env.impersonating(&dave, &["system:authenticated"]).await.unwrap(), &ns);
+    let mounting = |name: &str, secrets: bool| {
+        let mut d = debugger(name);
+        d.data["spec"]["volumeMounts"] = json!({"mirror": true, "secrets": secrets});
+        d
+    };
+    create_settled(&as_dave, &mounting("d-mirror", false), None).await.unwrap();
+    let msg = create_settled(&as_dave, &mounting("d-secrets", true), Some("get on secrets")).await.unwrap_err();
+    assert!(msg.contains("Secret volumes"), "{msg}");
+    create_settled(&as_alice, &mounting("a-secrets", true), None).await.unwrap();
+    // Turning secrets on by an update is judged the same.
+    let mut obj = debuggers(&admin, &ns).get("d-mirror").await.unwrap();
+    obj.data["spec"]["volumeMounts"]["secrets"] = json!(true);
+    let refused = as_dave.replace("d-mirror", &PostParams::default(), &obj).await;
+    assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("get on secrets")), "{refused:?}");
+    for name in ["d-mirror", "a-secrets"] {
+        debuggers(&admin, &ns).delete(name, &Default::default()).await.unwrap();
+    }
 
     // `view` reads PodDebuggers (aggregated), and writes nothing.
     let carol = format!("carol-{ns}");

@@ -161,6 +161,14 @@ impl LabelKeys {
         keys.all(|k| contains(&st.listed, &scope, k))
     }
 
+    /// Whether a rule reads `key` of `namespace`'s pods (or of every
+    /// namespace's): for marks ([`NAMESPACE_MARK`]-like keys no label has)
+    /// that ask views to keep more than labels.
+    pub fn wanted_in(&self, namespace: &str, key: &str) -> bool {
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        contains(&st.wanted, &None, key) || contains(&st.wanted, &Some(namespace.to_string()), key)
+    }
+
     /// What a view of a pod in `namespace` keeps of `labels`.
     pub fn keep(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> PodLabels {
         let Some(labels) = labels else { return PodLabels::default() };

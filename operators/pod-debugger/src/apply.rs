@@ -47,13 +47,10 @@ pub(crate) async fn dry_run(
     if let Some(d) = fresh {
         return d.result.as_ref().err().map(|e| ("DryRunRejected", e.clone()));
     }
-    let (pod, target) = plans.iter().find_map(|p| match &p.decision {
-        Decision::Add { target } => Some((p.pod.as_str(), target.as_str())),
-        _ => None,
-    })?;
+    let first = plans.iter().find(|p| matches!(p.decision, Decision::Add { .. }))?;
+    let pod = first.pod.as_str();
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
-    let uid = plans.iter().find(|p| p.pod == pod).map(|p| p.uid.to_string()).unwrap_or_default();
-    let result = match add_container(&api, data, rule, container, (pod, &uid, target), true).await {
+    let result = match add_container(&api, data, rule, container, first, true).await {
         Ok(_) => Ok(()),
         // The spec itself is refused (Pod Security, validation, a webhook).
         Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
@@ -72,19 +69,22 @@ pub(crate) async fn dry_run(
     refusal
 }
 
-/// The one write to a pod: `container` added to `pod` (its UID checked by
-/// the patch, its target container named), or a dry run of that.
+/// The one write to a pod: `container` added to the plan's pod (its UID
+/// checked by the patch; its target, deadline and mounts the plan's `Add`),
+/// or a dry run of that. A plan that is no `Add` writes nothing.
 pub(crate) async fn add_container(
     api: &Api<Pod>,
     data: &Data,
     rule: &PodDebugger,
     container: &str,
-    (pod, uid, target): (&str, &str, &str),
+    plan: &PodPlan,
     dry_run: bool,
 ) -> Result<(), kube::Error> {
-    let body = patch(&ephemeral_container(&rule.spec, container, target), uid);
+    let Decision::Add { target, deadline, mounts } = &plan.decision else { return Ok(()) };
+    let c = ephemeral_container(&rule.spec, container, target, *deadline, mounts);
+    let body = patch(&c, &plan.uid.to_string());
     let pp = PatchParams { dry_run, field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
-    api.patch_ephemeral_containers(pod, &pp, &Patch::Strategic(&body)).await.map(|_| ())
+    api.patch_ephemeral_containers(&plan.pod, &pp, &Patch::Strategic(&body)).await.map(|_| ())
 }
 
 /// What one addition came to: the plan's index of the pod, its target
@@ -95,19 +95,19 @@ pub(crate) type Added = (usize, String, Result<(), kube::Error>);
 /// answers go to `report::additions`.
 pub(crate) async fn add(rule: &PodDebugger, ns: &str, container: &str, plans: &[PodPlan], data: &Data) -> Vec<Added> {
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
-    let jobs: Vec<(usize, String, String, String)> = plans
+    let jobs: Vec<(usize, String)> = plans
         .iter()
         .enumerate()
         .filter_map(|(i, p)| match &p.decision {
-            Decision::Add { target } => Some((i, p.pod.clone(), p.uid.to_string(), target.clone())),
+            Decision::Add { target, .. } => Some((i, target.clone())),
             _ => None,
         })
         .collect();
     futures::stream::iter(jobs)
-        .map(|(i, pod, uid, target)| {
+        .map(|(i, target)| {
             let api = &api;
             async move {
-                let r = add_container(api, data, rule, container, (&pod, &uid, &target), false).await;
+                let r = add_container(api, data, rule, container, &plans[i], false).await;
                 (i, target, r)
             }
         })

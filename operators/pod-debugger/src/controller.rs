@@ -31,10 +31,11 @@ use crate::error::Error;
 use crate::images::ImagePolicy;
 use crate::metrics::DebuggerMetrics;
 use crate::naming;
-use crate::plan::{Decision, Memory, Rule, forget, next_wake, plan};
-use crate::pod::{PodView, view};
+use crate::plan::{Decision, Expiry, Memory, Rule, forget, next_wake, plan};
+use crate::pod::{PodView, VOLUMES_MARK, view};
 use crate::report;
 use crate::security::{Level, check_profile};
+use k8s_openapi::jiff::Timestamp;
 
 /// Look at every PodDebugger at least this often.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -166,7 +167,13 @@ impl Data {
         let rules = self.rules.state();
         self.label_keys.set(rules.iter().flat_map(|r| {
             let ns = r.metadata.namespace.clone();
-            r.spec.selector.keys().chain([NAMESPACE_MARK]).map(move |k| (ns.clone(), k.to_string())).collect::<Vec<_>>()
+            r.spec
+                .selector
+                .keys()
+                .chain([NAMESPACE_MARK])
+                .chain(r.spec.volume_mounts.is_some().then_some(VOLUMES_MARK))
+                .map(move |k| (ns.clone(), k.to_string()))
+                .collect::<Vec<_>>()
         }));
     }
 
@@ -238,8 +245,26 @@ pub fn error_policy(rule: Arc<PodDebugger>, error: &Error, data: Arc<Data>) -> A
 /// A refusal of the whole PodDebugger: a reason and a message.
 pub(crate) type Refused = (&'static str, String);
 
+/// What a PodDebugger's reconcile needs once it is allowed.
+struct Checked {
+    selector: Selector,
+    level: Level,
+    /// When its access ends (None: never).
+    expires: Option<Timestamp>,
+}
+
+/// When `rule`'s access ends: spec.expiresAt, or creation plus spec.ttl.
+fn expiry_time(rule: &PodDebugger) -> Result<Option<Timestamp>, String> {
+    let ttl = rule.spec.ttl.as_ref().map(|d| d.get()).transpose().map_err(|e| format!("ttl: {e}"))?;
+    Expiry::time(
+        rule.spec.expires_at.as_ref().map(|t| t.0),
+        ttl,
+        rule.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    )
+}
+
 /// The rule's selector, or why the whole PodDebugger is refused.
-async fn check(rule: &PodDebugger, ns: &str, data: &Data) -> Result<Result<(Selector, Level), Refused>, Error> {
+async fn check(rule: &PodDebugger, ns: &str, data: &Data) -> Result<Result<Checked, Refused>, Error> {
     if data.options.protected.contains(ns) {
         let msg = format!("namespace {ns} is protected: the operator never adds debug containers there");
         return Ok(Err(("ProtectedNamespace", msg)));
@@ -256,11 +281,15 @@ async fn check(rule: &PodDebugger, ns: &str, data: &Data) -> Result<Result<(Sele
     if let Err(e) = data.options.images.check(&rule.spec.image) {
         return Ok(Err(("ImageNotAllowed", e)));
     }
+    let expires = match expiry_time(rule) {
+        Ok(t) => t,
+        Err(e) => return Ok(Err(("InvalidSpec", e))),
+    };
     let level = data.level(ns).await?;
     if let Err(e) = check_profile(level, rule.spec.profile) {
         return Ok(Err(("ProfileForbidden", e)));
     }
-    Ok(Ok((selector, level)))
+    Ok(Ok(Checked { selector, level, expires }))
 }
 
 pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action, Error> {
@@ -272,7 +301,10 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     // keys this selector reads), a plan would see too few pods (and a
     // status written from it would say so).
     data.refresh_label_keys();
-    if !data.pods.is_ready() || !data.label_keys.covers(Some(&ns), rule.spec.selector.keys().chain([NAMESPACE_MARK])) {
+    let marks = [Some(NAMESPACE_MARK), rule.spec.volume_mounts.is_some().then_some(VOLUMES_MARK)];
+    if !data.pods.is_ready()
+        || !data.label_keys.covers(Some(&ns), rule.spec.selector.keys().chain(marks.into_iter().flatten()))
+    {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let state = data.state(&rule);
@@ -282,9 +314,18 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     let mut refused = None;
     let mut plans = Vec::new();
     let mut wake = None;
+    let mut expiry = Expiry::Never;
     match check(&rule, &ns, &data).await? {
         Err(r) => refused = Some(r),
-        Ok((selector, level)) => {
+        Ok(Checked { selector, level, expires }) => {
+            expiry = Expiry::at(expires, Timestamp::now());
+            // Secret volumes only where an admission policy checked that
+            // the author may read Secrets: the operator cannot know who
+            // wrote the spec. check() refused everything while a required
+            // policy is missing; with none required, none checked.
+            let secrets = rule.spec.volume_mounts.as_ref().is_some_and(|v| v.secrets)
+                && data.options.admission.name().is_some()
+                && data.admission.check().is_ok();
             let r = Rule {
                 name: &name,
                 namespace: &ns,
@@ -292,6 +333,9 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
                 container: &container,
                 target: rule.spec.target_container.as_deref(),
                 max_per_pod: usize::try_from(rule.spec.max_per_pod.clamp(1, 10)).unwrap_or(1),
+                expiry,
+                volumes: rule.spec.volume_mounts.as_ref(),
+                secrets,
             };
             let pods = data.pods.state();
             plans = plan(&r, pods.iter().map(AsRef::as_ref), &st.memory, now);
@@ -303,13 +347,17 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
                 }
             }
             forget(&mut st.memory, &plans, now);
-            wake = next_wake(&plans, &st.memory, now);
+            wake = next_wake(expiry, &plans, &st.memory, now);
         }
     }
 
-    report::report(&rule, &ns, &container, refused.as_ref(), &plans, &data).await?;
+    report::report(&rule, &ns, &container, refused.as_ref(), expiry, &plans, &data).await?;
     data.backoff.forget(&uid);
-    let wait = wake.map_or(RESYNC, |at| at.saturating_duration_since(now)).clamp(Duration::from_secs(1), RESYNC);
+    // A wake at the expiry is a few milliseconds late, never early: the
+    // reconcile then sees it expired.
+    let wait = wake
+        .map_or(RESYNC, |at| at.saturating_duration_since(Instant::now()) + Duration::from_millis(10))
+        .clamp(Duration::from_millis(100), RESYNC);
     let wait =
         if refused.as_ref().is_some_and(|(r, _)| *r == "DryRunRejected") { wait.min(DRY_RUN_RETRY) } else { wait };
     Ok(Action::requeue(wait))

@@ -3,8 +3,9 @@
 //! its CEL rules reject at admission what the API would reject later (an
 //! empty image, an unknown profile, maxPerPod outside 1..10).
 
+use flotilla_shared::duration::GoDuration;
 use flotilla_shared::selector::LabelSelector;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,12 @@ use serde::{Deserialize, Serialize};
 /// distroless pod gets a shell: `kubectl exec -it <pod> -c <container> -- sh`.
 /// Ephemeral containers can never be changed or removed from a pod.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = kube::core::Rule::new(
+    "!(has(self.expiresAt) && has(self.ttl))"
+).message("give expiresAt or ttl, not both"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!(has(self.expiresAt) || has(self.ttl)) || (has(self.command) && size(self.command) > 0)"
+).message("an expiring PodDebugger needs spec.command: only an explicit command can be run under the expiry's deadline (the image's entrypoint is unknown to the operator)"))]
 #[kube(
     group = "flotilla.dev",
     version = "v1alpha1",
@@ -27,6 +34,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
     printcolumn = r#"{"name":"Matched","type":"integer","jsonPath":".status.matched","description":"running pods the selector matches"}"#,
     printcolumn = r#"{"name":"Injected","type":"integer","jsonPath":".status.injected","description":"matched pods that have the current debug container"}"#,
+    printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".status.expiresAt","description":"when debug access ends"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message (kubectl get -o wide)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -57,6 +65,9 @@ pub struct PodDebuggerSpec {
     pub target_container: Option<String>,
     /// The entrypoint. Omitted: the image's. With stdin and tty (the
     /// default) a shell stays up; set e.g. [sleep, "86400"] otherwise.
+    /// Required with expiresAt or ttl: the operator runs it as
+    /// `timeout -s KILL <seconds left> <command...>`, so the image must
+    /// have a `timeout` command (busybox and the toolbox do).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub command: Vec<String>,
@@ -93,7 +104,65 @@ pub struct PodDebuggerSpec {
     #[serde(default = "default_max_per_pod")]
     #[schemars(default = "default_max_per_pod", range(min = 1, max = 10))]
     pub max_per_pod: i32,
+    /// When debug access ends (RFC 3339, e.g. 2026-11-27T18:00:00Z). From
+    /// then on no debug container is added (Ready=False, reason Expired),
+    /// and every container added before runs its command under a deadline
+    /// (`timeout -s KILL`) that ends it at this time: ephemeral containers
+    /// cannot be removed, but they can end. Needs spec.command. Not with ttl.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Time>,
+    /// Debug access ends this long after the PodDebugger was created
+    /// (its creationTimestamp), a duration like 30m, 8h or 1h30m; as
+    /// expiresAt otherwise. Needs spec.command. Not with expiresAt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<GoDuration>,
+    /// Volumes of the pod to mount into the debug container
+    /// (kubernetes#114184), at the paths the target container mounts them:
+    /// `mirror: true` for every volume mount of the target container, or
+    /// `names` for some of the pod's volumes. Read-only unless readWrite.
+    /// Secret volumes (and projected volumes with Secret or service account
+    /// token sources) are mounted only with `secrets: true`. Volumes not
+    /// mounted are listed per pod in status.pods with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<VolumeMounts>,
 }
+
+/// Which of the pod's volumes the debug container mounts.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "(has(self.mirror) && self.mirror) != (has(self.names) && size(self.names) > 0)"
+).message("give mirror: true or a list of names, not both"))]
+pub struct VolumeMounts {
+    /// Mount every volume mount of the target container, at the same path.
+    /// subPath mounts are skipped (SubPathNotAllowed): the API refuses them
+    /// on ephemeral containers.
+    #[serde(default)]
+    pub mirror: bool,
+    /// Mount these volumes of the pod, at the path(s) the target container
+    /// mounts each at. Names the pod lacks (NotInPod) or the target does not
+    /// mount (NotMountedByTarget) are skipped, as subPath mounts are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub names: Vec<VolumeName>,
+    /// Keep the target's mode (read-write where it writes). Default false:
+    /// every mount is read-only.
+    #[serde(default)]
+    pub read_write: bool,
+    /// Mount Secret volumes too (secret, and projected volumes with Secret
+    /// or service account token sources). Writing true needs `get` on
+    /// Secrets in this namespace, which the chart's admission policy checks;
+    /// the operator mounts them only while it requires that policy
+    /// (--require-admission-policy) and the policy is in place. Otherwise
+    /// they are skipped (SecretVolumeNotAllowed).
+    #[serde(default)]
+    pub secrets: bool,
+}
+
+/// A pod volume's name (a DNS label).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct VolumeName(#[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))] pub String);
 
 fn default_true() -> bool {
     true
@@ -188,6 +257,9 @@ pub struct PodDebuggerStatus {
     #[serde(default)]
     #[schemars(schema_with = "flotilla_shared::conditions::schema")]
     pub conditions: Vec<Condition>,
+    /// When debug access ends (from spec.expiresAt or spec.ttl).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Time>,
     /// The current spec's debug container name (dbg-<name>-<spec hash>).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub container: String,
@@ -217,7 +289,9 @@ pub struct PodEntry {
     /// running); Skipped (will not be added: reason says why); Failed (the
     /// API refused the addition: message says why).
     pub state: String,
-    /// Why, e.g. ImagePullBackOff, TargetNotFound, MaxPerPodReached.
+    /// Why, e.g. ImagePullBackOff, TargetNotFound, MaxPerPodReached,
+    /// Expired, VolumesSkipped (some of spec.volumeMounts are not mounted:
+    /// message names them and why).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
     /// Details, e.g. the API's refusal.

@@ -19,7 +19,9 @@ use crate::pod::view;
 /// 856 measured before a kept label's key was shared (`LabelKeys`), 818
 /// after; 649 with the namespace, container names and label values
 /// interned (`flotilla_shared::intern`); 597 with the UID as 16 bytes
-/// (`flotilla_shared::uid::Uid`), 581 with the store's keys boxed.
+/// (`flotilla_shared::uid::Uid`), 581 with the store's keys boxed; 589
+/// with the slot for volumes (issue 32: kept only in namespaces where a
+/// PodDebugger mounts volumes, so not here).
 const BUDGET: usize = 600;
 
 #[test]

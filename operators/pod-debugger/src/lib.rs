@@ -15,7 +15,8 @@
 //! | [`security`] | profiles as security contexts, Pod Security levels (pure) |
 //! | [`images`] | the image allow-list (pure) |
 //! | [`pod`] | the pod projection (pure) |
-//! | [`plan`] | what to do with each matched pod (pure) |
+//! | [`mounts`] | which pod volumes the debug container mounts (pure) |
+//! | [`plan`] | what to do with each matched pod, and the expiry (pure) |
 //! | [`container`] | the ephemeral container and its patch (pure) |
 //! | [`status`] | status from the plan (pure) |
 //! | [`metrics`] | `flotilla_pod_debugger_*` |
@@ -30,6 +31,7 @@ pub mod crd;
 pub mod error;
 pub mod images;
 pub mod metrics;
+pub mod mounts;
 pub mod naming;
 pub mod plan;
 pub mod pod;

@@ -6,7 +6,10 @@
 
 use serde::Serialize;
 
-use crate::crd::{EnvVar, PodDebuggerSpec, Profile, PullPolicy};
+use flotilla_shared::duration::GoDuration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::crd::{EnvVar, PodDebuggerSpec, Profile, PullPolicy, VolumeMounts};
 
 /// Kubernetes' limit on a container name (a DNS label).
 pub const MAX_NAME: usize = 63;
@@ -30,6 +33,14 @@ struct Shape<'a> {
     profile: Profile,
     stdin: bool,
     tty: bool,
+    // Added later: omitted when unset, so earlier specs keep their names.
+    // The expiry is the command's deadline; a new one is a new container.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<&'a Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'a GoDuration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    volume_mounts: Option<&'a VolumeMounts>,
 }
 
 /// FNV-1a, 64 bits: stable across platforms and Rust versions (unlike
@@ -77,6 +88,9 @@ pub fn container_name(rule: &str, spec: &PodDebuggerSpec) -> String {
         profile: spec.profile,
         stdin: spec.stdin,
         tty: spec.tty,
+        expires_at: spec.expires_at.as_ref(),
+        ttl: spec.ttl.as_ref(),
+        volume_mounts: spec.volume_mounts.as_ref(),
     };
     // Serializing plain strings, bools and enums cannot fail.
     let bytes = serde_json::to_vec(&shape).unwrap_or_default();
@@ -120,7 +134,11 @@ mod tests {
         d.command = vec!["sleep".into(), "1d".into()];
         let mut e = a.clone();
         e.max_per_pod = 5; // not part of the container
-        let names = [&a, &b, &c, &d].map(|s| container_name("r", s));
+        let mut f = d.clone();
+        f.ttl = Some(GoDuration::new("1h"));
+        let mut g = a.clone();
+        g.volume_mounts = Some(VolumeMounts { mirror: true, ..VolumeMounts::default() });
+        let names = [&a, &b, &c, &d, &f, &g].map(|s| container_name("r", s));
         for (i, x) in names.iter().enumerate() {
             for y in &names[i + 1..] {
                 assert_ne!(x, y);

@@ -8,9 +8,65 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::selector::Selector;
+use k8s_openapi::api::core::v1::VolumeMount;
+use k8s_openapi::jiff::Timestamp;
 
+use crate::crd::VolumeMounts;
+use crate::mounts::{Skipped, mounts};
 use crate::naming;
 use crate::pod::{ContainerState, PodView};
+
+/// Where a PodDebugger stands with its expiry (spec.expiresAt or
+/// spec.ttl) at some `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// No expiry set.
+    Never,
+    /// Access ends at `at`, `left` from now.
+    Until { at: Timestamp, left: Duration },
+    /// Access ended at `at`.
+    Expired { at: Timestamp },
+}
+
+impl Expiry {
+    /// The expiry `at` (None: none set) seen at `now`. Exactly at `at` it
+    /// has expired: a container added then would have no time to run.
+    pub fn at(at: Option<Timestamp>, now: Timestamp) -> Expiry {
+        let Some(at) = at else { return Expiry::Never };
+        match Duration::try_from(at.duration_since(now)) {
+            Ok(left) if !left.is_zero() => Expiry::Until { at, left },
+            _ => Expiry::Expired { at },
+        }
+    }
+
+    /// The time a PodDebugger's access ends: spec.expiresAt, or its
+    /// creation plus spec.ttl (None: neither is set). Errors name the field.
+    pub fn time(
+        expires_at: Option<Timestamp>,
+        ttl: Option<Duration>,
+        created: Option<Timestamp>,
+    ) -> Result<Option<Timestamp>, String> {
+        match (expires_at, ttl) {
+            (Some(at), _) => Ok(Some(at)),
+            (None, None) => Ok(None),
+            (None, Some(ttl)) => {
+                let created = created.ok_or("ttl: the PodDebugger has no creationTimestamp")?;
+                let ttl = k8s_openapi::jiff::SignedDuration::try_from(ttl).map_err(|e| format!("ttl: {e}"))?;
+                created.checked_add(ttl).map(Some).map_err(|e| format!("ttl: {e}"))
+            }
+        }
+    }
+
+    /// The deadline a container added now gets: whole seconds, rounded up
+    /// (so it never ends before the expiry; `timeout` takes whole seconds
+    /// everywhere, and 0 would mean none).
+    pub fn deadline_secs(self) -> Option<u64> {
+        match self {
+            Expiry::Until { left, .. } => Some(left.as_secs() + u64::from(left.subsec_nanos() > 0)),
+            _ => None,
+        }
+    }
+}
 
 /// The parts of a rule the plan needs.
 pub struct Rule<'a> {
@@ -23,6 +79,13 @@ pub struct Rule<'a> {
     /// spec.targetContainer (None: the pod's first container).
     pub target: Option<&'a str>,
     pub max_per_pod: usize,
+    /// Where the rule stands with its expiry now.
+    pub expiry: Expiry,
+    /// spec.volumeMounts.
+    pub volumes: Option<&'a VolumeMounts>,
+    /// Whether Secret volumes may be mounted (spec.volumeMounts.secrets and
+    /// the admission policy that checked its author in place).
+    pub secrets: bool,
 }
 
 /// An addition the API refused, remembered per pod and container so the
@@ -57,14 +120,15 @@ pub struct Memory {
 pub const ADDED_GRACE: Duration = Duration::from_secs(60);
 
 /// One matched pod's decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// The pod has the current container, in this state.
     Has(ContainerState),
     /// Added moments ago; the watch has not shown it yet.
     Added,
-    /// Add the container, joining `target`'s process namespace.
-    Add { target: String },
+    /// Add the container, joining `target`'s process namespace, its command
+    /// ending after `deadline` seconds (the expiry), with these mounts.
+    Add { target: String, deadline: Option<u64>, mounts: Vec<VolumeMount> },
     /// Not yet: the pod or its target container is not running.
     Wait { reason: &'static str },
     /// Never, as things are: the reason says why.
@@ -74,11 +138,14 @@ pub enum Decision {
 }
 
 /// The plan for one pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodPlan {
     pub pod: String,
     pub uid: Uid,
     pub decision: Decision,
+    /// Volumes of spec.volumeMounts the container does not (or would not)
+    /// mount in this pod, and why.
+    pub skipped_volumes: Vec<Skipped>,
 }
 
 /// Decides for every pod of the rule's namespace that the selector
@@ -94,13 +161,38 @@ pub fn plan<'p>(
         .filter(|p| *p.namespace == *rule.namespace && !p.terminating && !p.mirror)
         // Labels past what a view keeps match no selector.
         .filter(|p| p.labels.matched_by(rule.selector))
-        .map(|p| PodPlan { pod: p.name.clone(), uid: p.uid.clone(), decision: decide(rule, p, memory, now) })
+        .map(|p| {
+            let (decision, skipped_volumes) = decide(rule, p, memory, now);
+            PodPlan { pod: p.name.clone(), uid: p.uid.clone(), decision, skipped_volumes }
+        })
         .collect();
     out.sort_by(|a, b| a.pod.cmp(&b.pod));
     out
 }
 
-fn decide(rule: &Rule<'_>, pod: &PodView, memory: &Memory, now: Instant) -> Decision {
+/// The pod's decision, and the volumes its container does not mount.
+fn decide(rule: &Rule<'_>, pod: &PodView, memory: &Memory, now: Instant) -> (Decision, Vec<Skipped>) {
+    let target = rule.target.map(str::to_string).or_else(|| pod.containers.first().map(|c| c.to_string()));
+    // Volumes are only known where the view keeps them (namespaces with a
+    // PodDebugger that mounts some): without, the pod waits.
+    let volumes = match (rule.volumes, &pod.volumes, &target) {
+        (Some(want), Some(have), Some(t)) => Some(mounts(want, have, t, rule.secrets)),
+        _ => None,
+    };
+    let (mounts, skipped) = volumes.clone().unwrap_or_default();
+    let d = decide_container(rule, pod, memory, now, target, mounts, volumes.is_some());
+    (d, skipped)
+}
+
+fn decide_container(
+    rule: &Rule<'_>,
+    pod: &PodView,
+    memory: &Memory,
+    now: Instant,
+    target: Option<String>,
+    mounts: Vec<VolumeMount>,
+    volumes_known: bool,
+) -> Decision {
     if pod.ephemeral.iter().any(|c| c == rule.container) {
         return Decision::Has(pod.ephemeral_states.get(rule.container).cloned().unwrap_or_default());
     }
@@ -108,13 +200,13 @@ fn decide(rule: &Rule<'_>, pod: &PodView, memory: &Memory, now: Instant) -> Deci
     if memory.added.get(&key).is_some_and(|at| now.saturating_duration_since(*at) < ADDED_GRACE) {
         return Decision::Added;
     }
-    let target = match rule.target {
-        Some(t) => t.to_string(),
-        None => match pod.containers.first() {
-            Some(first) => first.to_string(),
-            None => return Decision::Wait { reason: "PodNotRunning" },
-        },
-    };
+    if let Expiry::Expired { at } = rule.expiry {
+        return Decision::Skip {
+            reason: "Expired",
+            message: format!("debug access ended at {at}: no debug container is added any more"),
+        };
+    }
+    let Some(target) = target else { return Decision::Wait { reason: "PodNotRunning" } };
     if !pod.containers.is_empty() && !pod.containers.iter().any(|c| **c == *target) {
         return Decision::Skip {
             reason: "TargetNotFound",
@@ -140,12 +232,20 @@ fn decide(rule: &Rule<'_>, pod: &PodView, memory: &Memory, now: Instant) -> Deci
     if let Some(r) = memory.refused.get(&key).filter(|r| now < r.retry_at) {
         return Decision::Refused { message: r.message.clone(), retry_at: r.retry_at };
     }
-    Decision::Add { target }
+    if rule.volumes.is_some() && !volumes_known {
+        return Decision::Wait { reason: "VolumesNotListed" };
+    }
+    Decision::Add { target, deadline: rule.expiry.deadline_secs(), mounts }
 }
 
-/// When the plan wants to be looked at again (a refusal's retry, or an
-/// addition the watch should have shown by then).
-pub fn next_wake(plans: &[PodPlan], memory: &Memory, now: Instant) -> Option<Instant> {
+/// When the plan wants to be looked at again (a refusal's retry, an
+/// addition the watch should have shown by then, or the expiry: exactly
+/// then, as a timer, never by polling).
+pub fn next_wake(expiry: Expiry, plans: &[PodPlan], memory: &Memory, now: Instant) -> Option<Instant> {
+    let expires = match expiry {
+        Expiry::Until { left, .. } => Some(now + left),
+        _ => None,
+    };
     let refusals = plans.iter().filter_map(|p| match &p.decision {
         Decision::Refused { retry_at, .. } => Some(*retry_at),
         _ => None,
@@ -154,7 +254,7 @@ pub fn next_wake(plans: &[PodPlan], memory: &Memory, now: Instant) -> Option<Ins
         .iter()
         .filter(|p| p.decision == Decision::Added)
         .filter_map(|p| memory.added.iter().find(|((uid, _), _)| *uid == p.uid).map(|(_, at)| *at + ADDED_GRACE));
-    refusals.chain(added).filter(|t| *t > now).min()
+    refusals.chain(added).chain(expires).filter(|t| *t > now).min()
 }
 
 /// Forgets what no longer matters: additions the watch now shows or that
@@ -196,7 +296,21 @@ mod tests {
     const C: &str = "dbg-r-0123456789";
 
     fn rule<'a>(sel: &'a Selector, target: Option<&'a str>) -> Rule<'a> {
-        Rule { name: "r", namespace: "shop", selector: sel, container: C, target, max_per_pod: 2 }
+        Rule {
+            name: "r",
+            namespace: "shop",
+            selector: sel,
+            container: C,
+            target,
+            max_per_pod: 2,
+            expiry: Expiry::Never,
+            volumes: None,
+            secrets: false,
+        }
+    }
+
+    fn add(target: &str) -> Decision {
+        Decision::Add { target: target.into(), deadline: None, mounts: vec![] }
     }
 
     fn one(r: &Rule<'_>, p: &PodView, m: &Memory, now: Instant) -> Decision {
@@ -209,11 +323,8 @@ mod tests {
     fn a_running_pod_gets_the_container_targeting_its_first_container() {
         let sel = selector();
         let now = Instant::now();
-        assert_eq!(one(&rule(&sel, None), &pod("a"), &Memory::default(), now), Decision::Add { target: "app".into() });
-        assert_eq!(
-            one(&rule(&sel, Some("side")), &pod("a"), &Memory::default(), now),
-            Decision::Add { target: "side".into() }
-        );
+        assert_eq!(one(&rule(&sel, None), &pod("a"), &Memory::default(), now), add("app"));
+        assert_eq!(one(&rule(&sel, Some("side")), &pod("a"), &Memory::default(), now), add("side"));
     }
 
     #[test]
@@ -247,7 +358,7 @@ mod tests {
         p.running_containers = vec!["app".into()];
         assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Wait { reason: "TargetNotRunning" });
         p.running_containers.push("side".into());
-        assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Add { target: "side".into() });
+        assert_eq!(one(&r, &p, &Memory::default(), now), add("side"));
     }
 
     #[test]
@@ -270,7 +381,7 @@ mod tests {
         assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Has(ContainerState::default()));
         // An older spec's container: the current one is still added...
         p.ephemeral = vec!["dbg-r-aaaaaaaaaa".into(), "dbg-other-bbbbbbbbbb".into(), "debugger-x".into()];
-        assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Add { target: "app".into() });
+        assert_eq!(one(&r, &p, &Memory::default(), now), add("app"));
         // ...until this rule's own containers reach maxPerPod.
         p.ephemeral.push("dbg-r-cccccccccc".into());
         assert!(matches!(one(&r, &p, &Memory::default(), now), Decision::Skip { reason: "MaxPerPodReached", .. }));
@@ -286,10 +397,10 @@ mod tests {
         m.added.insert((p.uid.clone(), C.into()), now);
         assert_eq!(one(&r, &p, &m, now), Decision::Added);
         let plans = plan(&r, [&p], &m, now);
-        assert_eq!(next_wake(&plans, &m, now), Some(now + ADDED_GRACE));
+        assert_eq!(next_wake(Expiry::Never, &plans, &m, now), Some(now + ADDED_GRACE));
         // After the grace (the watch never showed it), it is tried again.
         let later = now + ADDED_GRACE + Duration::from_secs(1);
-        assert_eq!(one(&r, &p, &m, later), Decision::Add { target: "app".into() });
+        assert_eq!(one(&r, &p, &m, later), add("app"));
         let plans = plan(&r, [&p], &m, later);
         forget(&mut m, &plans, later);
         assert!(m.added.is_empty());
@@ -313,10 +424,79 @@ mod tests {
         let d = one(&r, &p, &m, now);
         assert!(matches!(d, Decision::Refused { .. }));
         let plans = plan(&r, [&p], &m, now);
-        assert_eq!(next_wake(&plans, &m, now), Some(now + Duration::from_secs(30)));
-        assert_eq!(one(&r, &p, &m, now + Duration::from_secs(31)), Decision::Add { target: "app".into() });
+        assert_eq!(next_wake(Expiry::Never, &plans, &m, now), Some(now + Duration::from_secs(30)));
+        assert_eq!(one(&r, &p, &m, now + Duration::from_secs(31)), add("app"));
         forget(&mut m, &[], now);
         assert!(m.refused.is_empty());
+    }
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_expiry_is_expires_at_or_creation_plus_ttl() {
+        let created = Some(ts("2026-11-27T06:00:00Z"));
+        let at = ts("2026-11-27T07:00:00Z");
+        assert_eq!(Expiry::time(Some(at), None, created), Ok(Some(at)));
+        assert_eq!(Expiry::time(None, Some(Duration::from_secs(20)), created), Ok(Some(ts("2026-11-27T06:00:20Z"))));
+        assert_eq!(Expiry::time(None, None, created), Ok(None));
+        assert!(Expiry::time(None, Some(Duration::from_secs(1)), None).is_err());
+        assert!(Expiry::time(None, Some(Duration::MAX), created).is_err(), "an overflow is an error, not a panic");
+    }
+
+    #[test]
+    fn before_the_expiry_containers_get_a_deadline_rounded_up_and_at_it_none_are_added() {
+        let sel = selector();
+        let mut r = rule(&sel, None);
+        r.expiry = Expiry::at(Some(ts("2026-11-27T06:00:20Z")), ts("2026-11-27T06:00:02.5Z"));
+        assert_eq!(r.expiry, Expiry::Until { at: ts("2026-11-27T06:00:20Z"), left: Duration::from_millis(17_500) });
+        let now = Instant::now();
+        let d = one(&r, &pod("a"), &Memory::default(), now);
+        assert_eq!(d, Decision::Add { target: "app".into(), deadline: Some(18), mounts: vec![] });
+        // The reconcile is woken exactly at the expiry, by a timer.
+        let plans = plan(&r, [&pod("a")], &Memory::default(), now);
+        assert_eq!(next_wake(r.expiry, &plans, &Memory::default(), now), Some(now + Duration::from_millis(17_500)));
+
+        // At the expiry (and after), nothing is added, what was added is
+        // still shown, and no wake is asked for.
+        for now_wall in ["2026-11-27T06:00:20Z", "2026-11-27T09:00:00Z"] {
+            r.expiry = Expiry::at(Some(ts("2026-11-27T06:00:20Z")), ts(now_wall));
+            assert_eq!(r.expiry, Expiry::Expired { at: ts("2026-11-27T06:00:20Z") });
+            let d = one(&r, &pod("a"), &Memory::default(), now);
+            assert!(
+                matches!(&d, Decision::Skip { reason: "Expired", message } if message.contains("06:00:20")),
+                "{d:?}"
+            );
+            let mut has = pod("b");
+            has.ephemeral = vec![C.into()];
+            assert_eq!(one(&r, &has, &Memory::default(), now), Decision::Has(ContainerState::default()));
+            let plans = plan(&r, [&pod("a"), &has], &Memory::default(), now);
+            assert_eq!(next_wake(r.expiry, &plans, &Memory::default(), now), None);
+        }
+        assert_eq!(Expiry::at(None, ts("2026-11-27T09:00:00Z")), Expiry::Never);
+    }
+
+    #[test]
+    fn volumes_are_mounted_where_the_view_keeps_them_and_skipped_ones_are_told() {
+        use crate::crd::{VolumeMounts, VolumeName};
+        use crate::mounts::{Mount, PodVolumes};
+        let sel = selector();
+        let want =
+            VolumeMounts { names: vec![VolumeName("data".into()), VolumeName("gone".into())], ..Default::default() };
+        let mut r = rule(&sel, None);
+        r.volumes = Some(&want);
+        let mut p = pod("a");
+        assert_eq!(one(&r, &p, &Memory::default(), Instant::now()), Decision::Wait { reason: "VolumesNotListed" });
+        let mount = Mount { volume: "data".into(), path: "/data".into(), read_only: false, sub_path: false };
+        p.volumes = Some(std::sync::Arc::new(PodVolumes {
+            volumes: vec![("data".into(), false)],
+            mounts: vec![("app".into(), mount)],
+        }));
+        let plans = plan(&r, [&p], &Memory::default(), Instant::now());
+        let Decision::Add { mounts, .. } = &plans[0].decision else { panic!("{plans:?}") };
+        assert_eq!((mounts[0].mount_path.as_str(), mounts[0].read_only), ("/data", Some(true)));
+        assert_eq!(crate::mounts::describe(&plans[0].skipped_volumes), "gone (NotInPod)");
     }
 
     proptest! {

@@ -15,6 +15,8 @@ use std::collections::BTreeMap;
 use flotilla_shared::pods::{LabelKeys, PodLabels};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
+use crate::mounts::{PodVolumes, project};
+
 /// A message kept at most this long.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 /// Containers (and ephemeral containers) of a pod kept at most.
@@ -65,7 +67,15 @@ pub struct PodView {
     pub ephemeral: Vec<String>,
     /// Their states, by name.
     pub ephemeral_states: BTreeMap<String, ContainerState>,
+    /// The pod's volumes and mounts, kept only in namespaces where a
+    /// PodDebugger mounts volumes ([`VOLUMES_MARK`]).
+    pub volumes: Option<Arc<PodVolumes>>,
 }
+
+/// The key a PodDebugger with spec.volumeMounts registers for its
+/// namespace ([`LabelKeys::set`]): views there keep volumes. No label key
+/// contains `!`.
+pub const VOLUMES_MARK: &str = "!volumes";
 
 fn state_of(s: &ContainerStatus) -> ContainerState {
     let st = s.state.as_ref();
@@ -130,6 +140,9 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
             .take(MAX_CONTAINERS)
             .collect(),
         ephemeral_states,
+        volumes: keys
+            .wanted_in(meta.namespace.as_deref().unwrap_or_default(), VOLUMES_MARK)
+            .then(|| Arc::new(project(pod))),
     }
 }
 
@@ -163,5 +176,8 @@ mod tests {
         assert_eq!(v.ephemeral, ["dbg-a-0123456789"]);
         let s = &v.ephemeral_states["dbg-a-0123456789"];
         assert_eq!((s.state, s.reason.as_str(), s.message.as_str()), ("Waiting", "ImagePullBackOff", "not found"));
+        assert!(v.volumes.is_none(), "no PodDebugger of the namespace mounts volumes");
+        keys.set([(Some("n".to_string()), "app".to_string()), (Some("n".to_string()), VOLUMES_MARK.to_string())]);
+        assert!(view(&pod, &keys).volumes.is_some());
     }
 }

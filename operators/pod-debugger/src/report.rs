@@ -15,7 +15,7 @@ use crate::apply::Added;
 use crate::controller::{Data, Refused, RuleState};
 use crate::crd::PodDebugger;
 use crate::error::Error;
-use crate::plan::{Decision, PodPlan, Refusal};
+use crate::plan::{Decision, Expiry, PodPlan, Refusal};
 use crate::status::{self, Outcome};
 
 /// Reports one reconcile of `rule`: refused (why), or what its plans did.
@@ -24,10 +24,20 @@ pub(crate) async fn report(
     ns: &str,
     container: &str,
     refused: Option<&Refused>,
+    expiry: Expiry,
     plans: &[PodPlan],
     data: &Data,
 ) -> Result<(), Error> {
     let name = rule.name_any();
+    // Expiry is the end its author asked for, not a failure: a Normal
+    // Event, once (the condition says it was told).
+    if let (None, Expiry::Expired { at }) = (refused, expiry) {
+        let message = status::expired_message(at);
+        if !already_said(rule.status.as_ref().map(|s| s.conditions.as_slice()), "Ready", "Expired", &message) {
+            tracing::info!(poddebugger = %name, expired_at = %at, "expired");
+            data.ctx.events.normal(&rule.object_ref(&()), "Expired", "Expire", message);
+        }
+    }
     let outcome = match refused {
         Some((reason, message)) => {
             if !already_said(rule.status.as_ref().map(|s| s.conditions.as_slice()), "Ready", reason, message) {
@@ -40,7 +50,7 @@ pub(crate) async fn report(
         }
         None => Outcome::Planned(plans),
     };
-    let new = status::build(rule.status.as_ref(), rule.metadata.generation, container, outcome);
+    let new = status::build(rule.status.as_ref(), rule.metadata.generation, container, expiry, outcome);
     let api: Api<PodDebugger> = Api::namespaced(data.ctx.client.clone(), ns);
     apply_status_if_changed(&api, &name, &data.ctx.field_manager, rule.status.as_ref(), &new)
         .await

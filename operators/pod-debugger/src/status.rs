@@ -4,8 +4,20 @@
 use flotilla_shared::Conditions;
 use flotilla_shared::conditions::{INVALID_SPEC, READY, Status};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
 use crate::crd::{MAX_PODS_LISTED, PodDebuggerStatus, PodEntry};
-use crate::plan::{Decision, PodPlan};
+use crate::mounts::describe;
+use crate::plan::{Decision, Expiry, PodPlan};
+
+/// The Ready message of an expired PodDebugger (and its Event's): stable,
+/// so the Event is sent once.
+pub fn expired_message(at: Timestamp) -> String {
+    format!(
+        "debug access ended at {at}: no debug container is added any more, and those added ran their command under that deadline"
+    )
+}
 
 /// The refusals that make a PodDebugger Stalled: a spec the operator
 /// cannot use, or one its flags say it never honours (a protected
@@ -56,6 +68,14 @@ fn entry(p: &PodPlan, container: &str) -> PodEntry {
             e.message = message.clone();
         }
     }
+    let has_or_gets = matches!(p.decision, Decision::Has(_) | Decision::Added | Decision::Add { .. });
+    if has_or_gets && !p.skipped_volumes.is_empty() {
+        if e.reason.is_empty() {
+            e.reason = "VolumesSkipped".into();
+        }
+        let note = format!("volumes not mounted: {}", describe(&p.skipped_volumes));
+        e.message = if e.message.is_empty() { note } else { format!("{}; {note}", e.message) };
+    }
     e
 }
 
@@ -78,11 +98,20 @@ pub fn build(
     old: Option<&PodDebuggerStatus>,
     generation: Option<i64>,
     container: &str,
+    expiry: Expiry,
     outcome: Outcome<'_>,
 ) -> PodDebuggerStatus {
     let mut conditions = Conditions::new(old.map(|s| s.conditions.as_slice()), generation);
-    let mut status =
-        PodDebuggerStatus { observed_generation: generation, container: container.into(), ..Default::default() };
+    let expires_at = match expiry {
+        Expiry::Never => None,
+        Expiry::Until { at, .. } | Expiry::Expired { at } => Some(Time(at)),
+    };
+    let mut status = PodDebuggerStatus {
+        observed_generation: generation,
+        container: container.into(),
+        expires_at,
+        ..Default::default()
+    };
     match outcome {
         Outcome::Refused { reason, message } => {
             conditions.set(READY, Status::False, reason, message);
@@ -95,7 +124,9 @@ pub fn build(
             let failed: Vec<&PodEntry> = entries.iter().filter(|e| e.state == "Failed").collect();
             let skipped = entries.iter().filter(|e| e.state == "Skipped").count();
             let waiting = entries.iter().filter(|e| e.state == "Pending").count();
-            if let Some(first) = failed.first() {
+            if let Expiry::Expired { at } = expiry {
+                conditions.set(READY, Status::False, "Expired", expired_message(at));
+            } else if let Some(first) = failed.first() {
                 conditions.set(
                     READY,
                     Status::False,
@@ -135,7 +166,7 @@ mod tests {
     use crate::pod::ContainerState;
 
     fn p(name: &str, decision: Decision) -> PodPlan {
-        PodPlan { pod: name.into(), uid: name.into(), decision }
+        PodPlan { pod: name.into(), uid: name.into(), decision, skipped_volumes: vec![] }
     }
 
     #[test]
@@ -149,7 +180,7 @@ mod tests {
             p("d", Decision::Skip { reason: "MaxPerPodReached", message: "3".into() }),
             p("e", Decision::Added),
         ];
-        let s = build(None, Some(2), "dbg-x", Outcome::Planned(&plans));
+        let s = build(None, Some(2), "dbg-x", Expiry::Never, Outcome::Planned(&plans));
         assert_eq!((s.matched, s.injected, s.observed_generation), (5, 3, Some(2)));
         let order: Vec<(&str, &str, &str)> =
             s.pods.iter().map(|e| (e.name.as_str(), e.state.as_str(), e.reason.as_str())).collect();
@@ -176,19 +207,48 @@ mod tests {
     fn a_refused_addition_makes_ready_false_and_a_refused_rule_lists_no_pods() {
         let plans =
             vec![p("a", Decision::Refused { message: "violates PodSecurity".into(), retry_at: Instant::now() })];
-        let s = build(None, Some(1), "dbg-x", Outcome::Planned(&plans));
+        let s = build(None, Some(1), "dbg-x", Expiry::Never, Outcome::Planned(&plans));
         let ready = &s.conditions[0];
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InjectionFailed"));
         assert!(ready.message.contains("violates PodSecurity"));
-        let s = build(Some(&s), Some(2), "dbg-x", Outcome::Refused { reason: "ImageNotAllowed", message: "no".into() });
+        let s = build(
+            Some(&s),
+            Some(2),
+            "dbg-x",
+            Expiry::Never,
+            Outcome::Refused { reason: "ImageNotAllowed", message: "no".into() },
+        );
         assert!(s.pods.is_empty() && s.matched == 0);
         assert_eq!(s.conditions[0].reason, "ImageNotAllowed");
     }
 
     #[test]
+    fn an_expired_debugger_is_not_ready_and_lists_its_pods_and_skipped_volumes() {
+        use crate::mounts::Skipped;
+        let at: Timestamp = "2026-11-27T06:00:00Z".parse().unwrap_or_else(|e| panic!("{e}"));
+        let ended = ContainerState { state: "Terminated", reason: "Error".into(), message: "exit code 137".into() };
+        let mut has = p("a", Decision::Has(ended));
+        has.skipped_volumes = vec![Skipped { volume: "creds".into(), reason: "SecretVolumeNotAllowed" }];
+        let plans = vec![has, p("b", Decision::Skip { reason: "Expired", message: "ended".into() })];
+        let s = build(None, Some(1), "dbg-x", Expiry::Expired { at }, Outcome::Planned(&plans));
+        let ready = &s.conditions[0];
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "Expired"));
+        assert_eq!(ready.message, expired_message(at));
+        assert_eq!(s.expires_at, Some(Time(at)));
+        assert_eq!((s.matched, s.injected), (2, 1));
+        let a = s.pods.iter().find(|e| e.name == "a").unwrap_or_else(|| panic!("{s:?}"));
+        assert_eq!((a.state.as_str(), a.reason.as_str()), ("Terminated", "Error"));
+        assert!(a.message.contains("creds (SecretVolumeNotAllowed)"), "{a:?}");
+        // Before it, Ready as usual, the expiry shown.
+        let left = std::time::Duration::from_secs(5);
+        let s = build(None, Some(1), "dbg-x", Expiry::Until { at, left }, Outcome::Planned(&plans[..1]));
+        assert_eq!((s.conditions[0].reason.as_str(), s.expires_at), ("Reconciled", Some(Time(at))));
+    }
+
+    #[test]
     fn a_refusal_only_an_edit_lifts_is_stalled_the_others_are_not() {
         let stalled = |reason: &'static str| {
-            let s = build(None, Some(1), "c", Outcome::Refused { reason, message: "m".into() });
+            let s = build(None, Some(1), "c", Expiry::Never, Outcome::Refused { reason, message: "m".into() });
             s.conditions.iter().find(|c| c.type_ == "Stalled").map(|c| (c.status.clone(), c.reason.clone()))
         };
         for reason in STALLED_ON {
@@ -198,15 +258,16 @@ mod tests {
             assert_eq!(stalled(reason), None, "{reason}");
         }
         // Fixed: planned again, and no longer stalled.
-        let s = build(None, Some(1), "c", Outcome::Refused { reason: "InvalidSpec", message: "m".into() });
-        let s = build(Some(&s), Some(2), "c", Outcome::Planned(&[]));
+        let s =
+            build(None, Some(1), "c", Expiry::Never, Outcome::Refused { reason: "InvalidSpec", message: "m".into() });
+        let s = build(Some(&s), Some(2), "c", Expiry::Never, Outcome::Planned(&[]));
         assert!(!s.conditions.iter().any(|c| c.type_ == "Stalled"), "{:?}", s.conditions);
     }
 
     #[test]
     fn the_list_is_capped() {
         let plans: Vec<PodPlan> = (0..80).map(|i| p(&format!("p{i:03}"), Decision::Added)).collect();
-        let s = build(None, None, "c", Outcome::Planned(&plans));
+        let s = build(None, None, "c", Expiry::Never, Outcome::Planned(&plans));
         assert_eq!((s.pods.len(), s.matched), (MAX_PODS_LISTED, 80));
     }
 }

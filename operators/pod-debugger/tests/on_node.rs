@@ -341,3 +341,309 @@ async fn debug_containers_wait_for_the_admission_policy() {
     assert_eq!(ephemeral_names(&pods, "guarded").await, [status.container.as_str()]);
     flotilla_testenv::admission_policy::remove(&client, POLICY).await;
 }
+
+/// The state of `container` in `pod` once it has terminated: (exit code,
+/// finishedAt).
+async fn wait_debug_terminated(
+    pods: &Api<Pod>,
+    pod: &str,
+    container: &str,
+    timeout: Duration,
+) -> (i32, k8s_openapi::jiff::Timestamp) {
+    flotilla_testenv::wait_object(pods, pod, &format!("{container} to end in {pod}"), timeout, |p| {
+        let statuses = p.status.as_ref()?.ephemeral_container_statuses.as_ref()?;
+        let t = statuses.iter().find(|c| c.name == container)?.state.as_ref()?.terminated.as_ref()?;
+        Some((t.exit_code, t.finished_at.as_ref()?.0))
+    })
+    .await
+}
+
+/// Issue 32 (kubernetes#84764): debug access ends. A PodDebugger with ttl
+/// 20s adds its container, whose command runs under `timeout -s KILL`: the
+/// kubelet reports it terminated (killed) at the expiry. From then on the
+/// PodDebugger is Ready=False Expired (one Normal Event), and a pod that
+/// starts after the expiry gets nothing. A PodDebugger that no pod event
+/// ever wakes (its namespace has no pods) still turns Expired at its
+/// expiry, not at the 5-minute resync: the operator set a timer for it.
+#[tokio::test]
+async fn an_expiring_debugger_ends_its_containers_at_the_expiry_and_adds_none_after() {
+    let _one = ONE_OPERATOR.lock().await;
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pd-expiry").await.unwrap();
+    let idle_ns = env.namespace("pd-expiry-idle").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &pod("early", "exp", json!([sleeper("app", "3600")]), json!({})))
+        .await
+        .unwrap();
+    flotilla_testenv::wait_object(&pods, "early", "the pod to run", T, |p| {
+        (p.status.as_ref()?.phase.as_deref()? == "Running").then_some(())
+    })
+    .await;
+    let operator = start_operator(&env, &[]);
+    flotilla_testenv::wait_for("the operator to be ready", T, || async {
+        let r = reqwest::get(operator.health_url() + "/readyz").await;
+        Ok::<_, std::convert::Infallible>(r.ok().filter(|r| r.status().is_success()).map(|_| ()))
+    })
+    .await
+    .unwrap();
+
+    let spec = |sel: &str| {
+        json!({"selector": {"matchLabels": {"app": sel}}, "image": "busybox:latest", "stdin": false, "tty": false,
+               "command": ["sleep", "3600"], "ttl": "20s"})
+    };
+    create_debugger(&client, &ns, "exp", spec("exp")).await.unwrap();
+    create_debugger(&client, &idle_ns, "idle", spec("none")).await.unwrap();
+    let api: Api<PodDebugger> = Api::namespaced(client.clone(), &ns);
+    let created = api.get("exp").await.unwrap().metadata.creation_timestamp.unwrap().0;
+    let expires = created + std::time::Duration::from_secs(20);
+
+    let status = wait_status(&client, &ns, "exp", "the container in the pod", T, |s| {
+        (s.injected == 1 && s.pods.iter().any(|p| p.state == "Running")).then(|| s.clone())
+    })
+    .await;
+    assert_eq!(status.expires_at.as_ref().map(|t| t.0), Some(expires), "{status:?}");
+    assert_eq!(ready(&status).0, "True", "{status:?}");
+    let c = status.container.clone();
+    let p = pods.get("early").await.unwrap();
+    let command = p.spec.unwrap().ephemeral_containers.unwrap()[0].command.clone().unwrap();
+    assert_eq!(command[..3], ["timeout", "-s", "KILL"], "{command:?}");
+    let secs: u64 = command[3].parse().unwrap();
+    assert!((1..=20).contains(&secs), "{command:?}");
+    assert_eq!(command[4..], ["sleep", "3600"], "{command:?}");
+
+    // The debug container's process is killed at the expiry (its deadline
+    // counts from its start, a moment after the addition).
+    let (code, finished) = wait_debug_terminated(&pods, "early", &c, T).await;
+    assert_eq!(code, 137, "killed by timeout -s KILL");
+    let late_by = finished.duration_since(expires).as_secs_f64();
+    assert!((-1.0..=10.0).contains(&late_by), "ended {late_by}s after the expiry ({finished} vs {expires})");
+
+    // Expired, with one Normal Event.
+    // (The pod's update after the kill is reconciled a moment later.)
+    let status = wait_status(&client, &ns, "exp", "Expired, the container terminated", T, |s| {
+        let ended = s.pods.iter().any(|p| p.name == "early" && p.state == "Terminated");
+        (ready(s).1 == "Expired" && ended).then(|| s.clone())
+    })
+    .await;
+    assert_eq!(ready(&status).0, "False");
+    assert!(ready(&status).2.contains("debug access ended"), "{status:?}");
+    flotilla_testenv::wait_event(&client, &ns, "exp", "Normal", "Expired", T).await;
+
+    // The idle one turned Expired at its expiry, woken by its timer alone.
+    let idle_api: Api<PodDebugger> = Api::namespaced(client.clone(), &idle_ns);
+    let idle_expires =
+        idle_api.get("idle").await.unwrap().metadata.creation_timestamp.unwrap().0 + std::time::Duration::from_secs(20);
+    let turned = wait_status(&client, &idle_ns, "idle", "the idle one Expired", T, |s| {
+        s.conditions.iter().find(|c| c.type_ == "Ready" && c.reason == "Expired").map(|c| c.last_transition_time.0)
+    })
+    .await;
+    let after = turned.duration_since(idle_expires).as_secs_f64();
+    assert!((0.0..=3.0).contains(&after), "Expired {after}s after the expiry: not woken by a timer");
+
+    // A pod that starts after the expiry gets nothing.
+    pods.create(&PostParams::default(), &pod("late", "exp", json!([sleeper("app", "3600")]), json!({}))).await.unwrap();
+    let status = wait_status(&client, &ns, "exp", "the late pod skipped as Expired", T, |s| {
+        s.pods.iter().any(|p| p.name == "late" && p.state == "Skipped" && p.reason == "Expired").then(|| s.clone())
+    })
+    .await;
+    assert_eq!(status.injected, 1, "{status:?}");
+    flotilla_testenv::wait_object(&pods, "late", "the late pod to run", T, |p| {
+        (p.status.as_ref()?.phase.as_deref()? == "Running").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(ephemeral_names(&pods, "late").await.is_empty(), "a debug container after the expiry");
+    let expired_events = events_about(&client, &ns, "exp").await.into_iter().filter(|(_, r, _)| r == "Expired").count();
+    assert_eq!(expired_events, 1);
+    assert_eq!(metric(&operator, "flotilla_pod_debugger_injections_total{result=\"added\"}").await, 1.0);
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// Issue 32 (kubernetes#114184): `volumeMounts: {mirror: true}` mounts the
+/// target container's volumes at its paths, read-only. The target writes a
+/// file into an emptyDir and mounts a ConfigMap; the debug container reads
+/// both at the target's paths, cannot write (the target sees nothing it
+/// tried to write), and does not see the pod's Secret volume, which status
+/// reports as skipped (SecretVolumeNotAllowed: no admission policy checked
+/// that the author may read Secrets).
+#[tokio::test]
+async fn mirrored_volumes_are_seen_at_the_targets_paths_read_only_without_secrets() {
+    let _one = ONE_OPERATOR.lock().await;
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pd-mirror").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "app-config"}, "data": {"greeting": "hello-from-configmap"}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let target = json!([{"name": "app", "image": TOOLBOX_IMAGE,
+        "command": ["sh", "-c", "echo from-target > /data/hello && exec sleep 3600"],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                         {"name": "config", "mountPath": "/etc/app", "readOnly": true},
+                         {"name": "creds", "mountPath": "/creds", "readOnly": true}]}]);
+    let volumes = json!({"volumes": [{"name": "data", "emptyDir": {}},
+                                     {"name": "config", "configMap": {"name": "app-config"}},
+                                     {"name": "creds", "secret": {"secretName": "creds"}}]});
+    pods.create(&PostParams::default(), &pod("vols", "vols", target, volumes)).await.unwrap();
+    flotilla_testenv::wait_object(&pods, "vols", "the pod to run", T, |p| {
+        (p.status.as_ref()?.phase.as_deref()? == "Running").then_some(())
+    })
+    .await;
+    let operator = start_operator(&env, &[]);
+    let script = "d=$(cat /data/hello); c=$(cat /etc/app/greeting); \
+        if touch /data/debug-wrote 2>/dev/null; then w=writable; else w=read-only; fi; \
+        if [ -e /creds ]; then s=creds-visible; else s=no-creds; fi; echo \"$d $c $w $s\"";
+    create_debugger(
+        &client,
+        &ns,
+        "mirror",
+        json!({"selector": {"matchLabels": {"app": "vols"}}, "image": "busybox:latest", "stdin": false, "tty": false,
+               "command": ["sh", "-c", script], "volumeMounts": {"mirror": true}}),
+    )
+    .await
+    .unwrap();
+    let status =
+        wait_status(&client, &ns, "mirror", "the debug container added", T, |s| (s.injected == 1).then(|| s.clone()))
+            .await;
+    let c = status.container.clone();
+    let (code, _) = wait_debug_terminated(&pods, "vols", &c, T).await;
+    let log =
+        pods.logs("vols", &kube::api::LogParams { container: Some(c.clone()), ..Default::default() }).await.unwrap();
+    assert_eq!(log.trim(), "from-target hello-from-configmap read-only no-creds", "exit {code}");
+    assert_eq!(code, 0);
+
+    let p = pods.get("vols").await.unwrap();
+    let mounts: Vec<(String, String, Option<bool>)> = p.spec.unwrap().ephemeral_containers.unwrap()[0]
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.name, m.mount_path, m.read_only))
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            ("data".to_string(), "/data".to_string(), Some(true)),
+            ("config".to_string(), "/etc/app".to_string(), Some(true))
+        ]
+    );
+    // The target, which mounts /data read-write, sees nothing written.
+    let ls = env.kubectl(&["exec", "-n", &ns, "vols", "-c", "app", "--", "ls", "/data"]).unwrap();
+    assert_eq!(ls.trim(), "hello", "{ls}");
+    let status = wait_status(&client, &ns, "mirror", "the skipped Secret volume in status", T, |s| {
+        s.pods.iter().find(|p| p.name == "vols" && p.state == "Terminated").cloned()
+    })
+    .await;
+    assert!(status.message.contains("creds (SecretVolumeNotAllowed)"), "{status:?}");
+
+    // The attack: a PodDebugger asking for the Secret volume itself
+    // (`secrets: true`), where no admission policy checked that its author
+    // may read Secrets (this operator requires none). It gets the
+    // container, without the Secret.
+    create_debugger(
+        &client,
+        &ns,
+        "steal",
+        json!({"selector": {"matchLabels": {"app": "vols"}}, "image": "busybox:latest", "stdin": false, "tty": false,
+               "command": ["sh", "-c", "cat /creds/token 2>/dev/null || echo no-creds"],
+               "volumeMounts": {"names": ["creds"], "secrets": true}}),
+    )
+    .await
+    .unwrap();
+    let entry = wait_status(&client, &ns, "steal", "the container, without the Secret", T, |s| {
+        s.pods.iter().find(|p| p.name == "vols" && p.state == "Terminated").cloned()
+    })
+    .await;
+    assert!(entry.message.contains("creds (SecretVolumeNotAllowed)"), "{entry:?}");
+    let log = pods
+        .logs("vols", &kube::api::LogParams { container: Some(entry.container.clone()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(log.trim(), "no-creds");
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// Secret volumes are mounted (`secrets: true`) only under the admission
+/// policy that checks the author may read Secrets: with the operator
+/// requiring it (`REQUIRE_ADMISSION_POLICY`) and the policy in place, the
+/// debug container reads the pod's Secret at the target's path.
+#[tokio::test]
+async fn secret_volumes_are_mounted_under_the_admission_policy() {
+    const POLICY: &str = "test-pod-debugger-secret-volumes";
+    let _one = ONE_OPERATOR.lock().await;
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+    flotilla_testenv::admission_policy::install(&client, POLICY, "flotilla.dev", &["poddebuggers"]).await.unwrap();
+    let ns = env.namespace("pd-secret-vol").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let target = json!([{"name": "app", "image": TOOLBOX_IMAGE, "command": ["sleep", "3600"],
+        "volumeMounts": [{"name": "creds", "mountPath": "/creds", "readOnly": true}]}]);
+    let volumes = json!({"volumes": [{"name": "creds", "secret": {"secretName": "creds"}}]});
+    pods.create(&PostParams::default(), &pod("sec", "sec", target, volumes)).await.unwrap();
+    flotilla_testenv::wait_object(&pods, "sec", "the pod to run", T, |p| {
+        (p.status.as_ref()?.phase.as_deref()? == "Running").then_some(())
+    })
+    .await;
+    let operator = OPERATOR.start(
+        &env.kubeconfig,
+        None,
+        &[],
+        &[("REQUIRE_ADMISSION_POLICY", POLICY), ("ADMISSION_POLICY_CHECK_INTERVAL", "1s")],
+    );
+    create_debugger(
+        &client,
+        &ns,
+        "read",
+        json!({"selector": {"matchLabels": {"app": "sec"}}, "image": "busybox:latest", "stdin": false, "tty": false,
+               "command": ["sh", "-c", "cat /creds/token 2>/dev/null || echo no-creds"],
+               "volumeMounts": {"names": ["creds"], "secrets": true}}),
+    )
+    .await
+    .unwrap();
+    let entry = wait_status(&client, &ns, "read", "the container, with the Secret", T, |s| {
+        s.pods.iter().find(|p| p.name == "sec" && p.state == "Terminated").cloned()
+    })
+    .await;
+    assert!(!entry.message.contains("SecretVolumeNotAllowed"), "{entry:?}");
+    let log = pods
+        .logs("sec", &kube::api::LogParams { container: Some(entry.container.clone()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(log.trim(), "s3cret");
+    flotilla_testenv::admission_policy::remove(&client, POLICY).await;
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}

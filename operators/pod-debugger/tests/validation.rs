@@ -1,5 +1,6 @@
 //! PodDebugger admission and refusals on the test control plane: the
-//! schema and CEL reject at admission what the API would reject later; a
+//! schema and CEL reject at admission what the API would reject later (and
+//! an expiry without a command, which could not be bounded); a
 //! PodDebugger in a protected namespace is refused with a condition and a
 //! Warning Event; an invalid --allowed-images stops the process before it
 //! touches the cluster.
@@ -44,6 +45,68 @@ async fn admission_rejects_what_the_api_would_reject_later() {
     for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
         let msg = rejected(create_debugger(&client, &ns, &format!("bad-{i}"), spec).await, what);
         assert!(msg.contains(expect), "{what}: {msg}");
+    }
+    // Issue 32: the expiry and the volume mounts.
+    let cmd = json!(["sleep", "3600"]);
+    let expiring = [
+        (
+            "expiresAt and ttl",
+            json!({"selector": sel, "image": "busybox", "command": cmd, "ttl": "1h", "expiresAt": "2030-01-01T00:00:00Z"}),
+            "give expiresAt or ttl, not both",
+        ),
+        ("ttl without a command", json!({"selector": sel, "image": "busybox", "ttl": "1h"}), "needs spec.command"),
+        (
+            "expiresAt without a command",
+            json!({"selector": sel, "image": "busybox", "expiresAt": "2030-01-01T00:00:00Z"}),
+            "needs spec.command",
+        ),
+        (
+            "ttl with an empty command",
+            json!({"selector": sel, "image": "busybox", "ttl": "1h", "command": []}),
+            "needs spec.command",
+        ),
+        (
+            "ttl not a duration",
+            json!({"selector": sel, "image": "busybox", "command": cmd, "ttl": "1 hour"}),
+            "spec.ttl",
+        ),
+        (
+            "expiresAt not a time",
+            json!({"selector": sel, "image": "busybox", "command": cmd, "expiresAt": "tomorrow"}),
+            "spec.expiresAt",
+        ),
+        (
+            "volumeMounts empty",
+            json!({"selector": sel, "image": "busybox", "volumeMounts": {}}),
+            "mirror: true or a list of names",
+        ),
+        (
+            "mirror off, no names",
+            json!({"selector": sel, "image": "busybox", "volumeMounts": {"mirror": false, "readWrite": true}}),
+            "mirror: true or a list of names",
+        ),
+        (
+            "mirror and names",
+            json!({"selector": sel, "image": "busybox", "volumeMounts": {"mirror": true, "names": ["data"]}}),
+            "mirror: true or a list of names",
+        ),
+        (
+            "a bad volume name",
+            json!({"selector": sel, "image": "busybox", "volumeMounts": {"names": ["Data_1"]}}),
+            "spec.volumeMounts.names",
+        ),
+    ];
+    for (i, (what, spec, expect)) in expiring.into_iter().enumerate() {
+        let msg = rejected(create_debugger(&client, &ns, &format!("bad-expiry-{i}"), spec).await, what);
+        assert!(msg.contains(expect), "{what}: {msg}");
+    }
+    for (name, spec) in [
+        ("ttl", json!({"selector": sel, "image": "busybox", "command": cmd, "ttl": "1h30m"})),
+        ("at", json!({"selector": sel, "image": "busybox", "command": cmd, "expiresAt": "2030-01-01T00:00:00Z"})),
+        ("mirror", json!({"selector": sel, "image": "busybox", "volumeMounts": {"mirror": true, "readWrite": true}})),
+        ("names", json!({"selector": sel, "image": "busybox", "volumeMounts": {"names": ["data", "config"]}})),
+    ] {
+        create_debugger(&client, &ns, name, spec).await.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     // The seed's rule, written as ours, is accepted with the defaults.
     create_debugger(&client, &ns, "seed", json!({"selector": sel, "image": "busybox:1.37"})).await.unwrap();
