@@ -7,6 +7,7 @@ mod cluster;
 mod crds;
 mod demo;
 mod dist;
+mod docs;
 mod images;
 mod receiver;
 mod test;
@@ -46,6 +47,13 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// The documentation site: generate docs/reference/, build into target/site with `mkdocs build --strict` (--check: fail if the generated pages are stale, no venv needed; --serve: serve it locally).
+    Docs {
+        #[arg(long, conflicts_with = "serve")]
+        check: bool,
+        #[arg(long)]
+        serve: bool,
+    },
     /// Build the release binary of every operator with the Dockerfile's command; check its libraries; print sizes.
     Dist,
     /// OCI images (operators and loadgen from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster. Names (e.g. `loadgen`): only those, plus the node's own.
@@ -69,6 +77,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo => demo::run(),
         Command::Crds { check } => crds::run(check),
         Command::Charts { check } => charts::run(check),
+        Command::Docs { check, serve } => docs::run(check, serve),
         Command::Dist => dist::run(),
         Command::Images { only } => images::run(&only),
         Command::Bench { operator, preset } => bench::run(&operator, preset.as_deref()),

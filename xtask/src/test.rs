@@ -16,6 +16,7 @@ fn rust_lane() -> Vec<Step> {
             run_cmd(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))
         }),
         ("CRD files match the types", || crate::crds::run(true)),
+        ("docs/reference/ matches crds/ and the chart READMEs", || crate::docs::run(true, false)),
         ("compile the tests", || run_cmd(cargo().args(["test", "--workspace", "--locked", "--no-run"]))),
         // What the test images carry: the Dockerfile's build in the dev
         // profile, on the tests' dependencies (images.rs says why).
@@ -30,6 +31,9 @@ fn after_setup() -> Vec<Step> {
     vec![
         ("chart dependencies and READMEs", || crate::charts::run(true)),
         ("images (dev-profile binaries)", || crate::images::run_with(&[], crate::dist::Profile::Dev)),
+        // After the chart READMEs (copied into the site) and the binaries
+        // (whose --help it reads) are fresh.
+        ("documentation site: strict build, every flag, value and runbook", crate::docs::test),
         ("one-node cluster up", node_up),
         ("every test binary, side by side", crate::test_binaries::run),
         ("one-node cluster down leaves nothing", node_down),

@@ -25,12 +25,13 @@ pub fn progress(line: &str) {
 /// Builds whatever is missing.
 pub fn setup() -> anyhow::Result<Assets> {
     let started = Instant::now();
-    say("setup: checking tools (control plane, node, kubectl, helm, Debian packages)");
+    say("setup: checking tools (control plane, node, kubectl, helm, Debian packages, MkDocs)");
     let assets = flotilla_testenv::build::assets::ensure_all(&progress).context("building the test tools")?;
     flotilla_testenv::build::tools::ensure_all(&progress).context("installing the packaging tools")?;
     flotilla_testenv::build::node_assets::ensure(&progress)
         .context("building the node's tools (containerd, CoreDNS)")?;
     flotilla_testenv::aws::moto::ensure(&progress).context("installing moto (the Route53 emulator)")?;
+    crate::docs::venv::ensure(&root()).context("installing the documentation site's tools (MkDocs)")?;
     say(&format!("setup: done in {:.0?}", started.elapsed()));
     Ok(assets)
 }
