@@ -11,7 +11,7 @@ README at the release's tag.
 {{- end -}}
 
 {{- define "flotilla.runbook" -}}
-{{- printf "https://github.com/flotilla-dev/flotilla/blob/v%s/README.md#%s" .ctx.Chart.AppVersion (lower .alert) -}}
+{{- printf "https://github.com/flotilla-dev/flotilla/blob/v%s/docs/operating/alerts.md#%s" .ctx.Chart.AppVersion (lower .alert) -}}
 {{- end -}}
 
 {{- define "flotilla.prometheusRule" -}}
