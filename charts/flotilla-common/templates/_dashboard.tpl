@@ -19,7 +19,7 @@ then the operator's own ("<chart>.dashboardPanels": a YAML list of
   (dict "title" "Resident memory" "expr" (printf "max by (pod) (process_resident_memory_bytes{%s})" $sel) "unit" "bytes")
   (dict "title" "Events dropped (15 min)" "expr" (printf "sum(increase(flotilla_events_dropped_total{%s}[15m]))" $sel) "unit" "short")
 }}
-{{- /* service-dns's sync loop has no work queue (README, "Scraping with Prometheus") */}}
+{{- /* service-dns's sync loop has no work queue (docs/operating/prometheus.md) */}}
 {{- if ne .Chart.Name "service-dns" }}
 {{- $panels = concat $panels (list
   (dict "title" "Queue depth (due, not started)" "expr" (printf "sum by (name) (workqueue_depth{%s})" $sel) "unit" "short")

@@ -3,8 +3,8 @@ An opt-in PrometheusRule: the alerts every operator shares, then the
 operator's own ("<chart>.alerts", a list of rules that may use $sel).
 Alerts select the operator's series by namespace and pod name, which holds
 for a ServiceMonitor, a PodMonitor and annotation-based scraping alike;
-prometheusRule.selector replaces that. Each alert links its runbook in the
-README at the release's tag.
+prometheusRule.selector replaces that. Each alert links its runbook on the
+documentation site's alerts page (docs/operating/alerts.md) at the release's tag.
 */}}
 {{- define "flotilla.alertSelector" -}}
 {{- default (printf "namespace=%q,pod=~%q" (include "flotilla.namespace" $) (printf "%s-.*" (include "flotilla.fullname" .))) .Values.prometheusRule.selector -}}
@@ -81,7 +81,7 @@ spec:
           annotations:
             summary: {{ printf "%s: a {{ $labels.name }} reconcile has been running for over 10 minutes" $name | quote }}
             runbook_url: {{ include "flotilla.runbook" (dict "ctx" . "alert" "FlotillaReconcileStuck") }}
-        {{- /* service-dns's sync loop has no work queue (README, "Scraping with Prometheus") */}}
+        {{- /* service-dns's sync loop has no work queue (docs/operating/prometheus.md) */}}
         {{- if ne .Chart.Name "service-dns" }}
         - alert: FlotillaWorkqueueBacklog
           expr: max by (name) (min_over_time(workqueue_depth{ {{- $sel -}} }[15m])) > 0
