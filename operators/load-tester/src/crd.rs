@@ -6,14 +6,17 @@
 use std::collections::BTreeMap;
 
 use flotilla_shared::duration::GoDuration;
-use k8s_openapi::api::core::v1::{Affinity, Toleration};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod bounds;
+mod runner;
+mod status;
+
+pub use runner::{LoadSpec, RunnerResources, RunnerSpec};
+pub use status::{Latency, LoadTestStatus, PinnedTarget, Results, State, Verdict};
 
 /// Runs `replicas` coordinated loadgen pods against a Service of this
 /// namespace and reports one merged result: the runners' latency
@@ -112,119 +115,6 @@ impl LoadTestSpec {
             Some(d) => d.get().map(Some).map_err(|e| format!("load.duration: {e}")),
         }
     }
-}
-
-/// A fixed-time run.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new(
-    "!has(self.duration) || (duration(self.duration) >= duration('1s') && duration(self.duration) <= duration('24h'))"
-).message("load.duration is 1s to 24h"))]
-pub struct LoadSpec {
-    /// Send for this long (Go duration, 1s to 24h, e.g. 2m) instead of
-    /// test.repeat requests (not both): each runner keeps
-    /// test.concurrency connections busy (or its rate, when set) from the
-    /// start signal until then, and its results cover exactly that period
-    /// (requests still unanswered at its end count neither as sent nor as
-    /// not sent). The run's deadline is then at least startTimeout +
-    /// duration + 1m, whatever deadline says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration: Option<GoDuration>,
-}
-
-/// The runner pods' resources and placement.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new(POD_AFFINITY_OWN_NAMESPACE)
-    .message("runner.affinity: pod (anti-)affinity terms select pods of this namespace only (no namespaces, no namespaceSelector)"))]
-pub struct RunnerSpec {
-    /// The loadgen container's requests and limits. Omitted: requests =
-    /// limits = 500m CPU and 256Mi memory, so runners are Guaranteed QoS (the
-    /// last pods evicted, their CPU not shared). Given: used as written
-    /// (Kubernetes sets a missing request to its limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<RunnerResources>,
-    /// Node labels the runners' nodes must have (the pod's nodeSelector; at
-    /// most 32).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "bounds::node_selector")]
-    pub node_selector: BTreeMap<String, String>,
-    /// Taints the runners tolerate (the pod's tolerations; at most 32).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "bounds::tolerations")]
-    pub tolerations: Vec<Toleration>,
-    /// The runners' affinity (the pod's affinity: node affinity, pod
-    /// affinity and anti-affinity; each list at most 32 long). Pod
-    /// (anti-)affinity terms select pods of this namespace only: no
-    /// namespaces, no namespaceSelector.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "bounds::affinity")]
-    pub affinity: Option<Affinity>,
-    /// Spread the run's runners over the nodes (default true): at most one
-    /// per node while the nodes allow it (a topology spread constraint on
-    /// kubernetes.io/hostname, maxSkew 1, whenUnsatisfiable
-    /// ScheduleAnyway: with fewer nodes than runners they still schedule).
-    /// One node's CPU and network then do not cap the whole load.
-    #[serde(default = "yes")]
-    #[schemars(default = "yes")]
-    pub spread: bool,
-}
-
-/// Pod (anti-)affinity terms may not name other namespaces: whether a
-/// runner schedules would tell the LoadTest's author which pods exist
-/// where they cannot look.
-const POD_AFFINITY_OWN_NAMESPACE: &str = "!has(self.affinity) || ((!has(self.affinity.podAffinity) || ((!has(self.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution) || \
-      self.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.all(t, !has(t.namespaces) && !has(t.namespaceSelector))) && \
-    (!has(self.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution) || \
-      self.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(t, \
-        !has(t.podAffinityTerm.namespaces) && !has(t.podAffinityTerm.namespaceSelector))))) && \
-    (!has(self.affinity.podAntiAffinity) || ((!has(self.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution) || \
-      self.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.all(t, !has(t.namespaces) && !has(t.namespaceSelector))) && \
-    (!has(self.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution) || \
-      self.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(t, \
-        !has(t.podAffinityTerm.namespaces) && !has(t.podAffinityTerm.namespaceSelector))))))";
-
-fn yes() -> bool {
-    true
-}
-
-impl Default for RunnerSpec {
-    fn default() -> Self {
-        RunnerSpec {
-            resources: None,
-            node_selector: BTreeMap::new(),
-            tolerations: Vec::new(),
-            affinity: None,
-            spread: true,
-        }
-    }
-}
-
-/// Requests and limits of the loadgen container.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new(
-    "!has(self.requests) || self.requests.all(k, isQuantity(string(self.requests[k])))"
-).message("requests must be quantities (e.g. 500m, 256Mi)"))]
-#[x_kube(validation = kube::core::Rule::new(
-    "!has(self.limits) || self.limits.all(k, isQuantity(string(self.limits[k])))"
-).message("limits must be quantities (e.g. 500m, 256Mi)"))]
-#[x_kube(validation = kube::core::Rule::new(
-    "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || \
-     !isQuantity(string(self.requests[k])) || !isQuantity(string(self.limits[k])) || \
-     quantity(string(self.limits[k])).compareTo(quantity(string(self.requests[k]))) >= 0)"
-).message("each limit is at least its request"))]
-pub struct RunnerResources {
-    /// What the scheduler reserves for a runner, by resource name (cpu,
-    /// memory, ...; at most 8).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "bounds::quantities")]
-    pub requests: BTreeMap<String, Quantity>,
-    /// What a runner may use at most, by resource name; each at least its
-    /// request (at most 8).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "bounds::quantities")]
-    pub limits: BTreeMap<String, Quantity>,
 }
 
 fn default_deadline() -> GoDuration {
@@ -428,159 +318,6 @@ pub enum Cleanup {
     Never,
 }
 
-/// A run's state.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum State {
-    /// Runners are being created and started.
-    #[default]
-    Pending,
-    /// Every runner is running and sending.
-    Executing,
-    /// Every runner finished; results merged.
-    Finished,
-    /// The run failed; reason and message say why. Never re-run by itself.
-    Failed,
-}
-
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Pending => "Pending",
-            State::Executing => "Executing",
-            State::Finished => "Finished",
-            State::Failed => "Failed",
-        }
-    }
-
-    pub fn is_terminal(self) -> bool {
-        matches!(self, State::Finished | State::Failed)
-    }
-}
-
-/// The thresholds' judgement.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Verdict {
-    Passed,
-    Failed,
-    /// Not judged (no thresholds, or the run did not finish).
-    #[default]
-    None,
-}
-
-/// The current run.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LoadTestStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Ready: the current run finished and passed (or finished without
-    /// thresholds); False with the failure's reason otherwise.
-    #[serde(default)]
-    #[schemars(schema_with = "flotilla_shared::conditions::schema")]
-    pub conditions: Vec<Condition>,
-    /// Pending, Executing, Finished or Failed.
-    #[serde(default)]
-    pub state: State,
-    /// Passed, Failed or None.
-    #[serde(default)]
-    pub verdict: Verdict,
-    /// The run number: 1, then one more on each spec change or
-    /// flotilla.dev/rerun annotation. Runner pods are <test>-r<run>-<i>.
-    #[serde(default)]
-    pub run: i64,
-    /// The generation the current run is for.
-    #[serde(default)]
-    pub run_generation: i64,
-    /// The flotilla.dev/rerun value the current run honoured.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub rerun: String,
-    /// Runner pods of the current run that exist.
-    #[serde(default)]
-    pub children: i32,
-    /// When the current run started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_time: Option<Time>,
-    /// The Service the current run's runners send to, as it was when they
-    /// were created.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<PinnedTarget>,
-    /// When the runners were told to start sending.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub executing_time: Option<Time>,
-    /// When it finished or failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_time: Option<Time>,
-    /// Why it failed (ServiceNotFound, TargetNotClusterIP,
-    /// NoReadyEndpoints, TargetChanged, TooManyRunners, RunnerFailed,
-    /// RunnerLost, StartTimeout, DeadlineExceeded, BadSummary, CreateFailed,
-    /// InvalidSpec), or the verdict's reason (ThresholdsMet,
-    /// ThresholdsMissed).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-    /// The merged results of a finished run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub results: Option<Results>,
-}
-
-/// The Service a run sends to, pinned when its runners are created.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PinnedTarget {
-    /// The Service's UID (a Service deleted and made again is another).
-    pub uid: String,
-    /// Its type then (ClusterIP, NodePort or LoadBalancer).
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// The cluster IP the runners connect to.
-    #[serde(rename = "clusterIP")]
-    pub cluster_ip: String,
-    /// The Host they send: <service>.<namespace>.svc.<cluster domain>.
-    pub host: String,
-}
-
-/// Every runner's requests, merged.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Results {
-    /// Runners whose summaries were merged.
-    pub runners: i32,
-    /// Requests sent.
-    pub requests: i64,
-    /// Failed requests by kind (http5xx, http4xx, timeout, connect, other).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub errors: BTreeMap<String, i64>,
-    /// Requests not sent because the deadline came first, or cut short by
-    /// it (in flight at the end: neither answered nor failed).
-    #[serde(default)]
-    pub not_sent: i64,
-    /// How long the runners sent: the longest runner's time from its start
-    /// signal to its last answer (e.g. 10.00s; with load.duration, that
-    /// duration).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub elapsed: String,
-    /// Failed requests over requests sent, as a decimal string.
-    pub error_ratio: String,
-    /// Requests per second over the longest runner's wall time.
-    pub rps: String,
-    /// Latencies of the answered requests, from the merged histogram.
-    pub latency: Latency,
-    /// The merged histogram (HdrHistogram V2 + deflate, base64), for
-    /// tools that want more than these percentiles.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub histogram: String,
-}
-
-/// Percentiles of the merged histogram, e.g. "12.4ms".
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub struct Latency {
-    pub p50: String,
-    pub p90: String,
-    pub p99: String,
-    pub max: String,
-}
-
 /// Keeps exactly one pod that prints a line and sleeps `sleepytime`
 /// seconds (seed 004's first example); the pod is recreated if deleted.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -645,12 +382,6 @@ pub fn guarded_power(spec: &LoadTestSpec) -> Option<&'static str> {
         Some("a header from a Secret (httpHeaders[].valueFrom)")
     } else {
         None
-    }
-}
-
-impl flotilla_shared::status::ReportedStatus for LoadTestStatus {
-    fn conditions_mut(&mut self) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-        &mut self.conditions
     }
 }
 

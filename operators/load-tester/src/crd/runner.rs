@@ -1,0 +1,125 @@
+//! How a LoadTest's load runs: for a fixed time (`spec.load`), and where
+//! and with what its runner pods run (`spec.runner`).
+
+use std::collections::BTreeMap;
+
+use flotilla_shared::duration::GoDuration;
+use k8s_openapi::api::core::v1::{Affinity, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+use super::bounds;
+
+/// A fixed-time run.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.duration) || (duration(self.duration) >= duration('1s') && duration(self.duration) <= duration('24h'))"
+).message("load.duration is 1s to 24h"))]
+pub struct LoadSpec {
+    /// Send for this long (Go duration, 1s to 24h, e.g. 2m) instead of
+    /// test.repeat requests (not both): each runner keeps
+    /// test.concurrency connections busy (or its rate, when set) from the
+    /// start signal until then, and its results cover exactly that period
+    /// (requests still unanswered at its end count neither as sent nor as
+    /// not sent). The run's deadline is then at least startTimeout +
+    /// duration + 1m, whatever deadline says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<GoDuration>,
+}
+
+/// The runner pods' resources and placement.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(POD_AFFINITY_OWN_NAMESPACE)
+    .message("runner.affinity: pod (anti-)affinity terms select pods of this namespace only (no namespaces, no namespaceSelector)"))]
+pub struct RunnerSpec {
+    /// The loadgen container's requests and limits. Omitted: requests =
+    /// limits = 500m CPU and 256Mi memory, so runners are Guaranteed QoS (the
+    /// last pods evicted, their CPU not shared). Given: used as written
+    /// (Kubernetes sets a missing request to its limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<RunnerResources>,
+    /// Node labels the runners' nodes must have (the pod's nodeSelector; at
+    /// most 32).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "bounds::node_selector")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the runners tolerate (the pod's tolerations; at most 32).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "bounds::tolerations")]
+    pub tolerations: Vec<Toleration>,
+    /// The runners' affinity (the pod's affinity: node affinity, pod
+    /// affinity and anti-affinity; each list at most 32 long). Pod
+    /// (anti-)affinity terms select pods of this namespace only: no
+    /// namespaces, no namespaceSelector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "bounds::affinity")]
+    pub affinity: Option<Affinity>,
+    /// Spread the run's runners over the nodes (default true): at most one
+    /// per node while the nodes allow it (a topology spread constraint on
+    /// kubernetes.io/hostname, maxSkew 1, whenUnsatisfiable
+    /// ScheduleAnyway: with fewer nodes than runners they still schedule).
+    /// One node's CPU and network then do not cap the whole load.
+    #[serde(default = "yes")]
+    #[schemars(default = "yes")]
+    pub spread: bool,
+}
+
+/// Pod (anti-)affinity terms may not name other namespaces: whether a
+/// runner schedules would tell the LoadTest's author which pods exist
+/// where they cannot look.
+const POD_AFFINITY_OWN_NAMESPACE: &str = "!has(self.affinity) || ((!has(self.affinity.podAffinity) || ((!has(self.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.all(t, !has(t.namespaces) && !has(t.namespaceSelector))) && \
+    (!has(self.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(t, \
+        !has(t.podAffinityTerm.namespaces) && !has(t.podAffinityTerm.namespaceSelector))))) && \
+    (!has(self.affinity.podAntiAffinity) || ((!has(self.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.all(t, !has(t.namespaces) && !has(t.namespaceSelector))) && \
+    (!has(self.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution) || \
+      self.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(t, \
+        !has(t.podAffinityTerm.namespaces) && !has(t.podAffinityTerm.namespaceSelector))))))";
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for RunnerSpec {
+    fn default() -> Self {
+        RunnerSpec {
+            resources: None,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            affinity: None,
+            spread: true,
+        }
+    }
+}
+
+/// Requests and limits of the loadgen container.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.requests) || self.requests.all(k, isQuantity(string(self.requests[k])))"
+).message("requests must be quantities (e.g. 500m, 256Mi)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.limits) || self.limits.all(k, isQuantity(string(self.limits[k])))"
+).message("limits must be quantities (e.g. 500m, 256Mi)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || \
+     !isQuantity(string(self.requests[k])) || !isQuantity(string(self.limits[k])) || \
+     quantity(string(self.limits[k])).compareTo(quantity(string(self.requests[k]))) >= 0)"
+).message("each limit is at least its request"))]
+pub struct RunnerResources {
+    /// What the scheduler reserves for a runner, by resource name (cpu,
+    /// memory, ...; at most 8).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "bounds::quantities")]
+    pub requests: BTreeMap<String, Quantity>,
+    /// What a runner may use at most, by resource name; each at least its
+    /// request (at most 8).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "bounds::quantities")]
+    pub limits: BTreeMap<String, Quantity>,
+}

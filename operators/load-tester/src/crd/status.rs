@@ -1,0 +1,167 @@
+//! What the operator reports of a LoadTest's runs: the status, its state
+//! and verdict, the pinned target and the merged results.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A run's state.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum State {
+    /// Runners are being created and started.
+    #[default]
+    Pending,
+    /// Every runner is running and sending.
+    Executing,
+    /// Every runner finished; results merged.
+    Finished,
+    /// The run failed; reason and message say why. Never re-run by itself.
+    Failed,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "Pending",
+            State::Executing => "Executing",
+            State::Finished => "Finished",
+            State::Failed => "Failed",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, State::Finished | State::Failed)
+    }
+}
+
+/// The thresholds' judgement.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Verdict {
+    Passed,
+    Failed,
+    /// Not judged (no thresholds, or the run did not finish).
+    #[default]
+    None,
+}
+
+/// The current run.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadTestStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready: the current run finished and passed (or finished without
+    /// thresholds); False with the failure's reason otherwise.
+    #[serde(default)]
+    #[schemars(schema_with = "flotilla_shared::conditions::schema")]
+    pub conditions: Vec<Condition>,
+    /// Pending, Executing, Finished or Failed.
+    #[serde(default)]
+    pub state: State,
+    /// Passed, Failed or None.
+    #[serde(default)]
+    pub verdict: Verdict,
+    /// The run number: 1, then one more on each spec change or
+    /// flotilla.dev/rerun annotation. Runner pods are <test>-r<run>-<i>.
+    #[serde(default)]
+    pub run: i64,
+    /// The generation the current run is for.
+    #[serde(default)]
+    pub run_generation: i64,
+    /// The flotilla.dev/rerun value the current run honoured.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rerun: String,
+    /// Runner pods of the current run that exist.
+    #[serde(default)]
+    pub children: i32,
+    /// When the current run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// The Service the current run's runners send to, as it was when they
+    /// were created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<PinnedTarget>,
+    /// When the runners were told to start sending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executing_time: Option<Time>,
+    /// When it finished or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Why it failed (ServiceNotFound, TargetNotClusterIP,
+    /// NoReadyEndpoints, TargetChanged, TooManyRunners, RunnerFailed,
+    /// RunnerLost, StartTimeout, DeadlineExceeded, BadSummary, CreateFailed,
+    /// InvalidSpec), or the verdict's reason (ThresholdsMet,
+    /// ThresholdsMissed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The merged results of a finished run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<Results>,
+}
+
+/// The Service a run sends to, pinned when its runners are created.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinnedTarget {
+    /// The Service's UID (a Service deleted and made again is another).
+    pub uid: String,
+    /// Its type then (ClusterIP, NodePort or LoadBalancer).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The cluster IP the runners connect to.
+    #[serde(rename = "clusterIP")]
+    pub cluster_ip: String,
+    /// The Host they send: <service>.<namespace>.svc.<cluster domain>.
+    pub host: String,
+}
+
+/// Every runner's requests, merged.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Results {
+    /// Runners whose summaries were merged.
+    pub runners: i32,
+    /// Requests sent.
+    pub requests: i64,
+    /// Failed requests by kind (http5xx, http4xx, timeout, connect, other).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, i64>,
+    /// Requests not sent because the deadline came first, or cut short by
+    /// it (in flight at the end: neither answered nor failed).
+    #[serde(default)]
+    pub not_sent: i64,
+    /// How long the runners sent: the longest runner's time from its start
+    /// signal to its last answer (e.g. 10.00s; with load.duration, that
+    /// duration).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub elapsed: String,
+    /// Failed requests over requests sent, as a decimal string.
+    pub error_ratio: String,
+    /// Requests per second over the longest runner's wall time.
+    pub rps: String,
+    /// Latencies of the answered requests, from the merged histogram.
+    pub latency: Latency,
+    /// The merged histogram (HdrHistogram V2 + deflate, base64), for
+    /// tools that want more than these percentiles.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub histogram: String,
+}
+
+/// Percentiles of the merged histogram, e.g. "12.4ms".
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct Latency {
+    pub p50: String,
+    pub p90: String,
+    pub p99: String,
+    pub max: String,
+}
+
+impl flotilla_shared::status::ReportedStatus for LoadTestStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        &mut self.conditions
+    }
+}
