@@ -3,13 +3,13 @@
 //! rules reject what can be rejected at admission (the seed's rule without
 //! `alerts.checkRunningPods` gets "an alert must be set").
 
-use std::collections::BTreeMap;
-
 use flotilla_shared::selector::LabelSelector;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+mod status;
+pub use status::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, SinkStatus};
 
 /// Turns unhealthy pods of this PodAlert's namespace into incidents (one per
 /// workload, container and reason, with the failing container's log tail),
@@ -399,134 +399,4 @@ pub struct SecretKeyRef {
     /// The key in its data.
     #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
     pub key: String,
-}
-
-/// What pod-alert found and sent for this PodAlert.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PodAlertStatus {
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Ready (the PodAlert is valid and being evaluated; False with
-    /// TooManyPodAlerts past the operator's per-namespace limit),
-    /// SinksHealthy (every sink delivered its last notification) and
-    /// Throttled (notifications wait for the namespace's rate limit).
-    #[serde(default)]
-    #[schemars(schema_with = "flotilla_shared::conditions::schema")]
-    pub conditions: Vec<Condition>,
-    /// Incidents firing (notified, not resolved).
-    #[serde(default)]
-    pub firing: i32,
-    /// Problems still within their grace period (not notified yet).
-    #[serde(default)]
-    pub pending: i32,
-    /// The incidents: firing, pending, resolving (healthy, within
-    /// resolveAfter) and recently resolved (kept for restartWindow so that an
-    /// old termination never fires again). At most 20; firing first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub incidents: Vec<IncidentStatus>,
-    /// What was held back, by cause. Pods and containers skipped in the last
-    /// evaluation: Completed, Terminating, SchedulingGated, IgnoredContainer,
-    /// IgnoredPod, ReasonNotSelected, LabelsTooLarge (more than 4 KiB of the
-    /// labels selectors read: such a pod matches no selector). Notifications not sent since the
-    /// operator started evaluating this PodAlert: LogPattern, Cooldown,
-    /// RecoveredInGrace (healthy again within the grace), AlreadyNotified.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub suppressed: BTreeMap<String, i64>,
-    /// Each configured sink's delivery state.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sinks: Vec<SinkStatus>,
-}
-
-/// One incident.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct IncidentStatus {
-    /// Pending (in its grace period), Firing, Resolving (healthy, waiting
-    /// resolveAfter) or Resolved.
-    pub state: String,
-    /// The pods' namespace.
-    pub namespace: String,
-    /// The owning workload, Kind/name (a ReplicaSet's pods belong to its
-    /// Deployment); a pod without a controller is Pod/<name>.
-    pub workload: String,
-    /// The container (empty for pod-level reasons: Evicted, Pending).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub container: String,
-    /// Why (see spec.alerts.reasons).
-    pub reason: String,
-    /// What the kubelet or scheduler said, e.g. the exit code.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-    /// Pods concerned (at most 10 names).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pods: Vec<String>,
-    /// How many pods are concerned.
-    #[serde(default)]
-    pub pod_count: i32,
-    /// The highest restart count among them.
-    #[serde(default)]
-    pub restarts: i32,
-    /// When the problem started.
-    pub since: Time,
-    /// When the incident last changed state.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub changed: Option<Time>,
-    /// The restart level last notified (0, 3, 10 or 50): escalations are
-    /// sent when restarts pass the next one.
-    #[serde(default)]
-    pub notified_level: i32,
-    /// Whether sinks were told of the opening (false while pending, or when
-    /// suppressed by cooldown or a log pattern).
-    #[serde(default)]
-    pub notified: bool,
-    /// Container incarnations already notified (terminated container IDs):
-    /// never notified again, even after an operator restart.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub incarnations: Vec<String>,
-    /// The end of the failing container's log tail (its crashed run's),
-    /// at most 4 KiB here (the sinks get all of spec.logs); "logs
-    /// unavailable: …" when the API could not serve them, "(log tail left
-    /// out: …)" past the operator's log budget.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub logs: String,
-}
-
-/// One sink's delivery state.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SinkStatus {
-    /// events, slack, webhook or alertmanager.
-    pub name: String,
-    /// Whether the last delivery (or configuration check) succeeded.
-    pub healthy: bool,
-    /// When a notification was last delivered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_success: Option<Time>,
-    /// The last failure: its class only (refused by policy, unreachable,
-    /// timeout, HTTP 4xx, HTTP 5xx), or a configuration problem (a Secret
-    /// not found).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub last_error: String,
-    /// When it happened.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error_time: Option<Time>,
-    /// Notifications delivered since the operator started.
-    #[serde(default)]
-    pub delivered: i64,
-    /// Notifications given up after their retries.
-    #[serde(default)]
-    pub failed: i64,
-}
-
-/// At most this many incidents in status.
-pub const MAX_INCIDENTS_LISTED: usize = 20;
-/// At most this many pod names per incident in status.
-pub const MAX_PODS_LISTED: usize = 10;
-
-impl flotilla_shared::status::ReportedStatus for PodAlertStatus {
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
 }
