@@ -27,8 +27,9 @@ pub use stamp::Stamp;
 /// hash as a label), so no ReplicaSet read is needed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Workload {
-    /// The usual kinds are not allocated (memory per pod, issue 28).
-    pub kind: Cow<'static, str>,
+    /// Interned, as the name: 16 bytes, shared by every pod of the kind
+    /// (memory per pod, issue 28).
+    pub kind: Arc<str>,
     /// Interned: a workload's pods share it.
     pub name: Arc<str>,
 }
@@ -127,16 +128,14 @@ pub struct PodView {
     pub workload: Workload,
     pub created: Stamp,
     pub deleting: bool,
-    /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
-    pub phase: &'static str,
+    pub phase: PodPhase,
     /// The pod's reason, message and scheduling trouble, when it has any.
     pub trouble: Option<Box<Trouble>>,
     pub scheduling_gated: bool,
     /// The Ready condition's status and last transition.
     pub ready: bool,
     pub ready_changed: Stamp,
-    /// Always, OnFailure or Never.
-    pub restart_policy: &'static str,
+    pub restart_policy: RestartPolicy,
     pub containers: Box<[ContainerView]>,
 }
 
@@ -216,41 +215,88 @@ fn container(c: &ContainerStatus, init: bool) -> ContainerView {
 pub fn workload_of(pod: &Pod) -> Workload {
     let name = names().get(pod.metadata.name.as_deref().unwrap_or_default());
     let owner = pod.metadata.owner_references.as_ref().and_then(|o| o.iter().find(|o| o.controller == Some(true)));
-    let Some(owner) = owner else { return Workload { kind: Cow::Borrowed("Pod"), name } };
+    let Some(owner) = owner else { return Workload { kind: names().get("Pod"), name } };
     if owner.kind == "ReplicaSet" && owner.api_version == "apps/v1" {
         let hash = pod.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
         let deployment = hash.and_then(|h| owner.name.strip_suffix(&format!("-{h}"))).filter(|d| !d.is_empty());
         if let Some(deployment) = deployment {
-            return Workload { kind: Cow::Borrowed("Deployment"), name: names().get(deployment) };
+            return Workload { kind: names().get("Deployment"), name: names().get(deployment) };
         }
     }
-    Workload { kind: known_kind(&owner.kind), name: names().get(&owner.name) }
+    Workload { kind: names().get(&owner.kind), name: names().get(&owner.name) }
 }
 
-/// An owner's kind, not allocated when it is one of the usual ones.
-fn known_kind(kind: &str) -> Cow<'static, str> {
-    const KNOWN: [&str; 7] =
-        ["ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController", "Node"];
-    KNOWN.iter().find(|k| **k == kind).map_or_else(|| Cow::Owned(kind.to_string()), |k| Cow::Borrowed(*k))
+/// A pod's phase, one of the API's five: a byte in every pod view, not a
+/// 16-byte `&str` (memory per pod, issue 28). Compares with the API's
+/// spelling (`pod.phase == "Pending"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
 }
 
-/// A pod's phase as one of the API's five (anything else: `Unknown`).
-fn phase(p: Option<&str>) -> &'static str {
-    match p {
-        Some("Pending") => "Pending",
-        Some("Running") => "Running",
-        Some("Succeeded") => "Succeeded",
-        Some("Failed") => "Failed",
-        _ => "Unknown",
+impl PodPhase {
+    /// The API's phase (anything else: `Unknown`).
+    pub fn of(p: Option<&str>) -> Self {
+        match p {
+            Some("Pending") => Self::Pending,
+            Some("Running") => Self::Running,
+            Some("Succeeded") => Self::Succeeded,
+            Some("Failed") => Self::Failed,
+            _ => Self::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Running => "Running",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Unknown => "Unknown",
+        }
     }
 }
 
-/// A pod's restart policy (the API's default, `Always`, when unset).
-fn restart_policy(p: Option<&str>) -> &'static str {
-    match p {
-        Some("OnFailure") => "OnFailure",
-        Some("Never") => "Never",
-        _ => "Always",
+impl PartialEq<&str> for PodPhase {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A pod's restart policy: a byte in every pod view, as [`PodPhase`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+impl RestartPolicy {
+    /// The API's policy (its default, `Always`, when unset).
+    pub fn of(p: Option<&str>) -> Self {
+        match p {
+            Some("OnFailure") => Self::OnFailure,
+            Some("Never") => Self::Never,
+            _ => Self::Always,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "Always",
+            Self::OnFailure => "OnFailure",
+            Self::Never => "Never",
+        }
+    }
+}
+
+impl PartialEq<&str> for RestartPolicy {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
@@ -283,12 +329,12 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         workload: workload_of(pod),
         created: Stamp::of(meta.creation_timestamp.as_ref()),
         deleting: meta.deletion_timestamp.is_some(),
-        phase: phase(status.and_then(|s| s.phase.as_deref())),
+        phase: PodPhase::of(status.and_then(|s| s.phase.as_deref())),
         trouble,
         scheduling_gated: spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()),
         ready: ready_cond.is_some_and(|c| c.status == "True"),
         ready_changed: Stamp::of(ready_cond.and_then(|c| c.last_transition_time.as_ref())),
-        restart_policy: restart_policy(spec.and_then(|s| s.restart_policy.as_deref())),
+        restart_policy: RestartPolicy::of(spec.and_then(|s| s.restart_policy.as_deref())),
         containers: containers.into_boxed_slice(),
     }
 }

@@ -163,7 +163,7 @@ pub fn plan<'p>(
         .filter(|p| p.labels.matched_by(rule.selector))
         .map(|p| {
             let (decision, skipped_volumes) = decide(rule, p, memory, now);
-            PodPlan { pod: p.name.clone(), uid: p.uid.clone(), decision, skipped_volumes }
+            PodPlan { pod: p.name.to_string(), uid: p.uid.clone(), decision, skipped_volumes }
         })
         .collect();
     out.sort_by(|a, b| a.pod.cmp(&b.pod));
@@ -287,8 +287,8 @@ mod tests {
             uid: format!("uid-{name}").into(),
             labels: flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]),
             running: true,
-            containers: vec!["app".into(), "side".into()],
-            running_containers: vec!["app".into(), "side".into()],
+            containers: vec!["app".into(), "side".into()].into(),
+            running_containers: vec!["app".into(), "side".into()].into(),
             ..PodView::default()
         }
     }
@@ -352,12 +352,12 @@ mod tests {
         let now = Instant::now();
         let mut p = pod("a");
         p.running = false;
-        p.running_containers.clear();
+        p.running_containers = Box::default();
         assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Wait { reason: "PodNotRunning" });
         p.running = true;
-        p.running_containers = vec!["app".into()];
+        p.running_containers = vec!["app".into()].into();
         assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Wait { reason: "TargetNotRunning" });
-        p.running_containers.push("side".into());
+        p.running_containers = vec!["app".into(), "side".into()].into();
         assert_eq!(one(&r, &p, &Memory::default(), now), add("side"));
     }
 
@@ -519,7 +519,7 @@ mod tests {
             let mut p = pod("a");
             p.running = running;
             p.terminating = terminating;
-            if !target_running { p.running_containers = vec!["side".into()]; }
+            if !target_running { p.running_containers = vec!["side".into()].into(); }
             p.ephemeral = (0..ours).map(|i| format!("dbg-r-{i:010}")).collect();
             p.ephemeral.extend((0..theirs).map(|i| format!("dbg-x-{i:010}")));
             if have_current { p.ephemeral.push(C.into()); }

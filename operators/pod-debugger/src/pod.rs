@@ -49,7 +49,9 @@ pub struct PodView {
     /// Interned ([`flotilla_shared::intern`]), as the container names: a
     /// namespace's pods, a workload's containers share them.
     pub namespace: Arc<str>,
-    pub name: String,
+    /// Boxed: 8 bytes less than a `String` in every view (memory per pod,
+    /// issue 28), as the container lists below.
+    pub name: Box<str>,
     pub uid: Uid,
     /// The labels some PodDebugger's selector references.
     pub labels: PodLabels,
@@ -60,9 +62,9 @@ pub struct PodView {
     /// A static pod's mirror (the API cannot change it).
     pub mirror: bool,
     /// The containers, in order.
-    pub containers: Vec<Arc<str>>,
+    pub containers: Box<[Arc<str>]>,
     /// Containers whose state is running.
-    pub running_containers: Vec<Arc<str>>,
+    pub running_containers: Box<[Arc<str>]>,
     /// Ephemeral containers in the spec, in order.
     pub ephemeral: Vec<String>,
     /// Their states, by name.
@@ -122,7 +124,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         .collect();
     PodView {
         namespace: names().get(meta.namespace.as_deref().unwrap_or_default()),
-        name: meta.name.clone().unwrap_or_default(),
+        name: meta.name.as_deref().unwrap_or_default().into(),
         uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
         labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
@@ -171,8 +173,8 @@ mod tests {
         let v = view(&pod, &keys);
         assert_eq!(v.labels, flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]));
         assert!(v.running && v.mirror && !v.terminating);
-        assert_eq!(v.containers, [Arc::from("app"), Arc::from("side")]);
-        assert_eq!(v.running_containers, [Arc::from("app")]);
+        assert_eq!(*v.containers, [Arc::from("app"), Arc::from("side")]);
+        assert_eq!(*v.running_containers, [Arc::from("app")]);
         assert_eq!(v.ephemeral, ["dbg-a-0123456789"]);
         let s = &v.ephemeral_states["dbg-a-0123456789"];
         assert_eq!((s.state, s.reason.as_str(), s.message.as_str()), ("Waiting", "ImagePullBackOff", "not found"));

@@ -51,7 +51,7 @@ fn a_deployment_of_five_crashing_pods_is_one_incident() {
 fn stuck_reasons_wait_their_grace_and_recover_silently_within_it() {
     let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "pendingAfter": "2m"}}));
     let mut p = pod("w", "web");
-    p.phase = "Pending";
+    p.phase = crate::pod::PodPhase::Pending;
     p.containers[0].state = crate::pod::State::waiting("ImagePullBackOff", "");
     let mut book = Book::default();
     assert!(step(&mut book, &[p.clone()], &r, 60).is_empty());

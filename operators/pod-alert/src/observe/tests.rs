@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
 use crate::crd::PodAlertSpec;
-use crate::pod::{Stamp, Trouble};
+use crate::pod::{PodPhase, RestartPolicy, Stamp, Trouble};
 
 pub(crate) fn rules(extra: serde_json::Value) -> Rules {
     let mut spec = serde_json::json!({"alerts": {"checkRunningPods": true}});
@@ -27,12 +27,12 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
         workload: Workload { kind: "Deployment".into(), name: workload.into() },
         created: t(0).into(),
         deleting: false,
-        phase: "Running",
+        phase: PodPhase::Running,
         trouble: None,
         scheduling_gated: false,
         ready: true,
         ready_changed: t(0).into(),
-        restart_policy: "Always",
+        restart_policy: RestartPolicy::Always,
         containers: vec![ContainerView {
             name: "app".into(),
             init: false,
@@ -142,7 +142,7 @@ fn image_pull_and_config_errors_are_stuck_reasons() {
         ("CreateContainerConfigError", Reason::CreateContainerConfigError),
     ] {
         let mut p = pod("w", "web");
-        p.phase = "Pending";
+        p.phase = PodPhase::Pending;
         p.containers[0].state = State::waiting(waiting, "x");
         let f = eval(&[p], &r, 10);
         assert_eq!(f.problems.len(), 1, "{waiting}");
@@ -156,7 +156,7 @@ fn image_pull_and_config_errors_are_stuck_reasons() {
 fn pending_unschedulable_and_not_started() {
     let r = rules(serde_json::json!({}));
     let mut p = pod("w", "web");
-    p.phase = "Pending";
+    p.phase = PodPhase::Pending;
     p.trouble = Some(Box::new(Trouble {
         unschedulable: Some(("Unschedulable".into(), "0/1 nodes are available".into())),
         ..Default::default()
@@ -184,17 +184,17 @@ fn pending_unschedulable_and_not_started() {
 fn expected_states_are_skipped_and_counted() {
     let r = rules(serde_json::json!({"ignore": {"containerNames": ["sidecar"], "podNamePatterns": ["canary-*"]}}));
     let mut done = pod("job-1", "job");
-    done.phase = "Succeeded";
+    done.phase = PodPhase::Succeeded;
     let mut deleting = crashing(pod("old-1", "web"), 5, 95, "Error");
     deleting.deleting = true;
     let mut gated = pod("gated", "web");
-    gated.phase = "Pending";
+    gated.phase = PodPhase::Pending;
     gated.scheduling_gated = true;
     let canary = crashing(pod("canary-1", "web"), 5, 95, "Error");
     let mut side = crashing(pod("s-1", "web"), 5, 95, "Error");
     side.containers[0].name = "sidecar".into();
     let mut exited0 = pod("x-1", "web");
-    exited0.restart_policy = "Never";
+    exited0.restart_policy = RestartPolicy::Never;
     exited0.containers[0].state = State::Terminated(Box::new(Termination { exit_code: 0, ..Default::default() }));
     let f = eval(&[done, deleting, gated, canary, side, exited0], &r, 100);
     assert!(f.problems.is_empty(), "{:?}", f.problems);
@@ -218,8 +218,8 @@ fn a_reason_filter_that_drops_problems_says_so() {
 fn failed_containers_that_do_not_restart_and_evictions() {
     let r = rules(serde_json::json!({}));
     let mut p = pod("job-x", "job");
-    p.restart_policy = "Never";
-    p.phase = "Failed";
+    p.restart_policy = RestartPolicy::Never;
+    p.phase = PodPhase::Failed;
     p.containers[0].state = State::Terminated(Box::new(Termination {
         reason: "Error".into(),
         exit_code: 2,
@@ -231,7 +231,7 @@ fn failed_containers_that_do_not_restart_and_evictions() {
     assert_eq!(f.problems[0].key.reason, Reason::Error);
     assert_eq!(f.problems[0].incarnation.as_deref(), Some("containerd://j"));
     let mut e = pod("ev", "web");
-    e.phase = "Failed";
+    e.phase = PodPhase::Failed;
     e.trouble = Some(Box::new(Trouble {
         reason: "Evicted".into(),
         message: "The node was low on resource: memory.".into(),
