@@ -267,8 +267,14 @@ async fn a_missing_image_and_an_oom_kill_are_incidents_with_their_reasons() {
     .unwrap();
     pods.create(&PostParams::default(), &hog).await.unwrap();
     let (image, oom) = wait_status(&client, &ns, "all", "image and OOM incidents to fire", T, |s| {
-        let image = incident(s, "Pod/missing").filter(|i| i.state == "Firing")?;
-        let oom = incident(s, "Pod/hog").filter(|i| i.state == "Firing")?;
+        let image = s
+            .incidents
+            .iter()
+            .find(|i| i.workload == "Pod/missing" && i.reason == "ImagePullBackOff" && i.state == "Firing")?;
+        // Under load a pod may sit in ContainerCreating past pendingAfter
+        // (5 s) first: a Pending incident of its own, then its real reason.
+        let oom =
+            s.incidents.iter().find(|i| i.workload == "Pod/hog" && i.reason == "OOMKilled" && i.state == "Firing")?;
         Some((image.clone(), oom.clone()))
     })
     .await;
