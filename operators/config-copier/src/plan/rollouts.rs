@@ -212,6 +212,17 @@ mod tests {
     }
 
     #[test]
+    fn only_the_accept_rollouts_label_true_consents() {
+        let ns = |labels: &[(&str, &str)]| crate::plan::NamespaceInfo {
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            terminating: false,
+        };
+        assert!(ns(&[(ACCEPT_ROLLOUTS, "true")]).accepts_rollouts());
+        assert!(!ns(&[(ACCEPT_ROLLOUTS, "false")]).accepts_rollouts());
+        assert!(!ns(&[("flotilla.dev/accept-copies", "true")]).accepts_rollouts(), "copies are not rollouts");
+    }
+
+    #[test]
     fn the_patch_touches_the_pod_template_annotation_only() {
         assert_eq!(
             patch("h"),
