@@ -888,3 +888,40 @@ async fn one_operator_chart_installs_alone() {
         helm_ok(Some(&env.kubeconfig), &["uninstall", "alone", "--namespace", &ns]).unwrap();
     }
 }
+
+/// config-copier's `rollouts.enabled` (issue 31): off by default, the
+/// operator may neither list nor patch workloads and runs without
+/// `--enable-rollouts`; on, it gets exactly list and patch on the three
+/// apps kinds it rolls, and the flag.
+#[test]
+fn config_copier_rollout_rules_appear_only_with_rollouts_enabled() {
+    let path = chart("config-copier");
+    let render = |extra: &[&str]| {
+        let mut args = vec!["template", "rel", path.as_str(), "--namespace", "ops"];
+        args.extend(required_values("config-copier"));
+        args.extend(extra);
+        yaml_documents(&helm_ok(None, &args).unwrap()).unwrap()
+    };
+    let apps_rules = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+            .flat_map(|r| r["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|rule| rule["apiGroups"].as_array().is_some_and(|g| g.iter().any(|g| g == "apps")))
+            .collect()
+    };
+    let args = |docs: &[Value]| -> String {
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["args"].to_string()
+    };
+    let off = render(&[]);
+    assert_eq!(apps_rules(&off), Vec::<Value>::new(), "no workload access by default");
+    assert!(!args(&off).contains("--enable-rollouts"), "{}", args(&off));
+    let on = render(&["--set", "rollouts.enabled=true"]);
+    assert_eq!(
+        apps_rules(&on),
+        vec![
+            serde_json::json!({"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"], "verbs": ["list", "patch"]})
+        ]
+    );
+    assert!(args(&on).contains("\"--enable-rollouts\""), "{}", args(&on));
+}

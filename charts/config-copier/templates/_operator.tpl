@@ -1,8 +1,10 @@
 {{/*
 What config-copier needs of the API: its CopyRules (patch adds the finalizer
 that prunes copies when a rule is deleted; status), the ConfigMaps and
-Secrets it copies from and to, and namespaces (metadata) to copy into.
-e2e/tests/rbac.rs proves each rule is needed.
+Secrets it copies from and to, and namespaces (metadata) to copy into;
+with rollouts.enabled, list and patch on the apps workloads it rolls for
+rolloutOnChange (listed in a namespace only when a copy there changed).
+e2e/tests/rbac.rs proves each default rule is needed.
 */}}
 {{- define "config-copier.rules" -}}
 - apiGroups: ["flotilla.dev"]
@@ -17,6 +19,11 @@ e2e/tests/rbac.rs proves each rule is needed.
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["get", "list", "watch"]
+{{- if .Values.rollouts.enabled }}
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets", "daemonsets"]
+  verbs: ["list", "patch"]
+{{- end }}
 {{- end -}}
 
 {{- define "config-copier.args" -}}
@@ -33,6 +40,9 @@ e2e/tests/rbac.rs proves each rule is needed.
 {{- end }}
 {{- with .Values.stripLabels }}
 - {{ printf "--strip-labels=%s" (include "flotilla.value" (join "," .)) | quote }}
+{{- end }}
+{{- if .Values.rollouts.enabled }}
+- "--enable-rollouts"
 {{- end }}
 {{- include "flotilla.admissionGuardArgs" . }}
 {{- end -}}

@@ -12,6 +12,8 @@
 //! a write of a 1 MiB copy does not bring 1 MiB back. The caller holds the
 //! budget for the writes in flight (see [`crate::read::Held`]).
 
+pub mod rollouts;
+
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};

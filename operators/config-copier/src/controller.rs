@@ -10,6 +10,7 @@
 //! budget. A finalizer prunes a deleted rule's copies (never in a protected
 //! namespace; [`crate::cleanup`] finds them).
 
+mod rollouts;
 mod rounds;
 
 use std::sync::Arc;
@@ -38,7 +39,7 @@ use crate::plan::{
 use crate::read::Reader;
 use crate::report;
 use crate::report::{Carried, Outcome};
-use crate::status::Summary;
+use crate::status::{Rollouts, Summary};
 use crate::targets::{Selector, TargetFilter};
 
 /// The finalizer on every CopyRule: its copies are pruned before it goes.
@@ -63,6 +64,10 @@ pub struct Options {
     pub strip: StripLabels,
     /// The CopyRule admission policy that guards Overwrite and open target lists.
     pub admission: AdmissionPolicyArgs,
+    /// `--enable-rollouts`: rules with `rolloutOnChange` roll the workloads
+    /// consuming a changed copy (the operator's RBAC then allows list and
+    /// patch on apps workloads).
+    pub enable_rollouts: bool,
 }
 
 /// What every reconcile shares.
@@ -343,6 +348,17 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             }))
             .collect(),
         names_invalid,
+        rollouts: rule.spec.rollout_on_change.then(|| match data.options.enable_rollouts {
+            false => Rollouts::Disabled,
+            true => Rollouts::Enabled {
+                accepting: target_set
+                    .accepted
+                    .iter()
+                    .filter(|ns| namespaces.get(**ns).is_some_and(|n| n.accepts_rollouts()))
+                    .count(),
+                targets: target_set.accepted.len(),
+            },
+        }),
         ..Default::default()
     };
     let seen = Seen {
@@ -372,11 +388,33 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     .collect::<Vec<_>>();
     carried.extend(rounds::run_jobs(&writer, plan.without_payload, concurrency).await);
 
+    // Roll the consumers of copies whose data changed (rolloutOnChange).
+    let rolled = match summary.rollouts {
+        Some(Rollouts::Enabled { accepting, .. }) if accepting > 0 => {
+            let updated = carried
+                .iter()
+                .filter_map(|c| match &c.outcome {
+                    Outcome::Updated { key, data_hash } => Some((key.clone(), data_hash.clone())),
+                    _ => None,
+                })
+                .collect::<Vec<_>>();
+            let (client, field_manager) = (&data.ctx.client, data.ctx.field_manager.as_str());
+            rollouts::roll_consumers(client, field_manager, updated, &namespaces).await
+        }
+        _ => rollouts::Rolled::default(),
+    };
+    summary.failures.extend(rolled.failures);
+
     // Report: metrics, status, Events.
     report::count_operations(caches.metrics(), &carried);
     let written = report::tally(carried.into_iter().map(|c| c.outcome), &mut summary);
     let new_conflicts = caches.claims().new_conflicts(id, report::conflicts(&summary));
     report::events(&data.ctx.events, &oref, rule.spec.kind, &summary, &written, &new_conflicts);
+    if let Some(first) = rolled.patched.first() {
+        let more = rolled.patched.len() - 1;
+        let others = if more > 0 { format!(" and {more} more") } else { String::new() };
+        data.ctx.events.normal(&oref, "RolledOut", "Rollout", format!("copies' data changed: rolled {first}{others}"));
+    }
     caches.metrics().set_rule(id, summary.sources, summary.desired, summary.in_sync, summary.conflicts.len());
     let writes = written.total();
     write_status(rule, data, &summary, writes > 0).await?;

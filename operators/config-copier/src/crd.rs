@@ -90,6 +90,18 @@ pub struct CopyRuleSpec {
     #[serde(default = "default_true")]
     #[schemars(default = "default_true")]
     pub prune: bool,
+    /// Roll the workloads that consume a copy when its data changes
+    /// (default false). When an existing copy is updated, the Deployments,
+    /// StatefulSets and DaemonSets of its namespace that reference it (env
+    /// valueFrom, envFrom, volumes, projected volume sources; containers and
+    /// initContainers) get the pod-template annotation
+    /// flotilla.dev/copy-hash set to a hash of the copy's data: they roll
+    /// once per change of the data, never on a resync. Only in namespaces
+    /// labelled flotilla.dev/accept-rollouts=true, and only when the
+    /// operator runs with --enable-rollouts (chart value rollouts.enabled);
+    /// otherwise the RolloutOnChange condition says why nothing is rolled.
+    #[serde(default)]
+    pub rollout_on_change: bool,
 }
 
 fn default_true() -> bool {

@@ -17,14 +17,14 @@
 //! | [`sources`] | every possible source, one metadata-only watch per kind for all rules |
 //! | [`claims`] | claims and conflicts: who wins a name two rules want and what is known of the rule a copy's marks name (pure); the claims and reported conflicts kept between reconciles, a change returning the rules to wake |
 //! | [`budget`] | the bytes of payload held at once (`--max-bytes-in-flight`) |
-//! | [`read`] | the reads of sources' payloads, within that budget; a copy read again after a write's answer |
-//! | [`plan`] | which copies should exist and their names (`spec.target`: `plan::Naming`), the rule's claim, whose each object is, and what to do about each (pure) |
-//! | [`apply`] | the writes and nothing else: create, server-side apply, delete, each proving ownership; typed answers |
+//! | [`read`] | the reads of sources' payloads, within that budget; a copy read again after a write's answer; a target namespace's workloads listed for `rolloutOnChange` (`read::workloads`) |
+//! | [`plan`] | which copies should exist and their names (`spec.target`: `plan::Naming`), the rule's claim, whose each object is, and what to do about each; which workloads consume a changed copy and roll (`plan::rollouts`) (pure) |
+//! | [`apply`] | the writes and nothing else: create, server-side apply, delete, each proving ownership; typed answers; a workload's pod-template copy hash patched (`apply::rollouts`) |
 //! | [`cleanup`] | a deleted rule: the copies to prune, found by asking the API |
 //! | [`status`] | status and conditions (pure) |
 //! | [`report`] | a sync told: outcomes counted into the status and `copy_operations_total`, Events |
 //! | [`metrics`] | `flotilla_config_copier_*` |
-//! | [`controller`] | wiring, finalizer, and the reconcile: snapshot → plan → apply in rounds (a write's answer read and planned again, `controller::rounds`) → report |
+//! | [`controller`] | wiring, finalizer, and the reconcile: snapshot → plan → apply in rounds (a write's answer read and planned again, `controller::rounds`) → the consumers of updated copies rolled (`controller::rollouts`) → report |
 
 pub mod apply;
 pub mod budget;

@@ -52,6 +52,11 @@ struct Args {
     /// is Ready=False SourcesTooLarge and copies nothing.
     #[arg(long, env = "MAX_RULE_SOURCE_BYTES", default_value = "16Mi", value_name = "SIZE")]
     max_rule_source_bytes: String,
+    /// Let CopyRules with rolloutOnChange roll the Deployments, StatefulSets
+    /// and DaemonSets consuming a changed copy (needs list and patch on them;
+    /// the chart grants it with rollouts.enabled).
+    #[arg(long, env = "ENABLE_ROLLOUTS")]
+    enable_rollouts: bool,
     /// Print the CopyRule CRD as YAML and exit.
     #[arg(long)]
     print_crd: bool,
@@ -113,6 +118,7 @@ fn main() -> std::process::ExitCode {
         policy,
         strip: StripLabels(args.strip_labels.into_iter().filter(|l| !l.is_empty()).collect()),
         admission: args.admission,
+        enable_rollouts: args.enable_rollouts,
     };
     Operator::new("config-copier", &args.common).run(move |ctx| controller::run(ctx, options))
 }

@@ -113,6 +113,12 @@ impl NamespaceInfo {
     pub fn accepts_overwrite(&self) -> bool {
         self.labels.get(ACCEPT_OVERWRITE).is_some_and(|v| v == "true")
     }
+
+    /// Whether rules with `rolloutOnChange` may roll its workloads (a
+    /// label, read as `accept-overwrite` is).
+    pub fn accepts_rollouts(&self) -> bool {
+        self.labels.get(rollouts::ACCEPT_ROLLOUTS).is_some_and(|v| v == "true")
+    }
 }
 
 /// How a rule selects its sources.
@@ -342,6 +348,7 @@ pub fn claim(rule: &RulePlan<'_>, created: Option<String>, named: &NamedCopies, 
 mod copies;
 mod decide;
 mod naming;
+pub mod rollouts;
 pub use copies::*;
 pub use decide::*;
 pub use naming::*;

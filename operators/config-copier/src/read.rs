@@ -5,6 +5,8 @@
 //! they are, then dropped). And reading a copy again ([`read_copy`]) when
 //! a write's answer says it is not what the plan saw.
 
+pub mod workloads;
+
 use std::sync::Arc;
 
 use futures::StreamExt;

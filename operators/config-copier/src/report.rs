@@ -28,12 +28,24 @@ pub enum Outcome {
     Nothing,
     InSync,
     Created,
-    Updated,
+    /// An existing copy rewritten; `data_hash`: its data's hash now (for
+    /// `rolloutOnChange`).
+    Updated {
+        key: CopyKey,
+        data_hash: String,
+    },
     Adopted(CopyKey),
     Deleted,
     Kept,
-    Conflict { key: CopyKey, reason: ConflictReason },
-    Failed { key: CopyKey, action: &'static str, error: String },
+    Conflict {
+        key: CopyKey,
+        reason: ConflictReason,
+    },
+    Failed {
+        key: CopyKey,
+        action: &'static str,
+        error: String,
+    },
 }
 
 /// One copy carried out: what came of it, and the operations it took.
@@ -104,7 +116,7 @@ pub fn tally(outcomes: impl IntoIterator<Item = Outcome>, summary: &mut Summary)
                 written.created += 1;
                 summary.in_sync += 1;
             }
-            Outcome::Updated => {
+            Outcome::Updated { .. } => {
                 written.updated += 1;
                 summary.in_sync += 1;
             }
@@ -215,7 +227,10 @@ mod tests {
         let key = CopyKey { kind: SourceKind::ConfigMap, namespace: "b".into(), name: "cfg".into() };
         let carried = [
             // A 409, read again, then updated.
-            Carried { outcome: Outcome::Updated, ops: vec![Op::new("update", "success")] },
+            Carried {
+                outcome: Outcome::Updated { key: key.clone(), data_hash: "h".into() },
+                ops: vec![Op::new("update", "success")],
+            },
             // A Secret replaced: deleted, then created.
             Carried {
                 outcome: Outcome::Created,

@@ -40,6 +40,22 @@ pub struct Summary {
     pub skipped: Vec<SkippedSource>,
     /// The rule is being deleted and a copy could not be (why).
     pub prune_failed: Option<String>,
+    /// `rolloutOnChange: true`: whether the operator rolls workloads and
+    /// where (`None`: the rule does not ask).
+    pub rollouts: Option<Rollouts>,
+}
+
+/// Condition type saying what becomes of `rolloutOnChange`.
+pub const ROLLOUT_ON_CHANGE: &str = "RolloutOnChange";
+
+/// What `rolloutOnChange: true` does for a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rollouts {
+    /// The operator runs without `--enable-rollouts`: nothing is rolled.
+    Disabled,
+    /// Workloads roll in `accepting` of the rule's `targets` namespaces
+    /// (the others lack `flotilla.dev/accept-rollouts=true`).
+    Enabled { accepting: usize, targets: usize },
 }
 
 fn n(v: usize) -> i32 {
@@ -131,6 +147,31 @@ pub fn build(previous: Option<&CopyRuleStatus>, generation: Option<i64>, s: &Sum
             );
         }
     }
+    match s.rollouts {
+        None => c.remove(ROLLOUT_ON_CHANGE),
+        Some(Rollouts::Disabled) => c.set(
+            ROLLOUT_ON_CHANGE,
+            false,
+            "RolloutsDisabled",
+            "the operator runs without --enable-rollouts (chart value rollouts.enabled): no workload is rolled",
+        ),
+        Some(Rollouts::Enabled { accepting, targets }) if accepting < targets => c.set(
+            ROLLOUT_ON_CHANGE,
+            true,
+            "SomeNamespacesRefuse",
+            format!(
+                "workloads roll on data changes in {accepting} of {}; the others are not labelled \
+                 flotilla.dev/accept-rollouts=true and their workloads are left alone",
+                plural(targets, "target namespace")
+            ),
+        ),
+        Some(Rollouts::Enabled { targets, .. }) => c.set(
+            ROLLOUT_ON_CHANGE,
+            true,
+            "Enabled",
+            format!("workloads roll on data changes in every target namespace ({targets})"),
+        ),
+    };
     // An invalid rule stays so until it is edited: Stalled (kstatus).
     c.stall_on(&[INVALID_SPEC]);
     let count = conflicts.len();
@@ -201,6 +242,24 @@ mod tests {
         assert_eq!(s.conflicting[0].namespace, "ns-00");
         assert_eq!(cond(&s, "Ready").reason, "Conflicts");
         assert_eq!(cond(&s, CONFLICTING).status, "True");
+    }
+
+    #[test]
+    fn rollout_on_change_says_where_workloads_roll_and_disappears_when_not_asked() {
+        let with = |r| build(None, None, &Summary { rollouts: r, ..Default::default() });
+        let s = with(Some(Rollouts::Disabled));
+        assert_eq!(
+            (cond(&s, ROLLOUT_ON_CHANGE).status.as_str(), cond(&s, ROLLOUT_ON_CHANGE).reason.as_str()),
+            ("False", "RolloutsDisabled")
+        );
+        assert_eq!(cond(&s, "Ready").reason, "Synced", "a disabled rollout is no sync failure");
+        let s = with(Some(Rollouts::Enabled { accepting: 1, targets: 2 }));
+        assert_eq!(cond(&s, ROLLOUT_ON_CHANGE).reason, "SomeNamespacesRefuse");
+        assert!(cond(&s, ROLLOUT_ON_CHANGE).message.contains("1 of 2 target namespaces"));
+        let s = with(Some(Rollouts::Enabled { accepting: 2, targets: 2 }));
+        assert_eq!(cond(&s, ROLLOUT_ON_CHANGE).reason, "Enabled");
+        let off = build(Some(&s), None, &Summary::default());
+        assert!(!off.conditions.iter().any(|c| c.type_ == ROLLOUT_ON_CHANGE), "rolloutOnChange turned off");
     }
 
     #[test]

@@ -423,6 +423,7 @@ fn attack_rule(name: &str, targets: &[&str]) -> CopyRule {
             target: None,
             on_conflict: OnConflict::Skip,
             prune: true,
+            rollout_on_change: false,
         },
     )
 }
@@ -457,6 +458,7 @@ fn rule() -> CopyRule {
             target: None,
             on_conflict: OnConflict::Skip,
             prune: true,
+            rollout_on_change: false,
         },
     )
 }

@@ -147,7 +147,9 @@ pub(crate) async fn carry_out(
                 ) => match source {
                     Some(s) => {
                         let (what, done) = match action {
-                            Action::Update { .. } => ("update", Outcome::Updated),
+                            Action::Update { .. } => {
+                                ("update", Outcome::Updated { key: key.clone(), data_hash: s.content_hash.clone() })
+                            }
                             _ => ("adopt", Outcome::Adopted(key.clone())),
                         };
                         let written = writer.apply_copy(key, s, resource_version.as_deref(), what).await;

@@ -46,6 +46,11 @@ pub fn rbac_rules() -> Vec<PolicyRule> {
 /// settings the other tests must not see).
 pub static OPERATOR_ENV: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
 
+/// RBAC rules the shared operator of this test binary gets besides
+/// [`rbac_rules`] (set before its first use; e.g. what the chart grants
+/// with `rollouts.enabled`).
+pub static OPERATOR_EXTRA_RULES: std::sync::Mutex<Vec<PolicyRule>> = std::sync::Mutex::new(Vec::new());
+
 /// The operator under test: this build's, or `CONFIG_COPIER_TEST_BINARY`
 /// (another build, e.g. main's, to see an attack test fail before its fix).
 pub const OPERATOR: UnderTest = UnderTest {
@@ -85,8 +90,9 @@ pub async fn operator(env: &TestEnv) -> &'static Running {
     let _ = Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &Namespace { metadata: meta(ns, &[]), ..Default::default() })
         .await;
-    let kubeconfig =
-        account_with(env, Scope::Cluster, "flotilla-config-copier", ns, "config-copier", rbac_rules()).await;
+    let mut rules = rbac_rules();
+    rules.extend(OPERATOR_EXTRA_RULES.lock().map(|r| r.clone()).unwrap_or_default());
+    let kubeconfig = account_with(env, Scope::Cluster, "flotilla-config-copier", ns, "config-copier", rules).await;
 
     let running = SHARED_OPERATOR.get_or_init(|| {
         let (mp, hp) = (free_port(), free_port());

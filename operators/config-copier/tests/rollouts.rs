@@ -1,0 +1,139 @@
+//! `spec.rolloutOnChange` against a real control plane (issue 31): the
+//! operator runs with `--enable-rollouts` (ENABLE_ROLLOUTS) and the RBAC the
+//! chart adds with `rollouts.enabled` — a test binary of its own, so that
+//! the other tests' operator keeps the default (no workload access).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::rbac;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+const COPY_HASH: &str = "flotilla.dev/copy-hash";
+
+/// A one-replica Deployment whose container takes `envFrom` the ConfigMap `consumes`.
+async fn deployment(client: &Client, ns: &str, name: &str, consumes: &str) {
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{
+                    "name": "app", "image": "busybox:latest",
+                    "envFrom": [{"configMapRef": {"name": consumes}}],
+                }]},
+            },
+        },
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &d).await.unwrap();
+}
+
+/// `(metadata.generation, the pod template's copy hash)`.
+async fn rolled(client: &Client, ns: &str, name: &str) -> (i64, Option<String>) {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.unwrap();
+    let hash =
+        d.spec.and_then(|s| s.template.metadata).and_then(|m| m.annotations).and_then(|a| a.get(COPY_HASH).cloned());
+    (d.metadata.generation.unwrap_or_default(), hash)
+}
+
+async fn wait_generation(client: &Client, ns: &str, name: &str, generation: i64) -> Option<String> {
+    let mut last = (0, None);
+    for _ in 0..200 {
+        last = rolled(client, ns, name).await;
+        if last.0 == generation {
+            return last.1;
+        }
+        assert!(last.0 < generation, "{ns}/{name} rolled more than once: {last:?}\n{}", log_tail());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{ns}/{name} never reached generation {generation}: {last:?}\n{}", log_tail());
+}
+
+async fn set_data(client: &Client, ns: &str, name: &str, value: &str) {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(json!({"data": {"mode": value}})))
+        .await
+        .unwrap();
+}
+
+/// A changed copy rolls the Deployment consuming it once per change, in a
+/// namespace that accepts rollouts only; a resync or a change that leaves
+/// the data as it was rolls nothing; an unrelated Deployment and one in a
+/// namespace without `accept-rollouts` are never touched.
+#[tokio::test]
+async fn a_changed_copy_rolls_its_consumers_once_where_the_namespace_accepts_rollouts() {
+    OPERATOR_ENV.lock().unwrap().push(("ENABLE_ROLLOUTS", "true".to_string()));
+    OPERATOR_EXTRA_RULES.lock().unwrap().push(rbac::rule(
+        &["apps"],
+        &["deployments", "statefulsets", "daemonsets"],
+        &["list", "patch"],
+    ));
+    let (client, src) = setup("roll-src").await;
+    let accepting = target("roll-yes").await;
+    label_namespace(&client, &accepting, "flotilla.dev/accept-rollouts", Some("true")).await;
+    let refusing = target("roll-no").await;
+    configmap(&client, &src, "settings", &[("copy", "yes")], &[("mode", "one")]).await;
+    deployment(&client, &accepting, "app", "settings").await;
+    deployment(&client, &accepting, "unrelated", "something-else").await;
+    deployment(&client, &refusing, "app", "settings").await;
+
+    copy_rule(&client, &src, "roll", "ConfigMap", &[&accepting, &refusing], json!({"rolloutOnChange": true})).await;
+    let r = wait_rule(&client, &src, "roll", |r| {
+        ready(r) == Some("True") && condition(r, "RolloutOnChange").is_some_and(|c| c.reason == "SomeNamespacesRefuse")
+    })
+    .await;
+    let c = condition(&r, "RolloutOnChange").unwrap();
+    assert!(c.message.contains("1 of 2 target namespaces"), "{c:?}");
+    for ns in [&accepting, &refusing] {
+        wait_cm(&client, ns, "settings", |c| data(c, "mode") == Some("one")).await;
+    }
+    // The first copy is a creation: nothing rolls.
+    assert_eq!(rolled(&client, &accepting, "app").await, (1, None), "a copy's creation rolls nothing");
+
+    // A change of the data: the consumer rolls once, to the copy's data hash.
+    set_data(&client, &src, "settings", "two").await;
+    wait_cm(&client, &accepting, "settings", |c| data(c, "mode") == Some("two")).await;
+    let first = wait_generation(&client, &accepting, "app", 2).await.expect("a copy hash");
+    assert!(first.starts_with("sha256:"), "{first}");
+    wait_event(&client, &src, "roll", "RolledOut").await;
+
+    // A resync and a change that leaves the data as it was (a label: the
+    // copy is updated, its data hash is the same): nothing rolls.
+    Api::<ConfigMap>::namespaced(client.clone(), &src)
+        .patch("settings", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"tier": "x"}}})))
+        .await
+        .unwrap();
+    wait_cm(&client, &accepting, "settings", |c| label(&c.metadata, "tier") == Some("x")).await;
+    Api::<CopyRule>::namespaced(client.clone(), &src)
+        .patch("roll", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"resync": "1"}}})))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rolled(&client, &accepting, "app").await, (2, Some(first.clone())), "same data, no roll");
+
+    // Another change: exactly one more roll, to another hash.
+    set_data(&client, &src, "settings", "three").await;
+    let second = wait_generation(&client, &accepting, "app", 3).await.expect("a copy hash");
+    assert_ne!(second, first);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rolled(&client, &accepting, "app").await.0, 3, "one change, one roll");
+
+    // Never touched: a Deployment consuming something else, and the
+    // consumer in the namespace without accept-rollouts (its copy follows).
+    assert_eq!(rolled(&client, &accepting, "unrelated").await, (1, None));
+    wait_cm(&client, &refusing, "settings", |c| data(c, "mode") == Some("three")).await;
+    assert_eq!(rolled(&client, &refusing, "app").await, (1, None), "no accept-rollouts: left alone");
+
+    Api::<CopyRule>::namespaced(client.clone(), &src).delete("roll", &DeleteParams::default()).await.unwrap();
+    wait_cm_gone(&client, &accepting, "settings").await;
+}
