@@ -405,6 +405,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     if let Some(rules) = rules.as_ref().filter(|r| r.enabled) {
         summary.log_lines = rules.tail_lines;
         summary.log_bytes = rules.max_bytes;
+        summary.events = rules.events;
         let transitions = evaluate_and_step(&alert, &ns, rules, &mut st, &mut summary, &data, now);
         let transitions = read_logs(&ns, rules, transitions, &mut st, &data, now).await;
         let workers = sinks::worker_changes(&alert, &ns, &mut st);

@@ -61,6 +61,8 @@ pub struct Rules {
     pub redactor: Arc<Redactor>,
     pub tail_lines: u32,
     pub max_bytes: usize,
+    /// spec.logs.events: the pod's last Warning Events shown beside the tail.
+    pub events: bool,
     pub cooldown: Duration,
     /// spec.runbookURL, a template ([`crate::notify::runbook_url`]).
     pub runbook: Option<Arc<str>>,
@@ -144,6 +146,7 @@ impl Rules {
             redactor,
             tail_lines: u32::try_from(logs.tail_lines.clamp(0, 1000)).unwrap_or(50),
             max_bytes: usize::try_from(logs.max_bytes.clamp(0, 65536)).unwrap_or(8192),
+            events: logs.events,
             cooldown,
             runbook: spec.runbook_url.as_deref().map(Arc::from),
         })
