@@ -212,6 +212,17 @@ mod tests {
         assert_eq!(r.resolve_after, Duration::from_secs(300));
         assert_eq!(r.cooldown, Duration::from_secs(3600));
         assert_eq!((r.tail_lines, r.max_bytes), (50, 8192));
+        assert!(r.events, "Warning Events shown unless logs.events is false");
+        let off: PodAlertSpec = serde_json::from_value(
+            serde_json::json!({"alerts": {"checkRunningPods": true}, "logs": {"events": false, "tailLines": 10}}),
+        )
+        .unwrap();
+        assert!(!Rules::new(&off, "team-a", &[]).unwrap().events);
+        let partial: PodAlertSpec = serde_json::from_value(
+            serde_json::json!({"alerts": {"checkRunningPods": true}, "logs": {"tailLines": 10}}),
+        )
+        .unwrap();
+        assert!(Rules::new(&partial, "team-a", &[]).unwrap().events, "a logs block without it: true");
         assert!(Reason::ALL.iter().all(|&x| r.selects_reason(x)));
         assert_eq!(r.grace(Reason::CrashLoopBackOff), Duration::ZERO);
         assert_eq!(r.grace(Reason::ImagePullBackOff), Duration::from_secs(300));
