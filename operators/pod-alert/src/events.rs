@@ -77,6 +77,14 @@ pub fn lines(mut events: Vec<Event>, redactor: &Redactor) -> Vec<String> {
         .collect()
 }
 
+/// Lines a status held (an operator restart), held again as read ones are:
+/// redacted as this spec redacts (the status may predate its patterns),
+/// at most [`MAX_EVENTS`] of [`MAX_LINE`] bytes.
+pub fn restored(held: &[String], redactor: &Redactor) -> Vec<String> {
+    let skip = held.len().saturating_sub(MAX_EVENTS);
+    held.iter().skip(skip).map(|l| cut(&redactor.redact(l), MAX_LINE)).collect()
+}
+
 /// What a read that failed says, in place of the events.
 fn unavailable(why: &str) -> Vec<String> {
     vec![cut(&format!("events unavailable: {why}"), MAX_LINE)]
@@ -199,6 +207,15 @@ mod tests {
         assert!(!plain[0].contains("hunter2"), "{}", plain[0]);
         let custom = Redactor::new(false, vec![regex::Regex::new("tenant-[0-9]+").unwrap()]).unwrap();
         assert_eq!(lines(vec![ev("Failed", "tenant-42 quota", 1, 1)], &custom), vec!["Failed: [redacted] quota (x1)"]);
+    }
+
+    #[test]
+    fn restored_lines_are_redacted_and_bounded_again() {
+        let held: Vec<String> = (0..7).map(|n| format!("Failed{n}: token=abc{n} {}", "y".repeat(300))).collect();
+        let got = restored(&held, &r());
+        assert_eq!(got.len(), MAX_EVENTS);
+        assert!(got[0].starts_with("Failed2: token=[redacted]"), "{}", got[0]);
+        assert!(got.iter().all(|l| l.len() <= MAX_LINE && !l.contains("abc")), "{got:?}");
     }
 
     #[test]

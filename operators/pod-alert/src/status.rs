@@ -188,10 +188,13 @@ fn parse_reason(s: &str) -> Option<Reason> {
     Reason::ALL.into_iter().find(|r| r.as_str() == s)
 }
 
+/// An incident's log tail and Warning Events as the status held them.
+pub type Restored = (Key, String, Vec<String>);
+
 /// The book as the status left it: incidents with their phase, what was
-/// notified and their incarnations, and their log tails apart (to be held
-/// in the shared store). Unreadable entries are skipped.
-pub fn restore(status: &PodAlertStatus) -> (Book, Vec<(Key, String)>) {
+/// notified and their incarnations, and their log tails and Warning Events
+/// apart (to be held in the shared store). Unreadable entries are skipped.
+pub fn restore(status: &PodAlertStatus) -> (Book, Vec<Restored>) {
     let mut book = Book::default();
     let mut tails = Vec::new();
     for i in &status.incidents {
@@ -222,8 +225,8 @@ pub fn restore(status: &PodAlertStatus) -> (Book, Vec<(Key, String)>) {
             log_source: None,
             logs: None,
         };
-        if !i.logs.is_empty() {
-            tails.push((key.clone(), i.logs.clone()));
+        if !i.logs.is_empty() || !i.events.is_empty() {
+            tails.push((key.clone(), i.logs.clone(), i.events.clone()));
         }
         book.incidents.insert(key, incident);
     }
@@ -324,6 +327,9 @@ mod tests {
         let on = Summary { log_lines: 50, log_bytes: 8192, events: true, ..Default::default() };
         let s = build(None, Some(1), &book, &on);
         assert_eq!(s.incidents[0].events, vec!["BackOff: Back-off restarting failed container app (x2)"]);
+        // An operator restart holds them again, with the tail.
+        let (_, held) = restore(&s);
+        assert_eq!(held[0].2, s.incidents[0].events);
         let off = Summary { events: false, ..on };
         assert!(build(None, Some(1), &book, &off).incidents[0].events.is_empty());
     }

@@ -101,8 +101,7 @@ pub struct IncidentStatus {
     /// tail (spec.logs.events): at most 5, newest last, each
     /// "<reason>: <message> (xN)" of at most 256 bytes, redacted as the
     /// tail; "events unavailable: …" when the API could not list them.
-    /// Read again after an operator restart only when the incident
-    /// escalates.
+    /// Kept across an operator restart (from here) until the next read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub events: Vec<String>,
