@@ -1,7 +1,8 @@
 //! The log tails of a reconcile's new incidents: which reads are needed
 //! (from the transitions and the incident book), the reads side by side,
-//! with the log-source pod's last Warning Events
-//! ([`crate::events`], when spec.logs.events), then the book changed and the transitions a log pattern silences dropped.
+//! with the log-source pod's last Warning Events ([`crate::events`], when
+//! spec.logs.events), then the book changed and the transitions a log
+//! pattern silences dropped.
 //! Every tail here is already redacted ([`crate::redact`]): log patterns
 //! judge, and the book holds, only what status and the sinks may show.
 
