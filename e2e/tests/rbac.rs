@@ -398,7 +398,8 @@ async fn config_copier_rbac_is_sufficient_and_minimal() {
 }
 
 /// pod-alert: a PodAlert turns a crash-looping pod into an incident (status,
-/// an Event, its log read, its webhook Secret read). No node runs the pod: it
+/// an Event, its log read and its pod's Warning Events listed, its webhook
+/// Secret read). No node runs the pod: it
 /// is bound to a node that does not exist and its status is written as a
 /// kubelet would; the log read then fails for want of a kubelet, not of RBAC.
 fn pod_alert_scenario(

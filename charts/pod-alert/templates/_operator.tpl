@@ -1,7 +1,8 @@
 {{/*
 What pod-alert needs of the API: its PodAlerts (status by server-side
-apply), pods (watch, and their logs: the failing container's tail) and
-Secrets by name (get only, never list or watch: a sink's webhook URL in the
+apply), pods (watch, and their logs: the failing container's tail), core
+Events (list, by field selector: the incident pod's last Warning Events,
+shown beside the tail; spec.logs.events) and Secrets by name (get only, never list or watch: a sink's webhook URL in the
 PodAlert's namespace). Events are added by flotilla.rbac. With watchNamespace
 set, all of it is a Role in that namespace only.
 e2e/tests/rbac.rs proves each rule is needed.
@@ -19,6 +20,9 @@ e2e/tests/rbac.rs proves each rule is needed.
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["list"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]

@@ -211,10 +211,17 @@ fn stash_status(pa: &mut PodAlert, tails: &Tails, restored: &Mutex<Restored>) {
     // Redacted as this spec redacts (its reconciles share these tails); a
     // spec that cannot be used gets the defaults, the safe side.
     let redactor = crate::rules::redactor(&pa.spec.logs).or_else(|_| Redactor::defaults());
-    for (key, text) in logs {
+    for (key, text, events) in logs {
         if let Some(inc) = book.incidents.get_mut(&key) {
             inc.logs = match &redactor {
-                Ok(r) => Some(tails.adopt(&key, r, text, now)),
+                Ok(r) => {
+                    let tail = tails.adopt(&key, r, text, now);
+                    // The Events shown before the restart, until the next read.
+                    if !events.is_empty() && tail.events().is_none() {
+                        tail.set_events(crate::events::restored(&events, r));
+                    }
+                    Some(tail)
+                }
                 // Never: the built-in patterns compile (unit-tested). Not held, then.
                 Err(_) => None,
             };
@@ -405,6 +412,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     if let Some(rules) = rules.as_ref().filter(|r| r.enabled) {
         summary.log_lines = rules.tail_lines;
         summary.log_bytes = rules.max_bytes;
+        summary.events = rules.events;
         let transitions = evaluate_and_step(&alert, &ns, rules, &mut st, &mut summary, &data, now);
         let transitions = read_logs(&ns, rules, transitions, &mut st, &data, now).await;
         let workers = sinks::worker_changes(&alert, &ns, &mut st);

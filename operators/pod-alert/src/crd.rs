@@ -318,6 +318,16 @@ pub struct LogOptions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub redact: Vec<LogPattern>,
+    /// Show the last 5 Warning Events about the incident's pod beside the
+    /// log tail (default true), each "<reason>: <message> (xN)", newest
+    /// last, at most 256 bytes, redacted as the tail is: e.g. the kubelet's
+    /// "BackOff: Back-off restarting failed container …". Read with the
+    /// tail, for a new or escalated incident; in the webhook's
+    /// incident.events, Slack, Alertmanager's `events` annotation and
+    /// status, not in the Event note. Needs `list` on core Events.
+    #[serde(default = "default_true")]
+    #[schemars(default = "default_true")]
+    pub events: bool,
 }
 
 impl Default for LogOptions {
@@ -327,6 +337,7 @@ impl Default for LogOptions {
             max_bytes: default_max_bytes(),
             redact_defaults: default_true(),
             redact: Vec::new(),
+            events: default_true(),
         }
     }
 }

@@ -112,6 +112,15 @@ pub struct LogSource {
 }
 
 impl Incident {
+    /// The Warning Events held with the log tail, when `shown`
+    /// (spec.logs.events); none when none were read.
+    pub fn event_lines(&self, shown: bool) -> Vec<String> {
+        match (&self.logs, shown) {
+            (Some(t), true) => t.events().map(|e| e.to_vec()).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The log tail as a PodAlert with `lines` and `max_bytes` sees it.
     pub fn log_text(&self, lines: u32, max_bytes: usize) -> String {
         self.logs.as_ref().map(|t| t.view(lines, max_bytes)).unwrap_or_default()

@@ -35,6 +35,7 @@ pub mod controller;
 pub mod crd;
 pub mod delivery;
 pub mod error;
+pub mod events;
 pub mod incident;
 pub mod log_reads;
 pub mod logs;

@@ -1,6 +1,8 @@
 //! The log tails of a reconcile's new incidents: which reads are needed
 //! (from the transitions and the incident book), the reads side by side,
-//! then the book changed and the transitions a log pattern silences dropped.
+//! with the log-source pod's last Warning Events ([`crate::events`], when
+//! spec.logs.events), then the book changed and the transitions a log
+//! pattern silences dropped.
 //! Every tail here is already redacted ([`crate::redact`]): log patterns
 //! judge, and the book holds, only what status and the sinks may show.
 
@@ -93,10 +95,17 @@ pub(crate) async fn read_logs(
         })
         .collect();
     let redactor = &rules.redactor;
+    let events = rules.events;
     let tails: Vec<Option<(Arc<Tail>, String)>> = futures::stream::iter(reads)
         .map(|read| async move {
             match read {
-                Some(read) => Some(read_tail(data, read, redactor, lines, bytes, now).await),
+                Some(read) => {
+                    let (tail, text) = read_tail(data, &read, redactor, lines, bytes, now).await;
+                    if events {
+                        read_events(data, &read, &tail, redactor).await;
+                    }
+                    Some((tail, text))
+                }
                 None => None,
             }
         })
@@ -135,7 +144,7 @@ pub(crate) async fn read_logs(
 /// case; what is held is what the namespace's share leaves room for.
 async fn read_tail(
     data: &Data,
-    read: TailRead,
+    read: &TailRead,
     redactor: &Redactor,
     lines: u32,
     bytes: usize,
@@ -186,6 +195,19 @@ async fn read_tail(
         tracing::warn!(incident = %read.key, pod = %read.id.pod, error = %e, "could not read the log tail");
     }
     let text = logs.unwrap_or_else(|e| e);
-    let tail = data.tails.store(&read.key, profile, read.id, lines, bytes, text.clone(), now);
+    let tail = data.tails.store(&read.key, profile, read.id.clone(), lines, bytes, text.clone(), now);
     (tail, text)
+}
+
+/// The log-source pod's last Warning Events, read once per tail read (one
+/// PodAlert at a time per incident key: the gate) and held with the tail;
+/// a tail shared from a PodAlert that does not show them gets them now.
+async fn read_events(data: &Data, read: &TailRead, tail: &Tail, redactor: &Redactor) {
+    let gate = data.tails.gate(&read.key);
+    let _reading = gate.lock().await;
+    if tail.events().is_some() {
+        return;
+    }
+    let lines = crate::events::read(&data.ctx.client, &read.namespace, &read.id.pod, redactor).await;
+    tail.set_events(lines);
 }

@@ -138,6 +138,14 @@ pub fn judge(stamped: &str, run: Option<Run>) -> Verdict {
 
 static READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(READS_IN_FLIGHT);
 
+/// Runs `read` (a read for an incident: its log or its pod's Events) within
+/// the bound on reads in flight and the read timeout; Err says why it did
+/// not finish, as "logs unavailable: …" reads say it.
+pub(crate) async fn within_read_bound<T>(read: impl std::future::Future<Output = T>) -> Result<T, String> {
+    let _permit = READS.acquire().await.map_err(|_| "the operator is stopping".to_string())?;
+    tokio::time::timeout(READ_TIMEOUT, read).await.map_err(|_| format!("no answer within {}s", READ_TIMEOUT.as_secs()))
+}
+
 /// One timestamped read; `Ok(None)`: the run's log is gone.
 async fn read_once(
     client: &kube::Client,

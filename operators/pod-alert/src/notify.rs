@@ -43,6 +43,10 @@ pub struct IncidentView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<String>,
     pub logs: LogText,
+    /// The last Warning Events about the incident's pod (spec.logs.events),
+    /// newest last, redacted as the logs; absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
     /// The PodAlert's runbookURL, filled in for this incident.
     #[serde(rename = "runbookURL", skip_serializing_if = "Option::is_none")]
     pub runbook_url: Option<String>,
@@ -125,8 +129,17 @@ impl IncidentView {
                 _ => None,
             },
             logs: LogText::new(i.logs.clone(), lines, bytes),
+            events: Vec::new(),
             runbook_url: None,
         }
+    }
+
+    /// With the Warning Events held with the incident's tail, when the
+    /// PodAlert shows them (spec.logs.events).
+    #[must_use]
+    pub fn with_events(mut self, i: &Incident, shown: bool) -> Self {
+        self.events = i.event_lines(shown);
+        self
     }
 
     /// With the PodAlert's runbook link filled in for this incident.
@@ -323,6 +336,11 @@ impl Notification {
             let logs = cut_end_keep_tail(&e(&logs).replace("```", "'''"), 2800);
             blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("```{logs}```")}}));
         }
+        if !i.events.is_empty() && !matches!(self.change, Change::Resolved) {
+            // Escaped as the logs are; 5 lines of 256 bytes fit a section.
+            let events = cut_end_keep_tail(&e(&i.events.join("\n")).replace("```", "'''"), 2800);
+            blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("*Warning Events*\n```{events}```")}}));
+        }
         let mut context = e(&format!("PodAlert {}/{} · since {}", self.podalert.0, self.podalert.1, i.since));
         if let Some(url) = &i.runbook_url {
             // The admin's URL (no `<`, `>`, `|`: the schema refuses them)
@@ -397,14 +415,14 @@ impl AlertmanagerSchedule {
 pub fn alertmanager_alerts(
     podalert: (&str, &str),
     incidents: &[&Incident],
-    (lines, bytes): (u32, usize),
+    (lines, bytes, events): (u32, usize, bool),
     runbook: Option<&str>,
     now: Timestamp,
 ) -> Value {
     let alerts: Vec<Value> = incidents
         .iter()
         .map(|i| {
-            let v = IncidentView::of(i, lines, bytes).with_runbook(runbook);
+            let v = IncidentView::of(i, lines, bytes).with_events(i, events).with_runbook(runbook);
             let ends = match i.phase {
                 Phase::Resolved { at } => at,
                 _ => after(now, FIRING_ENDS_AFTER),
@@ -417,6 +435,9 @@ pub fn alertmanager_alerts(
             // Alertmanager's annotations are strings: absent, not null.
             if let Some(url) = &v.runbook_url {
                 annotations["runbook_url"] = Value::from(url.as_str());
+            }
+            if !v.events.is_empty() {
+                annotations["events"] = Value::from(v.events.join("\n"));
             }
             json!({
                 "labels": {
@@ -555,6 +576,48 @@ mod tests {
         assert!(n.webhook()["incident"]["logs"].as_str().unwrap().contains("<!channel>"));
     }
 
+    /// The pod's Warning Events: in the webhook, Slack (escaped as the logs
+    /// are) and Alertmanager, never in the Event note; none when the
+    /// PodAlert does not show them.
+    #[test]
+    fn warning_events_go_beside_the_logs_where_the_podalert_shows_them() {
+        let mut i = incident(Phase::Firing);
+        let tail = Tail::detached("panic: boom");
+        tail.set_events(vec![
+            "Unhealthy: Liveness probe failed: <!channel> ``` (x3)".into(),
+            "BackOff: Back-off restarting failed container app (x7)".into(),
+        ]);
+        i.logs = Some(tail);
+        let n = Notification {
+            podalert: ("team-a".into(), "crashes".into()),
+            change: Change::Opened { replaces: None },
+            incident: IncidentView::of(&i, 50, 8192).with_events(&i, true),
+            at: Timestamp::from_second(1_800_000_100).unwrap(),
+        };
+        let events = n.webhook()["incident"]["events"].clone();
+        assert_eq!(events[1], "BackOff: Back-off restarting failed container app (x7)", "newest last");
+        assert_eq!(events.as_array().unwrap().len(), 2);
+        let slack = n.slack().to_string();
+        assert!(slack.contains("*Warning Events*"), "{slack}");
+        assert!(slack.contains("Liveness probe failed: &lt;!channel&gt; '''"), "{slack}");
+        assert!(!slack.contains("<!channel>"), "{slack}");
+        assert!(!n.event_note().contains("Back-off restarting"), "{}", n.event_note());
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, true), None, n.at);
+        assert_eq!(
+            am[0]["annotations"]["events"],
+            "Unhealthy: Liveness probe failed: <!channel> ``` (x3)\nBackOff: Back-off restarting failed container app (x7)"
+        );
+        // spec.logs.events false: nowhere, though the shared tail holds them.
+        let off = IncidentView::of(&i, 50, 8192).with_events(&i, false);
+        assert!(off.events.is_empty());
+        assert!(serde_json::to_value(&off).unwrap().get("events").is_none());
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, false), None, n.at);
+        assert!(am[0]["annotations"].get("events").is_none());
+        // None read: none shown.
+        let plain = incident(Phase::Firing);
+        assert!(IncidentView::of(&plain, 50, 8192).with_events(&plain, true).events.is_empty());
+    }
+
     #[test]
     fn the_runbook_link_is_filled_in_and_what_pods_name_cannot_leave_its_place() {
         let t = "https://runbooks.example.com/{reason}/{namespace}/{workload}?c={container}&x={unknown}";
@@ -582,15 +645,20 @@ mod tests {
         assert!(n.event_note().ends_with(&format!(" · runbook: {url}")), "{}", n.event_note());
         let firing = incident(Phase::Firing);
         let now = Timestamp::from_second(1_800_000_100).unwrap();
-        let am =
-            alertmanager_alerts(("team-a", "crashes"), &[&firing], (50, 8192), Some("https://r.example/{reason}"), now);
+        let am = alertmanager_alerts(
+            ("team-a", "crashes"),
+            &[&firing],
+            (50, 8192, true),
+            Some("https://r.example/{reason}"),
+            now,
+        );
         assert_eq!(am[0]["annotations"]["runbook_url"], url);
 
         let plain = note(Change::Opened { replaces: None }, Phase::Firing);
         assert!(plain.webhook()["incident"].get("runbookURL").is_none());
         assert!(!plain.slack().to_string().contains("Runbook"));
         assert!(!plain.event_note().contains("runbook"));
-        let am = alertmanager_alerts(("team-a", "crashes"), &[&firing], (50, 8192), None, now);
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&firing], (50, 8192, true), None, now);
         assert!(am[0]["annotations"].get("runbook_url").is_none(), "absent, not null");
     }
 
@@ -600,7 +668,7 @@ mod tests {
         let firing = incident(Phase::Firing);
         let at = Timestamp::from_second(1_800_000_090).unwrap();
         let resolved = incident(Phase::Resolved { at });
-        let v = alertmanager_alerts(("team-a", "crashes"), &[&firing, &resolved], (50, 8192), None, now);
+        let v = alertmanager_alerts(("team-a", "crashes"), &[&firing, &resolved], (50, 8192, true), None, now);
         let a = v.as_array().unwrap();
         assert_eq!(a[0]["labels"]["alertname"], ALERT_NAME);
         assert_eq!(a[0]["labels"]["reason"], "CrashLoopBackOff");
@@ -628,7 +696,7 @@ mod tests {
             let incidents = book.for_alertmanager(t(s));
             let (send, next) = schedule.tick(!incidents.is_empty(), changed, t(s));
             if send {
-                let body = alertmanager_alerts(("a", "p"), &incidents, (50, 8192), None, t(s));
+                let body = alertmanager_alerts(("a", "p"), &incidents, (50, 8192, true), None, t(s));
                 sent.push((s, body[0]["endsAt"].as_str().unwrap().to_string()));
             }
             assert_eq!(next.is_some(), !incidents.is_empty());

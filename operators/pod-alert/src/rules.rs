@@ -61,6 +61,8 @@ pub struct Rules {
     pub redactor: Arc<Redactor>,
     pub tail_lines: u32,
     pub max_bytes: usize,
+    /// spec.logs.events: the pod's last Warning Events shown beside the tail.
+    pub events: bool,
     pub cooldown: Duration,
     /// spec.runbookURL, a template ([`crate::notify::runbook_url`]).
     pub runbook: Option<Arc<str>>,
@@ -144,6 +146,7 @@ impl Rules {
             redactor,
             tail_lines: u32::try_from(logs.tail_lines.clamp(0, 1000)).unwrap_or(50),
             max_bytes: usize::try_from(logs.max_bytes.clamp(0, 65536)).unwrap_or(8192),
+            events: logs.events,
             cooldown,
             runbook: spec.runbook_url.as_deref().map(Arc::from),
         })
@@ -209,6 +212,17 @@ mod tests {
         assert_eq!(r.resolve_after, Duration::from_secs(300));
         assert_eq!(r.cooldown, Duration::from_secs(3600));
         assert_eq!((r.tail_lines, r.max_bytes), (50, 8192));
+        assert!(r.events, "Warning Events shown unless logs.events is false");
+        let off: PodAlertSpec = serde_json::from_value(
+            serde_json::json!({"alerts": {"checkRunningPods": true}, "logs": {"events": false, "tailLines": 10}}),
+        )
+        .unwrap();
+        assert!(!Rules::new(&off, "team-a", &[]).unwrap().events);
+        let partial: PodAlertSpec = serde_json::from_value(
+            serde_json::json!({"alerts": {"checkRunningPods": true}, "logs": {"tailLines": 10}}),
+        )
+        .unwrap();
+        assert!(Rules::new(&partial, "team-a", &[]).unwrap().events, "a logs block without it: true");
         assert!(Reason::ALL.iter().all(|&x| r.selects_reason(x)));
         assert_eq!(r.grace(Reason::CrashLoopBackOff), Duration::ZERO);
         assert_eq!(r.grace(Reason::ImagePullBackOff), Duration::from_secs(300));

@@ -159,7 +159,9 @@ pub(crate) fn notify(
         let n = Notification {
             podalert: podalert.clone(),
             change: t.change.clone(),
-            incident: IncidentView::of(inc, rules.tail_lines, rules.max_bytes).with_runbook(rules.runbook.as_deref()),
+            incident: IncidentView::of(inc, rules.tail_lines, rules.max_bytes)
+                .with_events(inc, rules.events)
+                .with_runbook(rules.runbook.as_deref()),
             at: now,
         };
         for name in ["slack", "webhook"] {
@@ -250,7 +252,7 @@ pub(crate) fn push_alertmanager(
             || data.limiter.lock().unwrap_or_else(PoisonError::into_inner).try_take(ns, now));
     let (send, next) = st.alertmanager.tick(!incidents.is_empty(), changed, now);
     if send {
-        let limits = (rules.tail_lines, rules.max_bytes);
+        let limits = (rules.tail_lines, rules.max_bytes, rules.events);
         let body = alertmanager_alerts((ns, &alert.name_any()), &incidents, limits, rules.runbook.as_deref(), now);
         out.sends.push(("alertmanager", body.into()));
     }

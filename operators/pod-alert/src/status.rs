@@ -42,6 +42,8 @@ pub struct Summary {
     /// shared tail it shows.
     pub log_lines: u32,
     pub log_bytes: usize,
+    /// spec.logs.events: the incidents' Warning Events shown.
+    pub events: bool,
     /// Notifications waiting for the namespace's rate limit, and how many
     /// it merged into summaries or could not hold, since the last status.
     pub throttled: Option<String>,
@@ -60,7 +62,7 @@ fn rank(p: &Phase) -> u8 {
     }
 }
 
-fn incident_status(i: &Incident, lines: u32, bytes: usize) -> IncidentStatus {
+fn incident_status(i: &Incident, lines: u32, bytes: usize, events: bool) -> IncidentStatus {
     IncidentStatus {
         state: i.phase.as_str().to_string(),
         namespace: i.key.namespace.clone(),
@@ -77,6 +79,8 @@ fn incident_status(i: &Incident, lines: u32, bytes: usize) -> IncidentStatus {
         notified: i.notified && !i.silenced,
         incarnations: i.incarnations.iter().cloned().collect(),
         logs: crate::logs::cap_escaped(&i.log_text(lines, bytes), MAX_STATUS_TAIL),
+        // Bounded where read: 5 lines of 256 bytes.
+        events: i.event_lines(events),
     }
 }
 
@@ -85,18 +89,25 @@ fn size(s: &PodAlertStatus) -> usize {
 }
 
 /// Makes `s` fit in `limit` bytes serialized: log tails are cut (the last
-/// incidents' first: they are listed firing first), then left out, long
+/// incidents' first: they are listed firing first), then left out (with
+/// their Events), long
 /// messages cut, and last the last incidents dropped.
 pub fn fit(s: &mut PodAlertStatus, limit: usize) {
     if size(s) <= limit {
         return;
     }
-    let steps: [&dyn Fn(&mut IncidentStatus); 3] =
-        [&|i| i.logs = crate::logs::cap_escaped(&i.logs, 512), &|i| i.logs.clear(), &|i| {
+    let steps: [&dyn Fn(&mut IncidentStatus); 3] = [
+        &|i| i.logs = crate::logs::cap_escaped(&i.logs, 512),
+        &|i| {
+            i.logs.clear();
+            i.events.clear();
+        },
+        &|i| {
             if i.message.len() > 256 {
                 i.message = crate::logs::cap_escaped(&i.message, 256);
             }
-        }];
+        },
+    ];
     for step in steps {
         for n in (0..s.incidents.len()).rev() {
             step(&mut s.incidents[n]);
@@ -159,7 +170,7 @@ pub fn build(previous: Option<&[Condition]>, generation: Option<i64>, book: &Boo
         incidents: incidents
             .into_iter()
             .take(MAX_INCIDENTS_LISTED)
-            .map(|i| incident_status(i, s.log_lines, s.log_bytes))
+            .map(|i| incident_status(i, s.log_lines, s.log_bytes, s.events))
             .collect(),
         suppressed,
         sinks: s.sinks.clone(),
@@ -177,10 +188,13 @@ fn parse_reason(s: &str) -> Option<Reason> {
     Reason::ALL.into_iter().find(|r| r.as_str() == s)
 }
 
+/// An incident's log tail and Warning Events as the status held them.
+pub type Restored = (Key, String, Vec<String>);
+
 /// The book as the status left it: incidents with their phase, what was
-/// notified and their incarnations, and their log tails apart (to be held
-/// in the shared store). Unreadable entries are skipped.
-pub fn restore(status: &PodAlertStatus) -> (Book, Vec<(Key, String)>) {
+/// notified and their incarnations, and their log tails and Warning Events
+/// apart (to be held in the shared store). Unreadable entries are skipped.
+pub fn restore(status: &PodAlertStatus) -> (Book, Vec<Restored>) {
     let mut book = Book::default();
     let mut tails = Vec::new();
     for i in &status.incidents {
@@ -211,8 +225,8 @@ pub fn restore(status: &PodAlertStatus) -> (Book, Vec<(Key, String)>) {
             log_source: None,
             logs: None,
         };
-        if !i.logs.is_empty() {
-            tails.push((key.clone(), i.logs.clone()));
+        if !i.logs.is_empty() || !i.events.is_empty() {
+            tails.push((key.clone(), i.logs.clone(), i.events.clone()));
         }
         book.incidents.insert(key, incident);
     }
@@ -300,6 +314,24 @@ mod tests {
             &Summary { log_lines: 50, log_bytes: 8192, ..Default::default() },
         );
         assert_eq!(small.incidents.len(), 1);
+    }
+
+    #[test]
+    fn incidents_carry_their_events_in_status_when_shown() {
+        let mut book = book_with_incident();
+        let tail = crate::logs::Tail::detached("panic");
+        tail.set_events(vec!["BackOff: Back-off restarting failed container app (x2)".into()]);
+        for inc in book.incidents.values_mut() {
+            inc.logs = Some(std::sync::Arc::clone(&tail));
+        }
+        let on = Summary { log_lines: 50, log_bytes: 8192, events: true, ..Default::default() };
+        let s = build(None, Some(1), &book, &on);
+        assert_eq!(s.incidents[0].events, vec!["BackOff: Back-off restarting failed container app (x2)"]);
+        // An operator restart holds them again, with the tail.
+        let (_, held) = restore(&s);
+        assert_eq!(held[0].2, s.incidents[0].events);
+        let off = Summary { events: false, ..on };
+        assert!(build(None, Some(1), &book, &off).incidents[0].events.is_empty());
     }
 
     #[test]

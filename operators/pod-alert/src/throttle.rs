@@ -198,7 +198,8 @@ pub fn slack_summary(podalert: &(String, String), held: &[Notification], more: u
     })
 }
 
-/// The webhook's summary document: the held documents without their logs.
+/// The webhook's summary document: the held documents without their logs
+/// and Warning Events (each may be large; status keeps them).
 pub fn webhook_summary(podalert: &(String, String), held: &[Notification], more: usize, now: Timestamp) -> Value {
     let docs: Vec<Value> = held
         .iter()
@@ -206,6 +207,7 @@ pub fn webhook_summary(podalert: &(String, String), held: &[Notification], more:
             let mut d = n.webhook();
             if let Some(i) = d.get_mut("incident").and_then(Value::as_object_mut) {
                 i.remove("logs");
+                i.remove("events");
             }
             d
         })

@@ -97,6 +97,14 @@ pub struct IncidentStatus {
     /// out: …)" past the operator's log budget.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub logs: String,
+    /// The last Warning Events about the incident's pod, read with the log
+    /// tail (spec.logs.events): at most 5, newest last, each
+    /// "<reason>: <message> (xN)" of at most 256 bytes, redacted as the
+    /// tail; "events unavailable: …" when the API could not list them.
+    /// Kept across an operator restart (from here) until the next read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub events: Vec<String>,
 }
 
 /// One sink's delivery state.

@@ -54,6 +54,10 @@ struct TailState {
     /// The text is the whole read (not cut by the budget, not a note):
     /// another PodAlert may judge its ignore.logPatterns on it.
     complete: bool,
+    /// The pod's last Warning Events ([`crate::events`]), redacted as the
+    /// text; None until a PodAlert that shows them has read them. Bounded
+    /// (5 lines of 256 bytes), not charged to the log budget.
+    events: Option<Arc<[String]>>,
 }
 
 impl PartialEq for Tail {
@@ -74,6 +78,18 @@ impl Tail {
         last_lines(&self.text(), lines, max_bytes)
     }
 
+    /// The pod's Warning Events read with this tail, None when none were read.
+    pub fn events(&self) -> Option<Arc<[String]>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).events.clone()
+    }
+
+    /// Holds `events`, read for this tail's pod and redacted as its text:
+    /// every PodAlert sharing the tail shows them. A new read of the tail
+    /// ([`Tails::store`]) forgets them.
+    pub fn set_events(&self, events: Vec<String>) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).events = Some(events.into());
+    }
+
     /// A tail that is not shared, for tests and restored notes.
     pub fn detached(text: &str) -> Arc<Tail> {
         Arc::new(Tail {
@@ -86,6 +102,7 @@ impl Tail {
                 bytes: 0,
                 read_at: Timestamp::UNIX_EPOCH,
                 complete: false,
+                events: None,
             }),
         })
     }
@@ -228,6 +245,7 @@ impl Tails {
                     bytes: 0,
                     read_at: now,
                     complete: false,
+                    events: None,
                 }),
             })
         }));
@@ -258,7 +276,7 @@ impl Tails {
         let charged = if complete || kept.as_ref() != LEFT_OUT { kept.len() } else { 0 };
         inner.charge(ns, charged);
         let mut st = tail.state.lock().unwrap_or_else(PoisonError::into_inner);
-        *st = TailState { text: kept, charged, identity: id, lines, bytes, read_at: now, complete };
+        *st = TailState { text: kept, charged, identity: id, lines, bytes, read_at: now, complete, events: None };
         drop(st);
         tail
     }

@@ -55,6 +55,7 @@ fn chart_rules() -> Vec<PolicyRule> {
         rule(&["flotilla.dev"], &["podalerts/status"], &["patch"]),
         rule(&[""], &["pods"], &["list", "watch"]),
         rule(&[""], &["pods/log"], &["get"]),
+        rule(&[""], &["events"], &["list"]),
         rule(&[""], &["secrets"], &["get"]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
     ]
