@@ -21,7 +21,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
 use crate::health::WatchHealth;
-use crate::projection::Writer;
+use crate::projection::{Slot, Writer};
 
 /// Labels a pod view keeps at most (keys and values); a pod with more of
 /// the referenced ones is marked cut and matches no selector.
@@ -208,9 +208,9 @@ impl LabelKeys {
 ///
 /// Lists in pages of [`PAGE_SIZE`]: a page of full Pods is what peaks
 /// memory at start, and each becomes its small view at once.
-pub async fn watch_pods<T: PartialEq>(
+pub async fn watch_pods<T: PartialEq, S: Slot<T>>(
     api: Api<Pod>,
-    writer: Writer<T>,
+    writer: Writer<T, S>,
     view: impl Fn(&Pod) -> T,
     keys: LabelKeys,
     health: WatchHealth,
@@ -224,10 +224,10 @@ pub async fn watch_pods<T: PartialEq>(
 /// `keys` says (config-copier's sources: metadata only), with the watch
 /// settings `config`.
 #[allow(clippy::too_many_arguments)]
-pub async fn watch_labelled<K, T: PartialEq>(
+pub async fn watch_labelled<K, T: PartialEq, S: Slot<T>>(
     api: Api<K>,
     config: watcher::Config,
-    writer: Writer<T>,
+    writer: Writer<T, S>,
     view: impl Fn(&K) -> T,
     keys: LabelKeys,
     health: WatchHealth,

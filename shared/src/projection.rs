@@ -38,49 +38,154 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-/// Keys are held as `Box<str>`: 8 bytes less than a `String` in every
-/// slot, and no spare capacity (memory per object held, issue 28).
-struct State<T> {
-    items: HashMap<Box<str>, Arc<T>>,
+/// How a store holds one entry, its key and its projection: a set of
+/// slots looked up by the key (`Borrow<str>`, hashed and compared as the
+/// key alone).
+pub trait Slot<T>: Borrow<str> + Hash + Eq {
+    /// The slot of `value` under `key`.
+    fn new(key: String, value: Arc<T>) -> Self;
+    fn value(&self) -> &Arc<T>;
+}
+
+/// The default slot: the key beside the projection, as a `Box<str>` (8
+/// bytes less than a `String`, no spare capacity: memory per object held,
+/// issue 28).
+pub struct Pair<T> {
+    key: Box<str>,
+    value: Arc<T>,
+}
+
+impl<T> Slot<T> for Pair<T> {
+    fn new(key: String, value: Arc<T>) -> Self {
+        Self { key: key.into_boxed_str(), value }
+    }
+
+    fn value(&self) -> &Arc<T> {
+        &self.value
+    }
+}
+
+impl<T> Borrow<str> for Pair<T> {
+    fn borrow(&self) -> &str {
+        &self.key
+    }
+}
+
+impl<T> Hash for Pair<T> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        // As the `str` it borrows as: a lookup by key finds it.
+        (*self.key).hash(h);
+    }
+}
+
+impl<T> PartialEq for Pair<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl<T> Eq for Pair<T> {}
+
+/// A projection that holds its own key: a store of them ([`keyed_store`])
+/// keeps the projection alone in each slot, so the key is allocated once,
+/// in the projection, and a slot is a pointer (a pod cache of 150,000
+/// entries saves a key's allocation and 16 bytes of slot per pod).
+pub trait HasKey {
+    /// The key it is stored under, as its watch's `project` makes it.
+    fn key(&self) -> &str;
+}
+
+/// The slot of a projection that holds its own key ([`HasKey`]).
+pub struct Own<T>(Arc<T>);
+
+impl<T: HasKey> Slot<T> for Own<T> {
+    fn new(key: String, value: Arc<T>) -> Self {
+        // The two must agree, or a deletion (by the event's key) would
+        // miss the slot; `project` builds both from the same object.
+        debug_assert_eq!(key, value.key(), "a keyed projection's key differs from its store key");
+        Own(value)
+    }
+
+    fn value(&self) -> &Arc<T> {
+        &self.0
+    }
+}
+
+impl<T: HasKey> Borrow<str> for Own<T> {
+    fn borrow(&self) -> &str {
+        self.0.key()
+    }
+}
+
+impl<T: HasKey> Hash for Own<T> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.key().hash(h);
+    }
+}
+
+impl<T: HasKey> PartialEq for Own<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl<T: HasKey> Eq for Own<T> {}
+
+struct State<S> {
+    items: HashSet<S>,
     /// A relist in progress: the new contents, swapped in at `InitDone`.
-    relist: Option<HashMap<Box<str>, Arc<T>>>,
+    relist: Option<HashSet<S>>,
     /// Counts changes to `items`: equal generations, equal contents (a
     /// reader may keep what it built from them, [`Store::generation`]).
     generation: u64,
 }
 
 /// The read side; cheap to clone.
-pub struct Store<T> {
-    state: Arc<Mutex<State<T>>>,
+pub struct Store<T, S = Pair<T>> {
+    state: Arc<Mutex<State<S>>>,
     ready: watch::Receiver<bool>,
+    of: std::marker::PhantomData<fn() -> T>,
 }
 
-impl<T> Clone for Store<T> {
+impl<T, S> Clone for Store<T, S> {
     fn clone(&self) -> Self {
-        Self { state: self.state.clone(), ready: self.ready.clone() }
+        Self { state: self.state.clone(), ready: self.ready.clone(), of: std::marker::PhantomData }
     }
 }
 
 /// The write side, fed with the watcher's events.
-pub struct Writer<T> {
-    state: Arc<Mutex<State<T>>>,
+pub struct Writer<T, S = Pair<T>> {
+    state: Arc<Mutex<State<S>>>,
     ready: watch::Sender<bool>,
+    of: std::marker::PhantomData<fn() -> T>,
 }
 
 /// An empty store and its writer.
 pub fn store<T>() -> (Store<T>, Writer<T>) {
-    let state = Arc::new(Mutex::new(State { items: HashMap::new(), relist: None, generation: 0 }));
-    let (tx, rx) = watch::channel(false);
-    (Store { state: state.clone(), ready: rx }, Writer { state, ready: tx })
+    store_of()
 }
 
-impl<T> Writer<T> {
+/// An empty store of projections that hold their own key ([`HasKey`]).
+pub fn keyed_store<T: HasKey>() -> (Store<T, Own<T>>, Writer<T, Own<T>>) {
+    store_of()
+}
+
+fn store_of<T, S>() -> (Store<T, S>, Writer<T, S>) {
+    let state = Arc::new(Mutex::new(State { items: HashSet::new(), relist: None, generation: 0 }));
+    let (tx, rx) = watch::channel(false);
+    let of = std::marker::PhantomData;
+    (Store { state: state.clone(), ready: rx, of }, Writer { state, ready: tx, of })
+}
+
+impl<T, S: Slot<T>> Writer<T, S> {
     /// Applies one watcher event; `project` turns an object into its key and
     /// projection (for a deletion only the key is used).
     pub fn apply<K>(&mut self, event: watcher::Event<K>, project: impl Fn(K) -> (String, T)) {
@@ -100,17 +205,18 @@ impl<T> Writer<T> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut changes = Vec::new();
         match event {
-            watcher::Event::Init => state.relist = Some(HashMap::new()),
+            watcher::Event::Init => state.relist = Some(HashSet::new()),
             watcher::Event::InitApply(obj) => {
                 let (key, value) = project(obj);
-                state.relist.get_or_insert_with(HashMap::new).insert(key.into_boxed_str(), Arc::new(value));
+                state.relist.get_or_insert_with(HashSet::new).replace(S::new(key, Arc::new(value)));
             }
             watcher::Event::InitDone => {
                 if let Some(items) = state.relist.take() {
                     state.generation += 1;
                     let old = std::mem::replace(&mut state.items, items);
-                    for (key, new) in &state.items {
-                        match old.get(key) {
+                    for slot in &state.items {
+                        let (key, new): (&str, _) = (slot.borrow(), slot.value());
+                        match old.get(key).map(Slot::value) {
                             Some(o) if !differ(o, new) => {}
                             o => changes.push(Change {
                                 key: key.to_string(),
@@ -119,9 +225,14 @@ impl<T> Writer<T> {
                             }),
                         }
                     }
-                    for (key, o) in old {
-                        if !state.items.contains_key(&key) {
-                            changes.push(Change { key: key.into(), old: Some(o), new: None });
+                    for slot in old {
+                        let key: &str = slot.borrow();
+                        if !state.items.contains(key) {
+                            changes.push(Change {
+                                key: key.to_string(),
+                                old: Some(Arc::clone(slot.value())),
+                                new: None,
+                            });
                         }
                     }
                 }
@@ -132,16 +243,16 @@ impl<T> Writer<T> {
                 let (key, value) = project(obj);
                 let new = Arc::new(value);
                 state.generation += 1;
-                let old = state.items.insert(key.as_str().into(), Arc::clone(&new));
+                let old = state.items.replace(S::new(key.clone(), Arc::clone(&new))).map(|s| Arc::clone(s.value()));
                 if old.as_ref().is_none_or(|o| differ(o, &new)) {
                     changes.push(Change { key, old, new: Some(new) });
                 }
             }
             watcher::Event::Delete(obj) => {
                 let (key, _) = project(obj);
-                if let Some(old) = state.items.remove(key.as_str()) {
+                if let Some(old) = state.items.take(key.as_str()) {
                     state.generation += 1;
-                    changes.push(Change { key, old: Some(old), new: None });
+                    changes.push(Change { key, old: Some(Arc::clone(old.value())), new: None });
                 }
             }
         }
@@ -157,7 +268,7 @@ pub struct Change<T> {
     pub new: Option<Arc<T>>,
 }
 
-impl<T: PartialEq> Writer<T> {
+impl<T: PartialEq, S: Slot<T>> Writer<T, S> {
     /// [`Writer::apply`], reporting the keys whose projection changed: what
     /// a controller triggers work on. A relist reports, at `InitDone`, what
     /// it added, removed or changed; an unchanged object reports nothing.
@@ -188,15 +299,15 @@ impl<'a, T> Fed<'a, T> {
     }
 }
 
-impl<T: PartialEq> Writer<T> {
+impl<T: PartialEq, S: Slot<T>> Writer<T, S> {
     /// Feeds this writer from a watch until the stream ends, telling `on`
     /// after each event what it changed, and whether it completed a list
     /// ([`Fed::Listed`], after every complete list: the first and every
     /// relist). A failed watch call is logged and the stream polled again
     /// after a second (the watcher re-lists by itself).
-    pub async fn feed<K, S>(mut self, watch: S, project: impl Fn(K) -> (String, T), mut on: impl FnMut(Fed<'_, T>))
+    pub async fn feed<K, W>(mut self, watch: W, project: impl Fn(K) -> (String, T), mut on: impl FnMut(Fed<'_, T>))
     where
-        S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+        W: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     {
         use futures::StreamExt;
         let mut watch = std::pin::pin!(watch);
@@ -219,14 +330,14 @@ impl<T: PartialEq> Writer<T> {
     /// first became ready: `synced` is called once, after the first
     /// complete list (before that event's changes are handed to
     /// `changed`); every event's changes go to `changed`.
-    pub async fn run<K, S>(
+    pub async fn run<K, W>(
         self,
-        watch: S,
+        watch: W,
         project: impl Fn(K) -> (String, T),
         synced: impl FnOnce(),
         mut changed: impl FnMut(&[Change<T>]),
     ) where
-        S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+        W: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     {
         let mut synced = Some(synced);
         self.feed(watch, project, |fed| {
@@ -241,7 +352,7 @@ impl<T: PartialEq> Writer<T> {
     }
 }
 
-impl<T> Store<T> {
+impl<T, S: Slot<T>> Store<T, S> {
     /// How many times the contents changed: read it *before* reading the
     /// contents, and what was built from them stays valid while it is
     /// unchanged (built from contents at least that new).
@@ -251,25 +362,33 @@ impl<T> Store<T> {
 
     /// Every projection, in no particular order.
     pub fn state(&self) -> Vec<Arc<T>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).items.values().cloned().collect()
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).items.iter().map(|s| Arc::clone(s.value())).collect()
     }
 
     /// Every key with its projection, in no particular order.
     pub fn entries(&self) -> Vec<(String, Arc<T>)> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.items.iter().map(|(k, v)| (k.to_string(), Arc::clone(v))).collect()
+        state.items.iter().map(|s| (Borrow::<str>::borrow(s).to_string(), Arc::clone(s.value()))).collect()
     }
 
     /// What `f` makes of each projection it keeps, under one lock, without
     /// cloning the others (a scan of a large store by a small filter).
     pub fn select<R>(&self, mut f: impl FnMut(&str, &T) -> Option<R>) -> Vec<R> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.items.iter().filter_map(|(k, v)| f(k, v)).collect()
+        state.items.iter().filter_map(|s| f(Borrow::<str>::borrow(s), s.value())).collect()
+    }
+
+    /// The projections `keep` accepts, under one lock: a reconcile that
+    /// reads one namespace's pods of a cache of 150,000 clones those, not
+    /// every pointer of the cache.
+    pub fn matching(&self, mut keep: impl FnMut(&T) -> bool) -> Vec<Arc<T>> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.items.iter().filter(|s| keep(s.value())).map(|s| Arc::clone(s.value())).collect()
     }
 
     /// The projection under `key`.
     pub fn get(&self, key: &str) -> Option<Arc<T>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).items.get(key).cloned()
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).items.get(key).map(|s| Arc::clone(s.value()))
     }
 
     pub fn len(&self) -> usize {
@@ -425,6 +544,43 @@ mod tests {
         .await;
         assert_eq!(synced.get(), 1, "the relist is not a first sync");
         assert_eq!(changed, ["a", "bb", "a"]);
+    }
+
+    /// A projection holding its key, as pod views do.
+    struct Named {
+        key: String,
+        len: usize,
+    }
+
+    impl HasKey for Named {
+        fn key(&self) -> &str {
+            &self.key
+        }
+    }
+
+    #[test]
+    fn a_keyed_store_is_looked_up_by_the_projections_own_key() {
+        let (store, mut w) = keyed_store::<Named>();
+        let project = |s: &'static str| (s.to_string(), Named { key: s.to_string(), len: s.len() });
+        w.apply(Event::Init, project);
+        w.apply(Event::InitApply("a"), project);
+        w.apply(Event::InitApply("bb"), project);
+        w.apply(Event::InitDone, project);
+        assert_eq!(store.get("bb").map(|n| n.len), Some(2));
+        w.apply(Event::Apply("bb"), project);
+        assert_eq!(store.len(), 2, "replaced, not added");
+        w.apply(Event::Delete("a"), project);
+        assert!(store.get("a").is_none());
+        let mut keys: Vec<String> = store.entries().into_iter().map(|(k, _)| k).collect();
+        keys.sort();
+        assert_eq!(keys, ["bb"]);
+        assert_eq!(store.select(|k, n| (n.len == 2).then(|| k.to_string())), ["bb"]);
+        assert_eq!(store.matching(|n| n.len == 2).len(), 1);
+        // A relist drops what went missing, by the projection's key.
+        w.apply(Event::Init, project);
+        w.apply(Event::InitApply("ccc"), project);
+        w.apply(Event::InitDone, project);
+        assert_eq!(store.state().iter().map(|n| n.key.as_str()).collect::<Vec<_>>(), ["ccc"]);
     }
 
     #[tokio::test]

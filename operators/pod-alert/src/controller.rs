@@ -114,7 +114,7 @@ pub struct Data {
     pub ctx: Context,
     pub metrics: AlertMetrics,
     pub options: Options,
-    pub(crate) pods: projection::Store<PodView>,
+    pub(crate) pods: projection::Store<PodView, projection::Own<PodView>>,
     pub(crate) alerts: Store<PodAlert>,
     pub(crate) states: PerObject<State>,
     /// Firing incidents per PodAlert UID, by (namespace, reason), for the gauge.
@@ -152,7 +152,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         .reconcile_on(rx)
         .reconcile_all_on(admission.changes());
     let http = crate::delivery::http_client(options.sink_timeout, Arc::clone(&options.sink_rules.addresses))?;
-    let (pods, writer) = projection::store::<PodView>();
+    let (pods, writer) = projection::keyed_store::<PodView>();
     let data = Arc::new(Data {
         ctx: ctx.clone(),
         metrics: metrics.clone(),
@@ -233,7 +233,12 @@ fn stash_status(pa: &mut PodAlert, tails: &Tails, restored: &Mutex<Restored>) {
 /// Keeps the pod projection and triggers the PodAlerts a change concerns.
 /// Starts once the PodAlerts are listed, so that the first list of pods
 /// keeps the label keys their selectors reference.
-async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Arc<Data>, health: WatchHealth) {
+async fn watch_pods(
+    api: Api<Pod>,
+    writer: projection::Writer<PodView, projection::Own<PodView>>,
+    data: Arc<Data>,
+    health: WatchHealth,
+) {
     if !flotilla_shared::pods::rules_listed(&data.alerts).await {
         return;
     }
@@ -487,21 +492,18 @@ fn evaluate_and_step(
     now: Timestamp,
 ) -> Vec<Transition> {
     let mut cut = 0;
-    let pods: Vec<Arc<PodView>> = data
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| rules.all_namespaces || *p.namespace == *ns)
-        .filter(|p| match rules.selector.as_ref() {
-            None => true,
-            // Labels past what a view keeps match no selector.
-            Some(_) if p.labels.cut => {
-                cut += 1;
-                false
+    let pods: Vec<Arc<PodView>> = data.pods.matching(|p| {
+        (rules.all_namespaces || p.namespace() == ns)
+            && match rules.selector.as_ref() {
+                None => true,
+                // Labels past what a view keeps match no selector.
+                Some(_) if p.labels().cut => {
+                    cut += 1;
+                    false
+                }
+                Some(s) => p.labels().matched_by(s),
             }
-            Some(s) => p.labels.matched_by(s),
-        })
-        .collect();
+    });
     summary.pods = pods.len();
     let findings = evaluate(pods.iter().map(AsRef::as_ref), rules, &mut st.book.history, now);
     summary.skipped = findings.skipped.iter().map(|(k, v)| (k.as_str().to_string(), i64::from(*v))).collect();

@@ -190,7 +190,7 @@ fn skip(f: &mut Findings, why: Skip) {
 }
 
 fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now: Timestamp, f: &mut Findings) {
-    if rules.ignores_pod(&pod.name) {
+    if rules.ignores_pod(pod.name()) {
         return skip(f, Skip::IgnoredPod);
     }
     if pod.deleting {
@@ -211,7 +211,7 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
     if let Some((reason, message)) = pod.unschedulable().filter(|_| pod.phase == "Pending") {
         found.push(problem(pod, "", Reason::Pending, format!("{reason}: {message}"), 0, created, None, false));
     }
-    let restarts_allowed = pod.restart_policy != "Never";
+    let restarts_allowed = pod.restart_policy() != "Never";
     for c in &pod.containers {
         if rules.ignores_container(&c.name) {
             skip(f, Skip::IgnoredContainer);
@@ -259,12 +259,12 @@ fn problem(
 ) -> Problem {
     Problem {
         key: Key {
-            namespace: pod.namespace.to_string(),
-            workload: pod.workload.clone(),
+            namespace: pod.namespace().to_string(),
+            workload: pod.workload().clone(),
             container: container.to_string(),
             reason,
         },
-        pod: pod.name.to_string(),
+        pod: pod.name().to_string(),
         message,
         restarts,
         since,
@@ -321,7 +321,7 @@ fn container_problem(
             Some(problem(pod, &c.name, reason, describe(t), c.restart_count, since, incarnation, false))
         }
         State::Running { started_at } if !c.ready && !c.init && pod.phase == "Running" => {
-            let since = [pod.ready_changed.get(), started_at.get()].into_iter().flatten().max().unwrap_or(created);
+            let since = [pod.not_ready_since().get(), started_at.get()].into_iter().flatten().max().unwrap_or(created);
             let message = "running but not Ready (readiness probe failing)".to_string();
             Some(problem(pod, &c.name, Reason::NotReady, message, c.restart_count, since, None, false))
         }

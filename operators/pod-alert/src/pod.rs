@@ -6,15 +6,18 @@
 //! [`MAX_MESSAGE_BYTES`], at most [`MAX_CONTAINERS`] containers.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use flotilla_shared::intern::names;
+use flotilla_shared::intern::{Interner, names};
 use flotilla_shared::pods::{LabelKeys, PodLabels};
+use flotilla_shared::projection::HasKey;
 use flotilla_shared::uid::Uid;
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
+
+use crate::rules::MAX_RESTART_WINDOW;
 
 mod container_id;
 mod stamp;
@@ -111,35 +114,87 @@ pub struct Trouble {
     pub message: Box<str>,
     /// PodScheduled=False: its reason and message.
     pub unschedulable: Option<(Box<str>, Box<str>)>,
+    /// When the pod's Ready condition last changed, kept while it is not
+    /// Ready (a not-ready container counts from it; a Ready pod's is
+    /// never read).
+    pub not_ready_since: Stamp,
+}
+
+/// What the pods of one workload have in common — the workload, the labels
+/// kept, the restart policy — held once for all of them ([`SHAPES`]): a
+/// pointer per pod instead of ~100 bytes (memory per pod, issue 28).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Shape {
+    pub workload: Workload,
+    /// The labels some PodAlert's selector references.
+    pub labels: PodLabels,
+    pub restart_policy: RestartPolicy,
+}
+
+/// Every pod view's [`Shape`], shared (bounded as
+/// [`flotilla_shared::intern::names`] is: swept when it has doubled).
+pub static SHAPES: LazyLock<Interner<Shape>> = LazyLock::new(Interner::default);
+
+impl Shape {
+    /// `self`, shared with every view of an equal shape.
+    pub fn share(self) -> Arc<Shape> {
+        SHAPES.share(self)
+    }
 }
 
 /// What pod-alert keeps of a pod. Strings are `Box<str>` (16 bytes, not a
 /// `String`'s 24), those many pods repeat interned
-/// ([`flotilla_shared::intern`]), and the rare parts boxed: the view is per pod, and
-/// 150,000 pods is Kubernetes' limit (`heap_budget.rs` counts it).
+/// ([`flotilla_shared::intern`]), what a workload's pods share held once
+/// ([`Shape`]), the key shared with the store, and the rare parts boxed:
+/// the view is per pod, and 150,000 pods is Kubernetes' limit
+/// (`heap_budget.rs` counts it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
-    /// Interned: a namespace's pods share it.
-    pub namespace: Arc<str>,
-    pub name: Box<str>,
+    /// `<namespace>/<name>`: the store's key, held here only
+    /// (`projection::keyed_store`).
+    pub key: Box<str>,
+    pub shape: Arc<Shape>,
     pub uid: Uid,
-    /// The labels some PodAlert's selector references.
-    pub labels: PodLabels,
-    pub workload: Workload,
     pub created: Stamp,
     pub deleting: bool,
     pub phase: PodPhase,
-    /// The pod's reason, message and scheduling trouble, when it has any.
+    /// The pod's reason, message, scheduling trouble and when it stopped
+    /// being Ready, when it has any of those.
     pub trouble: Option<Box<Trouble>>,
     pub scheduling_gated: bool,
-    /// The Ready condition's status and last transition.
+    /// The Ready condition's status.
     pub ready: bool,
-    pub ready_changed: Stamp,
-    pub restart_policy: RestartPolicy,
     pub containers: Box<[ContainerView]>,
 }
 
+impl HasKey for PodView {
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
 impl PodView {
+    pub fn namespace(&self) -> &str {
+        self.key.split_once('/').map_or("", |(ns, _)| ns)
+    }
+
+    pub fn name(&self) -> &str {
+        self.key.split_once('/').map_or(&*self.key, |(_, name)| name)
+    }
+
+    pub fn workload(&self) -> &Workload {
+        &self.shape.workload
+    }
+
+    /// The labels some PodAlert's selector references.
+    pub fn labels(&self) -> &PodLabels {
+        &self.shape.labels
+    }
+
+    pub fn restart_policy(&self) -> RestartPolicy {
+        self.shape.restart_policy
+    }
+
     /// The pod-level reason (`Evicted`, …), empty when none.
     pub fn reason(&self) -> &str {
         self.trouble.as_ref().map_or("", |t| &t.reason)
@@ -153,6 +208,11 @@ impl PodView {
     /// PodScheduled=False: its reason and message.
     pub fn unschedulable(&self) -> Option<(&str, &str)> {
         self.trouble.as_ref()?.unschedulable.as_ref().map(|(r, m)| (&**r, &**m))
+    }
+
+    /// When the Ready condition last changed, while the pod is not Ready.
+    pub fn not_ready_since(&self) -> Stamp {
+        self.trouble.as_ref().map_or(Stamp::NONE, |t| t.not_ready_since)
     }
 }
 
@@ -200,14 +260,28 @@ fn state(s: Option<&ContainerState>) -> State {
     }
 }
 
-fn container(c: &ContainerStatus, init: bool) -> ContainerView {
+fn container(c: &ContainerStatus, init: bool, now: Timestamp) -> ContainerView {
+    let state = state(c.state.as_ref());
+    // A running container's exit older than any restart window counts for
+    // no PodAlert (a new exit comes with a new event): not kept, so a
+    // long-lived pod that restarted once holds no ~100 bytes for it.
+    let relevant = |t: &Termination| {
+        !matches!(state, State::Running { .. })
+            || t.finished_at.get().is_none_or(|at| elapsed(at, now) < MAX_RESTART_WINDOW)
+    };
     ContainerView {
         name: names().get(&c.name),
         init,
         ready: c.ready,
         restart_count: u32::try_from(c.restart_count).unwrap_or(0),
-        state: state(c.state.as_ref()),
-        last_termination: c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| Box::new(termination(t))),
+        last_termination: c
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .map(termination)
+            .filter(relevant)
+            .map(Box::new),
+        state,
     }
 }
 
@@ -267,8 +341,8 @@ impl PartialEq<&str> for PodPhase {
     }
 }
 
-/// A pod's restart policy: a byte in every pod view, as [`PodPhase`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A pod's restart policy: a byte, as [`PodPhase`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RestartPolicy {
     Always,
     OnFailure,
@@ -302,6 +376,11 @@ impl PartialEq<&str> for RestartPolicy {
 
 /// The projection of `pod`, keeping the labels `keys` names.
 pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
+    view_at(pod, keys, Timestamp::now())
+}
+
+/// [`view`] as of `now` (what is too old to keep).
+pub fn view_at(pod: &Pod, keys: &LabelKeys, now: Timestamp) -> PodView {
     let meta = &pod.metadata;
     let status = pod.status.as_ref();
     let spec = pod.spec.as_ref();
@@ -314,27 +393,32 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
     let mut containers: Vec<ContainerView> = Vec::new();
     let reason = short(status.and_then(|s| s.reason.as_deref()));
     let message = short(status.and_then(|s| s.message.as_deref()));
-    let trouble = (!reason.is_empty() || !message.is_empty() || unschedulable.is_some())
-        .then(|| Box::new(Trouble { reason, message, unschedulable }));
+    let ready = ready_cond.is_some_and(|c| c.status == "True");
+    let not_ready_since =
+        if ready { Stamp::NONE } else { Stamp::of(ready_cond.and_then(|c| c.last_transition_time.as_ref())) };
+    let trouble = (!reason.is_empty() || !message.is_empty() || unschedulable.is_some() || !ready)
+        .then(|| Box::new(Trouble { reason, message, unschedulable, not_ready_since }));
     if let Some(s) = status {
-        let init = s.init_container_statuses.as_deref().unwrap_or_default().iter().map(|c| container(c, true));
-        let regular = s.container_statuses.as_deref().unwrap_or_default().iter().map(|c| container(c, false));
+        let init = s.init_container_statuses.as_deref().unwrap_or_default().iter().map(|c| container(c, true, now));
+        let regular = s.container_statuses.as_deref().unwrap_or_default().iter().map(|c| container(c, false, now));
         containers.extend(init.chain(regular).take(MAX_CONTAINERS));
     }
-    PodView {
-        namespace: names().get(meta.namespace.as_deref().unwrap_or_default()),
-        name: meta.name.as_deref().unwrap_or_default().into(),
-        uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
-        labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let shape = Shape {
         workload: workload_of(pod),
+        labels: keys.keep(namespace, meta.labels.as_ref()),
+        restart_policy: RestartPolicy::of(spec.and_then(|s| s.restart_policy.as_deref())),
+    };
+    PodView {
+        key: format!("{namespace}/{}", meta.name.as_deref().unwrap_or_default()).into(),
+        shape: shape.share(),
+        uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
         created: Stamp::of(meta.creation_timestamp.as_ref()),
         deleting: meta.deletion_timestamp.is_some(),
         phase: PodPhase::of(status.and_then(|s| s.phase.as_deref())),
         trouble,
         scheduling_gated: spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()),
-        ready: ready_cond.is_some_and(|c| c.status == "True"),
-        ready_changed: Stamp::of(ready_cond.and_then(|c| c.last_transition_time.as_ref())),
-        restart_policy: RestartPolicy::of(spec.and_then(|s| s.restart_policy.as_deref())),
+        ready,
         containers: containers.into_boxed_slice(),
     }
 }
@@ -410,6 +494,27 @@ mod tests {
     }
 
     #[test]
+    fn an_exit_older_than_any_restart_window_is_not_kept_while_the_container_runs() {
+        let pod = |state: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "a", "uid": "u"},
+                "status": {"phase": "Running", "containerStatuses": [{"name": "app", "ready": true, "restartCount": 1,
+                    "image": "x", "imageID": "", "state": state,
+                    "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-01-01T00:00:00Z"}}}]}
+            }))
+            .unwrap()
+        };
+        let running = pod(serde_json::json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}}));
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        let keeps =
+            |p: &Pod, now: &str| view_at(p, &LabelKeys::new(), at(now)).containers[0].last_termination.is_some();
+        assert!(keeps(&running, "2026-01-01T23:59:00Z"), "within 24h it may still count");
+        assert!(!keeps(&running, "2026-01-02T00:00:01Z"), "past every restart window");
+        let waiting = pod(serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}}));
+        assert!(keeps(&waiting, "2026-03-01T00:00:00Z"), "a waiting container's last exit says since when it waits");
+    }
+
+    #[test]
     fn a_view_is_small_whatever_the_pod_holds() {
         let keys = LabelKeys::new();
         keys.set([(Some("a".to_string()), "tier".to_string())]);
@@ -427,8 +532,8 @@ mod tests {
         }))
         .unwrap();
         let v = view(&p, &keys);
-        assert_eq!(v.labels.labels.len(), 1, "only the referenced key");
-        assert_eq!(v.labels.get("tier"), Some("backend"));
+        assert_eq!(v.labels().labels.len(), 1, "only the referenced key");
+        assert_eq!(v.labels().get("tier"), Some("backend"));
         assert_eq!(v.containers.len(), MAX_CONTAINERS);
         assert_eq!(v.message().len(), MAX_MESSAGE_BYTES);
         assert!(

@@ -39,6 +39,11 @@ impl Invalid {
 /// Parses a Go duration (`90s`, `5m`, `1h30m`, `250ms`).
 pub use flotilla_shared::duration::parse as parse_duration;
 
+/// The longest `alerts.restartWindow` (the CRD's bound too): a container's
+/// exit older than this can no longer count for any PodAlert, and a pod
+/// view does not keep it (`pod::view`).
+pub const MAX_RESTART_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
 /// The checked rule.
 #[derive(Debug, Clone)]
 pub struct Rules {
@@ -106,8 +111,11 @@ impl Rules {
         let day = Duration::from_secs(24 * 3600);
         let pending_after = bounded("alerts.pendingAfter", dur("alerts.pendingAfter", &alerts.pending_after.0)?, day)?;
         let resolve_after = bounded("alerts.resolveAfter", dur("alerts.resolveAfter", &alerts.resolve_after.0)?, day)?;
-        let restart_window =
-            bounded("alerts.restartWindow", dur("alerts.restartWindow", &alerts.restart_window.0)?, day)?;
+        let restart_window = bounded(
+            "alerts.restartWindow",
+            dur("alerts.restartWindow", &alerts.restart_window.0)?,
+            MAX_RESTART_WINDOW,
+        )?;
         if restart_window < Duration::from_secs(60) {
             return Err(Invalid::Spec("alerts.restartWindow is shorter than 1m".into()));
         }

@@ -74,7 +74,7 @@ pub struct Data {
     pub ctx: Context,
     pub metrics: DebuggerMetrics,
     pub options: Options,
-    pods: projection::Store<PodView>,
+    pods: projection::Store<PodView, projection::Own<PodView>>,
     rules: Store<PodDebugger>,
     states: PerObject<RuleState>,
     namespaces: Mutex<HashMap<String, (Level, Instant)>>,
@@ -100,7 +100,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         .concurrency(8)
         .reconcile_on(rx)
         .reconcile_all_on(admission.changes());
-    let (pods, writer) = projection::store::<PodView>();
+    let (pods, writer) = projection::keyed_store::<PodView>();
     let data = Arc::new(Data {
         ctx: ctx.clone(),
         metrics,
@@ -137,7 +137,12 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
 /// Keeps the pod projection and triggers the PodDebuggers of the namespaces
 /// that changed. Starts once the PodDebuggers are listed, so that the first
 /// list of pods keeps the label keys their selectors reference.
-async fn watch_pods(api: Api<Pod>, writer: projection::Writer<PodView>, data: Arc<Data>, health: WatchHealth) {
+async fn watch_pods(
+    api: Api<Pod>,
+    writer: projection::Writer<PodView, projection::Own<PodView>>,
+    data: Arc<Data>,
+    health: WatchHealth,
+) {
     if !flotilla_shared::pods::rules_listed(&data.rules).await {
         return;
     }
@@ -199,10 +204,10 @@ impl Data {
             let st = st.lock().await;
             let left = self
                 .pods
-                .state()
-                .iter()
-                .filter(|p| *p.namespace == *st.namespace && p.ephemeral.iter().any(|c| naming::added_by(&st.name, c)))
-                .count();
+                .matching(|p| {
+                    p.namespace() == st.namespace && p.ephemeral().iter().any(|c| naming::added_by(&st.name, c))
+                })
+                .len();
             if left > 0 {
                 self.ctx.events.normal(
                     &st.oref,
@@ -337,7 +342,8 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
                 volumes: rule.spec.volume_mounts.as_ref(),
                 secrets,
             };
-            let pods = data.pods.state();
+            // Only this namespace's pods are cloned out of the cache.
+            let pods = data.pods.matching(|p| p.namespace() == ns);
             plans = plan(&r, pods.iter().map(AsRef::as_ref), &st.memory, now);
             if plans.iter().any(|p| matches!(p.decision, Decision::Add { .. })) {
                 refused = dry_run(&rule, &ns, &container, level, &plans, &mut st, &data).await;

@@ -158,12 +158,12 @@ pub fn plan<'p>(
 ) -> Vec<PodPlan> {
     let mut out: Vec<PodPlan> = pods
         .into_iter()
-        .filter(|p| *p.namespace == *rule.namespace && !p.terminating && !p.mirror)
+        .filter(|p| p.namespace() == rule.namespace && !p.terminating && !p.mirror)
         // Labels past what a view keeps match no selector.
-        .filter(|p| p.labels.matched_by(rule.selector))
+        .filter(|p| p.labels().matched_by(rule.selector))
         .map(|p| {
             let (decision, skipped_volumes) = decide(rule, p, memory, now);
-            PodPlan { pod: p.name.to_string(), uid: p.uid.clone(), decision, skipped_volumes }
+            PodPlan { pod: p.name().to_string(), uid: p.uid.clone(), decision, skipped_volumes }
         })
         .collect();
     out.sort_by(|a, b| a.pod.cmp(&b.pod));
@@ -172,7 +172,7 @@ pub fn plan<'p>(
 
 /// The pod's decision, and the volumes its container does not mount.
 fn decide(rule: &Rule<'_>, pod: &PodView, memory: &Memory, now: Instant) -> (Decision, Vec<Skipped>) {
-    let target = rule.target.map(str::to_string).or_else(|| pod.containers.first().map(|c| c.to_string()));
+    let target = rule.target.map(str::to_string).or_else(|| pod.containers().first().map(|c| c.to_string()));
     // Volumes are only known where the view keeps them (namespaces with a
     // PodDebugger that mounts some): without, the pod waits.
     let volumes = match (rule.volumes, &pod.volumes, &target) {
@@ -193,8 +193,8 @@ fn decide_container(
     mounts: Vec<VolumeMount>,
     volumes_known: bool,
 ) -> Decision {
-    if pod.ephemeral.iter().any(|c| c == rule.container) {
-        return Decision::Has(pod.ephemeral_states.get(rule.container).cloned().unwrap_or_default());
+    if pod.ephemeral().iter().any(|c| c == rule.container) {
+        return Decision::Has(pod.ephemeral_state(rule.container).cloned().unwrap_or_default());
     }
     let key = (pod.uid.clone(), rule.container.to_string());
     if memory.added.get(&key).is_some_and(|at| now.saturating_duration_since(*at) < ADDED_GRACE) {
@@ -207,13 +207,20 @@ fn decide_container(
         };
     }
     let Some(target) = target else { return Decision::Wait { reason: "PodNotRunning" } };
-    if !pod.containers.is_empty() && !pod.containers.iter().any(|c| **c == *target) {
+    if !pod.containers().is_empty() && !pod.containers().iter().any(|c| **c == *target) {
         return Decision::Skip {
             reason: "TargetNotFound",
-            message: format!("the pod has no container {target:?} (containers: {})", pod.containers.join(", ")),
+            message: if pod.containers().len() < crate::pod::MAX_CONTAINERS {
+                format!("the pod has no container {target:?} (containers: {})", pod.containers().join(", "))
+            } else {
+                format!(
+                    "no container {target:?} among the pod's first {} containers (the only ones pod-debugger keeps)",
+                    crate::pod::MAX_CONTAINERS
+                )
+            },
         };
     }
-    let ours = pod.ephemeral.iter().filter(|c| naming::added_by(rule.name, c)).count();
+    let ours = pod.ephemeral().iter().filter(|c| naming::added_by(rule.name, c)).count();
     if ours >= rule.max_per_pod {
         return Decision::Skip {
             reason: "MaxPerPodReached",
@@ -226,7 +233,7 @@ fn decide_container(
     if !pod.running {
         return Decision::Wait { reason: "PodNotRunning" };
     }
-    if !pod.running_containers.iter().any(|c| **c == *target) {
+    if !pod.runs(&target) {
         return Decision::Wait { reason: "TargetNotRunning" };
     }
     if let Some(r) = memory.refused.get(&key).filter(|r| now < r.retry_at) {
@@ -271,6 +278,7 @@ pub fn forget(memory: &mut Memory, plans: &[PodPlan], now: Instant) {
 mod tests {
 
     use super::*;
+    use crate::pod::Shape;
     use flotilla_shared::selector::LabelSelector;
     use proptest::prelude::*;
 
@@ -282,15 +290,27 @@ mod tests {
 
     fn pod(name: &str) -> PodView {
         PodView {
-            namespace: "shop".into(),
-            name: name.into(),
+            key: format!("shop/{name}").into(),
+            shape: Shape {
+                labels: flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]),
+                containers: vec!["app".into(), "side".into()].into(),
+            }
+            .share(),
             uid: format!("uid-{name}").into(),
-            labels: flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]),
             running: true,
-            containers: vec!["app".into(), "side".into()].into(),
-            running_containers: vec!["app".into(), "side".into()].into(),
+            running_containers: 0b11,
             ..PodView::default()
         }
+    }
+
+    /// `p` with `labels` (its shape replaced).
+    fn relabel(p: &mut PodView, labels: flotilla_shared::pods::PodLabels) {
+        p.shape = Shape { labels, ..(*p.shape).clone() }.share();
+    }
+
+    /// `p`'s ephemeral containers set to `names`.
+    fn with_ephemeral(p: &mut PodView, names: Vec<String>) {
+        p.ephemeral = Some(Box::new(crate::pod::Ephemeral { names, ..Default::default() }));
     }
 
     const C: &str = "dbg-r-0123456789";
@@ -332,11 +352,12 @@ mod tests {
         let sel = selector();
         let r = rule(&sel, None);
         let mut other_ns = pod("a");
-        other_ns.namespace = "bank".into();
+        other_ns.key = "bank/a".into();
         let mut other_label = pod("b");
-        other_label.labels = flotilla_shared::pods::PodLabels::from_pairs([("app", "cart")]);
+        relabel(&mut other_label, flotilla_shared::pods::PodLabels::from_pairs([("app", "cart")]));
         let mut cut = pod("e");
-        cut.labels.cut = true;
+        let cut_labels = flotilla_shared::pods::PodLabels { cut: true, ..cut.labels().clone() };
+        relabel(&mut cut, cut_labels);
         let mut terminating = pod("c");
         terminating.terminating = true;
         let mut mirror = pod("d");
@@ -352,12 +373,12 @@ mod tests {
         let now = Instant::now();
         let mut p = pod("a");
         p.running = false;
-        p.running_containers = Box::default();
+        p.running_containers = 0;
         assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Wait { reason: "PodNotRunning" });
         p.running = true;
-        p.running_containers = vec!["app".into()].into();
+        p.running_containers = 0b01;
         assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Wait { reason: "TargetNotRunning" });
-        p.running_containers = vec!["app".into(), "side".into()].into();
+        p.running_containers = 0b11;
         assert_eq!(one(&r, &p, &Memory::default(), now), add("side"));
     }
 
@@ -377,13 +398,14 @@ mod tests {
         let r = rule(&sel, None);
         let now = Instant::now();
         let mut p = pod("a");
-        p.ephemeral = vec![C.into()];
+        with_ephemeral(&mut p, vec![C.into()]);
         assert_eq!(one(&r, &p, &Memory::default(), now), Decision::Has(ContainerState::default()));
         // An older spec's container: the current one is still added...
-        p.ephemeral = vec!["dbg-r-aaaaaaaaaa".into(), "dbg-other-bbbbbbbbbb".into(), "debugger-x".into()];
+        let older = vec!["dbg-r-aaaaaaaaaa".into(), "dbg-other-bbbbbbbbbb".into(), "debugger-x".into()];
+        with_ephemeral(&mut p, older.clone());
         assert_eq!(one(&r, &p, &Memory::default(), now), add("app"));
         // ...until this rule's own containers reach maxPerPod.
-        p.ephemeral.push("dbg-r-cccccccccc".into());
+        with_ephemeral(&mut p, [older, vec!["dbg-r-cccccccccc".into()]].concat());
         assert!(matches!(one(&r, &p, &Memory::default(), now), Decision::Skip { reason: "MaxPerPodReached", .. }));
     }
 
@@ -469,7 +491,7 @@ mod tests {
                 "{d:?}"
             );
             let mut has = pod("b");
-            has.ephemeral = vec![C.into()];
+            with_ephemeral(&mut has, vec![C.into()]);
             assert_eq!(one(&r, &has, &Memory::default(), now), Decision::Has(ContainerState::default()));
             let plans = plan(&r, [&pod("a"), &has], &Memory::default(), now);
             assert_eq!(next_wake(r.expiry, &plans, &Memory::default(), now), None);
@@ -519,10 +541,11 @@ mod tests {
             let mut p = pod("a");
             p.running = running;
             p.terminating = terminating;
-            if !target_running { p.running_containers = vec!["side".into()].into(); }
-            p.ephemeral = (0..ours).map(|i| format!("dbg-r-{i:010}")).collect();
-            p.ephemeral.extend((0..theirs).map(|i| format!("dbg-x-{i:010}")));
-            if have_current { p.ephemeral.push(C.into()); }
+            if !target_running { p.running_containers = 0b10; }
+            let mut eph: Vec<String> = (0..ours).map(|i| format!("dbg-r-{i:010}")).collect();
+            eph.extend((0..theirs).map(|i| format!("dbg-x-{i:010}")));
+            if have_current { eph.push(C.into()); }
+            with_ephemeral(&mut p, eph);
             let plans = plan(&r, [&p], &Memory::default(), Instant::now());
             let ours_total = ours + usize::from(have_current);
             for pp in plans {

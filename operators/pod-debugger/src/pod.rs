@@ -6,9 +6,10 @@
 //! container's termination message is its own to write) cut to
 //! [`MAX_MESSAGE_BYTES`], at most [`MAX_CONTAINERS`] names per list.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
-use flotilla_shared::intern::names;
+use flotilla_shared::intern::{Interner, names};
+use flotilla_shared::projection::HasKey;
 use flotilla_shared::uid::Uid;
 use std::collections::BTreeMap;
 
@@ -19,8 +20,10 @@ use crate::mounts::{PodVolumes, project};
 
 /// A message kept at most this long.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
-/// Containers (and ephemeral containers) of a pod kept at most.
-pub const MAX_CONTAINERS: usize = 256;
+/// Containers of a pod kept at most (one bit each says whether it runs).
+pub const MAX_CONTAINERS: usize = 64;
+/// Ephemeral containers of a pod kept at most.
+pub const MAX_EPHEMERAL: usize = 256;
 
 /// `s` cut to [`MAX_MESSAGE_BYTES`] (its start).
 fn short(s: &str) -> String {
@@ -44,34 +47,99 @@ pub struct ContainerState {
     pub message: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PodView {
-    /// Interned ([`flotilla_shared::intern`]), as the container names: a
-    /// namespace's pods, a workload's containers share them.
-    pub namespace: Arc<str>,
-    /// Boxed: 8 bytes less than a `String` in every view (memory per pod,
-    /// issue 28), as the container lists below.
-    pub name: Box<str>,
-    pub uid: Uid,
+/// What the pods of one workload have in common — the labels kept and
+/// the containers' names — held once for all of them ([`SHAPES`]): a
+/// pointer per pod instead of two lists (memory per pod, issue 28).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Shape {
     /// The labels some PodDebugger's selector references.
     pub labels: PodLabels,
+    /// The containers, in order (at most [`MAX_CONTAINERS`]).
+    pub containers: Box<[Arc<str>]>,
+}
+
+/// Every pod view's [`Shape`], shared (bounded as
+/// [`flotilla_shared::intern::names`] is: swept when it has doubled).
+pub static SHAPES: LazyLock<Interner<Shape>> = LazyLock::new(Interner::default);
+
+impl Shape {
+    /// `self`, shared with every view of an equal shape.
+    pub fn share(self) -> Arc<Shape> {
+        SHAPES.share(self)
+    }
+}
+
+/// The debug containers a pod has: most pods have none, and hold one
+/// pointer for them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ephemeral {
+    /// Ephemeral containers in the spec, in order.
+    pub names: Vec<String>,
+    /// Their states, by name.
+    pub states: BTreeMap<String, ContainerState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodView {
+    /// `<namespace>/<name>`: the store's key, held here only
+    /// (`projection::keyed_store`).
+    pub key: Box<str>,
+    pub shape: Arc<Shape>,
+    pub uid: Uid,
     /// Phase Running.
     pub running: bool,
     /// Has a deletionTimestamp.
     pub terminating: bool,
     /// A static pod's mirror (the API cannot change it).
     pub mirror: bool,
-    /// The containers, in order.
-    pub containers: Box<[Arc<str>]>,
-    /// Containers whose state is running.
-    pub running_containers: Box<[Arc<str>]>,
-    /// Ephemeral containers in the spec, in order.
-    pub ephemeral: Vec<String>,
-    /// Their states, by name.
-    pub ephemeral_states: BTreeMap<String, ContainerState>,
+    /// Which of the shape's containers run: bit `i` for container `i`.
+    pub running_containers: u64,
+    /// Its debug containers, when it has any.
+    pub ephemeral: Option<Box<Ephemeral>>,
     /// The pod's volumes and mounts, kept only in namespaces where a
     /// PodDebugger mounts volumes ([`VOLUMES_MARK`]).
     pub volumes: Option<Arc<PodVolumes>>,
+}
+
+impl HasKey for PodView {
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl PodView {
+    pub fn namespace(&self) -> &str {
+        self.key.split_once('/').map_or("", |(ns, _)| ns)
+    }
+
+    pub fn name(&self) -> &str {
+        self.key.split_once('/').map_or(&*self.key, |(_, name)| name)
+    }
+
+    /// The labels some PodDebugger's selector references.
+    pub fn labels(&self) -> &PodLabels {
+        &self.shape.labels
+    }
+
+    /// The containers, in order.
+    pub fn containers(&self) -> &[Arc<str>] {
+        &self.shape.containers
+    }
+
+    /// Whether container `name` is running.
+    pub fn runs(&self, name: &str) -> bool {
+        self.containers().iter().position(|c| **c == *name).is_some_and(|i| self.running_containers >> i & 1 == 1)
+    }
+
+    /// Ephemeral containers in the spec, in order.
+    pub fn ephemeral(&self) -> &[String] {
+        self.ephemeral.as_ref().map_or(&[], |e| &e.names)
+    }
+
+    /// The state of ephemeral container `name`, if it has one yet.
+    pub fn ephemeral_state(&self, name: &str) -> Option<&ContainerState> {
+        self.ephemeral.as_ref()?.states.get(name)
+    }
 }
 
 /// The key a PodDebugger with spec.volumeMounts registers for its
@@ -107,44 +175,45 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let shape = Shape {
+        labels: keys.keep(namespace, meta.labels.as_ref()),
+        containers: spec
+            .map(|s| s.containers.iter().map(|c| names().get(&c.name)).take(MAX_CONTAINERS).collect())
+            .unwrap_or_default(),
+    };
     let running_containers = status
         .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
         .flatten()
         .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-        .map(|c| names().get(&c.name))
-        .take(MAX_CONTAINERS)
+        .filter_map(|c| shape.containers.iter().position(|n| **n == *c.name))
+        .fold(0u64, |bits, i| bits | 1 << i);
+    let names: Vec<String> = spec
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .take(MAX_EPHEMERAL)
         .collect();
-    let ephemeral_states = status
+    let states: BTreeMap<String, ContainerState> = status
         .and_then(|s| s.ephemeral_container_statuses.as_ref())
         .into_iter()
         .flatten()
         .map(|c| (c.name.clone(), state_of(c)))
-        .take(MAX_CONTAINERS)
+        .take(MAX_EPHEMERAL)
         .collect();
+    let ephemeral = (!names.is_empty() || !states.is_empty()).then(|| Box::new(Ephemeral { names, states }));
     PodView {
-        namespace: names().get(meta.namespace.as_deref().unwrap_or_default()),
-        name: meta.name.as_deref().unwrap_or_default().into(),
+        key: format!("{namespace}/{}", meta.name.as_deref().unwrap_or_default()).into(),
+        shape: shape.share(),
         uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
-        labels: keys.keep(meta.namespace.as_deref().unwrap_or_default(), meta.labels.as_ref()),
         running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
         terminating: meta.deletion_timestamp.is_some(),
         mirror: meta.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
-        containers: spec
-            .map(|s| s.containers.iter().map(|c| names().get(&c.name)).take(MAX_CONTAINERS).collect())
-            .unwrap_or_default(),
         running_containers,
-        ephemeral: spec
-            .and_then(|s| s.ephemeral_containers.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|c| c.name.clone())
-            .take(MAX_CONTAINERS)
-            .collect(),
-        ephemeral_states,
-        volumes: keys
-            .wanted_in(meta.namespace.as_deref().unwrap_or_default(), VOLUMES_MARK)
-            .then(|| Arc::new(project(pod))),
+        ephemeral,
+        volumes: keys.wanted_in(namespace, VOLUMES_MARK).then(|| Arc::new(project(pod))),
     }
 }
 
@@ -171,15 +240,38 @@ mod tests {
         let keys = LabelKeys::new();
         keys.set([(Some("n".to_string()), "app".to_string())]);
         let v = view(&pod, &keys);
-        assert_eq!(v.labels, flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]));
+        assert_eq!(*v.labels(), flotilla_shared::pods::PodLabels::from_pairs([("app", "payment")]));
         assert!(v.running && v.mirror && !v.terminating);
-        assert_eq!(*v.containers, [Arc::from("app"), Arc::from("side")]);
-        assert_eq!(*v.running_containers, [Arc::from("app")]);
-        assert_eq!(v.ephemeral, ["dbg-a-0123456789"]);
-        let s = &v.ephemeral_states["dbg-a-0123456789"];
+        assert_eq!((v.namespace(), v.name()), ("n", "p"));
+        assert_eq!(*v.containers(), [Arc::from("app"), Arc::from("side")]);
+        assert!(v.runs("app") && !v.runs("side") && !v.runs("nope"));
+        assert_eq!(v.ephemeral(), ["dbg-a-0123456789"]);
+        let s = v.ephemeral_state("dbg-a-0123456789").unwrap_or_else(|| panic!("{v:?}"));
         assert_eq!((s.state, s.reason.as_str(), s.message.as_str()), ("Waiting", "ImagePullBackOff", "not found"));
         assert!(v.volumes.is_none(), "no PodDebugger of the namespace mounts volumes");
         keys.set([(Some("n".to_string()), "app".to_string()), (Some("n".to_string()), VOLUMES_MARK.to_string())]);
         assert!(view(&pod, &keys).volumes.is_some());
+    }
+
+    #[test]
+    fn a_view_keeps_at_most_its_bounds_of_containers() {
+        let containers: Vec<serde_json::Value> = (0..300).map(|i| serde_json::json!({"name": format!("c{i}")})).collect();
+        let statuses: Vec<serde_json::Value> = (0..300)
+            .map(|i| serde_json::json!({"name": format!("c{i}"), "ready": true, "restartCount": 0, "image": "x", "imageID": "",
+                "state": {"running": {}}}))
+            .collect();
+        let ephemeral: Vec<serde_json::Value> =
+            (0..400).map(|i| serde_json::json!({"name": format!("dbg-{i}"), "image": "busybox"})).collect();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n", "uid": "u"},
+            "spec": {"containers": containers, "ephemeralContainers": ephemeral},
+            "status": {"phase": "Running", "containerStatuses": statuses}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let v = view(&pod, &LabelKeys::new());
+        assert_eq!(v.containers().len(), MAX_CONTAINERS);
+        assert!(v.runs("c0") && v.runs("c63"), "a bit for each kept container");
+        assert!(!v.runs("c64"), "past the bound a container is not known");
+        assert_eq!(v.ephemeral().len(), MAX_EPHEMERAL);
     }
 }

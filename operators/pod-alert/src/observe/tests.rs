@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
 use crate::crd::PodAlertSpec;
-use crate::pod::{PodPhase, RestartPolicy, Stamp, Trouble};
+use crate::pod::{PodPhase, RestartPolicy, Shape, Stamp, Trouble};
 
 pub(crate) fn rules(extra: serde_json::Value) -> Rules {
     let mut spec = serde_json::json!({"alerts": {"checkRunningPods": true}});
@@ -20,19 +20,20 @@ pub(crate) fn t(s: i64) -> Timestamp {
 
 pub(crate) fn pod(name: &str, workload: &str) -> PodView {
     PodView {
-        namespace: "a".into(),
-        name: name.into(),
+        key: format!("a/{name}").into(),
+        shape: Shape {
+            workload: Workload { kind: "Deployment".into(), name: workload.into() },
+            labels: Default::default(),
+            restart_policy: RestartPolicy::Always,
+        }
+        .share(),
         uid: format!("uid-{name}").into(),
-        labels: Default::default(),
-        workload: Workload { kind: "Deployment".into(), name: workload.into() },
         created: t(0).into(),
         deleting: false,
         phase: PodPhase::Running,
         trouble: None,
         scheduling_gated: false,
         ready: true,
-        ready_changed: t(0).into(),
-        restart_policy: RestartPolicy::Always,
         containers: vec![ContainerView {
             name: "app".into(),
             init: false,
@@ -43,6 +44,11 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
         }]
         .into(),
     }
+}
+
+/// `p` with restart policy Never (its shape, shared, replaced).
+pub(crate) fn never_restarts(p: &mut PodView) {
+    p.shape = Shape { restart_policy: RestartPolicy::Never, ..(*p.shape).clone() }.share();
 }
 
 /// `p` crash-looping: `restarts` restarts, the last exit at `at` (container ID per restart).
@@ -194,7 +200,7 @@ fn expected_states_are_skipped_and_counted() {
     let mut side = crashing(pod("s-1", "web"), 5, 95, "Error");
     side.containers[0].name = "sidecar".into();
     let mut exited0 = pod("x-1", "web");
-    exited0.restart_policy = RestartPolicy::Never;
+    never_restarts(&mut exited0);
     exited0.containers[0].state = State::Terminated(Box::new(Termination { exit_code: 0, ..Default::default() }));
     let f = eval(&[done, deleting, gated, canary, side, exited0], &r, 100);
     assert!(f.problems.is_empty(), "{:?}", f.problems);
@@ -218,7 +224,7 @@ fn a_reason_filter_that_drops_problems_says_so() {
 fn failed_containers_that_do_not_restart_and_evictions() {
     let r = rules(serde_json::json!({}));
     let mut p = pod("job-x", "job");
-    p.restart_policy = RestartPolicy::Never;
+    never_restarts(&mut p);
     p.phase = PodPhase::Failed;
     p.containers[0].state = State::Terminated(Box::new(Termination {
         reason: "Error".into(),
@@ -248,7 +254,7 @@ fn not_ready_counts_from_the_ready_transition() {
     let r = rules(serde_json::json!({}));
     let mut p = pod("w", "web");
     p.ready = false;
-    p.ready_changed = t(40).into();
+    p.trouble = Some(Box::new(Trouble { not_ready_since: t(40).into(), ..Default::default() }));
     p.containers[0].ready = false;
     let f = eval(&[p], &r, 100);
     assert_eq!(f.problems[0].key.reason, Reason::NotReady);
