@@ -255,7 +255,8 @@ mod tests {
 
     #[test]
     fn a_view_keeps_at_most_its_bounds_of_containers() {
-        let containers: Vec<serde_json::Value> = (0..300).map(|i| serde_json::json!({"name": format!("c{i}")})).collect();
+        let containers: Vec<serde_json::Value> =
+            (0..300).map(|i| serde_json::json!({"name": format!("c{i}")})).collect();
         let statuses: Vec<serde_json::Value> = (0..300)
             .map(|i| serde_json::json!({"name": format!("c{i}"), "ready": true, "restartCount": 0, "image": "x", "imageID": "",
                 "state": {"running": {}}}))
