@@ -349,6 +349,12 @@ fn pod_names(
     let mut bad = Vec::new();
     let mut out = Vec::with_capacity(pods.len());
     for (hostname, ips) in pods {
+        // One label: the API server checks it, checked again here (defence
+        // in depth) since a dotted one would reach names of another shape.
+        if hostname.contains('.') {
+            bad.push(format!("hostname {hostname:?} is not a single label"));
+            continue;
+        }
         let h = naming.pod_template.render_pod(vars, &hostname);
         match hostname::validate(&h, &naming.domain) {
             Ok(()) => out.push((h, split_ips(ips.into_iter()))),
@@ -687,6 +693,11 @@ mod tests {
         let w = super::wish(&headless(&[(ANNOTATION_POD_RECORDS, "true")], false), &odd, None, &[&s]);
         assert_eq!(names_of(&w.desired), ["kube-web.vipmind.me"]);
         assert_eq!(w.notices[0].reason, "InvalidHostname");
+        // A dotted hostname never reaches a name.
+        let dotted = endpoints(&[("10.0.0.1", true, Some("a.b")), ("10.0.0.2", true, Some("web-1"))]);
+        let w = super::wish(&headless(&[(ANNOTATION_POD_RECORDS, "true")], false), &naming(), None, &[&dotted]);
+        assert_eq!(names_of(&w.desired), ["kube-web.vipmind.me", "web-1.web.vipmind.me"]);
+        assert!(w.notices[0].message.contains("not a single label"), "{:?}", w.notices);
         // On a Service with a ClusterIP: ignored, said once.
         let w = super::wish(
             &ServiceInfo::from(svc("x", &["10.0.0.1"], &[(ANNOTATION_POD_RECORDS, "true")])),
