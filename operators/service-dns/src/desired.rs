@@ -96,18 +96,13 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Desired {
     Publish(Claim),
-    /// Nothing to publish, said with a Normal event (reason, message).
-    Skip {
-        reason: &'static str,
-        message: String,
-    },
     /// Bad input, said with a Warning event (reason, message).
     Invalid {
         reason: &'static str,
         message: String,
     },
     /// Nothing to publish and nothing worth saying (opted out, no IP yet,
-    /// ExternalName).
+    /// no ready endpoint, ExternalName).
     Quiet,
 }
 

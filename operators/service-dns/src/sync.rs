@@ -302,9 +302,6 @@ impl Syncer {
             }
             match desired {
                 Desired::Publish(c) => wanted.claims.push(c),
-                Desired::Skip { reason, message } => {
-                    self.reporter.standing(&resource, uid, false, reason, "", message);
-                }
                 Desired::Invalid { reason, message } => {
                     wanted.keep.insert(resource.clone());
                     self.reporter.standing(&resource, uid, true, reason, "", message);
