@@ -728,10 +728,11 @@ async fn zone() -> &'static Zone {
 }
 
 /// service-dns: a Service made for the round (its own name, so no earlier
-/// round's record can satisfy it) gets its A record with its ClusterIP; and
+/// round's record can satisfy it) gets its A record with its ClusterIP;
 /// another, with a `flotilla.dev/hostname` its namespace was granted
 /// (`flotilla.dev/allowed-hostnames`, read through the `-namespaces`
-/// ClusterRole), gets its annotated name.
+/// ClusterRole), gets its annotated name; and a headless one gets its
+/// EndpointSlice's address.
 fn service_dns_scenario(
     admin: Client,
     ns: String,
@@ -761,6 +762,28 @@ fn service_dns_scenario(
             let svc = services.create(&PostParams::default(), &svc).await.map_err(|e| e.to_string())?;
             wanted.push((record, svc.spec.and_then(|s| s.cluster_ip).ok_or("no ClusterIP")?));
         }
+        // A headless Service: its record set is its EndpointSlice's ready
+        // addresses (read through the endpointslices rule).
+        let headless = format!("hl-{round}");
+        let svc: Service = serde_json::from_value(
+            json!({"metadata": {"name": headless}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}),
+        )
+        .unwrap();
+        services.create(&PostParams::default(), &svc).await.map_err(|e| e.to_string())?;
+        let ip = format!("10.9.0.{}", round % 250 + 1);
+        let slice: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": headless, "labels": {"kubernetes.io/service-name": headless,
+                "service.kubernetes.io/headless": "", "endpointslice.kubernetes.io/managed-by": "e2e"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+            "ports": [{"port": 80}]
+        }))
+        .unwrap();
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &slice)
+            .await
+            .map_err(|e| e.to_string())?;
+        wanted.push((format!("kube-{headless}.{domain}"), ip));
         for (record, ip) in wanted {
             wait_for(&format!("A {record} -> {ip}"), timeout, || {
                 let (endpoint, zone, record, ip) = (endpoint.clone(), zone.clone(), record.clone(), ip.clone());

@@ -1,8 +1,11 @@
-{{/* What service-dns needs of the API: read Services. */}}
+{{/* What service-dns needs of the API: read Services, and the EndpointSlices of headless ones (their addresses). */}}
 {{- define "service-dns.rules" -}}
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
 {{- end -}}
 
 {{- define "service-dns.args" -}}
@@ -22,6 +25,8 @@
 - {{ printf "--max-ttl=%s" (include "flotilla.value" .maxTtl) | quote }}
 - {{ printf "--hostname-annotations=%s" (include "flotilla.value" .hostnameAnnotations) | quote }}
 - {{ printf "--max-hostnames-per-service=%s" (include "flotilla.value" .maxHostnamesPerService) | quote }}
+- {{ printf "--pod-hostname-template=%s" (include "flotilla.value" .podHostnameTemplate) | quote }}
+- {{ printf "--max-endpoints-per-service=%s" (include "flotilla.value" .maxEndpointsPerService) | quote }}
 - {{ printf "--handover-grace=%s" (include "flotilla.value" .handoverGrace) | quote }}
 {{- if .ownerId }}
 - {{ printf "--owner-id=%s" (include "flotilla.value" .ownerId) | quote }}

@@ -45,6 +45,17 @@ pub struct Args {
     #[arg(long, env = "HOSTNAME_TEMPLATE", default_value = "{prefix}-{name}.{domain}", value_name = "TEMPLATE")]
     pub hostname_template: String,
 
+    /// Names of a headless Service's pods (with the Service annotation flotilla.dev/pod-records: "true"),
+    /// one per endpoint with a hostname (a StatefulSet's pods). Variables: {hostname} and {name} (both
+    /// required), {namespace}, {prefix}, {domain}.
+    #[arg(long, env = "POD_HOSTNAME_TEMPLATE", default_value = "{hostname}.{name}.{domain}", value_name = "TEMPLATE")]
+    pub pod_hostname_template: String,
+
+    /// The most endpoint addresses a headless Service's record set holds, and the most pod names it gets:
+    /// the lowest are published, the Service gets a TooManyEndpoints Warning (1 … 400).
+    #[arg(long, env = "MAX_ENDPOINTS_PER_SERVICE", default_value_t = 100, value_name = "N")]
+    pub max_endpoints_per_service: usize,
+
     /// TTL of the records, in seconds (a Service may set flotilla.dev/ttl). At most --max-ttl.
     #[arg(long, env = "TTL", default_value_t = 300, value_name = "SECONDS")]
     pub ttl: i64,
@@ -147,6 +158,10 @@ pub struct Args {
 /// sync's requests with everyone's.
 pub const MAX_HOSTNAMES: usize = 1000;
 
+/// The largest `--max-endpoints-per-service`: a record set's values are
+/// counted twice in an UPSERT, and a request holds 1,000 (with its TXT).
+pub const MAX_ENDPOINTS: usize = 400;
+
 /// Where the zone comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZoneSource {
@@ -166,6 +181,8 @@ pub struct Config {
     pub max_ttl: i64,
     pub hostname_annotations: HostnameAnnotations,
     pub max_hostnames: usize,
+    pub pod_template: Template,
+    pub max_endpoints: usize,
     pub handover_grace: Duration,
     /// `None`: derive it from the cluster at start.
     pub owner_id: Option<String>,
@@ -248,6 +265,24 @@ impl Args {
                 ConfigError::new("hostname-template", format!("gives {sample:?} for Service default/my-service: {e}"))
             })?;
         }
+        let pod_template = Template::parse_pod(&self.pod_hostname_template)
+            .map_err(|e| ConfigError::new("pod-hostname-template", e.to_string()))?;
+        if let Some(d) = &domain {
+            let vars = hostname::Vars { name: "web", namespace: "default", prefix: &self.domain_prefix, domain: d };
+            let sample = pod_template.render_pod(vars, "web-0");
+            hostname::validate(&sample, d).map_err(|e| {
+                ConfigError::new(
+                    "pod-hostname-template",
+                    format!("gives {sample:?} for pod web-0 of Service default/web: {e}"),
+                )
+            })?;
+        }
+        if !(1..=MAX_ENDPOINTS).contains(&self.max_endpoints_per_service) {
+            return Err(ConfigError::new(
+                "max-endpoints-per-service",
+                format!("{} is not in 1..={MAX_ENDPOINTS}", self.max_endpoints_per_service),
+            ));
+        }
         if !(0..=MAX_TTL).contains(&self.max_ttl) {
             return Err(ConfigError::new("max-ttl", format!("{} is not in 0..={MAX_TTL}", self.max_ttl)));
         }
@@ -303,6 +338,8 @@ impl Args {
             max_ttl: self.max_ttl,
             hostname_annotations: self.hostname_annotations,
             max_hostnames: self.max_hostnames_per_service,
+            pod_template,
+            max_endpoints: self.max_endpoints_per_service,
             handover_grace: self.handover_grace,
             owner_id: owner_id.map(str::to_string),
             adopt,
@@ -436,6 +473,20 @@ mod tests {
         assert_eq!(
             parse(&["--domain-name=a.b", "--hostname-template={name}.other.org"]).unwrap_err().flag,
             "hostname-template"
+        );
+        for bad in ["{hostname}.{domain}", "{hostname}.{name}.other.org", "{hostname}.{nme}.{domain}"] {
+            let arg = format!("--pod-hostname-template={bad}");
+            assert_eq!(parse(&["--domain-name=a.b", &arg]).unwrap_err().flag, "pod-hostname-template", "{bad}");
+        }
+        for bad in ["0", "401"] {
+            let arg = format!("--max-endpoints-per-service={bad}");
+            assert_eq!(parse(&["--domain-name=a.b", &arg]).unwrap_err().flag, "max-endpoints-per-service", "{bad}");
+        }
+        assert_eq!(
+            parse(&["--domain-name=a.b", "--pod-hostname-template={hostname}-{name}.{namespace}.{domain}"])
+                .unwrap()
+                .max_endpoints,
+            100
         );
         assert_eq!(parse(&["--domain-name=a.b", "--ttl=-5"]).unwrap_err().flag, "ttl");
         assert_eq!(parse(&["--domain-name=a.b", "--ttl=90000"]).unwrap_err().flag, "ttl", "above --max-ttl");

@@ -16,6 +16,7 @@ use flotilla_shared::Context;
 use flotilla_shared::projection;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::mpsc;
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::desired::resource_id;
+use crate::endpoints::{self, SliceInfo};
 use crate::grant::HostnameAnnotations;
 use crate::hold::{Hold, Sending};
 use crate::metrics::DnsMetrics;
@@ -135,6 +137,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         },
     ));
 
+    // The EndpointSlices of headless Services: their addresses, held small.
+    let (slices, slices_ready, slices_task) = watch_slices(&ctx, &cfg, grants_tx.clone(), shutdown.clone());
+
     // The namespaces' grants, read only when names need them.
     let (grants, grants_task) = if cfg.hostname_annotations == HostnameAnnotations::NamespaceAllowed {
         let (grants, task) = watch_grants(&ctx, &cfg, grants_tx, shutdown.clone());
@@ -151,19 +156,26 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     }
     tracing::info!("Service cache synced");
     services.synced();
+    // An unsynced slice cache would withdraw every headless Service's records.
+    tokio::select! {
+        r = slices.wait_until_ready() => if r.is_err() { return Ok(()) },
+        _ = shutdown.cancelled() => return Ok(()),
+    }
+    slices_ready.synced();
     tokio::select! {
         r = grants.wait_until_ready() => if r.is_err() { return Ok(()) },
         _ = shutdown.cancelled() => return Ok(()),
     }
 
     let reporter = Reporter::new(Some(ctx.events.clone()));
-    let caches = Caches { services: store, grants };
+    let caches = Caches { services: store, slices, grants };
     let mut syncer = Syncer::new(cfg.clone(), owner_id, zone, r53, metrics.clone(), reporter, caches);
     // A standby keeps its cache warm; only the leader writes to the zone.
     if !ctx.is_leading() {
         tracing::info!("standing by: the cache is kept, the first sync waits for the lease");
         if !ctx.leading().await {
             watch_task.abort();
+            slices_task.abort();
             if let Some(t) = grants_task {
                 t.abort();
             }
@@ -297,11 +309,44 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         }
     }
     watch_task.abort();
+    slices_task.abort();
     if let Some(t) = grants_task {
         t.abort();
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Watches the EndpointSlices of headless Services (all namespaces, or the
+/// `--watch-namespace`; the API server filters by the label the
+/// EndpointSlice controller puts on them, see [`crate::endpoints`]) into a
+/// store of small projections; a change of what is kept (an endpoint
+/// added, gone, ready or not) triggers a sync, which the hold rule runs
+/// within `--debounce`.
+fn watch_slices(
+    ctx: &Context,
+    cfg: &Config,
+    tx: mpsc::Sender<()>,
+    shutdown: CancellationToken,
+) -> (projection::Store<SliceInfo>, flotilla_shared::health::WatchHealth, tokio::task::JoinHandle<()>) {
+    let api: Api<EndpointSlice> = match &cfg.watch_namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let wc = watcher::Config::default().labels(endpoints::SELECTOR);
+    let (store, writer) = projection::store::<SliceInfo>();
+    let health = ctx.readiness().watch("endpointslices");
+    let watch = health.watcher(api, wc);
+    let task = tokio::spawn(writer.feed(
+        watch.take_until(shutdown.cancelled_owned()),
+        |slice| (endpoints::key(&slice), SliceInfo::from(slice)),
+        move |fed| {
+            if matches!(fed, projection::Fed::Listed(_)) || !fed.changes().is_empty() {
+                let _ = tx.try_send(());
+            }
+        },
+    ));
+    (store, health, task)
 }
 
 /// Watches the Namespaces' metadata for hostname grants (all of them, or the

@@ -7,8 +7,10 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use crate::endpoints::SliceInfo;
 use crate::extdns::{EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_TTL};
 use crate::grant::{ANNOTATION_ALLOWED_HOSTNAMES, Grant, HostnameAnnotations};
+use crate::headless;
 use crate::hostname::{self, Template, Vars};
 use crate::model::{RecordSet, RecordType};
 use crate::service::ServiceInfo;
@@ -17,6 +19,8 @@ pub const ANNOTATION_HOSTNAME: &str = "flotilla.dev/hostname";
 pub const ANNOTATION_TTL: &str = "flotilla.dev/ttl";
 pub const ANNOTATION_DNS: &str = "flotilla.dev/dns";
 pub const ANNOTATION_TARGET: &str = "flotilla.dev/target";
+/// `"true"` on a headless Service: a name per pod with a `hostname`.
+pub const ANNOTATION_POD_RECORDS: &str = "flotilla.dev/pod-records";
 
 /// A TTL annotation: whole seconds, or (as external-dns takes it) a
 /// duration of whole seconds such as `1m`.
@@ -45,6 +49,10 @@ pub struct Naming {
     pub max_hostnames: usize,
     /// `--hostname-annotations`.
     pub annotations: HostnameAnnotations,
+    /// `--pod-hostname-template`: a headless Service's pod names.
+    pub pod_template: Template,
+    /// `--max-endpoints-per-service`: addresses in a headless Service's set, and pod names.
+    pub max_endpoints: usize,
 }
 
 /// Event reasons of the refusals and corrections made here.
@@ -88,18 +96,13 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Desired {
     Publish(Claim),
-    /// Nothing to publish, said with a Normal event (reason, message).
-    Skip {
-        reason: &'static str,
-        message: String,
-    },
     /// Bad input, said with a Warning event (reason, message).
     Invalid {
         reason: &'static str,
         message: String,
     },
     /// Nothing to publish and nothing worth saying (opted out, no IP yet,
-    /// ExternalName).
+    /// no ready endpoint, ExternalName).
     Quiet,
 }
 
@@ -118,9 +121,15 @@ fn listed(names: &[&str]) -> String {
     out
 }
 
-/// The records a Service asks for, given `--hostname-annotations` and its
-/// namespace's grant (`None`: the Namespace has no `flotilla.dev/allowed-hostnames`).
+/// The records a Service without endpoints asks for (see [`wish`]).
 pub fn desired(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>) -> Wish {
+    wish(svc, naming, grant, &[])
+}
+
+/// The records a Service asks for, given `--hostname-annotations`, its
+/// namespace's grant (`None`: the Namespace has no `flotilla.dev/allowed-hostnames`)
+/// and, for a headless Service, its EndpointSlices.
+pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &[&SliceInfo]) -> Wish {
     let (namespace, name) = (svc.namespace.as_str(), svc.name.as_str());
     if svc.annotation(ANNOTATION_DNS).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
         return Desired::Quiet.into();
@@ -224,7 +233,7 @@ pub fn desired(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>) -> Wis
             vec![h]
         }
     };
-    let desired = publish(svc, hostnames, ttl);
+    let desired = publish(svc, hostnames, ttl, naming, slices, &mut notices);
     Wish { desired, notices }
 }
 
@@ -249,10 +258,27 @@ fn not_allowed(key: &str, namespace: &str, refused: &[String], grant: Option<&Gr
     Notice { reason: HOSTNAME_NOT_ALLOWED, message }
 }
 
-/// The records at `hostnames` for the Service's targets.
-fn publish(svc: &ServiceInfo, hostnames: Vec<String>, ttl: i64) -> Desired {
+/// The records at `hostnames` for the Service's targets (and, for a
+/// headless Service with `flotilla.dev/pod-records`, at its pods' names).
+fn publish(
+    svc: &ServiceInfo,
+    hostnames: Vec<String>,
+    ttl: i64,
+    naming: &Naming,
+    slices: &[&SliceInfo],
+    notices: &mut Vec<Notice>,
+) -> Desired {
     let (namespace, name) = (svc.namespace.as_str(), svc.name.as_str());
+    let pod_records = svc.annotation(ANNOTATION_POD_RECORDS).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let mut pods = Vec::new();
     let targets = match svc.annotation(ANNOTATION_TARGET).map(|s| s.trim()) {
+        None | Some("") | Some("cluster-ip") if svc.is_headless() => {
+            let (addresses, cut) =
+                headless::addresses(slices, svc.publish_not_ready, pod_records, naming.max_endpoints);
+            notices.extend(cut);
+            pods = pod_names(svc, naming, addresses.pods, notices);
+            split_ips(addresses.service.into_iter())
+        }
         None | Some("") | Some("cluster-ip") => match cluster_ip_targets(svc) {
             Ok(t) => t,
             Err(skip) => return skip,
@@ -267,16 +293,28 @@ fn publish(svc: &ServiceInfo, hostnames: Vec<String>, ttl: i64) -> Desired {
             };
         }
     };
-    if targets.is_empty() {
+    if pod_records && !svc.is_headless() {
+        notices.push(Notice {
+            reason: "InvalidAnnotation",
+            message: format!("{ANNOTATION_POD_RECORDS} applies to headless Services (clusterIP: None) only; ignored"),
+        });
+    }
+    if targets.is_empty() && pods.is_empty() {
         return Desired::Quiet;
     }
 
     // Exactly as many as pushed: a Vec grown from empty keeps room for
     // four record sets (224 B), and every sync builds a claim per Service.
-    let mut records = Vec::with_capacity(hostnames.len() * targets.len());
+    let pod_sets: usize = pods.iter().map(|(_, t)| t.len()).sum();
+    let mut records = Vec::with_capacity(hostnames.len() * targets.len() + pod_sets);
     for h in &hostnames {
         for (rtype, values) in &targets {
             records.push(RecordSet::new(h.clone(), *rtype, ttl, values.clone()));
+        }
+    }
+    for (h, targets) in pods {
+        for (rtype, values) in targets {
+            records.push(RecordSet::new(h.clone(), rtype, ttl, values));
         }
     }
     records.sort();
@@ -291,14 +329,40 @@ fn cluster_ip_targets(svc: &ServiceInfo) -> Result<Targets, Desired> {
     if svc.external_name {
         return Err(Desired::Quiet);
     }
-    let ips = &svc.cluster_ips;
-    if ips.iter().any(|ip| ip == "None") {
-        return Err(Desired::Skip {
-            reason: "DnsRecordSkipped",
-            message: "headless Service (clusterIP: None): no ClusterIP to publish".to_string(),
+    Ok(split_ips(svc.cluster_ips.iter().filter_map(|s| s.parse::<IpAddr>().ok())))
+}
+
+/// The pods' names (`--pod-hostname-template`) and their records; a
+/// hostname that gives no valid name is left out, said as a Warning.
+fn pod_names(
+    svc: &ServiceInfo,
+    naming: &Naming,
+    pods: Vec<(Box<str>, Vec<IpAddr>)>,
+    notices: &mut Vec<Notice>,
+) -> Vec<(String, Targets)> {
+    let vars = Vars { name: &svc.name, namespace: &svc.namespace, prefix: &naming.prefix, domain: &naming.domain };
+    let mut bad = Vec::new();
+    let mut out = Vec::with_capacity(pods.len());
+    for (hostname, ips) in pods {
+        // One label: the API server checks it, checked again here (defence
+        // in depth) since a dotted one would reach names of another shape.
+        if hostname.contains('.') {
+            bad.push(format!("hostname {hostname:?} is not a single label"));
+            continue;
+        }
+        let h = naming.pod_template.render_pod(vars, &hostname);
+        match hostname::validate(&h, &naming.domain) {
+            Ok(()) => out.push((h, split_ips(ips.into_iter()))),
+            Err(e) => bad.push(e.to_string()),
+        }
+    }
+    if let Some(first) = bad.first() {
+        notices.push(Notice {
+            reason: "InvalidHostname",
+            message: format!("{} pod name(s) not published (--pod-hostname-template), e.g. {first}", bad.len()),
         });
     }
-    Ok(split_ips(ips.iter().filter_map(|s| s.parse::<IpAddr>().ok())))
+    out
 }
 
 fn split_ips(ips: impl Iterator<Item = IpAddr>) -> Targets {
@@ -362,6 +426,8 @@ mod tests {
             max_ttl: 86_400,
             max_hostnames: 10,
             annotations: HostnameAnnotations::Any,
+            pod_template: Template::parse_pod("{hostname}.{name}.{domain}").unwrap(),
+            max_endpoints: 100,
         }
     }
 
@@ -541,9 +607,121 @@ mod tests {
         assert!(matches!(bad, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{bad:?}");
     }
 
+    fn endpoints(eps: &[(&str, bool, Option<&str>)]) -> SliceInfo {
+        use crate::endpoints::Endpoint;
+        let endpoints = eps
+            .iter()
+            .map(|(ip, ready, h)| Endpoint { ip: ip.parse().unwrap(), ready: *ready, hostname: h.map(Box::from) })
+            .collect();
+        SliceInfo { namespace: "test".into(), service: "web".into(), endpoints }
+    }
+
+    fn headless(annotations: &[(&str, &str)], publish_not_ready: bool) -> ServiceInfo {
+        let mut s = svc("web", &["None"], annotations);
+        if let Some(spec) = s.spec.as_mut() {
+            spec.publish_not_ready_addresses = Some(publish_not_ready);
+        }
+        ServiceInfo::from(s)
+    }
+
+    fn sets(d: &Desired) -> Vec<(String, RecordType, Vec<String>)> {
+        match d {
+            Desired::Publish(c) => c
+                .records
+                .iter()
+                .map(|r| (r.name.to_string(), r.rtype, r.values.iter().map(|v| v.to_string()).collect()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     #[test]
-    fn headless_is_skipped_with_a_reason() {
-        assert!(matches!(want(svc("x", &["None"], &[]), &naming()), Desired::Skip { .. }));
+    fn headless_publishes_its_ready_endpoints() {
+        let s = endpoints(&[
+            ("10.0.0.2", true, Some("web-1")),
+            ("10.0.0.1", true, Some("web-0")),
+            ("10.0.0.3", false, None),
+        ]);
+        let v6 = endpoints(&[("fd00::1", true, Some("web-0"))]);
+        let w = super::wish(&headless(&[], false), &naming(), None, &[&s, &v6]);
+        assert_eq!(
+            sets(&w.desired),
+            [
+                (
+                    "kube-web.vipmind.me".to_string(),
+                    RecordType::A,
+                    vec!["10.0.0.1".to_string(), "10.0.0.2".to_string()]
+                ),
+                ("kube-web.vipmind.me".to_string(), RecordType::Aaaa, vec!["fd00::1".to_string()]),
+            ],
+            "ready only, no pod names without the annotation"
+        );
+        assert!(w.notices.is_empty());
+        // publishNotReadyAddresses: the not-ready one too.
+        let w = super::wish(&headless(&[], true), &naming(), None, &[&s]);
+        assert_eq!(sets(&w.desired)[0].2, ["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        // No endpoint ready: nothing (its records go).
+        let down = endpoints(&[("10.0.0.3", false, None)]);
+        assert_eq!(super::wish(&headless(&[], false), &naming(), None, &[&down]).desired, Desired::Quiet);
+        assert_eq!(super::wish(&headless(&[], false), &naming(), None, &[]).desired, Desired::Quiet);
+    }
+
+    #[test]
+    fn headless_pod_records() {
+        let s = endpoints(&[
+            ("10.0.0.1", true, Some("web-0")),
+            ("10.0.0.2", true, Some("web-1")),
+            ("10.0.0.3", false, Some("web-2")),
+        ]);
+        let w = super::wish(&headless(&[(ANNOTATION_POD_RECORDS, "true")], false), &naming(), None, &[&s]);
+        let names: Vec<(String, Vec<String>)> = sets(&w.desired).into_iter().map(|(n, _, v)| (n, v)).collect();
+        assert_eq!(
+            names,
+            [
+                ("kube-web.vipmind.me".to_string(), vec!["10.0.0.1".to_string(), "10.0.0.2".to_string()]),
+                ("web-0.web.vipmind.me".to_string(), vec!["10.0.0.1".to_string()]),
+                ("web-1.web.vipmind.me".to_string(), vec!["10.0.0.2".to_string()]),
+            ]
+        );
+        // The template is the admin's; a bad rendering leaves only that pod out.
+        let odd = Naming { pod_template: Template::parse_pod("{hostname}.{name}.elsewhere.org").unwrap(), ..naming() };
+        let w = super::wish(&headless(&[(ANNOTATION_POD_RECORDS, "true")], false), &odd, None, &[&s]);
+        assert_eq!(names_of(&w.desired), ["kube-web.vipmind.me"]);
+        assert_eq!(w.notices[0].reason, "InvalidHostname");
+        // A dotted hostname never reaches a name.
+        let dotted = endpoints(&[("10.0.0.1", true, Some("a.b")), ("10.0.0.2", true, Some("web-1"))]);
+        let w = super::wish(&headless(&[(ANNOTATION_POD_RECORDS, "true")], false), &naming(), None, &[&dotted]);
+        assert_eq!(names_of(&w.desired), ["kube-web.vipmind.me", "web-1.web.vipmind.me"]);
+        assert!(w.notices[0].message.contains("not a single label"), "{:?}", w.notices);
+        // On a Service with a ClusterIP: ignored, said once.
+        let w = super::wish(
+            &ServiceInfo::from(svc("x", &["10.0.0.1"], &[(ANNOTATION_POD_RECORDS, "true")])),
+            &naming(),
+            None,
+            &[&s],
+        );
+        assert_eq!(names_of(&w.desired), ["kube-x.vipmind.me"]);
+        assert_eq!(w.notices[0].reason, "InvalidAnnotation");
+    }
+
+    fn names_of(d: &Desired) -> Vec<String> {
+        let mut n: Vec<String> = sets(d).into_iter().map(|(n, _, _)| n).collect();
+        n.dedup();
+        n
+    }
+
+    #[test]
+    fn headless_is_bounded() {
+        let eps: Vec<(String, Option<String>)> =
+            (0..30).map(|i| (format!("10.0.0.{}", i + 1), Some(format!("web-{i:02}")))).collect();
+        let eps: Vec<(&str, bool, Option<&str>)> = eps.iter().map(|(a, h)| (a.as_str(), true, h.as_deref())).collect();
+        let s = endpoints(&eps);
+        let small = Naming { max_endpoints: 5, ..naming() };
+        let w = super::wish(&headless(&[(ANNOTATION_POD_RECORDS, "true")], false), &small, None, &[&s]);
+        let Desired::Publish(c) = &w.desired else { panic!("{w:?}") };
+        assert_eq!(c.records.len(), 1 + 5, "the set and five pod names");
+        assert_eq!(c.records[0].values.len(), 5);
+        assert!(w.notices.iter().all(|n| n.reason == headless::TOO_MANY_ENDPOINTS) && w.notices.len() == 2);
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub enum HostnameError {
     UnknownVariable(String),
     #[error("unclosed '{{' in the hostname template")]
     Unclosed,
+    #[error("the pod hostname template must contain {{hostname}} and {{name}} (one name per pod of one Service)")]
+    PodTemplateVariables,
 }
 
 /// Lowercase, without a trailing dot.
@@ -88,6 +90,8 @@ enum Part {
     Namespace,
     Prefix,
     Domain,
+    /// `{hostname}`: an endpoint's `hostname` (pod templates only).
+    Hostname,
 }
 
 /// What a template is rendered with.
@@ -101,6 +105,24 @@ pub struct Vars<'a> {
 
 impl Template {
     pub fn parse(s: &str) -> Result<Self, HostnameError> {
+        let t = Self::parse_any(s)?;
+        match t.parts.contains(&Part::Hostname) {
+            true => Err(HostnameError::UnknownVariable("hostname".into())),
+            false => Ok(t),
+        }
+    }
+
+    /// A `--pod-hostname-template`: `{hostname}` and `{name}` required, so
+    /// that two pods, or the pods of two Services, never render one name.
+    pub fn parse_pod(s: &str) -> Result<Self, HostnameError> {
+        let t = Self::parse_any(s)?;
+        match t.parts.contains(&Part::Hostname) && t.parts.contains(&Part::Name) {
+            true => Ok(t),
+            false => Err(HostnameError::PodTemplateVariables),
+        }
+    }
+
+    fn parse_any(s: &str) -> Result<Self, HostnameError> {
         let mut parts = Vec::new();
         let mut rest = s;
         while let Some(open) = rest.find('{') {
@@ -114,6 +136,7 @@ impl Template {
                 "namespace" => Part::Namespace,
                 "prefix" => Part::Prefix,
                 "domain" => Part::Domain,
+                "hostname" => Part::Hostname,
                 other => return Err(HostnameError::UnknownVariable(other.to_string())),
             });
             rest = &after[close + 1..];
@@ -126,6 +149,12 @@ impl Template {
 
     /// The rendered, normalized hostname (not yet validated).
     pub fn render(&self, v: Vars<'_>) -> String {
+        self.render_pod(v, "")
+    }
+
+    /// The rendered, normalized name of a pod's endpoint `hostname` (not
+    /// yet validated).
+    pub fn render_pod(&self, v: Vars<'_>, hostname: &str) -> String {
         let mut out = String::new();
         for p in &self.parts {
             match p {
@@ -134,6 +163,7 @@ impl Template {
                 Part::Namespace => out.push_str(v.namespace),
                 Part::Prefix => out.push_str(v.prefix),
                 Part::Domain => out.push_str(v.domain),
+                Part::Hostname => out.push_str(hostname),
             }
         }
         normalize(&out)
@@ -162,6 +192,16 @@ mod tests {
         assert_eq!(Template::parse("{nme}.{domain}"), Err(HostnameError::UnknownVariable("nme".into())));
         assert_eq!(Template::parse("{name.{domain}"), Err(HostnameError::UnknownVariable("name.{domain".into())));
         assert_eq!(Template::parse("{name"), Err(HostnameError::Unclosed));
+        assert_eq!(Template::parse("{hostname}.{domain}"), Err(HostnameError::UnknownVariable("hostname".into())));
+    }
+
+    #[test]
+    fn pod_templates() {
+        let t = Template::parse_pod("{hostname}.{name}.{domain}").unwrap();
+        assert_eq!(t.render_pod(vars("web", "test"), "web-0"), "web-0.web.vipmind.me");
+        for bad in ["{hostname}.{domain}", "{name}.{domain}", "pod.{name}.{domain}"] {
+            assert_eq!(Template::parse_pod(bad), Err(HostnameError::PodTemplateVariables), "{bad}");
+        }
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! | [`desired`] | desired state: the records a Service asks for, and what of it is refused (grant, cap, TTL) |
 //! | [`grant`] | `flotilla.dev/allowed-hostnames`: parsing and matching a namespace's grant; `--hostname-annotations` |
 //! | [`service`] | the few fields of a Service that are kept in the cache |
+//! | [`endpoints`] | the few fields of a headless Service's EndpointSlices that are kept in their cache |
+//! | [`headless`] | a headless Service's published addresses and pod names from its slices (pure, bounded) |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`model`] | the record model shared by desired, current and plan: record sets, their keys, changes |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests): reading the zone and the claims, conflicts, changes |
@@ -31,8 +33,10 @@ pub mod batch;
 pub mod config;
 pub mod controller;
 pub mod desired;
+pub mod endpoints;
 pub mod extdns;
 pub mod grant;
+pub mod headless;
 pub mod hold;
 pub mod hostname;
 pub mod insync;

@@ -17,6 +17,9 @@ pub struct ServiceInfo {
     pub created: i64,
     /// `spec.type: ExternalName` (no ClusterIP, nothing to publish).
     pub external_name: bool,
+    /// `spec.publishNotReadyAddresses`: a headless Service publishes its
+    /// not-ready endpoints too.
+    pub publish_not_ready: bool,
     /// `spec.clusterIPs`, or `spec.clusterIP` when the list is empty.
     pub cluster_ips: Box<[String]>,
     /// `status.loadBalancer.ingress[].ip`.
@@ -29,6 +32,11 @@ pub struct ServiceInfo {
 }
 
 impl ServiceInfo {
+    /// `clusterIP: None`: its records come from its EndpointSlices.
+    pub fn is_headless(&self) -> bool {
+        !self.external_name && self.cluster_ips.iter().any(|ip| ip == "None")
+    }
+
     /// An annotation's value.
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
@@ -66,6 +74,7 @@ impl From<Service> for ServiceInfo {
             uid: m.uid,
             created: m.creation_timestamp.map(|t| t.0.as_second()).unwrap_or(i64::MAX),
             external_name: spec.type_.as_deref() == Some("ExternalName"),
+            publish_not_ready: spec.publish_not_ready_addresses.unwrap_or(false),
             cluster_ips: cluster_ips.into(),
             ingress_ips: ingress_ips.into(),
             ingress_hostnames: ingress_hostnames.into(),

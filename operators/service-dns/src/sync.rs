@@ -7,7 +7,7 @@
 //! quarantine). The loop only calls [`Syncer::sync`]; the state kept between
 //! syncs is private to this module.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use flotilla_shared::projection::Store;
@@ -15,7 +15,9 @@ use flotilla_shared::projection::Store;
 use crate::apply::{apply, refresh_names, update_zone};
 use crate::batch::{Applied, Limits};
 use crate::config::Config;
-use crate::desired::{Claim, Desired, Naming, Wish, desired, resource_id};
+use crate::desired::{Claim, Desired, Naming, Wish, resource_id, wish};
+use crate::endpoints::SliceInfo;
+use crate::headless::TOO_MANY_ENDPOINTS;
 use crate::hold::{Hold, Sending};
 use crate::hostname::owner_txt_name;
 use crate::insync::{InsyncWatcher, Note};
@@ -32,6 +34,8 @@ use crate::zone::Zone;
 /// The caches a sync reads, once each, at its start.
 pub struct Caches {
     pub services: Store<ServiceInfo>,
+    /// The EndpointSlices of headless Services.
+    pub slices: Store<SliceInfo>,
     /// The namespaces' hostname grants (empty unless `--hostname-annotations=namespace-allowed`).
     pub grants: Grants,
 }
@@ -138,6 +142,8 @@ impl Syncer {
             max_ttl: cfg.max_ttl,
             max_hostnames: cfg.max_hostnames,
             annotations: cfg.hostname_annotations,
+            pod_template: cfg.pod_template.clone(),
+            max_endpoints: cfg.max_endpoints,
         };
         let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
         let quarantine = Quarantine::new(cfg.interval.max(Duration::from_secs(300)));
@@ -275,20 +281,27 @@ impl Syncer {
     fn wanted(&mut self) -> Wanted {
         let services = self.caches.services.state();
         let grants = self.caches.grants.snapshot();
+        let slices = self.caches.slices.state();
+        let mut by_service: HashMap<(&str, &str), Vec<&SliceInfo>> = HashMap::new();
+        for s in &slices {
+            by_service.entry((&s.namespace, &s.service)).or_default().push(s);
+        }
         let mut wanted = Wanted { services: services.len(), ..Wanted::default() };
         for svc in &services {
             let resource = resource_id(&svc.namespace, &svc.name);
             let uid = svc.uid.clone();
             wanted.uids.insert(resource.clone(), uid.clone());
-            let Wish { desired, notices } = desired(svc, &self.naming, grants.get(&svc.namespace).map(|g| &**g));
+            let own = by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map_or(&[][..], Vec::as_slice);
+            let grant = grants.get(&svc.namespace).map(|g| &**g);
+            let Wish { desired, notices } = wish(svc, &self.naming, grant, own);
             for n in notices {
-                self.reporter.standing(&resource, uid.clone(), true, n.reason, "", n.message);
+                let new = self.reporter.standing(&resource, uid.clone(), true, n.reason, "", n.message.clone());
+                if new && n.reason == TOO_MANY_ENDPOINTS {
+                    tracing::warn!(resource = %resource, "{}", n.message);
+                }
             }
             match desired {
                 Desired::Publish(c) => wanted.claims.push(c),
-                Desired::Skip { reason, message } => {
-                    self.reporter.standing(&resource, uid, false, reason, "", message);
-                }
                 Desired::Invalid { reason, message } => {
                     wanted.keep.insert(resource.clone());
                     self.reporter.standing(&resource, uid, true, reason, "", message);

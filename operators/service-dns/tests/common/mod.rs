@@ -456,6 +456,7 @@ pub async fn grant(client: &Client, ns: &str, value: Option<&str>) {
 pub fn chart_rules() -> Vec<PolicyRule> {
     vec![
         rule(&[""], &["services"], &["get", "list", "watch"]),
+        rule(&["discovery.k8s.io"], &["endpointslices"], &["list", "watch"]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
         // `-namespaces`: the hostname grants (metadata only).
         rule(&[""], &["namespaces"], &["list", "watch"]),
@@ -487,6 +488,7 @@ pub async fn scoped_chart_kubeconfig(env: &TestEnv, ns: &str) -> PathBuf {
     let name = format!("flotilla-service-dns-{ns}");
     let namespaced = vec![
         rule(&[""], &["services"], &["get", "list", "watch"]),
+        rule(&["discovery.k8s.io"], &["endpointslices"], &["list", "watch"]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
     ];
     rbac::grant(env, Scope::Namespace(ns), &name, ns, "service-dns", namespaced).await;
