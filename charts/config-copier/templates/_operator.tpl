@@ -8,10 +8,16 @@ e2e/tests/rbac.rs proves each default rule is needed.
 */}}
 {{- define "config-copier.rules" -}}
 - apiGroups: ["flotilla.dev"]
-  resources: ["copyrules", "copyrequests"]
+  resources: ["copyrules"]
   verbs: ["list", "watch", "patch"]
 - apiGroups: ["flotilla.dev"]
-  resources: ["copyrules/status", "copyrequests/status"]
+  resources: ["copyrules/status"]
+  verbs: ["patch"]
+- apiGroups: ["flotilla.dev"]
+  resources: ["copyrequests"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["flotilla.dev"]
+  resources: ["copyrequests/status"]
   verbs: ["patch"]
 - apiGroups: [""]
   resources: ["configmaps", "secrets"]
