@@ -180,7 +180,7 @@ async fn sync(request: &CopyRequest, data: &Data) -> Result<Action, Error> {
     // A copy made by a CopyRule is no source (`None`), as for CopyRules.
     let source = read_source.and_then(|o| Source::from_json_owned(kind, o, &data.strip));
     let seen = match &source {
-        Some(s) => SourceSeen::Found { allow_pull_to: allow, info: s.info() },
+        Some(s) => SourceSeen::Found { allow_pull_to: allow, info: Box::new(s.info()) },
         None => SourceSeen::Unavailable,
     };
     let current = if data.policy.may_touch(ask.namespace) {

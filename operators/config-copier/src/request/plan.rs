@@ -37,7 +37,7 @@ pub enum SourceSeen {
     /// Not found, not read (a protected namespace), or a copy config-copier made.
     Unavailable,
     /// The object, its `allow-pull-to` annotation and what a copy would carry.
-    Found { allow_pull_to: Option<String>, info: SourceInfo },
+    Found { allow_pull_to: Option<String>, info: Box<SourceInfo> },
 }
 
 /// What is at the copy's place in the request's namespace.

@@ -22,7 +22,10 @@ fn ask(namespace: &'static str) -> Ask<'static> {
 }
 
 fn found(allow: Option<&str>) -> SourceSeen {
-    SourceSeen::Found { allow_pull_to: allow.map(str::to_string), info: info(SourceKind::ConfigMap, None, 10) }
+    SourceSeen::Found {
+        allow_pull_to: allow.map(str::to_string),
+        info: Box::new(info(SourceKind::ConfigMap, None, 10)),
+    }
 }
 
 fn mine(in_sync: bool) -> TargetSeen {
@@ -123,19 +126,23 @@ fn secret_types_and_sizes_are_bounded_once_allowed() {
     let p = policy();
     let token = SourceSeen::Found {
         allow_pull_to: Some("*".into()),
-        info: info(SourceKind::Secret, Some("kubernetes.io/service-account-token"), 10),
+        info: Box::new(info(SourceKind::Secret, Some("kubernetes.io/service-account-token"), 10)),
     };
     let d = decide(&ask("app-1"), &token, &mine(true), &p, 1024);
     assert_eq!(d.verdict.reason, "SecretTypeNotAllowed");
     assert!(matches!(d.act, Act::Delete { .. }));
-    let big = SourceSeen::Found { allow_pull_to: Some("*".into()), info: info(SourceKind::ConfigMap, None, 4096) };
+    let big =
+        SourceSeen::Found { allow_pull_to: Some("*".into()), info: Box::new(info(SourceKind::ConfigMap, None, 4096)) };
     let d = decide(&ask("app-1"), &big, &mine(false), &p, 1024);
     assert_eq!((d.act, d.verdict.reason), (Act::Nothing, SOURCE_TOO_LARGE));
 }
 
 #[test]
 fn a_secret_whose_type_changed_is_made_again() {
-    let src = SourceSeen::Found { allow_pull_to: Some("*".into()), info: info(SourceKind::Secret, Some("Opaque"), 1) };
+    let src = SourceSeen::Found {
+        allow_pull_to: Some("*".into()),
+        info: Box::new(info(SourceKind::Secret, Some("Opaque"), 1)),
+    };
     let old = TargetSeen::Mine {
         in_sync: false,
         type_: Some("kubernetes.io/tls".into()),
