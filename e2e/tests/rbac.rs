@@ -292,7 +292,9 @@ async fn pod_as_kubelet_writes_it(
 }
 
 /// config-copier: a CopyRule copies a labelled ConfigMap and a labelled
-/// Secret from the rule's namespace into a namespace made for the round.
+/// Secret from the rule's namespace into a namespace made for the round,
+/// and a CopyRequest there pulls a ConfigMap offered to it (annotation
+/// `flotilla.dev/allow-pull-to`).
 fn config_copier_scenario(
     admin: Client,
     ns: String,
@@ -332,12 +334,44 @@ fn config_copier_scenario(
             .unwrap();
             copyrules.create(&PostParams::default(), &rule).await.map_err(|e| e.to_string())?;
         }
+        // The offered source in a namespace of its own: the release's is
+        // the operator's, protected, never a source.
+        let source_ns = format!("{ns}-s{round}");
+        let source_ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": source_ns}})).unwrap();
+        ns_api.create(&PostParams::default(), &source_ns_obj).await.map_err(|e| e.to_string())?;
+        let offered: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": format!("pull-{round}"), "annotations": {"flotilla.dev/allow-pull-to": target}},
+            "data": {"k": "v"}
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(admin.clone(), &source_ns)
+            .create(&PostParams::default(), &offered)
+            .await
+            .map_err(|e| e.to_string())?;
+        let copyrequests = flotilla_api(&admin, &target, "CopyRequest");
+        let request: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "CopyRequest",
+            "metadata": {"name": "pull"},
+            "spec": {"source": {"kind": "ConfigMap", "namespace": source_ns, "name": format!("pull-{round}")}, "name": "pulled"}
+        }))
+        .unwrap();
+        copyrequests.create(&PostParams::default(), &request).await.map_err(|e| e.to_string())?;
         let (cms, secrets) =
             (Api::<ConfigMap>::namespaced(admin.clone(), &target), Api::<Secret>::namespaced(admin.clone(), &target));
-        wait_for("both copies in the target namespace", timeout, || async {
+        wait_for("the three copies in the target namespace", timeout, || async {
             let cm = cms.get_opt(&format!("src-{round}")).await?;
             let sec = secrets.get_opt(&format!("sec-{round}")).await?;
-            Ok::<_, kube::Error>((cm.is_some() && sec.is_some()).then_some(()))
+            let pulled = cms.get_opt("pulled").await?;
+            Ok::<_, kube::Error>((cm.is_some() && sec.is_some() && pulled.is_some()).then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        wait_for("the request Ready", timeout, || async {
+            let r = copyrequests.get("pull").await?;
+            let ok = r.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+            Ok::<_, kube::Error>(ok.then_some(()))
         })
         .await
         .map_err(|e| e.to_string())?;

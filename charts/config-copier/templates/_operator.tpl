@@ -1,6 +1,6 @@
 {{/*
-What config-copier needs of the API: its CopyRules (patch adds the finalizer
-that prunes copies when a rule is deleted; status), the ConfigMaps and
+What config-copier needs of the API: its CopyRules and CopyRequests (patch
+adds the finalizer that prunes copies when one is deleted; status), the ConfigMaps and
 Secrets it copies from and to, and namespaces (metadata) to copy into;
 with rollouts.enabled, list and patch on the apps workloads it rolls for
 rolloutOnChange (listed in a namespace only when a copy there changed).
@@ -12,6 +12,12 @@ e2e/tests/rbac.rs proves each default rule is needed.
   verbs: ["list", "watch", "patch"]
 - apiGroups: ["flotilla.dev"]
   resources: ["copyrules/status"]
+  verbs: ["patch"]
+- apiGroups: ["flotilla.dev"]
+  resources: ["copyrequests"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["flotilla.dev"]
+  resources: ["copyrequests/status"]
   verbs: ["patch"]
 - apiGroups: [""]
   resources: ["configmaps", "secrets"]

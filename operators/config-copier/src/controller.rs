@@ -145,9 +145,19 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         }));
     }
     let budget = Budget::new(options.max_kib_in_flight);
+    let requests = crate::request::Data {
+        ctx: ctx.clone(),
+        policy: options.policy.clone(),
+        strip: options.strip.clone(),
+        max_source_bytes: options.max_rule_source_bytes,
+        backoff: ErrorBackoff::default(),
+    };
+    let requests = crate::request::run(ctx.clone(), requests, options.watch_namespace.clone());
     let data =
         Arc::new(Data { ctx: ctx.clone(), caches, options, budget, admission, backoff: ErrorBackoff::default() });
-    let result = ctx.run_controller("copyrule", controller, reconcile, error_policy, data).await;
+    let rules = ctx.run_controller("copyrule", controller, reconcile, error_policy, data);
+    let (result, requested) = tokio::join!(rules, requests);
+    let result = result.and(requested);
     for t in tasks {
         t.abort();
     }

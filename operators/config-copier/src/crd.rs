@@ -7,6 +7,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod request;
+pub use request::{CopyRequest, CopyRequestSpec, CopyRequestStatus, NamespaceName, PullSource};
+
 pub use flotilla_shared::selector::{
     LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, LabelKey, LabelSelector, LabelSelectorRequirement, LabelValue,
     SelectorOperator,

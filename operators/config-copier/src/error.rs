@@ -13,6 +13,8 @@ pub enum Error {
     Read(#[source] kube::Error),
     #[error("{failed} copy write(s) failed, first: {first}")]
     Writes { failed: usize, first: String },
+    #[error("writing a CopyRequest's copy: {0}")]
+    Request(#[source] kube::Error),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
@@ -26,6 +28,7 @@ impl Error {
             Error::List(_) => "list",
             Error::Read(_) => "read",
             Error::Writes { .. } => "writes",
+            Error::Request(_) => "request",
             Error::Finalizer(_) => "finalizer",
         }
     }
@@ -43,7 +46,7 @@ impl flotilla_shared::ReconcileError for Error {
                 }
                 _ => false,
             },
-            Error::Status(_) | Error::List(_) | Error::Read(_) | Error::Writes { .. } => false,
+            Error::Status(_) | Error::List(_) | Error::Read(_) | Error::Request(_) | Error::Writes { .. } => false,
         }
     }
 }

@@ -6,7 +6,9 @@
 //! deletions of copies, namespace relabelling, rule changes and rule deletion
 //! all converge within seconds. It never writes or deletes an object that
 //! does not carry its ownership label (unless told to adopt one), and a rule
-//! never reads sources outside its own namespace.
+//! never reads sources outside its own namespace. A `CopyRequest` pulls one
+//! object of another namespace into its own, when that object's owner
+//! allows it (annotation `flotilla.dev/allow-pull-to`).
 //!
 //! | module | concern |
 //! | --- | --- |
@@ -24,6 +26,7 @@
 //! | [`status`] | status and conditions (pure) |
 //! | [`report`] | a sync told: outcomes counted into the status and `copy_operations_total`, Events |
 //! | [`metrics`] | `flotilla_config_copier_*` |
+//! | [`request`] | `CopyRequest`: a pull into the request's namespace, allowed by the source's annotation `flotilla.dev/allow-pull-to`; its own controller, plan (pure), writes and report |
 //! | [`controller`] | wiring, finalizer, and the reconcile: snapshot → plan → apply in rounds (a write's answer read and planned again, `controller::rounds`) → the consumers of updated copies rolled (`controller::rollouts`) → report |
 
 pub mod apply;
@@ -39,6 +42,7 @@ pub mod metrics;
 pub mod plan;
 pub mod read;
 pub mod report;
+pub mod request;
 pub mod sources;
 pub mod status;
 pub mod targets;
@@ -48,7 +52,7 @@ use kube::CustomResourceExt;
 
 /// The operator's CRDs, for `cargo xtask crds`.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![crd::CopyRule::crd()]
+    vec![crd::CopyRule::crd(), crd::CopyRequest::crd()]
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ pub fn rbac_rules() -> Vec<PolicyRule> {
     vec![
         rbac::rule(&["flotilla.dev"], &["copyrules"], &["list", "watch", "patch"]),
         rbac::rule(&["flotilla.dev"], &["copyrules/status"], &["patch"]),
+        rbac::rule(&["flotilla.dev"], &["copyrequests"], &["list", "watch", "patch"]),
+        rbac::rule(&["flotilla.dev"], &["copyrequests/status"], &["patch"]),
         rbac::rule(&[""], &["namespaces"], &["get", "list", "watch"]),
         rbac::rule(&[""], &["configmaps", "secrets"], &["get", "list", "watch", "create", "patch", "delete"]),
         rbac::rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
