@@ -836,8 +836,11 @@ fn service_dns_scenario(
     })
 }
 
-/// The chart values and credentials service-dns runs with here.
-fn service_dns_values(z: &Zone) -> [String; 6] {
+/// The chart values and credentials service-dns runs with here;
+/// `publishHeadless=true` (off by default) as the scenario publishes a
+/// headless Service: the chart's `endpointslices` rule comes with it, and
+/// is shown needed.
+fn service_dns_values(z: &Zone) -> [String; 8] {
     [
         "--set".into(),
         format!("route53.hostedZoneId={}", z.zone),
@@ -845,6 +848,8 @@ fn service_dns_values(z: &Zone) -> [String; 6] {
         "route53.interval=2s".into(),
         "--set".into(),
         format!("aws.endpointUrl={}", z.proxy.endpoint),
+        "--set".into(),
+        "route53.publishHeadless=true".into(),
     ]
 }
 

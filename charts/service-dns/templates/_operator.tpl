@@ -1,11 +1,13 @@
-{{/* What service-dns needs of the API: read Services, and the EndpointSlices of headless ones (their addresses). */}}
+{{/* What service-dns needs of the API: read Services, and with publishHeadless the EndpointSlices of headless ones (their addresses). */}}
 {{- define "service-dns.rules" -}}
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch"]
+{{- if .Values.route53.publishHeadless }}
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["list", "watch"]
+{{- end }}
 {{- end -}}
 
 {{- define "service-dns.args" -}}
@@ -25,6 +27,9 @@
 - {{ printf "--max-ttl=%s" (include "flotilla.value" .maxTtl) | quote }}
 - {{ printf "--hostname-annotations=%s" (include "flotilla.value" .hostnameAnnotations) | quote }}
 - {{ printf "--max-hostnames-per-service=%s" (include "flotilla.value" .maxHostnamesPerService) | quote }}
+{{- if .publishHeadless }}
+- --publish-headless
+{{- end }}
 - {{ printf "--pod-hostname-template=%s" (include "flotilla.value" .podHostnameTemplate) | quote }}
 - {{ printf "--max-endpoints-per-service=%s" (include "flotilla.value" .maxEndpointsPerService) | quote }}
 - {{ printf "--handover-grace=%s" (include "flotilla.value" .handoverGrace) | quote }}

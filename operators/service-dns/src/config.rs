@@ -45,6 +45,13 @@ pub struct Args {
     #[arg(long, env = "HOSTNAME_TEMPLATE", default_value = "{prefix}-{name}.{domain}", value_name = "TEMPLATE")]
     pub hostname_template: String,
 
+    /// Publish headless Services (clusterIP: None): an A/AAAA set of their ready endpoints' addresses,
+    /// read from their EndpointSlices (and pod names with flotilla.dev/pod-records). Off: they are
+    /// skipped with a DnsRecordSkipped Event and EndpointSlices are never read. On needs list/watch on
+    /// endpointslices (discovery.k8s.io): the chart grants it with publishHeadless=true.
+    #[arg(long, env = "PUBLISH_HEADLESS", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub publish_headless: bool,
+
     /// Names of a headless Service's pods (with the Service annotation flotilla.dev/pod-records: "true"),
     /// one per endpoint with a hostname (a StatefulSet's pods). Variables: {hostname} and {name} (both
     /// required), {namespace}, {prefix}, {domain}.
@@ -181,6 +188,8 @@ pub struct Config {
     pub max_ttl: i64,
     pub hostname_annotations: HostnameAnnotations,
     pub max_hostnames: usize,
+    /// `--publish-headless`: headless Services published (and EndpointSlices watched).
+    pub publish_headless: bool,
     pub pod_template: Template,
     pub max_endpoints: usize,
     pub handover_grace: Duration,
@@ -338,6 +347,7 @@ impl Args {
             max_ttl: self.max_ttl,
             hostname_annotations: self.hostname_annotations,
             max_hostnames: self.max_hostnames_per_service,
+            publish_headless: self.publish_headless,
             pod_template,
             max_endpoints: self.max_endpoints_per_service,
             handover_grace: self.handover_grace,
@@ -454,6 +464,9 @@ mod tests {
         assert_eq!(c.max_ttl, 86_400);
         assert_eq!(c.handover_grace, Duration::from_secs(300));
         assert_eq!(c.route53_rps, 2.0, "5 is the whole AWS account's limit");
+        assert!(!c.publish_headless, "headless Services are opt-in (issue 31)");
+        assert!(parse(&["--domain-name=a.b", "--publish-headless"]).unwrap().publish_headless);
+        assert!(!parse(&["--domain-name=a.b", "--publish-headless=false"]).unwrap().publish_headless);
         let c = parse(&["--domain-name=a.b", "--hostname-annotations=any", "--handover-grace=0s"]).unwrap();
         assert_eq!(c.hostname_annotations, HostnameAnnotations::Any);
         assert_eq!(c.handover_grace, Duration::ZERO);

@@ -137,8 +137,10 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         },
     ));
 
-    // The EndpointSlices of headless Services: their addresses, held small.
-    let (slices, slices_ready, slices_task) = watch_slices(&ctx, &cfg, grants_tx.clone(), shutdown.clone());
+    // The EndpointSlices of headless Services: their addresses, held small;
+    // never listed without `--publish-headless` (the chart grants no
+    // endpointslices rule then).
+    let slices = cfg.publish_headless.then(|| watch_slices(&ctx, &cfg, grants_tx.clone(), shutdown.clone()));
 
     // The namespaces' grants, read only when names need them.
     let (grants, grants_task) = if cfg.hostname_annotations == HostnameAnnotations::NamespaceAllowed {
@@ -157,11 +159,17 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     tracing::info!("Service cache synced");
     services.synced();
     // An unsynced slice cache would withdraw every headless Service's records.
-    tokio::select! {
-        r = slices.wait_until_ready() => if r.is_err() { return Ok(()) },
-        _ = shutdown.cancelled() => return Ok(()),
+    if let Some((slices, slices_ready, _)) = &slices {
+        tokio::select! {
+            r = slices.wait_until_ready() => if r.is_err() { return Ok(()) },
+            _ = shutdown.cancelled() => return Ok(()),
+        }
+        slices_ready.synced();
     }
-    slices_ready.synced();
+    let (slices, slices_task) = match slices {
+        Some((store, _, task)) => (Some(store), Some(task)),
+        None => (None, None),
+    };
     tokio::select! {
         r = grants.wait_until_ready() => if r.is_err() { return Ok(()) },
         _ = shutdown.cancelled() => return Ok(()),
@@ -175,7 +183,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         tracing::info!("standing by: the cache is kept, the first sync waits for the lease");
         if !ctx.leading().await {
             watch_task.abort();
-            slices_task.abort();
+            if let Some(t) = slices_task {
+                t.abort();
+            }
             if let Some(t) = grants_task {
                 t.abort();
             }
@@ -309,7 +319,9 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         }
     }
     watch_task.abort();
-    slices_task.abort();
+    if let Some(t) = slices_task {
+        t.abort();
+    }
     if let Some(t) = grants_task {
         t.abort();
     }

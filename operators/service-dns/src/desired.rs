@@ -49,6 +49,8 @@ pub struct Naming {
     pub max_hostnames: usize,
     /// `--hostname-annotations`.
     pub annotations: HostnameAnnotations,
+    /// `--publish-headless`: off, a headless Service is skipped (as before issue 31).
+    pub publish_headless: bool,
     /// `--pod-hostname-template`: a headless Service's pod names.
     pub pod_template: Template,
     /// `--max-endpoints-per-service`: addresses in a headless Service's set, and pod names.
@@ -59,6 +61,9 @@ pub struct Naming {
 pub const HOSTNAME_NOT_ALLOWED: &str = "HostnameNotAllowed";
 pub const TOO_MANY_HOSTNAMES: &str = "TooManyHostnames";
 pub const TTL_CLAMPED: &str = "TTLClamped";
+/// A headless Service with `--publish-headless` off (a Normal Event).
+pub const DNS_RECORD_SKIPPED: &str = "DnsRecordSkipped";
+pub const HEADLESS_OFF: &str = "headless Service (clusterIP: None): not published (--publish-headless is off)";
 
 /// Something the Service asked for and does not get (a Warning), while the
 /// rest of its wish stands.
@@ -96,6 +101,11 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Desired {
     Publish(Claim),
+    /// Nothing to publish, said with a Normal event (reason, message).
+    Skip {
+        reason: &'static str,
+        message: String,
+    },
     /// Bad input, said with a Warning event (reason, message).
     Invalid {
         reason: &'static str,
@@ -272,7 +282,7 @@ fn publish(
     let pod_records = svc.annotation(ANNOTATION_POD_RECORDS).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     let mut pods = Vec::new();
     let targets = match svc.annotation(ANNOTATION_TARGET).map(|s| s.trim()) {
-        None | Some("") | Some("cluster-ip") if svc.is_headless() => {
+        None | Some("") | Some("cluster-ip") if svc.is_headless() && naming.publish_headless => {
             let (addresses, cut) =
                 headless::addresses(slices, svc.publish_not_ready, pod_records, naming.max_endpoints);
             notices.extend(cut);
@@ -328,6 +338,10 @@ type Targets = Vec<(RecordType, Vec<String>)>;
 fn cluster_ip_targets(svc: &ServiceInfo) -> Result<Targets, Desired> {
     if svc.external_name {
         return Err(Desired::Quiet);
+    }
+    // Reached by a headless Service only with `--publish-headless` off.
+    if svc.is_headless() {
+        return Err(Desired::Skip { reason: DNS_RECORD_SKIPPED, message: HEADLESS_OFF.to_string() });
     }
     Ok(split_ips(svc.cluster_ips.iter().filter_map(|s| s.parse::<IpAddr>().ok())))
 }
@@ -426,6 +440,7 @@ mod tests {
             max_ttl: 86_400,
             max_hostnames: 10,
             annotations: HostnameAnnotations::Any,
+            publish_headless: true,
             pod_template: Template::parse_pod("{hostname}.{name}.{domain}").unwrap(),
             max_endpoints: 100,
         }
@@ -708,6 +723,28 @@ mod tests {
         let mut n: Vec<String> = sets(d).into_iter().map(|(n, _, _)| n).collect();
         n.dedup();
         n
+    }
+
+    /// `--publish-headless` off (the default): skipped with a Normal Event,
+    /// as before issue 31, whatever its slices hold.
+    #[test]
+    fn headless_is_skipped_without_the_flag() {
+        let off = Naming { publish_headless: false, ..naming() };
+        let s = endpoints(&[("10.0.0.1", true, Some("web-0"))]);
+        for annotations in [&[][..], &[(ANNOTATION_POD_RECORDS, "true")], &[(ANNOTATION_TARGET, "cluster-ip")]] {
+            let w = super::wish(&headless(annotations, false), &off, None, &[&s]);
+            assert_eq!(
+                w.desired,
+                Desired::Skip { reason: DNS_RECORD_SKIPPED, message: HEADLESS_OFF.to_string() },
+                "{annotations:?}"
+            );
+            assert!(w.notices.is_empty(), "{:?}", w.notices);
+        }
+        // Opted out: quiet, as any Service.
+        let w = super::wish(&headless(&[(ANNOTATION_DNS, "false")], false), &off, None, &[&s]);
+        assert_eq!(w.desired, Desired::Quiet);
+        // With the flag: published.
+        assert!(matches!(super::wish(&headless(&[], false), &naming(), None, &[&s]).desired, Desired::Publish(_)));
     }
 
     #[test]

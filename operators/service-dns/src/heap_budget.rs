@@ -137,6 +137,7 @@ fn naming() -> Naming {
         max_ttl: 86_400,
         max_hostnames: 10,
         annotations: HostnameAnnotations::Off,
+        publish_headless: true,
         pod_template: Template::parse_pod("{hostname}.{name}.{domain}").unwrap_or_else(|e| panic!("template: {e}")),
         max_endpoints: 100,
     }

@@ -34,8 +34,9 @@ use crate::zone::Zone;
 /// The caches a sync reads, once each, at its start.
 pub struct Caches {
     pub services: Store<ServiceInfo>,
-    /// The EndpointSlices of headless Services.
-    pub slices: Store<SliceInfo>,
+    /// The EndpointSlices of headless Services; `None` with
+    /// `--publish-headless` off (they are never read then).
+    pub slices: Option<Store<SliceInfo>>,
     /// The namespaces' hostname grants (empty unless `--hostname-annotations=namespace-allowed`).
     pub grants: Grants,
 }
@@ -142,6 +143,7 @@ impl Syncer {
             max_ttl: cfg.max_ttl,
             max_hostnames: cfg.max_hostnames,
             annotations: cfg.hostname_annotations,
+            publish_headless: cfg.publish_headless,
             pod_template: cfg.pod_template.clone(),
             max_endpoints: cfg.max_endpoints,
         };
@@ -281,7 +283,7 @@ impl Syncer {
     fn wanted(&mut self) -> Wanted {
         let services = self.caches.services.state();
         let grants = self.caches.grants.snapshot();
-        let slices = self.caches.slices.state();
+        let slices = self.caches.slices.as_ref().map(Store::state).unwrap_or_default();
         let mut by_service: HashMap<(&str, &str), Vec<&SliceInfo>> = HashMap::new();
         for s in &slices {
             by_service.entry((&s.namespace, &s.service)).or_default().push(s);
@@ -302,6 +304,9 @@ impl Syncer {
             }
             match desired {
                 Desired::Publish(c) => wanted.claims.push(c),
+                Desired::Skip { reason, message } => {
+                    self.reporter.standing(&resource, uid, false, reason, "", message);
+                }
                 Desired::Invalid { reason, message } => {
                     wanted.keep.insert(resource.clone());
                     self.reporter.standing(&resource, uid, true, reason, "", message);

@@ -2,7 +2,8 @@
 //! real control plane, moto behind the Route53-faithful proxy. The
 //! EndpointSlices are made by hand (Services without a selector, as the
 //! control-plane-only cluster runs no pods), labelled as the EndpointSlice
-//! controller labels those of a headless Service.
+//! controller labels those of a headless Service. Publishing them is
+//! opt-in (`--publish-headless`): without it they are skipped as before.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
@@ -69,7 +70,7 @@ async fn create(f: &Fixture, svc: &Service) {
 /// coming back, it returns. Every name has its ownership TXT.
 #[tokio::test]
 async fn a_headless_service_publishes_its_ready_endpoints_and_pods() {
-    let f = Fixture::start("headless", &[]).await;
+    let f = Fixture::start("headless", &["--publish-headless"]).await;
     create(&f, &headless("db", json!({"flotilla.dev/pod-records": "true"}), false)).await;
     create_slice(
         &f,
@@ -112,7 +113,7 @@ async fn a_headless_service_publishes_its_ready_endpoints_and_pods() {
 /// `--max-endpoints-per-service` the lowest addresses are, with a Warning.
 #[tokio::test]
 async fn publish_not_ready_addresses_and_the_bound() {
-    let f = Fixture::start("headless-bound", &["--max-endpoints-per-service=3"]).await;
+    let f = Fixture::start("headless-bound", &["--publish-headless", "--max-endpoints-per-service=3"]).await;
     create(&f, &headless("early", json!({}), true)).await;
     create_slice(&f, "early", &[("10.2.0.1", false, Some("early-0")), ("10.2.0.2", true, Some("early-1"))]).await;
     wait_record(&f.r53, &f.zone, &f.record("early"), RecordType::A, &["10.2.0.1", "10.2.0.2"]).await;
@@ -128,4 +129,36 @@ async fn publish_not_ready_addresses_and_the_bound() {
     let names: Vec<String> = live_records(&f.r53, &f.zone).await.iter().map(|r| r.name.to_string()).collect();
     assert!(names.iter().all(|n| !n.starts_with("early-")), "no pod names without the annotation: {names:?}");
     assert_eq!(names.len(), 4, "two sets and their TXTs: {names:?}");
+}
+
+/// Without `--publish-headless` (the default) nothing changes from before
+/// issue 31: a headless Service with ready endpoints publishes nothing and
+/// gets a `DnsRecordSkipped` Normal Event; the operator runs with the
+/// chart's default RBAC, which has no `endpointslices` rule (a list or
+/// watch of them would be refused and it would never be ready).
+#[tokio::test]
+async fn without_the_flag_a_headless_service_is_skipped() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let proxy = faithful(&moto);
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "headless-off").await;
+    let ns = env.namespace("headless-off").await.expect("namespace");
+    let kubeconfig = chart_kubeconfig(&env).await;
+    let mut args = zone_args(&zone, &domain);
+    args.push(format!("--watch-namespace={ns}"));
+    let mut op = Operator::start_with(&kubeconfig, &proxy.endpoint, &args, &[]);
+    op.wait_ready().await;
+    let f = Fixture { client, proxy, r53, zone, domain, ns, op };
+
+    create(&f, &headless("db", json!({"flotilla.dev/pod-records": "true"}), false)).await;
+    create_slice(&f, "db", &[("10.4.0.1", true, Some("db-0")), ("10.4.0.2", true, Some("db-1"))]).await;
+    let plain = f.service("plain").await;
+    wait_record(&f.r53, &f.zone, &f.record("plain"), RecordType::A, &[&plain]).await;
+    wait_event(&f.client, &f.ns, "db", "DnsRecordSkipped", "--publish-headless is off").await;
+    f.op.wait_more_syncs(2).await;
+    let names: Vec<String> = live_records(&f.r53, &f.zone).await.iter().map(|r| r.name.to_string()).collect();
+    assert_eq!(names.len(), 2, "plain's A and TXT only: {names:?}");
+    assert!(!f.op.logs().to_lowercase().contains("forbidden"), "refused something:\n{}", f.op.logs());
 }

@@ -517,7 +517,8 @@ async fn dual_stack_gets_a_and_aaaa() {
 }
 
 /// Invalid annotations: Warning Event, that Service skipped, others go on;
-/// a headless Service without endpoints publishes nothing (`headless.rs`).
+/// a headless Service is skipped with a Normal Event (without
+/// `--publish-headless`; with it, `headless.rs`).
 #[tokio::test]
 async fn invalid_annotations_are_reported_and_skipped() {
     let env = flotilla_testenv::shared();
@@ -555,6 +556,7 @@ async fn invalid_annotations_are_reported_and_skipped() {
     for (name, _, _, reason) in &cases {
         wait_event(&client, &ns, name, reason, "no record published").await;
     }
+    wait_event(&client, &ns, "headless", "DnsRecordSkipped", "--publish-headless is off").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let left = user_records(&r53, &zone).await;
     assert_eq!(left.len(), 2, "only good's A and TXT: {left:?}");

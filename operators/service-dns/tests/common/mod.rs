@@ -452,11 +452,12 @@ pub async fn grant(client: &Client, ns: &str, value: Option<&str>) {
 
 /// The rules of the chart's ClusterRoles for a cluster-wide install with
 /// the defaults (`charts/service-dns/templates/_operator.tpl`; the RBAC
-/// proof in `e2e/tests/rbac.rs` shows each of them needed).
+/// proof in `e2e/tests/rbac.rs` shows each of them needed). No
+/// `endpointslices` rule: that comes with `publishHeadless=true` only, and
+/// an operator without `--publish-headless` never reads them.
 pub fn chart_rules() -> Vec<PolicyRule> {
     vec![
         rule(&[""], &["services"], &["get", "list", "watch"]),
-        rule(&["discovery.k8s.io"], &["endpointslices"], &["list", "watch"]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
         // `-namespaces`: the hostname grants (metadata only).
         rule(&[""], &["namespaces"], &["list", "watch"]),
@@ -488,7 +489,6 @@ pub async fn scoped_chart_kubeconfig(env: &TestEnv, ns: &str) -> PathBuf {
     let name = format!("flotilla-service-dns-{ns}");
     let namespaced = vec![
         rule(&[""], &["services"], &["get", "list", "watch"]),
-        rule(&["discovery.k8s.io"], &["endpointslices"], &["list", "watch"]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
     ];
     rbac::grant(env, Scope::Namespace(ns), &name, ns, "service-dns", namespaced).await;
