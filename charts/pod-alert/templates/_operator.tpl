@@ -41,6 +41,9 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--max-notifications-per-minute-per-namespace=%d" (int .Values.sinks.maxNotificationsPerMinutePerNamespace) | quote }}
 - {{ printf "--max-log-bytes=%s" (include "flotilla.value" .Values.maxLogBytes) | quote }}
 - {{ printf "--max-podalerts-per-namespace=%d" (int .Values.maxPodAlertsPerNamespace) | quote }}
+{{- if .Values.debugHint }}
+- "--debug-hint"
+{{- end }}
 {{- include "flotilla.admissionGuardArgs" . }}
 {{- end -}}
 

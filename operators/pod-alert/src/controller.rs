@@ -77,6 +77,9 @@ pub struct Options {
     /// The PodAlert policy (`--require-admission-policy`): while it is
     /// missing, `allNamespaces` is refused.
     pub admission: AdmissionPolicyArgs,
+    /// Name in each notification the `kubectl` line that creates a
+    /// PodDebugger for the incident (`--debug-hint`).
+    pub debug_hint: bool,
 }
 
 /// One PodAlert's state between reconciles.

@@ -15,6 +15,7 @@
 //! | [`pod`] | the pod projection and its workload (pure) |
 //! | [`observe`] | what is wrong with the pods now (pure) |
 //! | [`incident`] | the incident state machine (pure) |
+//! | [`debug_hint`] | the `kubectl` line creating a PodDebugger for an incident, shell-quoted (pure) |
 //! | [`notify`] | Slack, webhook, Alertmanager and Event payloads (pure) |
 //! | [`status`] | status from the incidents and back (pure) |
 //! | [`throttle`] | the per-namespace rate limit on notifications, held ones and summaries (pure) |
@@ -33,6 +34,7 @@ pub mod address;
 pub mod apply;
 pub mod controller;
 pub mod crd;
+pub mod debug_hint;
 pub mod delivery;
 pub mod error;
 pub mod events;

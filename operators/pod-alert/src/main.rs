@@ -62,6 +62,12 @@ struct Args {
     /// summary.
     #[arg(long, env = "MAX_NOTIFICATIONS_PER_MINUTE_PER_NAMESPACE", default_value_t = 60, value_name = "N")]
     max_notifications_per_minute_per_namespace: u32,
+    /// Name in every notification of an incident (Slack, webhook
+    /// `incident.debugCommand`, Alertmanager `debug_command`) the `kubectl`
+    /// line that creates a PodDebugger for its pod, ending in 1h. Turn on
+    /// where pod-debugger is installed: pod-alert does not check.
+    #[arg(long, env = "DEBUG_HINT")]
+    debug_hint: bool,
     /// Print the PodAlert CRD as YAML and exit.
     #[arg(long)]
     print_crd: bool,
@@ -122,6 +128,7 @@ fn main() -> std::process::ExitCode {
         max_per_namespace: args.max_podalerts_per_namespace,
         notifications_per_minute: args.max_notifications_per_minute_per_namespace,
         admission: args.admission,
+        debug_hint: args.debug_hint,
     };
     Operator::new("pod-alert", &args.common).run(move |ctx| controller::run(ctx, options))
 }

@@ -50,6 +50,14 @@ pub struct IncidentView {
     /// The PodAlert's runbookURL, filled in for this incident.
     #[serde(rename = "runbookURL", skip_serializing_if = "Option::is_none")]
     pub runbook_url: Option<String>,
+    /// The `kubectl` line creating a PodDebugger for the incident's pod
+    /// (`--debug-hint`; [`crate::debug_hint`]); absent when off or when the
+    /// pod cannot be selected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug_command: Option<String>,
+    /// What that line's PodDebugger selects (said beside it in Slack).
+    #[serde(skip)]
+    pub debug_scope: Option<crate::debug_hint::Scope>,
 }
 
 /// An incident's log tail as one PodAlert shows it, rendered when a
@@ -131,7 +139,21 @@ impl IncidentView {
             logs: LogText::new(i.logs.clone(), lines, bytes),
             events: Vec::new(),
             runbook_url: None,
+            debug_command: None,
+            debug_scope: None,
         }
+    }
+
+    /// With the `kubectl` line that creates a PodDebugger for one of the
+    /// incident's pods, when the operator gives them (`--debug-hint`).
+    #[must_use]
+    pub fn with_debug_hint(mut self, i: &Incident, on: bool) -> Self {
+        let hint = on
+            .then(|| i.pods.first())
+            .flatten()
+            .and_then(|pod| crate::debug_hint::debug_hint(&i.key.namespace, &i.key.workload, &i.key.container, pod));
+        (self.debug_command, self.debug_scope) = hint.map(|h| (h.command, h.scope)).unzip();
+        self
     }
 
     /// With the Warning Events held with the incident's tail, when the
@@ -348,6 +370,14 @@ impl Notification {
             context.push_str(&format!(" · <{url}|Runbook>"));
         }
         blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]}));
+        if let (Some(cmd), Some(scope)) = (&i.debug_command, i.debug_scope)
+            && !matches!(self.change, Change::Resolved)
+        {
+            // The line holds no backtick (its values are Kubernetes names);
+            // escaped, Slack shows `<<<` and copies it as written.
+            let line = format!("Debug shell ({}, for {}): `{}`", scope.describe(), crate::debug_hint::TTL, e(cmd));
+            blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}));
+        }
         json!({"text": text, "blocks": blocks})
     }
 }
@@ -417,12 +447,13 @@ pub fn alertmanager_alerts(
     incidents: &[&Incident],
     (lines, bytes, events): (u32, usize, bool),
     runbook: Option<&str>,
+    debug_hint: bool,
     now: Timestamp,
 ) -> Value {
     let alerts: Vec<Value> = incidents
         .iter()
         .map(|i| {
-            let v = IncidentView::of(i, lines, bytes).with_events(i, events).with_runbook(runbook);
+            let v = IncidentView::of(i, lines, bytes).with_events(i, events).with_runbook(runbook).with_debug_hint(i, debug_hint);
             let ends = match i.phase {
                 Phase::Resolved { at } => at,
                 _ => after(now, FIRING_ENDS_AFTER),
@@ -435,6 +466,9 @@ pub fn alertmanager_alerts(
             // Alertmanager's annotations are strings: absent, not null.
             if let Some(url) = &v.runbook_url {
                 annotations["runbook_url"] = Value::from(url.as_str());
+            }
+            if let Some(cmd) = &v.debug_command {
+                annotations["debug_command"] = Value::from(cmd.as_str());
             }
             if !v.events.is_empty() {
                 annotations["events"] = Value::from(v.events.join("\n"));
@@ -602,7 +636,7 @@ mod tests {
         assert!(slack.contains("Liveness probe failed: &lt;!channel&gt; '''"), "{slack}");
         assert!(!slack.contains("<!channel>"), "{slack}");
         assert!(!n.event_note().contains("Back-off restarting"), "{}", n.event_note());
-        let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, true), None, n.at);
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, true), None, false, n.at);
         assert_eq!(
             am[0]["annotations"]["events"],
             "Unhealthy: Liveness probe failed: <!channel> ``` (x3)\nBackOff: Back-off restarting failed container app (x7)"
@@ -611,7 +645,7 @@ mod tests {
         let off = IncidentView::of(&i, 50, 8192).with_events(&i, false);
         assert!(off.events.is_empty());
         assert!(serde_json::to_value(&off).unwrap().get("events").is_none());
-        let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, false), None, n.at);
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, false), None, false, n.at);
         assert!(am[0]["annotations"].get("events").is_none());
         // None read: none shown.
         let plain = incident(Phase::Firing);
@@ -650,6 +684,7 @@ mod tests {
             &[&firing],
             (50, 8192, true),
             Some("https://r.example/{reason}"),
+            false,
             now,
         );
         assert_eq!(am[0]["annotations"]["runbook_url"], url);
@@ -658,8 +693,44 @@ mod tests {
         assert!(plain.webhook()["incident"].get("runbookURL").is_none());
         assert!(!plain.slack().to_string().contains("Runbook"));
         assert!(!plain.event_note().contains("runbook"));
-        let am = alertmanager_alerts(("team-a", "crashes"), &[&firing], (50, 8192, true), None, now);
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&firing], (50, 8192, true), None, false, now);
         assert!(am[0]["annotations"].get("runbook_url").is_none(), "absent, not null");
+    }
+
+    /// `--debug-hint`: the line in the webhook, Slack (escaped, while the
+    /// incident is open) and Alertmanager; nowhere when off.
+    #[test]
+    fn every_sink_carries_the_debug_line_when_asked() {
+        let mut i = incident(Phase::Firing);
+        i.key.workload = Workload { kind: "StatefulSet".into(), name: "db".into() };
+        i.pods = ["db-1".to_string(), "db-0".to_string()].into();
+        let n = Notification {
+            podalert: ("team-a".into(), "crashes".into()),
+            change: Change::Opened { replaces: None },
+            incident: IncidentView::of(&i, 50, 8192).with_debug_hint(&i, true),
+            at: Timestamp::from_second(1_800_000_100).unwrap(),
+        };
+        let cmd = n.webhook()["incident"]["debugCommand"].as_str().unwrap().to_string();
+        assert!(cmd.starts_with("kubectl -n 'team-a' create -f - <<< '"), "{cmd}");
+        assert!(cmd.contains(r#""statefulset.kubernetes.io/pod-name":"db-0""#), "the first pod: {cmd}");
+        let slack = n.slack();
+        let line = slack["blocks"].as_array().unwrap().last().unwrap()["elements"][0]["text"].as_str().unwrap();
+        assert!(line.starts_with("Debug shell (this pod only, for 1h): `kubectl"), "{line}");
+        assert!(line.contains("&lt;&lt;&lt;") && !line.contains('<'), "{line}");
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, true), None, true, n.at);
+        assert_eq!(am[0]["annotations"]["debug_command"], cmd.as_str());
+
+        let resolved = Notification { change: Change::Resolved, ..n.clone() };
+        assert!(!resolved.slack().to_string().contains("Debug shell"));
+        let off = IncidentView::of(&i, 50, 8192).with_debug_hint(&i, false);
+        assert!(serde_json::to_value(&off).unwrap().get("debugCommand").is_none());
+        let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, true), None, false, n.at);
+        assert!(am[0]["annotations"].get("debug_command").is_none());
+        // A bare pod: no label to select it by, no line.
+        let plain = incident(Phase::Firing);
+        let mut bare = plain.clone();
+        bare.key.workload = Workload { kind: "Pod".into(), name: "once".into() };
+        assert!(IncidentView::of(&bare, 50, 8192).with_debug_hint(&bare, true).debug_command.is_none());
     }
 
     #[test]
@@ -668,7 +739,7 @@ mod tests {
         let firing = incident(Phase::Firing);
         let at = Timestamp::from_second(1_800_000_090).unwrap();
         let resolved = incident(Phase::Resolved { at });
-        let v = alertmanager_alerts(("team-a", "crashes"), &[&firing, &resolved], (50, 8192, true), None, now);
+        let v = alertmanager_alerts(("team-a", "crashes"), &[&firing, &resolved], (50, 8192, true), None, false, now);
         let a = v.as_array().unwrap();
         assert_eq!(a[0]["labels"]["alertname"], ALERT_NAME);
         assert_eq!(a[0]["labels"]["reason"], "CrashLoopBackOff");
@@ -696,7 +767,7 @@ mod tests {
             let incidents = book.for_alertmanager(t(s));
             let (send, next) = schedule.tick(!incidents.is_empty(), changed, t(s));
             if send {
-                let body = alertmanager_alerts(("a", "p"), &incidents, (50, 8192, true), None, t(s));
+                let body = alertmanager_alerts(("a", "p"), &incidents, (50, 8192, true), None, false, t(s));
                 sent.push((s, body[0]["endsAt"].as_str().unwrap().to_string()));
             }
             assert_eq!(next.is_some(), !incidents.is_empty());

@@ -161,7 +161,8 @@ pub(crate) fn notify(
             change: t.change.clone(),
             incident: IncidentView::of(inc, rules.tail_lines, rules.max_bytes)
                 .with_events(inc, rules.events)
-                .with_runbook(rules.runbook.as_deref()),
+                .with_runbook(rules.runbook.as_deref())
+                .with_debug_hint(inc, data.options.debug_hint),
             at: now,
         };
         for name in ["slack", "webhook"] {
@@ -253,7 +254,14 @@ pub(crate) fn push_alertmanager(
     let (send, next) = st.alertmanager.tick(!incidents.is_empty(), changed, now);
     if send {
         let limits = (rules.tail_lines, rules.max_bytes, rules.events);
-        let body = alertmanager_alerts((ns, &alert.name_any()), &incidents, limits, rules.runbook.as_deref(), now);
+        let body = alertmanager_alerts(
+            (ns, &alert.name_any()),
+            &incidents,
+            limits,
+            rules.runbook.as_deref(),
+            data.options.debug_hint,
+            now,
+        );
         out.sends.push(("alertmanager", body.into()));
     }
     next

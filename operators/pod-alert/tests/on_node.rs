@@ -16,7 +16,7 @@ use flotilla_testenv::node;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(150);
@@ -50,7 +50,7 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     let ns = env.namespace("pa-crash").await.unwrap();
     let receiver = Receiver::start(1).await;
     let am = Alertmanager::start().await;
-    let mut operator = start_operator(&env, &ns, &[]);
+    let mut operator = start_operator(&env, &ns, &["--debug-hint"]);
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let secret: Secret = serde_json::from_value(json!({
@@ -141,6 +141,28 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     assert_eq!(doc["kind"], "PodAlertNotification");
     assert_eq!(doc["incident"]["reason"], "CrashLoopBackOff");
     assert!(doc["incident"]["logs"].as_str().unwrap().contains("first-run-only-line"));
+    // --debug-hint: a bare pod has no label a PodDebugger could select it
+    // by; a Deployment's pods have their revision's pod-template-hash.
+    assert!(doc["incident"].get("debugCommand").is_none(), "{doc:#}");
+    let doc = &receiver.webhook_events("opened", "Deployment/crashers")[0].body;
+    let cmd = doc["incident"]["debugCommand"].as_str().expect("a debug line for the Deployment");
+    assert!(cmd.starts_with(&format!("kubectl -n '{ns}' create -f - <<< '")), "{cmd}");
+    assert!(cmd.contains(r#""matchLabels":{"pod-template-hash":""#), "{cmd}");
+    assert!(cmd.contains(r#""targetContainer":"app""#), "{cmd}");
+    // What the line would pipe to kubectl: a PodDebugger the API accepts
+    // (schema and CEL rules, on a server-side dry run), selecting the
+    // Deployment's crashing pods and nothing else.
+    let (_, quoted) = cmd.split_once(" <<< ").unwrap();
+    let body: serde_json::Value =
+        serde_json::from_str(quoted.strip_prefix('\'').unwrap().strip_suffix('\'').unwrap()).unwrap();
+    let pd: pod_debugger::crd::PodDebugger = serde_json::from_value(body).unwrap();
+    let (key, hash) = pd.spec.selector.match_labels.iter().next().unwrap();
+    let selected = pods.list(&ListParams::default().labels(&format!("{}={}", key.0, hash.0))).await.unwrap();
+    assert_eq!(selected.items.len(), 5, "{cmd}");
+    assert!(selected.items.iter().all(|p| p.metadata.name.as_deref().unwrap().starts_with("crashers-")));
+    flotilla_testenv::harness::install_crds(&client, &pod_debugger::crds()).await.unwrap();
+    let debuggers: Api<pod_debugger::crd::PodDebugger> = Api::namespaced(client.clone(), &ns);
+    debuggers.create(&PostParams { dry_run: true, ..Default::default() }, &pd).await.unwrap();
 
     // Alertmanager shows both firing, with our labels.
     let alert = flotilla_testenv::wait_for("Alertmanager to show the alerts", Duration::from_secs(60), || {
@@ -154,12 +176,13 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     assert_eq!(alert["labels"]["namespace"], ns.as_str());
     assert_eq!(alert["status"]["state"], "active");
     assert!(am.alert_for("Pod/once").await.is_some());
+    assert_eq!(alert["annotations"]["debug_command"], cmd, "the same line for Alertmanager");
 
     // An operator restart mid-incident: the crash loops go on, nothing is sent again.
     operator.signal(flotilla_testenv::cluster::process::Signal::TERM);
     let _ = operator.child.wait();
     let sent_before = receiver.received().len();
-    operator = start_operator(&env, &ns, &[]);
+    operator = start_operator(&env, &ns, &["--debug-hint"]);
     tokio::time::sleep(Duration::from_secs(25)).await;
     for w in ["Pod/once", "Deployment/crashers"] {
         assert_eq!(receiver.webhook_events("opened", w).len(), 1, "{w} re-notified after a restart");
