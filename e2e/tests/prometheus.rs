@@ -35,7 +35,10 @@ async fn prometheus_scrapes_the_operator_metrics() {
     for r in ["success", "error", "requeue", "requeue_after"] {
         assert!(results.contains(&r), "result={r} missing: {results:?}");
     }
-    assert!(series.iter().all(|s| s["metric"]["controller"] == "copyrule"), "{series:?}");
+    // config-copier runs two controllers: CopyRule's and CopyRequest's.
+    let controllers: std::collections::BTreeSet<&str> =
+        series.iter().filter_map(|s| s["metric"]["controller"].as_str()).collect();
+    assert_eq!(controllers, ["copyrequest", "copyrule"].into(), "{series:?}");
     let rss = prom.query(&format!("process_resident_memory_bytes{{job=\"{job}\"}}")).await.unwrap();
     assert!(!rss.is_empty(), "process metrics are scraped too");
 }

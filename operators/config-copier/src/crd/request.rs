@@ -23,7 +23,7 @@ use super::{ObjectName, SourceKind};
     doc = "A request, in the namespace that wants it, for a copy of a ConfigMap or Secret of another namespace whose owner allows it (annotation flotilla.dev/allow-pull-to).",
     namespaced,
     status = "CopyRequestStatus",
-    shortname = "creq",
+    shortname = "cq",
     category = "flotilla",
     printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.source.kind"}"#,
     printcolumn = r#"{"name":"Source-Namespace","type":"string","jsonPath":".spec.source.namespace"}"#,
