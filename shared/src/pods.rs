@@ -21,7 +21,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
 use crate::health::WatchHealth;
-use crate::projection::{Slot, Writer};
+use crate::projection::{Slot, Writer, ns_key};
 
 /// Labels a pod view keeps at most (keys and values); a pod with more of
 /// the referenced ones is marked cut and matches no selector.
@@ -284,7 +284,7 @@ pub async fn watch_labelled<K, T: PartialEq, S: Slot<T>>(
         std::future::ready(e)
     });
     let watch = health.track(watches);
-    let project = |o: K| (format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()), view(&o));
+    let project = |o: K| (ns_key::of(&o.namespace().unwrap_or_default(), &o.name_any()), view(&o));
     let applied = move |changes: &[crate::projection::Change<T>]| {
         if let Some(listing) = finished.lock().unwrap_or_else(PoisonError::into_inner).take() {
             marks.listed(listing);
@@ -296,7 +296,7 @@ pub async fn watch_labelled<K, T: PartialEq, S: Slot<T>>(
 
 /// The namespaces (sorted, without repeats) of changes keyed `<namespace>/<name>`.
 fn touched_namespaces<T>(changes: &[crate::projection::Change<T>]) -> Vec<&str> {
-    let mut out: Vec<&str> = changes.iter().map(|c| c.key.split_once('/').map_or("", |(ns, _)| ns)).collect();
+    let mut out: Vec<&str> = changes.iter().map(|c| ns_key::namespace(&c.key)).collect();
     out.sort_unstable();
     out.dedup();
     out

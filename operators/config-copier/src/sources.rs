@@ -18,7 +18,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::intern::Interner;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK, PodLabels, watch_labelled};
-use flotilla_shared::projection;
+use flotilla_shared::projection::{self, ns_key};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
@@ -87,8 +87,8 @@ impl SourceIndex {
             return None;
         }
         let ns = rule.namespace.as_str();
-        Some(self.store.select(|key, v| {
-            let name = key.strip_prefix(ns)?.strip_prefix('/')?;
+        Some(self.store.select_under(&format!("{ns}/"), |key, v| {
+            let name = ns_key::name(key);
             selection.selects_kept(name, &v.labels).then(|| SourceMeta {
                 name: name.to_string(),
                 resource_version: v.resource_version.as_ref().map(ToString::to_string),

@@ -358,18 +358,19 @@ fn evaluate_and_step(
     now: Timestamp,
 ) -> Vec<Transition> {
     let mut cut = 0;
-    let pods: Vec<Arc<PodView>> = data.pods.matching(|p| {
-        (rules.all_namespaces || p.namespace() == ns)
-            && match rules.selector.as_ref() {
-                None => true,
-                // Labels past what a view keeps match no selector.
-                Some(_) if p.labels().cut => {
-                    cut += 1;
-                    false
-                }
-                Some(s) => p.labels().matched_by(s),
-            }
-    });
+    let selected = |p: &PodView| match rules.selector.as_ref() {
+        None => true,
+        // Labels past what a view keeps match no selector.
+        Some(_) if p.labels().cut => {
+            cut += 1;
+            false
+        }
+        Some(s) => p.labels().matched_by(s),
+    };
+    // A namespace's PodAlert reads its namespace's range of the cache, not
+    // every pod of the cluster (issue 28: churn elsewhere costs it nothing).
+    let pods: Vec<Arc<PodView>> =
+        if rules.all_namespaces { data.pods.matching(selected) } else { data.pods.in_namespace(ns, selected) };
     summary.pods = pods.len();
     let findings = evaluate(pods.iter().map(AsRef::as_ref), rules, &mut st.book.history, now);
     summary.skipped = findings.skipped.iter().map(|(k, v)| (k.as_str().to_string(), i64::from(*v))).collect();

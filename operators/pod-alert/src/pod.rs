@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use flotilla_shared::intern::{Interner, names};
 use flotilla_shared::pods::{LabelKeys, PodLabels};
-use flotilla_shared::projection::HasKey;
+use flotilla_shared::projection::{HasKey, ns_key};
 use flotilla_shared::uid::Uid;
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
@@ -175,11 +175,11 @@ impl HasKey for PodView {
 
 impl PodView {
     pub fn namespace(&self) -> &str {
-        self.key.split_once('/').map_or("", |(ns, _)| ns)
+        ns_key::namespace(&self.key)
     }
 
     pub fn name(&self) -> &str {
-        self.key.split_once('/').map_or(&*self.key, |(_, name)| name)
+        ns_key::name(&self.key)
     }
 
     pub fn workload(&self) -> &Workload {
@@ -410,7 +410,7 @@ pub fn view_at(pod: &Pod, keys: &LabelKeys, now: Timestamp) -> PodView {
         restart_policy: RestartPolicy::of(spec.and_then(|s| s.restart_policy.as_deref())),
     };
     PodView {
-        key: format!("{namespace}/{}", meta.name.as_deref().unwrap_or_default()).into(),
+        key: ns_key::of(namespace, meta.name.as_deref().unwrap_or_default()).into(),
         shape: shape.share(),
         uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
         created: Stamp::of(meta.creation_timestamp.as_ref()),

@@ -204,9 +204,7 @@ impl Data {
             let st = st.lock().await;
             let left = self
                 .pods
-                .matching(|p| {
-                    p.namespace() == st.namespace && p.ephemeral().iter().any(|c| naming::added_by(&st.name, c))
-                })
+                .in_namespace(&st.namespace, |p| p.ephemeral().iter().any(|c| naming::added_by(&st.name, c)))
                 .len();
             if left > 0 {
                 self.ctx.events.normal(
@@ -342,8 +340,8 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
                 volumes: rule.spec.volume_mounts.as_ref(),
                 secrets,
             };
-            // Only this namespace's pods are cloned out of the cache.
-            let pods = data.pods.matching(|p| p.namespace() == ns);
+            // Only this namespace's range of the cache is read.
+            let pods = data.pods.in_namespace(&ns, |_| true);
             plans = plan(&r, pods.iter().map(AsRef::as_ref), &st.memory, now);
             if plans.iter().any(|p| matches!(p.decision, Decision::Add { .. })) {
                 refused = dry_run(&rule, &ns, &container, level, &plans, &mut st, &data).await;

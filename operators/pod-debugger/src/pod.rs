@@ -9,7 +9,7 @@
 use std::sync::{Arc, LazyLock};
 
 use flotilla_shared::intern::{Interner, names};
-use flotilla_shared::projection::HasKey;
+use flotilla_shared::projection::{HasKey, ns_key};
 use flotilla_shared::uid::Uid;
 use std::collections::BTreeMap;
 
@@ -109,11 +109,11 @@ impl HasKey for PodView {
 
 impl PodView {
     pub fn namespace(&self) -> &str {
-        self.key.split_once('/').map_or("", |(ns, _)| ns)
+        ns_key::namespace(&self.key)
     }
 
     pub fn name(&self) -> &str {
-        self.key.split_once('/').map_or(&*self.key, |(_, name)| name)
+        ns_key::name(&self.key)
     }
 
     /// The labels some PodDebugger's selector references.
@@ -205,7 +205,7 @@ pub fn view(pod: &Pod, keys: &LabelKeys) -> PodView {
         .collect();
     let ephemeral = (!names.is_empty() || !states.is_empty()).then(|| Box::new(Ephemeral { names, states }));
     PodView {
-        key: format!("{namespace}/{}", meta.name.as_deref().unwrap_or_default()).into(),
+        key: ns_key::of(namespace, meta.name.as_deref().unwrap_or_default()).into(),
         shape: shape.share(),
         uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
         running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
