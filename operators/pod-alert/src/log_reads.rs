@@ -24,7 +24,7 @@ use crate::rules::Rules;
 /// whether it is the kubelet's `previous`, and when it ran.
 fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool) -> (bool, Option<Run>) {
     let Some(view) = data.pods.get(&format!("{ns}/{pod}")) else { return (fallback, None) };
-    let Some(c) = view.containers.iter().find(|c| *c.name == *container) else { return (fallback, None) };
+    let Some((_, c)) = view.named_containers().find(|(name, _)| &***name == container) else { return (fallback, None) };
     // A container seen in back-off may have restarted since: then the
     // crashed run is `previous` (the read checks the lines' times too).
     let previous = c.state.crashed_run_is_previous();

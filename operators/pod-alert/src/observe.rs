@@ -212,12 +212,12 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
         found.push(problem(pod, "", Reason::Pending, format!("{reason}: {message}"), 0, created, None, false));
     }
     let restarts_allowed = pod.restart_policy() != "Never";
-    for c in &pod.containers {
-        if rules.ignores_container(&c.name) {
+    for (name, c) in pod.named_containers() {
+        if rules.ignores_container(name) {
             skip(f, Skip::IgnoredContainer);
             continue;
         }
-        if let Some(p) = container_problem(pod, c, rules, history, now, restarts_allowed) {
+        if let Some(p) = container_problem(pod, name, c, rules, history, now, restarts_allowed) {
             found.push(p);
         } else if matches!(&c.state, State::Terminated(t) if !failed(t)) && !c.init {
             skip(f, Skip::Completed);
@@ -227,10 +227,9 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
     // created, volumes not mounted) is stuck once it has been so for long.
     if pod.phase == "Pending" && found.is_empty() && !pod.containers.iter().any(|c| c.restart_count > 0) {
         let waiting: Vec<String> = pod
-            .containers
-            .iter()
-            .filter_map(|c| match &c.state {
-                State::Waiting(w) if !w.reason.is_empty() => Some(format!("{}: {}", c.name, w.reason)),
+            .named_containers()
+            .filter_map(|(name, c)| match &c.state {
+                State::Waiting(w) if !w.reason.is_empty() => Some(format!("{name}: {}", w.reason)),
                 _ => None,
             })
             .collect();
@@ -275,6 +274,7 @@ fn problem(
 
 fn container_problem(
     pod: &PodView,
+    name: &Arc<str>,
     c: &ContainerView,
     rules: &Rules,
     history: &mut RestartHistory,
@@ -285,7 +285,7 @@ fn container_problem(
     let recent = |t: &Termination| t.finished_at.get().is_none_or(|at| elapsed(at, now) < rules.restart_window);
     // Crashes (the container restarts): the last termination tells.
     if restarts_allowed {
-        let in_window = history.restarts_within(&pod.uid, &c.name, c.restart_count, now, rules.restart_window);
+        let in_window = history.restarts_within(&pod.uid, name, c.restart_count, now, rules.restart_window);
         if let Some(last) = c.last_termination.as_ref().filter(|t| failed(t) && recent(t)) {
             let oom = &*last.reason == "OOMKilled";
             if in_window >= rules.restart_threshold || oom {
@@ -296,7 +296,7 @@ fn container_problem(
                 // Decided again when the log is read (the container may
                 // restart meanwhile); this is the fallback.
                 let previous = c.state.crashed_run_is_previous();
-                return Some(problem(pod, &c.name, reason, message, c.restart_count, since, incarnation, previous));
+                return Some(problem(pod, name, reason, message, c.restart_count, since, incarnation, previous));
             }
         }
     }
@@ -306,7 +306,7 @@ fn container_problem(
             let r = waiting_reason(reason)?;
             let since = c.last_termination.as_ref().and_then(|t| t.finished_at.get()).unwrap_or(created);
             let message = if message.is_empty() { reason.to_string() } else { format!("{reason}: {message}") };
-            Some(problem(pod, &c.name, r, message, c.restart_count, since, None, false))
+            Some(problem(pod, name, r, message, c.restart_count, since, None, false))
         }
         // A container that does not restart and failed (or an OOM kill
         // the kubelet reports before restarting).
@@ -314,16 +314,16 @@ fn container_problem(
             let reason = if &*t.reason == "OOMKilled" { Reason::OOMKilled } else { Reason::Error };
             let since = t.finished_at.get().unwrap_or(now);
             let incarnation = Some(if t.container_id.is_empty() {
-                format!("{}/{}/{}", pod.uid, c.name, c.restart_count)
+                format!("{}/{}/{}", pod.uid, name, c.restart_count)
             } else {
                 t.container_id.to_string()
             });
-            Some(problem(pod, &c.name, reason, describe(t), c.restart_count, since, incarnation, false))
+            Some(problem(pod, name, reason, describe(t), c.restart_count, since, incarnation, false))
         }
         State::Running { started_at } if !c.ready && !c.init && pod.phase == "Running" => {
             let since = [pod.not_ready_since().get(), started_at.get()].into_iter().flatten().max().unwrap_or(created);
             let message = "running but not Ready (readiness probe failing)".to_string();
-            Some(problem(pod, &c.name, Reason::NotReady, message, c.restart_count, since, None, false))
+            Some(problem(pod, name, Reason::NotReady, message, c.restart_count, since, None, false))
         }
         _ => None,
     }

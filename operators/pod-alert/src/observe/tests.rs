@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
 use crate::crd::PodAlertSpec;
-use crate::pod::{PodPhase, RestartPolicy, Shape, Stamp, Trouble};
+use crate::pod::{PodPhase, RestartPolicy, Shape, Stamp, Trouble, container_names};
 
 pub(crate) fn rules(extra: serde_json::Value) -> Rules {
     let mut spec = serde_json::json!({"alerts": {"checkRunningPods": true}});
@@ -25,6 +25,7 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
             workload: Workload { kind: "Deployment".into(), name: workload.into() },
             labels: Default::default(),
             restart_policy: RestartPolicy::Always,
+            containers: container_names(["app"]),
         }
         .share(),
         uid: format!("uid-{name}").into(),
@@ -35,7 +36,6 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
         scheduling_gated: false,
         ready: true,
         containers: vec![ContainerView {
-            name: "app".into(),
             init: false,
             ready: true,
             restart_count: 0,
@@ -44,6 +44,13 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
         }]
         .into(),
     }
+}
+
+/// `p` with these containers, their names in its shape (as views are made).
+pub(crate) fn set_containers(p: &mut PodView, containers: Vec<(&str, ContainerView)>) {
+    let names = container_names(containers.iter().map(|(n, _)| *n));
+    p.shape = Shape { containers: names, ..(*p.shape).clone() }.share();
+    p.containers = containers.into_iter().map(|(_, c)| c).collect();
 }
 
 /// `p` with restart policy Never (its shape, shared, replaced).
@@ -167,20 +174,25 @@ fn pending_unschedulable_and_not_started() {
         unschedulable: Some(("Unschedulable".into(), "0/1 nodes are available".into())),
         ..Default::default()
     }));
-    p.containers = Box::default();
+    set_containers(&mut p, vec![]);
     let f = eval(&[p.clone()], &r, 10);
     assert_eq!(f.problems.len(), 1);
     assert_eq!((f.problems[0].key.reason, f.problems[0].key.container.as_str()), (Reason::Pending, ""));
     assert!(f.problems[0].message.contains("0/1 nodes"));
     p.trouble = None;
-    p.containers = Box::new([ContainerView {
-        name: "app".into(),
-        init: false,
-        ready: false,
-        restart_count: 0,
-        state: State::waiting("ContainerCreating", ""),
-        last_termination: None,
-    }]);
+    set_containers(
+        &mut p,
+        vec![(
+            "app",
+            ContainerView {
+                init: false,
+                ready: false,
+                restart_count: 0,
+                state: State::waiting("ContainerCreating", ""),
+                last_termination: None,
+            },
+        )],
+    );
     let f = eval(&[p], &r, 10);
     assert_eq!(f.problems[0].key.reason, Reason::Pending);
     assert_eq!(f.problems[0].message, "app: ContainerCreating");
@@ -198,7 +210,7 @@ fn expected_states_are_skipped_and_counted() {
     gated.scheduling_gated = true;
     let canary = crashing(pod("canary-1", "web"), 5, 95, "Error");
     let mut side = crashing(pod("s-1", "web"), 5, 95, "Error");
-    side.containers[0].name = "sidecar".into();
+    side.shape = Shape { containers: container_names(["sidecar"]), ..(*side.shape).clone() }.share();
     let mut exited0 = pod("x-1", "web");
     never_restarts(&mut exited0);
     exited0.containers[0].state = State::Terminated(Box::new(Termination { exit_code: 0, ..Default::default() }));
@@ -243,7 +255,7 @@ fn failed_containers_that_do_not_restart_and_evictions() {
         message: "The node was low on resource: memory.".into(),
         ..Default::default()
     }));
-    e.containers = Box::default();
+    set_containers(&mut e, vec![]);
     let f = eval(&[e], &r, 100);
     assert_eq!(f.problems[0].key.reason, Reason::Evicted);
     assert_eq!(f.problems[0].key.container, "");
