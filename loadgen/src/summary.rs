@@ -102,6 +102,16 @@ pub fn encode(h: &Histogram<u64>) -> Result<String, SummaryError> {
     Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(buf))
 }
 
+/// A histogram [`encode`] made (a summary's, or the merged one a
+/// LoadTest's status holds), checked as untrusted bytes are: the inflated
+/// size capped, the declared payload no longer than what is there, our
+/// bounds and precision only.
+pub fn decode(encoded: &str) -> Result<Histogram<u64>, SummaryError> {
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded.trim_end_matches('=').as_bytes())?;
+    let v2 = checked_v2(&bytes)?;
+    Deserializer::new().deserialize(&mut v2.as_slice()).map_err(|e| SummaryError::Histogram(format!("{e:?}")))
+}
+
 /// HdrHistogram V2 cookies (8-byte word size), plain and deflated.
 const V2_COOKIE: u32 = 0x1c84_9313;
 const V2_DEFLATE_COOKIE: u32 = 0x1c84_9314;
@@ -205,9 +215,7 @@ impl Summary {
     /// decoder sizes anything by them (inflated size capped, the declared
     /// payload no longer than what is there, our bounds and precision only).
     pub fn histogram(&self) -> Result<Histogram<u64>, SummaryError> {
-        let bytes = base64::engine::general_purpose::STANDARD_NO_PAD.decode(self.hist.as_bytes())?;
-        let v2 = checked_v2(&bytes)?;
-        Deserializer::new().deserialize(&mut v2.as_slice()).map_err(|e| SummaryError::Histogram(format!("{e:?}")))
+        decode(&self.hist)
     }
 
     /// Failed requests.
