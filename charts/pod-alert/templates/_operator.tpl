@@ -38,6 +38,8 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--allowed-sink-cidrs=%s" (include "flotilla.value" (join "," .)) | quote }}
 {{- end }}
 - {{ printf "--slack-hosts=%s" (include "flotilla.value" (join "," .Values.sinks.slackHosts)) | quote }}
+- {{ printf "--teams-hosts=%s" (include "flotilla.value" (join "," .Values.sinks.teamsHosts)) | quote }}
+- {{ printf "--pagerduty-url=%s" (include "flotilla.value" .Values.sinks.pagerdutyURL) | quote }}
 - {{ printf "--max-notifications-per-minute-per-namespace=%d" (int .Values.sinks.maxNotificationsPerMinutePerNamespace) | quote }}
 - {{ printf "--max-log-bytes=%s" (include "flotilla.value" .Values.maxLogBytes) | quote }}
 - {{ printf "--max-podalerts-per-namespace=%d" (int .Values.maxPodAlertsPerNamespace) | quote }}

@@ -363,11 +363,67 @@ pub struct Sinks {
     /// resolved with endsAt when the incident resolves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alertmanager: Option<AlertmanagerSink>,
+    /// A Microsoft Teams Workflows webhook ("Post to a channel when a
+    /// webhook request is received"): one Adaptive Card per incident
+    /// transition. The URL's host must be one of the operator's
+    /// --teams-hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teams: Option<TeamsSink>,
+    /// PagerDuty (Events API v2, to the operator's --pagerduty-url): a
+    /// trigger when an incident opens or escalates and a resolve when it
+    /// resolves, under one dedup key per incident, so PagerDuty's incident
+    /// resolves with ours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pagerduty: Option<PagerDutySink>,
 }
 
 impl Default for Sinks {
     fn default() -> Self {
-        Self { events: true, slack: None, webhook: None, alertmanager: None }
+        Self { events: true, slack: None, webhook: None, alertmanager: None, teams: None, pagerduty: None }
+    }
+}
+
+/// Microsoft Teams (a Workflows webhook posting Adaptive Cards).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TeamsSink {
+    /// The key of a Secret in this PodAlert's namespace holding the
+    /// workflow's webhook URL.
+    pub webhook_secret_ref: SecretKeyRef,
+}
+
+/// PagerDuty Events API v2.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PagerDutySink {
+    /// The key of a Secret in this PodAlert's namespace holding the
+    /// service's integration (routing) key: 32 letters and digits.
+    pub routing_key_secret_ref: SecretKeyRef,
+    /// The severity of the alerts triggered (default error).
+    #[serde(default)]
+    #[schemars(default = "PagerDutySeverity::default")]
+    pub severity: PagerDutySeverity,
+}
+
+/// PagerDuty's severities.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PagerDutySeverity {
+    Critical,
+    #[default]
+    Error,
+    Warning,
+    Info,
+}
+
+impl PagerDutySeverity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Critical => "critical",
+            Self::Error => "error",
+            Self::Warning => "warning",
+            Self::Info => "info",
+        }
     }
 }
 

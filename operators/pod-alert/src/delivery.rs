@@ -40,7 +40,9 @@ use crate::metrics::AlertMetrics;
 
 mod destination;
 mod retry;
-pub use destination::{DEFAULT_SLACK_HOST, SinkRules, check_url, http_client};
+pub use destination::{
+    DEFAULT_PAGERDUTY_URL, DEFAULT_SLACK_HOST, DEFAULT_TEAMS_HOSTS, SinkRules, check_url, http_client,
+};
 pub use retry::{Retry, delay, parse_retry_after};
 
 /// The failure classes `status.sinks[].lastError` may hold for a request
@@ -58,6 +60,21 @@ pub enum Target {
     Url(String),
     /// A Secret key in the PodAlert's namespace.
     Secret { namespace: String, secret: SecretKeyRef },
+    /// The operator's `--pagerduty-url`, with a routing key read from a
+    /// Secret key in the PodAlert's namespace into each document's
+    /// `routing_key` when it is sent (it never sits in a queue or a log).
+    RoutingKey { namespace: String, secret: SecretKeyRef },
+}
+
+/// Whether `key` looks like a PagerDuty integration key (32 letters and
+/// digits): anything else would be sent to PagerDuty for nothing.
+pub fn check_routing_key(key: &str) -> Result<(), String> {
+    let key = key.trim();
+    if key.len() == 32 && key.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        Ok(())
+    } else {
+        Err("not a PagerDuty integration key (32 letters and digits)".to_string())
+    }
 }
 
 /// A sink's delivery state, shared with the reconciler.
@@ -367,8 +384,9 @@ impl Delivery {
         let raw = match target {
             Target::Url(u) => u.clone(),
             Target::Secret { namespace, secret } => read_secret(&self.kube, namespace, secret).await?,
+            Target::RoutingKey { .. } => self.rules.pagerduty_url.to_string(),
         };
-        check_url(&raw, name == "slack", &self.rules).map_err(|message| {
+        check_url(&raw, name, &self.rules).map_err(|message| {
             // The condition (SinkMisconfigured) says why; the sink's own
             // last error is the class.
             if message.starts_with(REFUSED) {
@@ -385,7 +403,13 @@ impl Delivery {
             let joined = format!("{}{path}", url.path().trim_end_matches('/'));
             url.set_path(&joined);
         }
-        let response = self.http.post(url).json(&body.render()).send().await.map_err(|e| {
+        let mut document = body.render();
+        if let Target::RoutingKey { namespace, secret } = target {
+            let key = read_secret(&self.kube, namespace, secret).await?;
+            check_routing_key(&key).map_err(|message| Failure { message, retryable: false, retry_after: None })?;
+            document["routing_key"] = Value::String(key.trim().to_string());
+        }
+        let response = self.http.post(url).json(&document).send().await.map_err(|e| {
             let class = class(&e);
             // The log keeps the detail for the admin (without the URL).
             tracing::info!(sink = name, error = %flotilla_shared::context::DisplayChain(&e.without_url()), class, "a sink request failed");
@@ -461,9 +485,9 @@ mod tests {
     #[test]
     fn urls() {
         let rules = SinkRules::default();
-        assert!(check_url("https://hooks.slack.example/services/T/B/x", false, &rules).is_ok());
-        assert!(check_url("http://alertmanager.monitoring:9093", false, &rules).is_ok());
-        assert!(check_url("ftp://x", false, &rules).unwrap_err().contains("scheme"));
+        assert!(check_url("https://hooks.slack.example/services/T/B/x", "webhook", &rules).is_ok());
+        assert!(check_url("http://alertmanager.monitoring:9093", "webhook", &rules).is_ok());
+        assert!(check_url("ftp://x", "webhook", &rules).unwrap_err().contains("scheme"));
         for refused in [
             "http://169.254.169.254/latest/meta-data",
             "http://[fe80::1]/",
@@ -481,32 +505,67 @@ mod tests {
             "http://0x7f.1/",
             "http://012.0.0.1/",
         ] {
-            let err = check_url(refused, false, &rules).unwrap_err();
+            let err = check_url(refused, "webhook", &rules).unwrap_err();
             assert!(err.starts_with(REFUSED), "{refused}: {err}");
             assert!(!err.contains("169.254") && !err.contains("127.") && !err.contains("fe80"), "{err}");
         }
-        assert!(check_url("not a url", false, &rules).is_err());
+        assert!(check_url("not a url", "webhook", &rules).is_err());
         let admitted = SinkRules { addresses: Arc::new(Policy::parse(&["127.0.0.1/32".into()]).unwrap()), ..rules };
-        assert!(check_url("http://127.0.0.1:9093", false, &admitted).is_ok());
-        assert!(check_url("http://127.0.0.2:9093", false, &admitted).is_err());
+        assert!(check_url("http://127.0.0.1:9093", "webhook", &admitted).is_ok());
+        assert!(check_url("http://127.0.0.2:9093", "webhook", &admitted).is_err());
     }
 
     #[test]
     fn slack_posts_only_to_the_slack_hosts() {
         let rules = SinkRules::default();
-        assert!(check_url("https://hooks.slack.com/services/T/B/x", true, &rules).is_ok());
-        assert!(check_url("https://HOOKS.slack.com./services/T/B/x", true, &rules).is_ok());
+        assert!(check_url("https://hooks.slack.com/services/T/B/x", "slack", &rules).is_ok());
+        assert!(check_url("https://HOOKS.slack.com./services/T/B/x", "slack", &rules).is_ok());
         for other in [
             "https://hooks.slack.com.evil.example/services/T/B/x",
             "https://evil.example/hooks.slack.com",
             "https://hooks.slack.com@evil.example/",
             "https://user:hooks.slack.com@evil.example/",
         ] {
-            let err = check_url(other, true, &rules).unwrap_err();
+            let err = check_url(other, "slack", &rules).unwrap_err();
             assert!(err.starts_with(REFUSED) && !err.contains("evil"), "{other}: {err}");
         }
         // The same URL is fine for a webhook.
-        assert!(check_url("https://evil.example/hooks.slack.com", false, &rules).is_ok());
+        assert!(check_url("https://evil.example/hooks.slack.com", "webhook", &rules).is_ok());
+    }
+
+    #[test]
+    fn teams_posts_only_to_the_teams_hosts() {
+        let rules = SinkRules::default();
+        for ok in [
+            "https://prod-27.westeurope.logic.azure.com:443/workflows/abc/triggers/manual/paths/invoke?sig=x",
+            "https://default0a1b.c2.environment.api.powerplatform.com/powerautomate/automations/direct/workflows/x",
+            "https://PROD-1.WESTUS.LOGIC.AZURE.COM./workflows/x",
+        ] {
+            assert!(check_url(ok, "teams", &rules).is_ok(), "{ok}");
+        }
+        for other in [
+            "https://logic.azure.com/workflows/x",
+            "https://evil-logic.azure.com.evil.example/",
+            "https://evillogic.azure.com/",
+            "https://hooks.slack.com/services/T/B/x",
+            "https://x.logic.azure.com@evil.example/",
+        ] {
+            let err = check_url(other, "teams", &rules).unwrap_err();
+            assert!(err.starts_with(REFUSED) && err.contains("--teams-hosts"), "{other}: {err}");
+        }
+        // An exact name admits that host only.
+        let exact = SinkRules { teams_hosts: Arc::new(vec!["teams.example".into()]), ..SinkRules::default() };
+        assert!(check_url("https://teams.example/x", "teams", &exact).is_ok());
+        assert!(check_url("https://a.teams.example/x", "teams", &exact).is_err());
+    }
+
+    #[test]
+    fn routing_keys_are_checked_before_anything_is_sent() {
+        assert!(check_routing_key("R0123456789abcdefABCDEF012345678").is_ok());
+        assert!(check_routing_key(" R0123456789abcdefABCDEF012345678\n").is_ok());
+        for bad in ["", "short", "R0123456789abcdefABCDEF01234567/", "R0123456789abcdefABCDEF0123456789"] {
+            assert!(check_routing_key(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -652,6 +711,8 @@ mod tests {
         SinkRules {
             addresses: Arc::new(Policy::parse(&["127.0.0.0/8".into()]).unwrap()),
             slack_hosts: Arc::new(vec!["127.0.0.1".into(), "localhost".into()]),
+            teams_hosts: Arc::new(vec!["127.0.0.1".into()]),
+            pagerduty_url: "http://127.0.0.1:1/v2/enqueue".into(),
         }
     }
 

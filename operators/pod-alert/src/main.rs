@@ -49,6 +49,22 @@ struct Args {
         value_name = "HOST,..."
     )]
     slack_hosts: Vec<String>,
+    /// Hosts a Teams sink may post to (comma-separated; a name with a
+    /// leading dot admits the hosts under it): where the organisation's
+    /// Workflows webhooks live.
+    #[arg(
+        long,
+        env = "TEAMS_HOSTS",
+        value_delimiter = ',',
+        default_value = pod_alert::delivery::DEFAULT_TEAMS_HOSTS,
+        value_name = "HOST,..."
+    )]
+    teams_hosts: Vec<String>,
+    /// Where PagerDuty sinks send (PagerDuty's Events API v2; EU accounts:
+    /// https://events.eu.pagerduty.com/v2/enqueue). Checked against the
+    /// address policy like every sink.
+    #[arg(long, env = "PAGERDUTY_URL", default_value = pod_alert::delivery::DEFAULT_PAGERDUTY_URL, value_name = "URL")]
+    pagerduty_url: String,
     /// Bytes of log tails the operator holds, all namespaces (e.g. 32Mi,
     /// 512Ki; 1Mi-1Gi); each namespace holding tails gets a fair share.
     #[arg(long, env = "MAX_LOG_BYTES", default_value = "32Mi", value_name = "SIZE")]
@@ -106,6 +122,21 @@ fn main() -> std::process::ExitCode {
     if let Some(bad) = slack_hosts.iter().find(|h| url::Host::parse(h).is_err() || h.contains('/')) {
         ConfigError::new("slack-hosts", format!("{bad:?} is not a host name")).exit();
     }
+    let teams_hosts: Vec<String> = args
+        .teams_hosts
+        .iter()
+        .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .collect();
+    if let Some(bad) =
+        teams_hosts.iter().find(|h| url::Host::parse(h.trim_start_matches('.')).is_err() || h.contains('/'))
+    {
+        ConfigError::new("teams-hosts", format!("{bad:?} is not a host name (or .suffix)")).exit();
+    }
+    let probe = SinkRules { addresses: Arc::new(addresses.clone()), ..SinkRules::default() };
+    if let Err(e) = pod_alert::delivery::check_url(&args.pagerduty_url, "pagerduty", &probe) {
+        ConfigError::new("pagerduty-url", e).exit();
+    }
     let Some(max_log_bytes) =
         flotilla_shared::config::parse_size(&args.max_log_bytes).filter(|b| (1 << 20..=1 << 30).contains(b))
     else {
@@ -123,7 +154,12 @@ fn main() -> std::process::ExitCode {
         cluster_scope,
         sink_timeout: args.sink_timeout,
         retry: pod_alert::delivery::Retry::default(),
-        sink_rules: SinkRules { addresses: Arc::new(addresses), slack_hosts: Arc::new(slack_hosts) },
+        sink_rules: SinkRules {
+            addresses: Arc::new(addresses),
+            slack_hosts: Arc::new(slack_hosts),
+            teams_hosts: Arc::new(teams_hosts),
+            pagerduty_url: args.pagerduty_url.trim().into(),
+        },
         max_log_bytes,
         max_per_namespace: args.max_podalerts_per_namespace,
         notifications_per_minute: args.max_notifications_per_minute_per_namespace,

@@ -22,7 +22,7 @@ pub struct AlertMetrics {
 }
 
 /// The sinks, for pre-created label sets.
-pub const SINKS: [&str; 4] = ["events", "slack", "webhook", "alertmanager"];
+pub const SINKS: [&str; 6] = ["events", "slack", "webhook", "alertmanager", "teams", "pagerduty"];
 
 impl AlertMetrics {
     pub fn new() -> Result<Self, prometheus::Error> {
@@ -34,7 +34,7 @@ impl AlertMetrics {
             notifications: IntCounterVec::new(
                 Opts::new(
                     "flotilla_pod_alert_notifications_total",
-                    "Notifications by sink (events|slack|webhook|alertmanager) and result (success|error|dropped|held|summarized)",
+                    "Notifications by sink (events|slack|webhook|alertmanager|teams|pagerduty) and result (success|error|dropped|held|summarized)",
                 ),
                 &["sink", "result"],
             )?,

@@ -382,6 +382,141 @@ impl Notification {
     }
 }
 
+impl Notification {
+    /// The incident's PagerDuty dedup key: the PodAlert and the incident's
+    /// key (namespace, workload, container, reason), hashed to a fixed
+    /// length; a trigger, its escalations and its resolve share it.
+    pub fn dedup_key(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let i = &self.incident;
+        let id = [&self.podalert.0, &self.podalert.1, &i.namespace, &i.workload, &i.container, &i.reason];
+        let digest = Sha256::digest(id.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n").as_bytes());
+        let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        format!("flotilla-{hex}")
+    }
+
+    /// A PagerDuty Events API v2 document (without `routing_key`: the
+    /// sink's worker adds it from the Secret when it sends): `trigger` when
+    /// the incident opens or escalates, `resolve` when it resolves.
+    pub fn pagerduty(&self, severity: &str) -> Value {
+        let i = &self.incident;
+        let key = self.dedup_key();
+        if matches!(self.change, Change::Resolved) {
+            return json!({"event_action": "resolve", "dedup_key": key});
+        }
+        let mut details = json!({
+            "podAlert": format!("{}/{}", self.podalert.0, self.podalert.1),
+            "reason": i.reason,
+            "message": cut_start(&i.message, 1024),
+            "pods": cut_start(&i.pods_line(), 1024),
+            "restarts": i.restarts,
+            "since": i.since,
+            // PagerDuty keeps a document up to 512 KB; the log's end matters.
+            "logs": cut_end_keep_tail(&i.logs.text(), 16 * 1024),
+        });
+        if !i.events.is_empty() {
+            details["events"] = json!(i.events);
+        }
+        if let Some(cmd) = &i.debug_command {
+            details["debugCommand"] = json!(cmd);
+        }
+        let mut doc = json!({
+            "event_action": "trigger",
+            "dedup_key": key,
+            "payload": {
+                // PagerDuty's summary is at most 1024 characters.
+                "summary": cut_start(&self.headline(), 1024),
+                "source": format!("{}/{}", i.namespace, i.workload),
+                "severity": severity,
+                "timestamp": self.at.to_string(),
+                "component": i.container,
+                "group": i.namespace,
+                "class": i.reason,
+                "custom_details": details,
+            },
+            "client": "Flotilla pod-alert",
+        });
+        if let Some(url) = &i.runbook_url {
+            doc["links"] = json!([{"href": url, "text": "Runbook"}]);
+        }
+        doc
+    }
+
+    /// A Microsoft Teams message for a Workflows webhook: one Adaptive
+    /// Card (schema 1.4). Everything a pod or the PodAlert's author wrote
+    /// goes in `RichTextBlock` text runs, which Adaptive Cards never read as
+    /// markdown (a TextBlock's or a Fact's text would make a pod's
+    /// `[click](https://…)` a link): it reads as written.
+    pub fn teams(&self) -> Value {
+        let i = &self.incident;
+        let (verb, color) = match self.change {
+            Change::Opened { .. } => ("Opened", if i.severity == "critical" { "Attention" } else { "Warning" }),
+            Change::Escalated { .. } => ("Escalated", "Attention"),
+            Change::Resolved => ("Resolved", "Good"),
+        };
+        let live = !matches!(self.change, Change::Resolved);
+        let mut body = vec![
+            rich(vec![json!({"type": "TextRun", "text": cut_start(&format!("{verb}: {}", self.headline()), 300),
+                             "size": "Large", "weight": "Bolder", "color": color})]),
+            labelled("Workload", &format!("{}/{}", i.namespace, i.workload)),
+            labelled("Reason", &i.reason),
+            labelled(&format!("Pods ({})", i.pod_count), &cut_start(&i.pods_line(), 1000)),
+            labelled("Restarts", &i.restarts.to_string()),
+            labelled("Since", &i.since),
+        ];
+        if !i.message.is_empty() {
+            body.push(rich(vec![json!({"type": "TextRun", "text": cut_start(&i.message, 2000)})]));
+        }
+        let logs = i.logs.text();
+        if !logs.is_empty() && live {
+            body.push(rich(vec![monospace(&cut_end_keep_tail(&logs, 8000))]));
+        }
+        if !i.events.is_empty() && live {
+            body.push(rich(vec![json!({"type": "TextRun", "text": "Warning Events", "weight": "Bolder"})]));
+            body.push(rich(vec![monospace(&i.events.join("\n"))]));
+        }
+        if let Some(cmd) = i.debug_command.as_ref().filter(|_| live) {
+            body.push(labelled("Debug shell", cmd));
+        }
+        body.push(rich(vec![
+            json!({"type": "TextRun", "text": format!("PodAlert {}/{}", self.podalert.0, self.podalert.1),
+                                   "isSubtle": true, "size": "Small"}),
+        ]));
+        let mut card = json!({
+            "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+            "type": "AdaptiveCard",
+            "version": "1.4",
+            "msteams": {"width": "Full"},
+            "body": body,
+        });
+        if let Some(url) = &i.runbook_url {
+            // The admin's template with encoded values: a link only to where it points.
+            card["actions"] = json!([{"type": "Action.OpenUrl", "title": "Runbook", "url": url}]);
+        }
+        json!({
+            "type": "message",
+            "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": null, "content": card}],
+        })
+    }
+}
+
+/// A RichTextBlock of `runs`, wrapping.
+fn rich(runs: Vec<Value>) -> Value {
+    json!({"type": "RichTextBlock", "inlines": runs})
+}
+
+/// "Label: value", the label bold.
+fn labelled(label: &str, value: &str) -> Value {
+    rich(vec![
+        json!({"type": "TextRun", "text": format!("{label}: "), "weight": "Bolder"}),
+        json!({"type": "TextRun", "text": value}),
+    ])
+}
+
+fn monospace(text: &str) -> Value {
+    json!({"type": "TextRun", "text": text, "fontType": "Monospace", "size": "Small"})
+}
+
 /// The first `max` characters (on a char boundary), with an ellipsis when cut.
 fn cut_start(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
@@ -608,6 +743,81 @@ mod tests {
         assert_eq!(mrkdwn_escape("a<b>&c"), "a&lt;b&gt;&amp;c");
         // The webhook document carries the text as it is.
         assert!(n.webhook()["incident"]["logs"].as_str().unwrap().contains("<!channel>"));
+    }
+
+    #[test]
+    fn pagerduty_triggers_and_resolves_one_incident_under_one_dedup_key() {
+        let opened = note(Change::Opened { replaces: None }, Phase::Firing);
+        let v = opened.pagerduty("critical");
+        assert_eq!(v["event_action"], "trigger");
+        let key = v["dedup_key"].as_str().unwrap().to_string();
+        assert!(key.starts_with("flotilla-") && key.len() == "flotilla-".len() + 32, "{key}");
+        assert!(v.get("routing_key").is_none(), "the key is added by the worker, from the Secret");
+        let p = &v["payload"];
+        assert_eq!(p["severity"], "critical");
+        assert_eq!(p["source"], "team-a/Deployment/web");
+        assert_eq!(p["class"], "CrashLoopBackOff");
+        assert!(p["summary"].as_str().unwrap().contains("team-a/Deployment/web container app"), "{p}");
+        assert!(p["custom_details"]["logs"].as_str().unwrap().contains("panic: boom"), "{p}");
+        assert!(p["timestamp"].as_str().unwrap().starts_with("2027-"), "{p}");
+        let escalated = note(Change::Escalated { level: 5 }, Phase::Firing).pagerduty("error");
+        assert_eq!(
+            (escalated["event_action"].as_str(), escalated["dedup_key"].as_str()),
+            (Some("trigger"), Some(key.as_str()))
+        );
+        let resolved = note(Change::Resolved, Phase::Resolved { at: Timestamp::from_second(1_800_000_050).unwrap() })
+            .pagerduty("error");
+        assert_eq!(resolved, json!({"event_action": "resolve", "dedup_key": key}));
+        // Another reason of the same container is another incident.
+        let mut other = opened.clone();
+        other.incident.reason = "OOMKilled".into();
+        assert_ne!(other.dedup_key(), key);
+        // As is the same incident seen by another PodAlert.
+        let mut elsewhere = opened.clone();
+        elsewhere.podalert.1 = "platform".into();
+        assert_ne!(elsewhere.dedup_key(), key);
+    }
+
+    /// Every element whose text a pod (or the PodAlert's author) wrote is a
+    /// text run, which Adaptive Cards never read as markdown.
+    #[test]
+    fn teams_card_is_an_adaptive_card_that_shows_what_pods_write_as_written() {
+        let mut i = incident(Phase::Firing);
+        i.logs = Some(Tail::detached("ok\n[click here](https://evil.example) **urgent**\n"));
+        i.message = "_see_ [docs](https://evil.example)".into();
+        let n = Notification {
+            podalert: ("team-a".into(), "crashes".into()),
+            change: Change::Opened { replaces: None },
+            incident: IncidentView::of(&i, 50, 8192).with_runbook(Some("https://runbooks.example/{reason}")),
+            at: Timestamp::from_second(1_800_000_100).unwrap(),
+        };
+        let v = n.teams();
+        assert_eq!(v["type"], "message");
+        let attachment = &v["attachments"][0];
+        assert_eq!(attachment["contentType"], "application/vnd.microsoft.card.adaptive");
+        let card = &attachment["content"];
+        assert_eq!((card["type"].as_str(), card["version"].as_str()), (Some("AdaptiveCard"), Some("1.4")));
+        let body = card["body"].as_array().unwrap();
+        assert!(body.iter().all(|b| b["type"] == "RichTextBlock"), "no TextBlock or FactSet: {body:#?}");
+        let runs: Vec<&str> = body
+            .iter()
+            .flat_map(|b| b["inlines"].as_array().unwrap())
+            .map(|r| {
+                assert_eq!(r["type"], "TextRun");
+                r["text"].as_str().unwrap()
+            })
+            .collect();
+        let all = runs.join("\n");
+        assert!(all.contains("[click here](https://evil.example) **urgent**"), "as written: {all}");
+        assert!(all.contains("_see_ [docs](https://evil.example)"), "{all}");
+        assert!(all.contains("Workload: ") && all.contains("team-a/Deployment/web"), "{all}");
+        assert_eq!(card["actions"][0]["type"], "Action.OpenUrl");
+        assert_eq!(card["actions"][0]["url"], "https://runbooks.example/CrashLoopBackOff");
+        // A resolve carries no log tail.
+        let resolved = note(Change::Resolved, Phase::Resolved { at: Timestamp::from_second(1_800_000_050).unwrap() })
+            .teams()
+            .to_string();
+        assert!(resolved.contains("Resolved: ") && !resolved.contains("panic: boom"), "{resolved}");
     }
 
     /// The pod's Warning Events: in the webhook, Slack (escaped as the logs

@@ -42,10 +42,16 @@ pub(crate) struct Outbox {
 /// The sink workers the spec wants, by name.
 pub(crate) fn wanted(alert: &PodAlert) -> BTreeSet<&'static str> {
     let s = &alert.spec.sinks;
-    [("slack", s.slack.is_some()), ("webhook", s.webhook.is_some()), ("alertmanager", s.alertmanager.is_some())]
-        .into_iter()
-        .filter_map(|(name, on)| on.then_some(name))
-        .collect()
+    [
+        ("slack", s.slack.is_some()),
+        ("webhook", s.webhook.is_some()),
+        ("alertmanager", s.alertmanager.is_some()),
+        ("teams", s.teams.is_some()),
+        ("pagerduty", s.pagerduty.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect()
 }
 
 /// The workers to start, replace or stop so that they match the spec; a
@@ -53,7 +59,8 @@ pub(crate) fn wanted(alert: &PodAlert) -> BTreeSet<&'static str> {
 /// target starts its schedule over.
 pub(crate) fn worker_changes(alert: &PodAlert, ns: &str, st: &mut State) -> Vec<WorkerChange> {
     let s = &alert.spec.sinks;
-    let wanted: [(&'static str, Option<Target>, &'static str, bool); 3] = [
+    let secret = |r: &crate::crd::SecretKeyRef| Target::Secret { namespace: ns.to_string(), secret: r.clone() };
+    let wanted: [(&'static str, Option<Target>, &'static str, bool); 5] = [
         (
             "slack",
             s.slack
@@ -69,6 +76,15 @@ pub(crate) fn worker_changes(alert: &PodAlert, ns: &str, st: &mut State) -> Vec<
             false,
         ),
         ("alertmanager", s.alertmanager.as_ref().map(|x| Target::Url(x.url.clone())), "/api/v2/alerts", true),
+        ("teams", s.teams.as_ref().map(|x| secret(&x.webhook_secret_ref)), "", false),
+        (
+            "pagerduty",
+            s.pagerduty
+                .as_ref()
+                .map(|x| Target::RoutingKey { namespace: ns.to_string(), secret: x.routing_key_secret_ref.clone() }),
+            "",
+            false,
+        ),
     ];
     let mut changes = Vec::new();
     for (name, target, path, coalesce) in wanted {
@@ -108,9 +124,11 @@ pub(crate) async fn check_sink_secrets(
     let refs = [
         ("slack", s.slack.as_ref().map(|x| &x.webhook_secret_ref)),
         ("webhook", s.webhook.as_ref().map(|x| &x.url_secret_ref)),
+        ("teams", s.teams.as_ref().map(|x| &x.webhook_secret_ref)),
+        ("pagerduty", s.pagerduty.as_ref().map(|x| &x.routing_key_secret_ref)),
     ];
     let rules = &data.delivery.rules;
-    if let Some(Err(e)) = s.alertmanager.as_ref().map(|am| crate::delivery::check_url(&am.url, false, rules)) {
+    if let Some(Err(e)) = s.alertmanager.as_ref().map(|am| crate::delivery::check_url(&am.url, "alertmanager", rules)) {
         summary.sink_problems.push(("alertmanager".into(), e));
     }
     let mut problems = Vec::new();
@@ -119,7 +137,10 @@ pub(crate) async fn check_sink_secrets(
         let fresh = st.secret_checks.get(r).is_some_and(|(at, _)| elapsed(*at, now) < SECRET_CHECK_EVERY);
         if !fresh {
             let result = match read_secret(&data.ctx.client, ns, r).await {
-                Ok(url) => crate::delivery::check_url(&url, sink == "slack", rules)
+                // PagerDuty's Secret holds the routing key; the URL is the admin's.
+                Ok(key) if sink == "pagerduty" => crate::delivery::check_routing_key(&key)
+                    .map_err(|e| format!("Secret {}/{} key {}: {e}", ns, r.name, r.key)),
+                Ok(url) => crate::delivery::check_url(&url, sink, rules)
                     .map(|_| ())
                     .map_err(|e| format!("Secret {}/{} key {}: {e}", ns, r.name, r.key)),
                 Err(f) => Err(f.message),
@@ -136,12 +157,26 @@ pub(crate) async fn check_sink_secrets(
 }
 
 /// The document `n` is for `sink`, rendered when it is sent.
-fn payload(sink: &str, n: Notification) -> Payload {
-    if sink == "slack" { Payload::new(move || n.slack()) } else { Payload::new(move || n.webhook()) }
+fn payload(sink: &str, n: Notification, alert: &PodAlert) -> Payload {
+    match sink {
+        "slack" => Payload::new(move || n.slack()),
+        "teams" => Payload::new(move || n.teams()),
+        "pagerduty" => {
+            let severity = alert.spec.sinks.pagerduty.as_ref().map(|p| p.severity).unwrap_or_default();
+            Payload::new(move || n.pagerduty(severity.as_str()))
+        }
+        _ => Payload::new(move || n.webhook()),
+    }
 }
 
-/// Each transition for the Events sink, and for Slack and the webhook as
-/// the namespace's rate limit allows (the rest wait, in order).
+/// The sinks a person reads, held to the namespace's rate limit.
+const LIMITED: [&str; 3] = ["slack", "webhook", "teams"];
+
+/// Each transition for the Events sink; for Slack, Teams and the webhook as
+/// the namespace's rate limit allows (the rest wait, in order); for
+/// PagerDuty each at once: PagerDuty deduplicates by incident, and a
+/// summary or a dropped document would leave its incident open (the sink's
+/// queue is bounded like the others').
 pub(crate) fn notify(
     alert: &PodAlert,
     rules: &Rules,
@@ -165,7 +200,10 @@ pub(crate) fn notify(
                 .with_debug_hint(inc, data.options.debug_hint),
             at: now,
         };
-        for name in ["slack", "webhook"] {
+        if live.contains("pagerduty") {
+            out.sends.push(("pagerduty", payload("pagerduty", n.clone(), alert)));
+        }
+        for name in LIMITED {
             if !live.contains(name) {
                 continue;
             }
@@ -173,7 +211,7 @@ pub(crate) fn notify(
             let token =
                 held.is_empty() && data.limiter.lock().unwrap_or_else(PoisonError::into_inner).try_take(&ns, now);
             if token {
-                out.sends.push((name, payload(name, n.clone())));
+                out.sends.push((name, payload(name, n.clone(), alert)));
             } else if held.hold(n.clone()) {
                 out.not_sent.push((name, "held", 1));
             } else {
@@ -210,11 +248,13 @@ pub(crate) fn release_held(
                 break;
             }
             match held.release(tokens) {
-                Some(Release::One(n)) => out.sends.push((name, payload(name, *n))),
+                Some(Release::One(n)) => out.sends.push((name, payload(name, *n, alert))),
                 Some(Release::Summary(all, more)) => {
                     out.not_sent.push((name, "summarized", all.len() as u64));
                     let body = if *name == "slack" {
                         crate::throttle::slack_summary(&podalert, &all, more)
+                    } else if *name == "teams" {
+                        crate::throttle::teams_summary(&podalert, &all, more)
                     } else {
                         crate::throttle::webhook_summary(&podalert, &all, more, now)
                     };

@@ -198,6 +198,34 @@ pub fn slack_summary(podalert: &(String, String), held: &[Notification], more: u
     })
 }
 
+/// A Teams card listing the held notifications' headlines (as text runs:
+/// never read as markdown).
+pub fn teams_summary(podalert: &(String, String), held: &[Notification], more: usize) -> Value {
+    let title = summary_title(podalert, held.len(), more);
+    let mut lines: Vec<String> =
+        held.iter().take(SUMMARY_LINES).map(|n| format!("• {}: {}", n.event(), n.headline())).collect();
+    let unlisted = held.len().saturating_sub(lines.len()) + more;
+    if unlisted > 0 {
+        lines.push(format!("… and {unlisted} more (see the PodAlert's status)"));
+    }
+    let run = |text: String, bold: bool| {
+        let mut r = json!({"type": "TextRun", "text": text});
+        if bold {
+            r["weight"] = json!("Bolder");
+        }
+        json!({"type": "RichTextBlock", "inlines": [r]})
+    };
+    json!({
+        "type": "message",
+        "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": null, "content": {
+            "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+            "type": "AdaptiveCard",
+            "version": "1.4",
+            "body": [run(title, true), run(lines.join("\n"), false)],
+        }}],
+    })
+}
+
 /// The webhook's summary document: the held documents without their logs
 /// and Warning Events (each may be large; status keeps them).
 pub fn webhook_summary(podalert: &(String, String), held: &[Notification], more: usize, now: Timestamp) -> Value {
