@@ -67,6 +67,14 @@ async fn only_users_who_could_read_what_it_sends_write_podalerts() {
     create_settled(&as_dave, &alert("s", slack), None).await.unwrap();
     let webhook = json!({"webhook": {"urlSecretRef": {"name": "other-team", "key": "url"}}});
     create_settled(&as_dave, &alert("w", webhook), Some("sinks.webhook")).await.unwrap_err();
+    // Teams and PagerDuty likewise: another team's integration key would
+    // let him page their on-call with a crash loop of his own.
+    let teams = json!({"teams": {"webhookSecretRef": {"name": "other-team", "key": "teams"}}});
+    create_settled(&as_dave, &alert("t", teams), Some("sinks.teams")).await.unwrap_err();
+    let paging = |secret: &str| json!({"pagerduty": {"routingKeySecretRef": {"name": secret, "key": "key"}}});
+    let msg = create_settled(&as_dave, &alert("p", paging("oncall-key")), Some("sinks.pagerduty")).await.unwrap_err();
+    assert!(msg.contains("get on that Secret"), "{msg}");
+    create_settled(&as_dave, &alert("p", paging("team-slack")), None).await.unwrap();
 
     // erin writes PodAlerts and reads no log: a label edit passes, a spec
     // update is judged like a create.
