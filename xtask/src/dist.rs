@@ -174,10 +174,16 @@ pub fn check(dir: &std::path::Path, names: &[String], what: &str) -> anyhow::Res
         let bin = dir.join(op);
         let size = std::fs::metadata(&bin).with_context(|| format!("{} was not built", bin.display()))?.len();
         let bin_s = bin.display().to_string();
-        let needed = needed_libs(&tool_output("readelf", &["-d", &bin_s])?);
+        let dynamic = tool_output("readelf", &["-d", &bin_s])?;
+        let needed = needed_libs(&dynamic);
         let foreign: Vec<&String> = needed.iter().filter(|l| !RUNTIME_LIBS.contains(&l.as_str())).collect();
         if !foreign.is_empty() {
             bail!("{op} needs libraries distroless/cc-debian12 does not have: {foreign:?}");
+        }
+        // Packed relative relocations (shared/build/relr.rs): the dynamic
+        // section says DT_RELR; they need glibc 2.36, the base's.
+        if !dynamic.contains("(RELR)") {
+            bail!("{op} is not linked with packed relocations (its Cargo.toml's build = \"…/shared/build/relr.rs\")");
         }
         let glibc = max_glibc(&tool_output("objdump", &["-T", &bin_s])?).unwrap_or((0, 0));
         if glibc > MAX_GLIBC {
