@@ -10,6 +10,10 @@
 //! | --- | --- |
 //! | [`summary`] | the summary, its ≤ 4 KiB encoding, the merge (pure) |
 //! | [`run`] | sending the load: closed or open model, timeouts, deadline |
+//! | [`schedule`] | when each request of a ramping arrival-rate profile is due (pure) |
+//! | [`stages`] | sending a ramping arrival-rate profile with bounded connections |
 
 pub mod run;
+pub mod schedule;
+pub mod stages;
 pub mod summary;

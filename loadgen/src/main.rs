@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use loadgen::run::{Config, run};
+use loadgen::schedule::Stage;
 use loadgen::summary::Summary;
 
 #[derive(Parser)]
@@ -58,6 +59,17 @@ struct Args {
     /// scheduled time); 0: each connection sends as soon as it is answered.
     #[arg(long, env = "RATE", default_value_t = 0.0)]
     rate: f64,
+    /// An arrival-rate profile instead of --repeat, --duration and --rate:
+    /// DURATION:RATE stages, comma-separated (e.g. 30s:100,2m:100,30s:0),
+    /// each ramping linearly from the previous stage's rate (the first
+    /// from 0) to its own (requests/s for this runner). Latencies count
+    /// from each request's scheduled time; a request due while all
+    /// --max-connections are busy is dropped (counted, never sent late).
+    #[arg(long, env = "STAGES", value_delimiter = ',', value_parser = parse_stage, value_name = "DURATION:RATE")]
+    stages: Vec<Stage>,
+    /// Connections a --stages profile may use at once (1-10000).
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 100)]
+    max_connections: u64,
     /// The whole run; requests not sent by then, or still in flight then,
     /// are counted as not sent (neither answered nor failed).
     #[arg(long, env = "DEADLINE", default_value = "10m", value_parser = flotilla_shared::duration::parse_flag)]
@@ -74,6 +86,21 @@ struct Args {
     /// Where the summary goes (also printed on stdout).
     #[arg(long, env = "TERMINATION_LOG", default_value = "/dev/termination-log")]
     termination_log: PathBuf,
+}
+
+/// One stage, DURATION:RATE (a Go duration of at least 1 ms; a rate of
+/// 0 to 1000000 requests/s).
+fn parse_stage(s: &str) -> Result<Stage, String> {
+    let (d, r) = s.trim().split_once(':').ok_or_else(|| format!("{s:?} is not DURATION:RATE"))?;
+    let duration = flotilla_shared::duration::parse_flag(d)?;
+    if duration < Duration::from_millis(1) {
+        return Err(format!("{s:?}: a stage lasts at least 1ms"));
+    }
+    let rate: f64 = r.parse().map_err(|_| format!("{s:?}: {r:?} is not a rate"))?;
+    if !(0.0..=1_000_000.0).contains(&rate) {
+        return Err(format!("{s:?}: the rate is 0 to 1000000 requests/s"));
+    }
+    Ok(Stage { duration, rate })
 }
 
 fn bad(flag: &str, why: impl std::fmt::Display) -> ExitCode {
@@ -152,6 +179,12 @@ fn main() -> ExitCode {
     if args.repeat == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
         return bad("repeat/concurrency", "repeat must be at least 1 and concurrency 1-10000");
     }
+    if args.stages.len() > 64 {
+        return bad("stages", "at most 64 stages");
+    }
+    if !(1..=10_000).contains(&args.max_connections) {
+        return bad("max-connections", "must be 1-10000");
+    }
     if !(args.rate == 0.0 || (args.rate >= 0.001 && args.rate.is_finite())) {
         return bad("rate", "must be 0 (closed model) or at least 0.001 requests/s");
     }
@@ -198,6 +231,8 @@ fn main() -> ExitCode {
         rate: args.rate,
         deadline: deadline.saturating_sub(started.elapsed()),
         duration: args.duration,
+        stages: args.stages,
+        max_connections: args.max_connections,
     };
     let outcome = match rt.block_on(run(cfg)) {
         Ok(o) => o,
@@ -206,12 +241,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let message = match Summary::to_message(
+    let message = match Summary::to_message_staged(
         outcome.requests,
         outcome.errors,
         outcome.not_sent,
         outcome.elapsed,
         &outcome.histogram,
+        &outcome.staged,
     ) {
         Ok(m) => m,
         Err(e) => {
@@ -251,5 +287,23 @@ mod tests {
         assert_eq!(parse(&["--duration", "10000ms"]).unwrap().duration, Some(Duration::from_secs(10)));
         assert_eq!(parse(&["--duration", "2m"]).unwrap().duration, Some(Duration::from_secs(120)));
         assert!(parse(&["--duration", "soon"]).is_err());
+    }
+
+    #[test]
+    fn stages_are_duration_rate_pairs() {
+        let parse = |extra: &[&str]| Args::try_parse_from([&["loadgen", "--url", "http://x/"], extra].concat());
+        assert!(parse(&[]).unwrap().stages.is_empty());
+        let a = parse(&["--stages", "10000ms:40,2m:0.5"]).unwrap();
+        assert_eq!(
+            a.stages,
+            vec![
+                Stage { duration: Duration::from_secs(10), rate: 40.0 },
+                Stage { duration: Duration::from_secs(120), rate: 0.5 }
+            ]
+        );
+        assert_eq!(a.max_connections, 100);
+        for wrong in ["10s", "10s:-1", "0s:5", "10s:fast", "soon:5", "10s:1e9"] {
+            assert!(parse(&["--stages", wrong]).is_err(), "{wrong}");
+        }
     }
 }

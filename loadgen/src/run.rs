@@ -42,6 +42,11 @@ pub struct Config {
     /// Send for this long instead of `repeat` requests per worker (ends
     /// sooner if `deadline` does).
     pub duration: Option<Duration>,
+    /// An arrival-rate profile instead of all the above (see
+    /// [`crate::stages`]); empty: none.
+    pub stages: Vec<crate::schedule::Stage>,
+    /// Connections a profile may use at once.
+    pub max_connections: u64,
 }
 
 /// What a run measured.
@@ -53,6 +58,8 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Latencies of the requests that were answered without error.
     pub histogram: Histogram<u64>,
+    /// An arrival-rate profile's dropped requests and stages.
+    pub staged: crate::summary::Staged,
 }
 
 #[derive(Default)]
@@ -72,7 +79,7 @@ fn classify(e: &reqwest::Error) -> ErrorKind {
 }
 
 /// One request; its error kind, if it failed.
-async fn one(client: &reqwest::Client, req: reqwest::Request) -> Option<ErrorKind> {
+pub(crate) async fn one(client: &reqwest::Client, req: reqwest::Request) -> Option<ErrorKind> {
     match client.execute(req).await {
         Ok(resp) => {
             let status = resp.status();
@@ -94,6 +101,8 @@ async fn one(client: &reqwest::Client, req: reqwest::Request) -> Option<ErrorKin
 
 /// Runs the load and returns what it measured.
 pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
+    // Idle connections kept: every one the load may use at once.
+    let connections = if cfg.stages.is_empty() { cfg.concurrency } else { cfg.max_connections };
     let mut builder = reqwest::Client::builder();
     if let Some(ip) = cfg.connect_to {
         // The host stays in the URL (and so in the Host header) but is
@@ -109,7 +118,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
     let client = builder
         .timeout(cfg.timeout)
         .connect_timeout(cfg.timeout)
-        .pool_max_idle_per_host(usize::try_from(cfg.concurrency).unwrap_or(usize::MAX))
+        .pool_max_idle_per_host(usize::try_from(connections).unwrap_or(usize::MAX))
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("flotilla-loadgen/", env!("CARGO_PKG_VERSION")))
         .build()?;
@@ -128,6 +137,9 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
         template = template.body(cfg.body.clone());
     }
     let template = Arc::new(template.build()?);
+    if !cfg.stages.is_empty() {
+        return Ok(crate::stages::send(client, template, &cfg).await);
+    }
     // A fixed-time run has no count: the workers go on until its end.
     let total = match cfg.duration {
         Some(_) => u64::MAX,
@@ -217,5 +229,6 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
         not_sent: if fixed_time { 0 } else { total.saturating_sub(requests) },
         elapsed,
         histogram: s.histogram.take().unwrap_or_else(histogram),
+        staged: Default::default(),
     })
 }

@@ -81,7 +81,56 @@ pub struct Summary {
     /// The latency histogram of every answered request, V2 + deflate,
     /// base64.
     pub hist: String,
+    /// Requests of an arrival-rate profile not sent because every
+    /// connection was busy when they were due.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped: u64,
+    /// Per stage of an arrival-rate profile, in order (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageSummary>,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One stage's share of a runner's summary (short keys: 32 of them must
+/// fit beside the whole in [`MAX_MESSAGE`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageSummary {
+    /// Requests sent whose scheduled time fell in the stage.
+    #[serde(rename = "r", default)]
+    pub requests: u64,
+    /// Of them, failed.
+    #[serde(rename = "e", default, skip_serializing_if = "is_zero")]
+    pub errors: u64,
+    /// Not sent: every connection was busy when they were due.
+    #[serde(rename = "d", default, skip_serializing_if = "is_zero")]
+    pub dropped: u64,
+    /// The stage's latency histogram (as `hist`, at the same digits);
+    /// absent when the message had no room for it.
+    #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
+    pub hist: Option<String>,
+}
+
+/// What a runner measured in one stage.
+#[derive(Debug, Clone)]
+pub struct StageOutcome {
+    pub requests: u64,
+    pub errors: u64,
+    pub dropped: u64,
+    pub histogram: Histogram<u64>,
+}
+
+/// What an arrival-rate profile adds to a summary.
+#[derive(Debug, Clone, Default)]
+pub struct Staged {
+    pub dropped: u64,
+    pub stages: Vec<StageOutcome>,
+}
+
+/// Stages a merge takes from one summary at most (the CRD allows 32).
+pub const MAX_STAGES: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
@@ -167,6 +216,14 @@ fn checked_v2(bytes: &[u8]) -> Result<Vec<u8>, SummaryError> {
     Ok(inner)
 }
 
+/// A histogram from what `hist` holds, checked first (see
+/// [`Summary::histogram`]).
+fn decode(hist: &str) -> Result<Histogram<u64>, SummaryError> {
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD.decode(hist.as_bytes())?;
+    let v2 = checked_v2(&bytes)?;
+    Deserializer::new().deserialize(&mut v2.as_slice()).map_err(|e| SummaryError::Histogram(format!("{e:?}")))
+}
+
 /// A copy of `h` at fewer significant digits (coarser buckets).
 fn reduce(h: &Histogram<u64>, digits: u8) -> Histogram<u64> {
     let mut out = Histogram::new_with_bounds(1, MAX_MICROS, digits).unwrap_or_else(|_| histogram());
@@ -187,8 +244,36 @@ impl Summary {
         elapsed: Duration,
         h: &Histogram<u64>,
     ) -> Result<String, SummaryError> {
-        for digits in [3u8, 2, 1] {
-            let hist = if digits == 3 { encode(h)? } else { encode(&reduce(h, digits))? };
+        Self::to_message_staged(requests, errors, not_sent, elapsed, h, &Staged::default())
+    }
+
+    /// [`Summary::to_message`] with an arrival-rate profile's dropped
+    /// requests and stages. Room is made by lowering every histogram's
+    /// precision together, then by leaving the stages' histograms out
+    /// (their counts stay; their percentiles are then unknown).
+    pub fn to_message_staged(
+        requests: u64,
+        errors: BTreeMap<ErrorKind, u64>,
+        not_sent: u64,
+        elapsed: Duration,
+        h: &Histogram<u64>,
+        staged: &Staged,
+    ) -> Result<String, SummaryError> {
+        let at = |h: &Histogram<u64>, digits: u8| if digits == 3 { encode(h) } else { encode(&reduce(h, digits)) };
+        let attempts = [(3u8, true), (2, true), (1, true), (3, false), (2, false), (1, false)];
+        for (digits, stage_hists) in attempts {
+            if !stage_hists && staged.stages.is_empty() {
+                break;
+            }
+            let mut stages = Vec::with_capacity(staged.stages.len());
+            for st in &staged.stages {
+                stages.push(StageSummary {
+                    requests: st.requests,
+                    errors: st.errors,
+                    dropped: st.dropped,
+                    hist: if stage_hists { Some(at(&st.histogram, digits)?) } else { None },
+                });
+            }
             let s = Summary {
                 v: 1,
                 requests,
@@ -196,7 +281,9 @@ impl Summary {
                 not_sent,
                 elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
                 digits,
-                hist,
+                hist: at(h, digits)?,
+                dropped: staged.dropped,
+                stages,
             };
             let json = serde_json::to_string(&s)?;
             if json.len() <= MAX_MESSAGE {
@@ -208,6 +295,15 @@ impl Summary {
 
     pub fn parse(message: &str) -> Result<Summary, SummaryError> {
         Ok(serde_json::from_str(message.trim())?)
+    }
+
+    /// Stage `k`'s histogram, if the summary holds it (checked as
+    /// [`Summary::histogram`] is).
+    pub fn stage_histogram(&self, k: usize) -> Result<Option<Histogram<u64>>, SummaryError> {
+        match self.stages.get(k).and_then(|s| s.hist.as_deref()) {
+            None => Ok(None),
+            Some(hist) => decode(hist).map(Some),
+        }
     }
 
     /// The histogram. The summary comes from a runner pod, which may run
@@ -236,6 +332,28 @@ pub struct Merged {
     /// The lowest precision among the runners' histograms.
     pub digits: u8,
     pub histogram: Histogram<u64>,
+    /// Requests dropped: every connection busy when they were due.
+    pub dropped: u64,
+    /// Per stage of an arrival-rate profile (empty otherwise).
+    pub stages: Vec<MergedStage>,
+}
+
+/// One stage, every runner's share merged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergedStage {
+    pub requests: u64,
+    pub errors: u64,
+    pub dropped: u64,
+    /// The merged latencies; None when a runner's summary left its
+    /// histogram out (percentiles unknown rather than wrong).
+    pub histogram: Option<Histogram<u64>>,
+}
+
+impl MergedStage {
+    /// A latency quantile, if the stage's histogram is known and not empty.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        self.histogram.as_ref().filter(|h| !h.is_empty()).map(|h| Duration::from_micros(h.value_at_quantile(q)))
+    }
 }
 
 impl Merged {
@@ -249,8 +367,27 @@ impl Merged {
             elapsed: Duration::ZERO,
             digits: 3,
             histogram: histogram(),
+            dropped: 0,
+            stages: Vec::new(),
         };
         for s in summaries {
+            m.dropped = m.dropped.saturating_add(s.dropped);
+            for (k, st) in s.stages.iter().take(MAX_STAGES).enumerate() {
+                if m.stages.len() <= k {
+                    m.stages.push(MergedStage { requests: 0, errors: 0, dropped: 0, histogram: Some(histogram()) });
+                }
+                let hist = s.stage_histogram(k)?;
+                let Some(ms) = m.stages.get_mut(k) else { continue };
+                ms.requests = ms.requests.saturating_add(st.requests);
+                ms.errors = ms.errors.saturating_add(st.errors);
+                ms.dropped = ms.dropped.saturating_add(st.dropped);
+                match (ms.histogram.as_mut(), hist) {
+                    (Some(acc), Some(h)) => {
+                        acc.add(h).map_err(|e| SummaryError::Histogram(format!("{e:?}")))?;
+                    }
+                    _ => ms.histogram = None,
+                }
+            }
             m.requests = m.requests.saturating_add(s.requests);
             m.not_sent = m.not_sent.saturating_add(s.not_sent);
             for (k, n) in &s.errors {
@@ -386,6 +523,78 @@ mod tests {
         // 40 answered: the median is the slower runner's latency, which
         // averaging the two runners' medians (3 ms) would never show.
         assert!(m.histogram.equivalent(m.quantile(0.5).as_micros() as u64, 5_000));
+    }
+
+    fn wide() -> Histogram<u64> {
+        let mut h = histogram();
+        let mut v = 1u64;
+        while v < MAX_MICROS {
+            for k in 0..50 {
+                h.saturating_record(v + k * (v / 50).max(1));
+            }
+            v = v * 11 / 10 + 1;
+        }
+        h
+    }
+
+    fn stage_of(values: &[u64], dropped: u64) -> StageOutcome {
+        let mut h = histogram();
+        for v in values {
+            record(&mut h, Duration::from_micros(*v));
+        }
+        StageOutcome { requests: values.len() as u64, errors: 0, dropped, histogram: h }
+    }
+
+    #[test]
+    fn stages_fit_beside_the_whole_and_lose_their_histograms_last() {
+        // A few stages of a tidy run: every histogram at full precision.
+        let staged = Staged { dropped: 3, stages: (0..3).map(|k| stage_of(&[1_000 * (k + 1); 20], 1)).collect() };
+        let msg = Summary::to_message_staged(60, BTreeMap::new(), 0, Duration::from_secs(9), &wide(), &staged)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((s.dropped, s.stages.len()), (3, 3));
+        assert!(s.stages.iter().all(|st| st.hist.is_some() && st.dropped == 1 && st.requests == 20));
+        assert_eq!(s.stage_histogram(2).ok().flatten().map(|h| h.len()), Some(20));
+        // 32 stages as wide as can be: the counts stay, within the limit.
+        let staged = Staged {
+            dropped: 0,
+            stages: (0..32).map(|_| StageOutcome { histogram: wide(), ..stage_of(&[], 7) }).collect(),
+        };
+        let msg = Summary::to_message_staged(9, BTreeMap::new(), 0, Duration::from_secs(9), &wide(), &staged)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(msg.len() <= MAX_MESSAGE, "{}", msg.len());
+        let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.stages.len(), 32);
+        assert!(s.stages.iter().all(|st| st.dropped == 7));
+        // A summary without stages reads as before (and old ones still parse).
+        let old = summary_of(&[1_000], 0);
+        assert!(old.stages.is_empty() && old.dropped == 0);
+        assert!(!serde_json::to_string(&old).unwrap_or_default().contains("stages"));
+    }
+
+    #[test]
+    fn stages_merge_bucket_by_bucket_and_a_missing_histogram_is_unknown() {
+        let message = |stages: Vec<StageOutcome>| {
+            let staged = Staged { dropped: stages.iter().map(|s| s.dropped).sum(), stages };
+            let m = Summary::to_message_staged(0, BTreeMap::new(), 0, Duration::from_secs(1), &histogram(), &staged)
+                .unwrap_or_else(|e| panic!("{e}"));
+            Summary::parse(&m).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let a = message(vec![stage_of(&[1_000; 10], 1), stage_of(&[2_000; 10], 0)]);
+        let b = message(vec![stage_of(&[1_000; 10], 0), stage_of(&[90_000; 10], 2)]);
+        let m = Merged::of(&[a.clone(), b]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(m.dropped, 3);
+        assert_eq!(m.stages.len(), 2);
+        assert_eq!((m.stages[0].requests, m.stages[0].dropped), (20, 1));
+        assert_eq!((m.stages[1].requests, m.stages[1].dropped), (20, 2));
+        // The second stage's p90 is the slow runner's: merged, not averaged.
+        let p90 = m.stages[1].quantile(0.9).unwrap_or_default();
+        assert!(p90 >= Duration::from_millis(89), "{p90:?}");
+        let mut cut = a.clone();
+        cut.stages[1].hist = None;
+        let m = Merged::of(&[a, cut]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(m.stages[0].quantile(0.5).is_some());
+        assert_eq!(m.stages[1].quantile(0.5), None);
     }
 
     proptest! {

@@ -56,7 +56,71 @@ fn config(url: String, repeat: u64, concurrency: u64) -> Config {
         rate: 0.0,
         deadline: Duration::from_secs(30),
         duration: None,
+        stages: vec![],
+        max_connections: 100,
     }
+}
+
+fn stage(secs: u64, rate: f64) -> loadgen::schedule::Stage {
+    loadgen::schedule::Stage { duration: Duration::from_secs(secs), rate }
+}
+
+#[tokio::test]
+async fn a_profile_sends_its_schedule_per_stage_and_times_from_it() {
+    let (base, served) = server().await;
+    // 0 -> 40/s over 2 s (40 requests), then 40/s for 1 s (40).
+    let cfg = Config { stages: vec![stage(2, 40.0), stage(1, 40.0)], ..config(format!("{base}/ok?delay_ms=5"), 1, 1) };
+    let started = Instant::now();
+    let out = run(cfg).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(3) - Duration::from_millis(50), "{:?}", started.elapsed());
+    assert_eq!(out.requests, 80);
+    assert_eq!(served.load(Ordering::Relaxed), 80);
+    let s = &out.staged;
+    assert_eq!((s.dropped, s.stages.len()), (0, 2));
+    assert_eq!((s.stages[0].requests, s.stages[1].requests), (40, 40));
+    assert_eq!(s.stages[0].histogram.len() + s.stages[1].histogram.len(), out.histogram.len());
+    assert_eq!(out.elapsed, Duration::from_secs(3));
+    assert!(out.histogram.min() >= 5_000, "latency at least the server's delay");
+}
+
+#[tokio::test]
+async fn a_profile_drops_what_no_free_connection_can_send_on_time() {
+    let (base, served) = server().await;
+    // 20/s flat for 2 s (after a 1 s ramp from 0: 10 + 40 due) on one
+    // connection while each answer takes 300 ms: most come due while it is
+    // busy, and are dropped, never sent late.
+    let cfg = Config {
+        stages: vec![stage(1, 20.0), stage(2, 20.0)],
+        max_connections: 1,
+        ..config(format!("{base}/ok?delay_ms=300"), 1, 1)
+    };
+    let out = run(cfg).await.unwrap();
+    let s = &out.staged;
+    assert_eq!(out.requests + s.dropped + out.not_sent, 50, "{out:?}");
+    assert!(s.dropped >= 30, "{out:?}");
+    // At most one in flight: about one request per 300 ms was sent.
+    assert!(out.requests <= 12, "{out:?}");
+    assert_eq!(served.load(Ordering::Relaxed), out.requests);
+    assert_eq!(s.stages.iter().map(|st| st.dropped).sum::<u64>(), s.dropped);
+    // Each latency counts from its scheduled time: at least the delay.
+    assert!(out.histogram.min() >= 300_000, "{out:?}");
+}
+
+#[tokio::test]
+async fn a_profile_cut_by_the_deadline_counts_the_rest_as_not_sent() {
+    let (base, _) = server().await;
+    let cfg = Config {
+        stages: vec![stage(1, 10.0), stage(10, 10.0)],
+        deadline: Duration::from_secs(2),
+        ..config(format!("{base}/ok"), 1, 1)
+    };
+    let started = Instant::now();
+    let out = run(cfg).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    // 5 + 100 planned, about 15 due within the 2 s.
+    assert_eq!(out.requests + out.not_sent + out.staged.dropped, 105, "{out:?}");
+    assert!((13..=16).contains(&out.requests), "{out:?}");
+    assert_eq!(out.elapsed, Duration::from_secs(2));
 }
 
 #[tokio::test]

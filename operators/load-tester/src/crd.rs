@@ -15,8 +15,8 @@ mod bounds;
 mod runner;
 mod status;
 
-pub use runner::{LoadSpec, RunnerResources, RunnerSpec};
-pub use status::{Latency, LoadTestStatus, PinnedTarget, Results, State, Verdict};
+pub use runner::{DEFAULT_MAX_CONNECTIONS, LoadSpec, LoadStage, RunnerResources, RunnerSpec};
+pub use status::{Latency, LoadTestStatus, PinnedTarget, Results, StageLatency, StageResults, State, Verdict};
 
 /// Runs `replicas` coordinated loadgen pods against a Service of this
 /// namespace and reports one merged result: the runners' latency
@@ -28,6 +28,9 @@ pub use status::{Latency, LoadTestStatus, PinnedTarget, Results, State, Verdict}
 #[x_kube(validation = kube::core::Rule::new(
     "!(has(self.load) && has(self.load.duration) && has(self.test.repeat))"
 ).message("load.duration and test.repeat are mutually exclusive: a run lasts a time or sends a count"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!(has(self.load) && has(self.load.stages) && (has(self.test.repeat) || (has(self.rate) && self.rate != 0)))"
+).message("load.stages is mutually exclusive with test.repeat and rate: the stages set the rate and the length"))]
 #[kube(
     group = "flotilla.dev",
     version = "v1alpha1",
@@ -91,8 +94,8 @@ pub struct LoadTestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub image: Option<String>,
-    /// How long the load lasts. Omitted: each connection sends test.repeat
-    /// requests.
+    /// How long the load lasts: load.duration, or an arrival-rate profile
+    /// (load.stages). Omitted: each connection sends test.repeat requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadSpec>,
     /// Where the runner pods run and what they may use. Omitted: requests =
@@ -108,12 +111,26 @@ impl LoadTestSpec {
         self.runner.clone().unwrap_or_default()
     }
 
-    /// `load.duration`, checked: None without one.
+    /// How long the load lasts, checked: `load.duration`, or the total of
+    /// `load.stages`; None for a count (test.repeat).
     pub fn duration(&self) -> Result<Option<std::time::Duration>, String> {
-        match self.load.as_ref().and_then(|l| l.duration.as_ref()) {
-            None => Ok(None),
-            Some(d) => d.get().map(Some).map_err(|e| format!("load.duration: {e}")),
+        let Some(load) = self.load.as_ref() else { return Ok(None) };
+        if let Some(d) = load.duration.as_ref() {
+            return d.get().map(Some).map_err(|e| format!("load.duration: {e}"));
         }
+        if load.stages.is_empty() {
+            return Ok(None);
+        }
+        let mut total = std::time::Duration::ZERO;
+        for (k, s) in load.stages.iter().enumerate() {
+            total = total.saturating_add(s.duration.get().map_err(|e| format!("load.stages[{k}].duration: {e}"))?);
+        }
+        Ok(Some(total))
+    }
+
+    /// `load.stages`, empty without them.
+    pub fn stages(&self) -> &[LoadStage] {
+        self.load.as_ref().map_or(&[], |l| l.stages.as_slice())
     }
 }
 

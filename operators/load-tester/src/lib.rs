@@ -11,6 +11,7 @@
 //! | [`runner`] | runner pods and their projection (pure) |
 //! | [`machine`] | the LoadTest state machine (pure) |
 //! | [`results`] | merged results and the verdict (pure) |
+//! | [`stages`] | load.stages: rates split over the runners, per-stage results (pure) |
 //! | [`simple`] | SimpleDeployment's child pod (pure) |
 //! | [`simple_deployment`] | SimpleDeployment's controller: its one child kept |
 //! | [`metrics`] | `flotilla_load_tester_*` |
@@ -32,6 +33,7 @@ pub mod runner_pods;
 pub mod simple;
 pub mod simple_deployment;
 pub mod snapshot;
+pub mod stages;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -441,7 +441,7 @@ fn executing(
     if done.len() >= replicas {
         let messages: Vec<(String, String)> =
             done.iter().filter_map(|r| r.terminated.as_ref().map(|(_, _, m)| (r.name.clone(), m.clone()))).collect();
-        match merge(&messages) {
+        match merge(&messages, spec.stages()) {
             Err(e) => fail(step, now, "BadSummary", e),
             Ok((merged, results)) => {
                 let (v, why) = verdict(&merged, spec.thresholds.as_ref());

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use loadgen::summary::{Merged, Summary};
 
-use crate::crd::{Latency, Results, Thresholds, Verdict};
+use crate::crd::{Latency, LoadStage, Results, Thresholds, Verdict};
 
-fn fmt(d: Duration) -> String {
+pub(crate) fn fmt(d: Duration) -> String {
     let us = d.as_micros();
     if us < 1_000 {
         format!("{us}µs")
@@ -19,9 +19,9 @@ fn fmt(d: Duration) -> String {
     }
 }
 
-/// Merges the runners' termination messages; an unreadable one is an
-/// error naming its runner.
-pub fn merge(messages: &[(String, String)]) -> Result<(Merged, Results), String> {
+/// Merges the runners' termination messages (with load.stages, each
+/// stage's figures too); an unreadable one is an error naming its runner.
+pub fn merge(messages: &[(String, String)], stages: &[LoadStage]) -> Result<(Merged, Results), String> {
     let mut summaries = Vec::with_capacity(messages.len());
     for (runner, message) in messages {
         let s = Summary::parse(message).map_err(|e| format!("runner {runner}: {e}"))?;
@@ -48,6 +48,8 @@ pub fn merge(messages: &[(String, String)]) -> Result<(Merged, Results), String>
             max: fmt(merged.max()),
         },
         histogram,
+        dropped: i64::try_from(merged.dropped).unwrap_or(i64::MAX),
+        stages: crate::stages::results(&merged, stages),
     };
     Ok((merged, results))
 }
@@ -110,7 +112,7 @@ mod tests {
         // which averaging per-runner p99s would hide.
         let mut msgs: Vec<(String, String)> = (0..4).map(|i| (format!("r{i}"), message(&[2; 10], 0))).collect();
         msgs.push(("r4".into(), message(&[900; 10], 0)));
-        let (m, r) = merge(&msgs).unwrap_or_else(|e| panic!("{e}"));
+        let (m, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((r.runners, r.requests), (5, 50));
         assert!(r.latency.p99.starts_with("90") || r.latency.p99.starts_with("899"), "{:?}", r.latency);
         assert!(r.latency.p50.starts_with('2'), "{:?}", r.latency);
@@ -126,12 +128,12 @@ mod tests {
     #[test]
     fn errors_fail_the_error_ratio_and_a_bad_summary_names_its_runner() {
         let msgs = vec![("a".to_string(), message(&[1; 9], 1)), ("b".to_string(), message(&[1; 10], 0))];
-        let (m, r) = merge(&msgs).unwrap_or_else(|e| panic!("{e}"));
+        let (m, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.errors.get("http5xx"), Some(&1));
         assert_eq!(r.error_ratio, "0.0500");
         let t = Thresholds { max_error_ratio: Some(0.01), p99: None };
         assert_eq!(verdict(&m, Some(&t)).0, Verdict::Failed);
-        let e = merge(&[("r7".into(), "oops".into())]).err().unwrap_or_default();
+        let e = merge(&[("r7".into(), "oops".into())], &[]).err().unwrap_or_default();
         assert!(e.contains("r7"), "{e}");
     }
 }

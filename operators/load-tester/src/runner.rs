@@ -171,6 +171,12 @@ pub fn pod(
     if let Some(d) = spec.load.as_ref().and_then(|l| l.duration.as_ref()) {
         env.push(json!({"name": "DURATION", "value": millis(d)}));
     }
+    // load.stages: this runner's share of each stage's rate.
+    if let Some(load) = spec.load.as_ref().filter(|l| !l.stages.is_empty()) {
+        let replicas = usize::try_from(spec.replicas).unwrap_or(1);
+        env.push(json!({"name": "STAGES", "value": crate::stages::runner_flag(&load.stages, replicas, i)}));
+        env.push(json!({"name": "MAX_CONNECTIONS", "value": load.max_connections().to_string()}));
+    }
     let mut mounts = vec![json!({"name": "start", "mountPath": "/etc/flotilla", "readOnly": true})];
     let mut volumes = vec![json!({"name": "start", "downwardAPI": {"items": [
         {"path": "start", "fieldRef": {"fieldPath": format!("metadata.annotations['{START_ANNOTATION}']")}}
@@ -380,6 +386,28 @@ mod tests {
             (env["TIMEOUT"].as_str(), env["DEADLINE"].as_str(), env["DURATION"].as_str()),
             ("1500ms", "90500ms", "90000ms")
         );
+    }
+
+    #[test]
+    fn each_runner_gets_its_share_of_the_stages() {
+        let spec: LoadTestSpec = serde_json::from_value(json!({
+            "replicas": 3, "test": {"serviceName": "nginx"},
+            "load": {"stages": [{"duration": "10s", "rate": 40}, {"duration": "1m", "rate": 100}], "maxConnections": 7}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let w = Window { end_at: 0, deadline: std::time::Duration::from_secs(600) };
+        let flags: Vec<String> = (0..3)
+            .map(|i| {
+                let env = env_of(&pod("t", "u", "shop", &spec, "loadgen:1", 1, i, &w, &pinned()));
+                assert_eq!(env["MAX_CONNECTIONS"], "7");
+                env["STAGES"].clone()
+            })
+            .collect();
+        assert_eq!(flags, ["10000ms:14,60000ms:34", "10000ms:13,60000ms:33", "10000ms:13,60000ms:33"]);
+        let plain: LoadTestSpec = serde_json::from_value(json!({"replicas": 1, "test": {"serviceName": "nginx"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let env = env_of(&pod("t", "u", "shop", &plain, "loadgen:1", 1, 0, &w, &pinned()));
+        assert!(!env.contains_key("STAGES") && !env.contains_key("MAX_CONNECTIONS"));
     }
 
     #[test]

@@ -210,3 +210,66 @@ async fn admission_checks_the_load_duration_and_the_runner_spec() {
         .unwrap();
     assert_eq!(t.get("counted").await.unwrap().spec.test.repeat(), 5);
 }
+
+/// spec.load.stages at admission: 1-32 stages, each 1s-24h and a rate of
+/// 0-100000, 24h at most in all; not with test.repeat, load.duration or a
+/// rate; maxConnections 1-10000 and only with stages. A valid profile is
+/// stored as written, no repeat defaulted in beside it.
+#[tokio::test]
+async fn admission_checks_the_load_stages() {
+    let env = shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-stages-admission").await.unwrap();
+    let stage = |d: &str, r: i64| json!({"duration": d, "rate": r});
+    let with = |load: serde_json::Value| json!({"replicas": 2, "test": {"serviceName": "web"}, "load": load});
+    let ramp = json!([stage("10s", 40), stage("10s", 40)]);
+    let cases = [
+        (
+            "stages and repeat",
+            json!({"replicas": 1, "test": {"serviceName": "web", "repeat": 5}, "load": {"stages": ramp}}),
+            "mutually exclusive with test.repeat and rate",
+        ),
+        (
+            "stages and rate",
+            json!({"replicas": 1, "rate": 10, "test": {"serviceName": "web"}, "load": {"stages": ramp}}),
+            "mutually exclusive with test.repeat and rate",
+        ),
+        ("stages and duration", with(json!({"stages": ramp, "duration": "20s"})), "load.duration and load.stages"),
+        ("no stage", with(json!({"stages": []})), "spec.load.stages"),
+        ("33 stages", with(json!({"stages": vec![stage("1s", 1); 33]})), "spec.load.stages"),
+        ("a stage under 1s", with(json!({"stages": [stage("500ms", 1)]})), "1s to 24h"),
+        ("a stage over 24h", with(json!({"stages": [stage("25h", 1)]})), "1s to 24h"),
+        ("over 24h in all", with(json!({"stages": [stage("13h", 1), stage("12h", 1)]})), "24h in all"),
+        ("a negative rate", with(json!({"stages": [stage("1s", -1)]})), "rate"),
+        ("a rate over 100000", with(json!({"stages": [stage("1s", 100_001)]})), "rate"),
+        ("a stage without a rate", with(json!({"stages": [{"duration": "1s"}]})), "rate"),
+        ("maxConnections without stages", with(json!({"maxConnections": 5})), "with stages only"),
+        ("maxConnections 0", with(json!({"stages": ramp, "maxConnections": 0})), "maxConnections"),
+        ("maxConnections over 10000", with(json!({"stages": ramp, "maxConnections": 10_001})), "maxConnections"),
+    ];
+    for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
+        match create(&client, &ns, "LoadTest", &format!("bad-{i}"), spec).await {
+            Err(kube::Error::Api(s)) if s.code == 422 => assert!(s.message.contains(expect), "{what}: {}", s.message),
+            other => panic!("{what} was not rejected: {other:?}"),
+        }
+    }
+    let t: kube::Api<LoadTest> = kube::Api::namespaced(client.clone(), &ns);
+    let full = json!([stage("30s", 100), stage("2m", 100), stage("30s", 0)]);
+    create(&client, &ns, "LoadTest", "ramp", with(json!({"stages": full, "maxConnections": 50}))).await.unwrap();
+    let ramp = t.get("ramp").await.unwrap().spec;
+    assert_eq!(ramp.test.repeat, None);
+    assert_eq!(ramp.stages().len(), 3);
+    assert_eq!(ramp.load.as_ref().and_then(|l| l.max_connections), Some(50));
+    assert_eq!(ramp.duration().unwrap(), Some(std::time::Duration::from_secs(180)));
+    // rate 0 written out is today's default: it does not conflict.
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "zero-rate",
+        json!({"replicas": 1, "rate": 0, "test": {"serviceName": "web"}, "load": {"stages": [stage("24h", 0)]}}),
+    )
+    .await
+    .unwrap();
+}

@@ -1,4 +1,5 @@
-//! How a LoadTest's load runs: for a fixed time (`spec.load`), and where
+//! How a LoadTest's load runs: for a fixed time or as an arrival-rate
+//! profile (`spec.load`), and where
 //! and with what its runner pods run (`spec.runner`).
 
 use std::collections::BTreeMap;
@@ -11,12 +12,19 @@ use serde::{Deserialize, Serialize};
 
 use super::bounds;
 
-/// A fixed-time run.
+/// How long the load lasts: a fixed time, or an arrival-rate profile.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new(
     "!has(self.duration) || (duration(self.duration) >= duration('1s') && duration(self.duration) <= duration('24h'))"
 ).message("load.duration is 1s to 24h"))]
+#[x_kube(validation = kube::core::Rule::new("!(has(self.duration) && has(self.stages))")
+    .message("load.duration and load.stages are mutually exclusive: stages set their own length"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.maxConnections) || has(self.stages)")
+    .message("load.maxConnections bounds the connections of load.stages: set it with stages only"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.stages) || self.stages.map(s, duration(s.duration)).sum() <= duration('24h')"
+).message("load.stages last at most 24h in all"))]
 pub struct LoadSpec {
     /// Send for this long (Go duration, 1s to 24h, e.g. 2m) instead of
     /// test.repeat requests (not both): each runner keeps
@@ -27,6 +35,54 @@ pub struct LoadSpec {
     /// duration + 1m, whatever deadline says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration: Option<GoDuration>,
+    /// An open-model arrival-rate profile for the whole test (1-32 stages,
+    /// instead of test.repeat, load.duration and rate), as k6's
+    /// ramping-arrival-rate executor: each stage ramps linearly from the
+    /// previous stage's rate (the first from 0) to its own over its
+    /// duration, e.g. [{duration: 30s, rate: 100}, {duration: 2m, rate:
+    /// 100}, {duration: 30s, rate: 0}]. Each stage's rate is split evenly
+    /// over the runners (the remainder spread, so the runners' rates add up
+    /// to it exactly). Requests go out at their scheduled times whatever
+    /// the answers do, and each latency counts from its scheduled time (no
+    /// coordinated omission). The results add each stage's figures. The
+    /// run's deadline is then at least startTimeout + the stages' total +
+    /// 1m.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 32))]
+    pub stages: Vec<LoadStage>,
+    /// Connections each runner may have open at once for stages (1-10000,
+    /// default 100). A request due while all are busy is not sent and is
+    /// counted as dropped (in the results and per stage), never sent late:
+    /// raise it when the server's latency times the rate is near it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_connections: Option<i32>,
+}
+
+/// What loadgen allows a runner when load.maxConnections is omitted.
+pub const DEFAULT_MAX_CONNECTIONS: i32 = 100;
+
+impl LoadSpec {
+    /// Connections per runner for stages, the default filled in.
+    pub fn max_connections(&self) -> i32 {
+        self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS)
+    }
+}
+
+/// One stage of an arrival-rate profile.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "duration(self.duration) >= duration('1s') && duration(self.duration) <= duration('24h')"
+).message("a stage's duration is 1s to 24h"))]
+pub struct LoadStage {
+    /// How long the stage lasts (Go duration, 1s to 24h).
+    pub duration: GoDuration,
+    /// The rate reached at the stage's end, in requests per second for the
+    /// whole test (0-100000): the stage ramps linearly to it from the
+    /// previous stage's rate (the first stage from 0); equal rates hold it.
+    #[schemars(range(min = 0, max = 100000))]
+    pub rate: i32,
 }
 
 /// The runner pods' resources and placement.

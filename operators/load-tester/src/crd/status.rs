@@ -149,6 +149,51 @@ pub struct Results {
     /// tools that want more than these percentiles.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub histogram: String,
+    /// With load.stages: requests not sent because every one of a runner's
+    /// load.maxConnections was busy when they were due.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped: i64,
+    /// With load.stages: each stage's figures, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageResults>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// One stage of load.stages, every runner's share merged.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageResults {
+    /// The stage's duration, as the spec gives it.
+    pub duration: String,
+    /// The rate it ramps to (requests/s, the whole test).
+    pub rate: i32,
+    /// Requests sent whose scheduled time fell in the stage.
+    pub requests: i64,
+    /// Requests sent per second of the stage, e.g. 99.8 (a ramp's average
+    /// is half way between its two rates).
+    pub achieved_rate: String,
+    /// Of its requests, failed.
+    #[serde(default)]
+    pub errors: i64,
+    /// Not sent: every connection was busy when they were due.
+    #[serde(default)]
+    pub dropped: i64,
+    /// Latencies of its answered requests (p50, p90, p99), from the
+    /// runners' stage histograms merged; omitted when none was answered or
+    /// a runner's summary had no room for the stage's histogram.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<StageLatency>,
+}
+
+/// A stage's percentiles, e.g. "12.4ms".
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct StageLatency {
+    pub p50: String,
+    pub p90: String,
+    pub p99: String,
 }
 
 /// Percentiles of the merged histogram, e.g. "12.4ms".

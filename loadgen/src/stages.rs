@@ -1,0 +1,139 @@
+//! Sending an arrival-rate profile (open model, k6's
+//! ramping-arrival-rate): one scheduler sends request i at the time the
+//! [`Schedule`] gives it, on any free connection of at most
+//! `max_connections`; its latency counts from that scheduled time, not from
+//! when it went out (no coordinated omission). A request due while every
+//! connection is busy is counted as dropped, never sent late to make up.
+//! The outcome covers the profile's length (or the deadline, if that comes
+//! first): requests due after it are not sent, and requests still in
+//! flight at the deadline count as not sent.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use tokio::sync::Semaphore;
+
+use crate::run::{Config, Outcome, one};
+use crate::schedule::Schedule;
+use crate::summary::{ErrorKind, StageOutcome, Staged, histogram, record};
+
+/// What the requests in flight report back.
+struct Tally {
+    stages: Vec<StageOutcome>,
+    errors: BTreeMap<ErrorKind, u64>,
+    /// Sent and neither answered nor failed yet (a stage counts its
+    /// requests when they complete).
+    in_flight: u64,
+    /// Cut short by the deadline.
+    cut: u64,
+    /// Past the deadline: nothing more is recorded.
+    closed: bool,
+}
+
+impl Tally {
+    fn stage(&mut self, k: usize) -> Option<&mut StageOutcome> {
+        self.stages.get_mut(k)
+    }
+}
+
+fn lock(t: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
+    // A panicking request task cannot leave the counts half-written.
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sends `cfg.stages` with `client`, each request a clone of `template`.
+pub(crate) async fn send(client: reqwest::Client, template: Arc<reqwest::Request>, cfg: &Config) -> Outcome {
+    let schedule = Schedule::new(&cfg.stages);
+    let started = Instant::now();
+    let hard_end = started + cfg.deadline;
+    let window = schedule.length().min(cfg.deadline);
+    let end = started + window;
+    let connections = usize::try_from(cfg.max_connections.max(1)).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS);
+    let permits = Arc::new(Semaphore::new(connections));
+    let tally = Arc::new(Mutex::new(Tally {
+        stages: (0..cfg.stages.len())
+            .map(|_| StageOutcome { requests: 0, errors: 0, dropped: 0, histogram: histogram() })
+            .collect(),
+        errors: BTreeMap::new(),
+        in_flight: 0,
+        cut: 0,
+        closed: false,
+    }));
+    let total = schedule.total();
+    let mut not_sent = 0u64;
+    for i in 0..total {
+        let Some((at, k)) = schedule.due(i) else { break };
+        let due = started + at;
+        if due >= end {
+            // The deadline came before the profile's end.
+            not_sent = total - i;
+            break;
+        }
+        tokio::time::sleep_until(due.into()).await;
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            if let Some(s) = lock(&tally).stage(k) {
+                s.dropped += 1;
+            }
+            continue;
+        };
+        let left = hard_end.saturating_duration_since(Instant::now());
+        let Some(mut req) = template.try_clone().filter(|_| !left.is_zero()) else {
+            not_sent = total - i;
+            break;
+        };
+        let cut_by_end = left < cfg.timeout;
+        *req.timeout_mut() = Some(left.min(cfg.timeout));
+        lock(&tally).in_flight += 1;
+        let (client, tally) = (client.clone(), tally.clone());
+        tokio::spawn(async move {
+            let result = one(&client, req).await;
+            let latency = due.elapsed();
+            let mut t = lock(&tally);
+            if t.closed {
+                return;
+            }
+            t.in_flight -= 1;
+            match result {
+                None => {
+                    if let Some(s) = t.stage(k) {
+                        s.requests += 1;
+                        record(&mut s.histogram, latency);
+                    }
+                }
+                Some(ErrorKind::Timeout) if cut_by_end && Instant::now() >= hard_end => t.cut += 1,
+                Some(kind) => {
+                    *t.errors.entry(kind).or_default() += 1;
+                    if let Some(s) = t.stage(k) {
+                        s.requests += 1;
+                        s.errors += 1;
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+    // Every connection free again: nothing in flight. Or the deadline.
+    let all = u32::try_from(connections).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout_at(hard_end.into(), permits.acquire_many(all)).await;
+    let mut t = lock(&tally);
+    t.closed = true;
+    // In flight at the deadline, or cut short by it: sent, but neither
+    // answered nor failed.
+    let unfinished = t.in_flight + t.cut;
+    let mut whole: Histogram<u64> = histogram();
+    for s in &t.stages {
+        let _ = whole.add(&s.histogram);
+    }
+    let sent: u64 = t.stages.iter().map(|s| s.requests).sum();
+    let dropped = t.stages.iter().map(|s| s.dropped).sum();
+    Outcome {
+        requests: sent,
+        errors: std::mem::take(&mut t.errors),
+        not_sent: not_sent + unfinished,
+        elapsed: window,
+        histogram: whole,
+        staged: Staged { dropped, stages: std::mem::take(&mut t.stages) },
+    }
+}
