@@ -216,14 +216,6 @@ fn checked_v2(bytes: &[u8]) -> Result<Vec<u8>, SummaryError> {
     Ok(inner)
 }
 
-/// A histogram from what `hist` holds, checked first (see
-/// [`Summary::histogram`]).
-fn decode(hist: &str) -> Result<Histogram<u64>, SummaryError> {
-    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD.decode(hist.as_bytes())?;
-    let v2 = checked_v2(&bytes)?;
-    Deserializer::new().deserialize(&mut v2.as_slice()).map_err(|e| SummaryError::Histogram(format!("{e:?}")))
-}
-
 /// A copy of `h` at fewer significant digits (coarser buckets).
 fn reduce(h: &Histogram<u64>, digits: u8) -> Histogram<u64> {
     let mut out = Histogram::new_with_bounds(1, MAX_MICROS, digits).unwrap_or_else(|_| histogram());
