@@ -10,6 +10,10 @@
 //! | --- | --- |
 //! | [`summary`] | the summary, its ≤ 4 KiB encoding, the merge (pure) |
 //! | [`run`] | sending the load: closed or open model, timeouts, deadline |
+//! | [`send`] | one request and its whole answer: a worker's own connection for `http://`, reqwest otherwise |
+//! | [`http1`] | that connection's HTTP/1.1 exchange: the answer's head parsed, its body framed and discarded |
 
+pub mod http1;
 pub mod run;
+pub mod send;
 pub mod summary;
