@@ -1,27 +1,22 @@
-//! `cargo xtask bench load-tester`: figures for issue 13's benchmark.
+//! `cargo xtask bench load-tester`: figures for issues 13 and 30.
 //!
-//! 1. **loadgen against wrk** (Debian's `wrk`, a standard HTTP benchmark
-//!    tool), one after the other against the same local server
-//!    (`loadgen/examples/bench_server.rs`, release, one worker thread):
-//!    * throughput: `/` answered at once, 64 connections, 2 threads each
-//!      side, 10 s: requests/s, and requests per CPU-second of the client
-//!      (its user + system time, read from /proc when it has exited) — the
-//!      per-core figure, fair whatever else the machine runs;
-//!    * latency accuracy: `/slow` answered after a known delay (60 % 1 ms,
-//!      38 % 5 ms, 2 % 20 ms), 16 connections, 10 s: each tool's p50/p90/p99
-//!      beside the server's own measure of the same requests, so what a tool
-//!      adds on top of the server's time is visible.
+//! 1. **loadgen against wrk and vegeta** ([`clients`]): throughput per
+//!    CPU-second on the same loopback server, and the p99 each reports at
+//!    a fixed open-model rate against a known injected delay.
 //! 2. **the operator with 100 LoadTests** on a control plane: each with 2
 //!    runners, bound to a node object the benchmark keeps alive, statuses
 //!    written as a kubelet would (Running; then, once signalled, exited 0
 //!    with a realistic summary): the time until every run is Finished, the
 //!    reconciles, and the operator's RSS idle, during and at its peak.
 //!
-//! Scale knobs: `LOAD_TESTER_BENCH_SECONDS` (10, each client phase),
-//! `LOAD_TESTER_BENCH_TESTS` (100), `LOAD_TESTER_BENCH_REPLICAS` (2).
+//! Scale knobs: `LOAD_TESTER_BENCH_SECONDS` (10, each client run),
+//! `LOAD_TESTER_BENCH_RATE` (1000 requests/s, the open-model run),
+//! `LOAD_TESTER_BENCH_TESTS` (100), `LOAD_TESTER_BENCH_REPLICAS` (2);
+//! `LOAD_TESTER_BENCH_PART=clients` or `operator` runs only that part.
+
+mod clients;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -33,288 +28,68 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use loadgen::summary::{Merged, Summary, histogram, record};
+use loadgen::summary::{Summary, histogram, record};
 use serde_json::json;
 
-use super::{Killed, Measured, env_usize, from_json, make_node, wait};
+use super::{Measured, env_usize, from_json, make_node, wait};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
 const NS: &str = "bench";
 const NODE: &str = "bench-node";
-const WRK: &str = "/usr/bin/wrk";
 
 pub fn run() -> anyhow::Result<()> {
     let seconds = env_usize("LOAD_TESTER_BENCH_SECONDS", 10)?.max(1) as u64;
+    let rate = env_usize("LOAD_TESTER_BENCH_RATE", 1000)?.max(1) as f64;
     let tests = env_usize("LOAD_TESTER_BENCH_TESTS", 100)?.max(1);
     let replicas = env_usize("LOAD_TESTER_BENCH_REPLICAS", 2)?.max(1);
-    let assets = setup()?;
-    // Only this benchmark needs wrk: installed here (as root), not by setup.
-    flotilla_testenv::build::tools::install_missing(&[("wrk", WRK)], &crate::util::progress)
-        .context("wrk, the reference client (Debian's package `wrk`)")?;
-    say("building loadgen, the benchmark's server and load-tester (release)");
-    run_cmd(cargo().args([
-        "build",
-        "--release",
-        "--locked",
-        "-p",
-        "loadgen",
-        "--bin",
-        "loadgen",
-        "--example",
-        "bench_server",
-    ]))?;
-    let release = crate::dist::build_release()?;
-    let rt = runtime()?;
-    let clients = clients(&release, seconds)?;
-    let operator = rt.block_on(async {
-        let dir = root().join("target").join("flotilla-bench-load-tester");
-        let _ = std::fs::remove_dir_all(&dir);
-        say("starting a control plane for the operator part");
-        let mut cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent }).await?;
-        let result = operator(&cp, &release.join("load-tester"), tests, replicas).await;
-        cp.stop();
-        result
-    })?;
-    say("load-tester benchmark");
-    print!("{clients}{operator}");
+    let part = std::env::var("LOAD_TESTER_BENCH_PART").unwrap_or_default();
+    let (with_clients, with_operator) = match part.as_str() {
+        "" => (true, true),
+        "clients" => (true, false),
+        "operator" => (false, true),
+        other => bail!("LOAD_TESTER_BENCH_PART={other:?}: clients or operator (unset: both)"),
+    };
+    if with_clients {
+        // Only this benchmark needs wrk: installed here (as root), not by setup.
+        let vegeta = clients::tools()?;
+        say("building loadgen and the benchmark's server (release)");
+        run_cmd(cargo().args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "loadgen",
+            "--bin",
+            "loadgen",
+            "--example",
+            "bench_server",
+        ]))?;
+        let release = crate::dist::target_dir().join("release");
+        let dir = root().join("target").join("flotilla-bench-load-tester-clients");
+        let clients = clients::run(&release, &vegeta, &dir, seconds, rate)?;
+        // Shown now, not lost if the operator part fails.
+        say("load-tester benchmark: the clients");
+        print!("{clients}");
+    }
+    if with_operator {
+        let assets = setup()?;
+        say("building load-tester (release)");
+        run_cmd(cargo().args(["build", "--release", "--locked", "-p", "load-tester", "--bin", "load-tester"]))?;
+        let release = crate::dist::target_dir().join("release");
+        let rt = runtime()?;
+        let operator = rt.block_on(async {
+            let dir = root().join("target").join("flotilla-bench-load-tester");
+            let _ = std::fs::remove_dir_all(&dir);
+            say("starting a control plane for the operator part");
+            let mut cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent }).await?;
+            let result = operator(&cp, &release.join("load-tester"), tests, replicas).await;
+            cp.stop();
+            result
+        })?;
+        say("load-tester benchmark: the operator");
+        print!("{operator}");
+    }
     Ok(())
-}
-
-// --- 1. loadgen against wrk --------------------------------------------
-
-/// The benchmark's server (`loadgen/examples/bench_server.rs`, release):
-/// its own process, one worker thread; killed when dropped.
-struct Server {
-    _process: Killed,
-    url: String,
-}
-
-/// The server's own measure of its `/slow` answers: count, p50, p90, p99.
-struct ServerTimes {
-    count: u64,
-    p50: Duration,
-    p90: Duration,
-    p99: Duration,
-}
-
-impl Server {
-    fn start(binary: &Path) -> anyhow::Result<Self> {
-        let mut process = Killed(
-            Command::new(binary)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .with_context(|| format!("starting {}", binary.display()))?,
-        );
-        let mut line = String::new();
-        let out = process.0.stdout.take().context("the server's stdout")?;
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)?;
-        let url = line.trim().to_string();
-        if !url.starts_with("http://") {
-            bail!("the benchmark server printed {url:?}, not its URL");
-        }
-        Ok(Self { _process: process, url })
-    }
-
-    fn get(&self, path: &str) -> anyhow::Result<String> {
-        use std::io::{Read, Write};
-        let host = self.url.trim_start_matches("http://");
-        let mut s = std::net::TcpStream::connect(host)?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        Ok(text.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default())
-    }
-
-    fn times(&self) -> anyhow::Result<ServerTimes> {
-        let v: serde_json::Value = serde_json::from_str(&self.get("/stats")?).context("the server's /stats")?;
-        let us = |k: &str| Duration::from_micros(v[k].as_u64().unwrap_or(0));
-        Ok(ServerTimes { count: v["count"].as_u64().unwrap_or(0), p50: us("p50"), p90: us("p90"), p99: us("p99") })
-    }
-}
-
-/// A client's run: what it printed, and its CPU time.
-struct ClientRun {
-    stdout: String,
-    cpu: Duration,
-}
-
-/// Runs `cmd` to its end (killed past `limit`) and reads its user + system
-/// CPU time from /proc/<pid>/stat while it is a zombie (exited, not yet
-/// reaped: the kernel keeps its accounting, every thread's included, until
-/// then).
-fn run_measured(mut cmd: Command, limit: Duration) -> anyhow::Result<ClientRun> {
-    let started = Instant::now();
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().context("starting a client")?;
-    let mut out = child.stdout.take().context("the client's stdout")?;
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut out, &mut s);
-        s
-    });
-    let stat_path = format!("/proc/{}/stat", child.id());
-    // CLK_TCK is 100 on Linux for user space (USER_HZ).
-    let ticks = |stat: &str| -> Option<u64> {
-        let rest = stat.rsplit_once(')')?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // After the name: state is field 3, utime 14, stime 15 (1-based).
-        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-    };
-    let cpu = loop {
-        let stat = std::fs::read_to_string(&stat_path).context("reading the client's /proc stat")?;
-        let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).unwrap_or("");
-        if state == "Z" {
-            break ticks(&stat).context("parsing /proc stat")?;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("the client ran past {limit:?}: killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let status = child.wait()?;
-    let stdout = reader.join().unwrap_or_default();
-    if !status.success() {
-        bail!("the client failed ({status}):\n{stdout}");
-    }
-    Ok(ClientRun { stdout, cpu: Duration::from_millis(cpu * 10) })
-}
-
-/// One client's figures in one phase.
-struct Figures {
-    requests: u64,
-    errors: u64,
-    secs: f64,
-    cpu: Duration,
-    p50: Duration,
-    p90: Duration,
-    p99: Duration,
-}
-
-impl Figures {
-    fn line(&self, who: &str) -> String {
-        let per_cpu = self.requests as f64 / self.cpu.as_secs_f64().max(0.01);
-        format!(
-            "  {who:<8} {:>9.0} req/s  {:>9.0} req per CPU-second ({:.1} CPU-s)  p50 {:>7.2} ms  p90 {:>7.2} ms  p99 {:>7.2} ms  errors {}\n",
-            self.requests as f64 / self.secs.max(0.001),
-            per_cpu,
-            self.cpu.as_secs_f64(),
-            ms(self.p50),
-            ms(self.p90),
-            ms(self.p99),
-            self.errors,
-        )
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// How long past its own duration a client may run before it is killed.
-const CLIENT_SLACK: Duration = Duration::from_secs(60);
-
-fn loadgen(binary: &Path, url: &str, connections: u64, seconds: u64) -> anyhow::Result<Figures> {
-    let mut cmd = Command::new(binary);
-    cmd.args(["--url", url, "--concurrency", &connections.to_string(), "--repeat", "1000000000"])
-        .args(["--deadline", &format!("{seconds}s"), "--timeout", "5s"])
-        // The summary is read from stdout, where loadgen prints it too.
-        .args(["--termination-log", "/dev/null"])
-        .env("TOKIO_WORKER_THREADS", "2");
-    let run = run_measured(cmd, Duration::from_secs(seconds) + CLIENT_SLACK)?;
-    let line = run.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
-    let merged = Merged::of(&[Summary::parse(line).with_context(|| format!("loadgen's summary: {line:?}"))?])?;
-    Ok(Figures {
-        requests: merged.requests,
-        errors: merged.error_count(),
-        secs: merged.elapsed.as_secs_f64(),
-        cpu: run.cpu,
-        p50: merged.quantile(0.50),
-        p90: merged.quantile(0.90),
-        p99: merged.quantile(0.99),
-    })
-}
-
-/// wrk's duration text (`635.91us`, `1.38ms`, `2.01s`).
-fn wrk_duration(s: &str) -> Option<Duration> {
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic())?);
-    let v: f64 = num.parse().ok()?;
-    let secs = match unit {
-        "us" => v / 1e6,
-        "ms" => v / 1e3,
-        "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return None,
-    };
-    Some(Duration::from_secs_f64(secs))
-}
-
-/// wrk's `--latency` report: requests, seconds, errors and percentiles.
-fn parse_wrk(out: &str) -> Option<(u64, f64, u64, Duration, Duration, Duration)> {
-    let pct =
-        |p: &str| out.lines().map(str::trim).find_map(|l| l.strip_prefix(p)).and_then(|rest| wrk_duration(rest.trim()));
-    let total = out.lines().find(|l| l.contains(" requests in "))?;
-    let mut words = total.split_whitespace();
-    let requests: u64 = words.next()?.parse().ok()?;
-    let secs = wrk_duration(words.nth(2)?.trim_end_matches(','))?.as_secs_f64();
-    // "Non-2xx or 3xx responses: N" and "Socket errors: connect N, read N, write N, timeout N".
-    let mut errors = 0u64;
-    for l in out.lines().map(str::trim) {
-        if let Some(n) = l.strip_prefix("Non-2xx or 3xx responses:") {
-            errors += n.trim().parse::<u64>().unwrap_or(0);
-        }
-        if let Some(rest) = l.strip_prefix("Socket errors:") {
-            errors += rest.split(',').filter_map(|p| p.split_whitespace().nth(1)?.parse::<u64>().ok()).sum::<u64>();
-        }
-    }
-    Some((requests, secs, errors, pct("50%")?, pct("90%")?, pct("99%")?))
-}
-
-fn wrk(url: &str, connections: u64, seconds: u64) -> anyhow::Result<Figures> {
-    let mut cmd = Command::new(WRK);
-    cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s"), "--latency", url]);
-    let run = run_measured(cmd, Duration::from_secs(seconds) + CLIENT_SLACK)?;
-    let (requests, secs, errors, p50, p90, p99) =
-        parse_wrk(&run.stdout).with_context(|| format!("reading wrk's report:\n{}", run.stdout))?;
-    Ok(Figures { requests, errors, secs, cpu: run.cpu, p50, p90, p99 })
-}
-
-fn clients(release: &Path, seconds: u64) -> anyhow::Result<String> {
-    let server = Server::start(&release.join("examples").join("bench_server"))?;
-    let loadgen_binary = release.join("loadgen");
-    let mut report = format!(
-        "loadgen vs wrk ({} cores; the server its own process on one worker thread; {seconds} s each; 2 client threads each)\n",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-    );
-    say("throughput: 64 connections to an instant answer");
-    report.push_str("throughput: 64 connections, `/` answered at once\n");
-    let fast = format!("{}/", server.url);
-    report.push_str(&loadgen(&loadgen_binary, &fast, 64, seconds)?.line("loadgen"));
-    report.push_str(&wrk(&fast, 64, seconds)?.line("wrk"));
-
-    say("latency: 16 connections to a known delay (60% 1 ms, 38% 5 ms, 2% 20 ms)");
-    report.push_str("latency accuracy: 16 connections, `/slow` (60 % 1 ms, 38 % 5 ms, 2 % 20 ms)\n");
-    let slow = format!("{}/slow", server.url);
-    for who in ["loadgen", "wrk"] {
-        server.get("/reset")?;
-        let figures =
-            if who == "loadgen" { loadgen(&loadgen_binary, &slow, 16, seconds)? } else { wrk(&slow, 16, seconds)? };
-        let truth = server.times()?;
-        report.push_str(&figures.line(who));
-        report.push_str(&format!(
-            "  {:<8} the server's own time, same {} requests: p50 {:>7.2} ms  p90 {:>7.2} ms  p99 {:>7.2} ms  (the client's p99 is {:+.2} ms off)\n",
-            "",
-            truth.count,
-            ms(truth.p50),
-            ms(truth.p90),
-            ms(truth.p99),
-            ms(figures.p99) - ms(truth.p99),
-        ));
-    }
-    Ok(report)
 }
 
 // --- 2. the operator with many LoadTests -------------------------------
@@ -490,20 +265,4 @@ async fn operator(cp: &ControlPlane, binary: &Path, tests: usize, replicas: usiz
         mib(rss),
         mib(hwm),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wrk_reports_are_read() {
-        let out = "Running 10s test @ http://127.0.0.1:1/\n  2 threads and 64 connections\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency   635.91us  100.00us   2.00ms   90.00%\n  Latency Distribution\n     50%  635.91us\n     75%  712.43us\n     90%  800.21us\n     99%    1.38ms\n  123456 requests in 10.00s, 11.11MB read\n  Socket errors: connect 0, read 2, write 0, timeout 1\n  Non-2xx or 3xx responses: 4\nRequests/sec:  12345.67\nTransfer/sec:      1.11MB\n";
-        let (requests, secs, errors, p50, p90, p99) = parse_wrk(out).expect("a report");
-        assert_eq!((requests, errors), (123_456, 7));
-        assert!((secs - 10.0).abs() < 1e-9);
-        assert_eq!(p50, Duration::from_nanos(635_910));
-        assert_eq!(p90, Duration::from_nanos(800_210));
-        assert_eq!(p99, Duration::from_micros(1_380));
-    }
 }
