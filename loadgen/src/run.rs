@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use tokio::sync::Mutex;
 
+use crate::send::Target;
 use crate::summary::{ErrorKind, histogram, record};
 
 /// What to send.
@@ -68,77 +69,12 @@ struct Shared {
     histogram: Option<Histogram<u64>>,
 }
 
-fn classify(e: &reqwest::Error) -> ErrorKind {
-    if e.is_timeout() {
-        ErrorKind::Timeout
-    } else if e.is_connect() {
-        ErrorKind::Connect
-    } else {
-        ErrorKind::Other
-    }
-}
-
-/// One request; its error kind, if it failed.
-pub(crate) async fn one(client: &reqwest::Client, req: reqwest::Request) -> Option<ErrorKind> {
-    match client.execute(req).await {
-        Ok(resp) => {
-            let status = resp.status();
-            // Read the body: the latency is the whole answer's.
-            if let Err(e) = resp.bytes().await {
-                return Some(classify(&e));
-            }
-            if status.is_server_error() {
-                Some(ErrorKind::Http5xx)
-            } else if status.is_client_error() {
-                Some(ErrorKind::Http4xx)
-            } else {
-                None
-            }
-        }
-        Err(e) => Some(classify(&e)),
-    }
-}
-
 /// Runs the load and returns what it measured.
 pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
-    // Idle connections kept: every one the load may use at once.
-    let connections = if cfg.stages.is_empty() { cfg.concurrency } else { cfg.max_connections };
-    let mut builder = reqwest::Client::builder();
-    if let Some(ip) = cfg.connect_to {
-        // The host stays in the URL (and so in the Host header) but is
-        // never looked up: reqwest takes this address for it, and the port
-        // from the URL.
-        if let Some((host, port)) = reqwest::Url::parse(&cfg.url)
-            .ok()
-            .and_then(|u| Some((u.host_str()?.to_string(), u.port_or_known_default()?)))
-        {
-            builder = builder.resolve(&host, std::net::SocketAddr::new(ip, port));
-        }
-    }
-    let client = builder
-        .timeout(cfg.timeout)
-        .connect_timeout(cfg.timeout)
-        .pool_max_idle_per_host(usize::try_from(connections).unwrap_or(usize::MAX))
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("flotilla-loadgen/", env!("CARGO_PKG_VERSION")))
-        .build()?;
-    // Built once (URL parsed, headers set), cloned for each request.
-    let mut template = client.request(cfg.method.clone(), &cfg.url);
-    for (k, v) in &cfg.headers {
-        template = template.header(k, v);
-    }
-    for (k, v) in &cfg.secret_headers {
-        if let Ok(mut value) = reqwest::header::HeaderValue::from_str(v) {
-            value.set_sensitive(true);
-            template = template.header(k, value);
-        }
-    }
-    if !cfg.body.is_empty() {
-        template = template.body(cfg.body.clone());
-    }
-    let template = Arc::new(template.build()?);
+    // The client and the request, built once; each worker its own sender.
+    let target = Arc::new(Target::new(&cfg)?);
     if !cfg.stages.is_empty() {
-        return Ok(crate::stages::send(client, template, &cfg).await);
+        return Ok(crate::stages::send(target, &cfg).await);
     }
     // A fixed-time run has no count: the workers go on until its end.
     let total = match cfg.duration {
@@ -155,8 +91,8 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
     let cfg = Arc::new(cfg);
     let mut workers = Vec::new();
     for _ in 0..cfg.concurrency {
-        let (client, cfg, next, sent, shared, template) =
-            (client.clone(), cfg.clone(), next.clone(), sent.clone(), shared.clone(), template.clone());
+        let (mut sender, cfg, next, sent, shared) =
+            (target.sender(), cfg.clone(), next.clone(), sent.clone(), shared.clone());
         workers.push(tokio::spawn(async move {
             let mut local = histogram();
             let mut errors: BTreeMap<ErrorKind, u64> = BTreeMap::new();
@@ -181,13 +117,10 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
                 if left.is_zero() {
                     break;
                 }
-                // The body is bytes: a clone always exists.
-                let Some(mut req) = template.try_clone() else { break };
                 // The run's end bounds the request when it comes first.
                 let cut_by_end = left < cfg.timeout;
-                *req.timeout_mut() = Some(left.min(cfg.timeout));
                 sent.fetch_add(1, Ordering::Relaxed);
-                let result = one(&client, req).await;
+                let result = sender.send(left.min(cfg.timeout)).await;
                 // A fixed-time run counts only what completed within its
                 // period: an answer (or failure) after its end is dropped.
                 if fixed_time && Instant::now() > end {

@@ -15,8 +15,9 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 
-use crate::run::{Config, Outcome, one};
+use crate::run::{Config, Outcome};
 use crate::schedule::Schedule;
+use crate::send::{Sender, Target};
 use crate::summary::{ErrorKind, StageOutcome, Staged, histogram, record};
 
 /// What the requests in flight report back.
@@ -43,8 +44,17 @@ fn lock(t: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
     t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Sends `cfg.stages` with `client`, each request a clone of `template`.
-pub(crate) async fn send(client: reqwest::Client, template: Arc<reqwest::Request>, cfg: &Config) -> Outcome {
+fn pop(idle: &Mutex<Vec<Sender>>) -> Option<Sender> {
+    idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop()
+}
+
+fn push(idle: &Mutex<Vec<Sender>>, sender: Sender) {
+    idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(sender);
+}
+
+/// Sends `cfg.stages` to `target`, each request on a free connection's
+/// sender (its own connection, kept between requests).
+pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
     let schedule = Schedule::new(&cfg.stages);
     let started = Instant::now();
     let hard_end = started + cfg.deadline;
@@ -52,6 +62,9 @@ pub(crate) async fn send(client: reqwest::Client, template: Arc<reqwest::Request
     let end = started + window;
     let connections = usize::try_from(cfg.max_connections.max(1)).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(connections));
+    // One sender per connection: a permit taken is a sender free (each
+    // opens its connection when first used).
+    let idle: Arc<Mutex<Vec<Sender>>> = Arc::new(Mutex::new((0..connections).map(|_| target.sender()).collect()));
     let tally = Arc::new(Mutex::new(Tally {
         stages: (0..cfg.stages.len())
             .map(|_| StageOutcome { requests: 0, errors: 0, dropped: 0, histogram: histogram() })
@@ -79,17 +92,19 @@ pub(crate) async fn send(client: reqwest::Client, template: Arc<reqwest::Request
             continue;
         };
         let left = hard_end.saturating_duration_since(Instant::now());
-        let Some(mut req) = template.try_clone().filter(|_| !left.is_zero()) else {
+        if left.is_zero() {
             not_sent = total - i;
             break;
-        };
+        }
         let cut_by_end = left < cfg.timeout;
-        *req.timeout_mut() = Some(left.min(cfg.timeout));
+        let timeout = left.min(cfg.timeout);
         lock(&tally).in_flight += 1;
-        let (client, tally) = (client.clone(), tally.clone());
+        let (target, idle, tally) = (target.clone(), idle.clone(), tally.clone());
         tokio::spawn(async move {
-            let result = one(&client, req).await;
+            let mut sender = pop(&idle).unwrap_or_else(|| target.sender());
+            let result = sender.send(timeout).await;
             let latency = due.elapsed();
+            push(&idle, sender);
             let mut t = lock(&tally);
             if t.closed {
                 return;

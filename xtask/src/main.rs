@@ -26,7 +26,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build/install every tool the tests, demo and benchmarks need (control plane, kubectl, helm, kwok). Idempotent.
+    /// Build/install every tool the tests, demo and benchmarks need (control plane, kubectl, helm, kwok, vegeta). Idempotent.
     Setup,
     /// THE test command: setup if needed, fmt, clippy, every test, drift checks. Non-zero on any failure.
     Test,

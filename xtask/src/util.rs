@@ -36,10 +36,11 @@ pub fn setup() -> anyhow::Result<Assets> {
     Ok(assets)
 }
 
-/// The benchmarks' own tools (kwok): `cargo xtask setup` installs them,
+/// The benchmarks' own tools (kwok, vegeta): `cargo xtask setup` installs them,
 /// `cargo xtask test` (which runs [`setup`]) does not need them.
 pub fn setup_bench_tools() -> anyhow::Result<()> {
-    flotilla_testenv::build::tools::ensure_bench_tools(&progress).context("installing the benchmarks' tools (kwok)")
+    flotilla_testenv::build::tools::ensure_bench_tools(&progress)
+        .context("installing the benchmarks' tools (kwok, vegeta)")
 }
 
 /// Runs a command in the workspace root, inheriting stdio.

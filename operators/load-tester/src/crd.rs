@@ -313,17 +313,35 @@ impl Method {
     }
 }
 
-/// What a passing run must show.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+/// What a passing run must show, judged on the runners' merged results
+/// (one histogram fed every request; percentiles are never averaged).
+/// Every threshold set must hold; a latency threshold with no request
+/// answered fails.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Thresholds {
     /// Failed requests over requests sent, at most (0-1, e.g. 0.01).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub max_error_ratio: Option<f64>,
+    /// The merged median latency, at most (Go duration, e.g. 50ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50: Option<GoDuration>,
+    /// The merged 90th-percentile latency, at most (Go duration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90: Option<GoDuration>,
     /// The merged 99th-percentile latency, at most (Go duration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99: Option<GoDuration>,
+    /// The slowest answered request, at most (Go duration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_latency: Option<GoDuration>,
+    /// The achieved rate, at least: requests sent by every runner over the
+    /// longest runner's time, in requests/s (`status.results.rps`;
+    /// 0-10000000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 10000000.0))]
+    pub min_rate: Option<f64>,
 }
 
 /// When runner pods are deleted.

@@ -73,13 +73,24 @@ pub fn verdict(merged: &Merged, thresholds: Option<&Thresholds>) -> (Verdict, St
     if merged.not_sent > 0 {
         missed.push(format!("{} requests not sent before the deadline (or cut short by it)", merged.not_sent));
     }
-    if let Some(p99) = t.p99.as_ref().and_then(|d| d.get().ok()) {
-        let got = merged.quantile(0.99);
+    let latencies = [
+        ("p50", t.p50.as_ref(), merged.quantile(0.50)),
+        ("p90", t.p90.as_ref(), merged.quantile(0.90)),
+        ("p99", t.p99.as_ref(), merged.quantile(0.99)),
+        ("max latency", t.max_latency.as_ref(), merged.max()),
+    ];
+    for (name, limit, got) in latencies {
+        let Some(limit) = limit.and_then(|d| d.get().ok()) else { continue };
         if merged.histogram.is_empty() {
-            missed.push("no request was answered: p99 unknown".into());
-        } else if got > p99 {
-            missed.push(format!("p99 {} > {}", fmt(got), fmt(p99)));
+            missed.push(format!("no request was answered: {name} unknown"));
+        } else if got > limit {
+            missed.push(format!("{name} {} > {}", fmt(got), fmt(limit)));
         }
+    }
+    if let Some(min) = t.min_rate
+        && merged.rps() < min
+    {
+        missed.push(format!("rate {:.1} requests/s < {min}", merged.rps()));
     }
     if missed.is_empty() {
         (Verdict::Passed, "every threshold met".into())
@@ -116,11 +127,12 @@ mod tests {
         assert_eq!((r.runners, r.requests), (5, 50));
         assert!(r.latency.p99.starts_with("90") || r.latency.p99.starts_with("899"), "{:?}", r.latency);
         assert!(r.latency.p50.starts_with('2'), "{:?}", r.latency);
-        let t = Thresholds { max_error_ratio: Some(0.01), p99: Some(GoDuration::new("500ms")) };
+        let t =
+            Thresholds { max_error_ratio: Some(0.01), p99: Some(GoDuration::new("500ms")), ..Thresholds::default() };
         let (v, why) = verdict(&m, Some(&t));
         assert_eq!(v, Verdict::Failed);
         assert!(why.contains("p99"), "{why}");
-        let t = Thresholds { max_error_ratio: Some(0.01), p99: Some(GoDuration::new("1s")) };
+        let t = Thresholds { max_error_ratio: Some(0.01), p99: Some(GoDuration::new("1s")), ..Thresholds::default() };
         assert_eq!(verdict(&m, Some(&t)).0, Verdict::Passed);
         assert_eq!(verdict(&m, None).0, Verdict::None);
     }
@@ -131,9 +143,62 @@ mod tests {
         let (m, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.errors.get("http5xx"), Some(&1));
         assert_eq!(r.error_ratio, "0.0500");
-        let t = Thresholds { max_error_ratio: Some(0.01), p99: None };
+        let t = Thresholds { max_error_ratio: Some(0.01), ..Thresholds::default() };
         assert_eq!(verdict(&m, Some(&t)).0, Verdict::Failed);
         let e = merge(&[("r7".into(), "oops".into())], &[]).err().unwrap_or_default();
         assert!(e.contains("r7"), "{e}");
+    }
+
+    /// Each new threshold fails on its own figure and passes at it: the
+    /// median, the 90th percentile, the slowest request, the achieved rate.
+    #[test]
+    fn p50_p90_max_latency_and_min_rate_judge_the_merged_run() {
+        // 100 requests over 1 s: 50 at 2 ms, 40 at 10 ms, 9 at 50 ms, 1 at 400 ms.
+        let mut latencies = vec![2; 50];
+        latencies.extend([10; 40]);
+        latencies.extend([50; 9]);
+        latencies.push(400);
+        let (m, _) = merge(&[("r".into(), message(&latencies, 0))], &[]).unwrap_or_else(|e| panic!("{e}"));
+        let judge = |t: Thresholds| verdict(&m, Some(&t));
+        let d = |s: &str| Some(GoDuration::new(s));
+        let cases = [
+            (Thresholds { p50: d("1ms"), ..Thresholds::default() }, Some("p50")),
+            (Thresholds { p50: d("3ms"), ..Thresholds::default() }, None),
+            (Thresholds { p90: d("5ms"), ..Thresholds::default() }, Some("p90")),
+            (Thresholds { p90: d("11ms"), ..Thresholds::default() }, None),
+            (Thresholds { max_latency: d("100ms"), ..Thresholds::default() }, Some("max latency")),
+            (Thresholds { max_latency: d("1s"), ..Thresholds::default() }, None),
+            (Thresholds { min_rate: Some(150.0), ..Thresholds::default() }, Some("rate 100.0")),
+            (Thresholds { min_rate: Some(100.0), ..Thresholds::default() }, None),
+        ];
+        for (t, missed) in cases {
+            let (v, why) = judge(t.clone());
+            match missed {
+                Some(what) => {
+                    assert_eq!(v, Verdict::Failed, "{t:?}: {why}");
+                    assert!(why.contains(what), "{t:?}: {why}");
+                }
+                None => assert_eq!(v, Verdict::Passed, "{t:?}: {why}"),
+            }
+        }
+        // Every missed threshold is named, not only the first.
+        let all = Thresholds { p50: d("1ms"), max_latency: d("1ms"), min_rate: Some(1e6), ..Thresholds::default() };
+        let why = judge(all).1;
+        assert!(why.contains("p50") && why.contains("max latency") && why.contains("rate"), "{why}");
+    }
+
+    /// A run with no answer has no latency: a latency threshold fails, it
+    /// does not pass on an empty histogram's zeros.
+    #[test]
+    fn latency_thresholds_fail_when_nothing_was_answered() {
+        let (m, _) = merge(&[("r".into(), message(&[], 3))], &[]).unwrap_or_else(|e| panic!("{e}"));
+        for t in [
+            Thresholds { p50: Some(GoDuration::new("1s")), ..Thresholds::default() },
+            Thresholds { max_latency: Some(GoDuration::new("1s")), ..Thresholds::default() },
+        ] {
+            let (v, why) = verdict(&m, Some(&t));
+            assert_eq!(v, Verdict::Failed, "{why}");
+            assert!(why.contains("no request was answered"), "{why}");
+        }
     }
 }

@@ -34,11 +34,15 @@ pub const GO_TOOLS: &[GoTool] = &[ACTIONLINT, HELM_DOCS];
 /// benchmark; stages in `testenv/kwok/`, see [`crate::cluster::kwok`]).
 pub const KWOK: GoTool = GoTool { name: "kwok", package: "sigs.k8s.io/kwok/cmd/kwok", version: "v0.8.0" };
 
+/// vegeta, an open-model (constant-rate) HTTP load tool: the second
+/// reference client of `cargo xtask bench load-tester`, beside wrk.
+pub const VEGETA: GoTool = GoTool { name: "vegeta", package: "github.com/tsenart/vegeta/v12", version: "v12.13.0" };
+
 /// Tools only the benchmarks use: `cargo xtask setup` installs them, the
 /// setup `cargo xtask test` runs does not (no test needs them, and kwok's
 /// cold build is minutes of CI time), and a benchmark installs what it
 /// lacks on first use ([`GoTool::ensure`]).
-pub const BENCH_GO_TOOLS: &[GoTool] = &[KWOK];
+pub const BENCH_GO_TOOLS: &[GoTool] = &[KWOK, VEGETA];
 
 impl GoTool {
     pub fn dir(&self) -> PathBuf {

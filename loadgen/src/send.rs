@@ -1,0 +1,250 @@
+//! Sending one request and reading its whole answer, for a worker of
+//! [`crate::run`].
+//!
+//! `http://` targets go the fast way: each worker owns one kept-alive
+//! HTTP/1.1 connection ([`crate::http1`], made again after a failure or a
+//! `Connection: close`) and sends the request serialized once, as wrk
+//! does. A shared pooled client (reqwest's) costs a hop between two tasks,
+//! a pool lock and a request copy per request: over twice wrk's CPU per
+//! request (`cargo xtask bench load-tester`). Other schemes (`https://`)
+//! go through reqwest.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{ACCEPT, CONTENT_LENGTH, HOST, HeaderValue, USER_AGENT};
+use tokio::net::TcpStream;
+
+use crate::http1::{self, Conn};
+use crate::run::Config;
+use crate::summary::ErrorKind;
+
+/// A connection idle longer than this is checked before it is used again.
+const IDLE_CHECK: Duration = Duration::from_millis(500);
+
+const AGENT: &str = concat!("flotilla-loadgen/", env!("CARGO_PKG_VERSION"));
+
+/// What every worker sends, built once per run.
+pub struct Target {
+    client: reqwest::Client,
+    template: reqwest::Request,
+    /// Set for `http://` URLs: the fast way.
+    plain: Option<Plain>,
+}
+
+/// An `http://` request, serialized once, and where to send it.
+struct Plain {
+    /// The host and port, looked up per connection (`connect_to` unset).
+    host: String,
+    port: u16,
+    connect_to: Option<SocketAddr>,
+    wire: Vec<u8>,
+    /// A HEAD request's answer has no body, whatever its length says.
+    head_request: bool,
+}
+
+impl Target {
+    pub fn new(cfg: &Config) -> Result<Self, reqwest::Error> {
+        let connections = if cfg.stages.is_empty() { cfg.concurrency } else { cfg.max_connections };
+        let mut builder = reqwest::Client::builder();
+        let host_port = reqwest::Url::parse(&cfg.url)
+            .ok()
+            .and_then(|u| Some((u.host_str()?.to_string(), u.port_or_known_default()?)));
+        if let (Some(ip), Some((host, port))) = (cfg.connect_to, &host_port) {
+            // The host stays in the URL (and so in the Host header) but is
+            // never looked up: reqwest takes this address for it, and the
+            // port from the URL.
+            builder = builder.resolve(host, SocketAddr::new(ip, *port));
+        }
+        let client = builder
+            .timeout(cfg.timeout)
+            .connect_timeout(cfg.timeout)
+            // Idle connections kept (https): every one the load may use at once.
+            .pool_max_idle_per_host(usize::try_from(connections).unwrap_or(usize::MAX))
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(AGENT)
+            .build()?;
+        // Built once (URL parsed, headers set), cloned for each request.
+        let mut template = client.request(cfg.method.clone(), &cfg.url);
+        for (k, v) in &cfg.headers {
+            template = template.header(k, v);
+        }
+        for (k, v) in &cfg.secret_headers {
+            if let Ok(mut value) = HeaderValue::from_str(v) {
+                value.set_sensitive(true);
+                template = template.header(k, value);
+            }
+        }
+        if !cfg.body.is_empty() {
+            template = template.body(cfg.body.clone());
+        }
+        let template = template.build()?;
+        let plain = host_port.and_then(|(host, port)| Plain::of(&template, host, port, cfg.connect_to));
+        Ok(Self { client, template, plain })
+    }
+
+    /// A worker's sender (its own connection, on the fast way).
+    pub fn sender(self: &Arc<Self>) -> Sender {
+        Sender { target: self.clone(), conn: None }
+    }
+}
+
+impl Plain {
+    /// The fast way's request for `template`, when it is `http://`.
+    fn of(template: &reqwest::Request, host: String, port: u16, ip: Option<std::net::IpAddr>) -> Option<Self> {
+        let url = template.url();
+        if url.scheme() != "http" {
+            return None;
+        }
+        let body = match template.body() {
+            Some(b) => b.as_bytes()?,
+            None => &[],
+        };
+        let mut headers = template.headers().clone();
+        // What reqwest adds: Host (with the port when it is not the
+        // scheme's), the agent, Accept, and the body's length.
+        let authority = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.clone(),
+        };
+        headers.entry(HOST).or_insert(HeaderValue::from_str(&authority).ok()?);
+        headers.entry(USER_AGENT).or_insert(HeaderValue::from_static(AGENT));
+        headers.entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+        if !body.is_empty() {
+            headers.entry(CONTENT_LENGTH).or_insert(HeaderValue::from(body.len()));
+        }
+        let mut wire = format!("{} {}", template.method(), url.path()).into_bytes();
+        if let Some(q) = url.query() {
+            wire.push(b'?');
+            wire.extend_from_slice(q.as_bytes());
+        }
+        wire.extend_from_slice(b" HTTP/1.1\r\n");
+        for (name, value) in &headers {
+            wire.extend_from_slice(name.as_str().as_bytes());
+            wire.extend_from_slice(b": ");
+            wire.extend_from_slice(value.as_bytes());
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(b"\r\n");
+        wire.extend_from_slice(body);
+        Some(Self {
+            host,
+            port,
+            connect_to: ip.map(|ip| SocketAddr::new(ip, port)),
+            wire,
+            head_request: template.method() == reqwest::Method::HEAD,
+        })
+    }
+
+    async fn connect(&self) -> Result<Conn, std::io::Error> {
+        let stream = match self.connect_to {
+            Some(addr) => TcpStream::connect(addr).await?,
+            None => TcpStream::connect((self.host.as_str(), self.port)).await?,
+        };
+        // Requests are small writes answered at once: no Nagle delay.
+        stream.set_nodelay(true)?;
+        Ok(Conn::new(stream))
+    }
+}
+
+/// One worker's way to send: its own connection on the fast way.
+pub struct Sender {
+    target: Arc<Target>,
+    conn: Option<Conn>,
+}
+
+impl Sender {
+    /// Sends the request and reads the whole answer, within `timeout`; the
+    /// error's kind, if it failed.
+    pub async fn send(&mut self, timeout: Duration) -> Option<ErrorKind> {
+        let target = self.target.clone();
+        let Some(plain) = target.plain.as_ref() else {
+            return slow(&target, timeout).await;
+        };
+        match tokio::time::timeout(timeout, self.plain(plain)).await {
+            Ok(result) => result,
+            Err(_) => {
+                // Cut mid-request: the connection's state is unknown.
+                self.conn = None;
+                Some(ErrorKind::Timeout)
+            }
+        }
+    }
+
+    async fn plain(&mut self, plain: &Plain) -> Option<ErrorKind> {
+        // A server may close a connection left idle (an open model at a
+        // low rate): looked at before it is used again, not found by
+        // losing a request on it. Not on a busy one: that costs a read.
+        if self.conn.as_mut().is_some_and(|c| c.idle() > IDLE_CHECK && c.closed_by_peer()) {
+            self.conn = None;
+        }
+        // Once more on a new connection when a kept-alive one turns out
+        // closed before any byte of the answer (the server's idle timeout
+        // raced the request), as HTTP clients do.
+        let mut tries = 0;
+        let result = loop {
+            tries += 1;
+            let conn = match self.conn.as_mut() {
+                Some(c) => c,
+                None => match plain.connect().await {
+                    Ok(c) => self.conn.insert(c),
+                    Err(_) => return Some(ErrorKind::Connect),
+                },
+            };
+            match conn.exchange(&plain.wire, plain.head_request).await {
+                Err(http1::Error::Stale) if tries == 1 => self.conn = None,
+                other => break other,
+            }
+        };
+        match result {
+            Ok((status, reusable)) => {
+                if !reusable {
+                    self.conn = None;
+                }
+                kind_of(status)
+            }
+            Err(_) => {
+                // A broken connection: made again next time.
+                self.conn = None;
+                Some(ErrorKind::Other)
+            }
+        }
+    }
+}
+
+fn kind_of(status: u16) -> Option<ErrorKind> {
+    match status {
+        500..=599 => Some(ErrorKind::Http5xx),
+        400..=499 => Some(ErrorKind::Http4xx),
+        _ => None,
+    }
+}
+
+fn classify(e: &reqwest::Error) -> ErrorKind {
+    if e.is_timeout() {
+        ErrorKind::Timeout
+    } else if e.is_connect() {
+        ErrorKind::Connect
+    } else {
+        ErrorKind::Other
+    }
+}
+
+/// Through reqwest's pooled client (`https://`).
+async fn slow(target: &Target, timeout: Duration) -> Option<ErrorKind> {
+    // The body is bytes: a clone always exists.
+    let Some(mut req) = target.template.try_clone() else { return Some(ErrorKind::Other) };
+    *req.timeout_mut() = Some(timeout);
+    match target.client.execute(req).await {
+        Ok(resp) => {
+            let status = resp.status();
+            // Read the body: the latency is the whole answer's.
+            if let Err(e) = resp.bytes().await {
+                return Some(classify(&e));
+            }
+            kind_of(status.as_u16())
+        }
+        Err(e) => Some(classify(&e)),
+    }
+}
