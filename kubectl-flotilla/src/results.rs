@@ -148,12 +148,7 @@ fn rows_table(rows: &[Value], out: &mut impl Write) -> std::io::Result<()> {
         })
         .collect();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    let mut buf = Vec::new();
-    table::write(&mut buf, &header, &cells)?;
-    for line in String::from_utf8_lossy(&buf).lines() {
-        writeln!(out, "  {line}")?;
-    }
-    Ok(())
+    table::write_indented(out, &header, &cells)
 }
 
 #[cfg(test)]

@@ -31,6 +31,16 @@ pub fn write(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std
     Ok(())
 }
 
+/// [`write`], each line indented by two spaces (a table under a heading).
+pub fn write_indented(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    write(&mut buf, header, rows)?;
+    for line in String::from_utf8_lossy(&buf).lines() {
+        writeln!(out, "  {line}")?;
+    }
+    Ok(())
+}
+
 /// How long ago `t` was, as kubectl's AGE column says it (5s, 3m, 2h, 4d).
 pub fn age(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> String {
     let Some(t) = t else { return "<unknown>".to_string() };

@@ -102,7 +102,7 @@ pub fn write(
                 vec![f("type"), f("status"), f("reason"), since, message]
             })
             .collect();
-        indented(out, &["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"], &rows)?;
+        table::write_indented(out, &["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"], &rows)?;
     }
     writeln!(out)?;
     match events {
@@ -125,7 +125,7 @@ pub fn write(
                     ]
                 })
                 .collect();
-            indented(out, &["LAST SEEN", "REASON", "COUNT", "MESSAGE"], &rows)?;
+            table::write_indented(out, &["LAST SEEN", "REASON", "COUNT", "MESSAGE"], &rows)?;
         }
     }
     // The rest of what the operator reports (conditions shown above).
@@ -161,15 +161,6 @@ fn shorten(v: &mut Value) {
         Value::Object(o) => o.values_mut().for_each(shorten),
         _ => {}
     }
-}
-
-fn indented(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    table::write(&mut buf, header, rows)?;
-    for line in String::from_utf8_lossy(&buf).lines() {
-        writeln!(out, "  {line}")?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
