@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::endpoints::SliceInfo;
-use crate::extdns::{EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_TTL};
+use crate::extdns::{EXTERNAL_DNS_ALPHA_HOSTNAME, EXTERNAL_DNS_ALPHA_TTL, EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_TTL};
 use crate::grant::{ANNOTATION_ALLOWED_HOSTNAMES, Grant, HostnameAnnotations};
 use crate::headless;
 use crate::hostname::{self, Template, Vars};
@@ -146,7 +146,9 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
     }
     let mut notices = Vec::new();
 
-    let ttl_annotation = [ANNOTATION_TTL, EXTERNAL_DNS_TTL].into_iter().find_map(|k| svc.annotation(k).map(|v| (k, v)));
+    let ttl_annotation = [ANNOTATION_TTL, EXTERNAL_DNS_TTL, EXTERNAL_DNS_ALPHA_TTL]
+        .into_iter()
+        .find_map(|k| svc.annotation(k).map(|v| (k, v)));
     let ttl = match ttl_annotation {
         None => naming.default_ttl,
         Some((key, v)) => match parse_ttl(v) {
@@ -172,8 +174,9 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
     };
 
     let template = || naming.template.render(Vars { name, namespace, prefix: &naming.prefix, domain: &naming.domain });
-    let mut hostname_annotation =
-        [ANNOTATION_HOSTNAME, EXTERNAL_DNS_HOSTNAME].into_iter().find_map(|k| svc.annotation(k).map(|v| (k, v)));
+    let mut hostname_annotation = [ANNOTATION_HOSTNAME, EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_ALPHA_HOSTNAME]
+        .into_iter()
+        .find_map(|k| svc.annotation(k).map(|v| (k, v)));
     if let Some((key, _)) = hostname_annotation.filter(|_| naming.annotations == HostnameAnnotations::Off) {
         notices.push(Notice {
             reason: HOSTNAME_NOT_ALLOWED,
@@ -552,6 +555,35 @@ mod tests {
         assert_eq!((&*r[0].name, r[0].ttl), ("ours.vipmind.me", 30));
         let bad = want(svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_TTL, "1.5s")]), &naming());
         assert!(matches!(&bad, Desired::Invalid { message, .. } if message.contains(EXTERNAL_DNS_TTL)), "{bad:?}");
+    }
+
+    /// external-dns before v0.22 wrote `external-dns.alpha.kubernetes.io/`;
+    /// both prefixes name the record, the newer one first.
+    #[test]
+    fn both_external_dns_prefixes_are_aliases_the_newer_first() {
+        let r = records(want(
+            svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_ALPHA_HOSTNAME, "old.vipmind.me"), (EXTERNAL_DNS_ALPHA_TTL, "2m")]),
+            &naming(),
+        ));
+        assert_eq!((&*r[0].name, r[0].ttl), ("old.vipmind.me", 120));
+        let both = [
+            (EXTERNAL_DNS_ALPHA_HOSTNAME, "old.vipmind.me"),
+            (EXTERNAL_DNS_HOSTNAME, "new.vipmind.me"),
+            (EXTERNAL_DNS_ALPHA_TTL, "120"),
+            (EXTERNAL_DNS_TTL, "90"),
+        ];
+        let r = records(want(svc("x", &["10.0.0.1"], &both), &naming()));
+        assert_eq!((&*r[0].name, r[0].ttl), ("new.vipmind.me", 90));
+        let bad = want(svc("x", &["10.0.0.1"], &[(EXTERNAL_DNS_ALPHA_TTL, "soon")]), &naming());
+        assert!(
+            matches!(&bad, Desired::Invalid { message, .. } if message.contains(EXTERNAL_DNS_ALPHA_TTL)),
+            "{bad:?}"
+        );
+        // Kept by the Service projection, so the watch does not drop them.
+        let info = ServiceInfo::from(svc("x", &["10.0.0.1"], &both));
+        for (k, v) in both {
+            assert_eq!(info.annotation(k), Some(v), "{k}");
+        }
     }
 
     #[test]

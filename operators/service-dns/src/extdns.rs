@@ -20,9 +20,17 @@ use crate::model::{RecordSet, RecordType};
 
 /// external-dns's annotations, accepted as aliases of ours (ours win when
 /// both are set), so that Services annotated for external-dns keep their
-/// names after a switch.
-pub const EXTERNAL_DNS_HOSTNAME: &str = "external-dns.alpha.kubernetes.io/hostname";
-pub const EXTERNAL_DNS_TTL: &str = "external-dns.alpha.kubernetes.io/ttl";
+/// names after a switch. external-dns v0.22 moved its default prefix from
+/// `external-dns.alpha.kubernetes.io/` to `external-dns.kubernetes.io/`
+/// (with no fallback); both are read here, the newer first, so a Service
+/// annotated for either version keeps its name.
+pub const EXTERNAL_DNS_HOSTNAME: &str = "external-dns.kubernetes.io/hostname";
+pub const EXTERNAL_DNS_TTL: &str = "external-dns.kubernetes.io/ttl";
+pub const EXTERNAL_DNS_ALPHA_HOSTNAME: &str = "external-dns.alpha.kubernetes.io/hostname";
+pub const EXTERNAL_DNS_ALPHA_TTL: &str = "external-dns.alpha.kubernetes.io/ttl";
+/// external-dns's hostname and TTL annotations, in the order they are read.
+pub const EXTERNAL_DNS_ALIASES: [&str; 4] =
+    [EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_ALPHA_HOSTNAME, EXTERNAL_DNS_TTL, EXTERNAL_DNS_ALPHA_TTL];
 
 /// `%{record_type}` in external-dns's prefix/suffix.
 const TYPE_TEMPLATE: &str = "%{record_type}";

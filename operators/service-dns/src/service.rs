@@ -45,9 +45,7 @@ impl ServiceInfo {
 
 /// The annotations that decide records: ours, and external-dns's aliases.
 fn kept_annotation(key: &str) -> bool {
-    key.starts_with("flotilla.dev/")
-        || key == crate::extdns::EXTERNAL_DNS_HOSTNAME
-        || key == crate::extdns::EXTERNAL_DNS_TTL
+    key.starts_with("flotilla.dev/") || crate::extdns::EXTERNAL_DNS_ALIASES.contains(&key)
 }
 
 impl From<Service> for ServiceInfo {

@@ -21,7 +21,7 @@ async fn external_dns_records_are_adopted_for_the_same_service_only() {
     let r53 = route53(&moto.endpoint);
     let (zone, domain) = create_zone(&r53, "adopt").await;
     let ns = env.namespace("adopt").await.expect("namespace");
-    grant(&client, &ns, Some(&format!("shop.{domain}"))).await;
+    grant(&client, &ns, Some(&format!("shop.{domain}, cart.{domain}"))).await;
     let (web, api, other, gone) = (
         format!("kube-web.{domain}"),
         format!("kube-api.{domain}"),
@@ -70,6 +70,20 @@ async fn external_dns_records_are_adopted_for_the_same_service_only() {
         ),
     )
     .await;
+    // And those of external-dns v0.22 and later (the prefix without `alpha`).
+    let aliased_ga = create_service(
+        &client,
+        &ns,
+        &service(
+            "aliased-ga",
+            "ClusterIP",
+            &[
+                ("external-dns.kubernetes.io/hostname", &format!("cart.{domain}")),
+                ("external-dns.kubernetes.io/ttl", "90"),
+            ],
+        ),
+    )
+    .await;
 
     let _op = Operator::start(
         &env,
@@ -89,6 +103,8 @@ async fn external_dns_records_are_adopted_for_the_same_service_only() {
     wait_record(&r53, &zone, &api, RecordType::A, &[&cluster_ip(&api_svc)]).await;
     let shop = wait_record(&r53, &zone, &format!("shop.{domain}"), RecordType::A, &[&cluster_ip(&aliased)]).await;
     assert_eq!(shop.ttl, 120);
+    let cart = wait_record(&r53, &zone, &format!("cart.{domain}"), RecordType::A, &[&cluster_ip(&aliased_ga)]).await;
+    assert_eq!(cart.ttl, 90);
     wait_event(&client, &ns, "other", "DnsRecordConflict", &other).await;
 
     let zone_now = user_records(&r53, &zone).await;
