@@ -55,6 +55,10 @@ pub struct KwokOptions {
     /// kube-controller-manager marks a node NotReady 50 s after its last
     /// renewal (`--node-monitor-grace-period`), so at most 120.
     pub lease_seconds: u32,
+    /// Pods whose stages kwok plays at once (its default, 4, starts about
+    /// 8 pods a second against a busy API server: 50,000 pods would take
+    /// most of two hours).
+    pub pod_parallelism: u32,
 }
 
 impl Default for KwokOptions {
@@ -62,8 +66,31 @@ impl Default for KwokOptions {
         // Renewals every 15 s: three chances inside the 50 s grace, and a
         // third fewer Lease writes than kwok's default 40 s (10 s renewals)
         // — 67 writes a second at 1,000 nodes instead of 100.
-        Self { lease_seconds: 60 }
+        Self { lease_seconds: 60, pod_parallelism: 4 }
     }
+}
+
+/// kwok's configuration document. v0.8.0 applies no defaults to a document
+/// it is given, so every option it needs is spelled out (its defaults but
+/// the pod parallelism).
+fn configuration(options: &KwokOptions) -> String {
+    format!(
+        "apiVersion: config.kwok.x-k8s.io/v1alpha1\n\
+         kind: KwokConfiguration\n\
+         options:\n  \
+           cidr: 10.0.0.0/24\n  \
+           manageAllNodes: false\n  \
+           enableDebuggingHandlers: true\n  \
+           enableContentionProfiling: false\n  \
+           enableProfilingHandler: true\n  \
+           enablePodsOnNodeSyncStreamWatch: false\n  \
+           podPlayStageParallelism: {}\n  \
+           nodePlayStageParallelism: 4\n  \
+           nodeLeaseParallelism: 4\n  \
+           podsOnNodeSyncParallelism: 1\n  \
+           enablePodsOnNodeSyncListPager: true\n",
+        options.pod_parallelism.max(1)
+    )
 }
 
 /// A running kwok; stopped when dropped.
@@ -101,8 +128,9 @@ impl Kwok {
             // A line per patched pod at INFO: tens of thousands in a scale run.
             "--v=WARN".into(),
         ];
-        // No KwokConfiguration document: one given replaces every default
-        // (v0.8.0 then refuses a lease parallelism of 0).
+        let config = stages.join("kwok-configuration.yaml");
+        std::fs::write(&config, configuration(options)).map_err(io(&config))?;
+        args.push(format!("--config={}", config.display()));
         for (name, yaml) in STAGES {
             let path = stages.join(name);
             std::fs::write(&path, yaml).map_err(io(&path))?;
@@ -183,6 +211,28 @@ mod tests {
             assert_eq!(v["kind"], "Stage", "{name}");
             assert_eq!(v["apiVersion"], "kwok.x-k8s.io/v1alpha1", "{name}");
             assert_eq!(format!("{}.yaml", v["metadata"]["name"].as_str().unwrap()), *name, "{name}");
+        }
+    }
+
+    /// kwok v0.8.0 applies no defaults to a configuration it is given: the
+    /// options it would otherwise default are all there, with the pod
+    /// parallelism asked for.
+    #[test]
+    fn the_configuration_spells_out_every_option_it_needs() {
+        let v: Value =
+            serde_saphyr::from_str(&configuration(&KwokOptions { pod_parallelism: 32, ..KwokOptions::default() }))
+                .unwrap();
+        assert_eq!(v["kind"], "KwokConfiguration");
+        assert_eq!(v["apiVersion"], "config.kwok.x-k8s.io/v1alpha1");
+        let o = &v["options"];
+        assert_eq!(o["podPlayStageParallelism"], 32);
+        for key in ["nodePlayStageParallelism", "nodeLeaseParallelism", "podsOnNodeSyncParallelism"] {
+            assert!(o[key].as_u64().is_some_and(|n| n > 0), "{key}: {o}");
+        }
+        for key in
+            ["manageAllNodes", "enableDebuggingHandlers", "enableProfilingHandler", "enablePodsOnNodeSyncListPager"]
+        {
+            assert!(o[key].is_boolean(), "{key}: {o}");
         }
     }
 

@@ -41,14 +41,25 @@ pub async fn control_plane(assets: &Assets, dir: &Path) -> anyhow::Result<Contro
     ControlPlane::start_tuned(assets, &options, &extra).await.context("starting the control plane")
 }
 
+/// The `i`-th simulated node's name.
+pub fn node_name(i: usize) -> String {
+    format!("kwok-node-{i:04}")
+}
+
 pub fn audit_log(dir: &Path) -> std::path::PathBuf {
     dir.join("audit.log")
 }
 
 /// kwok, and `count` simulated nodes, all Ready.
 pub async fn nodes(cp: &ControlPlane, dir: &Path, count: u32) -> anyhow::Result<Kwok> {
-    let mut kwok = Kwok::start(&cp.kubeconfig, dir, Lifetime::DieWithParent, &KwokOptions::default(), &progress)
-        .context("starting kwok")?;
+    let mut kwok = Kwok::start(
+        &cp.kubeconfig,
+        dir,
+        Lifetime::DieWithParent,
+        &KwokOptions { pod_parallelism: 32, ..KwokOptions::default() },
+        &progress,
+    )
+    .context("starting kwok")?;
     let client = cp.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     say(&format!("{count} simulated nodes (kwok)"));
@@ -56,7 +67,7 @@ pub async fn nodes(cp: &ControlPlane, dir: &Path, count: u32) -> anyhow::Result<
     let made: Vec<anyhow::Result<()>> = futures::stream::iter((0..count).map(|i| {
         let nodes = nodes.clone();
         async move {
-            let node: Node = from_json(kwok::node(&format!("kwok-node-{i:04}"), i))?;
+            let node: Node = from_json(kwok::node(&node_name(i as usize), i))?;
             match nodes.create(&PostParams::default(), &node).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),

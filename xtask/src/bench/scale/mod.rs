@@ -5,8 +5,9 @@
 //! 1. Each operator's **idle** memory: started alone on the empty cluster
 //!    (CRDs and nodes only), Ready, 10 s later its RSS.
 //! 2. The cluster is **populated** (see `populate.rs`): namespaces, pods
-//!    made by real Deployments, ReplicaSets and the scheduler on kwok's
-//!    nodes (some crash-looping, some Pending), Services, CopyRules,
+//!    made by real Deployments and ReplicaSets on kwok's nodes (each
+//!    namespace's pods name their node: on two cores the scheduler was the
+//!    bottleneck; some crash-looping, some Pending), Services, CopyRules,
 //!    PodAlerts, PodDebuggers, LoadTests.
 //! 3. **Start-up**, one operator after the other (the ones started before
 //!    keep running, as in a cluster): time to Ready (`/readyz`), time to
