@@ -50,3 +50,49 @@ fn rest_helpers_create_a_zone_and_list_it() {
 fn rand_suffix() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0)
 }
+
+/// A batch naming many names is checked against the whole zone read page by
+/// page (not a read per name): a CREATE of a name on the zone's last page is
+/// refused and a DELETE of one there is accepted, so the pages after the
+/// first were read.
+#[test]
+fn the_proxy_checks_a_large_batch_against_every_page_of_the_zone() {
+    use flotilla_testenv::aws::route53_proxy::{Route53Proxy, xml};
+    let m = moto::shared();
+    let domain = format!("pages-{:08x}.example.com", rand_suffix());
+    let zone = moto::route53::create_hosted_zone(&m.endpoint, &domain).expect("zone");
+    let proxy = Route53Proxy::start(&m.endpoint).expect("proxy");
+    let a = |name: &str| xml::Rrset {
+        name: format!("{name}.{domain}"),
+        rtype: "A".into(),
+        set_id: None,
+        ttl: Some(300),
+        values: vec!["10.0.0.1".into()],
+        alias: None,
+    };
+    let batch = |action: &str, names: &[String]| {
+        let changes: Vec<xml::Change> =
+            names.iter().map(|n| xml::Change { action: action.into(), rrset: a(n) }).collect();
+        let path = format!("/2013-04-01/hostedzone/{zone}/rrset/");
+        moto::route53::call(&proxy.endpoint, "POST", &path, &xml::change_request(&changes, "test")).expect("call")
+    };
+    // 700 record sets: three pages of 300.
+    let many: Vec<String> = (0..700).map(|i| format!("n-{i:03}")).collect();
+    let (status, text) = batch("CREATE", &many);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(moto::route53::list_record_sets(&m.endpoint, &zone).expect("list").len(), 702);
+
+    // 19 new names and one that exists, on the last page.
+    let mut names: Vec<String> = (0..19).map(|i| format!("new-{i:02}")).collect();
+    names.push("n-699".into());
+    let (status, text) = batch("CREATE", &names);
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("already exists") && text.contains("n-699"), "{text}");
+    assert!(moto::route53::find(&m.endpoint, &zone, &format!("new-00.{domain}"), "A").expect("find").is_none());
+
+    // Deleting 20 sets spread over every page finds each of them.
+    let spread: Vec<String> = (0..20).map(|i| format!("n-{:03}", i * 35)).collect();
+    let (status, text) = batch("DELETE", &spread);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(moto::route53::list_record_sets(&m.endpoint, &zone).expect("list").len(), 682);
+}

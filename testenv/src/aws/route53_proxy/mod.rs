@@ -303,10 +303,27 @@ fn delay_insync(faults: &Faults, mut resp: Message, path: &str) -> Message {
     resp
 }
 
-/// The record sets at `name`, read from moto.
-async fn records_at(upstream: &str, req: &Message, zone: &str, name: &str) -> std::io::Result<Vec<xml::Rrset>> {
+/// Above this many names a batch's current records are read as one listing
+/// of the whole zone (a page per 300 record sets) instead of a read per
+/// name: a 1,000-change batch cost 1,000 reads, each of which has moto sort
+/// the zone, and ran past the SDK's 30 s attempt timeout on a busy machine.
+const NAMES_READ_ONE_BY_ONE: usize = 16;
+
+/// One ListResourceRecordSets page from moto, starting at `start` (a name,
+/// and a type to start at within it).
+async fn list_page(
+    upstream: &str,
+    req: &Message,
+    zone: &str,
+    start: Option<(&str, Option<&str>)>,
+) -> std::io::Result<String> {
+    let query = match start {
+        Some((name, Some(rtype))) => format!("name={name}.&type={rtype}&maxitems=300"),
+        Some((name, None)) => format!("name={name}.&maxitems=300"),
+        None => "maxitems=300".to_string(),
+    };
     let mut get = Message {
-        start: format!("GET /2013-04-01/hostedzone/{zone}/rrset?name={name}.&maxitems=300 HTTP/1.1"),
+        start: format!("GET /2013-04-01/hostedzone/{zone}/rrset?{query} HTTP/1.1"),
         headers: req
             .headers
             .iter()
@@ -318,9 +335,54 @@ async fn records_at(upstream: &str, req: &Message, zone: &str, name: &str) -> st
     get.headers.push(("X-Flotilla-Proxy".into(), "read".into()));
     let resp = http::forward(upstream, &get).await?;
     if resp.status() != 200 {
-        return Err(std::io::Error::other(format!("reading {name}: HTTP {}: {}", resp.status(), resp.text())));
+        return Err(std::io::Error::other(format!(
+            "listing {zone} ({query}): HTTP {}: {}",
+            resp.status(),
+            resp.text()
+        )));
     }
-    Ok(xml::rrsets(&resp.text()).into_iter().filter(|r| r.name == name).collect())
+    Ok(resp.text())
+}
+
+/// The record sets at `name`, read from moto.
+async fn records_at(upstream: &str, req: &Message, zone: &str, name: &str) -> std::io::Result<Vec<xml::Rrset>> {
+    let page = list_page(upstream, req, zone, Some((name, None))).await?;
+    Ok(xml::rrsets(&page).into_iter().filter(|r| r.name == name).collect())
+}
+
+/// The record sets at any of `names`, read from moto as: one read per name
+/// for a small batch, the whole zone page by page for a large one.
+async fn records_named(upstream: &str, req: &Message, zone: &str, names: &[&str]) -> std::io::Result<Vec<xml::Rrset>> {
+    let mut current = Vec::new();
+    if names.len() <= NAMES_READ_ONE_BY_ONE {
+        for n in names {
+            current.extend(records_at(upstream, req, zone, n).await?);
+        }
+        return Ok(current);
+    }
+    let wanted: std::collections::HashSet<&str> = names.iter().copied().collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut next: Option<(String, Option<String>)> = None;
+    loop {
+        let page = list_page(upstream, req, zone, next.as_ref().map(|(n, t)| (n.as_str(), t.as_deref()))).await?;
+        for r in xml::rrsets(&page) {
+            // moto pages by (name, type) only, so a page can start again
+            // at record sets the last one held (several set identifiers).
+            if wanted.contains(r.name.as_str()) && seen.insert(r.key()) {
+                current.push(r);
+            }
+        }
+        if !page.contains("<IsTruncated>true</IsTruncated>") {
+            return Ok(current);
+        }
+        let name = xml::between(&page, "<NextRecordName>", "</NextRecordName>").first().map(|n| xml::normalize(n));
+        let rtype = xml::between(&page, "<NextRecordType>", "</NextRecordType>").first().map(|t| t.trim().to_string());
+        let after = name.map(|n| (n, rtype));
+        if after.is_none() || after == next {
+            return Err(std::io::Error::other(format!("listing {zone}: a truncated page named no next record")));
+        }
+        next = after;
+    }
 }
 
 async fn change(upstream: &str, faults: &Faults, req: &Message, zone: &str) -> std::io::Result<Message> {
@@ -347,10 +409,7 @@ async fn change(upstream: &str, faults: &Faults, req: &Message, zone: &str) -> s
     let mut names: Vec<&str> = changes.iter().map(|c| c.rrset.name.as_str()).collect();
     names.sort();
     names.dedup();
-    let mut current = Vec::new();
-    for n in names {
-        current.extend(records_at(upstream, req, zone, n).await?);
-    }
+    let current = records_named(upstream, req, zone, &names).await?;
     let net = match rules::check(&current, &changes, zone) {
         Ok(net) => net,
         Err(messages) => return Ok(refuse(messages)),
