@@ -76,23 +76,25 @@ fn the_proxy_checks_a_large_batch_against_every_page_of_the_zone() {
         let path = format!("/2013-04-01/hostedzone/{zone}/rrset/");
         moto::route53::call(&proxy.endpoint, "POST", &path, &xml::change_request(&changes, "test")).expect("call")
     };
-    // 700 record sets: three pages of 300.
-    let many: Vec<String> = (0..700).map(|i| format!("n-{i:03}")).collect();
-    let (status, text) = batch("CREATE", &many);
-    assert_eq!(status, 200, "{text}");
-    assert_eq!(moto::route53::list_record_sets(&m.endpoint, &zone).expect("list").len(), 702);
+    // 2,100 record sets: three of the proxy's pages.
+    let many: Vec<String> = (0..2100).map(|i| format!("n-{i:04}")).collect();
+    for chunk in many.chunks(700) {
+        let (status, text) = batch("CREATE", chunk);
+        assert_eq!(status, 200, "{text}");
+    }
+    assert_eq!(moto::route53::list_record_sets(&m.endpoint, &zone).expect("list").len(), 2102);
 
     // 19 new names and one that exists, on the last page.
     let mut names: Vec<String> = (0..19).map(|i| format!("new-{i:02}")).collect();
-    names.push("n-699".into());
+    names.push("n-2099".into());
     let (status, text) = batch("CREATE", &names);
     assert_eq!(status, 400, "{text}");
-    assert!(text.contains("already exists") && text.contains("n-699"), "{text}");
+    assert!(text.contains("already exists") && text.contains("n-2099"), "{text}");
     assert!(moto::route53::find(&m.endpoint, &zone, &format!("new-00.{domain}"), "A").expect("find").is_none());
 
     // Deleting 20 sets spread over every page finds each of them.
-    let spread: Vec<String> = (0..20).map(|i| format!("n-{:03}", i * 35)).collect();
+    let spread: Vec<String> = (0..20).map(|i| format!("n-{:04}", i * 105)).collect();
     let (status, text) = batch("DELETE", &spread);
     assert_eq!(status, 200, "{text}");
-    assert_eq!(moto::route53::list_record_sets(&m.endpoint, &zone).expect("list").len(), 682);
+    assert_eq!(moto::route53::list_record_sets(&m.endpoint, &zone).expect("list").len(), 2082);
 }

@@ -309,6 +309,11 @@ fn delay_insync(faults: &Faults, mut resp: Message, path: &str) -> Message {
 /// the zone, and ran past the SDK's 30 s attempt timeout on a busy machine.
 const NAMES_READ_ONE_BY_ONE: usize = 16;
 
+/// Record sets per page of the proxy's own reads from moto. Route53 answers
+/// at most 300 (the operators' listings go through [`handle`] and get that);
+/// moto sorts the whole zone for every page, so the proxy asks for more.
+const PAGE: usize = 1000;
+
 /// One ListResourceRecordSets page from moto, starting at `start` (a name,
 /// and a type to start at within it).
 async fn list_page(
@@ -318,9 +323,9 @@ async fn list_page(
     start: Option<(&str, Option<&str>)>,
 ) -> std::io::Result<String> {
     let query = match start {
-        Some((name, Some(rtype))) => format!("name={name}.&type={rtype}&maxitems=300"),
-        Some((name, None)) => format!("name={name}.&maxitems=300"),
-        None => "maxitems=300".to_string(),
+        Some((name, Some(rtype))) => format!("name={name}.&type={rtype}&maxitems={PAGE}"),
+        Some((name, None)) => format!("name={name}.&maxitems={PAGE}"),
+        None => format!("maxitems={PAGE}"),
     };
     let mut get = Message {
         start: format!("GET /2013-04-01/hostedzone/{zone}/rrset?{query} HTTP/1.1"),
