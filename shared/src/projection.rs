@@ -368,6 +368,14 @@ impl<T: PartialEq, S: Slot<T>> Writer<T, S> {
             let listed = matches!(event, watcher::Event::InitDone);
             let changes = self.apply_changes(event, &project);
             on(if listed { Fed::Listed(&changes) } else { Fed::Changed(&changes) });
+            if listed {
+                // A list decoded page after page of full objects and kept
+                // only their projections: the pages' freed memory lies
+                // between the projections, where glibc keeps it as RSS
+                // until asked to give it back (memory per object, issue 28).
+                drop(changes);
+                crate::memory::release_free_memory();
+            }
         }
     }
 
