@@ -6,12 +6,14 @@
 //! granted `flotilla-copyrule-admin` in their namespace only, or every verb
 //! on everything there — and may write them once granted it cluster-wide.
 //! Nobody copies what they cannot read: a rule needs get and list on its
-//! kind in its namespace. Requests are made as that user by impersonation.
+//! kind in its namespace; nobody pulls what they could not make: a
+//! CopyRequest needs create on its kind in its namespace (issue 31).
+//! Requests are made as that user by impersonation.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::time::Duration;
 
-use flotilla_e2e::access::{bind, grant};
+use flotilla_e2e::access::{bind, create_settled, grant};
 use flotilla_e2e::{apply_chart_template, apply_crds};
 use flotilla_testenv::{shared, wait_for};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -252,4 +254,46 @@ async fn nobody_copies_what_they_cannot_read() {
     })
     .await
     .unwrap();
+}
+
+fn copyrequests(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("flotilla.dev", "v1alpha1", "CopyRequest"));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn pull(name: &str, kind: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "CopyRequest", "metadata": {"name": name},
+        "spec": {"source": {"kind": kind, "namespace": "team-a", "name": "shared"}}
+    }))
+    .unwrap()
+}
+
+/// Issue 31: a subject granted CopyRequests but not Secrets in its namespace
+/// could have the operator make Secrets there (pulled from wherever an
+/// owner offered them). A request needs create on its kind in its
+/// namespace.
+#[tokio::test]
+async fn nobody_pulls_what_they_could_not_make() {
+    let env = shared();
+    let admin = env.client().await;
+    apply_crds(&admin).await.unwrap();
+    apply_chart_access(&admin).await;
+    let ns = env.namespace("vap-pull").await.unwrap();
+    let user = format!("puller-{ns}");
+    bind(&admin, &ns, &user, "ClusterRole", "flotilla-copyrule-edit").await;
+    let create = |resource: &str| json!([{"apiGroups": [""], "resources": [resource], "verbs": ["create"]}]);
+    grant(&admin, &ns, &user, "configmaps", create("configmaps")).await;
+    let puller = env.impersonating(&user, &["system:authenticated"]).await.unwrap();
+    let requests = copyrequests(&puller, &ns);
+
+    // Once the grants and the policy apply: a Secret pull refused, a ConfigMap pull made.
+    let msg = create_settled(&requests, &pull("a-secret", "Secret"), Some("needs create on secrets in namespace"))
+        .await
+        .expect_err("a Secret pull without create on secrets");
+    assert!(msg.contains(&ns), "{msg}");
+    create_settled(&requests, &pull("a-configmap", "ConfigMap"), None).await.unwrap();
+
+    grant(&admin, &ns, &user, "secrets", create("secrets")).await;
+    create_settled(&requests, &pull("a-secret", "Secret"), None).await.unwrap();
 }
