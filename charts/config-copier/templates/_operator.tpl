@@ -39,6 +39,7 @@ e2e/tests/rbac.rs proves each default rule is needed.
 - {{ printf "--copy-concurrency=%s" (include "flotilla.value" .Values.copyConcurrency) | quote }}
 - {{ printf "--max-bytes-in-flight=%s" (include "flotilla.value" .Values.maxBytesInFlight) | quote }}
 - {{ printf "--max-rule-source-bytes=%s" (include "flotilla.value" .Values.maxRuleSourceBytes) | quote }}
+- {{ printf "--max-requests-per-namespace=%s" (include "flotilla.value" .Values.maxRequestsPerNamespace) | quote }}
 - {{ printf "--target-consent=%s" (include "flotilla.value" .Values.targetConsent) | quote }}
 - {{ printf "--secret-types=%s" (include "flotilla.value" (join "," .Values.secretTypes)) | quote }}
 {{- with .Values.protectedNamespaces }}

@@ -60,6 +60,8 @@ pub struct Options {
     pub max_kib_in_flight: u32,
     /// Bytes a rule's sources may hold together.
     pub max_rule_source_bytes: u64,
+    /// CopyRequests served per namespace (`--max-requests-per-namespace`).
+    pub max_requests_per_namespace: usize,
     pub policy: Policy,
     pub strip: StripLabels,
     /// The CopyRule admission policy that guards Overwrite and open target lists.
@@ -150,7 +152,9 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         policy: options.policy.clone(),
         strip: options.strip.clone(),
         max_source_bytes: options.max_rule_source_bytes,
+        max_per_namespace: options.max_requests_per_namespace,
         backoff: ErrorBackoff::default(),
+        queue: Default::default(),
     };
     let requests = crate::request::run(ctx.clone(), requests, options.watch_namespace.clone());
     let data =

@@ -52,6 +52,12 @@ struct Args {
     /// is Ready=False SourcesTooLarge and copies nothing.
     #[arg(long, env = "MAX_RULE_SOURCE_BYTES", default_value = "16Mi", value_name = "SIZE")]
     max_rule_source_bytes: String,
+    /// CopyRequests served per namespace (1-10000): past it, the oldest this
+    /// many are served and the others wait, Ready=False TooManyRequests, so
+    /// one namespace's requests cannot take the operator's reads and writes
+    /// from the others'.
+    #[arg(long, env = "MAX_REQUESTS_PER_NAMESPACE", default_value_t = 100, value_name = "N")]
+    max_requests_per_namespace: usize,
     /// Let CopyRules with rolloutOnChange roll the Deployments, StatefulSets
     /// and DaemonSets consuming a changed copy (needs list and patch on them;
     /// the chart grants it with rollouts.enabled).
@@ -72,6 +78,13 @@ fn main() -> std::process::ExitCode {
     }
     if !(1..=256).contains(&args.copy_concurrency) {
         ConfigError::new("copy-concurrency", format!("{} is not between 1 and 256", args.copy_concurrency)).exit();
+    }
+    if !(1..=10_000).contains(&args.max_requests_per_namespace) {
+        ConfigError::new(
+            "max-requests-per-namespace",
+            format!("{} is not between 1 and 10000", args.max_requests_per_namespace),
+        )
+        .exit();
     }
     let consent = match args.target_consent.as_str() {
         "label" => Consent::Label,
@@ -115,6 +128,7 @@ fn main() -> std::process::ExitCode {
         concurrency: args.copy_concurrency,
         max_kib_in_flight: max_kib,
         max_rule_source_bytes: max_rule_kib * 1024,
+        max_requests_per_namespace: args.max_requests_per_namespace,
         policy,
         strip: StripLabels(args.strip_labels.into_iter().filter(|l| !l.is_empty()).collect()),
         admission: args.admission,

@@ -49,6 +49,17 @@ async fn request(client: &Client, ns: &str, name: &str, source: serde_json::Valu
     Api::<CopyRequest>::namespaced(client.clone(), ns).create(&PostParams::default(), &r).await.unwrap();
 }
 
+/// Requests served per namespace by this binary's operator: few, so that
+/// the limit's test needs few.
+const LIMIT: usize = 3;
+
+/// [`setup`], the operator started with `--max-requests-per-namespace` [`LIMIT`].
+async fn setup_limited(prefix: &str) -> (Client, String) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| OPERATOR_ENV.lock().unwrap().push(("MAX_REQUESTS_PER_NAMESPACE", LIMIT.to_string())));
+    setup(prefix).await
+}
+
 fn ready(r: &CopyRequest) -> Option<(&str, &str, &str)> {
     let c = r.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready")?;
     Some((c.status.as_str(), c.reason.as_str(), c.message.as_str()))
@@ -74,7 +85,7 @@ async fn wait_reason(client: &Client, ns: &str, name: &str, reason: &str) -> Cop
 /// hand edits of the copy.
 #[tokio::test]
 async fn an_allowed_pull_is_copied_and_kept_in_sync() {
-    let (client, team) = setup("creq-team").await;
+    let (client, team) = setup_limited("creq-team").await;
     let app = target("creq-app").await;
     offered(&client, &team, "ca", Some(&format!("other-ns, {}*", &app[..app.len() - 3])), &[("ca.crt", "pem-1")]).await;
     request(&client, &app, "ca", json!({"source": {"kind": "ConfigMap", "namespace": team, "name": "ca"}})).await;
@@ -127,7 +138,7 @@ async fn an_allowed_pull_is_copied_and_kept_in_sync() {
 /// it from one that does not exist (same reason, same message).
 #[tokio::test]
 async fn a_pull_not_allowed_copies_nothing_and_reads_as_an_absent_source() {
-    let (client, team) = setup("creq-deny-team").await;
+    let (client, team) = setup_limited("creq-deny-team").await;
     let app = target("creq-deny-app").await;
     offered(&client, &team, "only-for-others", Some("someone-else"), &[("k", "v")]).await;
     offered(&client, &team, "unannotated", None, &[("k", "v")]).await;
@@ -150,7 +161,7 @@ async fn a_pull_not_allowed_copies_nothing_and_reads_as_an_absent_source() {
 /// The source's owner withdraws the permission: the copy is pruned.
 #[tokio::test]
 async fn a_withdrawn_permission_prunes_the_copy() {
-    let (client, team) = setup("creq-withdraw-team").await;
+    let (client, team) = setup_limited("creq-withdraw-team").await;
     let app = target("creq-withdraw-app").await;
     offered(&client, &team, "cfg", Some(&app), &[("k", "v")]).await;
     request(&client, &app, "cfg", json!({"source": {"kind": "ConfigMap", "namespace": team, "name": "cfg"}})).await;
@@ -166,7 +177,7 @@ async fn a_withdrawn_permission_prunes_the_copy() {
 /// The request is deleted: its copy is pruned, and the request goes.
 #[tokio::test]
 async fn a_deleted_request_prunes_its_copy() {
-    let (client, team) = setup("creq-delete-team").await;
+    let (client, team) = setup_limited("creq-delete-team").await;
     let app = target("creq-delete-app").await;
     offered(&client, &team, "cfg", Some(&app), &[("k", "v")]).await;
     request(&client, &app, "cfg", json!({"source": {"kind": "ConfigMap", "namespace": team, "name": "cfg"}})).await;
@@ -189,7 +200,7 @@ async fn a_deleted_request_prunes_its_copy() {
 /// overwritten nor deleted: Ready=False Conflict, with a Warning.
 #[tokio::test]
 async fn an_object_in_the_way_is_left_alone() {
-    let (client, team) = setup("creq-conflict-team").await;
+    let (client, team) = setup_limited("creq-conflict-team").await;
     let app = target("creq-conflict-app").await;
     offered(&client, &team, "cfg", Some(&app), &[("k", "from the source")]).await;
     configmap(&client, &app, "cfg", &[], &[("k", "mine")]).await;
@@ -217,7 +228,7 @@ async fn an_object_in_the_way_is_left_alone() {
 /// there.
 #[tokio::test]
 async fn a_request_for_a_protected_namespace_secret_is_refused() {
-    let (client, attacker) = setup("creq-attacker").await;
+    let (client, attacker) = setup_limited("creq-attacker").await;
     let name = format!("creq-loot-{}", rand_suffix());
     for ns in [OPERATOR_NAMESPACE, "kube-system"] {
         let s = Secret {
@@ -278,4 +289,41 @@ async fn a_request_for_a_protected_namespace_secret_is_refused() {
     let _ = Api::<CopyRequest>::namespaced(client.clone(), OPERATOR_NAMESPACE)
         .delete(&name, &DeleteParams::default())
         .await;
+}
+
+/// One namespace's requests past `--max-requests-per-namespace` wait: the
+/// oldest are served, the next is Ready=False TooManyRequests (with a
+/// Warning) and nothing is read or written for it, and it is served as soon
+/// as a served request of its namespace goes.
+#[tokio::test]
+async fn a_namespace_past_its_request_limit_waits_its_turn() {
+    let (client, team) = setup_limited("creq-limit-team").await;
+    let app = target("creq-limit-app").await;
+    for i in 0..=LIMIT {
+        offered(&client, &team, &format!("cfg-{i}"), Some(&app), &[("k", "v")]).await;
+    }
+    // Created in order; within a second, the names keep that order.
+    for i in 0..=LIMIT {
+        let source = json!({"source": {"kind": "ConfigMap", "namespace": team, "name": format!("cfg-{i}")}});
+        request(&client, &app, &format!("r-{i}"), source).await;
+    }
+    for i in 0..LIMIT {
+        wait_cm(&client, &app, &format!("cfg-{i}"), |c| data(c, "k") == Some("v")).await;
+    }
+    let last = format!("r-{LIMIT}");
+    let waiting = wait_reason(&client, &app, &last, "TooManyRequests").await;
+    let (_, _, message) = ready(&waiting).unwrap();
+    assert!(message.contains(&format!("more than {LIMIT} CopyRequests")), "{message}");
+    wait_event(&client, &app, &last, "TooManyRequests").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &app);
+    assert!(cms.get_opt(&format!("cfg-{LIMIT}")).await.unwrap().is_none(), "a waiting request made its copy");
+
+    // The reconciles its own status write caused are over (they come within
+    // a second): what serves it next is the wake when a served request goes.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // A served request goes: the waiting one is served.
+    Api::<CopyRequest>::namespaced(client.clone(), &app).delete("r-0", &DeleteParams::default()).await.unwrap();
+    wait_cm_gone(&client, &app, "cfg-0").await;
+    wait_cm(&client, &app, &format!("cfg-{LIMIT}"), |c| data(c, "k") == Some("v")).await;
+    wait_reason(&client, &app, &last, "Copied").await;
 }

@@ -46,7 +46,74 @@ pub struct Data {
     pub strip: StripLabels,
     /// Bytes a source may hold (`--max-rule-source-bytes`).
     pub max_source_bytes: u64,
+    /// Requests served per namespace (`--max-requests-per-namespace`).
+    pub max_per_namespace: usize,
     pub backoff: ErrorBackoff,
+    /// Filled by [`run`].
+    pub queue: Queue,
+}
+
+/// Each namespace's requests in order (the controller's own cache of
+/// them), and a way to wake the next waiting request of a namespace when
+/// one of its served requests goes.
+#[derive(Default)]
+pub struct Queue {
+    requests: Option<Store<CopyRequest>>,
+    freed: Option<futures::channel::mpsc::UnboundedSender<String>>,
+}
+
+fn place(r: &CopyRequest) -> (Option<i64>, &str) {
+    (r.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()), r.metadata.name.as_deref().unwrap_or_default())
+}
+
+fn waiting(r: &CopyRequest) -> bool {
+    r.status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == super::plan::TOO_MANY_REQUESTS))
+}
+
+impl Queue {
+    /// How many requests of `request`'s namespace (not being deleted) come before it; 0 while
+    /// the cache has none (or at most the limit in all: no namespace can
+    /// be over it, and nothing is scanned).
+    fn older_than(&self, request: &CopyRequest, max: usize) -> usize {
+        let Some(store) = &self.requests else { return 0 };
+        if store.len() <= max {
+            return 0;
+        }
+        let ns = request.metadata.namespace.as_deref();
+        let all = store.state();
+        super::plan::older_than(
+            place(request),
+            // A request being deleted has left the queue.
+            all.iter()
+                .filter(|r| r.metadata.namespace.as_deref() == ns && r.metadata.deletion_timestamp.is_none())
+                .map(|r| place(r.as_ref())),
+        )
+    }
+
+    /// A served request of `namespace` went: the oldest waiting one may be served now.
+    fn freed(&self, namespace: &str) {
+        if let Some(tx) = &self.freed {
+            let _ = tx.unbounded_send(namespace.to_string());
+        }
+    }
+}
+
+/// The oldest waiting request of each namespace named on `freed`.
+fn next_waiting(
+    freed: futures::channel::mpsc::UnboundedReceiver<String>,
+    store: Store<CopyRequest>,
+) -> impl Stream<Item = ObjectRef<CopyRequest>> + Send + 'static {
+    freed.filter_map(move |ns| {
+        let next = store
+            .state()
+            .iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(ns.as_str()) && waiting(r))
+            .min_by(|a, b| place(a).cmp(&place(b)))
+            .map(|r| ObjectRef::from_obj(r.as_ref()));
+        std::future::ready(next)
+    })
 }
 
 /// The requests of `store` that name `kind` `namespace/name`.
@@ -87,7 +154,7 @@ where
 }
 
 /// Runs the CopyRequest controller until shutdown.
-pub async fn run(ctx: Context, data: Data, watch_namespace: Option<String>) -> anyhow::Result<()> {
+pub async fn run(ctx: Context, mut data: Data, watch_namespace: Option<String>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let requests: Api<CopyRequest> = match &watch_namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -100,9 +167,12 @@ pub async fn run(ctx: Context, data: Data, watch_namespace: Option<String>) -> a
         .debounce(Duration::from_millis(200))
         .concurrency(8);
     let store = controller.store();
+    let (freed, next) = futures::channel::mpsc::unbounded();
+    data.queue = Queue { requests: Some(store.clone()), freed: Some(freed) };
     let controller = controller
         .reconcile_on(sources_changed(Api::<ConfigMap>::all(client.clone()), SourceKind::ConfigMap, store.clone()))
-        .reconcile_on(sources_changed(Api::<Secret>::all(client), SourceKind::Secret, store));
+        .reconcile_on(sources_changed(Api::<Secret>::all(client), SourceKind::Secret, store.clone()))
+        .reconcile_on(next_waiting(next, store));
     ctx.run_controller("copyrequest", controller, reconcile, error_policy, Arc::new(data)).await
 }
 
@@ -169,6 +239,14 @@ async fn sync(request: &CopyRequest, data: &Data) -> Result<Action, Error> {
         };
         report_and(request, data, &verdict, &Wrote::Nothing, None).await?;
         return Ok(Action::await_change());
+    }
+    // Past the namespace's limit: nothing read, nothing written; woken
+    // when one of the namespace's served requests goes.
+    let older = data.queue.older_than(request, data.max_per_namespace);
+    if let Some(verdict) = super::plan::over_limit(ask.namespace, older, data.max_per_namespace) {
+        let copy = request.status.as_ref().and_then(|s| s.copy.clone());
+        report_and(request, data, &verdict, &Wrote::Nothing, copy).await?;
+        return Ok(Action::requeue(RESYNC));
     }
     // Read: the source (never in a protected namespace), the copy's place.
     let read_source = if may_read_source(&data.policy, &ask) {
@@ -237,6 +315,9 @@ async fn report_and(
 /// protected namespace); a denied delete keeps the finalizer and retries.
 async fn cleanup(request: &CopyRequest, data: &Data) -> Result<Action, Error> {
     let me = me(request)?;
+    if !waiting(request) {
+        data.queue.freed(&me.id.namespace);
+    }
     let (kind, name) = (request.spec.source.kind, copy_name(request));
     if !data.policy.may_touch(&me.id.namespace) {
         return Ok(Action::await_change());

@@ -92,6 +92,33 @@ pub const NOT_ALLOWED: &str = "NotAllowed";
 pub const CONFLICT: &str = "Conflict";
 pub const SOURCE_TOO_LARGE: &str = "SourceTooLarge";
 pub const PROTECTED_NAMESPACE: &str = "ProtectedNamespace";
+pub const TOO_MANY_REQUESTS: &str = "TooManyRequests";
+
+/// A request's place in its namespace's queue: its creation time (seconds;
+/// none sorts first) and name, so that every reconcile ranks the same way.
+pub type Place<'a> = (Option<i64>, &'a str);
+
+/// How many of `namespace_requests` (the namespace's requests, `me`
+/// included or not) come before `me`.
+pub fn older_than<'a>(me: Place<'_>, namespace_requests: impl IntoIterator<Item = Place<'a>>) -> usize {
+    namespace_requests.into_iter().filter(|other| *other < me).count()
+}
+
+/// The refusal of a request that `older` requests of its namespace come
+/// before, when the namespace may have only `max` served
+/// (`--max-requests-per-namespace`): its copy, if one was made, is kept as
+/// it is, neither updated nor pruned, until it is served again.
+pub fn over_limit(namespace: &str, older: usize, max: usize) -> Option<Verdict> {
+    (older >= max).then(|| Verdict {
+        ready: false,
+        reason: TOO_MANY_REQUESTS,
+        message: format!(
+            "namespace {namespace} has more than {max} CopyRequests (--max-requests-per-namespace): the {max} oldest \
+             are served, and {older} are older than this one; it is served once fewer are (a copy made before is \
+             kept as it is meanwhile)"
+        ),
+    })
+}
 
 /// Where the request is and what it asks for.
 #[derive(Debug, Clone, Copy)]

@@ -153,3 +153,34 @@ fn a_secret_whose_type_changed_is_made_again() {
     assert!(matches!(d.act, Act::Delete { .. }));
     assert!(d.verdict.ready);
 }
+
+#[test]
+fn the_oldest_requests_of_a_namespace_are_served() {
+    let all = [(Some(10), "b"), (Some(10), "a"), (None, "z"), (Some(5), "c")];
+    // Ranked by creation (none first), then name.
+    assert_eq!(older_than((None, "z"), all), 0);
+    assert_eq!(older_than((Some(5), "c"), all), 1);
+    assert_eq!(older_than((Some(10), "a"), all), 2);
+    assert_eq!(older_than((Some(10), "b"), all), 3);
+    assert_eq!(over_limit("team-b", 2, 3), None);
+    let refused = over_limit("team-b", 3, 3).expect("the fourth is refused");
+    assert!(!refused.ready);
+    assert_eq!(refused.reason, TOO_MANY_REQUESTS);
+    assert!(refused.message.contains("more than 3 CopyRequests"), "{}", refused.message);
+    assert!(refused.message.contains("--max-requests-per-namespace"), "{}", refused.message);
+}
+
+proptest::proptest! {
+    /// Whatever the requests, exactly `min(max, n)` are served and they are
+    /// the oldest: ranks are a permutation of 0..n.
+    #[test]
+    fn exactly_the_limit_is_served(times in proptest::collection::vec(proptest::option::of(0i64..5), 0..40), max in 1usize..10) {
+        let names: Vec<String> = (0..times.len()).map(|i| format!("r{i}")).collect();
+        let all: Vec<Place<'_>> = times.iter().copied().zip(names.iter().map(String::as_str)).collect();
+        let mut ranks: Vec<usize> = all.iter().map(|me| older_than(*me, all.iter().copied())).collect();
+        let served = ranks.iter().filter(|r| over_limit("ns", **r, max).is_none()).count();
+        proptest::prop_assert_eq!(served, max.min(all.len()));
+        ranks.sort_unstable();
+        proptest::prop_assert_eq!(ranks, (0..all.len()).collect::<Vec<_>>());
+    }
+}
