@@ -5,9 +5,9 @@
 //!
 //! | module | concern |
 //! | --- | --- |
-//! | `controller` | watches (requests; the copies they own; every source, metadata only, waking the requests that name it), finalizer, and the reconcile: read → plan → apply → report |
+//! | `controller` | watches (requests; the copies they own; every source, metadata only, waking the requests that name it), finalizer, each namespace's queue (`--max-requests-per-namespace`), and the reconcile: read → plan → apply → report |
 //! | [`marks`] | the copy's ownership marks and manifest, and what a read copy says (pure) |
-//! | [`plan`] | whether the source allows the namespace, and what to do (pure) |
+//! | [`plan`] | whether the source allows the namespace, whether the request is within its namespace's limit, and what to do (pure) |
 //! | `apply` | the writes, each proving ownership (create fails rather than overwrite; patch and delete carry the version seen) |
 //! | `report` | status (server-side apply) and Events |
 

@@ -73,9 +73,9 @@ fn waiting(r: &CopyRequest) -> bool {
 }
 
 impl Queue {
-    /// How many requests of `request`'s namespace (not being deleted) come before it; 0 while
-    /// the cache has none (or at most the limit in all: no namespace can
-    /// be over it, and nothing is scanned).
+    /// How many requests of `request`'s namespace (not being deleted) come
+    /// before it; 0 before the cache is there, or while it holds at most
+    /// `max` in all (no namespace can be over it, and nothing is scanned).
     fn older_than(&self, request: &CopyRequest, max: usize) -> usize {
         let Some(store) = &self.requests else { return 0 };
         if store.len() <= max {
