@@ -63,7 +63,14 @@ fn n(v: usize) -> i32 {
 }
 
 fn plural(v: usize, one: &str) -> String {
-    if v == 1 { format!("1 {one}") } else { format!("{v} {one}s") }
+    if v == 1 {
+        format!("1 {one}")
+    } else if let Some(stem) = one.strip_suffix('y') {
+        // "copies", not "copys".
+        format!("{v} {stem}ies")
+    } else {
+        format!("{v} {one}s")
+    }
 }
 
 /// The new status (its `lastSyncTime` is the previous one; the caller moves it).
@@ -211,6 +218,14 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use flotilla_shared::status::says_the_same;
+
+    #[test]
+    fn counts_read_as_english() {
+        assert_eq!(plural(1, "copy"), "1 copy");
+        assert_eq!(plural(3, "copy"), "3 copies");
+        assert_eq!(plural(2, "source"), "2 sources");
+        assert_eq!(plural(2, "copy write"), "2 copy writes");
+    }
 
     fn cond<'a>(s: &'a CopyRuleStatus, t: &str) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
         s.conditions.iter().find(|c| c.type_ == t).unwrap()

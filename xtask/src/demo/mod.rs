@@ -99,6 +99,9 @@ pub fn run() -> anyhow::Result<()> {
     let zone_value = format!("service-dns.route53.hostedZoneId={zone}");
     let domain_value = format!("service-dns.route53.domainName={}", service_dns::DOMAIN);
     let endpoint_value = format!("service-dns.aws.endpointUrl={}", proxy.endpoint);
+    // The demo's webhook receiver listens on the node's address, a private
+    // one, which pod-alert's sinks refuse unless the admin allows it.
+    let sinks_value = format!("pod-alert.sinks.allowedCIDRs={{{NODE_IP}/32}}");
     #[rustfmt::skip]
     let mut install = vec![
         "install", "flotilla", &chart, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "5m",
@@ -110,6 +113,7 @@ pub fn run() -> anyhow::Result<()> {
         "--set", "service-dns.aws.region=us-east-1",
         "--set", "service-dns.aws.credentialsSecret=aws",
         "--set", &endpoint_value,
+        "--set", &sinks_value,
     ];
     // A node that tests ran on has the CRDs already (applied by them, not
     // owned by a release): the release then leaves them alone.
