@@ -107,15 +107,17 @@ pub fn older_than<'a>(me: Place<'_>, namespace_requests: impl IntoIterator<Item 
 /// The refusal of a request that `older` requests of its namespace come
 /// before, when the namespace may have only `max` served
 /// (`--max-requests-per-namespace`): its copy, if one was made, is kept as
-/// it is, neither updated nor pruned, until it is served again.
+/// it is, neither updated nor pruned, until it is served again. The
+/// message does not carry the count, so it stays the same while the
+/// request waits and its Warning is given once.
 pub fn over_limit(namespace: &str, older: usize, max: usize) -> Option<Verdict> {
     (older >= max).then(|| Verdict {
         ready: false,
         reason: TOO_MANY_REQUESTS,
         message: format!(
             "namespace {namespace} has more than {max} CopyRequests (--max-requests-per-namespace): the {max} oldest \
-             are served, and {older} are older than this one; it is served once fewer are (a copy made before is \
-             kept as it is meanwhile)"
+             are served and this one waits; it is served when an older one is deleted (a copy made before is kept \
+             as it is meanwhile)"
         ),
     })
 }

@@ -168,6 +168,8 @@ fn the_oldest_requests_of_a_namespace_are_served() {
     assert_eq!(refused.reason, TOO_MANY_REQUESTS);
     assert!(refused.message.contains("more than 3 CopyRequests"), "{}", refused.message);
     assert!(refused.message.contains("--max-requests-per-namespace"), "{}", refused.message);
+    // The same message wherever it stands in the queue: one Warning while it waits.
+    assert_eq!(over_limit("team-b", 7, 3).map(|v| v.message), Some(refused.message.clone()));
 }
 
 proptest::proptest! {
