@@ -101,6 +101,7 @@ pub mod rest_client;
 pub mod selector;
 pub mod server;
 pub mod status;
+pub mod streaming_list;
 pub mod telemetry;
 pub mod uid;
 pub mod workqueue;

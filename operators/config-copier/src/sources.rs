@@ -17,7 +17,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use flotilla_shared::health::WatchHealth;
 use flotilla_shared::intern::Interner;
-use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK, PodLabels, watch_labelled};
+use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK, PodLabels, Touched, watch_labelled};
 use flotilla_shared::projection::{self, ns_key};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
@@ -120,13 +120,13 @@ impl SourceIndex {
     }
 
     /// Watches the kind (in `scope`, or every namespace) until the stream
-    /// ends, handing `changed` the namespaces whose objects changed.
+    /// ends, handing `changed` what each event touched.
     pub async fn watch(
         self: Arc<Self>,
         client: Client,
         scope: Option<String>,
         health: WatchHealth,
-        changed: impl FnMut(&[&str]),
+        changed: impl FnMut(Touched<'_>),
     ) {
         match self.kind {
             SourceKind::ConfigMap => self.watch_of::<ConfigMap>(client, scope, health, changed).await,
@@ -139,7 +139,7 @@ impl SourceIndex {
         client: Client,
         scope: Option<String>,
         health: WatchHealth,
-        changed: impl FnMut(&[&str]),
+        changed: impl FnMut(Touched<'_>),
     ) where
         K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone

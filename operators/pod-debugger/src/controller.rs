@@ -154,10 +154,10 @@ async fn watch_pods(
         |p: &Pod| view(p, &keys),
         data.label_keys.clone(),
         health,
-        |namespaces| {
+        |touched| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
             let rules = data.rules.state();
-            for rule in flotilla_shared::pods::concerned(&rules, namespaces, |_: &PodDebugger| false) {
+            for rule in flotilla_shared::pods::concerned(&rules, touched, |_: &PodDebugger| false) {
                 let _ = data.trigger.unbounded_send(rule);
             }
         },
@@ -302,13 +302,15 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     let container = naming::container_name(&name, &rule.spec);
     // Until the pod cache holds the first complete list (with the label
     // keys this selector reads), a plan would see too few pods (and a
-    // status written from it would say so).
+    // status written from it would say so). The list's completion wakes
+    // every PodDebugger (`watch_pods`); the resync is only a fallback
+    // (polling every second cost a core at scale, issue 28).
     data.refresh_label_keys();
     let marks = [Some(NAMESPACE_MARK), rule.spec.volume_mounts.is_some().then_some(VOLUMES_MARK)];
     if !data.pods.is_ready()
         || !data.label_keys.covers(Some(&ns), rule.spec.selector.keys().chain(marks.into_iter().flatten()))
     {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Action::requeue(RESYNC));
     }
     let state = data.state(&rule);
     let mut st = state.lock().await;

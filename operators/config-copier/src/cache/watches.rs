@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use flotilla_shared::health::WatchHealth;
+use flotilla_shared::pods::Touched;
 use flotilla_shared::projection::{Change, Fed};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::core::PartialObjectMeta;
@@ -19,19 +20,20 @@ use crate::plan::NamespaceInfo;
 
 impl Caches {
     /// Watches `kind`'s possible sources until the stream ends; a change
-    /// wakes the rules of that kind in the namespaces it touched.
+    /// wakes the rules of that kind in the namespaces it touched, a
+    /// complete list every rule of that kind (those waiting for it).
     pub async fn watch_sources(self: Arc<Self>, kind: SourceKind, health: WatchHealth) {
         let Some(index) = self.sources.get(&kind).cloned() else { return };
         self.watching(&health);
         let this = Arc::clone(&self);
-        let changed = move |namespaces: &[&str]| {
-            if namespaces.is_empty() {
+        let changed = move |touched: Touched<'_>| {
+            if touched.namespaces.is_empty() && !touched.listed {
                 return;
             }
             for r in this.rules.state() {
                 if r.spec.kind == kind
                     && let Some(ns) = r.namespace()
-                    && namespaces.binary_search(&ns.as_str()).is_ok()
+                    && (touched.listed || touched.namespaces.binary_search(&ns.as_str()).is_ok())
                 {
                     this.trigger(&RuleId::new(ns, r.name_any()));
                 }

@@ -147,13 +147,13 @@ async fn watch_pods(
         |p: &Pod| view(p, &keys),
         data.label_keys.clone(),
         health,
-        |namespaces| {
+        |touched| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
             let alerts = data.alerts.state();
             // `allNamespaces` counts only where it is honoured: a refused
             // one must not wake on every pod change of the cluster.
             let everywhere = |a: &PodAlert| data.everywhere(a);
-            for alert in flotilla_shared::pods::concerned(&alerts, namespaces, everywhere) {
+            for alert in flotilla_shared::pods::concerned(&alerts, touched, everywhere) {
                 let _ = data.trigger.unbounded_send(alert);
             }
         },

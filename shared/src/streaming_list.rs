@@ -1,0 +1,111 @@
+//! Streaming lists (KEP-3157, `sendInitialEvents`): a watch's first list
+//! arrives as one watch stream served from the API server's cache, object
+//! by object, instead of as pages. For the pod watches, whose pages are
+//! ten pods (a page of full Pods is what peaks memory), a 20,000-pod list
+//! was 2,000 requests and did not finish in six minutes on a loaded API
+//! server (issue 28); streamed, it is one request and one Pod held at a time.
+//!
+//! Tried first. A server that refuses them (Kubernetes 1.33 ships the
+//! WatchList gate off and answers 422; 1.32 and 1.34+ have it on) gets
+//! paginated lists instead, from then on, as client-go's WatchListClient
+//! falls back.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kube::runtime::watcher;
+
+/// How one watch lists: streamed until the server refuses it once.
+#[derive(Debug)]
+pub struct InitialList {
+    streaming: AtomicBool,
+}
+
+impl Default for InitialList {
+    fn default() -> Self {
+        Self { streaming: AtomicBool::new(true) }
+    }
+}
+
+impl InitialList {
+    /// `base` as the next list should run: streamed, unless refused before.
+    pub fn config(&self, base: &watcher::Config) -> watcher::Config {
+        if self.streaming.load(Ordering::Relaxed) { base.clone().streaming_lists() } else { base.clone() }
+    }
+
+    /// Whether this watch streams its lists (until a refusal).
+    pub fn streaming(&self) -> bool {
+        self.streaming.load(Ordering::Relaxed)
+    }
+
+    /// Records `e` if it is the server refusing streaming lists: true when
+    /// the watch should start over with paginated lists.
+    pub fn refused(&self, e: &watcher::Error) -> bool {
+        if !refuses_streaming(e) || !self.streaming.swap(false, Ordering::Relaxed) {
+            return false;
+        }
+        tracing::info!(error = %e, "the API server does not stream lists (its WatchList feature is off): listing in pages");
+        true
+    }
+}
+
+/// Whether `e` is an API server refusing `sendInitialEvents` (a server
+/// without the WatchList feature validates the parameter and answers 422
+/// Invalid, or 400 from some proxies, naming it).
+pub fn refuses_streaming(e: &watcher::Error) -> bool {
+    let status = match e {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) | watcher::Error::WatchFailed(kube::Error::Api(s)) => {
+            s.as_ref()
+        }
+        watcher::Error::WatchError(s) => s.as_ref(),
+        _ => return false,
+    };
+    matches!(status.code, 400 | 422)
+        && (status.message.contains("sendInitialEvents") || status.message.contains("resourceVersionMatch"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use kube::core::Status;
+
+    fn status(code: u16, message: &str) -> Box<Status> {
+        let mut s = Status::failure(message, "Invalid");
+        s.code = code;
+        Box::new(s)
+    }
+
+    #[test]
+    fn a_refusal_of_send_initial_events_falls_back_once() {
+        // What a 1.33 API server answers (its WatchList gate off).
+        let refusal = watcher::Error::WatchStartFailed(kube::Error::Api(status(
+            422,
+            r#"ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"#,
+        )));
+        let list = InitialList::default();
+        assert!(list.streaming());
+        assert_eq!(
+            list.config(&watcher::Config::default()).initial_list_strategy,
+            watcher::InitialListStrategy::StreamingList
+        );
+        assert!(list.refused(&refusal), "the watch starts over");
+        assert!(!list.streaming());
+        assert_eq!(
+            list.config(&watcher::Config::default()).initial_list_strategy,
+            watcher::InitialListStrategy::ListWatch
+        );
+        assert!(!list.refused(&refusal), "once: already paginated");
+    }
+
+    #[test]
+    fn other_errors_keep_streaming() {
+        let list = InitialList::default();
+        let forbidden = watcher::Error::WatchStartFailed(kube::Error::Api(status(403, "pods is forbidden")));
+        let gone = watcher::Error::WatchError(status(410, "too old resource version"));
+        let invalid = watcher::Error::WatchStartFailed(kube::Error::Api(status(422, "labelSelector: Invalid value")));
+        for e in [forbidden, gone, invalid, watcher::Error::NoResourceVersion] {
+            assert!(!list.refused(&e), "{e}");
+        }
+        assert!(list.streaming());
+    }
+}
