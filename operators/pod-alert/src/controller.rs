@@ -28,16 +28,17 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{PodAlert, Reason, SecretKeyRef};
+use crate::crd::{PodAlert, Reason, SecretKeyRef, SilenceStatus};
 use crate::delivery::{Delivery, Sink, SinkRules};
 use crate::error::Error;
 use crate::incident::{Book, Transition};
 use crate::log_reads::read_logs;
 use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
-use crate::observe::evaluate;
+use crate::observe::{Findings, evaluate};
 use crate::pod::{PodView, elapsed};
 use crate::rules::Rules;
+use crate::silence;
 use crate::sinks::{self, Outbox};
 use crate::status::Summary;
 use crate::throttle::{Held, Limiter};
@@ -97,6 +98,8 @@ pub(crate) struct State {
     pub(crate) conditions: Vec<Condition>,
     /// What the status last written says (times aside): unchanged, not written.
     pub(crate) written: Option<flotilla_shared::status::Fingerprint>,
+    /// The refused silences last warned about: warned again only when they change.
+    pub(crate) refused_silences: String,
 }
 
 /// Statuses read at first sight of a PodAlert (the cache keeps none): the
@@ -164,7 +167,7 @@ impl Data {
                 served.extend(a.uid());
                 let scope = self.scope(a);
                 keys.insert((scope.clone(), NAMESPACE_MARK.to_string()));
-                keys.extend(a.spec.selector.iter().flat_map(|s| s.keys()).map(|k| (scope.clone(), k.to_string())));
+                keys.extend(a.spec.selector_keys().map(|k| (scope.clone(), k.to_string())));
             }
         }
         self.label_keys.set(keys);
@@ -259,10 +262,8 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     // completion wakes every PodAlert (`watch_pods`); the resync is only a
     // fallback. Polling every second, 903 PodAlerts made 45,963 reconciles
     // during a 6-minute first list of 20,000 pods (issue 28).
-    let keys_listed = data.label_keys.covers(
-        data.scope(&alert).as_deref(),
-        alert.spec.selector.iter().flat_map(|s| s.keys()).chain([NAMESPACE_MARK]),
-    );
+    let keys_listed =
+        data.label_keys.covers(data.scope(&alert).as_deref(), alert.spec.selector_keys().chain([NAMESPACE_MARK]));
     if served && (!data.pods.is_ready() || !keys_listed) {
         return Ok(Action::requeue(RESYNC));
     }
@@ -380,9 +381,60 @@ fn evaluate_and_step(
     if cut > 0 {
         summary.skipped.insert("LabelsTooLarge".to_string(), cut);
     }
+    summary.silences = silence_statuses(rules, &findings, now);
+    warn_refused_silences(alert, &summary.silences, &findings, st, data);
     let transitions = st.book.step(&findings, rules, now);
     for t in &transitions {
         tracing::info!(podalert = %alert.name_any(), incident = %t.key, change = ?t.change, "incident");
     }
     transitions
+}
+
+/// spec.silences as this evaluation applied them.
+fn silence_statuses(rules: &Rules, findings: &Findings, now: Timestamp) -> Vec<SilenceStatus> {
+    rules
+        .silences
+        .iter()
+        .map(|s| SilenceStatus {
+            state: silence::state(s.until, now).as_str().to_string(),
+            until: s.until.to_string(),
+            comment: s.comment.clone(),
+            problems: findings.silence_counts.get(s.index).map_or(0, |&n| i32::try_from(n).unwrap_or(i32::MAX)),
+        })
+        .collect()
+}
+
+/// A Warning (once per change) for silences refused for ending more than
+/// 7 days ahead: of spec.silences, and of pods' annotations.
+fn warn_refused_silences(
+    alert: &PodAlert,
+    statuses: &[SilenceStatus],
+    findings: &Findings,
+    st: &mut State,
+    data: &Data,
+) {
+    let spec: Vec<String> = statuses
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.state == silence::State::Refused.as_str())
+        .map(|(i, s)| format!("spec.silences[{i}] (until {})", s.until))
+        .collect();
+    let pods: Vec<&str> = findings.refused_annotations.iter().map(String::as_str).take(5).collect();
+    let mut parts = spec;
+    if !pods.is_empty() {
+        let more = findings.refused_annotations.len().saturating_sub(pods.len());
+        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+        parts.push(format!("the {} annotation of pod(s) {}{tail}", silence::ANNOTATION, pods.join(", ")));
+    }
+    let message = if parts.is_empty() {
+        String::new()
+    } else {
+        format!("silence not applied, it ends more than 7 days ahead: {}", parts.join("; "))
+    };
+    if message != st.refused_silences {
+        if !message.is_empty() {
+            data.ctx.events.warning(&alert.object_ref(&()), "SilenceRefused", "Evaluate", message.clone());
+        }
+        st.refused_silences = message;
+    }
 }

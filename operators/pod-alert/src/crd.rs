@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod status;
-pub use status::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, SinkStatus};
+pub use status::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, SilenceStatus, SinkStatus};
 
 /// Turns unhealthy pods of this PodAlert's namespace into incidents (one per
 /// workload, container and reason, with the failing container's log tail),
@@ -79,6 +79,49 @@ pub struct PodAlertSpec {
     #[serde(default, rename = "runbookURL", skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 8, max = 1024), pattern(r#"^https?://[^\s<>|"`]+$"#))]
     pub runbook_url: Option<String>,
+    /// Maintenance windows: until each one's `until`, the problems of the
+    /// pods it selects, with one of its reasons, open no incident and send
+    /// nothing (an incident already firing sends no escalation; its resolve
+    /// is still sent, so a pager's incident closes with ours). They show in
+    /// status.incidents as Silenced, naming the silence, and are counted in
+    /// status.suppressed.Silenced; a problem still there when its silence
+    /// ends opens then. A pod annotated `flotilla.dev/silence-until: <RFC
+    /// 3339 time>` is silenced the same way for the PodAlerts of its own
+    /// namespace (never for a cluster-wide one). A silence more than 7 days
+    /// ahead is refused (not applied; a Warning Event, and
+    /// status.silences says so). At most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub silences: Vec<Silence>,
+}
+
+impl PodAlertSpec {
+    /// The label keys its selectors read (the PodAlert's and its
+    /// silences'): what the pod views must keep for it.
+    pub fn selector_keys(&self) -> impl Iterator<Item = &str> {
+        self.selector.iter().chain(self.silences.iter().filter_map(|s| s.selector.as_ref())).flat_map(|s| s.keys())
+    }
+}
+
+/// A maintenance window over some of the PodAlert's pods.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Silence {
+    /// The pods silenced, by label (among those the PodAlert watches).
+    /// Omitted: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// The reasons silenced. Omitted or empty: all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub reasons: Vec<Reason>,
+    /// When the silence ends (RFC 3339, e.g. 2026-11-28T06:00:00Z): at most
+    /// 7 days ahead.
+    pub until: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// Why, shown in status beside what it silences (e.g. a change ticket).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 256))]
+    pub comment: String,
 }
 
 fn default_true() -> bool {

@@ -27,6 +27,7 @@ use crate::logs::Tail;
 use crate::observe::{Findings, Key, Problem, RestartHistory};
 use crate::pod::{after, elapsed};
 use crate::rules::Rules;
+use crate::silence::Silencing;
 
 /// Restart counts whose passing is an escalation.
 pub const ESCALATION_LEVELS: [u32; 3] = [3, 10, 50];
@@ -98,6 +99,9 @@ pub struct Incident {
     /// The log tail, shared with every other PodAlert's incident of this
     /// key ([`crate::logs::Tails`]).
     pub logs: Option<Arc<Tail>>,
+    /// The silence covering it at the last evaluation ([`crate::silence`]):
+    /// while it lasts, the incident neither opens nor escalates.
+    pub silencing: Option<Silencing>,
 }
 
 /// Where an incident's log tail is read.
@@ -203,16 +207,27 @@ impl Book {
         }
         let mut out = Vec::new();
         for (key, group) in &groups {
-            self.observe(key, group, rules, now, &mut out);
+            self.observe(key, group, findings.silenced.get(*key), rules, now, &mut out);
         }
         let absent: Vec<Key> = self.incidents.keys().filter(|k| !groups.contains_key(k)).cloned().collect();
         for key in absent {
+            if let Some(inc) = self.incidents.get_mut(&key) {
+                inc.silencing = None;
+            }
             self.heal(&key, rules, now, &mut out);
         }
         out
     }
 
-    fn observe(&mut self, key: &Key, g: &Group<'_>, rules: &Rules, now: Timestamp, out: &mut Vec<Transition>) {
+    fn observe(
+        &mut self,
+        key: &Key,
+        g: &Group<'_>,
+        silencing: Option<&Silencing>,
+        rules: &Rules,
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) {
         let incarnations = g.incarnations();
         let rep = g.representative();
         let fresh = |last_opened: Option<Timestamp>| Incident {
@@ -230,6 +245,7 @@ impl Book {
             last_opened,
             log_source: None,
             logs: None,
+            silencing: None,
         };
         let incident = match self.incidents.get(key) {
             // Back after a resolve: an old termination (all its incarnations
@@ -251,6 +267,7 @@ impl Book {
             }
         };
         let Some(inc) = incident else { return };
+        inc.silencing = silencing.cloned();
         inc.pods = g.pods();
         inc.restarts = g.restarts();
         if let Some(r) = rep {
@@ -261,7 +278,8 @@ impl Book {
         match inc.phase {
             Phase::Pending => {
                 inc.since = inc.since.min(g.since(now));
-                if elapsed(inc.since, now) >= rules.grace(key.reason) {
+                // Silenced: it waits, and opens when the silence ends.
+                if inc.silencing.is_none() && elapsed(inc.since, now) >= rules.grace(key.reason) {
                     let new_incarnations: BTreeSet<String> =
                         incarnations.difference(&inc.incarnations).cloned().collect();
                     if !incarnations.is_empty() && new_incarnations.is_empty() {
@@ -297,7 +315,8 @@ impl Book {
                 let new_incarnations: BTreeSet<String> = incarnations.difference(&inc.incarnations).cloned().collect();
                 remember(&mut inc.incarnations, &incarnations);
                 let reached = level(inc.restarts);
-                if reached > inc.notified_level {
+                // Silenced: no escalation (sent when the silence ends, if still reached).
+                if reached > inc.notified_level && inc.silencing.is_none() {
                     inc.notified_level = reached;
                     if inc.notified {
                         out.push(Transition {
@@ -373,13 +392,15 @@ impl Book {
     pub fn next_deadline(&self, rules: &Rules, now: Timestamp) -> Option<Timestamp> {
         self.incidents
             .values()
-            .map(|i| match i.phase {
-                Phase::Pending => after(i.since, rules.grace(i.key.reason)),
+            .map(|i| match (&i.phase, &i.silencing) {
+                // Silenced: it may open when the silence ends.
+                (Phase::Pending, Some(s)) => after(i.since, rules.grace(i.key.reason)).max(s.until),
+                (Phase::Pending, None) => after(i.since, rules.grace(i.key.reason)),
                 // A crash loop ends by its last crash ageing out of the
                 // window, which no pod update announces: look again.
-                Phase::Firing => after(now, Duration::from_secs(60)),
-                Phase::Resolving { healthy_since } => after(healthy_since, rules.resolve_after),
-                Phase::Resolved { at } => after(at, rules.restart_window.max(RESOLVED_RESEND)),
+                (Phase::Firing, _) => after(now, Duration::from_secs(60)),
+                (Phase::Resolving { healthy_since }, _) => after(*healthy_since, rules.resolve_after),
+                (Phase::Resolved { at }, _) => after(*at, rules.restart_window.max(RESOLVED_RESEND)),
             })
             .min()
     }
@@ -402,8 +423,14 @@ impl Book {
         self.incidents.values().filter(|i| i.phase.is_open()).count()
     }
 
+    /// Problems within their grace period (silenced ones aside).
     pub fn pending(&self) -> usize {
-        self.incidents.values().filter(|i| i.phase == Phase::Pending).count()
+        self.incidents.values().filter(|i| i.phase == Phase::Pending && i.silencing.is_none()).count()
+    }
+
+    /// Problems a silence holds back from opening.
+    pub fn silenced(&self) -> usize {
+        self.incidents.values().filter(|i| i.phase == Phase::Pending && i.silencing.is_some()).count()
     }
 }
 

@@ -48,6 +48,7 @@ pub mod pod;
 pub mod redact;
 pub mod report;
 pub mod rules;
+pub mod silence;
 pub mod sinks;
 pub mod status;
 pub mod throttle;

@@ -13,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::crd::Reason;
 use crate::pod::{ContainerView, PodView, State, Termination, Workload, elapsed};
 use crate::rules::Rules;
+use crate::silence::{Silencing, matching};
 
 /// An incident's identity: a Deployment's ten crashing pods are one incident.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,6 +61,9 @@ pub enum Skip {
     IgnoredContainer,
     IgnoredPod,
     ReasonNotSelected,
+    /// A problem a silence covers (still a problem: it opens when the
+    /// silence ends).
+    Silenced,
 }
 
 impl Skip {
@@ -71,6 +75,7 @@ impl Skip {
             Skip::IgnoredContainer => "IgnoredContainer",
             Skip::IgnoredPod => "IgnoredPod",
             Skip::ReasonNotSelected => "ReasonNotSelected",
+            Skip::Silenced => "Silenced",
         }
     }
 }
@@ -141,6 +146,14 @@ impl RestartHistory {
 pub struct Findings {
     pub problems: Vec<Problem>,
     pub skipped: BTreeMap<Skip, u32>,
+    /// The keys a silence covers (some problem of the key is silenced),
+    /// with the silence ending last: no incident of theirs opens or
+    /// escalates while it lasts.
+    pub silenced: BTreeMap<Key, Silencing>,
+    /// Problems each of spec.silences covered.
+    pub silence_counts: Vec<u32>,
+    /// Pods whose silence annotation ends more than 7 days ahead (not applied).
+    pub refused_annotations: std::collections::BTreeSet<String>,
 }
 
 fn waiting_reason(reason: &str) -> Option<Reason> {
@@ -174,7 +187,7 @@ pub fn evaluate<'a>(
     history: &mut RestartHistory,
     now: Timestamp,
 ) -> Findings {
-    let mut f = Findings::default();
+    let mut f = Findings { silence_counts: vec![0; rules.silences.len()], ..Findings::default() };
     let mut seen = std::collections::HashSet::new();
     for pod in pods {
         seen.insert(&pod.uid);
@@ -237,11 +250,27 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
         found.push(problem(pod, "", Reason::Pending, message, 0, created, None, false));
     }
     for p in found {
-        if rules.selects_reason(p.key.reason) {
-            f.problems.push(p);
-        } else {
+        if !rules.selects_reason(p.key.reason) {
             skip(f, Skip::ReasonNotSelected);
+            continue;
         }
+        let mut refused = false;
+        let silencing =
+            matching(&rules.silences, &rules.namespace, pod, p.key.reason, now, &mut f.silence_counts, &mut refused);
+        if refused {
+            f.refused_annotations.insert(pod.name().to_string());
+        }
+        if let Some(s) = silencing {
+            skip(f, Skip::Silenced);
+            // A key is silenced until the last of its problems' silences.
+            match f.silenced.get_mut(&p.key) {
+                Some(held) if held.until >= s.until => {}
+                _ => {
+                    f.silenced.insert(p.key.clone(), s);
+                }
+            }
+        }
+        f.problems.push(p);
     }
 }
 

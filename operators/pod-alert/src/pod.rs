@@ -133,6 +133,9 @@ pub struct Shape {
     /// first), interned as a list: most workloads share theirs (`app`,
     /// a mesh's sidecar) with others.
     pub containers: Arc<ContainerNames>,
+    /// The pod's `flotilla.dev/silence-until` annotation, when it is a
+    /// time ([`crate::silence`]): here, since a workload's pods share it.
+    pub silence_until: Stamp,
 }
 
 /// The names of a pod's containers, in the order its view keeps them.
@@ -208,6 +211,11 @@ impl PodView {
 
     pub fn restart_policy(&self) -> RestartPolicy {
         self.shape.restart_policy
+    }
+
+    /// Until when the pod's annotation silences its problems.
+    pub fn silence_until(&self) -> Option<Timestamp> {
+        self.shape.silence_until.get()
     }
 
     /// The containers with their names (init containers first). A view
@@ -434,6 +442,12 @@ pub fn view_at(pod: &Pod, keys: &LabelKeys, now: Timestamp) -> PodView {
         labels: keys.keep(namespace, meta.labels.as_ref()),
         restart_policy: RestartPolicy::of(spec.and_then(|s| s.restart_policy.as_deref())),
         containers: container_names(names_kept),
+        silence_until: Stamp::from(
+            meta.annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::silence::ANNOTATION))
+                .and_then(|v| crate::silence::parse_annotation(v)),
+        ),
     };
     PodView {
         key: ns_key::of(namespace, meta.name.as_deref().unwrap_or_default()).into(),

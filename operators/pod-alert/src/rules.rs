@@ -11,6 +11,7 @@ use flotilla_shared::selector::{Selector, glob_match};
 
 use crate::crd::{LogOptions, LogPattern, PodAlertSpec, Reason};
 use crate::redact::Redactor;
+use crate::silence::SilenceRule;
 
 /// Why a spec cannot be used, for the Ready condition.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +72,12 @@ pub struct Rules {
     pub cooldown: Duration,
     /// spec.runbookURL, a template ([`crate::notify::runbook_url`]).
     pub runbook: Option<Arc<str>>,
+    /// spec.silences, checked.
+    pub silences: Vec<SilenceRule>,
+    /// The PodAlert's namespace: a pod's silence annotation counts only
+    /// here (a tenant cannot mute a cluster-wide PodAlert of the platform
+    /// team by annotating its own pods).
+    pub namespace: String,
 }
 
 /// Regex program size limit for one user regex (ignore.logPatterns,
@@ -157,6 +164,8 @@ impl Rules {
             events: logs.events,
             cooldown,
             runbook: spec.runbook_url.as_deref().map(Arc::from),
+            silences: SilenceRule::all(&spec.silences)?,
+            namespace: namespace.to_string(),
         })
     }
 

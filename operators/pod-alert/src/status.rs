@@ -8,7 +8,9 @@ use flotilla_shared::Conditions;
 use flotilla_shared::conditions::INVALID_SPEC;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::crd::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, Reason, SinkStatus};
+use crate::crd::{
+    IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, Reason, SilenceStatus, SinkStatus,
+};
 use crate::incident::{Book, Incident, Phase};
 use crate::observe::Key;
 use crate::pod::Workload;
@@ -47,6 +49,8 @@ pub struct Summary {
     /// Notifications waiting for the namespace's rate limit, and how many
     /// it merged into summaries or could not hold, since the last status.
     pub throttled: Option<String>,
+    /// spec.silences as the last evaluation applied them.
+    pub silences: Vec<SilenceStatus>,
 }
 
 fn n(v: usize) -> i32 {
@@ -63,8 +67,12 @@ fn rank(p: &Phase) -> u8 {
 }
 
 fn incident_status(i: &Incident, lines: u32, bytes: usize, events: bool) -> IncidentStatus {
+    let state = match (&i.phase, &i.silencing) {
+        (Phase::Pending, Some(_)) => "Silenced",
+        (phase, _) => phase.as_str(),
+    };
     IncidentStatus {
-        state: i.phase.as_str().to_string(),
+        state: state.to_string(),
         namespace: i.key.namespace.clone(),
         workload: i.key.workload.to_string(),
         container: i.key.container.clone(),
@@ -81,6 +89,8 @@ fn incident_status(i: &Incident, lines: u32, bytes: usize, events: bool) -> Inci
         logs: crate::logs::cap_escaped(&i.log_text(lines, bytes), MAX_STATUS_TAIL),
         // Bounded where read: 5 lines of 256 bytes.
         events: i.event_lines(events),
+        silenced_by: i.silencing.as_ref().map(|s| s.by.clone()).unwrap_or_default(),
+        silenced_until: i.silencing.as_ref().map(|s| Time(s.until)),
     }
 }
 
@@ -136,7 +146,15 @@ pub fn build(previous: Option<&[Condition]>, generation: Option<i64>, book: &Boo
             "Ready",
             true,
             "Evaluating",
-            format!("{} pods checked; {} incidents firing, {} pending", s.pods, book.firing(), book.pending()),
+            match book.silenced() {
+                0 => format!("{} pods checked; {} incidents firing, {} pending", s.pods, book.firing(), book.pending()),
+                n => format!(
+                    "{} pods checked; {} incidents firing, {} pending, {n} silenced",
+                    s.pods,
+                    book.firing(),
+                    book.pending()
+                ),
+            },
         );
     }
     let unhealthy: Vec<String> = s
@@ -174,6 +192,7 @@ pub fn build(previous: Option<&[Condition]>, generation: Option<i64>, book: &Boo
             .collect(),
         suppressed,
         sinks: s.sinks.clone(),
+        silences: s.silences.clone(),
     };
     fit(&mut out, MAX_STATUS_BYTES);
     out
@@ -201,7 +220,8 @@ pub fn restore(status: &PodAlertStatus) -> (Book, Vec<Restored>) {
         let (Some(workload), Some(reason)) = (parse_workload(&i.workload), parse_reason(&i.reason)) else { continue };
         let changed = i.changed.as_ref().map_or(i.since.0, |t| t.0);
         let phase = match i.state.as_str() {
-            "Pending" => Phase::Pending,
+            // A silenced problem waits as a pending one does.
+            "Pending" | "Silenced" => Phase::Pending,
             "Firing" => Phase::Firing,
             "Resolving" => Phase::Resolving { healthy_since: changed },
             "Resolved" => Phase::Resolved { at: changed },
@@ -224,6 +244,8 @@ pub fn restore(status: &PodAlertStatus) -> (Book, Vec<Restored>) {
             last_opened: i.notified.then_some(changed),
             log_source: None,
             logs: None,
+            // Found again by the next evaluation.
+            silencing: None,
         };
         if !i.logs.is_empty() || !i.events.is_empty() {
             tails.push((key.clone(), i.logs.clone(), i.events.clone()));

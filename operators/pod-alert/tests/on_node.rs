@@ -326,3 +326,102 @@ async fn a_missing_image_and_an_oom_kill_are_incidents_with_their_reasons() {
     assert!(opened.iter().any(|n| n.contains("Pod/hog") && n.contains("OOMKilled")), "{opened:?}");
     delete_namespace(&client, &ns).await;
 }
+
+/// Maintenance windows with real crash loops: a silence over one Deployment
+/// keeps its incident Silenced (named in status, nothing sent) while the
+/// other Deployment's opens; when the silence ends, still crashing, it
+/// opens then. A pod annotated to be silenced for ten days is refused
+/// (more than 7): it alerts, and the PodAlert gets a SilenceRefused Warning.
+#[tokio::test]
+async fn a_silenced_crash_loop_sends_nothing_until_its_silence_ends_then_opens() {
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pa-silence").await.unwrap();
+    let receiver = Receiver::start(0).await;
+    let _operator = start_operator(&env, &ns, &[]);
+    secret(&client, &ns, "hooks", &[("webhook", &receiver.url("/webhook"))]).await;
+    // Whole seconds, as the API keeps times.
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let window = 90;
+    let until = k8s_openapi::jiff::Timestamp::from_second(now + window).unwrap();
+    let ends = Instant::now() + Duration::from_secs(u64::try_from(window).unwrap());
+    let far = k8s_openapi::jiff::Timestamp::from_second(now + 10 * 86_400).unwrap();
+    create_podalert(
+        &client,
+        &ns,
+        "silenced",
+        json!({
+            "alerts": {"checkRunningPods": true, "restartThreshold": 1},
+            "selector": {"matchLabels": {"watched": "yes"}},
+            "sinks": {"webhook": {"urlSecretRef": {"name": "hooks", "key": "webhook"}}},
+            "silences": [{"selector": {"matchLabels": {"app": "db"}}, "until": until.to_string(), "comment": "CHG-1 db upgrade"}],
+        }),
+    )
+    .await
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    for name in ["db", "web"] {
+        deployments
+            .create(&PostParams::default(), &deployment(name, 1, &format!("echo {name}; exit 1")))
+            .await
+            .unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let annotated: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "far", "labels": {"watched": "yes"},
+                     "annotations": {"flotilla.dev/silence-until": far.to_string()}},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+            {"name": "app", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", "echo far; exit 1"]}
+        ]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &annotated).await.unwrap();
+
+    let s = wait_status(&client, &ns, "silenced", "web and far firing, db silenced", T, |s| {
+        incident(s, "Deployment/web").filter(|i| i.state == "Firing")?;
+        incident(s, "Pod/far").filter(|i| i.state == "Firing")?;
+        incident(s, "Deployment/db").filter(|i| i.state == "Silenced")?;
+        Some(s.clone())
+    })
+    .await;
+    assert!(Instant::now() < ends, "the silence ended before the test saw it: raise the window");
+    let db = incident(&s, "Deployment/db").unwrap();
+    assert_eq!(db.silenced_by, "spec.silences[0] (CHG-1 db upgrade)");
+    assert_eq!(db.silenced_until.as_ref().map(|t| t.0), Some(until));
+    assert!(!db.notified);
+    assert!(s.suppressed.get("Silenced").is_some_and(|&n| n >= 1), "{:?}", s.suppressed);
+    assert_eq!(s.silences.len(), 1);
+    assert_eq!((s.silences[0].state.as_str(), s.silences[0].problems), ("Active", 1), "{:?}", s.silences);
+    flotilla_testenv::wait_event(&client, &ns, "silenced", "Warning", "SilenceRefused", Duration::from_secs(30)).await;
+    flotilla_testenv::wait_for("web and far opened on the webhook", Duration::from_secs(30), || {
+        let r = receiver.clone();
+        async move {
+            let done = r.webhook_events("opened", "Deployment/web").len() == 1
+                && r.webhook_events("opened", "Pod/far").len() == 1;
+            Ok::<_, std::convert::Infallible>(done.then_some(()))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", receiver.received()));
+    assert!(receiver.webhook_events("opened", "Deployment/db").is_empty(), "nothing sent for a silenced incident");
+
+    // The silence ends with db still crashing: it opens then, not before.
+    wait_status(&client, &ns, "silenced", "db firing after its silence", T, |s| {
+        incident(s, "Deployment/db").filter(|i| i.state == "Firing" && i.notified).map(|_| ())
+    })
+    .await;
+    let opened = flotilla_testenv::wait_for("db opened on the webhook", Duration::from_secs(30), || {
+        let r = receiver.clone();
+        async move { Ok::<_, std::convert::Infallible>(r.webhook_events("opened", "Deployment/db").first().cloned()) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", receiver.received()));
+    assert!(opened.at + Duration::from_secs(1) >= ends, "opened before its silence ended");
+    let s = wait_status(&client, &ns, "silenced", "the silence shown ended", T, |s| {
+        (s.silences.first()?.state == "Ended").then(|| s.clone())
+    })
+    .await;
+    assert_eq!(s.silences[0].problems, 0);
+    delete_namespace(&client, &ns).await;
+}

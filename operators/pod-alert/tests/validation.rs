@@ -42,6 +42,17 @@ async fn the_seeds_rule_without_an_alert_and_bad_values_are_refused_at_admission
         (json!({"alerts": {"checkRunningPods": true}, "runbookURL": "javascript:alert(1)"}), "runbookURL"),
         (json!({"alerts": {"checkRunningPods": true}, "runbookURL": "https://r.example/a|<!channel>"}), "runbookURL"),
         (json!({"alerts": {"checkRunningPods": true}, "runbookURL": "https://r.example/a b"}), "runbookURL"),
+        // Silences: a time, at most 20, a bounded comment.
+        (json!({"alerts": {"checkRunningPods": true}, "silences": [{"until": "tomorrow"}]}), "until"),
+        (json!({"alerts": {"checkRunningPods": true}, "silences": [{"comment": "no end"}]}), "until"),
+        (
+            json!({"alerts": {"checkRunningPods": true}, "silences": vec![json!({"until": "2026-11-28T06:00:00Z"}); 21]}),
+            "silences",
+        ),
+        (
+            json!({"alerts": {"checkRunningPods": true}, "silences": [{"until": "2026-11-28T06:00:00Z", "comment": "c".repeat(257)}]}),
+            "comment",
+        ),
     ];
     for (spec, field) in bad {
         let e = create_podalert(&client, &ns, "bad", spec.clone()).await.unwrap_err();
@@ -51,6 +62,10 @@ async fn the_seeds_rule_without_an_alert_and_bad_values_are_refused_at_admission
     let runbook =
         json!({"alerts": {"checkRunningPods": true}, "runbookURL": "https://r.example/{reason}?n={namespace}"});
     create_podalert(&client, &ns, "with-runbook", runbook).await.unwrap();
+    let silenced = json!({"alerts": {"checkRunningPods": true}, "silences": [
+        {"until": "2026-11-28T06:00:00Z", "reasons": ["CrashLoopBackOff"], "selector": {"matchLabels": {"app": "db"}}, "comment": "CHG-1"}
+    ]});
+    create_podalert(&client, &ns, "with-silence", silenced).await.unwrap();
 }
 
 #[tokio::test]

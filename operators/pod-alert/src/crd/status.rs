@@ -43,6 +43,27 @@ pub struct PodAlertStatus {
     /// Each configured sink's delivery state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sinks: Vec<SinkStatus>,
+    /// Each of spec.silences, in its order: Active, Ended or Refused, and
+    /// how many problems it silenced at the last evaluation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub silences: Vec<SilenceStatus>,
+}
+
+/// One of spec.silences as the last evaluation applied it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SilenceStatus {
+    /// Active (until is ahead), Ended (until has passed) or Refused (until
+    /// is more than 7 days ahead: not applied).
+    pub state: String,
+    /// Its until.
+    pub until: String,
+    /// Its comment.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comment: String,
+    /// Problems it silenced at the last evaluation.
+    #[serde(default)]
+    pub problems: i32,
 }
 
 /// One incident.
@@ -105,6 +126,13 @@ pub struct IncidentStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub events: Vec<String>,
+    /// What silences it (state Silenced): "spec.silences[N]" with the
+    /// silence's comment, or "pod <name> annotation flotilla.dev/silence-until".
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub silenced_by: String,
+    /// Until when (RFC 3339): then, if the problem is still there, it opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silenced_until: Option<Time>,
 }
 
 /// One sink's delivery state.

@@ -237,3 +237,121 @@ proptest! {
         }
     }
 }
+
+/// `t(s)` as the RFC 3339 text a spec carries.
+fn rfc(s: i64) -> String {
+    t(s).to_string()
+}
+
+#[test]
+fn a_silenced_crash_loop_opens_nothing_until_its_silence_ends_then_opens() {
+    let r = rules(serde_json::json!({"silences": [{"until": rfc(600), "comment": "node upgrade"}]}));
+    let mut book = Book::default();
+    let bad = |now: i64| crashing(pod("w", "web"), 4, now - 5, "Error");
+    assert!(step(&mut book, &[bad(100)], &r, 100).is_empty(), "silenced: nothing sent");
+    assert_eq!((book.firing(), book.pending(), book.silenced()), (0, 0, 1));
+    let inc = book.incidents.values().next().unwrap();
+    assert_eq!(inc.silencing.as_ref().unwrap().by, "spec.silences[0] (node upgrade)");
+    // Woken when the silence ends, not every second while it lasts.
+    assert_eq!(book.next_deadline(&r, t(100)), Some(t(600)));
+    assert!(step(&mut book, &[bad(300)], &r, 300).is_empty());
+    // Still crashing when it ends: it opens then.
+    let ts = step(&mut book, &[bad(601)], &r, 601);
+    assert_eq!(opened(&ts), 1, "{ts:?}");
+    assert_eq!(book.silenced(), 0);
+}
+
+#[test]
+fn a_problem_gone_within_its_silence_is_never_sent() {
+    let r = rules(serde_json::json!({"silences": [{"until": rfc(600)}]}));
+    let mut book = Book::default();
+    assert!(step(&mut book, &[crashing(pod("w", "web"), 4, 95, "Error")], &r, 100).is_empty());
+    let mut all = Vec::new();
+    for now in [200, 700, 1400, 2000] {
+        all.extend(step(&mut book, &[pod("w", "web")], &r, now));
+    }
+    assert!(all.is_empty(), "{all:?}");
+    assert!(book.incidents.is_empty());
+}
+
+#[test]
+fn a_silence_holds_back_escalations_of_a_firing_incident_but_not_its_resolve() {
+    let until = 400;
+    let silenced = rules(serde_json::json!({"silences": [{"until": rfc(until), "reasons": ["CrashLoopBackOff"]}]}));
+    let open = rules(serde_json::json!({}));
+    let mut book = Book::default();
+    assert_eq!(opened(&step(&mut book, &[crashing(pod("w", "web"), 4, 95, "Error")], &open, 100)), 1);
+    // The silence is added: ten restarts escalate nothing while it lasts.
+    let ts = step(&mut book, &[crashing(pod("w", "web"), 12, 195, "Error")], &silenced, 200);
+    assert!(ts.is_empty(), "{ts:?}");
+    // It ends with the incident still firing: the escalation goes then.
+    let ts = step(&mut book, &[crashing(pod("w", "web"), 12, 395, "Error")], &silenced, until + 1);
+    assert!(matches!(ts.as_slice(), [Transition { change: Change::Escalated { level: 10 }, .. }]), "{ts:?}");
+    // Silenced again and healthy: the resolve of a notified incident is sent.
+    let again = rules(serde_json::json!({"silences": [{"until": rfc(5000)}]}));
+    step(&mut book, &[pod("w", "web")], &again, 1700);
+    let ts = step(&mut book, &[pod("w", "web")], &again, 2100);
+    assert!(matches!(ts.as_slice(), [Transition { change: Change::Resolved, .. }]), "{ts:?}");
+}
+
+#[test]
+fn a_silence_covers_only_its_pods_and_reasons() {
+    let r = rules(serde_json::json!({"silences": [
+        {"until": rfc(600), "selector": {"matchLabels": {"tier": "db"}}},
+        {"until": rfc(600), "reasons": ["OOMKilled"]},
+    ]}));
+    let mut db = crashing(pod("db-0", "db"), 4, 95, "Error");
+    let mut shape = (*db.shape).clone();
+    shape.labels = flotilla_shared::pods::PodLabels::from_pairs([("tier", "db")]);
+    db.shape = shape.share();
+    let web = crashing(pod("web-0", "web"), 4, 95, "Error");
+    let oom = crashing(pod("cache-0", "cache"), 4, 95, "OOMKilled");
+    let mut book = Book::default();
+    let ts = step(&mut book, &[db, web, oom], &r, 100);
+    assert_eq!(ts.len(), 1, "only web opens: {ts:?}");
+    assert_eq!(ts[0].key.workload.name.as_ref(), "web");
+    assert_eq!(book.silenced(), 2);
+}
+
+#[test]
+fn a_pods_annotation_silences_it_unless_it_ends_more_than_seven_days_ahead() {
+    let r = rules(serde_json::json!({}));
+    let annotated = |until: i64| {
+        let mut p = crashing(pod("w", "web"), 4, 95, "Error");
+        let mut shape = (*p.shape).clone();
+        shape.silence_until = t(until).into();
+        p.shape = shape.share();
+        p
+    };
+    let mut history = RestartHistory::default();
+    let f = evaluate([&annotated(600)], &r, &mut history, t(100));
+    let s = f.silenced.values().next().expect("silenced");
+    assert_eq!(s.by, format!("pod w annotation {}", crate::silence::ANNOTATION));
+    assert_eq!(s.until, t(600));
+    assert_eq!(f.skipped.get(&crate::observe::Skip::Silenced), Some(&1));
+    // Ended: nothing silenced.
+    assert!(evaluate([&annotated(50)], &r, &mut history, t(100)).silenced.is_empty());
+    // Eight days ahead: refused, the pod alerts.
+    let far = evaluate([&annotated(100 + 8 * 86_400)], &r, &mut history, t(100));
+    assert!(far.silenced.is_empty());
+    assert_eq!(far.refused_annotations.iter().collect::<Vec<_>>(), ["w"]);
+}
+
+/// A tenant annotating its own pods cannot mute the platform team's
+/// cluster-wide PodAlert: the annotation counts only for PodAlerts of the
+/// pod's namespace.
+#[test]
+fn a_pods_annotation_does_not_silence_a_podalert_of_another_namespace() {
+    let spec: crate::crd::PodAlertSpec =
+        serde_json::from_value(serde_json::json!({"alerts": {"checkRunningPods": true}, "allNamespaces": true}))
+            .unwrap();
+    let platform = Rules::new(&spec, "platform", &["platform".to_string()]).unwrap();
+    let mut p = crashing(pod("w", "web"), 4, 95, "Error");
+    let mut shape = (*p.shape).clone();
+    shape.silence_until = t(600).into();
+    p.shape = shape.share();
+    let mut history = RestartHistory::default();
+    let f = evaluate([&p], &platform, &mut history, t(100));
+    assert!(f.silenced.is_empty(), "the pod is in namespace a, the PodAlert in platform");
+    assert!(!evaluate([&p], &rules(serde_json::json!({})), &mut history, t(100)).silenced.is_empty());
+}

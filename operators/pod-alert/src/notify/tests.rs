@@ -30,6 +30,7 @@ pub(crate) fn incident(phase: Phase) -> Incident {
         last_opened: Some(t),
         log_source: None,
         logs: Some(Tail::detached("starting\npanic: boom ```")),
+        silencing: None,
     }
 }
 

@@ -26,6 +26,7 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
             labels: Default::default(),
             restart_policy: RestartPolicy::Always,
             containers: container_names(["app"]),
+            silence_until: Stamp::NONE,
         }
         .share(),
         uid: format!("uid-{name}").into(),
