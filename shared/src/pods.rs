@@ -276,14 +276,23 @@ pub async fn watch_labelled<K, T: PartialEq, S: Slot<T>>(
             }
             relist.borrow_and_update();
             let listing = keys.wanted();
-            // The watch ends when a new key wants a new list, or when the
-            // server refused to stream it (the next one is paginated).
+            // The watch ends when a new key wants a new list — once this
+            // one is complete: cut short, a list of 20,000 pods would start
+            // over each time a rule with a new key arrives (a GitOps sync
+            // creating hundreds), and no rule would be served until they
+            // stopped — or when the server refused to stream it (the next
+            // one is paginated).
             let refused = Arc::new(tokio::sync::Notify::new());
+            let (complete, mut completed) = watch::channel(false);
             let until = {
                 let (mut relist, refused) = (relist.clone(), Arc::clone(&refused));
                 async move {
+                    let new_key = async {
+                        let _ = relist.changed().await;
+                        let _ = completed.wait_for(|done| *done).await;
+                    };
                     tokio::select! {
-                        _ = relist.changed() => {}
+                        () = new_key => {}
                         () = refused.notified() => {}
                     }
                 }
@@ -292,6 +301,7 @@ pub async fn watch_labelled<K, T: PartialEq, S: Slot<T>>(
                 .inspect(move |e| match e {
                     Ok(watcher::Event::InitDone) => {
                         *finished.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing.clone());
+                        complete.send_replace(true);
                     }
                     Err(e) if initial.refused(e) => refused.notify_one(),
                     _ => {}
