@@ -36,11 +36,8 @@ fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool
     (previous, run)
 }
 
-/// How long a failed (or empty) log read waits before its first retry;
-/// the second waits twice as long.
+/// How long a failed log read waits before its one retry.
 const LOG_READ_RETRY: Duration = Duration::from_secs(2);
-/// Reads of one pod's tail, at most, while they fail or find nothing.
-const READ_ATTEMPTS: u32 = 3;
 /// Log reads one reconcile waits on side by side. A PodAlert over the whole
 /// cluster opens many incidents at once (after a start, on a bad rollout),
 /// and a failed read waits [`LOG_READ_RETRY`] or up to the read timeout: one
@@ -162,16 +159,14 @@ async fn read_tail(
     }
     let mut logs = Ok(String::new());
     'pods: for p in &read.pods {
-        for attempt in 0..READ_ATTEMPTS {
+        for attempt in 0..2 {
             if attempt > 0 {
                 // While a run is being replaced the kubelet can answer
                 // "unable to retrieve container logs" (seen in CI), or
-                // nothing of the crashed run (an empty tail: the runtime
-                // had not yet written what the run printed, seen in CI
-                // three times, once past a single 2 s retry on a loaded
-                // node): again, a moment later (2 s, then 4 s), as the
-                // newest view then tells it.
-                tokio::time::sleep(LOG_READ_RETRY * attempt).await;
+                // nothing of the crashed run (an empty tail, seen in CI
+                // twice for runs that had printed): once more, a moment
+                // later, as the newest view then tells it.
+                tokio::time::sleep(LOG_READ_RETRY).await;
             }
             let (previous, run) = crashed_run(data, &read.namespace, p, &read.container, read.previous);
             logs = crate::logs::read(
@@ -188,8 +183,8 @@ async fn read_tail(
             .await;
             match &logs {
                 Ok(text) if !text.is_empty() => break 'pods,
-                // A run may print nothing: empty every time is its tail.
-                Ok(_) if attempt + 1 == READ_ATTEMPTS => break 'pods,
+                // A run may print nothing: empty twice is its tail.
+                Ok(_) if attempt > 0 => break 'pods,
                 _ => {}
             }
         }
