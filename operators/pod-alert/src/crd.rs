@@ -8,7 +8,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod silence;
 mod status;
+pub use silence::Silence;
 pub use status::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, SilenceStatus, SinkStatus};
 
 /// Turns unhealthy pods of this PodAlert's namespace into incidents (one per
@@ -101,27 +103,6 @@ impl PodAlertSpec {
     pub fn selector_keys(&self) -> impl Iterator<Item = &str> {
         self.selector.iter().chain(self.silences.iter().filter_map(|s| s.selector.as_ref())).flat_map(|s| s.keys())
     }
-}
-
-/// A maintenance window over some of the PodAlert's pods.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Silence {
-    /// The pods silenced, by label (among those the PodAlert watches).
-    /// Omitted: all of them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<LabelSelector>,
-    /// The reasons silenced. Omitted or empty: all of them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
-    pub reasons: Vec<Reason>,
-    /// When the silence ends (RFC 3339, e.g. 2026-11-28T06:00:00Z): at most
-    /// 7 days ahead.
-    pub until: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-    /// Why, shown in status beside what it silences (e.g. a change ticket).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(length(max = 256))]
-    pub comment: String,
 }
 
 fn default_true() -> bool {
