@@ -298,7 +298,7 @@ impl Context {
 
         tracing::info!(controller = name, "starting controller");
         let (readiness, leading_now) = (self.readiness.clone(), self.leading.clone());
-        let crate::controller::Controller { triggers, reader, debounce, concurrency } = controller;
+        let crate::controller::Controller { triggers, reader, debounce, concurrency, .. } = controller;
         let mirror = queue.clone();
         // Triggers are debounced here, with a bound (`debounce.rs`), not by
         // the scheduler, whose debounce a stream of triggers postpones

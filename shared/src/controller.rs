@@ -8,6 +8,8 @@
 //! `workqueue_queue_duration_seconds` are made of (`workqueue.rs`).
 //! kube-runtime's own builder keeps its trigger streams private.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::stream::BoxStream;
@@ -28,6 +30,7 @@ pub(crate) type Trigger<K> = BoxStream<'static, Result<ReconcileRequest<K>, watc
 pub struct Controller<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub(crate) triggers: Vec<Trigger<K>>,
     pub(crate) reader: Store<K>,
+    pub(crate) changes: StoreChanges,
     pub(crate) debounce: Duration,
     pub(crate) concurrency: u16,
 }
@@ -40,8 +43,10 @@ where
     /// object applied (created, changed, or listed) is reconciled.
     pub fn new(api: Api<K>, wc: watcher::Config) -> Self {
         let (reader, writer) = reflector::store();
-        let own = trigger_self(reflector(writer, watcher(api, wc)).applied_objects(), ()).boxed();
-        Self { triggers: vec![own], reader, debounce: Duration::ZERO, concurrency: 0 }
+        let changes = StoreChanges::default();
+        let events = changes.counting(reflector(writer, watcher(api, wc)));
+        let own = trigger_self(events.applied_objects(), ()).boxed();
+        Self { triggers: vec![own], reader, changes, debounce: Duration::ZERO, concurrency: 0 }
     }
 
     /// As [`Controller::new`], with `modify` applied to each object before
@@ -49,8 +54,10 @@ where
     /// it writes itself, and may only need once) is not held.
     pub fn new_modified(api: Api<K>, wc: watcher::Config, modify: impl FnMut(&mut K) + Send + 'static) -> Self {
         let (reader, writer) = reflector::store();
-        let own = trigger_self(reflector(writer, watcher(api, wc).modify(modify)).applied_objects(), ()).boxed();
-        Self { triggers: vec![own], reader, debounce: Duration::ZERO, concurrency: 0 }
+        let changes = StoreChanges::default();
+        let events = changes.counting(reflector(writer, watcher(api, wc).modify(modify)));
+        let own = trigger_self(events.applied_objects(), ()).boxed();
+        Self { triggers: vec![own], reader, changes, debounce: Duration::ZERO, concurrency: 0 }
     }
 
     /// Reconciles the `K` owners (by ownerReferences) of the `Child`
@@ -112,9 +119,56 @@ where
     pub fn store(&self) -> Store<K> {
         self.reader.clone()
     }
+
+    /// Counts the cache's changes ([`StoreChanges`]).
+    pub fn store_changes(&self) -> StoreChanges {
+        self.changes.clone()
+    }
+}
+
+/// How many watch events the cache of a [`Controller`] has applied: read
+/// it *before* reading the cache, and what was built from the cache stays
+/// valid while it is unchanged. What every reconcile derives from all the
+/// cached objects (pod-alert's PodAlerts served per namespace) is then
+/// derived once per change, not once per reconcile (issue 28: 37 % of
+/// pod-alert's CPU with 500 PodAlerts).
+#[derive(Debug, Clone, Default)]
+pub struct StoreChanges(Arc<AtomicU64>);
+
+impl StoreChanges {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// `events` (a reflector's: each is in the cache when it is yielded),
+    /// counted as they pass.
+    fn counting<S: Stream>(&self, events: S) -> impl Stream<Item = S::Item> + use<S> {
+        let counter = Arc::clone(&self.0);
+        events.inspect(move |_| {
+            counter.fetch_add(1, Ordering::AcqRel);
+        })
+    }
 }
 
 /// The key of an object in the queue mirror: `<namespace>/<name>`.
 pub(crate) fn queue_key(namespace: Option<&str>, name: &str) -> String {
     format!("{}/{name}", namespace.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn store_changes_count_each_event_as_it_has_passed() {
+        let changes = StoreChanges::default();
+        let seen = changes.clone();
+        let mut events = std::pin::pin!(changes.counting(futures::stream::iter(["a", "b", "c"])));
+        assert_eq!(seen.get(), 0);
+        // Counted once the event is yielded: a reflector's is in its cache then.
+        assert_eq!(events.next().await, Some("a"));
+        assert_eq!(seen.get(), 1);
+        let rest: Vec<_> = events.collect().await;
+        assert_eq!((rest.len(), seen.get()), (2, 3));
+    }
 }

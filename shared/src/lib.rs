@@ -110,7 +110,7 @@ pub use admission::{AdmissionGuard, AdmissionPolicyArgs};
 pub use conditions::Conditions;
 pub use config::{CommonArgs, ConfigError, WatchNamespaceArgs};
 pub use context::Context;
-pub use controller::Controller;
+pub use controller::{Controller, StoreChanges};
 pub use events::Events;
 pub use leadership::Leadership;
 pub use metrics::Metrics;

@@ -65,6 +65,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         options,
         pods,
         alerts: controller.store(),
+        alert_changes: controller.store_changes(),
+        served: Mutex::default(),
         states: PerObject::default(),
         firing: Mutex::default(),
         backoff: ErrorBackoff::default(),
