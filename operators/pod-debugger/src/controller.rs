@@ -16,7 +16,7 @@ use flotilla_shared::per_object::PerObject;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
-use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller};
+use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller, StoreChanges};
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use kube::api::Api;
@@ -76,6 +76,10 @@ pub struct Data {
     pub options: Options,
     pods: projection::Store<PodView, projection::Own<PodView>>,
     rules: Store<PodDebugger>,
+    /// Counts the changes of `rules`, and the count the label keys were
+    /// last set at: set again only after a change, not in every reconcile.
+    rule_changes: StoreChanges,
+    keys_set_at: Mutex<Option<u64>>,
     states: PerObject<RuleState>,
     namespaces: Mutex<HashMap<String, (Level, Instant)>>,
     backoff: ErrorBackoff,
@@ -107,6 +111,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         options,
         pods,
         rules: controller.store(),
+        rule_changes: controller.store_changes(),
+        keys_set_at: Mutex::default(),
         states: PerObject::default(),
         namespaces: Mutex::default(),
         backoff: ErrorBackoff::default(),
@@ -169,6 +175,13 @@ impl Data {
     /// Sets the label keys the live PodDebuggers' selectors reference (the
     /// pod watch lists again when one is new).
     fn refresh_label_keys(&self) {
+        // Read before the cache: a change after this sets them again.
+        let changes = self.rule_changes.get();
+        let mut set_at = self.keys_set_at.lock().unwrap_or_else(PoisonError::into_inner);
+        if *set_at == Some(changes) {
+            return;
+        }
+        *set_at = Some(changes);
         let rules = self.rules.state();
         self.label_keys.set(rules.iter().flat_map(|r| {
             let ns = r.metadata.namespace.clone();
