@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use flotilla_shared::health::WatchHealth;
-use flotilla_shared::pods::Touched;
+use flotilla_shared::pods::{Touched, concerned};
 use flotilla_shared::projection::{Change, Fed};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::core::PartialObjectMeta;
@@ -30,12 +30,11 @@ impl Caches {
             if touched.namespaces.is_empty() && !touched.listed {
                 return;
             }
-            for r in this.rules.state() {
-                if r.spec.kind == kind
-                    && let Some(ns) = r.namespace()
-                    && (touched.listed || touched.namespaces.binary_search(&ns.as_str()).is_ok())
-                {
-                    this.trigger(&RuleId::new(ns, r.name_any()));
+            let rules: Vec<_> = this.rules.state().into_iter().filter(|r| r.spec.kind == kind).collect();
+            // No rule reads other namespaces' sources: none is woken by all.
+            for rule in concerned(&rules, touched, |_| false) {
+                if let Some(ns) = &rule.namespace {
+                    this.trigger(&RuleId::new(ns, &rule.name));
                 }
             }
         };
