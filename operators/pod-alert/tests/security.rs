@@ -166,7 +166,8 @@ async fn slack_shows_what_pods_write_uninterpreted() {
 /// twenty incidents' tails are held once whatever the PodAlerts (not 20 x
 /// 20), and each status stays under 256 KiB with at most 4 KiB of tail per
 /// incident (before: 20 x 128 KiB escaped, past etcd's limit: the status
-/// write failed for good).
+/// write failed for good). When one of the twenty is deleted, the oldest
+/// refused one takes its place.
 #[tokio::test]
 async fn forty_podalerts_over_one_crash_loop_hold_each_tail_once_in_small_statuses() {
     let env = node();
@@ -237,6 +238,24 @@ async fn forty_podalerts_over_one_crash_loop_hold_each_tail_once_in_small_status
     // little), not 20 x 20 x 64 KiB.
     let held = metric(&operator, "flotilla_pod_alert_log_tail_bytes").await.expect("the log tail gauge");
     assert!(held > 0.0 && held <= 20.0 * 70_000.0, "{held} bytes of tails held");
+    // One of the twenty deleted: the oldest refused one is served in its
+    // place (the served set is derived again when the PodAlerts change,
+    // not kept from before the deletion).
+    api.delete("pa-00", &Default::default()).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let next = api.get("pa-20").await.unwrap();
+        if next.status.as_ref().is_some_and(|s| s.incidents.iter().filter(|i| i.state == "Firing").count() == 20) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "pa-20 not served after pa-00 was deleted: {:?}; logs:\n{}",
+            next.status.as_ref().and_then(|s| condition(s, "Ready")),
+            operator.logs()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     delete_namespace(&client, &ns).await;
 }
 
