@@ -14,7 +14,9 @@
 //! and deny: policy `<name>` with `failurePolicy: Fail`, binding `<name>`
 //! naming it with the `Deny` action. Until they do, [`AdmissionGuard::check`]
 //! says why, and the operator refuses the guarded powers with that message
-//! as a condition (fail closed: an unreadable policy counts as missing).
+//! as a condition (fail closed: a policy the API server says is gone, or
+//! that the operator may not read, counts as missing; while the API server
+//! cannot answer at all, the last verdict stands).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,7 +104,11 @@ impl AdmissionGuard {
         shutdown: CancellationToken,
         period: Duration,
     ) -> Self {
-        let first = verify(&client, &name).await;
+        // At start there is no verdict to keep: an unreachable policy is missing.
+        let first = match verify(&client, &name).await {
+            Check::Read(verdict) => verdict,
+            Check::Unreachable(why) => missing(&name, why),
+        };
         report(&name, None, &first, &in_place);
         let (tx, verdict) = watch::channel(first);
         let tx = Arc::new(tx);
@@ -112,8 +118,11 @@ impl AdmissionGuard {
                     () = shutdown.cancelled() => break,
                     () = tokio::time::sleep(period) => {}
                 }
-                let now = verify(&client, &name).await;
                 let before = tx.borrow().clone();
+                let now = match verify(&client, &name).await {
+                    Check::Read(verdict) => verdict,
+                    Check::Unreachable(why) => keep_through_outage(&name, &before, why),
+                };
                 report(&name, Some(&before), &now, &in_place);
                 tx.send_if_modified(|v| {
                     // A new reason for the same refusal is not a change.
@@ -157,51 +166,104 @@ fn report(name: &str, before: Option<&Verdict>, now: &Verdict, in_place: &IntGau
     }
 }
 
+/// What one check found: the policy's verdict, or that the API server could
+/// not answer (unreachable, failing, overloaded).
+enum Check {
+    Read(Verdict),
+    Unreachable(String),
+}
+
+/// The refusal for policy `name`, saying why.
+fn missing(name: &str, what: impl std::fmt::Display) -> Verdict {
+    Some(format!(
+        "the admission policy {name} that guards this is not in place ({what}); refused until it is restored \
+         (--require-admission-policy)"
+    ))
+}
+
+/// Whether `e` says the API server could not answer for now — no
+/// connection, a 5xx, 429 — rather than what it holds or what this operator
+/// may read (404, 403: those are answers, and fail closed).
+fn unreachable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// The verdict while the API server cannot be asked: the last one. Nobody
+/// can create or change a guarded resource through an API server that does
+/// not answer, so a policy in place before the outage still guards what
+/// exists; taking it as missing refused the powers for every resource at
+/// once, and pod-alert then dropped and re-notified the incidents of its
+/// `allNamespaces` PodAlerts after an API server restart (issue 28's scale
+/// bench).
+fn keep_through_outage(name: &str, before: &Verdict, why: String) -> Verdict {
+    tracing::warn!(policy = name, error = %why, "the admission policy could not be checked; the last verdict stands");
+    before.clone()
+}
+
 /// Policy `name` with `failurePolicy: Fail` (the default), and binding
 /// `name` naming it with the `Deny` action.
-async fn verify(client: &Client, name: &str) -> Verdict {
-    let missing = |what: String| {
-        Some(format!(
-            "the admission policy {name} that guards this is not in place ({what}); refused until it is restored \
-             (--require-admission-policy)"
-        ))
+async fn verify(client: &Client, name: &str) -> Check {
+    let refused = |what: String| Check::Read(missing(name, what));
+    // Fail closed on an answer, and keep the API's words in the log (a
+    // refusal names the rule the operator lacks).
+    let failed = |what: &str, e: kube::Error| {
+        if unreachable(&e) {
+            return Check::Unreachable(format!("reading the {what}: {e}"));
+        }
+        tracing::warn!(policy = name, error = %e, "reading the admission {what}");
+        Check::Read(missing(name, format!("its {what} could not be read")))
     };
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let policy = match policies.get_opt(name).await {
         Ok(Some(p)) => p,
-        Ok(None) => return missing("no ValidatingAdmissionPolicy of that name".into()),
-        // Fail closed, and keep the API's answer in the log (a refusal
-        // names the rule the operator lacks).
-        Err(e) => {
-            tracing::warn!(policy = name, error = %e, "reading the admission policy");
-            return missing("it could not be read".into());
-        }
+        Ok(None) => return refused("no ValidatingAdmissionPolicy of that name".into()),
+        Err(e) => return failed("policy", e),
     };
     if policy.spec.as_ref().and_then(|s| s.failure_policy.as_deref()) == Some("Ignore") {
-        return missing("its failurePolicy is Ignore".into());
+        return refused("its failurePolicy is Ignore".into());
     }
     let binding = match bindings.get_opt(name).await {
         Ok(Some(b)) => b,
-        Ok(None) => return missing("no ValidatingAdmissionPolicyBinding of that name".into()),
-        Err(e) => {
-            tracing::warn!(policy = name, error = %e, "reading the admission policy binding");
-            return missing("its binding could not be read".into());
-        }
+        Ok(None) => return refused("no ValidatingAdmissionPolicyBinding of that name".into()),
+        Err(e) => return failed("policy binding", e),
     };
     let spec = binding.spec;
     if spec.policy_name != name {
-        return missing(format!("the binding {name} does not name it"));
+        return refused(format!("the binding {name} does not name it"));
     }
     if !spec.validation_actions.iter().any(|a| a == "Deny") {
-        return missing(format!("the binding {name} does not deny"));
+        return refused(format!("the binding {name} does not deny"));
     }
-    None
+    Check::Read(None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }))
+    }
+
+    #[test]
+    fn an_api_server_that_cannot_answer_keeps_the_last_verdict_and_an_answer_fails_closed() {
+        for code in [500, 503, 504, 429] {
+            assert!(unreachable(&api_error(code)), "{code}: the API server could not answer");
+        }
+        for code in [401, 403, 404, 400] {
+            assert!(!unreachable(&api_error(code)), "{code}: an answer");
+        }
+        assert!(unreachable(&kube::Error::Service("connection refused".into())));
+        let in_place: Verdict = None;
+        assert_eq!(keep_through_outage("p", &in_place, "down".into()), None, "in place before: still in place");
+        let gone = missing("p", "no ValidatingAdmissionPolicy of that name");
+        assert_eq!(keep_through_outage("p", &gone, "down".into()), gone, "missing before: still missing");
+    }
 
     #[test]
     fn not_required_passes() {
