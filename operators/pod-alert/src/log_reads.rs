@@ -183,6 +183,9 @@ pub(crate) fn next_reread(st: &State) -> Option<Timestamp> {
         .incidents
         .values()
         .filter(|i| !matches!(i.phase, Phase::Resolved { .. }))
+        // Only what `reread_empty_tails` can read: a wake for anything else
+        // would come back every second.
+        .filter(|i| i.log_source.is_some() && !i.key.container.is_empty())
         .filter_map(|i| i.logs.as_ref()?.reread_at())
         .min()
 }
