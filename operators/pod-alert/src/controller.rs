@@ -324,7 +324,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         let misconfigured = sinks::check_sink_secrets(&alert, &ns, &mut st, &mut summary, &data, now).await;
         let mut out = Outbox::default();
         sinks::notify(&alert, rules, &transitions, &mut st, &data, now, &mut out);
-        next = [st.book.next_deadline(rules, now), crate::log_reads::next_reread(&st)].into_iter().flatten().min();
+        next = st.book.next_deadline(rules, now);
         let changed = !transitions.is_empty();
         if let Some(at) = sinks::push_alertmanager(&alert, &ns, rules, &mut st, &data, changed, now, &mut out) {
             next = Some(next.map_or(at, |n| n.min(at)));

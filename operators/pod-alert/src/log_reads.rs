@@ -13,7 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::controller::{Data, State};
-use crate::incident::{Change, Phase, Transition};
+use crate::incident::{Change, Transition};
 use crate::logs::{Identity, Run, Tail};
 use crate::observe::Key;
 use crate::pod::State as RunState;
@@ -77,7 +77,21 @@ pub(crate) async fn read_logs(
             if !matches!(t.change, Change::Opened { .. } | Change::Escalated { .. }) {
                 return None;
             }
-            tail_read(ns, st.book.incidents.get(&t.key)?)
+            let inc = st.book.incidents.get(&t.key)?;
+            let src = inc.log_source.as_ref().filter(|_| !inc.key.container.is_empty())?;
+            // The kubelet may have dropped a run's log file (it keeps one
+            // dead container per container): then another pod of the
+            // incident, at most two pods.
+            let mut pods = vec![src.pod.clone()];
+            pods.extend(inc.pods.iter().filter(|p| **p != src.pod).take(1).cloned());
+            Some(TailRead {
+                key: t.key.clone(),
+                id: Identity { pod: src.pod.clone(), incarnation: src.incarnation.clone().unwrap_or_default() },
+                namespace: if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() },
+                container: inc.key.container.clone(),
+                pods,
+                previous: src.previous,
+            })
         })
         .collect();
     let redactor = &rules.redactor;
@@ -120,74 +134,7 @@ pub(crate) async fn read_logs(
         }
         kept.push(t);
     }
-    reread_empty_tails(ns, rules, st, data, now).await;
     kept
-}
-
-/// What to read for `inc`'s log tail, None when it has no container log.
-fn tail_read(ns: &str, inc: &crate::incident::Incident) -> Option<TailRead> {
-    let src = inc.log_source.as_ref().filter(|_| !inc.key.container.is_empty())?;
-    // The kubelet may have dropped a run's log file (it keeps one dead
-    // container per container): then another pod of the incident, at most
-    // two pods.
-    let mut pods = vec![src.pod.clone()];
-    pods.extend(inc.pods.iter().filter(|p| **p != src.pod).take(1).cloned());
-    Some(TailRead {
-        key: inc.key.clone(),
-        id: Identity { pod: src.pod.clone(), incarnation: src.incarnation.clone().unwrap_or_default() },
-        namespace: if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() },
-        container: inc.key.container.clone(),
-        pods,
-        previous: src.previous,
-    })
-}
-
-/// Open incidents whose tail came back empty are read again
-/// ([`crate::logs::REREAD_EMPTY_AFTER`]): the runtime may not have written
-/// the crashed run's output yet when its first read was made. What the
-/// re-read finds is shown (status, later notifications); nothing already
-/// sent waits for it.
-async fn reread_empty_tails(ns: &str, rules: &Rules, st: &mut State, data: &Data, now: Timestamp) {
-    let (lines, bytes) = (rules.tail_lines, rules.max_bytes);
-    let due: Vec<TailRead> = st
-        .book
-        .incidents
-        .values()
-        .filter(|i| !matches!(i.phase, Phase::Resolved { .. }))
-        .filter(|i| i.logs.as_ref().and_then(|t| t.reread_at()).is_some_and(|at| at <= now))
-        .filter_map(|i| tail_read(ns, i))
-        .collect();
-    if due.is_empty() {
-        return;
-    }
-    let redactor = &rules.redactor;
-    let tails: Vec<(Key, Arc<Tail>)> = futures::stream::iter(due)
-        .map(|read| async move {
-            let (tail, _) = read_tail(data, &read, redactor, lines, bytes, now).await;
-            (read.key, tail)
-        })
-        .buffered(LOG_READS_AT_ONCE)
-        .collect()
-        .await;
-    for (key, tail) in tails {
-        if let Some(inc) = st.book.incidents.get_mut(&key) {
-            tracing::debug!(incident = %key, empty = tail.text().is_empty(), "an empty log tail read again");
-            inc.logs = Some(tail);
-        }
-    }
-}
-
-/// When the next empty tail of an open incident is due for another read.
-pub(crate) fn next_reread(st: &State) -> Option<Timestamp> {
-    st.book
-        .incidents
-        .values()
-        .filter(|i| !matches!(i.phase, Phase::Resolved { .. }))
-        // Only what `reread_empty_tails` can read: a wake for anything else
-        // would come back every second.
-        .filter(|i| i.log_source.is_some() && !i.key.container.is_empty())
-        .filter_map(|i| i.logs.as_ref()?.reread_at())
-        .min()
 }
 
 /// One incident's tail: shared when another PodAlert that redacts the same

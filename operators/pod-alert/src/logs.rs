@@ -28,7 +28,7 @@ use kube::api::LogParams;
 use crate::redact::Redactor;
 
 mod tails;
-pub use tails::{EVICTED, Identity, LEFT_OUT, REREAD_EMPTY_AFTER, Tail, Tails};
+pub use tails::{EVICTED, Identity, LEFT_OUT, Tail, Tails};
 
 /// A log read never holds a reconcile longer than this.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -380,29 +380,6 @@ mod tests {
         drop(held);
         tails.collect();
         assert_eq!(tails.held(), 0, "no incident holds it: forgotten");
-    }
-
-    #[test]
-    fn an_empty_tail_is_read_again_three_times_at_most() {
-        let tails = Tails::new(1 << 20);
-        let k = key("a", "web");
-        let t0 = now();
-        let later = |n: i64| crate::pod::after(t0, std::time::Duration::from_secs(n as u64));
-        let t = tails.store(&k, &p(), id("p"), 50, 8192, String::new(), t0);
-        assert_eq!(t.reread_at(), Some(later(10)), "read again 10 s after");
-        assert!(tails.reusable(&k, &p(), &id("p"), 50, 8192, later(5)).is_some(), "shared until then");
-        assert!(tails.reusable(&k, &p(), &id("p"), 50, 8192, later(10)).is_none(), "then read again");
-        tails.store(&k, &p(), id("p"), 50, 8192, String::new(), later(10));
-        tails.store(&k, &p(), id("p"), 50, 8192, String::new(), later(20));
-        assert_eq!(t.reread_at(), None, "empty three times: what the run printed");
-        assert!(tails.reusable(&k, &p(), &id("p"), 50, 8192, later(40)).is_some());
-        // Another run's empty read counts afresh; text ends the re-reads.
-        tails.store(&k, &p(), id("q"), 50, 8192, String::new(), later(30));
-        assert_eq!(t.reread_at(), Some(later(40)));
-        tails.store(&k, &p(), id("q"), 50, 8192, "crashed: x\n".into(), later(40));
-        assert_eq!(t.reread_at(), None);
-        // A tail that is not a read (a restored one) is never read again here.
-        assert_eq!(Tail::detached("").reread_at(), None);
     }
 
     #[test]

@@ -26,15 +26,6 @@ pub struct Identity {
 /// A tail not older than this is shared even without an incarnation to
 /// tell which run it is.
 const FRESH: Duration = Duration::from_secs(30);
-/// An empty tail of a crash is read again this long after (at the
-/// incident's next evaluation), at most [`EMPTY_READS`] reads in all: the
-/// runtime may not have written the run's output when the kubelet reported
-/// the crash (an empty tail of a run that printed, seen in CI). The
-/// notification is not held for it; the status shows the tail once read.
-pub const REREAD_EMPTY_AFTER: Duration = Duration::from_secs(10);
-/// Reads of one crashed run that came back empty before its empty tail is
-/// taken as what the run printed.
-const EMPTY_READS: u8 = 3;
 /// Less room than this left for a tail: it is left out rather than cut to
 /// a few lines.
 const MIN_KEPT: usize = 1024;
@@ -63,8 +54,6 @@ struct TailState {
     /// The text is the whole read (not cut by the budget, not a note):
     /// another PodAlert may judge its ignore.logPatterns on it.
     complete: bool,
-    /// Reads of this identity in a row that came back empty.
-    empty_reads: u8,
     /// The pod's last Warning Events ([`crate::events`]), redacted as the
     /// text; None until a PodAlert that shows them has read them. Bounded
     /// (5 lines of 256 bytes), not charged to the log budget.
@@ -101,14 +90,6 @@ impl Tail {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).events = Some(events.into());
     }
 
-    /// When the empty tail of a read is to be read again (None: it is not
-    /// empty, not a read, or was read empty [`EMPTY_READS`] times).
-    pub fn reread_at(&self) -> Option<Timestamp> {
-        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        (st.text.is_empty() && st.complete && st.lines > 0 && st.empty_reads < EMPTY_READS)
-            .then(|| crate::pod::after(st.read_at, REREAD_EMPTY_AFTER))
-    }
-
     /// A tail that is not shared, for tests and restored notes.
     pub fn detached(text: &str) -> Arc<Tail> {
         Arc::new(Tail {
@@ -121,7 +102,6 @@ impl Tail {
                 bytes: 0,
                 read_at: Timestamp::UNIX_EPOCH,
                 complete: false,
-                empty_reads: 0,
                 events: None,
             }),
         })
@@ -234,11 +214,7 @@ impl Tails {
         let tail = inner.entries.get(&(key.clone(), Arc::clone(profile)))?;
         let st = tail.state.lock().unwrap_or_else(PoisonError::into_inner);
         let same = st.identity == *id && (!id.incarnation.is_empty() || elapsed(st.read_at, now) < FRESH);
-        drop(st);
-        // An empty tail due for another read is not shared: it is read again.
-        let due = tail.reread_at().is_some_and(|at| at <= now);
-        let st = tail.state.lock().unwrap_or_else(PoisonError::into_inner);
-        (same && !due && st.complete && st.lines >= lines && st.bytes >= bytes).then(|| Arc::clone(tail))
+        (same && st.complete && st.lines >= lines && st.bytes >= bytes).then(|| Arc::clone(tail))
     }
 
     /// Holds `text`, redacted as `profile` and read as `id` with `lines` and
@@ -269,7 +245,6 @@ impl Tails {
                     bytes: 0,
                     read_at: now,
                     complete: false,
-                    empty_reads: 0,
                     events: None,
                 }),
             })
@@ -301,22 +276,7 @@ impl Tails {
         let charged = if complete || kept.as_ref() != LEFT_OUT { kept.len() } else { 0 };
         inner.charge(ns, charged);
         let mut st = tail.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let empty_reads = match (kept.is_empty(), st.identity == id && st.text.is_empty()) {
-            (false, _) => 0,
-            (true, true) => st.empty_reads.saturating_add(1),
-            (true, false) => 1,
-        };
-        *st = TailState {
-            text: kept,
-            charged,
-            identity: id,
-            lines,
-            bytes,
-            read_at: now,
-            complete,
-            empty_reads,
-            events: None,
-        };
+        *st = TailState { text: kept, charged, identity: id, lines, bytes, read_at: now, complete, events: None };
         drop(st);
         tail
     }
