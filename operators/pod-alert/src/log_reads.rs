@@ -38,30 +38,28 @@ fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool
 
 /// How long a failed or empty log read waits before it is made again.
 const LOG_READ_RETRY: Duration = Duration::from_secs(2);
-/// The wait before a third read, only when the kubelet answered that it
-/// could not find the run ("unable to retrieve container logs"): an answer
-/// that comes at once, seen in CI twice 2 s apart for a run that had just
-/// crashed on a busy node. A read that timed out is not made a third time
-/// (a node that does not answer would hold the reconcile for 30 s).
-const KUBELET_RETRY: Duration = Duration::from_secs(5);
 
 /// Whether a read of a tail, `attempt` (0: the first) having given
-/// `outcome`, is made again, and after how long.
+/// `outcome`, is made again, and after how long: once, whatever failed. A
+/// run the kubelet's container GC removed stays gone (it keeps one dead
+/// container per container and counts one created but not yet started as
+/// dead: a GC pass in a restart's create-to-start window removes the
+/// crashed run, seen in CI); a node that does not answer would hold the
+/// reconcile for another read timeout.
 fn read_again(attempt: u32, outcome: &Result<String, String>) -> Option<Duration> {
     match (outcome, attempt) {
         (Ok(text), _) if !text.is_empty() => None,
         // A run may print nothing: empty twice is its tail.
-        (Ok(_), 0) | (Err(_), 0) => Some(LOG_READ_RETRY),
-        (Err(e), 1) if crate::logs::kubelet_lost_run(e) => Some(KUBELET_RETRY),
+        (_, 0) => Some(LOG_READ_RETRY),
         _ => None,
     }
 }
 
 /// Log reads one reconcile waits on side by side. A PodAlert over the whole
 /// cluster opens many incidents at once (after a start, on a bad rollout),
-/// and a failed read waits [`LOG_READ_RETRY`] (or [`KUBELET_RETRY`]) or up
-/// to the read timeout: one after the other, 20 incidents on unreachable nodes held the PodAlert's
-/// status for minutes (`cargo xtask bench scale`). Memory stays bounded by
+/// and a failed read waits [`LOG_READ_RETRY`] or up to the read timeout:
+/// one after the other, 20 incidents on unreachable nodes held the
+/// PodAlert's status for minutes (`cargo xtask bench scale`). Memory stays bounded by
 /// the reads in flight across all PodAlerts (`logs::READS_IN_FLIGHT`).
 const LOG_READS_AT_ONCE: usize = 16;
 
@@ -238,7 +236,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tail_is_read_again_once_when_empty_or_failed_and_twice_when_the_kubelet_lost_the_run() {
+    fn a_tail_is_read_again_once_when_empty_or_failed() {
         let ok = |t: &str| Ok::<_, String>(t.to_string());
         let err = |t: &str| Err::<String, _>(t.to_string());
         assert_eq!(read_again(0, &ok("line\n")), None);
@@ -246,10 +244,6 @@ mod tests {
         assert_eq!(read_again(1, &ok("")), None, "a run that printed nothing");
         let lost = "logs unavailable: unable to retrieve container logs for containerd://d18da";
         assert_eq!(read_again(0, &err(lost)), Some(LOG_READ_RETRY));
-        assert_eq!(read_again(1, &err(lost)), Some(KUBELET_RETRY));
-        assert_eq!(read_again(2, &err(lost)), None, "three reads at most");
-        let timeout = "logs unavailable: no answer within 10s";
-        assert_eq!(read_again(0, &err(timeout)), Some(LOG_READ_RETRY));
-        assert_eq!(read_again(1, &err(timeout)), None, "an unreachable node is not asked a third time");
+        assert_eq!(read_again(1, &err(lost)), None, "two reads at most");
     }
 }

@@ -45,12 +45,6 @@ const END_SLACK: Duration = Duration::from_secs(1);
 /// What the kubelet answers, with status 200, when a run's log file is gone.
 const KUBELET_FAILURES: [&str; 2] = ["unable to retrieve container logs", "failed to try resolving symlinks"];
 
-/// Whether a failed read's reason is the kubelet's own "the run's log is
-/// gone or not found" (it answers at once; a later read may find it).
-pub(crate) fn kubelet_lost_run(reason: &str) -> bool {
-    KUBELET_FAILURES.iter().any(|f| reason.contains(f))
-}
-
 /// Cuts `text` to its last `max_bytes` bytes (on a character boundary,
 /// starting at a line when one begins within the kept part).
 pub fn cap(text: &str, max_bytes: usize) -> String {
