@@ -131,13 +131,20 @@ where
 /// valid while it is unchanged. What every reconcile derives from all the
 /// cached objects (pod-alert's PodAlerts served per namespace) is then
 /// derived once per change, not once per reconcile (issue 28: 37 % of
-/// pod-alert's CPU with 500 PodAlerts).
+/// pod-alert's CPU with 500 PodAlerts); [`crate::FromSpecs`] goes further,
+/// past changes that leave every spec as it was (status writes).
 #[derive(Debug, Clone, Default)]
 pub struct StoreChanges(Arc<AtomicU64>);
 
 impl StoreChanges {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Acquire)
+    }
+
+    /// One change more (tests that fill a store by hand).
+    #[cfg(test)]
+    pub(crate) fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
     }
 
     /// `events` (a reflector's: each is in the cache when it is yielded),

@@ -20,7 +20,7 @@ use flotilla_shared::backoff::ErrorBackoff;
 use flotilla_shared::per_object::PerObject;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
-use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, StoreChanges};
+use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, FromSpecs};
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -110,15 +110,6 @@ pub(crate) struct Restored {
     pending: HashMap<String, (Book, Vec<Condition>)>,
 }
 
-/// [`Data::served`] as last derived, and from what.
-pub(crate) struct Served {
-    /// [`StoreChanges`] of the PodAlert cache when it was derived.
-    changes: u64,
-    /// Whether the admission policy was in place (it decides `allNamespaces`).
-    admitted: bool,
-    uids: Arc<HashSet<String>>,
-}
-
 /// Open incidents by (namespace, reason).
 type FiringCounts = BTreeMap<(String, Reason), usize>;
 
@@ -129,9 +120,8 @@ pub struct Data {
     pub options: Options,
     pub(crate) pods: projection::Store<PodView, projection::Own<PodView>>,
     pub(crate) alerts: Store<PodAlert>,
-    /// Counts the changes of `alerts`: [`Data::served`] is derived once per change.
-    pub(crate) alert_changes: StoreChanges,
-    pub(crate) served: Mutex<Option<Served>>,
+    /// [`Data::served`], derived again only when a PodAlert's spec changed.
+    pub(crate) served: FromSpecs<Arc<HashSet<String>>>,
     pub(crate) states: PerObject<State>,
     /// Firing incidents per PodAlert UID, by (namespace, reason), for the gauge.
     pub(crate) firing: Mutex<HashMap<String, FiringCounts>>,
@@ -165,28 +155,18 @@ impl Data {
     /// The UIDs of the PodAlerts evaluated (the oldest
     /// `--max-podalerts-per-namespace` of each namespace), and the label
     /// keys their selectors reference set for the pod views. Derived again
-    /// only when the PodAlerts or the admission policy changed: every
-    /// reconcile asks, and deriving it reads every PodAlert (37 % of the
-    /// operator's CPU with 500 PodAlerts, issue 28).
+    /// only when a PodAlert came, went or changed its spec, or the
+    /// admission policy came or went ([`FromSpecs`]): every reconcile asks,
+    /// and deriving it reads every PodAlert (37 % of the operator's CPU with
+    /// 500 PodAlerts, issue 28).
     fn served(&self) -> Arc<HashSet<String>> {
-        // Read before the cache: a change after this derives it again.
-        let changes = self.alert_changes.get();
-        let admitted = self.admission.check().is_ok();
-        let mut cached = self.served.lock().unwrap_or_else(PoisonError::into_inner);
-        match cached.as_ref() {
-            Some(c) if c.changes == changes && c.admitted == admitted => Arc::clone(&c.uids),
-            _ => {
-                let uids = Arc::new(self.derive_served());
-                *cached = Some(Served { changes, admitted, uids: Arc::clone(&uids) });
-                uids
-            }
-        }
+        let admitted = u64::from(self.admission.check().is_ok());
+        self.served.get(&self.alerts, admitted, |alerts| Arc::new(self.derive_served(alerts)))
     }
 
-    fn derive_served(&self) -> HashSet<String> {
-        let alerts = self.alerts.state();
+    fn derive_served(&self, alerts: &[Arc<PodAlert>]) -> HashSet<String> {
         let mut by_ns: BTreeMap<&str, Vec<&PodAlert>> = BTreeMap::new();
-        for a in &alerts {
+        for a in alerts {
             by_ns.entry(a.metadata.namespace.as_deref().unwrap_or_default()).or_default().push(a);
         }
         let mut served = HashSet::new();

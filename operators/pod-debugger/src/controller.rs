@@ -16,7 +16,7 @@ use flotilla_shared::per_object::PerObject;
 use flotilla_shared::pods::{LabelKeys, NAMESPACE_MARK};
 use flotilla_shared::projection;
 use flotilla_shared::selector::Selector;
-use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller, StoreChanges};
+use flotilla_shared::{AdmissionGuard, AdmissionPolicyArgs, Context, Controller, FromSpecs};
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use kube::api::Api;
@@ -78,8 +78,8 @@ pub struct Data {
     rules: Store<PodDebugger>,
     /// Counts the changes of `rules`, and the count the label keys were
     /// last set at: set again only after a change, not in every reconcile.
-    rule_changes: StoreChanges,
-    keys_set_at: Mutex<Option<u64>>,
+    /// The label keys were set from these PodDebuggers' specs.
+    keys_set: FromSpecs<()>,
     states: PerObject<RuleState>,
     namespaces: Mutex<HashMap<String, (Level, Instant)>>,
     backoff: ErrorBackoff,
@@ -111,8 +111,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         options,
         pods,
         rules: controller.store(),
-        rule_changes: controller.store_changes(),
-        keys_set_at: Mutex::default(),
+        keys_set: FromSpecs::new(controller.store_changes()),
         states: PerObject::default(),
         namespaces: Mutex::default(),
         backoff: ErrorBackoff::default(),
@@ -175,24 +174,19 @@ impl Data {
     /// Sets the label keys the live PodDebuggers' selectors reference (the
     /// pod watch lists again when one is new).
     fn refresh_label_keys(&self) {
-        // Read before the cache: a change after this sets them again.
-        let changes = self.rule_changes.get();
-        let mut set_at = self.keys_set_at.lock().unwrap_or_else(PoisonError::into_inner);
-        if *set_at == Some(changes) {
-            return;
-        }
-        *set_at = Some(changes);
-        let rules = self.rules.state();
-        self.label_keys.set(rules.iter().flat_map(|r| {
-            let ns = r.metadata.namespace.clone();
-            r.spec
-                .selector
-                .keys()
-                .chain([NAMESPACE_MARK])
-                .chain(r.spec.volume_mounts.is_some().then_some(VOLUMES_MARK))
-                .map(move |k| (ns.clone(), k.to_string()))
-                .collect::<Vec<_>>()
-        }));
+        // Set again only when a PodDebugger came, went or changed its spec.
+        self.keys_set.get(&self.rules, 0, |rules| {
+            self.label_keys.set(rules.iter().flat_map(|r| {
+                let ns = r.metadata.namespace.clone();
+                r.spec
+                    .selector
+                    .keys()
+                    .chain([NAMESPACE_MARK])
+                    .chain(r.spec.volume_mounts.is_some().then_some(VOLUMES_MARK))
+                    .map(move |k| (ns.clone(), k.to_string()))
+                    .collect::<Vec<_>>()
+            }));
+        });
     }
 
     fn state(&self, rule: &PodDebugger) -> Arc<tokio::sync::Mutex<RuleState>> {

@@ -10,7 +10,7 @@ use flotilla_shared::health::WatchHealth;
 use flotilla_shared::per_object::PerObject;
 use flotilla_shared::pods::LabelKeys;
 use flotilla_shared::projection;
-use flotilla_shared::{AdmissionGuard, Context, Controller};
+use flotilla_shared::{AdmissionGuard, Context, Controller, FromSpecs};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -65,8 +65,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         options,
         pods,
         alerts: controller.store(),
-        alert_changes: controller.store_changes(),
-        served: Mutex::default(),
+        served: FromSpecs::new(controller.store_changes()),
         states: PerObject::default(),
         firing: Mutex::default(),
         backoff: ErrorBackoff::default(),
