@@ -118,7 +118,9 @@ async fn stages_ramp_the_arrival_rate_and_report_each_stage() {
             per_second[((t - t0).max(0.0) as usize).min(20)] += 1;
         }
         eprintln!("{addr}: {per_second:?}");
-        assert_eq!(per_second[20], 0, "{addr}: nothing after the 20 s: {per_second:?}");
+        // The last request is due 50 ms before the 20 s: on a busy node its
+        // fork and answer may cross the boundary; more is a runner lagging.
+        assert!(per_second[20] <= 2, "{addr}: nothing after the 20 s: {per_second:?}");
         // The first and last seconds may lose or gain one to the
         // network's and the clock's jitter; the others are within 10 %
         // (and one request, at the ramp's small counts) — or, where a few

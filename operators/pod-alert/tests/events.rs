@@ -80,7 +80,12 @@ async fn a_crash_loops_backoff_events_go_beside_its_log_unless_switched_off() {
         async move {
             let found = documents(&r, "with-events")
                 .into_iter()
-                .find(|d| d["incident"]["events"].as_array().is_some_and(|e| e.iter().any(backoff)));
+                // The tail too (an escalation's when the kubelet's container
+                // GC took the first crashed run before it was read).
+                .find(|d| {
+                    d["incident"]["events"].as_array().is_some_and(|e| e.iter().any(backoff))
+                        && d["incident"]["logs"].as_str().is_some_and(|l| l.contains("crashy-run"))
+                });
             Ok::<_, std::convert::Infallible>(found)
         }
     })
