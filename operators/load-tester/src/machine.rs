@@ -238,12 +238,16 @@ fn current_run(step: &mut Step, spec: &LoadTestSpec, limits: &Limits, seen: &See
 }
 
 /// When the current run's runners must be done: they stop sending (Unix
-/// seconds) before the run's deadline by a grace (a tenth of it, at most
-/// 10 s), so every runner has written its summary when the deadline comes.
+/// seconds) before the run's deadline by a grace (a tenth of it, at least
+/// 5 s — a quarter of a deadline under 20 s — and at most 10 s), so every
+/// runner has written its summary, and the kubelet reported it ended, when
+/// the deadline comes. A tenth alone left 2 s of a 20 s deadline: a busy
+/// node's kubelet reports a container's end seconds late.
 pub fn runners_window(status: &LoadTestStatus, limits: &Limits) -> Window {
     let start = status.start_time.as_ref().map_or(0, |t| t.0.as_second());
     let deadline = limits.run_deadline();
-    let grace = (deadline / 10).min(Duration::from_secs(10));
+    let floor = Duration::from_secs(5).min(deadline / 4);
+    let grace = (deadline / 10).max(floor).min(Duration::from_secs(10));
     Window {
         end_at: start.saturating_add(i64::try_from(deadline.saturating_sub(grace).as_secs()).unwrap_or(i64::MAX)),
         deadline,
@@ -839,8 +843,11 @@ mod tests {
         // 600 s deadline: the runners stop at 590 s.
         assert_eq!(runners_window(&st, &L).end_at, 1_800_000_000 + 590);
         assert_eq!(runners_window(&st, &L).deadline, Duration::from_secs(600));
-        let short = Limits { deadline: Duration::from_secs(10), start_timeout: Duration::from_secs(5), ..L };
-        assert_eq!(runners_window(&st, &short).end_at, 1_800_000_000 + 9);
+        // 10 s: a quarter (2.5 s), not a tenth; 20 s: 5 s; 60 s: 6 s.
+        let limits = |secs| Limits { deadline: Duration::from_secs(secs), start_timeout: Duration::from_secs(5), ..L };
+        assert_eq!(runners_window(&st, &limits(10)).end_at, 1_800_000_000 + 7);
+        assert_eq!(runners_window(&st, &limits(20)).end_at, 1_800_000_000 + 15);
+        assert_eq!(runners_window(&st, &limits(60)).end_at, 1_800_000_000 + 54);
     }
 
     #[test]
