@@ -56,7 +56,7 @@ async fn an_abandoned_lease_is_taken_only_after_it_expires() {
     assert!(took >= Duration::from_secs(3), "taken before expiry: {took:?}");
     // Expiry and two retries, plus slack for a loaded 2-core machine; well
     // short of a second lease duration.
-    assert!(took <= Duration::from_millis(3000 + 2 * 300 + 1500), "taken too late: {took:?}");
+    assert!(took <= Duration::from_millis(3000 + 2 * 300 + 2300), "taken too late: {took:?}");
     lb.abandon();
 }
 
