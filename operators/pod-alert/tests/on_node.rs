@@ -51,6 +51,16 @@ async fn is_first_run_tail(pods: &Api<Pod>, logs: &str) -> bool {
     if logs.contains("first-run-only-line") {
         return !logs.contains("later-run-line");
     }
+    let previous = LogParams { container: Some("app".into()), previous: true, ..LogParams::default() };
+    let ours = pods.logs("once", &previous).await.unwrap_or_else(|e| e.to_string());
+    if logs.is_empty() {
+        // An empty tail (CI, three times in many runs; cause not found):
+        // wrong whenever the kubelet can still give the test the first run's
+        // line, accepted only when it cannot either (the GC below).
+        let current = pods.logs("once", &LogParams { container: Some("app".into()), ..LogParams::default() }).await;
+        eprintln!("note: an empty tail; the API now gives previous {ours:?}, current {current:?}");
+        return !ours.contains("first-run-only-line") && ours.contains("unable to retrieve container logs");
+    }
     let pod = pods.get("once").await.unwrap();
     let first_run = pod
         .status
@@ -59,8 +69,6 @@ async fn is_first_run_tail(pods: &Api<Pod>, logs: &str) -> bool {
         .and_then(|c| c.last_state?.terminated?.container_id);
     let Some(first_run) = first_run else { return false };
     let lost = format!("unable to retrieve container logs for {first_run}");
-    let params = LogParams { container: Some("app".into()), previous: true, ..LogParams::default() };
-    let ours = pods.logs("once", &params).await.unwrap_or_else(|e| e.to_string());
     let gone = logs.trim() == format!("logs unavailable: {lost}") && ours.trim() == lost;
     if gone {
         eprintln!(
