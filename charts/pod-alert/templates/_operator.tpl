@@ -3,8 +3,11 @@ What pod-alert needs of the API: its PodAlerts (status by server-side
 apply), pods (watch, and their logs: the failing container's tail), core
 Events (list, by field selector: the incident pod's last Warning Events,
 shown beside the tail; spec.logs.events) and Secrets by name (get only, never list or watch: a sink's webhook URL in the
-PodAlert's namespace). Events are added by flotilla.rbac. With watchNamespace
-set, all of it is a Role in that namespace only.
+PodAlert's namespace). Events are added by flotilla.rbac. Namespaces (list,
+watch; metadata only): their flotilla.dev/silence-until annotation, a
+maintenance window an admin sets. With watchNamespace set, all of it is a
+Role in that namespace only, and Namespaces are not read (a Role cannot
+grant them; the operator then does not watch them).
 e2e/tests/rbac.rs proves each rule is needed.
 */}}
 {{- define "pod-alert.rules" -}}
@@ -26,6 +29,11 @@ e2e/tests/rbac.rs proves each rule is needed.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+{{- if not .Values.watchNamespace }}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- end -}}
 
 {{- define "pod-alert.args" -}}

@@ -35,6 +35,7 @@ use crate::incident::{Book, Transition};
 use crate::log_reads::read_logs;
 use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
+use crate::namespace_silences::NamespaceSilenceStore;
 use crate::observe::{Findings, evaluate};
 use crate::pod::{PodView, elapsed};
 use crate::rules::Rules;
@@ -133,6 +134,8 @@ pub struct Data {
     pub(crate) restored: Arc<Mutex<Restored>>,
     pub(crate) label_keys: LabelKeys,
     pub(crate) admission: AdmissionGuard,
+    /// The namespaces' silence annotations (none watched with `--watch-namespace`).
+    pub(crate) namespace_silences: Arc<NamespaceSilenceStore>,
 }
 
 /// The order PodAlerts of a namespace are served in: oldest first.
@@ -274,7 +277,9 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     // during a 6-minute first list of 20,000 pods (issue 28).
     let keys_listed =
         data.label_keys.covers(data.scope(&alert).as_deref(), alert.spec.selector_keys().chain([NAMESPACE_MARK]));
-    if served && (!data.pods.is_ready() || !keys_listed) {
+    // Nor before the namespaces' silences are: a restart must not notify
+    // what a namespace silences (the list's completion wakes every PodAlert).
+    if served && (!data.pods.is_ready() || !keys_listed || !data.namespace_silences.is_listed()) {
         return Ok(Action::requeue(RESYNC));
     }
     let state = data.state(&uid);
@@ -352,8 +357,9 @@ fn admitted_rules(alert: &PodAlert, ns: &str, served: bool, data: &Data) -> Resu
             ),
         ));
     }
-    let rules = Rules::new(&alert.spec, ns, &data.options.cluster_scope)
+    let mut rules = Rules::new(&alert.spec, ns, &data.options.cluster_scope)
         .map_err(|e| (e.reason().to_string(), e.to_string()))?;
+    rules.namespace_silences = data.namespace_silences.snapshot();
     match data.admission.check() {
         Err(why) if rules.all_namespaces => {
             Err(("AdmissionPolicyMissing".to_string(), format!("allNamespaces: {why}")))
@@ -415,7 +421,7 @@ fn silence_statuses(rules: &Rules, findings: &Findings, now: Timestamp) -> Vec<S
 }
 
 /// A Warning (once per change) for silences refused for ending more than
-/// 7 days ahead: of spec.silences, and of pods' annotations.
+/// 7 days ahead: of spec.silences, and of pods' and namespaces' annotations.
 fn warn_refused_silences(
     alert: &PodAlert,
     statuses: &[SilenceStatus],
@@ -435,6 +441,12 @@ fn warn_refused_silences(
         let more = findings.refused_annotations.len().saturating_sub(pods.len());
         let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
         parts.push(format!("the {} annotation of pod(s) {}{tail}", silence::ANNOTATION, pods.join(", ")));
+    }
+    if !findings.refused_namespaces.is_empty() {
+        let namespaces: Vec<&str> = findings.refused_namespaces.iter().map(String::as_str).take(5).collect();
+        let more = findings.refused_namespaces.len().saturating_sub(namespaces.len());
+        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+        parts.push(format!("the {} annotation of namespace(s) {}{tail}", silence::ANNOTATION, namespaces.join(", ")));
     }
     let message = if parts.is_empty() {
         String::new()

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::crd::Reason;
 use crate::pod::{ContainerView, PodView, State, Termination, Workload, elapsed};
 use crate::rules::Rules;
-use crate::silence::{Silencing, matching};
+use crate::silence::{Refused, Silencing, matching};
 
 /// An incident's identity: a Deployment's ten crashing pods are one incident.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -154,6 +154,9 @@ pub struct Findings {
     pub silence_counts: Vec<u32>,
     /// Pods whose silence annotation ends more than 7 days ahead (not applied).
     pub refused_annotations: std::collections::BTreeSet<String>,
+    /// Namespaces (of problems found) whose silence annotation ends more
+    /// than 7 days ahead (not applied).
+    pub refused_namespaces: std::collections::BTreeSet<String>,
 }
 
 fn waiting_reason(reason: &str) -> Option<Reason> {
@@ -254,11 +257,22 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
             skip(f, Skip::ReasonNotSelected);
             continue;
         }
-        let mut refused = false;
-        let silencing =
-            matching(&rules.silences, &rules.namespace, pod, p.key.reason, now, &mut f.silence_counts, &mut refused);
-        if refused {
+        let mut refused = Refused::default();
+        let silencing = matching(
+            &rules.silences,
+            &rules.namespace,
+            &rules.namespace_silences,
+            pod,
+            p.key.reason,
+            now,
+            &mut f.silence_counts,
+            &mut refused,
+        );
+        if refused.pod {
             f.refused_annotations.insert(pod.name().to_string());
+        }
+        if refused.namespace {
+            f.refused_namespaces.insert(pod.namespace().to_string());
         }
         if let Some(s) = silencing {
             skip(f, Skip::Silenced);

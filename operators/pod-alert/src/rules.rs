@@ -11,7 +11,7 @@ use flotilla_shared::selector::{Selector, glob_match};
 
 use crate::crd::{LogOptions, LogPattern, PodAlertSpec, Reason};
 use crate::redact::Redactor;
-use crate::silence::SilenceRule;
+use crate::silence::{NamespaceSilences, SilenceRule};
 
 /// Why a spec cannot be used, for the Ready condition.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,6 +78,9 @@ pub struct Rules {
     /// here (a tenant cannot mute a cluster-wide PodAlert of the platform
     /// team by annotating its own pods).
     pub namespace: String,
+    /// The namespaces' silence annotations as the operator last saw them
+    /// (not the spec's: set by the reconcile, empty here).
+    pub namespace_silences: Arc<NamespaceSilences>,
 }
 
 /// Regex program size limit for one user regex (ignore.logPatterns,
@@ -166,6 +169,7 @@ impl Rules {
             runbook: spec.runbook_url.as_deref().map(Arc::from),
             silences: SilenceRule::all(&spec.silences)?,
             namespace: namespace.to_string(),
+            namespace_silences: Arc::default(),
         })
     }
 

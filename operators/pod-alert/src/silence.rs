@@ -1,8 +1,9 @@
 //! Silences (maintenance windows): a PodAlert's `spec.silences` and the
-//! pods' `flotilla.dev/silence-until` annotation. A silenced problem opens
-//! no incident and sends nothing until the silence ends; then, if it is
-//! still there, it opens. Pure.
+//! `flotilla.dev/silence-until` annotation of pods and of namespaces. A
+//! silenced problem opens no incident and sends nothing until the silence
+//! ends; then, if it is still there, it opens. Pure.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use flotilla_shared::selector::Selector;
@@ -60,6 +61,18 @@ pub fn state(until: Timestamp, now: Timestamp) -> State {
     }
 }
 
+/// The namespaces whose `flotilla.dev/silence-until` annotation is a time
+/// (the others are not held), and that time.
+pub type NamespaceSilences = HashMap<Box<str>, Timestamp>;
+
+/// Silence annotations [`matching`] found ending more than [`MAX_AHEAD`]
+/// ahead (not applied): the pod's, the namespace's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refused {
+    pub pod: bool,
+    pub namespace: bool,
+}
+
 /// What silences a problem, for status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Silencing {
@@ -111,17 +124,21 @@ impl SilenceRule {
 /// `reason` at `now`, if any; `counts[i]` counts the problems
 /// spec.silences[i] covers. A pod's annotation counts only for a PodAlert
 /// of its own namespace (`own`): the pod's author may mute their own
-/// team's alerts, never a cluster-wide PodAlert's. One further than
-/// [`MAX_AHEAD`] silences nothing (`refused` is set).
+/// team's alerts, never a cluster-wide PodAlert's. A namespace's
+/// annotation counts for every PodAlert, cluster-wide ones too: only who
+/// may edit the Namespace object sets it (a cluster admin; `edit` in the
+/// namespace cannot). One further than [`MAX_AHEAD`] silences nothing
+/// (`refused` says whose).
 #[allow(clippy::too_many_arguments)]
 pub fn matching(
     silences: &[SilenceRule],
     own: &str,
+    namespaces: &NamespaceSilences,
     pod: &PodView,
     reason: Reason,
     now: Timestamp,
     counts: &mut [u32],
-    refused: &mut bool,
+    refused: &mut Refused,
 ) -> Option<Silencing> {
     let mut best: Option<Silencing> = None;
     let mut keep = |s: Silencing| {
@@ -138,7 +155,16 @@ pub fn matching(
     if let Some(until) = pod.silence_until().filter(|_| pod.namespace() == own) {
         match state(until, now) {
             State::Active => keep(Silencing { by: format!("pod {} annotation {ANNOTATION}", pod.name()), until }),
-            State::Refused => *refused = true,
+            State::Refused => refused.pod = true,
+            State::Ended => {}
+        }
+    }
+    if let Some(&until) = namespaces.get(pod.namespace()) {
+        match state(until, now) {
+            State::Active => {
+                keep(Silencing { by: format!("namespace {} annotation {ANNOTATION}", pod.namespace()), until });
+            }
+            State::Refused => refused.namespace = true,
             State::Ended => {}
         }
     }

@@ -355,3 +355,40 @@ fn a_pods_annotation_does_not_silence_a_podalert_of_another_namespace() {
     assert!(f.silenced.is_empty(), "the pod is in namespace a, the PodAlert in platform");
     assert!(!evaluate([&p], &rules(serde_json::json!({})), &mut history, t(100)).silenced.is_empty());
 }
+
+/// A namespace's annotation (only who may edit the Namespace object sets
+/// it: an admin) silences its problems for every PodAlert, the platform
+/// team's cluster-wide one too, within the same seven days.
+#[test]
+fn a_namespaces_annotation_silences_it_for_every_podalert() {
+    let spec: crate::crd::PodAlertSpec =
+        serde_json::from_value(serde_json::json!({"alerts": {"checkRunningPods": true}, "allNamespaces": true}))
+            .unwrap();
+    let silenced = |until: i64| {
+        let mut map = crate::silence::NamespaceSilences::new();
+        map.insert("a".into(), t(until));
+        std::sync::Arc::new(map)
+    };
+    let mut platform = Rules::new(&spec, "platform", &["platform".to_string()]).unwrap();
+    let mut own = rules(serde_json::json!({}));
+    let p = crashing(pod("w", "web"), 4, 95, "Error");
+    let mut history = RestartHistory::default();
+    assert!(evaluate([&p], &own, &mut history, t(100)).silenced.is_empty(), "no annotation: not silenced");
+    for r in [&mut platform, &mut own] {
+        r.namespace_silences = silenced(600);
+        let f = evaluate([&p], r, &mut history, t(100));
+        let s = f.silenced.values().next().expect("silenced");
+        assert_eq!(s.by, format!("namespace a annotation {}", crate::silence::ANNOTATION));
+        assert_eq!(s.until, t(600));
+        // Ended, and eight days ahead (refused, said so): not silenced.
+        r.namespace_silences = silenced(50);
+        assert!(evaluate([&p], r, &mut history, t(100)).silenced.is_empty());
+        r.namespace_silences = silenced(100 + 8 * 86_400);
+        let far = evaluate([&p], r, &mut history, t(100));
+        assert!(far.silenced.is_empty());
+        assert_eq!(far.refused_namespaces.iter().collect::<Vec<_>>(), ["a"]);
+    }
+    // Another namespace's silence does not cover namespace a.
+    own.namespace_silences = std::sync::Arc::new([("b".into(), t(600))].into_iter().collect());
+    assert!(evaluate([&p], &own, &mut history, t(100)).silenced.is_empty());
+}

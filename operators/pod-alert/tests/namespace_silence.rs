@@ -1,0 +1,112 @@
+//! A Namespace's `flotilla.dev/silence-until` annotation (an admin's
+//! maintenance window), on a control plane of the test's own: the operator
+//! runs cluster-wide (it watches Namespaces only then), which on a shared
+//! cluster would take other tests' PodAlerts. No node runs the pods: each
+//! is bound to a node that does not exist and its status written as a
+//! kubelet would (a crash loop); the log read fails for want of a kubelet.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::{Assets, ControlPlane, Lifetime, Options, TestEnv};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use pod_alert::crd::IncidentStatus;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+const ANNOTATION: &str = "flotilla.dev/silence-until";
+
+/// A crash-looping pod `name` in `ns`, as its kubelet would report it.
+async fn crash_looping(client: &kube::Client, ns: &str, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"nodeName": "no-such-node", "containers": [{"name": "app", "image": "busybox"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let now = Timestamp::now().to_string();
+    let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+        "name": "app", "image": "busybox", "imageID": "", "ready": false, "restartCount": 3,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now, "containerID": format!("containerd://{name}")}}
+    }]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+}
+
+async fn annotate(client: &kube::Client, ns: &str, value: Option<String>) {
+    let patch = json!({"metadata": {"annotations": {ANNOTATION: value}}});
+    Api::<Namespace>::all(client.clone()).patch(ns, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+fn incident<'a>(s: &'a PodAlertStatus, workload: &str) -> Option<&'a IncidentStatus> {
+    s.incidents.iter().find(|i| i.workload == workload)
+}
+
+/// The namespace's silence covers its own PodAlert and the platform's
+/// cluster-wide one (a pod's annotation covers only the first); removing
+/// the annotation ends it at once (the namespace watch wakes them, well
+/// before the 5-minute resync); one ending more than 7 days ahead is
+/// refused with a Warning, and its namespace alerts.
+#[tokio::test]
+async fn a_namespaces_annotation_silences_it_for_every_podalert_until_removed() {
+    let assets = Assets::locate().unwrap();
+    let dir = std::env::temp_dir().join(format!("flotilla-pa-ns-silence-{}", std::process::id()));
+    let cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent }).await.unwrap();
+    let env = TestEnv::of(&cp);
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let (shop, far, platform) = (
+        env.namespace("shop").await.unwrap(),
+        env.namespace("far").await.unwrap(),
+        env.namespace("platform").await.unwrap(),
+    );
+    let until = Timestamp::from_second(Timestamp::now().as_second() + 3600).unwrap();
+    let ten_days = Timestamp::from_second(Timestamp::now().as_second() + 10 * 86_400).unwrap();
+    annotate(&client, &shop, Some(until.to_string())).await;
+    annotate(&client, &far, Some(ten_days.to_string())).await;
+    crash_looping(&client, &shop, "web").await;
+    crash_looping(&client, &far, "api").await;
+    let alert = json!({"alerts": {"checkRunningPods": true, "restartThreshold": 1}});
+    create_podalert(&client, &shop, "team", alert.clone()).await.unwrap();
+    let mut everywhere = alert.clone();
+    everywhere["allNamespaces"] = json!(true);
+    create_podalert(&client, &platform, "everything", everywhere).await.unwrap();
+    let scope = format!("--cluster-scope-namespaces={platform}");
+    let operator = OPERATOR.start(&env.kubeconfig, None, &[&scope], &LOOPBACK_SINKS);
+
+    let by = format!("namespace {shop} annotation {ANNOTATION}");
+    for (ns, name) in [(&shop, "team"), (&platform, "everything")] {
+        let s = wait_status(&client, ns, name, "the shop's crash loop silenced", T, |s| {
+            incident(s, "Pod/web").filter(|i| i.state == "Silenced").cloned()
+        })
+        .await;
+        assert_eq!(s.silenced_by, by, "{name}");
+        assert_eq!(s.silenced_until.as_ref().map(|t| t.0), Some(until), "{name}");
+        assert!(!s.notified, "{name}: nothing sent for a silenced incident");
+    }
+    // Ten days ahead: refused, said so, and the namespace alerts.
+    wait_status(&client, &platform, "everything", "far's crash loop firing", T, |s| {
+        incident(s, "Pod/api").filter(|i| i.state == "Firing").map(|_| ())
+    })
+    .await;
+    flotilla_testenv::wait_event(&client, &platform, "everything", "Warning", "SilenceRefused", T).await;
+
+    // The admin removes the annotation: both open, without waiting for a resync.
+    annotate(&client, &shop, None).await;
+    for (ns, name) in [(&shop, "team"), (&platform, "everything")] {
+        wait_status(&client, ns, name, "the shop's crash loop firing once unsilenced", Duration::from_secs(30), |s| {
+            incident(s, "Pod/web").filter(|i| i.state == "Firing" && i.notified).map(|_| ())
+        })
+        .await;
+    }
+    let logs = operator.logs();
+    assert!(!logs.contains("panicked"), "{logs}");
+    assert!(!logs.contains("namespace watch failed"), "{logs}");
+}
