@@ -3,8 +3,10 @@
 //! it). Namespaces are watched metadata-only and only those carrying a
 //! time are held: a cluster of 10,000 namespaces with no silence holds
 //! nothing. Until the first list is complete no PodAlert evaluates (a
-//! restart must not notify what a namespace silences); an operator
-//! limited to one namespace (`--watch-namespace`) does not watch them.
+//! restart must not notify what a namespace silences), unless the list is
+//! refused (RBAC without `namespaces`): then they go on without namespace
+//! silences. An operator limited to one namespace (`--watch-namespace`)
+//! does not watch them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -61,6 +63,16 @@ impl NamespaceSilenceStore {
             // reports the failure, the log says why (RBAC: `forbidden`).
             let event = match event {
                 Ok(e) => e,
+                Err(e) if forbidden(&e) && !self.is_listed() => {
+                    // RBAC without `namespaces` (an admin's own ClusterRole
+                    // from before this watch): PodAlerts go on without
+                    // namespace silences rather than alert on nothing; the
+                    // watch keeps trying and readiness reports it.
+                    tracing::warn!(error = %e, "namespace watch refused: namespace silences are not applied until the operator may list and watch namespaces");
+                    self.listed.store(true, Ordering::Release);
+                    changed(&[], true);
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "namespace watch failed; retrying");
                     continue;
@@ -81,6 +93,16 @@ impl NamespaceSilenceStore {
             let names: Vec<&str> = out.namespaces.iter().map(String::as_str).collect();
             changed(&names, out.listed);
         }
+    }
+}
+
+/// Whether the API server refused the watch (403).
+fn forbidden(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
+        _ => false,
     }
 }
 

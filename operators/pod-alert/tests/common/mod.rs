@@ -49,7 +49,7 @@ pub fn start_operator_as(kubeconfig: &Path, namespace: &str, extra: &[&str], var
 /// The rules the chart gives the operator with `watchNamespace` set (a Role
 /// in that namespace; `charts/pod-alert/templates/_operator.tpl`, plus the
 /// Events rule every chart adds).
-fn chart_rules() -> Vec<PolicyRule> {
+pub fn chart_rules() -> Vec<PolicyRule> {
     vec![
         rule(&["flotilla.dev"], &["podalerts"], &["list", "watch"]),
         rule(&["flotilla.dev"], &["podalerts/status"], &["patch"]),
