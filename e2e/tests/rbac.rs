@@ -270,9 +270,8 @@ async fn prove(
     helm_ok(Some(&env.kubeconfig), &["uninstall", RELEASE, "--namespace", &ns]).unwrap();
 }
 
-/// A pod labelled `round`, bound to a node that does not exist (no kubelet
-/// runs it), with one container `app` whose status is written as a kubelet
-/// would: `container_status` (Running phase).
+/// A pod labelled `round`, no kubelet runs it: its status is written as
+/// one would ([`flotilla_testenv::kubelet`]).
 async fn pod_as_kubelet_writes_it(
     admin: &Client,
     ns: &str,
@@ -280,15 +279,8 @@ async fn pod_as_kubelet_writes_it(
     round: usize,
     container_status: serde_json::Value,
 ) -> Result<(), kube::Error> {
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), ns);
-    let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"round": round.to_string()}},
-        "spec": {"nodeName": "rbac-no-such-node", "containers": [{"name": "app", "image": "busybox"}]}
-    }))
-    .map_err(kube::Error::SerdeError)?;
-    pods.create(&PostParams::default(), &p).await?;
-    let status = json!({"status": {"phase": "Running", "containerStatuses": [container_status]}});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.map(|_| ())
+    let labels = json!({"round": round.to_string()});
+    flotilla_testenv::kubelet::pod_as_kubelet_writes_it(admin, ns, name, labels, container_status).await
 }
 
 /// config-copier: a CopyRule copies a labelled ConfigMap and a labelled

@@ -31,6 +31,7 @@ pub mod cluster;
 pub mod fixtures;
 pub mod harness;
 pub mod heap;
+pub mod kubelet;
 pub mod rbac;
 pub mod under_test;
 

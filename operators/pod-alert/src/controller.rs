@@ -420,6 +420,15 @@ fn silence_statuses(rules: &Rules, findings: &Findings, now: Timestamp) -> Vec<S
         .collect()
 }
 
+/// The first five of `names`, and how many more.
+fn first_five(names: &BTreeSet<String>) -> String {
+    let shown: Vec<&str> = names.iter().map(String::as_str).take(5).collect();
+    match names.len().saturating_sub(shown.len()) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
 /// A Warning (once per change) for silences refused for ending more than
 /// 7 days ahead: of spec.silences, and of pods' and namespaces' annotations.
 fn warn_refused_silences(
@@ -429,24 +438,16 @@ fn warn_refused_silences(
     st: &mut State,
     data: &Data,
 ) {
-    let spec: Vec<String> = statuses
+    let mut parts: Vec<String> = statuses
         .iter()
         .enumerate()
         .filter(|(_, s)| s.state == silence::State::Refused.as_str())
         .map(|(i, s)| format!("spec.silences[{i}] (until {})", s.until))
         .collect();
-    let pods: Vec<&str> = findings.refused_annotations.iter().map(String::as_str).take(5).collect();
-    let mut parts = spec;
-    if !pods.is_empty() {
-        let more = findings.refused_annotations.len().saturating_sub(pods.len());
-        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
-        parts.push(format!("the {} annotation of pod(s) {}{tail}", silence::ANNOTATION, pods.join(", ")));
-    }
-    if !findings.refused_namespaces.is_empty() {
-        let namespaces: Vec<&str> = findings.refused_namespaces.iter().map(String::as_str).take(5).collect();
-        let more = findings.refused_namespaces.len().saturating_sub(namespaces.len());
-        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
-        parts.push(format!("the {} annotation of namespace(s) {}{tail}", silence::ANNOTATION, namespaces.join(", ")));
+    for (kind, names) in [("pod(s)", &findings.refused_annotations), ("namespace(s)", &findings.refused_namespaces)] {
+        if !names.is_empty() {
+            parts.push(format!("the {} annotation of {kind} {}", silence::ANNOTATION, first_five(names)));
+        }
     }
     let message = if parts.is_empty() {
         String::new()
@@ -458,5 +459,18 @@ fn warn_refused_silences(
             data.ctx.events.warning(&alert.object_ref(&()), "SilenceRefused", "Evaluate", message.clone());
         }
         st.refused_silences = message;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_names_five_and_counts_the_rest() {
+        let names = |n: usize| (0..n).map(|i| format!("ns{i}")).collect::<BTreeSet<String>>();
+        assert_eq!(first_five(&names(2)), "ns0, ns1");
+        assert_eq!(first_five(&names(5)), "ns0, ns1, ns2, ns3, ns4");
+        assert_eq!(first_five(&names(7)), "ns0, ns1, ns2, ns3, ns4 and 2 more");
     }
 }

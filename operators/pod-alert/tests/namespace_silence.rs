@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use common::*;
 use flotilla_testenv::{Assets, ControlPlane, Lifetime, Options, TestEnv};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use pod_alert::crd::IncidentStatus;
 use serde_json::json;
 
@@ -24,20 +24,13 @@ const ANNOTATION: &str = "flotilla.dev/silence-until";
 
 /// A crash-looping pod `name` in `ns`, as its kubelet would report it.
 async fn crash_looping(client: &kube::Client, ns: &str, name: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {"nodeName": "no-such-node", "containers": [{"name": "app", "image": "busybox"}]}
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &p).await.unwrap();
     let now = Timestamp::now().to_string();
-    let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+    let status = json!({
         "name": "app", "image": "busybox", "imageID": "", "ready": false, "restartCount": 3,
         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
         "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now, "containerID": format!("containerd://{name}")}}
-    }]}});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    });
+    flotilla_testenv::kubelet::pod_as_kubelet_writes_it(client, ns, name, json!({"app": name}), status).await.unwrap();
 }
 
 async fn annotate(client: &kube::Client, ns: &str, value: Option<String>) {
