@@ -6,7 +6,12 @@
 //!   and TTL;
 //! * a CNAME is alone at its name, in both directions;
 //! * `DELETE` + `CREATE` of one record set in one batch is fine (moto
-//!   refuses it).
+//!   refuses it);
+//! * an ALIAS has neither TTL nor values, and an ALIAS to a load balancer
+//!   names the load balancer's own hosted zone (moto takes any): checked
+//!   for the regions in [`ELB_ZONES`], written here from AWS's published
+//!   list independently of the operator's table, so that a wrong entry
+//!   there is refused here as Route53 would.
 //!
 //! A valid batch is handed to moto as its net effect (DELETEs, then
 //! UPSERTs), which moto applies faithfully; an invalid one never reaches it.
@@ -22,6 +27,34 @@ fn what(r: &Rrset) -> String {
         r.rtype,
         r.set_id.as_ref().map(|s| format!(", set-identifier='{s}'")).unwrap_or_default()
     )
+}
+
+/// Load balancers' hosted zones of a few regions: (hostname suffix, zone).
+/// Application/Classic load balancers are `<name>.<region>.elb.amazonaws.com`,
+/// Network ones `<name>.elb.<region>.amazonaws.com`.
+const ELB_ZONES: &[(&str, &str)] = &[
+    (".us-east-1.elb.amazonaws.com", "Z35SXDOTRQ7X7K"),
+    (".elb.us-east-1.amazonaws.com", "Z26RNL4JYFTOTI"),
+    (".eu-west-1.elb.amazonaws.com", "Z32O12XQLNTSW2"),
+    (".elb.eu-west-1.amazonaws.com", "Z2IFOLAFXWLO4F"),
+];
+
+/// What Route53 says of a malformed or misdirected ALIAS.
+fn alias_error(r: &Rrset) -> Option<String> {
+    let alias = r.alias.as_ref()?;
+    if r.ttl.is_some() || !r.values.is_empty() {
+        return Some(format!(
+            "Invalid request: Expected exactly one of [AliasTarget, all of [TTL, and ResourceRecords], or TrafficPolicyInstanceId], but found more than one in Change with [Name={}., Type={}]",
+            r.name, r.rtype
+        ));
+    }
+    let lb_zone = ELB_ZONES.iter().find(|(suffix, _)| alias.dns_name.ends_with(suffix)).map(|(_, z)| *z)?;
+    (lb_zone != alias.zone_id).then(|| {
+        format!(
+            "Tried to create an alias that targets {}., type {} in zone {}, but the alias target name does not lie within the target zone",
+            alias.dns_name, r.rtype, alias.zone_id
+        )
+    })
 }
 
 fn cname_conflict(state: &BTreeMap<Key, Rrset>, r: &Rrset, zone: &str) -> Option<String> {
@@ -61,6 +94,7 @@ pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Ch
     for c in changes {
         let r = &c.rrset;
         match c.action.as_str() {
+            "CREATE" | "UPSERT" if alias_error(r).is_some() => errors.extend(alias_error(r)),
             "CREATE" => {
                 if state.contains_key(&r.key()) {
                     errors.push(format!("Tried to create resource record set {} but it already exists", what(r)));
@@ -150,5 +184,29 @@ mod tests {
         let e =
             check(&zone, &[ch("CREATE", &rr("new.z", "A", "1.1.1.1")), ch("DELETE", &rr("x.z", "A", "0.0.0.0"))], "z");
         assert_eq!(e.unwrap_err().len(), 1);
+    }
+
+    #[test]
+    fn an_alias_names_its_load_balancers_zone() {
+        use super::super::xml::AliasTarget;
+        let alias = |zone: &str, dns: &str| Rrset {
+            name: "z".into(),
+            rtype: "A".into(),
+            set_id: None,
+            ttl: None,
+            values: Vec::new(),
+            alias: Some(AliasTarget { zone_id: zone.into(), dns_name: dns.into(), evaluate_target_health: true }),
+        };
+        let nlb = "web-1.elb.us-east-1.amazonaws.com";
+        assert!(check(&[], &[ch("CREATE", &alias("Z26RNL4JYFTOTI", nlb))], "z").is_ok());
+        let e = check(&[], &[ch("UPSERT", &alias("Z35SXDOTRQ7X7K", nlb))], "z").unwrap_err();
+        assert!(e[0].contains("does not lie within the target zone"), "{e:?}");
+        // Not a load balancer of the regions known here: taken as moto would.
+        assert!(check(&[], &[ch("CREATE", &alias("ZX", "d1.cloudfront.net"))], "z").is_ok());
+        let mut both = alias("Z26RNL4JYFTOTI", nlb);
+        both.ttl = Some(60);
+        assert!(check(&[], &[ch("CREATE", &both)], "z").unwrap_err()[0].contains("Expected exactly one of"));
+        // An ALIAS is an A record: not beside a CNAME.
+        assert!(check(&[rr("z", "CNAME", "lb")], &[ch("CREATE", &alias("Z26RNL4JYFTOTI", nlb))], "z").is_err());
     }
 }

@@ -11,8 +11,35 @@ pub struct Rrset {
     pub ttl: Option<i64>,
     /// Sorted.
     pub values: Vec<String>,
-    /// The `AliasTarget` element's content, as sent.
-    pub alias: Option<String>,
+    pub alias: Option<AliasTarget>,
+}
+
+/// An `AliasTarget`, its DNS name compared as Route53 compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasTarget {
+    pub zone_id: String,
+    /// Lowercase, without the trailing dot.
+    pub dns_name: String,
+    pub evaluate_target_health: bool,
+}
+
+impl AliasTarget {
+    fn parse(block: &str) -> Option<Self> {
+        Some(Self {
+            zone_id: unescape(first(block, "HostedZoneId")?.trim()),
+            dns_name: normalize(first(block, "DNSName")?),
+            evaluate_target_health: first(block, "EvaluateTargetHealth").is_some_and(|v| v.trim() == "true"),
+        })
+    }
+
+    fn to_xml(&self) -> String {
+        format!(
+            "<AliasTarget><HostedZoneId>{}</HostedZoneId><DNSName>{}.</DNSName><EvaluateTargetHealth>{}</EvaluateTargetHealth></AliasTarget>",
+            escape(&self.zone_id),
+            escape(&self.dns_name),
+            self.evaluate_target_health
+        )
+    }
 }
 
 pub type Key = (String, String, Option<String>);
@@ -29,7 +56,7 @@ impl Rrset {
             out.push_str(&format!("<SetIdentifier>{}</SetIdentifier>", escape(id)));
         }
         if let Some(alias) = &self.alias {
-            out.push_str(&format!("<AliasTarget>{alias}</AliasTarget>"));
+            out.push_str(&alias.to_xml());
         }
         if let Some(ttl) = self.ttl {
             out.push_str(&format!("<TTL>{ttl}</TTL>"));
@@ -96,7 +123,7 @@ fn rrset(block: &str) -> Option<Rrset> {
         set_id: first(block, "SetIdentifier").map(unescape),
         ttl: first(block, "TTL").and_then(|t| t.trim().parse().ok()),
         values,
-        alias: first(block, "AliasTarget").map(str::to_string),
+        alias: first(block, "AliasTarget").and_then(AliasTarget::parse),
     })
 }
 
