@@ -393,3 +393,13 @@ fn the_umbrella_by_default_installs_only_the_namespace_confined_operators() {
     .unwrap();
     assert_eq!(docs.iter().filter(|d| d["kind"] == "Deployment").count(), 4);
 }
+
+/// `route53.aliasLoadBalancers` reaches service-dns's flag only when turned
+/// off (the flag's default is on; config.rs's tests parse this spelling).
+#[test]
+fn alias_load_balancers_reaches_the_flag() {
+    let on = args(&render("service-dns", &[]));
+    assert!(!on.iter().any(|a| a.starts_with("--alias-load-balancers")), "{on:?}");
+    let off = args(&render("service-dns", &["--set", "route53.aliasLoadBalancers=false"]));
+    assert!(off.contains(&"--alias-load-balancers=false".to_string()), "{off:?}");
+}

@@ -30,6 +30,9 @@
 {{- if .publishHeadless }}
 - --publish-headless
 {{- end }}
+{{- if eq (toString .aliasLoadBalancers) "false" }}
+- --alias-load-balancers=false
+{{- end }}
 - {{ printf "--pod-hostname-template=%s" (include "flotilla.value" .podHostnameTemplate) | quote }}
 - {{ printf "--max-endpoints-per-service=%s" (include "flotilla.value" .maxEndpointsPerService) | quote }}
 - {{ printf "--handover-grace=%s" (include "flotilla.value" .handoverGrace) | quote }}

@@ -40,7 +40,7 @@ where
 pub fn update_zone(mut zone: Vec<RecordSet>, groups: &[&ChangeGroup]) -> Vec<RecordSet> {
     let touched: HashSet<(&str, RecordType)> =
         groups.iter().flat_map(|g| g.changes.iter().map(|c| (&*c.record.name, c.record.rtype))).collect();
-    zone.retain(|r| r.foreign.is_some() || !touched.contains(&(&*r.name, r.rtype)));
+    zone.retain(|r| r.is_foreign() || !touched.contains(&(&*r.name, r.rtype)));
     for g in groups {
         for c in &g.changes {
             if c.action != Action::Delete {

@@ -63,6 +63,13 @@ pub struct Args {
     #[arg(long, env = "MAX_ENDPOINTS_PER_SERVICE", default_value_t = 100, value_name = "N")]
     pub max_endpoints_per_service: usize,
 
+    /// Publish an AWS load balancer's hostname (flotilla.dev/target: load-balancer, a *.elb.amazonaws.com
+    /// name) as a Route53 ALIAS (A, and AAAA for a dualstack load balancer) to the load balancer's
+    /// hosted zone, rather than a CNAME: what a zone apex needs, and free to query. A Service may say
+    /// flotilla.dev/alias: "false" (or "true"); off, every load balancer hostname is a CNAME as before.
+    #[arg(long, env = "ALIAS_LOAD_BALANCERS", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub alias_load_balancers: bool,
+
     /// TTL of the records, in seconds (a Service may set flotilla.dev/ttl). At most --max-ttl.
     #[arg(long, env = "TTL", default_value_t = 300, value_name = "SECONDS")]
     pub ttl: i64,
@@ -192,6 +199,8 @@ pub struct Config {
     pub publish_headless: bool,
     pub pod_template: Template,
     pub max_endpoints: usize,
+    /// `--alias-load-balancers`.
+    pub alias_load_balancers: bool,
     pub handover_grace: Duration,
     /// `None`: derive it from the cluster at start.
     pub owner_id: Option<String>,
@@ -350,6 +359,7 @@ impl Args {
             publish_headless: self.publish_headless,
             pod_template,
             max_endpoints: self.max_endpoints_per_service,
+            alias_load_balancers: self.alias_load_balancers,
             handover_grace: self.handover_grace,
             owner_id: owner_id.map(str::to_string),
             adopt,
@@ -466,6 +476,8 @@ mod tests {
         assert_eq!(c.route53_rps, 2.0, "5 is the whole AWS account's limit");
         assert!(!c.publish_headless, "headless Services are opt-in (issue 31)");
         assert!(parse(&["--domain-name=a.b", "--publish-headless"]).unwrap().publish_headless);
+        assert!(c.alias_load_balancers, "AWS load balancers are ALIASed by default (issue 31)");
+        assert!(!parse(&["--domain-name=a.b", "--alias-load-balancers=false"]).unwrap().alias_load_balancers);
         assert!(!parse(&["--domain-name=a.b", "--publish-headless=false"]).unwrap().publish_headless);
         let c = parse(&["--domain-name=a.b", "--hostname-annotations=any", "--handover-grace=0s"]).unwrap();
         assert_eq!(c.hostname_annotations, HostnameAnnotations::Any);

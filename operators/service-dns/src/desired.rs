@@ -7,12 +7,13 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use crate::alias::{self, ANNOTATION_ALIAS, ANNOTATION_ALIAS_ZONE, ANNOTATION_EVALUATE_TARGET_HEALTH};
 use crate::endpoints::SliceInfo;
 use crate::extdns::{EXTERNAL_DNS_ALPHA_HOSTNAME, EXTERNAL_DNS_ALPHA_TTL, EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_TTL};
 use crate::grant::{ANNOTATION_ALLOWED_HOSTNAMES, Grant, HostnameAnnotations};
 use crate::headless;
-use crate::hostname::{self, Template, Vars};
-use crate::model::{RecordSet, RecordType};
+use crate::hostname::{self, HostnameError, Template, Vars};
+use crate::model::{Alias, RecordSet, RecordType};
 use crate::service::ServiceInfo;
 
 pub const ANNOTATION_HOSTNAME: &str = "flotilla.dev/hostname";
@@ -55,6 +56,9 @@ pub struct Naming {
     pub pod_template: Template,
     /// `--max-endpoints-per-service`: addresses in a headless Service's set, and pod names.
     pub max_endpoints: usize,
+    /// `--alias-load-balancers`: an AWS load balancer's hostname is
+    /// published as an ALIAS unless the Service says `flotilla.dev/alias: "false"`.
+    pub alias_load_balancers: bool,
 }
 
 /// Event reasons of the refusals and corrections made here.
@@ -215,7 +219,11 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
                 .into();
             }
             for h in &names {
-                if let Err(e) = hostname::validate(h, &naming.domain) {
+                // The apex is checked once the targets are known: an ALIAS may have it.
+                if let Err(e) = hostname::validate(h, &naming.domain).or_else(|e| match e {
+                    HostnameError::Apex(_) => Ok(()),
+                    e => Err(e),
+                }) {
                     return Desired::Invalid {
                         reason: "InvalidHostname",
                         message: format!("{e}; no record published"),
@@ -284,6 +292,7 @@ fn publish(
     let (namespace, name) = (svc.namespace.as_str(), svc.name.as_str());
     let pod_records = svc.annotation(ANNOTATION_POD_RECORDS).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     let mut pods = Vec::new();
+    let mut alias_target = None;
     let targets = match svc.annotation(ANNOTATION_TARGET).map(|s| s.trim()) {
         None | Some("") | Some("cluster-ip") if svc.is_headless() && naming.publish_headless => {
             let (addresses, cut) =
@@ -296,7 +305,14 @@ fn publish(
             Ok(t) => t,
             Err(skip) => return skip,
         },
-        Some("load-balancer") => load_balancer_targets(svc),
+        Some("load-balancer") => match load_balancer_targets(svc, naming, notices) {
+            Ok(LoadBalancer::Addresses(t)) => t,
+            Ok(LoadBalancer::Alias(types, a)) => {
+                alias_target = Some(a);
+                types.into_iter().map(|t| (t, Vec::new())).collect()
+            }
+            Err(message) => return Desired::Invalid { reason: "InvalidAnnotation", message },
+        },
         Some(other) => {
             return Desired::Invalid {
                 reason: "InvalidAnnotation",
@@ -315,6 +331,14 @@ fn publish(
     if targets.is_empty() && pods.is_empty() {
         return Desired::Quiet;
     }
+    if alias_target.is_none()
+        && let Some(apex) = hostnames.iter().find(|h| **h == naming.domain)
+    {
+        return Desired::Invalid {
+            reason: "InvalidHostname",
+            message: format!("{}; no record published", HostnameError::Apex(apex.clone())),
+        };
+    }
 
     // Exactly as many as pushed: a Vec grown from empty keeps room for
     // four record sets (224 B), and every sync builds a claim per Service.
@@ -322,7 +346,10 @@ fn publish(
     let mut records = Vec::with_capacity(hostnames.len() * targets.len() + pod_sets);
     for h in &hostnames {
         for (rtype, values) in &targets {
-            records.push(RecordSet::new(h.clone(), *rtype, ttl, values.clone()));
+            records.push(match &alias_target {
+                Some(a) => RecordSet::alias(h.clone(), *rtype, a.clone()),
+                None => RecordSet::new(h.clone(), *rtype, ttl, values.clone()),
+            });
         }
     }
     for (h, targets) in pods {
@@ -400,18 +427,48 @@ fn split_ips(ips: impl Iterator<Item = IpAddr>) -> Targets {
     out
 }
 
-/// IPs → A/AAAA; else the first hostname → CNAME (a CNAME has one value).
-fn load_balancer_targets(svc: &ServiceInfo) -> Targets {
+/// What a load balancer's ingress publishes.
+enum LoadBalancer {
+    Addresses(Targets),
+    /// ALIAS record sets of these types (`A`, and `AAAA` for a dualstack
+    /// load balancer) to the load balancer.
+    Alias(Vec<RecordType>, Alias),
+}
+
+/// IPs → A/AAAA; else the first hostname → an ALIAS (an AWS load balancer,
+/// see [`alias::target`]) or a CNAME (a CNAME has one value). `Err`: a bad
+/// alias annotation.
+fn load_balancer_targets(
+    svc: &ServiceInfo,
+    naming: &Naming,
+    notices: &mut Vec<Notice>,
+) -> Result<LoadBalancer, String> {
     let ips = split_ips(svc.ingress_ips.iter().filter_map(|s| s.parse::<IpAddr>().ok()));
     if !ips.is_empty() {
-        return ips;
+        return Ok(LoadBalancer::Addresses(ips));
     }
     let mut hosts: Vec<String> =
         svc.ingress_hostnames.iter().map(|h| hostname::normalize(h)).filter(|h| !h.is_empty()).collect();
     hosts.sort();
-    match hosts.into_iter().next() {
-        Some(h) => vec![(RecordType::Cname, vec![h])],
-        None => Vec::new(),
+    let Some(host) = hosts.into_iter().next() else { return Ok(LoadBalancer::Addresses(Vec::new())) };
+    let wanted = alias::Wanted {
+        alias: svc.annotation(ANNOTATION_ALIAS),
+        zone: svc.annotation(ANNOTATION_ALIAS_ZONE),
+        evaluate: svc.annotation(ANNOTATION_EVALUATE_TARGET_HEALTH),
+        by_default: naming.alias_load_balancers,
+    };
+    match alias::target(&host, &wanted).map_err(|e| format!("{e}; no record published"))? {
+        alias::Target::Alias(a) => {
+            let mut types = vec![RecordType::A];
+            if alias::is_dualstack(svc.annotation(alias::ANNOTATION_IP_ADDRESS_TYPE)) {
+                types.push(RecordType::Aaaa);
+            }
+            Ok(LoadBalancer::Alias(types, a))
+        }
+        alias::Target::Cname(warning) => {
+            notices.extend(warning.map(|message| Notice { reason: alias::ALIAS_ZONE_UNKNOWN, message }));
+            Ok(LoadBalancer::Addresses(vec![(RecordType::Cname, vec![host])]))
+        }
     }
 }
 
@@ -446,6 +503,7 @@ mod tests {
             publish_headless: true,
             pod_template: Template::parse_pod("{hostname}.{name}.{domain}").unwrap(),
             max_endpoints: 100,
+            alias_load_balancers: true,
         }
     }
 
@@ -809,5 +867,76 @@ mod tests {
         let r = records(want(s.clone(), &naming()));
         assert_eq!(r[0].rtype, RecordType::Cname);
         assert_eq!(*r[0].values, [Box::from("lb.aws.example")]);
+    }
+
+    fn behind(hostname: &str, annotations: &[(&str, &str)]) -> Service {
+        let mut all = vec![(ANNOTATION_TARGET, "load-balancer")];
+        all.extend_from_slice(annotations);
+        let mut s = svc("web", &["10.0.0.1"], &all);
+        s.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress { hostname: Some(hostname.into()), ..Default::default() }]),
+            }),
+            ..Default::default()
+        });
+        s
+    }
+
+    const NLB: &str = "k8s-web-0123.elb.eu-west-1.amazonaws.com";
+
+    #[test]
+    fn an_aws_load_balancer_gets_an_alias() {
+        let r = records(want(behind(NLB, &[]), &naming()));
+        assert_eq!(r.len(), 1);
+        assert_eq!((&*r[0].name, r[0].rtype, r[0].ttl), ("kube-web.vipmind.me", RecordType::A, 0));
+        let a = r[0].alias_target().expect("an ALIAS");
+        assert_eq!((&*a.zone_id, &*a.dns_name, a.evaluate_target_health), ("Z2IFOLAFXWLO4F", NLB, true));
+        // Dualstack: A and AAAA.
+        let dual = [(alias::ANNOTATION_IP_ADDRESS_TYPE, "dualstack")];
+        let r = records(want(behind(NLB, &dual), &naming()));
+        assert_eq!(r.iter().map(|r| r.rtype).collect::<Vec<_>>(), [RecordType::A, RecordType::Aaaa]);
+        assert!(r.iter().all(|r| r.alias_target().is_some()));
+        // Opted out, per Service or by flag: the CNAME as before.
+        for (s, n) in [
+            (behind(NLB, &[(ANNOTATION_ALIAS, "false")]), naming()),
+            (behind(NLB, &[]), Naming { alias_load_balancers: false, ..naming() }),
+        ] {
+            let r = records(want(s, &n));
+            assert_eq!((r[0].rtype, &*r[0].values), (RecordType::Cname, &[Box::from(NLB)][..]));
+        }
+        // A bad value: nothing published, said.
+        let d = want(behind(NLB, &[(ANNOTATION_EVALUATE_TARGET_HEALTH, "maybe")]), &naming());
+        assert!(
+            matches!(&d, Desired::Invalid { message, .. } if message.contains(ANNOTATION_EVALUATE_TARGET_HEALTH)),
+            "{d:?}"
+        );
+        // A region this operator does not know: a CNAME and a Warning saying how to get the ALIAS.
+        let w = desired(&ServiceInfo::from(behind("w-1.xx-mars-1.elb.amazonaws.com", &[])), &naming(), None);
+        assert_eq!(records(w.desired)[0].rtype, RecordType::Cname);
+        assert_eq!(w.notices[0].reason, alias::ALIAS_ZONE_UNKNOWN);
+        assert!(w.notices[0].message.contains(ANNOTATION_ALIAS_ZONE));
+    }
+
+    /// The zone apex: an ALIAS only, and (by default) only when granted.
+    #[test]
+    fn the_apex_is_an_alias_or_nothing() {
+        let apex = [(ANNOTATION_HOSTNAME, "vipmind.me")];
+        let w = wish(behind(NLB, &apex), &granted(), "vipmind.me");
+        assert!(w.notices.is_empty(), "{:?}", w.notices);
+        let r = records(w.desired);
+        assert_eq!((&*r[0].name, r[0].alias_target().is_some()), ("vipmind.me", true));
+        let w = wish(behind(NLB, &apex), &granted(), "*.vipmind.me");
+        assert_eq!(
+            (w.desired, w.notices[0].reason),
+            (Desired::Quiet, HOSTNAME_NOT_ALLOWED),
+            "a subtree grant is not the apex"
+        );
+        for s in [behind(NLB, &[apex[0], (ANNOTATION_ALIAS, "false")]), svc("web", &["10.0.0.1"], &apex)] {
+            let d = want(s, &naming());
+            assert!(
+                matches!(&d, Desired::Invalid { reason: "InvalidHostname", message } if message.contains("zone apex")),
+                "{d:?}"
+            );
+        }
     }
 }

@@ -70,7 +70,7 @@ pub fn parse(value: &str) -> Option<Labels> {
 
 /// What an external-dns TXT record set says (its first external-dns value).
 pub fn labels_of(record: &RecordSet) -> Option<Labels> {
-    if record.rtype != RecordType::Txt || record.foreign.is_some() {
+    if record.rtype != RecordType::Txt || record.extra.is_some() {
         return None;
     }
     record.values.iter().find_map(|v| parse(v))

@@ -140,6 +140,7 @@ fn naming() -> Naming {
         publish_headless: true,
         pod_template: Template::parse_pod("{hostname}.{name}.{domain}").unwrap_or_else(|e| panic!("template: {e}")),
         max_endpoints: 100,
+        alias_load_balancers: true,
     }
 }
 

@@ -23,6 +23,11 @@ pub enum HostnameError {
     #[error("{name:?} is not inside the zone {zone:?}")]
     OutsideZone { name: String, zone: String },
     #[error(
+        "{0:?} is the zone apex, which can hold only an ALIAS record (flotilla.dev/target: load-balancer, \
+         with an AWS load balancer's hostname)"
+    )]
+    Apex(String),
+    #[error(
         "unknown variable {{{0}}} in the hostname template (known: {{name}}, {{namespace}}, {{prefix}}, {{domain}})"
     )]
     UnknownVariable(String),
@@ -38,8 +43,10 @@ pub fn normalize(name: &str) -> String {
 }
 
 /// Checks a (normalized) hostname: RFC 1123 labels, at most
-/// [`MAX_HOSTNAME`] characters, and strictly inside `zone` (the zone apex
-/// itself is refused: it holds the zone's NS/SOA).
+/// [`MAX_HOSTNAME`] characters, and strictly inside `zone`. The zone apex
+/// itself is [`HostnameError::Apex`]: it holds the zone's NS/SOA, beside
+/// which only an ALIAS may stand (never a CNAME), so only a Service
+/// published as an ALIAS may have it.
 pub fn validate(name: &str, zone: &str) -> Result<(), HostnameError> {
     if name.is_empty() {
         return Err(HostnameError::Empty(name.to_string()));
@@ -58,6 +65,9 @@ pub fn validate(name: &str, zone: &str) -> Result<(), HostnameError> {
         if !ok {
             return Err(HostnameError::BadLabel { name: name.to_string(), label: label.to_string() });
         }
+    }
+    if name == zone {
+        return Err(HostnameError::Apex(name.to_string()));
     }
     let inside =
         name.len() > zone.len() + 1 && name.ends_with(zone) && name.as_bytes()[name.len() - zone.len() - 1] == b'.';
@@ -209,7 +219,7 @@ mod tests {
         let z = "vipmind.me";
         assert!(validate("kube-a.vipmind.me", z).is_ok());
         assert!(validate("a.b.vipmind.me", z).is_ok());
-        assert!(matches!(validate("vipmind.me", z), Err(HostnameError::OutsideZone { .. })));
+        assert_eq!(validate("vipmind.me", z), Err(HostnameError::Apex("vipmind.me".into())));
         assert!(matches!(validate("xvipmind.me", z), Err(HostnameError::OutsideZone { .. })));
         assert!(matches!(validate("a.example.com", z), Err(HostnameError::OutsideZone { .. })));
         assert!(matches!(validate("a_b.vipmind.me", z), Err(HostnameError::BadLabel { .. })));

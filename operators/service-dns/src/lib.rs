@@ -16,6 +16,7 @@
 //! | [`service`] | the few fields of a Service that are kept in the cache |
 //! | [`endpoints`] | the few fields of a headless Service's EndpointSlices that are kept in their cache |
 //! | [`headless`] | a headless Service's published addresses and pod names from its slices (pure, bounded) |
+//! | [`alias`] | ALIAS records for AWS load balancers: each region's canonical hosted zone, the Service's alias annotations (pure) |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`model`] | the record model shared by desired, current and plan: record sets, their keys, changes |
 //! | [`plan`] | the pure diff of desired and current (unit + property tests): reading the zone and the claims, conflicts, changes |
@@ -28,6 +29,7 @@
 //! | [`hostname`] | the hostname template and name checks |
 //! | [`metrics`], [`report`] | `flotilla_service_dns_*` metrics; Events on Services |
 
+pub mod alias;
 pub mod apply;
 pub mod batch;
 pub mod config;

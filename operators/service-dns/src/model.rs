@@ -39,9 +39,10 @@ impl fmt::Display for RecordType {
 }
 
 /// One record set as Route53 has it (or as we want it): name (lowercase,
-/// no trailing dot), type, TTL and values. `foreign` marks what we never
-/// write (alias targets, routing policies, unknown types): its presence
-/// only makes a name taken.
+/// no trailing dot), type, TTL and values, or — for an ALIAS — the alias
+/// target instead of TTL and values. `extra` also marks what we never
+/// write (routing policies, unknown types): its presence only makes a
+/// name taken.
 ///
 /// The zone copy kept between listings holds two of these per Service (its
 /// name and the ownership TXT), so they are laid out small (issue 28,
@@ -51,14 +52,42 @@ impl fmt::Display for RecordType {
 pub struct RecordSet {
     pub name: Box<str>,
     pub rtype: RecordType,
+    /// 0 for an ALIAS (Route53 gives it none: the target's TTL applies).
     pub ttl: i64,
-    /// Sorted, without duplicates.
+    /// Sorted, without duplicates; empty for an ALIAS.
     pub values: Box<[Box<str>]>,
-    /// Route53's own type name for `Other` (and the set identifier, alias
-    /// flag) so that the record is shown faithfully; never written back.
-    /// Boxed twice so that the field is one pointer wide: almost no record
-    /// has one, and every record pays for the field.
-    pub foreign: Option<Box<Box<str>>>,
+    /// What almost no record has: an ALIAS target, or what makes the record
+    /// foreign. Boxed so that the field is one pointer wide: every record
+    /// pays for the field.
+    pub extra: Option<Box<Extra>>,
+}
+
+/// The rare part of a record set.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Extra {
+    /// Never written, only in the way: Route53's own type name for
+    /// `Other`, the set identifier of a routing policy, an alias inside a
+    /// routing policy. Kept so that the record is shown faithfully.
+    Foreign(Box<str>),
+    /// A Route53 ALIAS (an `A`/`AAAA` set answered with the target's
+    /// addresses): ours to write like any address record.
+    Alias(Alias),
+}
+
+/// An ALIAS record's target.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Alias {
+    /// The target's hosted zone (a load balancer's canonical zone).
+    pub zone_id: Box<str>,
+    /// Normalized (lowercase, no trailing dot).
+    pub dns_name: Box<str>,
+    pub evaluate_target_health: bool,
+}
+
+impl fmt::Display for Alias {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ALIAS {} (zone {})", self.dns_name, self.zone_id)
+    }
 }
 
 impl RecordSet {
@@ -66,17 +95,51 @@ impl RecordSet {
         values.sort();
         values.dedup();
         let values = values.into_iter().map(String::into_boxed_str).collect();
-        Self { name: name.into(), rtype, ttl, values, foreign: None }
+        Self { name: name.into(), rtype, ttl, values, extra: None }
+    }
+
+    /// An ALIAS record set at `name`.
+    pub fn alias(name: impl Into<Box<str>>, rtype: RecordType, target: Alias) -> Self {
+        Self { name: name.into(), rtype, ttl: 0, values: Box::default(), extra: Some(Box::new(Extra::Alias(target))) }
+    }
+
+    /// Marks the record foreign: `what` makes it so.
+    pub fn into_foreign(mut self, what: impl Into<Box<str>>) -> Self {
+        self.extra = Some(Box::new(Extra::Foreign(what.into())));
+        self
     }
 
     /// What makes the record foreign, if it is.
     pub fn foreign(&self) -> Option<&str> {
-        self.foreign.as_deref().map(|f| &**f)
+        match self.extra.as_deref() {
+            Some(Extra::Foreign(what)) => Some(what),
+            _ => None,
+        }
+    }
+
+    pub fn is_foreign(&self) -> bool {
+        self.foreign().is_some()
+    }
+
+    /// The ALIAS target, if the record is one.
+    pub fn alias_target(&self) -> Option<&Alias> {
+        match self.extra.as_deref() {
+            Some(Extra::Alias(a)) => Some(a),
+            _ => None,
+        }
     }
 
     /// Characters Route53 counts against its per-request value limit.
     pub fn value_chars(&self) -> usize {
         self.values.iter().map(|v| v.len()).sum()
+    }
+
+    /// The values as shown to people: the addresses, or the alias target.
+    pub fn shown_values(&self) -> String {
+        match self.alias_target() {
+            Some(a) => a.to_string(),
+            None => self.values.join(","),
+        }
     }
 }
 

@@ -68,7 +68,7 @@ pub fn parse(value: &str) -> Option<Ownership> {
 
 /// What a TXT record set says about ownership: the first flotilla value.
 pub fn ownership_of(record: &RecordSet) -> Option<Ownership> {
-    if record.rtype != RecordType::Txt || record.foreign.is_some() {
+    if record.rtype != RecordType::Txt || record.extra.is_some() {
         return None;
     }
     record.values.iter().find_map(|v| parse(v))

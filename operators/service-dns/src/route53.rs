@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::hostname::normalize;
 use crate::metrics::DnsMetrics;
-use crate::model::{Action, RecordSet, RecordType};
+use crate::model::{Action, Alias, RecordSet, RecordType};
 use crate::plan::ChangeGroup;
 
 /// Attempts of one request when Route53 throttles.
@@ -377,8 +377,9 @@ impl Listing {
     }
 }
 
-/// Route53's record set in our model. Alias records, routing policies and
-/// other types are `foreign`: never written, only in the way.
+/// Route53's record set in our model. An ALIAS (without a routing policy)
+/// is an address record like any other; routing policies and other types
+/// are foreign: never written, only in the way.
 pub fn from_route53(r: &r53::ResourceRecordSet) -> RecordSet {
     let name = normalize(r.name());
     let ttl = r.ttl().unwrap_or(0);
@@ -390,16 +391,31 @@ pub fn from_route53(r: &r53::ResourceRecordSet) -> RecordSet {
         RrType::Txt => (RecordType::Txt, raw),
         _ => (RecordType::Other, raw),
     };
-    let mut rs = RecordSet::new(name, rtype, ttl, values);
-    let foreign = if rtype == RecordType::Other {
-        Some(r.r#type().as_str().to_string())
-    } else if r.alias_target().is_some() {
-        Some(format!("{} alias", r.r#type().as_str()))
-    } else {
-        r.set_identifier().map(|id| format!("{} set {id}", r.r#type().as_str()))
-    };
-    rs.foreign = foreign.map(|f| Box::new(f.into_boxed_str()));
-    rs
+    let set = r.set_identifier();
+    match (rtype, r.alias_target(), set) {
+        (RecordType::Other, _, _) => RecordSet::new(name, rtype, ttl, values).into_foreign(r.r#type().as_str()),
+        (_, Some(_), Some(id)) => {
+            RecordSet::new(name, rtype, ttl, values).into_foreign(format!("{} alias set {id}", r.r#type().as_str()))
+        }
+        (_, None, Some(id)) => {
+            RecordSet::new(name, rtype, ttl, values).into_foreign(format!("{} set {id}", r.r#type().as_str()))
+        }
+        (RecordType::A | RecordType::Aaaa, Some(target), None) => RecordSet::alias(
+            name,
+            rtype,
+            Alias {
+                zone_id: short_zone_id(target.hosted_zone_id()).into(),
+                dns_name: normalize(target.dns_name()).into(),
+                evaluate_target_health: target.evaluate_target_health(),
+            },
+        ),
+        // An alias of another type (a CNAME or TXT alias to a record of the
+        // zone): never ours to write.
+        (_, Some(_), None) => {
+            RecordSet::new(name, rtype, ttl, values).into_foreign(format!("{} alias", r.r#type().as_str()))
+        }
+        (_, None, None) => RecordSet::new(name, rtype, ttl, values),
+    }
 }
 
 pub(crate) fn to_route53(action: Action, r: &RecordSet) -> Result<r53::Change, String> {
@@ -410,20 +426,29 @@ pub(crate) fn to_route53(action: Action, r: &RecordSet) -> Result<r53::Change, S
         RecordType::Txt => RrType::Txt,
         RecordType::Other => return Err(format!("refusing to write a foreign record {}", r.name)),
     };
-    if r.foreign.is_some() {
+    if r.is_foreign() {
         return Err(format!("refusing to write a foreign record {}", r.name));
     }
-    let mut records = Vec::new();
-    for v in &r.values {
-        records.push(r53::ResourceRecord::builder().value(&**v).build().map_err(|e| e.to_string())?);
-    }
-    let set = r53::ResourceRecordSet::builder()
-        .name(format!("{}.", r.name))
-        .r#type(rtype)
-        .ttl(r.ttl)
-        .set_resource_records(Some(records))
-        .build()
-        .map_err(|e| e.to_string())?;
+    let set = r53::ResourceRecordSet::builder().name(format!("{}.", r.name)).r#type(rtype);
+    let set = match r.alias_target() {
+        // An ALIAS has neither TTL nor values (Route53 refuses either).
+        Some(a) => set.alias_target(
+            r53::AliasTarget::builder()
+                .hosted_zone_id(&*a.zone_id)
+                .dns_name(format!("{}.", a.dns_name))
+                .evaluate_target_health(a.evaluate_target_health)
+                .build()
+                .map_err(|e| e.to_string())?,
+        ),
+        None => {
+            let mut records = Vec::new();
+            for v in &r.values {
+                records.push(r53::ResourceRecord::builder().value(&**v).build().map_err(|e| e.to_string())?);
+            }
+            set.ttl(r.ttl).set_resource_records(Some(records))
+        }
+    };
+    let set = set.build().map_err(|e| e.to_string())?;
     let action = match action {
         Action::Create => r53::ChangeAction::Create,
         Action::Upsert => r53::ChangeAction::Upsert,
@@ -495,7 +520,38 @@ mod tests {
             .unwrap();
         let r = from_route53(&alias);
         assert_eq!(&*r.name, "x.example.com");
-        assert!(r.foreign.is_some());
+        assert!(!r.is_foreign(), "an ALIAS is an address record like any other");
+        assert_eq!(r.alias_target().map(|a| &*a.dns_name), Some("lb.example"));
+
+        let weighted = r53::ResourceRecordSet::builder()
+            .name("x.example.com.")
+            .r#type(RrType::A)
+            .set_identifier("blue")
+            .weight(10)
+            .ttl(60)
+            .resource_records(r53::ResourceRecord::builder().value("10.0.0.1").build().unwrap())
+            .build()
+            .unwrap();
+        let r = from_route53(&weighted);
+        assert_eq!(r.foreign(), Some("A set blue"));
         assert!(to_route53(Action::Delete, &r).is_err());
+    }
+
+    /// What is written is read back as the same record set: an ALIAS has
+    /// no TTL nor values, and its target's name is compared normalized.
+    #[test]
+    fn an_alias_round_trips() {
+        let target = Alias {
+            zone_id: "Z26RNL4JYFTOTI".into(),
+            dns_name: "web-0123.elb.us-east-1.amazonaws.com".into(),
+            evaluate_target_health: true,
+        };
+        let want = RecordSet::alias("example.com", RecordType::Aaaa, target);
+        let change = to_route53(Action::Create, &want).unwrap();
+        let set = change.resource_record_set().unwrap();
+        assert_eq!(set.ttl(), None);
+        assert!(set.resource_records().is_empty());
+        assert_eq!(set.alias_target().map(|a| a.dns_name()), Some("web-0123.elb.us-east-1.amazonaws.com."));
+        assert_eq!(from_route53(set), want);
     }
 }

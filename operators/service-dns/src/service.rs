@@ -26,8 +26,8 @@ pub struct ServiceInfo {
     pub ingress_ips: Box<[String]>,
     /// `status.loadBalancer.ingress[].hostname`.
     pub ingress_hostnames: Box<[String]>,
-    /// The `flotilla.dev/*` annotations, and external-dns's hostname/ttl
-    /// (accepted as aliases).
+    /// The `flotilla.dev/*` annotations, external-dns's hostname/ttl
+    /// (accepted as aliases), and the load balancer's IP address type.
     pub annotations: Box<[(String, String)]>,
 }
 
@@ -43,9 +43,12 @@ impl ServiceInfo {
     }
 }
 
-/// The annotations that decide records: ours, and external-dns's aliases.
+/// The annotations that decide records: ours, external-dns's aliases, and
+/// the AWS Load Balancer Controller's IP address type (an `AAAA` ALIAS).
 fn kept_annotation(key: &str) -> bool {
-    key.starts_with("flotilla.dev/") || crate::extdns::EXTERNAL_DNS_ALIASES.contains(&key)
+    key.starts_with("flotilla.dev/")
+        || crate::extdns::EXTERNAL_DNS_ALIASES.contains(&key)
+        || key == crate::alias::ANNOTATION_IP_ADDRESS_TYPE
 }
 
 impl From<Service> for ServiceInfo {

@@ -68,7 +68,9 @@ pub struct Syncer {
 }
 
 fn describe(records: &[RecordSet]) -> String {
-    let values: Vec<&str> = records.iter().flat_map(|r| r.values.iter().map(|v| &**v)).collect();
+    let mut values: Vec<String> = records.iter().map(RecordSet::shown_values).filter(|v| !v.is_empty()).collect();
+    // An A and an AAAA ALIAS to one load balancer read the same.
+    values.dedup();
     values.join(", ")
 }
 
@@ -146,6 +148,7 @@ impl Syncer {
             publish_headless: cfg.publish_headless,
             pod_template: cfg.pod_template.clone(),
             max_endpoints: cfg.max_endpoints,
+            alias_load_balancers: cfg.alias_load_balancers,
         };
         let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
         let quarantine = Quarantine::new(cfg.interval.max(Duration::from_secs(300)));
@@ -447,7 +450,7 @@ fn count_owned(current: &[RecordSet], owner: &str) -> usize {
         .filter(|r| crate::registry::ownership_of(r).is_some_and(|o| o.owner == owner))
         .filter_map(|r| crate::hostname::owned_name_of_txt(&r.name))
         .collect();
-    current.iter().filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned.contains(&*r.name)).count()
+    current.iter().filter(|r| r.rtype.is_managed() && !r.is_foreign() && owned.contains(&*r.name)).count()
 }
 
 fn unix_now() -> f64 {

@@ -487,6 +487,108 @@ async fn annotations() {
     assert!(!names.iter().any(|n| n.contains("optout")));
 }
 
+/// AWS load balancers get ALIAS records (A, and AAAA when dualstack) to
+/// their region's canonical hosted zone — checked by the Route53-faithful
+/// proxy, which refuses an ALIAS naming another zone, as Route53 does — and
+/// the zone apex may then be published beside its SOA and NS.
+/// `flotilla.dev/alias: "false"` switches a name to a CNAME and back in one
+/// batch each; a non-ALIAS wish for the apex is refused and said.
+#[tokio::test]
+async fn aws_load_balancers_get_alias_records_and_the_apex() {
+    let env = flotilla_testenv::shared();
+    let client = env.client().await;
+    let moto = moto();
+    let proxy = faithful(&moto);
+    let r53 = route53(&moto.endpoint);
+    let (zone, domain) = create_zone(&r53, "alias").await;
+    let ns = env.namespace("alias").await.expect("namespace");
+    grant(&client, &ns, Some(&domain)).await;
+    let apex_before: Vec<_> = records(&r53, &zone).await;
+    assert!(apex_before.iter().any(|r| r.foreign() == Some("SOA")), "{apex_before:?}");
+    let _op = Operator::start(
+        &env,
+        &proxy.endpoint,
+        &[zone_args(&zone, &domain), vec![format!("--watch-namespace={ns}")]].concat(),
+    );
+    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let ingress = |hostname: &str| {
+        Patch::Merge(serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": hostname}]}}}))
+    };
+    let annotate =
+        |key: &str, value: Option<&str>| Patch::Merge(serde_json::json!({"metadata": {"annotations": {key: value}}}));
+    let alias_at = |name: String, rtype: RecordType, zone_id: &'static str, target: &'static str| {
+        let (r53, zone) = (&r53, &zone);
+        async move {
+            wait_for(&format!("{rtype} {name} ALIAS {target} in {zone_id}"), T, || async {
+                let at: Vec<_> = records(r53, zone).await.into_iter().filter(|r| *r.name == name).collect();
+                let found = at.iter().find(|r| {
+                    r.rtype == rtype
+                        && r.alias_target().is_some_and(|a| {
+                            &*a.zone_id == zone_id && &*a.dns_name == target && a.evaluate_target_health
+                        })
+                });
+                match found {
+                    Some(r) => Ok(Some(r.clone())),
+                    None => Err(format!("at {name}: {at:?}")),
+                }
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+
+    // The apex, a dualstack Network Load Balancer of us-east-1.
+    const NLB: &str = "k8s-web-0123456789.elb.us-east-1.amazonaws.com";
+    let web = [
+        ("flotilla.dev/target", "load-balancer"),
+        ("flotilla.dev/hostname", domain.as_str()),
+        ("service.beta.kubernetes.io/aws-load-balancer-ip-address-type", "dualstack"),
+    ];
+    create_service(&client, &ns, &service("web", "LoadBalancer", &web)).await;
+    api.patch_status("web", &PatchParams::default(), &ingress(NLB)).await.expect("status");
+    alias_at(domain.clone(), RecordType::A, "Z26RNL4JYFTOTI", NLB).await;
+    alias_at(domain.clone(), RecordType::Aaaa, "Z26RNL4JYFTOTI", NLB).await;
+    assert!(find(&r53, &zone, &format!("_flotilla-owner.{domain}"), RecordType::Txt).await.is_some());
+
+    // An Application Load Balancer of eu-west-1 at a templated name: ALIAS,
+    // then a CNAME when the Service opts out, then the ALIAS again.
+    const ALB: &str = "k8s-api-0123456789.eu-west-1.elb.amazonaws.com";
+    create_service(&client, &ns, &service("api", "LoadBalancer", &[("flotilla.dev/target", "load-balancer")])).await;
+    api.patch_status("api", &PatchParams::default(), &ingress(ALB)).await.expect("status");
+    let api_name = format!("kube-api.{domain}");
+    alias_at(api_name.clone(), RecordType::A, "Z32O12XQLNTSW2", ALB).await;
+    api.patch("api", &PatchParams::default(), &annotate("flotilla.dev/alias", Some("false"))).await.expect("patch");
+    wait_record(&r53, &zone, &api_name, RecordType::Cname, &[ALB]).await;
+    assert!(find(&r53, &zone, &api_name, RecordType::A).await.is_none(), "the ALIAS replaced by the CNAME");
+    api.patch("api", &PatchParams::default(), &annotate("flotilla.dev/alias", None)).await.expect("patch");
+    alias_at(api_name.clone(), RecordType::A, "Z32O12XQLNTSW2", ALB).await;
+    assert!(find(&r53, &zone, &api_name, RecordType::Cname).await.is_none(), "the CNAME replaced by the ALIAS");
+
+    // A CNAME cannot stand at the apex: refused and said, the ALIAS kept.
+    api.patch("web", &PatchParams::default(), &annotate("flotilla.dev/alias", Some("false"))).await.expect("patch");
+    let said = wait_event(&client, &ns, "web", "InvalidHostname", "zone apex").await;
+    assert!(said.contains("ALIAS"), "{said}");
+    assert!(find(&r53, &zone, &domain, RecordType::A).await.is_some_and(|r| r.alias_target().is_some()));
+
+    // Gone with the Service: the ALIASes (the TXT held for the namespace,
+    // --handover-grace), never the SOA and NS.
+    api.delete("web", &DeleteParams::default()).await.expect("delete");
+    let left = wait_for("the apex ALIASes to go", T, || async {
+        let left = records(&r53, &zone).await;
+        let ours = left.iter().any(|r| {
+            (&*r.name == domain.as_str() && r.rtype != RecordType::Other)
+                || (*r.name == format!("_flotilla-owner.{domain}") && !is_held(r))
+        });
+        Ok::<_, String>((!ours).then_some(left))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let zones_own = |rs: &[service_dns::model::RecordSet]| {
+        rs.iter().filter(|r| r.rtype == RecordType::Other).cloned().collect::<Vec<_>>()
+    };
+    assert_eq!(zones_own(&left), zones_own(&apex_before), "the zone's own records untouched");
+}
+
 /// Dual-stack Services get A and AAAA from spec.clusterIPs.
 #[tokio::test]
 async fn dual_stack_gets_a_and_aaaa() {

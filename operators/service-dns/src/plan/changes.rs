@@ -26,7 +26,9 @@ pub(super) fn publish(
     rules: &Rules<'_>,
 ) -> Option<ChangeGroup> {
     let policy = rules.policy;
-    let ttl = want.iter().map(|r| r.ttl).min().unwrap_or(300);
+    // An ALIAS has no TTL (the target's applies): a name of ALIASes only
+    // gets its TXT with Route53's customary 300 s.
+    let ttl = want.iter().filter(|r| r.alias_target().is_none()).map(|r| r.ttl).min().unwrap_or(300);
     let mut changes = Vec::new();
     // Stale types first (A → CNAME needs the A gone before the CNAME).
     if policy == Policy::Sync {
@@ -36,10 +38,22 @@ pub(super) fn publish(
             }
         }
     }
+    let mut replaces = false;
     for w in want {
         match current.get(&w.rtype) {
             None => changes.push(change(Action::Create, w)),
-            Some(cur) if cur.ttl != w.ttl || cur.values != w.values => {
+            // An address set becoming an ALIAS (or back): DELETE + CREATE in
+            // the batch rather than an UPSERT, a replacement Route53 takes
+            // whichever way it goes.
+            // (Under a restricted policy, a conflict before this: see `policy_forbids`.)
+            Some(cur) if cur.alias_target().is_some() != w.alias_target().is_some() => {
+                if policy == Policy::Sync {
+                    changes.push(change(Action::Delete, cur));
+                    changes.push(change(Action::Create, w));
+                    replaces = true;
+                }
+            }
+            Some(cur) if cur.ttl != w.ttl || cur.values != w.values || cur.extra != w.extra => {
                 if policy != Policy::CreateOnly {
                     changes.push(change(Action::Upsert, w));
                 }
@@ -48,7 +62,7 @@ pub(super) fn publish(
         }
     }
     let txt = registry::txt_record(name, ttl, rules.owner_id, &winner.resource);
-    let upserts = changes.iter().any(|c| c.action == Action::Upsert);
+    let upserts = replaces || changes.iter().any(|c| c.action == Action::Upsert);
     // The ownership TXT: created (and the adopted owner's removed), moved
     // to a new holder, or — beside an UPSERT — deleted and created
     // unchanged, so that the batch fails whole if it is no longer ours.

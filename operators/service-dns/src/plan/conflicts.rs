@@ -46,7 +46,8 @@ pub(super) fn adoptable<'c>(
 /// What at `name` is not ours and in the way of `want` (`None`: nothing):
 /// another owner's TXT; on a name nobody owns (and not being adopted) any
 /// address record, alias or TXT; on our own name a foreign address record,
-/// or — for a CNAME, which must be alone — anything not ours.
+/// or — for a CNAME, which must be alone — anything not ours. At the zone
+/// apex, the zone's SOA and NS are not in the way.
 pub(super) fn taken_by(
     name: &str,
     want: &[&RecordSet],
@@ -55,7 +56,12 @@ pub(super) fn taken_by(
     adopted: Option<&[&RecordSet]>,
     owner_id: &str,
 ) -> Option<String> {
-    let existing = zone.records(name);
+    let mut existing = zone.records(name);
+    // The zone apex (the name with the SOA): the zone's own SOA and NS are
+    // no one's claim, and an ALIAS may stand beside them.
+    if existing.iter().any(|r| r.foreign() == Some("SOA")) {
+        existing.retain(|r| !matches!(r.foreign(), Some("SOA" | "NS")));
+    }
     let wants_cname = want.iter().any(|r| r.rtype == RecordType::Cname);
     let label = |r: &RecordSet| format!("{} {}", r.foreign().unwrap_or(r.rtype.as_str()), r.name);
     let ours = owned.is_some_and(|(o, _)| o.owner == owner_id);
@@ -63,7 +69,7 @@ pub(super) fn taken_by(
         return Some(format!("TXT {} says owner={}", owner_txt_name(name), o.owner));
     }
     if !ours && adopted.is_none() {
-        return match existing.iter().find(|r| r.rtype.is_managed() || wants_cname || r.foreign.is_some()) {
+        return match existing.iter().find(|r| r.rtype.is_managed() || wants_cname || r.is_foreign()) {
             Some(r) => Some(label(r)),
             None => zone.txt_at.get(name).map(|r| format!("TXT {}", r.name)),
         };
@@ -74,9 +80,9 @@ pub(super) fn taken_by(
     existing
         .iter()
         .filter(|r| !adopted_txts.contains(r))
-        .find(|r| (r.foreign.is_some() && r.rtype.is_managed()) || (wants_cname && !is_ours_managed(r)))
+        .find(|r| (r.is_foreign() && r.rtype.is_managed()) || (wants_cname && !is_ours_managed(r)))
         .map(|r| {
-            if wants_cname && !(r.foreign.is_some() && r.rtype.is_managed()) {
+            if wants_cname && !(r.is_foreign() && r.rtype.is_managed()) {
                 format!("{}; a CNAME must be alone at its name", label(r))
             } else {
                 label(r)
@@ -85,7 +91,8 @@ pub(super) fn taken_by(
 }
 
 /// A restricted policy cannot delete the type a CNAME replaces (or that
-/// replaces a CNAME): Route53 would refuse the CREATE. Why, if so.
+/// replaces a CNAME): Route53 would refuse the CREATE; nor replace an
+/// address set by an ALIAS (or back). Why, if so.
 pub(super) fn policy_forbids(
     want: &[&RecordSet],
     current: &BTreeMap<RecordType, &RecordSet>,
@@ -95,6 +102,20 @@ pub(super) fn policy_forbids(
         return None;
     }
     let wants_cname = want.iter().any(|r| r.rtype == RecordType::Cname);
+    // An address set becoming an ALIAS or back is a DELETE and a CREATE.
+    let replaced: Vec<RecordType> = want
+        .iter()
+        .filter(|w| current.get(&w.rtype).is_some_and(|c| c.alias_target().is_some() != w.alias_target().is_some()))
+        .map(|w| w.rtype)
+        .collect();
+    if !replaced.is_empty() {
+        let types = replaced.iter().map(|t| t.as_str()).collect::<Vec<_>>().join("/");
+        return Some(format!(
+            "{types} would have to be deleted and created again to switch between an address record and an ALIAS, \
+             which --policy {} does not allow",
+            policy.as_str()
+        ));
+    }
     let stale: Vec<RecordType> = current.keys().copied().filter(|t| !want.iter().any(|w| w.rtype == *t)).collect();
     if stale.is_empty() || !(wants_cname || stale.contains(&RecordType::Cname)) {
         return None;

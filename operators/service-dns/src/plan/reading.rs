@@ -61,5 +61,5 @@ pub(super) fn claimants_by_name(claims: &[Claim]) -> BTreeMap<&str, Vec<Claimant
 
 /// One of our A/AAAA/CNAME records (not an alias or routing-policy set).
 pub(super) fn is_ours_managed(r: &RecordSet) -> bool {
-    r.rtype.is_managed() && r.foreign.is_none()
+    r.rtype.is_managed() && !r.is_foreign()
 }

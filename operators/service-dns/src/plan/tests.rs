@@ -1,7 +1,7 @@
 use super::*;
 use crate::extdns;
 use crate::hostname::{owned_name_of_txt, owner_txt_name};
-use crate::model::Action;
+use crate::model::{self, Action, Alias};
 use proptest::prelude::*;
 
 pub(crate) const ME: &str = "me";
@@ -136,9 +136,7 @@ fn cname(name: &str, target: &str) -> RecordSet {
     RecordSet::new(name, RecordType::Cname, 300, vec![target.to_string()])
 }
 fn other(name: &str, kind: &str, value: &str) -> RecordSet {
-    let mut r = RecordSet::new(name, RecordType::Other, 300, vec![value.to_string()]);
-    r.foreign = Some(Box::new(kind.into()));
-    r
+    RecordSet::new(name, RecordType::Other, 300, vec![value.to_string()]).into_foreign(kind)
 }
 
 #[test]
@@ -395,14 +393,24 @@ fn arb_record() -> impl Strategy<Value = RecordSet> {
 fn arb_foreign() -> impl Strategy<Value = RecordSet> {
     (arb_name(), 0u8..4).prop_map(|(n, kind)| {
         let (rtype, values, foreign) = match kind {
-            0 => (RecordType::A, vec!["dualstack.lb.example".to_string()], Some("A alias")),
+            // An ALIAS nobody owns: an address record like any other.
+            0 => {
+                let target = Alias {
+                    zone_id: "Z35SXDOTRQ7X7K".into(),
+                    dns_name: "lb.example".into(),
+                    evaluate_target_health: true,
+                };
+                return RecordSet::alias(n, RecordType::A, target);
+            }
             1 => (RecordType::A, vec!["10.9.9.9".to_string()], Some("A set blue")),
             2 => (RecordType::Txt, vec!["\"v=spf1 -all\"".to_string()], None),
             _ => (RecordType::Other, vec!["10 mail.example".to_string()], Some("MX")),
         };
-        let mut r = RecordSet::new(n, rtype, 300, values);
-        r.foreign = foreign.map(|f| Box::new(f.into()));
-        r
+        let r = RecordSet::new(n, rtype, 300, values);
+        match foreign {
+            Some(f) => r.into_foreign(f),
+            None => r,
+        }
     })
 }
 pub(crate) fn arb_zone() -> impl Strategy<Value = Vec<RecordSet>> {
@@ -477,7 +485,7 @@ proptest! {
         // (alias, routing policy, MX, a TXT not ours) even at a name we own.
         for r in &zone {
             let name = owned_name_of_txt(&r.name).unwrap_or(&r.name);
-            let never_ours = r.foreign.is_some() || (r.rtype == RecordType::Txt && owned_name_of_txt(&r.name).is_none());
+            let never_ours = r.is_foreign() || (r.rtype == RecordType::Txt && owned_name_of_txt(&r.name).is_none());
             if !owned_before.contains(name) || never_ours {
                 prop_assert!(after.contains(r), "unowned {r:?} changed");
             }
@@ -496,11 +504,11 @@ proptest! {
             let at_name = || zone.iter().filter(|r| &*r.name == name);
             let attainable = match &holder {
                 Some(o) => o.owner == ME && !at_name().any(|r| {
-                    let ours = r.rtype.is_managed() && r.foreign.is_none();
-                    (r.foreign.is_some() && r.rtype.is_managed()) || (wants_cname && !ours)
+                    let ours = r.rtype.is_managed() && !r.is_foreign();
+                    (r.is_foreign() && r.rtype.is_managed()) || (wants_cname && !ours)
                 }),
                 None => {
-                    !at_name().any(|r| r.rtype.is_managed() || wants_cname || r.foreign.is_some())
+                    !at_name().any(|r| r.rtype.is_managed() || wants_cname || r.is_foreign())
                         && !zone.iter().any(|r| *r.name == owner_txt_name(name))
                 }
             };
@@ -508,7 +516,7 @@ proptest! {
                 // A name of ours in conflict (a CNAME beside someone's
                 // record) keeps what it has.
                 if holder.as_ref().is_some_and(|o| o.owner == ME) {
-                    expected.extend(at_name().filter(|r| r.rtype.is_managed() && r.foreign.is_none()).cloned());
+                    expected.extend(at_name().filter(|r| r.rtype.is_managed() && !r.is_foreign()).cloned());
                 }
                 continue;
             }
@@ -516,7 +524,7 @@ proptest! {
         }
         let owned_after = owned_by_me(&after);
         let got: BTreeSet<RecordSet> = after.iter()
-            .filter(|r| r.rtype.is_managed() && r.foreign.is_none() && owned_after.contains(&*r.name))
+            .filter(|r| r.rtype.is_managed() && !r.is_foreign() && owned_after.contains(&*r.name))
             .cloned().collect();
         prop_assert_eq!(got, expected);
         // Idempotent: a second plan writes nothing.
@@ -628,4 +636,94 @@ proptest! {
             prop_assert!(apply(&taken, &one).is_err(), "a taken name was overwritten");
         }
     }
+}
+
+fn elb_alias(name: &str, rtype: RecordType) -> RecordSet {
+    let target = Alias {
+        zone_id: "Z35SXDOTRQ7X7K".into(),
+        dns_name: "web-01.us-east-1.elb.amazonaws.com".into(),
+        evaluate_target_health: true,
+    };
+    RecordSet::alias(name, rtype, target)
+}
+
+/// CNAME → ALIAS and plain A → ALIAS: one batch each, the old set gone
+/// and the ALIAS created (no UPSERT across the two kinds), our TXT guarding
+/// the replacement; the same ALIAS again is no change.
+#[test]
+fn a_name_becomes_an_alias_in_one_batch() {
+    let me = "service/a/web";
+    let alias = elb_alias("x.z", RecordType::A);
+    let cname_zone = vec![cname("x.z", "web-01.us-east-1.elb.amazonaws.com"), txt("x.z", ME, me)];
+    let p = plan(&[claim(me, 1, vec![alias.clone()])], &cname_zone, ME, Policy::Sync);
+    assert_eq!(p.groups.len(), 1);
+    let after = apply(&cname_zone, &p).unwrap();
+    assert!(after.contains(&alias) && !after.iter().any(|r| r.rtype == RecordType::Cname), "{after:?}");
+    assert!(plan(&[claim(me, 1, vec![alias.clone()])], &after, ME, Policy::Sync).is_empty(), "in sync");
+    // Back to the CNAME (flotilla.dev/alias: "false").
+    let back =
+        plan(&[claim(me, 1, vec![cname("x.z", "web-01.us-east-1.elb.amazonaws.com")])], &after, ME, Policy::Sync);
+    assert_eq!(apply(&after, &back).unwrap(), cname_zone.iter().cloned().rev().collect::<Vec<_>>());
+
+    let a_zone = vec![a("x.z", "10.0.0.1"), txt("x.z", ME, me)];
+    let p = plan(&[claim(me, 1, vec![alias.clone()])], &a_zone, ME, Policy::Sync);
+    let actions: Vec<(Action, RecordType)> = p.groups[0].changes.iter().map(|c| (c.action, c.record.rtype)).collect();
+    assert_eq!(
+        actions,
+        [
+            (Action::Delete, RecordType::Txt),
+            (Action::Create, RecordType::Txt),
+            (Action::Delete, RecordType::A),
+            (Action::Create, RecordType::A)
+        ]
+    );
+    assert!(apply(&a_zone, &p).unwrap().contains(&alias));
+    assert!(plan(&[claim(me, 1, vec![alias.clone()])], &a_zone, ME, Policy::CreateOnly).is_empty());
+    // Another target (or EvaluateTargetHealth): an UPSERT of the ALIAS.
+    let mut moved = elb_alias("x.z", RecordType::A);
+    if let Some(model::Extra::Alias(t)) = moved.extra.as_deref_mut() {
+        t.evaluate_target_health = false;
+    }
+    let p = plan(&[claim(me, 1, vec![moved.clone()])], &after, ME, Policy::Sync);
+    assert!(p.groups[0].changes.iter().any(|c| c.action == Action::Upsert && c.record == moved));
+}
+
+/// The zone apex holds the zone's SOA and NS: they do not make it taken
+/// for an ALIAS, and they are never touched.
+#[test]
+fn the_apex_takes_an_alias_beside_the_zones_soa_and_ns() {
+    let soa = other("z", "SOA", "ns-1.awsdns. hostmaster. 1 7200 900 1209600 86400");
+    let zone = vec![soa.clone(), other("z", "NS", "ns-1.awsdns.")];
+    let want = vec![elb_alias("z", RecordType::A), elb_alias("z", RecordType::Aaaa)];
+    let p = plan(&[claim("service/a/web", 1, want.clone())], &zone, ME, Policy::Sync);
+    assert!(p.conflicts.is_empty(), "{:?}", p.conflicts);
+    let touched: Vec<&RecordSet> = p.groups.iter().flat_map(|g| &g.changes).map(|c| &c.record).collect();
+    assert!(touched.iter().all(|r| r.rtype != RecordType::Other), "{touched:?}");
+    // (The model of Route53 here keys by name and type: the SOA alone.)
+    let after = apply(std::slice::from_ref(&soa), &p).unwrap();
+    for r in want.iter().chain([&soa]) {
+        assert!(after.contains(r), "{r:?} in {after:?}");
+    }
+    // Gone when nobody wants it: the ALIASes and the TXT, not the SOA.
+    assert_eq!(apply(&after, &plan(&[], &after, ME, Policy::Sync)).unwrap(), [soa]);
+    // NS alone (a delegation, not the apex) still makes a name taken.
+    let delegated = vec![other("sub.z", "NS", "ns-2.elsewhere.")];
+    let p = plan(&[claim("service/a/web", 1, vec![elb_alias("sub.z", RecordType::A)])], &delegated, ME, Policy::Sync);
+    assert_eq!(p.conflicts.len(), 1);
+}
+
+/// external-dns publishes AWS load balancers as ALIASes: adopted as they
+/// are (the same target: only the TXTs change hands), no longer "taken".
+#[test]
+fn an_external_dns_alias_is_adopted_unchanged() {
+    let alias = elb_alias("web.z", RecordType::A);
+    let zone = vec![alias.clone(), ext_txt("a-web.z", "ext", "service/ns/web")];
+    let claims = vec![claim("service/ns/web", 1, vec![alias.clone()])];
+    let adopt = ext_owner("");
+    let rules = Rules { owner_id: ME, policy: Policy::Sync, adopt: Some(&adopt), grace: 0, now: 0 };
+    let p = plan_with(&claims, &BTreeSet::new(), &zone, &rules);
+    assert!(p.conflicts.is_empty(), "{:?}", p.conflicts);
+    assert!(p.groups[0].changes.iter().all(|c| c.record.rtype == RecordType::Txt), "{:?}", p.groups);
+    let after = apply(&zone, &p).unwrap();
+    assert!(after.contains(&alias) && after.contains(&txt("web.z", ME, "service/ns/web")));
 }
