@@ -124,10 +124,11 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     // completed (the first, or a relist after a lost watch); an update that
     // leaves its `ServiceInfo` as it was (its status, an unrelated label)
     // plans nothing new and wakes nothing.
+    let max_hostnames = cfg.max_hostnames;
     let watch_task = tokio::spawn(writer.feed(
         watch.take_until(watch_shutdown.cancelled_owned()),
-        |svc| {
-            let info = ServiceInfo::from(svc);
+        move |svc| {
+            let info = ServiceInfo::read(svc, max_hostnames);
             (resource_id(&info.namespace, &info.name), info)
         },
         move |fed| {

@@ -148,6 +148,14 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
     if svc.annotation(ANNOTATION_DNS).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
         return Desired::Quiet.into();
     }
+    if let Some((key, len)) = svc.oversized.as_deref() {
+        let bound = crate::service::bound_of(key, naming.max_hostnames);
+        return Desired::Invalid {
+            reason: "InvalidAnnotation",
+            message: format!("{key} is {len} bytes long; at most {bound} are read here; no record published"),
+        }
+        .into();
+    }
     let mut notices = Vec::new();
 
     let ttl_annotation = [ANNOTATION_TTL, EXTERNAL_DNS_TTL, EXTERNAL_DNS_ALPHA_TTL]
@@ -637,10 +645,12 @@ mod tests {
             matches!(&bad, Desired::Invalid { message, .. } if message.contains(EXTERNAL_DNS_ALPHA_TTL)),
             "{bad:?}"
         );
-        // Kept by the Service projection, so the watch does not drop them.
+        // Kept by the Service projection, so the watch does not drop them:
+        // of the hostnames, the one read.
         let info = ServiceInfo::from(svc("x", &["10.0.0.1"], &both));
         for (k, v) in both {
-            assert_eq!(info.annotation(k), Some(v), "{k}");
+            let kept = if k == EXTERNAL_DNS_ALPHA_HOSTNAME { None } else { Some(v) };
+            assert_eq!(info.annotation(k), kept, "{k}");
         }
     }
 
@@ -867,6 +877,17 @@ mod tests {
         let r = records(want(s.clone(), &naming()));
         assert_eq!(r[0].rtype, RecordType::Cname);
         assert_eq!(*r[0].values, [Box::from("lb.aws.example")]);
+    }
+
+    #[test]
+    fn an_oversized_annotation_is_refused_and_said() {
+        let long = "a.vipmind.me,".repeat(2000);
+        let d = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, &long)]), &naming());
+        assert!(
+            matches!(&d, Desired::Invalid { reason: "InvalidAnnotation", message }
+                if message.contains(ANNOTATION_HOSTNAME) && message.contains("16384")),
+            "{d:?}"
+        );
     }
 
     fn behind(hostname: &str, annotations: &[(&str, &str)]) -> Service {

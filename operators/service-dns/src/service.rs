@@ -26,9 +26,60 @@ pub struct ServiceInfo {
     pub ingress_ips: Box<[String]>,
     /// `status.loadBalancer.ingress[].hostname`.
     pub ingress_hostnames: Box<[String]>,
-    /// The `flotilla.dev/*` annotations, external-dns's hostname/ttl
-    /// (accepted as aliases), and the load balancer's IP address type.
+    /// The annotations that decide records ([`KEPT`]), each at most its
+    /// bound long; of the hostname annotations only the one read.
     pub annotations: Box<[(String, String)]>,
+    /// A kept annotation longer than its bound, and its length: not held,
+    /// the Service skipped with a Warning (see [`KEPT`]).
+    pub oversized: Oversized,
+}
+
+/// The longest hostname annotation read: 16 KiB (some 68 names of the
+/// longest allowed, hundreds of usual ones), or 256 bytes a name when
+/// `--max-hostnames-per-service` allows more than 64.
+pub const MAX_HOSTNAMES_VALUE: usize = 16 * 1024;
+
+/// The hostname annotation's bound under `--max-hostnames-per-service`.
+pub fn hostnames_bound(max_hostnames: usize) -> usize {
+    MAX_HOSTNAMES_VALUE.max(max_hostnames.saturating_mul(256))
+}
+/// The longest value of every other kept annotation (a TTL, `true`, a zone id).
+pub const MAX_VALUE: usize = 256;
+
+/// The annotations that decide records, each with the longest value read;
+/// the hostname ones in the order they are read (ours, then external-dns's
+/// newer prefix, then its older one). Everything else on a Service (up to
+/// the API server's 256 KiB of annotations) is dropped as it is read, and a
+/// value over its bound is not held either: a tenant's Services cannot make
+/// the operator hold more than about 18 KiB each, whatever they carry (with
+/// the default `--max-hostnames-per-service`; see [`hostnames_bound`]).
+pub const KEPT: &[(&str, usize)] = &[
+    (crate::desired::ANNOTATION_HOSTNAME, MAX_HOSTNAMES_VALUE),
+    (crate::extdns::EXTERNAL_DNS_HOSTNAME, MAX_HOSTNAMES_VALUE),
+    (crate::extdns::EXTERNAL_DNS_ALPHA_HOSTNAME, MAX_HOSTNAMES_VALUE),
+    (crate::desired::ANNOTATION_TTL, MAX_VALUE),
+    (crate::extdns::EXTERNAL_DNS_TTL, MAX_VALUE),
+    (crate::extdns::EXTERNAL_DNS_ALPHA_TTL, MAX_VALUE),
+    (crate::desired::ANNOTATION_DNS, MAX_VALUE),
+    (crate::desired::ANNOTATION_TARGET, MAX_VALUE),
+    (crate::desired::ANNOTATION_POD_RECORDS, MAX_VALUE),
+    (crate::alias::ANNOTATION_ALIAS, MAX_VALUE),
+    (crate::alias::ANNOTATION_ALIAS_ZONE, MAX_VALUE),
+    (crate::alias::ANNOTATION_EVALUATE_TARGET_HEALTH, MAX_VALUE),
+    (crate::alias::ANNOTATION_IP_ADDRESS_TYPE, MAX_VALUE),
+];
+
+/// How many of [`KEPT`] are hostname annotations (the first ones).
+const HOSTNAME_KEYS: usize = 3;
+
+/// The longest value of the kept annotation `key` read under
+/// `--max-hostnames-per-service` (0: not kept).
+pub fn bound_of(key: &str, max_hostnames: usize) -> usize {
+    match KEPT.iter().position(|(k, _)| *k == key) {
+        Some(i) if i < HOSTNAME_KEYS => hostnames_bound(max_hostnames),
+        Some(i) => KEPT[i].1,
+        None => 0,
+    }
 }
 
 impl ServiceInfo {
@@ -43,16 +94,46 @@ impl ServiceInfo {
     }
 }
 
-/// The annotations that decide records: ours, external-dns's aliases, and
-/// the AWS Load Balancer Controller's IP address type (an `AAAA` ALIAS).
-fn kept_annotation(key: &str) -> bool {
-    key.starts_with("flotilla.dev/")
-        || crate::extdns::EXTERNAL_DNS_ALIASES.contains(&key)
-        || key == crate::alias::ANNOTATION_IP_ADDRESS_TYPE
+/// An annotation over its bound: its key and length.
+type Oversized = Option<Box<(String, usize)>>;
+
+/// The kept annotations of `all` (see [`KEPT`]), and the first one over its bound.
+fn kept_annotations(
+    all: std::collections::BTreeMap<String, String>,
+    hostnames: usize,
+) -> (Vec<(String, String)>, Oversized) {
+    let mut kept = Vec::new();
+    let mut oversized = None;
+    let mut hostname_read = false;
+    for (i, (key, bound)) in KEPT.iter().enumerate() {
+        let Some(value) = all.get(*key) else { continue };
+        let bound = if i < HOSTNAME_KEYS { &hostnames } else { bound };
+        if i < HOSTNAME_KEYS {
+            // Only the first hostname annotation present is ever read.
+            if hostname_read {
+                continue;
+            }
+            hostname_read = true;
+        }
+        if value.len() > *bound {
+            oversized.get_or_insert_with(|| Box::new((key.to_string(), value.len())));
+        } else {
+            kept.push((key.to_string(), value.clone()));
+        }
+    }
+    (kept, oversized)
 }
 
+/// With the default `--max-hostnames-per-service` (tests).
 impl From<Service> for ServiceInfo {
     fn from(svc: Service) -> Self {
+        Self::read(svc, 10)
+    }
+}
+
+impl ServiceInfo {
+    /// What is kept of `svc` under `--max-hostnames-per-service`.
+    pub fn read(svc: Service, max_hostnames: usize) -> Self {
         let m = svc.metadata;
         let spec = svc.spec.unwrap_or_default();
         let mut cluster_ips = spec.cluster_ips.unwrap_or_default();
@@ -67,8 +148,8 @@ impl From<Service> for ServiceInfo {
             ingress_ips.extend(i.ip);
             ingress_hostnames.extend(i.hostname);
         }
-        let annotations: Vec<(String, String)> =
-            m.annotations.unwrap_or_default().into_iter().filter(|(k, _)| kept_annotation(k)).collect();
+        let (annotations, oversized) =
+            kept_annotations(m.annotations.unwrap_or_default(), hostnames_bound(max_hostnames));
         ServiceInfo {
             namespace: m.namespace.unwrap_or_default(),
             name: m.name.unwrap_or_default(),
@@ -80,6 +161,7 @@ impl From<Service> for ServiceInfo {
             ingress_ips: ingress_ips.into(),
             ingress_hostnames: ingress_hostnames.into(),
             annotations: annotations.into(),
+            oversized,
         }
     }
 }
@@ -132,6 +214,42 @@ mod tests {
         assert_eq!(&*info.ingress_hostnames, &["lb.example".to_string()]);
         assert_eq!(info.created, i64::MAX, "no creation time: loses any contest");
         assert!(!info.external_name);
+    }
+
+    /// The attack: a Service carrying the API server's most annotations
+    /// (256 KiB), in a junk `flotilla.dev/` key and in the hostname
+    /// annotation. Before the bound, every byte of both was held in the
+    /// cache, for every such Service (a thousand of them: 256 MiB, twice the
+    /// chart's limit); now neither is, and the Service is told why.
+    #[test]
+    fn a_service_cannot_make_the_cache_hold_its_annotations() {
+        let big = |n: usize| "a".repeat(n);
+        let hostnames = (0..9_000).map(|i| format!("h{i}.example.com")).collect::<Vec<_>>().join(",");
+        let svc = Service {
+            metadata: ObjectMeta {
+                name: Some("x".into()),
+                namespace: Some("ns".into()),
+                annotations: Some(
+                    [
+                        ("flotilla.dev/junk".to_string(), big(100 * 1024)),
+                        ("flotilla.dev/hostname".to_string(), hostnames[..150 * 1024].to_string()),
+                        ("external-dns.alpha.kubernetes.io/hostname".to_string(), "b.example.com".to_string()),
+                        ("flotilla.dev/ttl".to_string(), "60".to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // Cloned inside: what the watch decodes is allocated there too, and
+        // only what the projection keeps stays.
+        let (info, heap) = flotilla_testenv::heap::heap_of(|| ServiceInfo::from(svc.clone()));
+        assert!(heap.bytes < 1024, "{} B held", heap.bytes);
+        assert_eq!(info.oversized.as_deref(), Some(&("flotilla.dev/hostname".to_string(), 150 * 1024)));
+        assert_eq!(info.annotation("external-dns.alpha.kubernetes.io/hostname"), None, "never read beside ours");
+        assert_eq!(info.annotation("flotilla.dev/ttl"), Some("60"));
+        assert_eq!(info.annotation("flotilla.dev/junk"), None);
     }
 
     #[test]
