@@ -339,7 +339,9 @@ fn publish(
     if targets.is_empty() && pods.is_empty() {
         return Desired::Quiet;
     }
+    // The apex: addresses or an ALIAS, never a CNAME.
     if alias_target.is_none()
+        && targets.iter().any(|(t, _)| *t == RecordType::Cname)
         && let Some(apex) = hostnames.iter().find(|h| **h == naming.domain)
     {
         return Desired::Invalid {
@@ -938,9 +940,10 @@ mod tests {
         assert!(w.notices[0].message.contains(ANNOTATION_ALIAS_ZONE));
     }
 
-    /// The zone apex: an ALIAS only, and (by default) only when granted.
+    /// The zone apex: an ALIAS or addresses, never a CNAME, and (by
+    /// default) only when granted by its exact name.
     #[test]
-    fn the_apex_is_an_alias_or_nothing() {
+    fn the_apex_is_an_alias_or_addresses_never_a_cname() {
         let apex = [(ANNOTATION_HOSTNAME, "vipmind.me")];
         let w = wish(behind(NLB, &apex), &granted(), "vipmind.me");
         assert!(w.notices.is_empty(), "{:?}", w.notices);
@@ -952,7 +955,12 @@ mod tests {
             (Desired::Quiet, HOSTNAME_NOT_ALLOWED),
             "a subtree grant is not the apex"
         );
-        for s in [behind(NLB, &[apex[0], (ANNOTATION_ALIAS, "false")]), svc("web", &["10.0.0.1"], &apex)] {
+        let r = records(want(svc("web", &["10.0.0.1"], &apex), &naming()));
+        assert_eq!(
+            (&*r[0].name, r[0].rtype, &*r[0].values),
+            ("vipmind.me", RecordType::A, &[Box::from("10.0.0.1")][..])
+        );
+        for s in [behind(NLB, &[apex[0], (ANNOTATION_ALIAS, "false")]), behind("lb.example.net", &apex)] {
             let d = want(s, &naming());
             assert!(
                 matches!(&d, Desired::Invalid { reason: "InvalidHostname", message } if message.contains("zone apex")),

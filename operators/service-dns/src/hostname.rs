@@ -23,8 +23,8 @@ pub enum HostnameError {
     #[error("{name:?} is not inside the zone {zone:?}")]
     OutsideZone { name: String, zone: String },
     #[error(
-        "{0:?} is the zone apex, which can hold only an ALIAS record (flotilla.dev/target: load-balancer, \
-         with an AWS load balancer's hostname)"
+        "{0:?} is the zone apex, where a CNAME cannot stand (beside the zone's SOA and NS): only addresses \
+         or an ALIAS (flotilla.dev/target: load-balancer with an AWS load balancer) are published there"
     )]
     Apex(String),
     #[error(
@@ -45,8 +45,9 @@ pub fn normalize(name: &str) -> String {
 /// Checks a (normalized) hostname: RFC 1123 labels, at most
 /// [`MAX_HOSTNAME`] characters, and strictly inside `zone`. The zone apex
 /// itself is [`HostnameError::Apex`]: it holds the zone's NS/SOA, beside
-/// which only an ALIAS may stand (never a CNAME), so only a Service
-/// published as an ALIAS may have it.
+/// which a CNAME cannot stand, so only a Service published with addresses
+/// or an ALIAS may have it (its annotated names are checked for that once
+/// its records are known).
 pub fn validate(name: &str, zone: &str) -> Result<(), HostnameError> {
     if name.is_empty() {
         return Err(HostnameError::Empty(name.to_string()));

@@ -492,7 +492,7 @@ async fn annotations() {
 /// proxy, which refuses an ALIAS naming another zone, as Route53 does — and
 /// the zone apex may then be published beside its SOA and NS.
 /// `flotilla.dev/alias: "false"` switches a name to a CNAME and back in one
-/// batch each; a non-ALIAS wish for the apex is refused and said.
+/// batch each; a CNAME wish for the apex is refused and said.
 #[tokio::test]
 async fn aws_load_balancers_get_alias_records_and_the_apex() {
     let env = flotilla_testenv::shared();
