@@ -97,17 +97,17 @@ impl ServiceInfo {
 /// An annotation over its bound: its key and length.
 type Oversized = Option<Box<(String, usize)>>;
 
-/// The kept annotations of `all` (see [`KEPT`]), and the first one over its bound.
+/// The kept annotations of `all` (see [`KEPT`]), moved out of it, and the
+/// first one over its bound under `--max-hostnames-per-service`.
 fn kept_annotations(
-    all: std::collections::BTreeMap<String, String>,
-    hostnames: usize,
+    mut all: std::collections::BTreeMap<String, String>,
+    max_hostnames: usize,
 ) -> (Vec<(String, String)>, Oversized) {
     let mut kept = Vec::new();
     let mut oversized = None;
     let mut hostname_read = false;
-    for (i, (key, bound)) in KEPT.iter().enumerate() {
-        let Some(value) = all.get(*key) else { continue };
-        let bound = if i < HOSTNAME_KEYS { &hostnames } else { bound };
+    for (i, (key, _)) in KEPT.iter().enumerate() {
+        let Some(value) = all.remove(*key) else { continue };
         if i < HOSTNAME_KEYS {
             // Only the first hostname annotation present is ever read.
             if hostname_read {
@@ -115,10 +115,10 @@ fn kept_annotations(
             }
             hostname_read = true;
         }
-        if value.len() > *bound {
+        if value.len() > bound_of(key, max_hostnames) {
             oversized.get_or_insert_with(|| Box::new((key.to_string(), value.len())));
         } else {
-            kept.push((key.to_string(), value.clone()));
+            kept.push((key.to_string(), value));
         }
     }
     (kept, oversized)
@@ -148,8 +148,7 @@ impl ServiceInfo {
             ingress_ips.extend(i.ip);
             ingress_hostnames.extend(i.hostname);
         }
-        let (annotations, oversized) =
-            kept_annotations(m.annotations.unwrap_or_default(), hostnames_bound(max_hostnames));
+        let (annotations, oversized) = kept_annotations(m.annotations.unwrap_or_default(), max_hostnames);
         ServiceInfo {
             namespace: m.namespace.unwrap_or_default(),
             name: m.name.unwrap_or_default(),
@@ -250,6 +249,12 @@ mod tests {
         assert_eq!(info.annotation("external-dns.alpha.kubernetes.io/hostname"), None, "never read beside ours");
         assert_eq!(info.annotation("flotilla.dev/ttl"), Some("60"));
         assert_eq!(info.annotation("flotilla.dev/junk"), None);
+        // An admin who allows 1,000 names per Service allows their length.
+        let mut many = Service::default();
+        let list = hostnames[..18 * 1024].to_string();
+        many.metadata.annotations = Some([("flotilla.dev/hostname".to_string(), list.clone())].into());
+        assert_eq!(ServiceInfo::read(many.clone(), 1000).annotation("flotilla.dev/hostname"), Some(list.as_str()));
+        assert!(ServiceInfo::read(many, 10).oversized.is_some());
     }
 
     #[test]
