@@ -706,6 +706,9 @@ fn the_apex_takes_an_alias_beside_the_zones_soa_and_ns() {
     }
     // Gone when nobody wants it: the ALIASes and the TXT, not the SOA.
     assert_eq!(apply(&after, &plan(&[], &after, ME, Policy::Sync)).unwrap(), [soa]);
+    // Addresses at the apex, likewise.
+    let p = plan(&[claim("service/a/web", 1, vec![a("z", "10.0.0.1")])], &zone, ME, Policy::Sync);
+    assert!(p.conflicts.is_empty() && p.groups.len() == 1, "{p:?}");
     // NS alone (a delegation, not the apex) still makes a name taken.
     let delegated = vec![other("sub.z", "NS", "ns-2.elsewhere.")];
     let p = plan(&[claim("service/a/web", 1, vec![elb_alias("sub.z", RecordType::A)])], &delegated, ME, Policy::Sync);
