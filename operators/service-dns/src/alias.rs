@@ -126,23 +126,8 @@ pub enum Target {
 /// Whether (and how) the load balancer at `hostname` (normalized) is
 /// published as an ALIAS. `Err`: an annotation that is not a value.
 pub fn target(hostname: &str, wanted: &Wanted<'_>) -> Result<Target, String> {
-    let on = match wanted.alias.map(|v| v.trim().to_ascii_lowercase()) {
-        None => wanted.by_default,
-        Some(v) if v == "true" => true,
-        Some(v) if v == "false" => false,
-        Some(_) => return Err(format!("{ANNOTATION_ALIAS}={:?} is not true or false", wanted.alias.unwrap_or(""))),
-    };
-    let evaluate_target_health = match wanted.evaluate.map(|v| v.trim().to_ascii_lowercase()) {
-        None => true,
-        Some(v) if v == "true" => true,
-        Some(v) if v == "false" => false,
-        Some(_) => {
-            return Err(format!(
-                "{ANNOTATION_EVALUATE_TARGET_HEALTH}={:?} is not true or false",
-                wanted.evaluate.unwrap_or("")
-            ));
-        }
-    };
+    let on = flag(ANNOTATION_ALIAS, wanted.alias)?.unwrap_or(wanted.by_default);
+    let evaluate_target_health = flag(ANNOTATION_EVALUATE_TARGET_HEALTH, wanted.evaluate)?.unwrap_or(true);
     let given = match wanted.zone.map(str::trim) {
         None => None,
         Some(z) if is_zone_id(z) => Some(z),
@@ -172,6 +157,16 @@ pub fn target(hostname: &str, wanted: &Wanted<'_>) -> Result<Target, String> {
         }
     };
     Ok(Target::Alias(Alias { zone_id: zone_id.into(), dns_name: normalize(hostname).into(), evaluate_target_health }))
+}
+
+/// A `"true"`/`"false"` annotation (any case), if set; `Err`: anything else, said.
+fn flag(key: &str, value: Option<&str>) -> Result<Option<bool>, String> {
+    match value.map(str::trim) {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(Some(true)),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(Some(false)),
+        Some(v) => Err(format!("{key}={v:?} is not true or false")),
+    }
 }
 
 /// Route53's hosted zone ids: upper-case letters and digits, at most 32.
