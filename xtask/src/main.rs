@@ -58,7 +58,7 @@ enum Command {
     Dist,
     /// OCI images (operators and loadgen from their release binaries, pause, CoreDNS, toolbox) without Docker; loads them into a running one-node cluster. Names (e.g. `loadgen`): only those, plus the node's own.
     Images { only: Vec<String> },
-    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-debugger|load-tester`, and `cargo xtask bench scale [small|large]` (every operator against simulated nodes).
+    /// Benchmarks that print figures: `cargo xtask bench service-dns|config-copier|pod-alert|pod-alert-evaluation|pod-debugger|load-tester`, and `cargo xtask bench scale [small|large]` (every operator against simulated nodes).
     Bench { operator: String, preset: Option<String> },
     /// Package every chart for release tag vX.Y.Z (must be the Cargo.toml workspace version): versions, appVersions and subchart versions all X.Y.Z. Helm: $HELM, else the one `cargo xtask setup` builds.
     PackageCharts {

@@ -31,12 +31,13 @@ use kube::{Resource, ResourceExt};
 use crate::crd::{PodAlert, Reason, SecretKeyRef, SilenceStatus};
 use crate::delivery::{Delivery, Sink, SinkRules};
 use crate::error::Error;
+use crate::evaluation::{Changes, Dirty, Evaluation};
 use crate::incident::{Book, Transition};
 use crate::log_reads::read_logs;
 use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
 use crate::namespace_silences::NamespaceSilenceStore;
-use crate::observe::{Findings, evaluate};
+use crate::observe::Findings;
 use crate::pod::{PodView, elapsed};
 use crate::rules::Rules;
 use crate::silence;
@@ -88,6 +89,8 @@ pub struct Options {
 #[derive(Default)]
 pub(crate) struct State {
     pub(crate) book: Book,
+    /// The pods' findings, kept per namespace between reconciles.
+    pub(crate) evaluation: Evaluation,
     pub(crate) sinks: BTreeMap<&'static str, Sink>,
     pub(crate) alertmanager: crate::notify::AlertmanagerSchedule,
     pub(crate) secret_checks: HashMap<SecretKeyRef, (Timestamp, Result<(), String>)>,
@@ -136,6 +139,9 @@ pub struct Data {
     pub(crate) admission: AdmissionGuard,
     /// The namespaces' silence annotations (none watched with `--watch-namespace`).
     pub(crate) namespace_silences: Arc<NamespaceSilenceStore>,
+    /// The namespaces changed for each cluster-wide PodAlert since its last
+    /// evaluation ([`crate::evaluation`]).
+    pub(crate) changes: Changes,
 }
 
 /// The order PodAlerts of a namespace are served in: oldest first.
@@ -223,6 +229,17 @@ impl Data {
             self.set_firing(&uid, BTreeMap::new());
         }
         self.backoff.retain(|uid| live.contains(uid));
+        self.changes.retain(|uid| live.contains(uid));
+    }
+
+    /// Notes for each cluster-wide PodAlert the namespaces a watch event
+    /// touched: its next evaluation reads those again, not every pod.
+    pub(crate) fn note_touched(&self, alerts: &[Arc<PodAlert>], touched: flotilla_shared::pods::Touched<'_>) {
+        for a in alerts.iter().filter(|a| self.everywhere(a)) {
+            if let Some(uid) = a.metadata.uid.as_deref() {
+                self.changes.touched(uid, touched.namespaces, touched.listed);
+            }
+        }
     }
 
     /// Records one PodAlert's firing counts and updates the gauge's series.
@@ -293,6 +310,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
             report::refused(&oref, &st, &data, &reason, &message);
             summary.invalid = Some((reason, message));
             st.book = Book::default();
+            st.evaluation = Evaluation::default();
             st.sinks.clear();
             st.held.clear();
             None
@@ -328,6 +346,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     } else if rules.is_some() {
         summary.paused = true;
         st.book = Book::default();
+        st.evaluation = Evaluation::default();
         st.sinks.clear();
         st.held.clear();
     }
@@ -377,33 +396,49 @@ fn evaluate_and_step(
     data: &Data,
     now: Timestamp,
 ) -> Vec<Transition> {
-    let mut cut = 0;
-    let selected = |p: &PodView| match rules.selector.as_ref() {
-        None => true,
-        // Labels past what a view keeps match no selector.
-        Some(_) if p.labels().cut => {
-            cut += 1;
-            false
-        }
-        Some(s) => p.labels().matched_by(s),
-    };
     // A namespace's PodAlert reads its namespace's range of the cache, not
-    // every pod of the cluster (issue 28: churn elsewhere costs it nothing).
-    let pods: Vec<Arc<PodView>> =
-        if rules.all_namespaces { data.pods.matching(selected) } else { data.pods.in_namespace(ns, selected) };
-    summary.pods = pods.len();
-    let findings = evaluate(pods.iter().map(AsRef::as_ref), rules, &mut st.book.history, now);
+    // every pod of the cluster; a cluster-wide one reads again only the
+    // namespaces changed since (issue 28: churn elsewhere costs it nothing).
+    let (scope, dirty) = if rules.all_namespaces {
+        (InScope { pods: &data.pods, namespace: None }, data.changes.take(&alert.uid().unwrap_or_default()))
+    } else {
+        (InScope { pods: &data.pods, namespace: Some(ns) }, Dirty::All)
+    };
+    let made_with = (alert.metadata.generation, rules.all_namespaces);
+    let outcome = st.evaluation.update(made_with, dirty, rules, &scope, now);
+    let findings = outcome.findings;
+    summary.pods = outcome.pods;
+    tracing::debug!(namespaces = outcome.evaluated, pods = outcome.pods, "evaluated");
     summary.skipped = findings.skipped.iter().map(|(k, v)| (k.as_str().to_string(), i64::from(*v))).collect();
-    if cut > 0 {
-        summary.skipped.insert("LabelsTooLarge".to_string(), cut);
+    if outcome.cut > 0 {
+        summary.skipped.insert("LabelsTooLarge".to_string(), i64::try_from(outcome.cut).unwrap_or(i64::MAX));
     }
-    summary.silences = silence_statuses(rules, &findings, now);
-    warn_refused_silences(alert, &summary.silences, &findings, st, data);
-    let transitions = st.book.step(&findings, rules, now);
+    summary.silences = silence_statuses(rules, findings, now);
+    warn_refused_silences(alert, &summary.silences, findings, &mut st.refused_silences, data);
+    let transitions = st.book.step(findings, rules, now);
     for t in &transitions {
         tracing::info!(podalert = %alert.name_any(), incident = %t.key, change = ?t.change, "incident");
     }
     transitions
+}
+
+/// The pod cache as one PodAlert reads it: one namespace, or every one.
+struct InScope<'a> {
+    pods: &'a projection::Store<PodView, projection::Own<PodView>>,
+    namespace: Option<&'a str>,
+}
+
+impl crate::evaluation::Pods for InScope<'_> {
+    fn in_namespace(&self, namespace: &str, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
+        self.pods.in_namespace(namespace, keep)
+    }
+
+    fn all(&self, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
+        match self.namespace {
+            Some(ns) => self.pods.in_namespace(ns, keep),
+            None => self.pods.matching(keep),
+        }
+    }
 }
 
 /// spec.silences as this evaluation applied them.
@@ -435,7 +470,7 @@ fn warn_refused_silences(
     alert: &PodAlert,
     statuses: &[SilenceStatus],
     findings: &Findings,
-    st: &mut State,
+    warned: &mut String,
     data: &Data,
 ) {
     let mut parts: Vec<String> = statuses
@@ -454,11 +489,11 @@ fn warn_refused_silences(
     } else {
         format!("silence not applied, it ends more than 7 days ahead: {}", parts.join("; "))
     };
-    if message != st.refused_silences {
+    if message != *warned {
         if !message.is_empty() {
             data.ctx.events.warning(&alert.object_ref(&()), "SilenceRefused", "Evaluate", message.clone());
         }
-        st.refused_silences = message;
+        *warned = message;
     }
 }
 

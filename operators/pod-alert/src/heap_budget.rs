@@ -39,6 +39,7 @@ const BUDGET: usize = 370;
 
 #[test]
 fn the_pod_cache_holds_at_most_its_budget_per_pod() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let keys = LabelKeys::new();
     keys.set((0..100).map(|t| (Some(format!("team-{t:03}")), "app.kubernetes.io/name".to_string())));
     // Fed as the pod watch feeds it (shared::pods::watch_pods).
@@ -59,5 +60,68 @@ fn the_pod_cache_holds_at_most_its_budget_per_pod() {
     assert!(
         with_malloc <= BUDGET,
         "pod-alert holds {with_malloc} B per pod in its cache, over the budget of {BUDGET} B"
+    );
+}
+
+/// Bytes a cluster-wide PodAlert's kept evaluation ([`crate::evaluation`])
+/// may hold per namespace of healthy pods: its key, counts and empty
+/// restart history, and its map slot (a namespace with problems holds
+/// them besides). 190 measured; 10,000 namespaces are then ~2 MiB per
+/// cluster-wide PodAlert.
+const EVALUATION_BUDGET_PER_NAMESPACE: usize = 200;
+
+/// The budget tests one at a time: both intern the fixture's names, and a
+/// table grown by one would be counted on the other's thread.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn a_kept_evaluation_holds_at_most_its_budget_per_namespace() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    use std::sync::Arc;
+
+    use crate::evaluation::{Dirty, Evaluation, Pods};
+    use crate::pod::PodView;
+
+    struct Cache(projection::Store<PodView, projection::Own<PodView>>);
+    impl Pods for Cache {
+        fn in_namespace(&self, ns: &str, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
+            self.0.in_namespace(ns, keep)
+        }
+        fn all(&self, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
+            self.0.matching(keep)
+        }
+    }
+
+    let keys = LabelKeys::new();
+    let (store, mut writer) = projection::keyed_store();
+    let namespaces = 1000;
+    for i in 0..4000 {
+        let mut pod = flotilla_testenv::fixtures::deployment_pod(i);
+        pod.metadata.namespace = Some(format!("ns-{:05}", i % namespaces));
+        // Never restarted: what is measured is the evaluation's own cost
+        // per namespace (a restarted container's samples are the restart
+        // history's, held the same before the evaluation was kept).
+        for c in pod.status.iter_mut().flat_map(|s| s.container_statuses.iter_mut().flatten()) {
+            (c.restart_count, c.last_state) = (0, None);
+        }
+        writer.apply(watcher::Event::Apply(pod), |pod: Pod| {
+            (format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), view(&pod, &keys))
+        });
+    }
+    let cache = Cache(store);
+    let r = crate::observe::tests::rules(serde_json::json!({}));
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let (evaluation, heap) = flotilla_testenv::heap::heap_of(|| {
+        let mut e = Box::new(Evaluation::default());
+        let out = e.update((None, true), Dirty::All, &r, &cache, now);
+        assert_eq!((out.pods, out.findings.problems.len()), (4000, 0));
+        e
+    });
+    assert_eq!(evaluation.namespaces(), namespaces);
+    let per_namespace = heap.with_malloc_overhead() / namespaces;
+    println!("a kept evaluation holds {per_namespace} B per namespace (malloc's per-chunk cost included)");
+    assert!(
+        per_namespace <= EVALUATION_BUDGET_PER_NAMESPACE,
+        "a kept evaluation holds {per_namespace} B per namespace, over the budget of {EVALUATION_BUDGET_PER_NAMESPACE} B"
     );
 }

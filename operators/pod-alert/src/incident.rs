@@ -24,7 +24,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::Reason;
 use crate::logs::Tail;
-use crate::observe::{Findings, Key, Problem, RestartHistory};
+use crate::observe::{Findings, Key, Problem};
 use crate::pod::{after, elapsed};
 use crate::rules::Rules;
 use crate::silence::Silencing;
@@ -162,7 +162,6 @@ pub const ALREADY_NOTIFIED: &str = "AlreadyNotified";
 #[derive(Debug, Clone, Default)]
 pub struct Book {
     pub incidents: BTreeMap<Key, Incident>,
-    pub history: RestartHistory,
     /// Held-back notifications by cause.
     pub held_back: BTreeMap<&'static str, i64>,
 }

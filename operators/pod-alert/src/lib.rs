@@ -39,6 +39,7 @@ pub mod crd;
 pub mod debug_hint;
 pub mod delivery;
 pub mod error;
+pub mod evaluation;
 pub mod events;
 pub mod incident;
 pub mod log_reads;

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::crd::Reason;
 use crate::pod::{ContainerView, PodView, State, Termination, Workload, elapsed};
 use crate::rules::Rules;
-use crate::silence::{Refused, Silencing, matching};
+use crate::silence::{self, Refused, Silencing, matching};
 
 /// An incident's identity: a Deployment's ten crashing pods are one incident.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -127,6 +127,13 @@ impl RestartHistory {
         count.saturating_sub(baseline)
     }
 
+    /// When this container's count within `window` next drops without a
+    /// new restart (a sample leaves the window): None when it cannot.
+    fn next_change(&self, uid: &Uid, container: &Arc<str>, now: Timestamp, window: Duration) -> Option<Timestamp> {
+        let samples = self.samples.get(&(uid.clone(), Arc::clone(container)))?;
+        samples.iter().map(|&(t, _)| crate::pod::after(t, window)).filter(|&at| at > now).min()
+    }
+
     /// Forgets containers of pods not seen in the last evaluation.
     fn retain_pods(&mut self, seen: &std::collections::HashSet<&Uid>) {
         self.samples.retain(|(uid, _), _| seen.contains(uid));
@@ -157,6 +164,20 @@ pub struct Findings {
     /// Namespaces (of problems found) whose silence annotation ends more
     /// than 7 days ahead (not applied).
     pub refused_namespaces: std::collections::BTreeSet<String>,
+    /// The soonest time at which the same pods may be found otherwise: a
+    /// crash leaving the restart window, a silence ending or coming within
+    /// seven days. None: only a change of the pods or rules changes them
+    /// (what lets [`crate::evaluation`] keep a namespace's findings).
+    pub recheck_at: Option<Timestamp>,
+}
+
+impl Findings {
+    /// Notes that the findings may change at `at` (when still ahead).
+    fn may_change_at(&mut self, at: Option<Timestamp>, now: Timestamp) {
+        if let Some(at) = at.filter(|&at| at > now) {
+            self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
+        }
+    }
 }
 
 fn waiting_reason(reason: &str) -> Option<Reason> {
@@ -234,6 +255,12 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
             continue;
         }
         if let Some(p) = container_problem(pod, name, c, rules, history, now, restarts_allowed) {
+            if matches!(p.key.reason, Reason::CrashLoopBackOff | Reason::OOMKilled) {
+                // A crash is a problem while recent and counted in the window.
+                let left = c.last_termination.as_ref().and_then(|t| t.finished_at.get());
+                f.may_change_at(left.map(|at| crate::pod::after(at, rules.restart_window)), now);
+                f.may_change_at(history.next_change(&pod.uid, name, now, rules.restart_window), now);
+            }
             found.push(p);
         } else if matches!(&c.state, State::Terminated(t) if !failed(t)) && !c.init {
             skip(f, Skip::Completed);
@@ -251,6 +278,10 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
             .collect();
         let message = if waiting.is_empty() { "pod not started".to_string() } else { waiting.join(", ") };
         found.push(problem(pod, "", Reason::Pending, message, 0, created, None, false));
+    }
+    if !found.is_empty() {
+        let changes = silence::changes_at(&rules.silences, &rules.namespace, &rules.namespace_silences, pod, now);
+        f.may_change_at(changes, now);
     }
     for p in found {
         if !rules.selects_reason(p.key.reason) {

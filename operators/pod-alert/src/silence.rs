@@ -172,6 +172,28 @@ pub fn matching(
 }
 
 /// The annotation's time, if it is one (RFC 3339).
+/// The soonest time after `now` at which a silence that could cover `pod`
+/// ends or comes within [`MAX_AHEAD`] (from refused to active): when
+/// [`matching`] may answer otherwise for the same pod.
+pub fn changes_at(
+    silences: &[SilenceRule],
+    own: &str,
+    namespaces: &NamespaceSilences,
+    pod: &PodView,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let annotation = pod.silence_until().filter(|_| pod.namespace() == own);
+    let namespace = namespaces.get(pod.namespace()).copied();
+    silences
+        .iter()
+        .map(|s| s.until)
+        .chain(annotation)
+        .chain(namespace)
+        .flat_map(|until| [crate::pod::before(until, MAX_AHEAD), until])
+        .filter(|&at| at > now)
+        .min()
+}
+
 pub fn parse_annotation(value: &str) -> Option<Timestamp> {
     value.trim().parse::<Timestamp>().ok()
 }

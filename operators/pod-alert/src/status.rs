@@ -259,14 +259,14 @@ pub fn restore(status: &PodAlertStatus) -> (Book, Vec<Restored>) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::observe::evaluate;
     use crate::observe::tests::{crashing, pod, rules, t};
+    use crate::observe::{RestartHistory, evaluate};
 
     fn book_with_incident() -> Book {
         let r = rules(serde_json::json!({}));
         let mut book = Book::default();
         let pods = [crashing(pod("web-1", "web"), 4, 95, "Error"), crashing(pod("web-2", "web"), 3, 96, "Error")];
-        let f = evaluate(pods.iter(), &r, &mut book.history, t(100));
+        let f = evaluate(pods.iter(), &r, &mut RestartHistory::default(), t(100));
         book.step(&f, &r, t(100));
         book
     }
@@ -300,7 +300,7 @@ mod tests {
         let r = rules(serde_json::json!({}));
         let mut back = back;
         let pods = [crashing(pod("web-1", "web"), 5, 120, "Error")];
-        let f = evaluate(pods.iter(), &r, &mut back.history, t(130));
+        let f = evaluate(pods.iter(), &r, &mut RestartHistory::default(), t(130));
         assert!(back.step(&f, &r, t(130)).is_empty());
     }
 
@@ -311,7 +311,7 @@ mod tests {
         // 30 crash-looping workloads, each with 64 KiB of quotes in its tail.
         let pods: Vec<_> =
             (0..30).map(|n| crashing(pod(&format!("w{n}-1"), &format!("w{n}")), 4, 95, "Error")).collect();
-        let f = evaluate(pods.iter(), &r, &mut book.history, t(100));
+        let f = evaluate(pods.iter(), &r, &mut RestartHistory::default(), t(100));
         book.step(&f, &r, t(100));
         for inc in book.incidents.values_mut() {
             inc.logs = Some(crate::logs::Tail::detached(&"\"".repeat(65536)));

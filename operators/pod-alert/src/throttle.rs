@@ -263,7 +263,7 @@ mod tests {
         let r = rules(serde_json::json!({}));
         let mut book = crate::incident::Book::default();
         let p = [crashing(pod(&format!("w{n}-1"), &format!("w{n}")), 4, 95, "Error")];
-        let f = crate::observe::evaluate(p.iter(), &r, &mut book.history, t(100));
+        let f = crate::observe::evaluate(p.iter(), &r, &mut crate::observe::RestartHistory::default(), t(100));
         book.step(&f, &r, t(100));
         let inc = book.incidents.values().next().unwrap();
         assert_eq!(inc.phase, Phase::Firing);

@@ -99,6 +99,22 @@ async fn a_namespaces_annotation_silences_it_for_every_podalert_until_removed() 
         })
         .await;
     }
+
+    // A crash loop starting later in a namespace nothing named yet: the
+    // cluster-wide PodAlert reads that namespace again for the pod change
+    // alone (its kept evaluation, issue 28), well before the 5-minute
+    // resync or the 10-minute full pass.
+    let late = env.namespace("late").await.unwrap();
+    crash_looping(&client, &late, "batch").await;
+    wait_status(
+        &client,
+        &platform,
+        "everything",
+        "a later namespace's crash loop firing",
+        Duration::from_secs(30),
+        |s| incident(s, "Pod/batch").filter(|i| i.state == "Firing").map(|_| ()),
+    )
+    .await;
     let logs = operator.logs();
     drop(operator);
     assert!(!logs.contains("panicked"), "{logs}");

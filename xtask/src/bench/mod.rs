@@ -5,6 +5,7 @@ mod config_copier;
 mod kubelet;
 mod load_tester;
 mod pod_alert;
+mod pod_alert_evaluation;
 mod pod_debugger;
 mod scale;
 mod service_dns;
@@ -205,11 +206,12 @@ pub fn run(name: &str, preset: Option<&str>) -> anyhow::Result<()> {
         "service-dns" => service_dns::run(),
         "config-copier" => config_copier::run(),
         "pod-alert" => pod_alert::run(),
+        "pod-alert-evaluation" => pod_alert_evaluation::run(),
         "pod-debugger" => pod_debugger::run(),
         "load-tester" => load_tester::run(),
         other => {
             anyhow::bail!(
-                "no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-debugger, load-tester, scale [small|large]"
+                "no benchmark named {other:?}; known: service-dns, config-copier, pod-alert, pod-alert-evaluation, pod-debugger, load-tester, scale [small|large]"
             )
         }
     }

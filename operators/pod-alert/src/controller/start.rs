@@ -80,6 +80,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         label_keys: LabelKeys::only_wanted_namespaces(),
         admission,
         namespace_silences: Arc::new(namespace_silences),
+        changes: Default::default(),
     });
 
     let readiness = ctx.readiness().clone();
@@ -146,6 +147,7 @@ async fn watch_namespaces_silences(data: Arc<Data>, health: WatchHealth) {
         .watch(data.ctx.client.clone(), health, |namespaces, listed| {
             let alerts = data.alerts.state();
             let touched = flotilla_shared::pods::Touched { namespaces, listed };
+            data.note_touched(&alerts, touched);
             for alert in flotilla_shared::pods::concerned(&alerts, touched, |a: &PodAlert| data.everywhere(a)) {
                 let _ = data.trigger.unbounded_send(alert);
             }
@@ -176,6 +178,7 @@ async fn watch_pods(
         |touched| {
             data.metrics.pods_cached.set(i64::try_from(data.pods.len()).unwrap_or(i64::MAX));
             let alerts = data.alerts.state();
+            data.note_touched(&alerts, touched);
             // `allNamespaces` counts only where it is honoured: a refused
             // one must not wake on every pod change of the cluster.
             let everywhere = |a: &PodAlert| data.everywhere(a);

@@ -1,15 +1,34 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
-use crate::observe::evaluate;
 use crate::observe::tests::{crashing, pod, rules, t};
+use crate::observe::{RestartHistory, evaluate};
 use crate::pod::PodView;
 use proptest::prelude::*;
 
-fn step(book: &mut Book, pods: &[PodView], r: &Rules, now: i64) -> Vec<Transition> {
-    let mut history = std::mem::take(&mut book.history);
-    let f = evaluate(pods.iter(), r, &mut history, t(now));
-    book.history = history;
-    book.step(&f, r, t(now))
+/// A book and the restart history its evaluations keep (the controller
+/// keeps the history per namespace, `crate::evaluation`).
+#[derive(Default)]
+struct Tracked {
+    book: Book,
+    history: RestartHistory,
+}
+
+impl std::ops::Deref for Tracked {
+    type Target = Book;
+    fn deref(&self) -> &Book {
+        &self.book
+    }
+}
+
+impl std::ops::DerefMut for Tracked {
+    fn deref_mut(&mut self) -> &mut Book {
+        &mut self.book
+    }
+}
+
+fn step(book: &mut Tracked, pods: &[PodView], r: &Rules, now: i64) -> Vec<Transition> {
+    let f = evaluate(pods.iter(), r, &mut book.history, t(now));
+    book.book.step(&f, r, t(now))
 }
 
 fn opened(ts: &[Transition]) -> usize {
@@ -19,7 +38,7 @@ fn opened(ts: &[Transition]) -> usize {
 #[test]
 fn a_hundred_updates_of_one_crash_loop_open_one_incident() {
     let r = rules(serde_json::json!({}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     let mut all = Vec::new();
     for i in 0..100 {
         // Restarts rise from 3 to 9 (below the next escalation at 10).
@@ -39,7 +58,7 @@ fn a_hundred_updates_of_one_crash_loop_open_one_incident() {
 #[test]
 fn a_deployment_of_five_crashing_pods_is_one_incident() {
     let r = rules(serde_json::json!({}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     let pods: Vec<PodView> = (0..5).map(|i| crashing(pod(&format!("web-{i}"), "web"), 4, 95, "Error")).collect();
     let ts = step(&mut book, &pods, &r, 100);
     assert_eq!(opened(&ts), 1);
@@ -53,7 +72,7 @@ fn stuck_reasons_wait_their_grace_and_recover_silently_within_it() {
     let mut p = pod("w", "web");
     p.phase = crate::pod::PodPhase::Pending;
     p.containers[0].state = crate::pod::State::waiting("ImagePullBackOff", "");
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     assert!(step(&mut book, &[p.clone()], &r, 60).is_empty());
     assert_eq!(book.pending(), 1);
     assert_eq!(book.next_deadline(&r, t(60)), Some(t(120)));
@@ -61,7 +80,7 @@ fn stuck_reasons_wait_their_grace_and_recover_silently_within_it() {
     assert!(step(&mut book, &[pod("w", "web")], &r, 90).is_empty());
     assert_eq!(book.held_back.get(RECOVERED_IN_GRACE), Some(&1));
     // Stuck past the grace: opened.
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     step(&mut book, &[p.clone()], &r, 60);
     assert_eq!(opened(&step(&mut book, &[p], &r, 121)), 1);
 }
@@ -69,7 +88,7 @@ fn stuck_reasons_wait_their_grace_and_recover_silently_within_it() {
 #[test]
 fn resolve_waits_for_the_hold_down_and_flapping_does_not_refire() {
     let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "resolveAfter": "5m"}}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     let bad = crashing(pod("w", "web"), 3, 0, "Error");
     assert_eq!(opened(&step(&mut book, std::slice::from_ref(&bad), &r, 1)), 1);
     // The crash ages out of the 10m window: healthy from t=600.
@@ -92,7 +111,7 @@ fn resolve_waits_for_the_hold_down_and_flapping_does_not_refire() {
 #[test]
 fn escalations_at_10_and_50_restarts() {
     let r = rules(serde_json::json!({}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     let mut changes = Vec::new();
     for (i, restarts) in [3u32, 5, 10, 12, 49, 50, 80].into_iter().enumerate() {
         let at = i64::try_from(i).unwrap() * 10;
@@ -112,21 +131,22 @@ fn an_old_oom_kill_in_last_state_never_fires_twice() {
     let mut p = crashing(pod("w", "web"), 1, 0, "OOMKilled");
     p.containers[0].state = crate::pod::State::Running { started_at: t(1).into() };
     p.containers[0].ready = true;
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     assert_eq!(opened(&step(&mut book, &[p.clone()], &r, 5)), 1);
     // Still in lastState for the whole window: no second opening.
     for s in (10..600).step_by(30) {
         assert!(step(&mut book, &[p.clone()], &r, s).is_empty());
     }
     // Restored from status after an operator restart (incarnations kept): still nothing.
-    let mut restored = Book { incidents: book.incidents.clone(), ..Default::default() };
+    let mut restored =
+        Tracked { book: Book { incidents: book.incidents.clone(), ..Default::default() }, ..Default::default() };
     assert!(step(&mut restored, &[p.clone()], &r, 300).is_empty());
 }
 
 #[test]
 fn cooldown_holds_back_a_reopening() {
     let r = rules(serde_json::json!({"cooldown": "1h", "alerts": {"checkRunningPods": true, "resolveAfter": "1m"}}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     assert_eq!(opened(&step(&mut book, &[crashing(pod("w", "web"), 3, 0, "Error")], &r, 1)), 1);
     step(&mut book, &[pod("w", "web")], &r, 601);
     assert_eq!(step(&mut book, &[pod("w", "web")], &r, 662).len(), 1, "resolved");
@@ -140,7 +160,7 @@ fn cooldown_holds_back_a_reopening() {
 #[test]
 fn a_new_reason_for_the_same_container_says_what_it_replaces() {
     let r = rules(serde_json::json!({}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     step(&mut book, &[crashing(pod("w", "web"), 3, 0, "Error")], &r, 1);
     let ts = step(&mut book, &[crashing(pod("w", "web"), 4, 2, "OOMKilled")], &r, 3);
     assert_eq!(ts.len(), 1);
@@ -190,7 +210,7 @@ proptest! {
     #[test]
     fn no_incarnation_is_notified_twice(events in proptest::collection::vec(ev(), 1..120), restart_book in any::<bool>()) {
         let r = rules(serde_json::json!({"cooldown": "0s", "alerts": {"checkRunningPods": true, "resolveAfter": "2m", "restartThreshold": 2}}));
-        let mut book = Book::default();
+        let mut book = Tracked::default();
         let mut now = 0i64;
         // Per pod: restarts, last crash time and reason.
         let mut state: BTreeMap<u8, PodState> = BTreeMap::new();
@@ -221,7 +241,7 @@ proptest! {
             }).collect();
             if restart_book && i == events.len() / 2 {
                 // An operator restart: incidents survive (through status), the rest does not.
-                book = Book { incidents: book.incidents.clone(), ..Default::default() };
+                book = Tracked { book: Book { incidents: book.incidents.clone(), ..Default::default() }, ..Default::default() };
             }
             for tr in step(&mut book, &pods, &r, now) {
                 for inc in &tr.incarnations {
@@ -246,7 +266,7 @@ fn rfc(s: i64) -> String {
 #[test]
 fn a_silenced_crash_loop_opens_nothing_until_its_silence_ends_then_opens() {
     let r = rules(serde_json::json!({"silences": [{"until": rfc(600), "comment": "node upgrade"}]}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     let bad = |now: i64| crashing(pod("w", "web"), 4, now - 5, "Error");
     assert!(step(&mut book, &[bad(100)], &r, 100).is_empty(), "silenced: nothing sent");
     assert_eq!((book.firing(), book.pending(), book.silenced()), (0, 0, 1));
@@ -264,7 +284,7 @@ fn a_silenced_crash_loop_opens_nothing_until_its_silence_ends_then_opens() {
 #[test]
 fn a_problem_gone_within_its_silence_is_never_sent() {
     let r = rules(serde_json::json!({"silences": [{"until": rfc(600)}]}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     assert!(step(&mut book, &[crashing(pod("w", "web"), 4, 95, "Error")], &r, 100).is_empty());
     let mut all = Vec::new();
     for now in [200, 700, 1400, 2000] {
@@ -279,7 +299,7 @@ fn a_silence_holds_back_escalations_of_a_firing_incident_but_not_its_resolve() {
     let until = 400;
     let silenced = rules(serde_json::json!({"silences": [{"until": rfc(until), "reasons": ["CrashLoopBackOff"]}]}));
     let open = rules(serde_json::json!({}));
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     assert_eq!(opened(&step(&mut book, &[crashing(pod("w", "web"), 4, 95, "Error")], &open, 100)), 1);
     // The silence is added: ten restarts escalate nothing while it lasts.
     let ts = step(&mut book, &[crashing(pod("w", "web"), 12, 195, "Error")], &silenced, 200);
@@ -306,7 +326,7 @@ fn a_silence_covers_only_its_pods_and_reasons() {
     db.shape = shape.share();
     let web = crashing(pod("web-0", "web"), 4, 95, "Error");
     let oom = crashing(pod("cache-0", "cache"), 4, 95, "OOMKilled");
-    let mut book = Book::default();
+    let mut book = Tracked::default();
     let ts = step(&mut book, &[db, web, oom], &r, 100);
     assert_eq!(ts.len(), 1, "only web opens: {ts:?}");
     assert_eq!(ts[0].key.workload.name.as_ref(), "web");

@@ -131,12 +131,12 @@ mod tests {
         let r = rules(
             serde_json::json!({"alerts": {"checkRunningPods": true, "resolveAfter": "1m", "restartWindow": "1m"}}),
         );
-        let mut book = Book::default();
+        let (mut book, mut history) = (Book::default(), crate::observe::RestartHistory::default());
         let mut schedule = AlertmanagerSchedule::default();
         let mut sent: Vec<(i64, String)> = Vec::new();
         for s in (0..=900).step_by(10) {
             let pods = if s < 60 { vec![crashing(pod("w", "web"), 3, 0, "Error")] } else { vec![pod("w", "web")] };
-            let f = evaluate(pods.iter(), &r, &mut book.history, t(s));
+            let f = evaluate(pods.iter(), &r, &mut history, t(s));
             let changed = !book.step(&f, &r, t(s)).is_empty();
             let incidents = book.for_alertmanager(t(s));
             let (send, next) = schedule.tick(!incidents.is_empty(), changed, t(s));
