@@ -70,13 +70,19 @@ fn the_pod_cache_holds_at_most_its_budget_per_pod() {
 /// cluster-wide PodAlert.
 const EVALUATION_BUDGET_PER_NAMESPACE: usize = 200;
 
+/// Bytes the restart history may hold per container that restarted once
+/// (its count sample, to tell later restarts within `restartWindow`):
+/// ~230 with the samples in a `Vec`, ~130 with one held inline. Per
+/// PodAlert reading the pod.
+const HISTORY_BUDGET_PER_RESTARTED_CONTAINER: usize = 150;
+
 /// The budget tests one at a time: both intern the fixture's names, and a
 /// table grown by one would be counted on the other's thread.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[test]
-fn a_kept_evaluation_holds_at_most_its_budget_per_namespace() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+/// What a kept evaluation of 4,000 fixture pods in 1,000 namespaces holds
+/// (malloc's per-chunk cost included), and the containers that restarted.
+fn kept_evaluation(restarts: bool) -> (usize, usize) {
     use std::sync::Arc;
 
     use crate::evaluation::{Dirty, Evaluation, Pods};
@@ -94,15 +100,15 @@ fn a_kept_evaluation_holds_at_most_its_budget_per_namespace() {
 
     let keys = LabelKeys::new();
     let (store, mut writer) = projection::keyed_store();
-    let namespaces = 1000;
+    let mut restarted = 0;
     for i in 0..4000 {
         let mut pod = flotilla_testenv::fixtures::deployment_pod(i);
-        pod.metadata.namespace = Some(format!("ns-{:05}", i % namespaces));
-        // Never restarted: what is measured is the evaluation's own cost
-        // per namespace (a restarted container's samples are the restart
-        // history's, held the same before the evaluation was kept).
+        pod.metadata.namespace = Some(format!("ns-{:05}", i % 1000));
         for c in pod.status.iter_mut().flat_map(|s| s.container_statuses.iter_mut().flatten()) {
-            (c.restart_count, c.last_state) = (0, None);
+            if !restarts {
+                (c.restart_count, c.last_state) = (0, None);
+            }
+            restarted += usize::from(c.restart_count > 0);
         }
         writer.apply(watcher::Event::Apply(pod), |pod: Pod| {
             (format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), view(&pod, &keys))
@@ -117,11 +123,27 @@ fn a_kept_evaluation_holds_at_most_its_budget_per_namespace() {
         assert_eq!((out.pods, out.findings.problems.len()), (4000, 0));
         e
     });
-    assert_eq!(evaluation.namespaces(), namespaces);
-    let per_namespace = heap.with_malloc_overhead() / namespaces;
-    println!("a kept evaluation holds {per_namespace} B per namespace (malloc's per-chunk cost included)");
+    assert_eq!(evaluation.namespaces(), 1000);
+    (heap.with_malloc_overhead(), restarted)
+}
+
+#[test]
+fn a_kept_evaluation_holds_at_most_its_budget_per_namespace_and_restarted_container() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (healthy, _) = kept_evaluation(false);
+    let per_namespace = healthy / 1000;
+    let (with_restarts, restarted) = kept_evaluation(true);
+    let per_restarted = (with_restarts.saturating_sub(healthy)) / restarted.max(1);
+    println!(
+        "a kept evaluation holds {per_namespace} B per namespace, and {per_restarted} B per restarted container ({restarted} of 8,000) (malloc's per-chunk cost included)"
+    );
+    assert!(restarted > 1000, "the fixture's sidecars restarted: {restarted}");
     assert!(
         per_namespace <= EVALUATION_BUDGET_PER_NAMESPACE,
         "a kept evaluation holds {per_namespace} B per namespace, over the budget of {EVALUATION_BUDGET_PER_NAMESPACE} B"
+    );
+    assert!(
+        per_restarted <= HISTORY_BUDGET_PER_RESTARTED_CONTAINER,
+        "the restart history holds {per_restarted} B per restarted container, over the budget of {HISTORY_BUDGET_PER_RESTARTED_CONTAINER} B"
     );
 }
