@@ -304,6 +304,10 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     let now = Timestamp::now();
     let mut summary = Summary::default();
 
+    // What changed for a cluster-wide PodAlert, taken before its rules copy
+    // the namespaces' silences: a silence written after that copy leaves
+    // its mark for the next reconcile (the watch writes, then marks).
+    let touched = if data.everywhere(&alert) { data.changes.take(&uid) } else { Dirty::All };
     let rules = match admitted_rules(&alert, &ns, served, &data) {
         Ok(rules) => Some(rules),
         Err((reason, message)) => {
@@ -321,13 +325,18 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         summary.log_lines = rules.tail_lines;
         summary.log_bytes = rules.max_bytes;
         summary.events = rules.events;
-        let transitions = evaluate_and_step(&alert, &ns, rules, &mut st, &mut summary, &data, now);
+        let transitions = evaluate_and_step(&alert, &ns, touched, rules, &mut st, &mut summary, &data, now);
         let transitions = read_logs(&ns, rules, transitions, &mut st, &data, now).await;
         let workers = sinks::worker_changes(&alert, &ns, &mut st);
         let misconfigured = sinks::check_sink_secrets(&alert, &ns, &mut st, &mut summary, &data, now).await;
         let mut out = Outbox::default();
         sinks::notify(&alert, rules, &transitions, &mut st, &data, now, &mut out);
         next = st.book.next_deadline(rules, now);
+        // When time alone changes what the pods show (a crash leaving the
+        // restart window, a silence ending): looked at then.
+        if let Some(at) = st.evaluation.recheck_at() {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
         let changed = !transitions.is_empty();
         if let Some(at) = sinks::push_alertmanager(&alert, &ns, rules, &mut st, &data, changed, now, &mut out) {
             next = Some(next.map_or(at, |n| n.min(at)));
@@ -387,9 +396,13 @@ fn admitted_rules(alert: &PodAlert, ns: &str, served: bool, data: &Data) -> Resu
     }
 }
 
+/// `touched`: the namespaces changed since the last evaluation (of a
+/// cluster-wide PodAlert; a namespace's reads its namespace each time).
+#[allow(clippy::too_many_arguments)]
 fn evaluate_and_step(
     alert: &PodAlert,
     ns: &str,
+    touched: Dirty,
     rules: &Rules,
     st: &mut State,
     summary: &mut Summary,
@@ -400,7 +413,7 @@ fn evaluate_and_step(
     // every pod of the cluster; a cluster-wide one reads again only the
     // namespaces changed since (issue 28: churn elsewhere costs it nothing).
     let (scope, dirty) = if rules.all_namespaces {
-        (InScope { pods: &data.pods, namespace: None }, data.changes.take(&alert.uid().unwrap_or_default()))
+        (InScope { pods: &data.pods, namespace: None }, touched)
     } else {
         (InScope { pods: &data.pods, namespace: Some(ns) }, Dirty::All)
     };

@@ -14,7 +14,10 @@
 //! Everything is read again after a list (the first, one for new label
 //! keys, a re-list after a watch error) and at least every [`FULL_EVERY`].
 //! A property test holds the kept evaluation to what one evaluation of
-//! every pod finds.
+//! every pod finds. (One difference it does not exercise: a problem whose
+//! start is unknown — a pod without a creation time, a container without a
+//! finish time, which API servers always set — counts from when it was
+//! found, not from each evaluation.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -303,6 +306,12 @@ impl Evaluation {
         if !slice.is_empty() {
             self.slices.insert(ns.into(), slice);
         }
+    }
+
+    /// When time alone may next change the findings (None: only a change
+    /// of the pods, their namespaces or the rules can).
+    pub fn recheck_at(&self) -> Option<Timestamp> {
+        self.whole.recheck_at
     }
 
     /// Namespaces kept (for the figures and the tests).

@@ -171,7 +171,6 @@ pub fn matching(
     best
 }
 
-/// The annotation's time, if it is one (RFC 3339).
 /// The soonest time after `now` at which a silence that could cover `pod`
 /// ends or comes within [`MAX_AHEAD`] (from refused to active): when
 /// [`matching`] may answer otherwise for the same pod.
@@ -194,6 +193,7 @@ pub fn changes_at(
         .min()
 }
 
+/// The annotation's time, if it is one (RFC 3339).
 pub fn parse_annotation(value: &str) -> Option<Timestamp> {
     value.trim().parse::<Timestamp>().ok()
 }
