@@ -16,17 +16,16 @@
 //!
 //! Knobs: `POD_ALERT_EVALUATION_PODS` (150000), `POD_ALERT_EVALUATION_NAMESPACES` (10000).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::debounce::MAX_TRIGGER_DELAY;
 use flotilla_shared::pods::LabelKeys;
-use flotilla_shared::projection::{self, Own, Store, Writer};
+use flotilla_shared::projection::{self, Own, Writer};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::watcher;
-use pod_alert::evaluation::{Dirty, Evaluation, Pods};
+use pod_alert::evaluation::{Dirty, Evaluation};
 use pod_alert::incident::Book;
 use pod_alert::observe::{RestartHistory, evaluate};
 use pod_alert::pod::{PodView, view};
@@ -58,7 +57,6 @@ fn main() -> anyhow::Result<()> {
         json!({"alerts": {"checkRunningPods": true, "restartThreshold": 3}, "allNamespaces": true}),
     )?;
     let rules = Rules::new(&spec, "flotilla-system", &["flotilla-system".to_string()])?;
-    let cache = Cache(&store);
     let now = Timestamp::now();
 
     // Before: each pod change evaluated every pod of the scope.
@@ -75,7 +73,7 @@ fn main() -> anyhow::Result<()> {
 
     // After: the namespaces changed since the last reconcile are read again.
     let (mut kept, mut kept_book) = (Evaluation::default(), Book::default());
-    let problems = kept.update((Some(1), true), Dirty::All, &rules, &cache, now).findings.problems.len();
+    let problems = kept.update((Some(1), true), Dirty::All, &rules, &store, now).findings.problems.len();
     // Under steady churn a cluster-wide PodAlert is reconciled once per
     // debounce bound (its triggers never pause 500 ms): that reconcile
     // covers the pods replaced meanwhile.
@@ -95,7 +93,7 @@ fn main() -> anyhow::Result<()> {
             put(&mut writer, &keys, p);
         }
         let started = Instant::now();
-        let out = kept.update((Some(1), true), Dirty::Namespaces(dirty), &rules, &cache, now);
+        let out = kept.update((Some(1), true), Dirty::Namespaces(dirty), &rules, &store, now);
         let read = out.evaluated;
         std::hint::black_box(kept_book.step(out.findings, &rules, now));
         if batch == 1 {
@@ -168,17 +166,4 @@ fn put(writer: &mut Writer<PodView, Own<PodView>>, keys: &LabelKeys, pod: Pod) {
     writer.apply(watcher::Event::Apply(pod), |p: Pod| {
         (format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()), view(&p, keys))
     });
-}
-
-/// The pod cache as a cluster-wide PodAlert reads it.
-struct Cache<'a>(&'a Store<PodView, Own<PodView>>);
-
-impl Pods for Cache<'_> {
-    fn in_namespace(&self, namespace: &str, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
-        self.0.in_namespace(namespace, keep)
-    }
-
-    fn all(&self, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
-        self.0.matching(keep)
-    }
 }

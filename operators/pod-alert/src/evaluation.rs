@@ -104,6 +104,17 @@ pub trait Pods {
     fn all(&self, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>>;
 }
 
+/// The whole pod cache (every namespace).
+impl Pods for flotilla_shared::projection::Store<PodView, flotilla_shared::projection::Own<PodView>> {
+    fn in_namespace(&self, namespace: &str, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
+        flotilla_shared::projection::Store::in_namespace(self, namespace, keep)
+    }
+
+    fn all(&self, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
+        self.matching(keep)
+    }
+}
+
 /// What identifies the rules a kept evaluation was made with: the
 /// PodAlert's generation (its spec) and whether it reads every namespace.
 pub type Fingerprint = (Option<i64>, bool);

@@ -83,20 +83,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// What a kept evaluation of 4,000 fixture pods in 1,000 namespaces holds
 /// (malloc's per-chunk cost included), and the containers that restarted.
 fn kept_evaluation(restarts: bool) -> (usize, usize) {
-    use std::sync::Arc;
-
-    use crate::evaluation::{Dirty, Evaluation, Pods};
-    use crate::pod::PodView;
-
-    struct Cache(projection::Store<PodView, projection::Own<PodView>>);
-    impl Pods for Cache {
-        fn in_namespace(&self, ns: &str, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
-            self.0.in_namespace(ns, keep)
-        }
-        fn all(&self, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
-            self.0.matching(keep)
-        }
-    }
+    use crate::evaluation::{Dirty, Evaluation};
 
     let keys = LabelKeys::new();
     let (store, mut writer) = projection::keyed_store();
@@ -114,12 +101,11 @@ fn kept_evaluation(restarts: bool) -> (usize, usize) {
             (format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), view(&pod, &keys))
         });
     }
-    let cache = Cache(store);
     let r = crate::observe::tests::rules(serde_json::json!({}));
     let now = k8s_openapi::jiff::Timestamp::now();
     let (evaluation, heap) = flotilla_testenv::heap::heap_of(|| {
         let mut e = Box::new(Evaluation::default());
-        let out = e.update((None, true), Dirty::All, &r, &cache, now);
+        let out = e.update((None, true), Dirty::All, &r, &store, now);
         assert_eq!((out.pods, out.findings.problems.len()), (4000, 0));
         e
     });
