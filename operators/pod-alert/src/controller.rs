@@ -31,7 +31,7 @@ use kube::{Resource, ResourceExt};
 use crate::crd::{PodAlert, Reason, SecretKeyRef, SilenceStatus};
 use crate::delivery::{Delivery, Sink, SinkRules};
 use crate::error::Error;
-use crate::evaluation::{Changes, Dirty, Evaluation};
+use crate::evaluation::{Changes, Dirty, Evaluation, OneNamespace, Pods};
 use crate::incident::{Book, Transition};
 use crate::log_reads::read_logs;
 use crate::logs::Tails;
@@ -412,13 +412,11 @@ fn evaluate_and_step(
     // A namespace's PodAlert reads its namespace's range of the cache, not
     // every pod of the cluster; a cluster-wide one reads again only the
     // namespaces changed since (issue 28: churn elsewhere costs it nothing).
-    let (scope, dirty) = if rules.all_namespaces {
-        (InScope { pods: &data.pods, namespace: None }, touched)
-    } else {
-        (InScope { pods: &data.pods, namespace: Some(ns) }, Dirty::All)
-    };
+    let own = OneNamespace(&data.pods, ns);
+    let (scope, dirty): (&dyn Pods, Dirty) =
+        if rules.all_namespaces { (&data.pods, touched) } else { (&own, Dirty::All) };
     let made_with = (alert.metadata.generation, rules.all_namespaces);
-    let outcome = st.evaluation.update(made_with, dirty, rules, &scope, now);
+    let outcome = st.evaluation.update(made_with, dirty, rules, scope, now);
     let findings = outcome.findings;
     summary.pods = outcome.pods;
     tracing::debug!(namespaces = outcome.evaluated, pods = outcome.pods, "evaluated");
@@ -433,25 +431,6 @@ fn evaluate_and_step(
         tracing::info!(podalert = %alert.name_any(), incident = %t.key, change = ?t.change, "incident");
     }
     transitions
-}
-
-/// The pod cache as one PodAlert reads it: one namespace, or every one.
-struct InScope<'a> {
-    pods: &'a projection::Store<PodView, projection::Own<PodView>>,
-    namespace: Option<&'a str>,
-}
-
-impl crate::evaluation::Pods for InScope<'_> {
-    fn in_namespace(&self, namespace: &str, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
-        self.pods.in_namespace(namespace, keep)
-    }
-
-    fn all(&self, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
-        match self.namespace {
-            Some(ns) => self.pods.in_namespace(ns, keep),
-            None => self.pods.matching(keep),
-        }
-    }
 }
 
 /// spec.silences as this evaluation applied them.

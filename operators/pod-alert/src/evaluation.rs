@@ -115,6 +115,20 @@ impl Pods for flotilla_shared::projection::Store<PodView, flotilla_shared::proje
     }
 }
 
+/// The pods of one namespace of `P` (a namespace's PodAlert): "all" is
+/// that namespace's.
+pub struct OneNamespace<'a, P>(pub &'a P, pub &'a str);
+
+impl<P: Pods> Pods for OneNamespace<'_, P> {
+    fn in_namespace(&self, namespace: &str, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
+        self.0.in_namespace(namespace, keep)
+    }
+
+    fn all(&self, keep: &mut dyn FnMut(&PodView) -> bool) -> Vec<Arc<PodView>> {
+        self.0.in_namespace(self.1, keep)
+    }
+}
+
 /// What identifies the rules a kept evaluation was made with: the
 /// PodAlert's generation (its spec) and whether it reads every namespace.
 pub type Fingerprint = (Option<i64>, bool);

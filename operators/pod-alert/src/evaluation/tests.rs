@@ -83,6 +83,18 @@ fn a_pod_change_in_one_namespace_evaluates_that_namespace_alone() {
 }
 
 #[test]
+fn a_namespaces_podalert_reads_its_namespace_alone() {
+    let r = rules(serde_json::json!({}));
+    let mut cache = Cache::default();
+    cache.put("a", crashing(healthy(0, 0), 5, 9, "Error"));
+    cache.put("b", crashing(healthy(1, 0), 5, 9, "Error"));
+    let mut e = Evaluation::default();
+    let out = e.update((Some(1), false), Dirty::All, &r, &OneNamespace(&cache, "b"), t(10));
+    assert_eq!((out.evaluated, out.pods), (1, 1));
+    assert_eq!(out.findings.problems.iter().map(|p| p.key.namespace.as_str()).collect::<Vec<_>>(), ["b"]);
+}
+
+#[test]
 fn namespaces_without_pods_or_findings_are_not_kept() {
     let r = rules(serde_json::json!({}));
     let mut cache = Cache::default();
