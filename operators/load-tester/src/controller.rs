@@ -33,6 +33,7 @@ use crate::metrics::LoadMetrics;
 use crate::report::{count_ended_run, write_status};
 use crate::runner;
 use crate::runner_pods::{Room, RunnerPods};
+use crate::schedule::Schedule;
 use crate::simple::OWNER_LABEL;
 use crate::snapshot;
 
@@ -308,17 +309,21 @@ fn limits(test: &LoadTest, options: &Options) -> Result<Limits, String> {
         None => Ok(()),
     };
     let spec = &test.spec;
-    match (spec.deadline.get(), spec.start_timeout.get(), spec.test.timeout.get(), spec.duration(), headers) {
-        (Ok(deadline), Ok(start_timeout), Ok(_), Ok(duration), Ok(())) => Ok(Limits {
+    let schedule = spec.schedule.as_deref().map(Schedule::parse).transpose();
+    match (spec.deadline.get(), spec.start_timeout.get(), spec.test.timeout.get(), spec.duration(), headers, schedule) {
+        (Ok(deadline), Ok(start_timeout), Ok(_), Ok(duration), Ok(()), Ok(schedule)) => Ok(Limits {
             deadline,
             start_timeout,
             duration,
             min_rerun_interval: options.min_rerun_interval,
             max_runners_per_namespace: options.max_runners_per_namespace,
+            schedule,
         }),
-        (d, s, t, l, h) => {
-            Err([d.err(), s.err(), t.err(), l.err(), h.err()].into_iter().flatten().collect::<Vec<_>>().join("; "))
-        }
+        (d, s, t, l, h, c) => Err([d.err(), s.err(), t.err(), l.err(), h.err(), c.err()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("; ")),
     }
 }
 
@@ -336,7 +341,8 @@ async fn plan_step(
     let ns = test.namespace().ok_or(Error::NoNamespace)?;
     let uid = test.uid().unwrap_or_default();
     let rerun = test.annotations().get(RERUN_ANNOTATION).cloned().unwrap_or_default();
-    let wanted = Wanted { generation: test.metadata.generation.unwrap_or(0), rerun: &rerun };
+    let created = test.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let wanted = Wanted { generation: test.metadata.generation.unwrap_or(0), rerun: &rerun, created };
     let svc = &test.spec.test.service_name;
     let host = format!("{svc}.{ns}.svc.{}", data.options.cluster_domain);
     let now = Timestamp::now();

@@ -16,7 +16,9 @@ mod runner;
 mod status;
 
 pub use runner::{DEFAULT_MAX_CONNECTIONS, LoadSpec, LoadStage, RunnerResources, RunnerSpec};
-pub use status::{Latency, LoadTestStatus, PinnedTarget, Results, StageLatency, StageResults, State, Verdict};
+pub use status::{
+    Latency, LoadTestStatus, MAX_HISTORY, PinnedTarget, Results, RunSummary, StageLatency, StageResults, State, Verdict,
+};
 
 /// Runs `replicas` coordinated loadgen pods against a Service of this
 /// namespace and reports one merged result: the runners' latency
@@ -48,6 +50,7 @@ pub use status::{Latency, LoadTestStatus, PinnedTarget, Results, StageLatency, S
     printcolumn = r#"{"name":"Requests","type":"integer","jsonPath":".status.results.requests"}"#,
     printcolumn = r#"{"name":"P99","type":"string","jsonPath":".status.results.latency.p99"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Next","type":"date","priority":1,"jsonPath":".status.nextRunTime","description":"with spec.schedule: when the next run starts"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message (kubectl get -o wide)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -103,6 +106,21 @@ pub struct LoadTestSpec {
     /// nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<RunnerSpec>,
+    /// Runs the test on a schedule: a standard 5-field cron line (minute,
+    /// hour, day of month, month, day of week; or @hourly, @daily,
+    /// @weekly, @monthly, @yearly), in UTC, e.g. "0 3 * * *". With a
+    /// schedule a run starts only at each time it names (or on a new
+    /// flotilla.dev/rerun), not when the LoadTest is created or changed: a
+    /// change applies from the next run. A time that comes while a run is
+    /// still going starts the next run when it ends (missed times are
+    /// made up by one run, not several). status.nextRunTime says when;
+    /// status.history keeps the last 10 runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 100),
+        pattern(r"^\s*(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})\s*$")
+    )]
+    pub schedule: Option<String>,
 }
 
 impl LoadTestSpec {

@@ -30,6 +30,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod runner_pods;
+pub mod schedule;
 pub mod simple;
 pub mod simple_deployment;
 pub mod snapshot;

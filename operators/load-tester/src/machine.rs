@@ -16,16 +16,20 @@
 //!        │  Service changed                             │
 //!        └──────────────────────▶ Failed ◀──────────────┘
 //! ```
-//! A Failed run is never retried by itself.
+//! A Failed run is never retried by itself. With `spec.schedule` a run
+//! starts only at the times the schedule names (once the current run has
+//! ended) or on a new rerun annotation — not on creation or a spec change
+//! ([`crate::schedule`]). Every ended run is summed up in `status.history`.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, State, Verdict};
+use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, MAX_HISTORY, RunSummary, State, Verdict};
 use crate::results::{merge, verdict};
 use crate::runner::{Runner, Window};
+use crate::schedule::Schedule;
 
 mod target;
 pub use target::{ServiceView, Target};
@@ -111,6 +115,8 @@ pub struct Limits {
     pub min_rerun_interval: Duration,
     /// Runner pods of one namespace at once, every LoadTest's together.
     pub max_runners_per_namespace: usize,
+    /// spec.schedule, checked.
+    pub schedule: Option<Schedule>,
 }
 
 /// What a fixed-time run may take past its start-up and duration: the
@@ -132,10 +138,72 @@ impl Limits {
 }
 
 /// What asks for a run: the spec's generation and the rerun annotation's
-/// value. A change of either starts a new run.
+/// value (a change of either starts a new run), or with a schedule the
+/// times it names after the last run started (after the LoadTest was
+/// created, before the first).
 pub struct Wanted<'a> {
     pub generation: i64,
     pub rerun: &'a str,
+    pub created: Option<Timestamp>,
+}
+
+/// Why a new run starts now, if one does.
+fn new_run_why(limits: &Limits, wanted: &Wanted<'_>, s: &LoadTestStatus, now: Timestamp) -> Option<String> {
+    let (generation, rerun) = (wanted.generation, wanted.rerun);
+    if !rerun.is_empty() && rerun != s.rerun {
+        return Some(format!("flotilla.dev/rerun is {rerun:?}"));
+    }
+    match &limits.schedule {
+        None if s.run == 0 => Some("created".to_string()),
+        None if s.run_generation != generation => Some("the spec changed".to_string()),
+        None => None,
+        // A scheduled time starts a run only once the current one ended.
+        Some(schedule) => next_scheduled(schedule, s, wanted.created)
+            .filter(|at| *at <= now && (s.run == 0 || s.state.is_terminal()))
+            .map(|at| format!("scheduled at {at} by {:?}", schedule.line())),
+    }
+}
+
+/// The first time the schedule names after the last run started (after
+/// the LoadTest was created, before its first run).
+fn next_scheduled(schedule: &Schedule, s: &LoadTestStatus, created: Option<Timestamp>) -> Option<Timestamp> {
+    let last = s.start_time.as_ref().map(|t| t.0).filter(|_| s.run > 0).or(created)?;
+    schedule.next_after(last)
+}
+
+/// Sums up the run of `status` in its history once it has ended (once per
+/// run; the oldest go past [`MAX_HISTORY`]).
+pub fn record_ended(status: &mut LoadTestStatus) {
+    if !status.state.is_terminal() || status.history.last().is_some_and(|h| h.run == status.run) {
+        return;
+    }
+    status.history.push(RunSummary::of(status));
+    let extra = status.history.len().saturating_sub(MAX_HISTORY);
+    status.history.drain(..extra);
+}
+
+/// With a schedule and no new run now: when the next starts, said in
+/// status and looked at then; before the first run, the test waits for it.
+fn wait_for_schedule(step: &mut Step, wanted: &Wanted<'_>, schedule: &Schedule, now: Timestamp) -> bool {
+    let s = &mut step.status;
+    let next = next_scheduled(schedule, s, wanted.created);
+    s.next_run_time = next.map(Time);
+    if let Some(at) = next {
+        let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default().max(Duration::from_secs(1));
+        step.requeue = Some(step.requeue.map_or(wait, |r| r.min(wait)));
+    }
+    if s.run > 0 {
+        return false;
+    }
+    // Never ran: nothing of a run to show (a spec found invalid before is
+    // valid now, or it would not be stepped).
+    (s.state, s.reason, s.message) = (State::Pending, String::new(), String::new());
+    let message = match next {
+        Some(at) => format!("the first run starts at {at} (schedule {:?}, UTC)", schedule.line()),
+        None => format!("schedule {:?} names no time ahead: no run starts until flotilla.dev/rerun", schedule.line()),
+    };
+    step.waiting = Some(("Scheduled", message));
+    true
 }
 
 /// Whether the Ready condition of `old` already has `reason` (a wait that
@@ -156,15 +224,7 @@ pub fn step(
     let (generation, rerun) = (wanted.generation, wanted.rerun);
     let mut step = Step { status: old.cloned().unwrap_or_default(), ..Step::default() };
     let s = &mut step.status;
-    let new_run = s.run == 0 || s.run_generation != generation || (!rerun.is_empty() && rerun != s.rerun);
-    if new_run {
-        let why = if s.run == 0 {
-            "created".to_string()
-        } else if s.run_generation != generation {
-            "the spec changed".to_string()
-        } else {
-            format!("flotilla.dev/rerun is {rerun:?}")
-        };
+    if let Some(why) = new_run_why(limits, wanted, s, now) {
         // A rerun (not the first run) waits until --min-rerun-interval has
         // passed since the last start: a stream of spec edits or rerun
         // annotations cannot churn pods. The current run goes on meanwhile.
@@ -183,9 +243,13 @@ pub fn step(
             }
             step.waiting = Some(("RerunTooSoon", message));
             current_run(&mut step, spec, limits, seen, now);
+            record_ended(&mut step.status);
             step.requeue = Some(step.requeue.map_or(wait, |r| r.min(wait)));
             return step;
         }
+        // The ended run is in the history even if no step saw it end (an
+        // operator before history, a status written by the refusal path).
+        record_ended(s);
         *s = LoadTestStatus {
             observed_generation: s.observed_generation,
             conditions: s.conditions.clone(),
@@ -193,11 +257,18 @@ pub fn step(
             run_generation: generation,
             rerun: rerun.to_string(),
             start_time: Some(Time(now)),
+            history: std::mem::take(&mut s.history),
+            next_run_time: limits.schedule.as_ref().and_then(|sch| sch.next_after(now)).map(Time),
             ..LoadTestStatus::default()
         };
         step.events.push((false, "RunStarted", format!("run {} started ({why})", step.status.run)));
+    } else if let Some(schedule) = &limits.schedule
+        && wait_for_schedule(&mut step, wanted, schedule, now)
+    {
+        return step;
     }
     current_run(&mut step, spec, limits, seen, now);
+    record_ended(&mut step.status);
     step
 }
 
@@ -262,6 +333,7 @@ pub fn creation_refused(status: &mut LoadTestStatus, now: Timestamp, message: St
     status.completion_time = Some(Time(now));
     status.reason = "CreateFailed".into();
     status.message = message.clone();
+    record_ended(status);
     (true, "CreateFailed", format!("run {} failed: {message}", status.run))
 }
 
@@ -502,6 +574,7 @@ mod tests {
         start_timeout: Duration::from_secs(120),
         min_rerun_interval: Duration::ZERO,
         max_runners_per_namespace: 500,
+        schedule: None,
     };
 
     fn web() -> ServiceView {
@@ -529,7 +602,7 @@ mod tests {
         now: Timestamp,
     ) -> Step {
         let seen = Seen { runners, target: &target, others_in_namespace: Some(0) };
-        step(s, &L, &Wanted { generation, rerun }, old, &seen, now)
+        step(s, &L, &Wanted { generation, rerun, created: None }, old, &seen, now)
     }
 
     /// A step of generation 1 with `limits`, the target ready.
@@ -541,7 +614,7 @@ mod tests {
         now: Timestamp,
     ) -> Step {
         let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0) };
-        step(s, limits, &Wanted { generation: 1, rerun: "" }, old, &seen, now)
+        step(s, limits, &Wanted { generation: 1, rerun: "", created: None }, old, &seen, now)
     }
 
     fn runner(run: i64, i: usize) -> Runner {
@@ -560,7 +633,7 @@ mod tests {
             step(
                 &s,
                 &L,
-                &Wanted { generation: 1, rerun: "" },
+                &Wanted { generation: 1, rerun: "", created: None },
                 old,
                 &Seen { runners: &[], target, others_in_namespace: room },
                 t(0),
@@ -615,7 +688,7 @@ mod tests {
         }
         // Executing looks at the Service on every step.
         let seen = Seen { runners: &rs, target: &Target::Unchecked, others_in_namespace: None };
-        let look = step(&s, &L, &Wanted { generation: 1, rerun: "" }, Some(&executing), &seen, t(3));
+        let look = step(&s, &L, &Wanted { generation: 1, rerun: "", created: None }, Some(&executing), &seen, t(3));
         assert_eq!(look.needs, Some(Need::Target { endpoints: false }));
         let same = go(&s, 1, "", Some(&executing), &rs, ready(), t(3));
         assert_eq!((same.status.state, same.delete.len()), (State::Executing, 0));
@@ -649,12 +722,12 @@ mod tests {
         let l = Limits { min_rerun_interval: Duration::from_secs(30), ..L };
         let at = |old: &LoadTestStatus, generation: i64, rerun: &str, runners: &[Runner], now: i64| {
             let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0) };
-            step(&s, &l, &Wanted { generation, rerun }, Some(old), &seen, t(now))
+            step(&s, &l, &Wanted { generation, rerun, created: None }, Some(old), &seen, t(now))
         };
         let first = step(
             &s,
             &l,
-            &Wanted { generation: 1, rerun: "" },
+            &Wanted { generation: 1, rerun: "", created: None },
             None,
             &Seen { runners: &[], target: &ready(), others_in_namespace: Some(0) },
             t(0),
@@ -699,7 +772,7 @@ mod tests {
         let l = Limits { max_runners_per_namespace: 4, ..L };
         let at = |old: Option<&LoadTestStatus>, others: usize, runners: &[Runner], now: i64| {
             let seen = Seen { runners, target: &ready(), others_in_namespace: Some(others) };
-            step(&s, &l, &Wanted { generation: 1, rerun: "" }, old, &seen, t(now))
+            step(&s, &l, &Wanted { generation: 1, rerun: "", created: None }, old, &seen, t(now))
         };
         let full = at(None, 2, &[], 0);
         assert_eq!((full.status.state, full.create.len()), (State::Pending, 0), "none made: all or nothing");
@@ -714,7 +787,7 @@ mod tests {
         // More runners than the bound itself: failed at once, nothing to wait for.
         let l1 = Limits { max_runners_per_namespace: 2, ..L };
         let seen = Seen { runners: &[], target: &ready(), others_in_namespace: None };
-        let st = step(&s, &l1, &Wanted { generation: 1, rerun: "" }, None, &seen, t(0));
+        let st = step(&s, &l1, &Wanted { generation: 1, rerun: "", created: None }, None, &seen, t(0));
         assert_eq!((st.status.state, st.status.reason.as_str()), (State::Failed, "TooManyRunners"));
         assert!(st.status.message.contains("--max-runners-per-namespace (2)"), "{}", st.status.message);
     }
@@ -816,6 +889,111 @@ mod tests {
         let rerun = go(&s, 1, "again", Some(&done), &old, ready(), t(5));
         assert_eq!(rerun.status.run, 2);
         assert!(rerun.events.iter().any(|(_, r, n)| *r == "RunStarted" && n.contains("again")));
+    }
+
+    /// A step of a test scheduled by `line`, created at t(10), generation
+    /// `generation`, the target ready.
+    fn scheduled(line: &str, generation: i64, rerun: &str, old: Option<&LoadTestStatus>, now: Timestamp) -> Step {
+        let limits = Limits { schedule: Some(Schedule::parse(line).unwrap()), ..L };
+        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0) };
+        step(&spec(1), &limits, &Wanted { generation, rerun, created: Some(t(10)) }, old, &seen, now)
+    }
+
+    /// `st` as a run that finished at `at`.
+    fn finished(mut st: LoadTestStatus, at: Timestamp) -> LoadTestStatus {
+        (st.state, st.verdict, st.reason) = (State::Finished, Verdict::Passed, "ThresholdsMet".into());
+        st.completion_time = Some(Time(at));
+        st
+    }
+
+    #[test]
+    fn a_scheduled_test_waits_for_its_first_time_and_a_spec_change_starts_nothing() {
+        // t(0) is a multiple of 5 minutes: the first time after the
+        // creation (t(10)) is t(300).
+        let first = scheduled("*/5 * * * *", 1, "", None, t(10));
+        assert_eq!(first.status.run, 0);
+        assert_eq!((first.create.len(), first.needs), (0, None), "nothing runs before the time");
+        assert_eq!(first.status.next_run_time, Some(Time(t(300))));
+        assert_eq!(first.requeue, Some(Duration::from_secs(290)));
+        let (reason, message) = first.waiting.clone().unwrap();
+        assert_eq!(reason, "Scheduled");
+        assert!(message.contains("*/5 * * * *"), "{message}");
+        let edited = scheduled("*/5 * * * *", 2, "", Some(&first.status), t(100));
+        assert_eq!((edited.status.run, edited.waiting.as_ref().map(|w| w.0)), (0, Some("Scheduled")));
+        let due = scheduled("*/5 * * * *", 2, "", Some(&edited.status), t(300));
+        assert_eq!((due.status.run, due.status.run_generation, due.create.as_slice()), (1, 2, &[0][..]));
+        assert!(
+            due.events.iter().any(|(_, r, n)| *r == "RunStarted" && n.contains("scheduled at")),
+            "{:?}",
+            due.events
+        );
+        assert_eq!(due.status.next_run_time, Some(Time(t(600))));
+        // A spec edited while the run goes on changes nothing of it.
+        let running = scheduled("*/5 * * * *", 3, "", Some(&due.status), t(310));
+        assert_eq!((running.status.run, running.status.run_generation), (1, 2));
+    }
+
+    #[test]
+    fn a_scheduled_test_runs_again_at_each_time_and_keeps_its_history() {
+        let run1 = scheduled("*/5 * * * *", 1, "", None, t(300)).status;
+        let done = finished(run1, t(330));
+        let idle = scheduled("*/5 * * * *", 1, "", Some(&done), t(400));
+        assert_eq!(idle.status.run, 1);
+        assert_eq!(idle.waiting, None, "a finished run is not waiting for anything");
+        assert_eq!(idle.status.next_run_time, Some(Time(t(600))));
+        assert_eq!(idle.requeue, Some(Duration::from_secs(200)));
+        assert_eq!(idle.status.history.len(), 1);
+        let h = &idle.status.history[0];
+        assert_eq!(
+            (h.run, h.state, h.verdict, h.reason.as_str()),
+            (1, State::Finished, Verdict::Passed, "ThresholdsMet")
+        );
+        assert_eq!((h.start_time.clone(), h.completion_time.clone()), (Some(Time(t(300))), Some(Time(t(330)))));
+        let again = scheduled("*/5 * * * *", 1, "", Some(&idle.status), t(600));
+        assert_eq!(again.status.run, 2);
+        assert_eq!(again.status.history, idle.status.history, "the history goes on through a new run");
+    }
+
+    #[test]
+    fn a_time_passed_during_a_run_starts_one_run_when_it_ends() {
+        let run1 = scheduled("*/5 * * * *", 1, "", None, t(300)).status;
+        let mut executing = run1.clone();
+        executing.state = State::Executing;
+        // t(600) and t(900) come while it sends: nothing new starts.
+        let busy = scheduled("*/5 * * * *", 1, "", Some(&executing), t(950));
+        assert_eq!(busy.status.run, 1);
+        let ended = finished(executing, t(960));
+        let catch_up = scheduled("*/5 * * * *", 1, "", Some(&ended), t(961));
+        assert_eq!(catch_up.status.run, 2, "made up by one run");
+        assert_eq!(catch_up.status.next_run_time, Some(Time(t(1200))));
+        let later = scheduled("*/5 * * * *", 1, "", Some(&catch_up.status), t(970));
+        assert_eq!(later.status.run, 2, "not by several");
+    }
+
+    #[test]
+    fn a_rerun_starts_a_scheduled_test_at_once_and_the_history_keeps_ten_runs() {
+        let now = scheduled("@daily", 1, "go", None, t(20));
+        assert_eq!(now.status.run, 1);
+        let mut st = now.status;
+        for i in 2..=13 {
+            st = finished(st, t(i * 10));
+            st = scheduled("@daily", 1, &format!("go-{i}"), Some(&st), t(i * 10 + 1)).status;
+            assert_eq!(st.run, i);
+        }
+        assert_eq!(st.history.len(), MAX_HISTORY);
+        assert_eq!(st.history.first().map(|h| h.run), Some(3));
+        assert_eq!(st.history.last().map(|h| h.run), Some(12));
+    }
+
+    #[test]
+    fn an_unscheduled_test_records_its_ended_runs_too() {
+        let s = spec(1);
+        let done = finished(go(&s, 1, "", None, &[], ready(), t(0)).status, t(5));
+        let seen = go(&s, 1, "", Some(&done), &[], ready(), t(6));
+        assert_eq!(seen.status.history.len(), 1);
+        assert_eq!(seen.status.next_run_time, None);
+        let again = go(&s, 1, "", Some(&seen.status), &[], ready(), t(7));
+        assert_eq!(again.status.history.len(), 1, "once per run");
     }
 
     #[test]

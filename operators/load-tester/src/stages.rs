@@ -109,6 +109,7 @@ mod tests {
             duration: spec.duration().unwrap(),
             min_rerun_interval: Duration::ZERO,
             max_runners_per_namespace: 10,
+            schedule: None,
         };
         assert_eq!(limits.run_deadline(), Duration::from_secs(120 + 120) + crate::machine::DURATION_SLACK);
     }

@@ -32,6 +32,16 @@ async fn admission_rejects_what_would_fail_later() {
             "spec.test.headers",
         ),
         ("deadline over 24h", json!({"replicas": 1, "deadline": "25h", "test": {"serviceName": "web"}}), "24h"),
+        (
+            "a schedule with seconds",
+            json!({"replicas": 1, "schedule": "0 0 3 * * *", "test": {"serviceName": "web"}}),
+            "spec.schedule",
+        ),
+        (
+            "a schedule nickname cron does not know",
+            json!({"replicas": 1, "schedule": "@reboot", "test": {"serviceName": "web"}}),
+            "spec.schedule",
+        ),
     ];
     for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
         match create(&client, &ns, "LoadTest", &format!("bad-{i}"), spec).await {
@@ -88,6 +98,28 @@ async fn a_spec_that_cannot_run_is_stalled_until_it_is_fixed() {
         (s.run > st.run && ready.reason != "InvalidSpec" && condition(s, "Stalled").is_none()).then_some(())
     })
     .await;
+}
+
+/// A schedule the schema lets through (five fields) that names no valid
+/// time is InvalidSpec, said with the line and what is wrong: Stalled.
+#[tokio::test]
+async fn a_schedule_out_of_range_is_stalled_with_the_reason() {
+    let env = shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-bad-schedule").await.unwrap();
+    let _operator = start_operator(&env, &ns);
+    let spec = json!({"replicas": 1, "schedule": "61 * * * *", "test": {"serviceName": "web"}});
+    create(&client, &ns, "LoadTest", "bad-schedule", spec).await.unwrap();
+    let condition = |s: &LoadTestStatus, t: &str| s.conditions.iter().find(|c| c.type_ == t).cloned();
+    let st = wait_test(&client, &ns, "bad-schedule", "Stalled", Duration::from_secs(40), |s| {
+        condition(s, "Stalled").map(|_| s.clone())
+    })
+    .await;
+    let stalled = condition(&st, "Stalled").unwrap();
+    assert_eq!(stalled.reason, "InvalidSpec");
+    assert!(stalled.message.contains("schedule \"61 * * * *\""), "{stalled:?}");
+    assert_eq!(st.run, 0, "{st:?}");
 }
 
 /// spec.load and spec.runner at admission: a duration excludes repeat and

@@ -101,6 +101,66 @@ pub struct LoadTestStatus {
     /// The merged results of a finished run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<Results>,
+    /// With spec.schedule: when the next run starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run_time: Option<Time>,
+    /// The last runs that ended (at most 10, oldest first), so a scheduled
+    /// test shows its trend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub history: Vec<RunSummary>,
+}
+
+/// Runs kept in status.history.
+pub const MAX_HISTORY: usize = 10;
+
+/// One ended run, in short.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub run: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Finished or Failed.
+    pub state: State,
+    /// Passed, Failed or None.
+    pub verdict: Verdict,
+    /// The run's reason (ThresholdsMet, ThresholdsMissed, or why it failed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Requests sent (a finished run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<i64>,
+    /// Failed requests over requests sent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error_ratio: String,
+    /// Requests per second achieved.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rps: String,
+    /// The merged 99th-percentile latency.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub p99: String,
+}
+
+impl RunSummary {
+    /// The summary of `status`'s run (which ended).
+    pub fn of(status: &LoadTestStatus) -> Self {
+        let results = status.results.as_ref();
+        RunSummary {
+            run: status.run,
+            start_time: status.start_time.clone(),
+            completion_time: status.completion_time.clone(),
+            state: status.state,
+            verdict: status.verdict,
+            reason: status.reason.clone(),
+            requests: results.map(|r| r.requests),
+            error_ratio: results.map(|r| r.error_ratio.clone()).unwrap_or_default(),
+            rps: results.map(|r| r.rps.clone()).unwrap_or_default(),
+            p99: results.map(|r| r.latency.p99.clone()).unwrap_or_default(),
+        }
+    }
 }
 
 /// The Service a run sends to, pinned when its runners are created.
