@@ -158,3 +158,26 @@ async fn a_header_from_a_secret_needs_the_right_to_read_that_secret() {
         assert!(msg.contains("valueFrom"), "{msg}");
     }
 }
+
+/// A body from a Secret (test.bodyFrom): as a header's, only a user who may
+/// get that Secret names it or repoints a LoadTest that names it; the
+/// schema refuses it beside a literal body.
+#[tokio::test]
+async fn a_body_from_a_secret_needs_the_right_to_read_that_secret() {
+    let (_env, admin, ns, frank, as_frank) = setup("ltvap-body").await;
+    let (frank_tests, admin_tests) = (objects(&as_frank, &ns, "LoadTest"), objects(&admin, &ns, "LoadTest"));
+    let body =
+        |secret: &str| json!({"method": "POST", "bodyFrom": {"secretKeyRef": {"name": secret, "key": "order.json"}}});
+    let msg = create_settled(&frank_tests, &load_test("body", body("payload")), Some("Secret")).await.unwrap_err();
+    assert!(msg.contains("bodyFrom") && msg.contains("get on that Secret"), "{msg}");
+    let read = json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["payload"], "verbs": ["get"]}]);
+    grant(&admin, &ns, &frank, "read-payload", read).await;
+    create_settled(&frank_tests, &load_test("body", body("payload")), None).await.unwrap();
+    create_settled(&frank_tests, &load_test("other", body("card-data")), Some("get on that Secret")).await.unwrap_err();
+    admin_tests.create(&PostParams::default(), &load_test("admins", body("card-data"))).await.unwrap();
+    let elsewhere = Patch::Merge(json!({"spec": {"test": {"serviceName": "franks"}}}));
+    refused_with(frank_tests.patch("admins", &PatchParams::default(), &elsewhere).await, "get on that Secret");
+
+    let both = json!({"body": "{}", "bodyFrom": {"secretKeyRef": {"name": "payload", "key": "order.json"}}});
+    refused_with(admin_tests.create(&PostParams::default(), &load_test("both", both)).await, "mutually exclusive");
+}

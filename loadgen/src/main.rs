@@ -39,6 +39,11 @@ struct Args {
     /// Request body.
     #[arg(long, env = "BODY", default_value = "")]
     body: String,
+    /// The request body from a file, sent as its bytes exactly (at most
+    /// 1 MiB, a Secret's limit): a mounted Secret, so the body is in no
+    /// environment variable. Not with a non-empty --body.
+    #[arg(long, env = "BODY_FILE", value_name = "PATH")]
+    body_file: Option<std::path::PathBuf>,
     /// Requests per connection.
     #[arg(long, env = "REPEAT", default_value_t = 10)]
     repeat: u64,
@@ -127,6 +132,22 @@ fn read_header_value(path: &std::path::Path) -> Result<String, String> {
     Ok(value.to_string())
 }
 
+/// The largest body read from --body-file: a Secret holds at most 1 MiB.
+const MAX_BODY_FILE: u64 = 1024 * 1024;
+
+/// The body in `path`, exactly; errors name the file, never its content.
+fn read_body(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_BODY_FILE + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_BODY_FILE {
+        return Err(format!("{} is longer than 1 MiB", path.display()));
+    }
+    Ok(bytes)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let method = match reqwest::Method::from_bytes(args.method.as_bytes()) {
@@ -173,6 +194,14 @@ fn main() -> ExitCode {
             Err(why) => return bad("header-file", format!("{name}: {why}")),
         }
     }
+    let body = match (&args.body_file, args.body.is_empty()) {
+        (None, _) => args.body.clone().into_bytes(),
+        (Some(path), true) => match read_body(path) {
+            Ok(body) => body,
+            Err(why) => return bad("body-file", why),
+        },
+        (Some(_), false) => return bad("body-file", "not with a --body"),
+    };
     if args.duration.is_some_and(|d| d.is_zero()) {
         return bad("duration", "must be more than 0");
     }
@@ -224,7 +253,7 @@ fn main() -> ExitCode {
         headers,
         secret_headers,
         connect_to,
-        body: args.body,
+        body,
         repeat: args.repeat,
         concurrency: args.concurrency,
         timeout: args.timeout,
@@ -267,6 +296,27 @@ fn main() -> ExitCode {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A body file is read as its bytes exactly (no newline dropped, not
+    /// necessarily text), at most 1 MiB; errors name the file, never what
+    /// it holds.
+    #[test]
+    fn a_body_file_is_sent_exactly_and_bounded() {
+        let dir = std::env::temp_dir().join(format!("loadgen-body-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exact = dir.join("exact");
+        std::fs::write(&exact, b"{\"token\":\"s3cret\"}\n\xff").unwrap();
+        assert_eq!(read_body(&exact).unwrap(), b"{\"token\":\"s3cret\"}\n\xff");
+        let big = dir.join("big");
+        std::fs::write(&big, vec![b's'; 1024 * 1024 + 1]).unwrap();
+        let err = read_body(&big).unwrap_err();
+        assert!(err.contains("big") && err.contains("1 MiB") && !err.contains("sss"), "{err}");
+        let err = read_body(&dir.join("missing")).unwrap_err();
+        assert!(err.contains("missing"), "{err}");
+        std::fs::write(dir.join("max"), vec![b'a'; 1024 * 1024]).unwrap();
+        assert_eq!(read_body(&dir.join("max")).unwrap().len(), 1024 * 1024);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Go's duration syntax, as every Flotilla flag and field takes it (the
     /// operator passes milliseconds): fractions are valid, prose is not.

@@ -29,7 +29,8 @@ pub struct Config {
     pub secret_headers: Vec<(String, String)>,
     /// Connect here (the URL's port) instead of resolving the URL's host.
     pub connect_to: Option<std::net::IpAddr>,
-    pub body: String,
+    /// Sent as is (bytes: a body from a file need not be text).
+    pub body: Vec<u8>,
     /// Requests per worker.
     pub repeat: u64,
     /// Workers (connections).

@@ -49,7 +49,7 @@ fn config(url: String, repeat: u64, concurrency: u64) -> Config {
         headers: vec![],
         secret_headers: vec![],
         connect_to: None,
-        body: String::new(),
+        body: Vec::new(),
         repeat,
         concurrency,
         timeout: Duration::from_secs(5),

@@ -171,8 +171,10 @@ fn default_timeout() -> GoDuration {
 }
 
 /// The requests.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.bodyFrom) || !has(self.body) || self.body == ''")
+    .message("body and bodyFrom are mutually exclusive"))]
 pub struct TestSpec {
     /// HTTP method (default GET).
     #[serde(default)]
@@ -227,10 +229,28 @@ pub struct TestSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub http_headers: Vec<HttpHeader>,
-    /// Request body.
+    /// Request body. Whoever may read the LoadTest or its runner pods
+    /// reads it: a body holding credentials goes in bodyFrom.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 65536))]
     pub body: String,
+    /// The request body from a key of a Secret in this namespace instead
+    /// (not with body): mounted into the runner pods as a file and sent as
+    /// its bytes exactly (at most 1 MiB, a Secret's limit), never in their
+    /// environment nor in status. A missing Secret or key keeps the runners
+    /// from starting (StartTimeout; `kubectl describe pod` shows the
+    /// FailedMount). With the chart's admission policy, only a user who
+    /// may get that Secret may name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_from: Option<BodySource>,
+}
+
+/// The source of a request body.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BodySource {
+    /// A key of a Secret in the LoadTest's namespace.
+    pub secret_key_ref: SecretKeyRef,
 }
 
 impl TestSpec {
@@ -426,13 +446,15 @@ pub struct SimpleDeploymentStatus {
 
 /// What only the LoadTest admission policy lets the right people ask for
 /// (None: nothing): the runners running another image than the operator's
-/// (whoever sets it runs code as pods of the namespace), and a header from
-/// a Secret (its value is sent where the LoadTest says).
+/// (whoever sets it runs code as pods of the namespace), and a header or
+/// body from a Secret (its value is sent where the LoadTest says).
 pub fn guarded_power(spec: &LoadTestSpec) -> Option<&'static str> {
     if spec.image.is_some() {
         Some("spec.image")
     } else if spec.test.http_headers.iter().any(|h| h.value_from.is_some()) {
         Some("a header from a Secret (httpHeaders[].valueFrom)")
+    } else if spec.test.body_from.is_some() {
+        Some("a body from a Secret (test.bodyFrom)")
     } else {
         None
     }

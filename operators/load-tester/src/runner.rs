@@ -42,9 +42,9 @@ pub fn name(test: &str, run: i64, i: usize) -> String {
     format!("{}{suffix}", test[..keep].trim_end_matches(['-', '.']))
 }
 
-/// Where runners find the header values read from Secrets (a projected
-/// volume: one file per header).
-pub const HEADERS_DIR: &str = "/var/run/flotilla/headers";
+/// Where runners find the header values and the body read from Secrets (a
+/// projected volume: one file per header, `body` for the body).
+pub const SECRETS_DIR: &str = "/var/run/flotilla/secrets";
 
 /// The literal headers (`NAME:VALUE` lines, for `HEADERS`), the headers
 /// read from files (`NAME:PATH` lines, for `HEADER_FILES`: paths, never
@@ -58,7 +58,7 @@ fn headers(spec: &LoadTestSpec) -> (Vec<String>, Vec<String>, Vec<Value>) {
             (Some(v), _) => literal.push(format!("{}:{}", h.name, v.0)),
             (None, Some(from)) => {
                 let file = format!("h{j}");
-                files.push(format!("{}:{HEADERS_DIR}/{file}", h.name));
+                files.push(format!("{}:{SECRETS_DIR}/{file}", h.name));
                 let r = &from.secret_key_ref;
                 sources.push(json!({"secret": {"name": r.name, "items": [{"key": r.key, "path": file}]}}));
             }
@@ -168,6 +168,12 @@ pub fn pod(
         json!({"name": "END_AT", "value": window.end_at.to_string()}),
         json!({"name": "START_FILE", "value": START_FILE}),
     ];
+    let mut sources = sources;
+    if let Some(from) = &t.body_from {
+        let r = &from.secret_key_ref;
+        env.push(json!({"name": "BODY_FILE", "value": format!("{SECRETS_DIR}/body")}));
+        sources.push(json!({"secret": {"name": r.name, "items": [{"key": r.key, "path": "body"}]}}));
+    }
     if let Some(d) = spec.load.as_ref().and_then(|l| l.duration.as_ref()) {
         env.push(json!({"name": "DURATION", "value": millis(d)}));
     }
@@ -182,8 +188,8 @@ pub fn pod(
         {"path": "start", "fieldRef": {"fieldPath": format!("metadata.annotations['{START_ANNOTATION}']")}}
     ]}})];
     if !sources.is_empty() {
-        mounts.push(json!({"name": "headers", "mountPath": HEADERS_DIR, "readOnly": true}));
-        volumes.push(json!({"name": "headers", "projected": {"sources": sources}}));
+        mounts.push(json!({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": true}));
+        volumes.push(json!({"name": "secrets", "projected": {"sources": sources}}));
     }
     let run_labels = json!({LOADTEST_LABEL: label_value(test), RUN_LABEL: run.to_string()});
     let mut pod = json!({
@@ -423,11 +429,11 @@ mod tests {
         let p = pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, &window(0), &pinned());
         let env = env_of(&p);
         assert_eq!(env["HEADERS"], "X-Plain:1");
-        assert_eq!(env["HEADER_FILES"], format!("Authorization:{HEADERS_DIR}/h1\nCookie:{HEADERS_DIR}/h2"));
+        assert_eq!(env["HEADER_FILES"], format!("Authorization:{SECRETS_DIR}/h1\nCookie:{SECRETS_DIR}/h2"));
         let env_text = serde_json::to_string(&p["spec"]["containers"][0]["env"]).unwrap_or_default();
         assert!(!env_text.contains("api-token") && !env_text.contains("secretKeyRef"), "{env_text}");
         let c = &p["spec"]["containers"][0];
-        assert_eq!(c["volumeMounts"][1], json!({"name": "headers", "mountPath": HEADERS_DIR, "readOnly": true}));
+        assert_eq!(c["volumeMounts"][1], json!({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": true}));
         assert_eq!(
             p["spec"]["volumes"][1]["projected"]["sources"],
             json!([
@@ -435,6 +441,30 @@ mod tests {
                 {"secret": {"name": "api-token", "items": [{"key": "cookie", "path": "h2"}]}}
             ])
         );
+        let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+    }
+
+    #[test]
+    fn a_secret_body_is_a_mounted_file_never_env() {
+        let spec: LoadTestSpec = serde_json::from_value(json!({
+            "replicas": 1, "test": {"serviceName": "nginx", "method": "POST",
+                "bodyFrom": {"secretKeyRef": {"name": "payload", "key": "order.json"}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let p = pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, &window(0), &pinned());
+        let env = env_of(&p);
+        assert_eq!((env["BODY"].clone(), env["BODY_FILE"].clone()), (String::new(), format!("{SECRETS_DIR}/body")));
+        let env_text = serde_json::to_string(&p["spec"]["containers"][0]["env"]).unwrap_or_default();
+        assert!(!env_text.contains("payload") && !env_text.contains("secretKeyRef"), "{env_text}");
+        assert_eq!(
+            p["spec"]["containers"][0]["volumeMounts"][1],
+            json!({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": true})
+        );
+        assert_eq!(
+            p["spec"]["volumes"][1]["projected"]["sources"],
+            json!([{"secret": {"name": "payload", "items": [{"key": "order.json", "path": "body"}]}}])
+        );
+        assert_eq!(crate::crd::guarded_power(&spec), Some("a body from a Secret (test.bodyFrom)"));
         let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
     }
 

@@ -197,11 +197,12 @@ async fn a_target_that_changes_during_the_run_fails_it_and_stops_the_runners() {
     assert!(!logs.contains("panicked"), "{logs}");
 }
 
-/// Header values from a Secret (valueFrom.secretKeyRef) reach the target,
-/// and nothing else holds them: not the runner pods (env or anything else
-/// of their spec), not the LoadTest's status, not its Events.
+/// Header values and a body from a Secret (valueFrom.secretKeyRef,
+/// test.bodyFrom) reach the target, and nothing else holds them: not the
+/// runner pods (env or anything else of their spec), not the LoadTest's
+/// status, not its Events.
 #[tokio::test]
-async fn header_values_from_secrets_reach_the_target_and_nowhere_else() {
+async fn header_values_and_bodies_from_secrets_reach_the_target_and_nowhere_else() {
     let env = node();
     OPERATOR.install_crds(&env).await;
     let client = env.client().await;
@@ -209,10 +210,12 @@ async fn header_values_from_secrets_reach_the_target_and_nowhere_else() {
     capture_pod(&client, &ns, "web", None).await;
     service(&client, &ns, "web", "web", false).await;
     let (token, key) = (format!("tok-{:08x}", rand_u32()), format!("key-{:08x}", rand_u32()));
+    let pan = format!("pan-{:08x}", rand_u32());
+    let body = format!("{{\"card\":\"{pan}\"}}");
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "api-token"},
         // As `kubectl create secret --from-file` keeps a file's last newline.
-        "stringData": {"header": format!("Bearer {token}\n"), "key": key}
+        "stringData": {"header": format!("Bearer {token}\n"), "key": key, "order.json": body}
     }))
     .unwrap();
     Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await.unwrap();
@@ -227,6 +230,7 @@ async fn header_values_from_secrets_reach_the_target_and_nowhere_else() {
         "secret",
         small(json!({"replicas": 2, "cleanup": "Never",
                "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/capture", "repeat": 2,
+                        "method": "POST", "bodyFrom": from("order.json"),
                         "httpHeaders": [{"name": "Authorization", "valueFrom": from("header")},
                                         {"name": "X-Api-Key", "valueFrom": from("key")}]}})),
     )
@@ -236,26 +240,29 @@ async fn header_values_from_secrets_reach_the_target_and_nowhere_else() {
     let got = hits(&env, &ns, "web");
     assert_eq!(got.len(), 4, "{got:?}\n{s:#?}");
     for hit in &got {
-        assert!(hit.contains(&format!("auth=Bearer {token} key={key}")), "{hit}");
+        assert!(hit.contains(&format!("auth=Bearer {token} key={key} body={body}")), "{hit}");
     }
     assert_eq!(s.state, State::Finished, "{s:#?}");
     let pods = runner_pods(&client, &ns, "secret").await;
     assert_eq!(pods.len(), 2, "cleanup: Never keeps them");
     for p in &pods {
         let text = serde_json::to_string(p).unwrap();
-        assert!(!text.contains(&token) && !text.contains(&key), "a runner pod holds the value: {text}");
+        assert!(
+            !text.contains(&token) && !text.contains(&key) && !text.contains(&pan),
+            "a runner pod holds the value: {text}"
+        );
         let env_vars = p.spec.as_ref().unwrap().containers[0].env.clone().unwrap_or_default();
         assert!(env_vars.iter().all(|e| e.value_from.is_none()), "no Secret in env: {env_vars:?}");
     }
     let test = Api::<LoadTest>::namespaced(client.clone(), &ns).get("secret").await.unwrap();
     let text = serde_json::to_string(&test).unwrap();
-    assert!(!text.contains(&token) && !text.contains(&key), "{text}");
+    assert!(!text.contains(&token) && !text.contains(&key) && !text.contains(&pan), "{text}");
     let events = format!("{:?}", events_about(&client, &ns, "secret").await);
-    assert!(!events.contains(&token) && !events.contains(&key), "{events}");
+    assert!(!events.contains(&token) && !events.contains(&key) && !events.contains(&pan), "{events}");
     let logs = operator.logs();
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
-    assert!(!logs.contains(&token) && !logs.contains(&key), "{logs}");
+    assert!(!logs.contains(&token) && !logs.contains(&key) && !logs.contains(&pan), "{logs}");
 }
 
 /// A rerun requested right after a run started waits out
