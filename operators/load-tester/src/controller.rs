@@ -69,6 +69,9 @@ pub struct Data {
     /// starting at once in a namespace cannot both take the last room.
     rooms: Mutex<HashMap<String, Arc<Room>>>,
     pub(crate) admission: AdmissionGuard,
+    /// Every LoadTest, as the controller's watch holds them (a baseline is
+    /// read from here: no request, no RBAC beyond list/watch).
+    tests: Store<LoadTest>,
     /// Per object (by UID), the delay before its retry after failures.
     backoff: ErrorBackoff,
 }
@@ -102,6 +105,13 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     let (tx, rx) = futures::channel::mpsc::unbounded();
     let (runner_pods, feeding) = RunnerPods::start(pods.clone(), ctx.readiness().watch("runner pods"), tx.clone());
     let feeding = tokio::spawn(feeding);
+    // A bounded number of tests reconcile at a time. (No debounce: the
+    // scheduler restarts it on every trigger, and a test's runners change
+    // often enough to push its deadline's reconcile back.)
+    let runners = Controller::new(tests, watcher::Config::default().any_semantic())
+        .concurrency(8)
+        .reconcile_on(rx)
+        .reconcile_all_on(admission.changes());
     let data = Arc::new(Data {
         ctx: ctx.clone(),
         metrics,
@@ -109,15 +119,9 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         runner_pods,
         rooms: Mutex::default(),
         admission,
+        tests: runners.store(),
         backoff: ErrorBackoff::default(),
     });
-    // A bounded number of tests reconcile at a time. (No debounce: the
-    // scheduler restarts it on every trigger, and a test's runners change
-    // often enough to push its deadline's reconcile back.)
-    let runners = Controller::new(tests, watcher::Config::default().any_semantic())
-        .concurrency(8)
-        .reconcile_on(rx)
-        .reconcile_all_on(data.admission.changes());
     let targets = tokio::spawn(watch_targets(services, runners.store(), tx, ctx.readiness().watch("services")));
     let children = Controller::new(sds, watcher::Config::default().any_semantic())
         .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic())
@@ -342,13 +346,14 @@ async fn plan_step(
     let uid = test.uid().unwrap_or_default();
     let rerun = test.annotations().get(RERUN_ANNOTATION).cloned().unwrap_or_default();
     let created = test.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let wanted = Wanted { generation: test.metadata.generation.unwrap_or(0), rerun: &rerun, created };
+    let name = test.name_any();
+    let wanted = Wanted { name: &name, generation: test.metadata.generation.unwrap_or(0), rerun: &rerun, created };
     let svc = &test.spec.test.service_name;
     let host = format!("{svc}.{ns}.svc.{}", data.options.cluster_domain);
     let now = Timestamp::now();
-    let (mut target, mut others, mut counting) = (Target::Unchecked, None, None);
+    let (mut target, mut others, mut counting, mut baseline) = (Target::Unchecked, None, None, None);
     loop {
-        let seen = Seen { runners, target: &target, others_in_namespace: others };
+        let seen = Seen { runners, target: &target, others_in_namespace: others, baseline: baseline.as_ref() };
         let next = step(&test.spec, limits, &wanted, test.status.as_ref(), &seen, now);
         match next.needs {
             Some(Need::Target { endpoints }) if target == Target::Unchecked => {
@@ -361,6 +366,11 @@ async fn plan_step(
                 let lock = Arc::clone(&room.counting).lock_owned().await;
                 others = Some(room.others(&data.runner_pods, &ns, &uid, next.status.run, std::time::Instant::now()));
                 counting = Some((room, lock));
+            }
+            Some(Need::Baseline) if baseline.is_none() => {
+                let other = test.spec.baseline.as_ref().map(|b| b.load_test_ref.as_str()).unwrap_or_default();
+                let found = data.tests.get(&ObjectRef::new(other).within(&ns));
+                baseline = Some(crate::baseline::pin(other, found.as_ref().and_then(|t| t.status.as_ref())));
             }
             _ => return Ok((next, counting)),
         }

@@ -11,10 +11,12 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod baseline;
 mod bounds;
 mod runner;
 mod status;
 
+pub use baseline::{Baseline, BaselineStatus, MaxRegression, Percent};
 pub use runner::{DEFAULT_MAX_CONNECTIONS, LoadSpec, LoadStage, RunnerResources, RunnerSpec};
 pub use status::{
     Latency, LoadTestStatus, MAX_HISTORY, PinnedTarget, Results, RunSummary, StageLatency, StageResults, State, Verdict,
@@ -121,6 +123,11 @@ pub struct LoadTestSpec {
         pattern(r"^\s*(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})\s*$")
     )]
     pub schedule: Option<String>,
+    /// Compares each finished run with a baseline run (another LoadTest's,
+    /// or this one's previous): the deltas are in status.baseline, and a
+    /// regression past maxRegression fails the verdict (BaselineRegressed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
 }
 
 impl LoadTestSpec {

@@ -21,6 +21,7 @@
 //! | [`controller`] | the LoadTest reconcile (snapshot → step → report → apply) and both controllers' start |
 
 pub mod apply;
+pub mod baseline;
 pub mod controller;
 pub mod crd;
 pub mod error;

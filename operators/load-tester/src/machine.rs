@@ -26,7 +26,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, MAX_HISTORY, RunSummary, State, Verdict};
+use crate::crd::{BaselineStatus, Cleanup, LoadTestSpec, LoadTestStatus, MAX_HISTORY, RunSummary, State, Verdict};
 use crate::results::{merge, verdict};
 use crate::runner::{Runner, Window};
 use crate::schedule::Schedule;
@@ -44,6 +44,9 @@ pub struct Seen<'a> {
     /// Runner pods that are not this run's and not done (Succeeded or
     /// Failed) in the namespace, of every LoadTest (None: not counted).
     pub others_in_namespace: Option<usize>,
+    /// spec.baseline's LoadTest (another than this one) as a baseline
+    /// (None: not looked at).
+    pub baseline: Option<&'a BaselineStatus>,
 }
 
 /// What the step needs looked at before it can decide; the controller
@@ -54,6 +57,8 @@ pub enum Need {
     Target { endpoints: bool },
     /// The namespace's runner pods ([`Seen::others_in_namespace`]).
     Room,
+    /// spec.baseline's LoadTest, when a run starts ([`Seen::baseline`]).
+    Baseline,
 }
 
 /// What the controller must do.
@@ -142,6 +147,8 @@ impl Limits {
 /// times it names after the last run started (after the LoadTest was
 /// created, before the first).
 pub struct Wanted<'a> {
+    /// The LoadTest's name (a baseline naming it is its previous run).
+    pub name: &'a str,
     pub generation: i64,
     pub rerun: &'a str,
     pub created: Option<Timestamp>,
@@ -247,6 +254,19 @@ pub fn step(
             step.requeue = Some(step.requeue.map_or(wait, |r| r.min(wait)));
             return step;
         }
+        // The baseline is pinned as the run starts: this test's previous
+        // run (still in status), or another's, looked at first.
+        let baseline = match &spec.baseline {
+            None => None,
+            Some(b) if b.load_test_ref == wanted.name => Some(crate::baseline::pin(wanted.name, Some(s))),
+            Some(_) => match seen.baseline {
+                Some(pinned) => Some(pinned.clone()),
+                None => {
+                    step.needs = Some(Need::Baseline);
+                    return step;
+                }
+            },
+        };
         // The ended run is in the history even if no step saw it end (an
         // operator before history, a status written by the refusal path).
         record_ended(s);
@@ -258,6 +278,7 @@ pub fn step(
             rerun: rerun.to_string(),
             start_time: Some(Time(now)),
             history: std::mem::take(&mut s.history),
+            baseline,
             next_run_time: limits.schedule.as_ref().and_then(|sch| sch.next_after(now)).map(Time),
             ..LoadTestStatus::default()
         };
@@ -520,16 +541,32 @@ fn executing(
         match merge(&messages, spec.stages()) {
             Err(e) => fail(step, now, "BadSummary", e),
             Ok((merged, results)) => {
-                let (v, why) = verdict(&merged, spec.thresholds.as_ref());
+                let (thresholds, mut why) = verdict(&merged, spec.thresholds.as_ref());
                 let s = &mut step.status;
+                // The baseline judges too, when it was pinned.
+                let (mut v, mut reason) = match thresholds {
+                    Verdict::Failed => (Verdict::Failed, "ThresholdsMissed"),
+                    Verdict::Passed => (Verdict::Passed, "ThresholdsMet"),
+                    Verdict::None => (Verdict::None, "Finished"),
+                };
+                if let (Some(b), Some(want)) = (s.baseline.as_mut(), spec.baseline.as_ref())
+                    && b.run > 0
+                {
+                    let regressed = crate::baseline::compare(b, &merged, &want.max_regression);
+                    if !regressed.is_empty() {
+                        why = if thresholds == Verdict::Failed { format!("{why}; ") } else { String::new() };
+                        why.push_str(&format!("baseline: {}", b.message));
+                        if v != Verdict::Failed {
+                            (v, reason) = (Verdict::Failed, "BaselineRegressed");
+                        }
+                    } else if v == Verdict::None {
+                        (v, reason, why) = (Verdict::Passed, "BaselineMet", b.message.clone());
+                    }
+                }
                 s.state = State::Finished;
                 s.verdict = v;
                 s.completion_time = Some(Time(now));
-                s.reason = match v {
-                    Verdict::Failed => "ThresholdsMissed".into(),
-                    Verdict::Passed => "ThresholdsMet".into(),
-                    Verdict::None => "Finished".into(),
-                };
+                s.reason = reason.into();
                 s.message = format!(
                     "{} requests, {} errors, p99 {}: {why}",
                     results.requests,
@@ -601,8 +638,8 @@ mod tests {
         target: Target,
         now: Timestamp,
     ) -> Step {
-        let seen = Seen { runners, target: &target, others_in_namespace: Some(0) };
-        step(s, &L, &Wanted { generation, rerun, created: None }, old, &seen, now)
+        let seen = Seen { runners, target: &target, others_in_namespace: Some(0), baseline: None };
+        step(s, &L, &Wanted { name: "t", generation, rerun, created: None }, old, &seen, now)
     }
 
     /// A step of generation 1 with `limits`, the target ready.
@@ -613,8 +650,8 @@ mod tests {
         runners: &[Runner],
         now: Timestamp,
     ) -> Step {
-        let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0) };
-        step(s, limits, &Wanted { generation: 1, rerun: "", created: None }, old, &seen, now)
+        let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0), baseline: None };
+        step(s, limits, &Wanted { name: "t", generation: 1, rerun: "", created: None }, old, &seen, now)
     }
 
     fn runner(run: i64, i: usize) -> Runner {
@@ -633,9 +670,9 @@ mod tests {
             step(
                 &s,
                 &L,
-                &Wanted { generation: 1, rerun: "", created: None },
+                &Wanted { name: "t", generation: 1, rerun: "", created: None },
                 old,
-                &Seen { runners: &[], target, others_in_namespace: room },
+                &Seen { runners: &[], target, others_in_namespace: room, baseline: None },
                 t(0),
             )
         };
@@ -687,8 +724,9 @@ mod tests {
             r.signalled = true;
         }
         // Executing looks at the Service on every step.
-        let seen = Seen { runners: &rs, target: &Target::Unchecked, others_in_namespace: None };
-        let look = step(&s, &L, &Wanted { generation: 1, rerun: "", created: None }, Some(&executing), &seen, t(3));
+        let seen = Seen { runners: &rs, target: &Target::Unchecked, others_in_namespace: None, baseline: None };
+        let look =
+            step(&s, &L, &Wanted { name: "t", generation: 1, rerun: "", created: None }, Some(&executing), &seen, t(3));
         assert_eq!(look.needs, Some(Need::Target { endpoints: false }));
         let same = go(&s, 1, "", Some(&executing), &rs, ready(), t(3));
         assert_eq!((same.status.state, same.delete.len()), (State::Executing, 0));
@@ -721,15 +759,15 @@ mod tests {
         let s = spec(1);
         let l = Limits { min_rerun_interval: Duration::from_secs(30), ..L };
         let at = |old: &LoadTestStatus, generation: i64, rerun: &str, runners: &[Runner], now: i64| {
-            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0) };
-            step(&s, &l, &Wanted { generation, rerun, created: None }, Some(old), &seen, t(now))
+            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0), baseline: None };
+            step(&s, &l, &Wanted { name: "t", generation, rerun, created: None }, Some(old), &seen, t(now))
         };
         let first = step(
             &s,
             &l,
-            &Wanted { generation: 1, rerun: "", created: None },
+            &Wanted { name: "t", generation: 1, rerun: "", created: None },
             None,
-            &Seen { runners: &[], target: &ready(), others_in_namespace: Some(0) },
+            &Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None },
             t(0),
         );
         assert_eq!(first.status.run, 1, "the first run never waits");
@@ -771,8 +809,8 @@ mod tests {
         let s = spec(3);
         let l = Limits { max_runners_per_namespace: 4, ..L };
         let at = |old: Option<&LoadTestStatus>, others: usize, runners: &[Runner], now: i64| {
-            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(others) };
-            step(&s, &l, &Wanted { generation: 1, rerun: "", created: None }, old, &seen, t(now))
+            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(others), baseline: None };
+            step(&s, &l, &Wanted { name: "t", generation: 1, rerun: "", created: None }, old, &seen, t(now))
         };
         let full = at(None, 2, &[], 0);
         assert_eq!((full.status.state, full.create.len()), (State::Pending, 0), "none made: all or nothing");
@@ -786,8 +824,8 @@ mod tests {
         assert_eq!((late.status.state, late.status.reason.as_str()), (State::Failed, "TooManyRunners"));
         // More runners than the bound itself: failed at once, nothing to wait for.
         let l1 = Limits { max_runners_per_namespace: 2, ..L };
-        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: None };
-        let st = step(&s, &l1, &Wanted { generation: 1, rerun: "", created: None }, None, &seen, t(0));
+        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: None, baseline: None };
+        let st = step(&s, &l1, &Wanted { name: "t", generation: 1, rerun: "", created: None }, None, &seen, t(0));
         assert_eq!((st.status.state, st.status.reason.as_str()), (State::Failed, "TooManyRunners"));
         assert!(st.status.message.contains("--max-runners-per-namespace (2)"), "{}", st.status.message);
     }
@@ -895,8 +933,8 @@ mod tests {
     /// `generation`, the target ready.
     fn scheduled(line: &str, generation: i64, rerun: &str, old: Option<&LoadTestStatus>, now: Timestamp) -> Step {
         let limits = Limits { schedule: Some(Schedule::parse(line).unwrap()), ..L };
-        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0) };
-        step(&spec(1), &limits, &Wanted { generation, rerun, created: Some(t(10)) }, old, &seen, now)
+        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None };
+        step(&spec(1), &limits, &Wanted { name: "t", generation, rerun, created: Some(t(10)) }, old, &seen, now)
     }
 
     /// `st` as a run that finished at `at`.
@@ -994,6 +1032,39 @@ mod tests {
         assert_eq!(seen.status.next_run_time, None);
         let again = go(&s, 1, "", Some(&seen.status), &[], ready(), t(7));
         assert_eq!(again.status.history.len(), 1, "once per run");
+    }
+
+    #[test]
+    fn a_run_pins_its_baseline_when_it_starts() {
+        let with = |reference: &str| {
+            let mut s = spec(1);
+            s.baseline = Some(crate::crd::Baseline {
+                load_test_ref: reference.into(),
+                max_regression: crate::crd::MaxRegression::default(),
+            });
+            s
+        };
+        // Its own name: the previous run, still in status when the next starts.
+        let own = with("t");
+        let first = go(&own, 1, "", None, &[], ready(), t(0)).status;
+        assert_eq!(first.baseline.as_ref().map(|b| b.run), Some(0), "no previous run: {first:?}");
+        let mut done = finished(first, t(5));
+        done.results = Some(crate::crd::Results { error_ratio: "0.000000".into(), ..crate::crd::Results::default() });
+        let second = go(&own, 1, "again", Some(&done), &[], ready(), t(40)).status;
+        assert_eq!(second.run, 2);
+        let b = second.baseline.unwrap();
+        assert_eq!((b.load_test_ref.as_str(), b.run), ("t", 1));
+        assert_eq!(b.figures.get("errorRatio").map(String::as_str), Some("0.000000"));
+
+        // Another LoadTest: looked at (the controller reads its cache), then pinned.
+        let other = with("golden");
+        let ask = go(&other, 1, "", None, &[], ready(), t(0));
+        assert_eq!((ask.needs, ask.status.run), (Some(Need::Baseline), 0));
+        let golden = crate::crd::BaselineStatus { load_test_ref: "golden".into(), run: 9, ..Default::default() };
+        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: Some(&golden) };
+        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: None };
+        let started = step(&other, &L, &wanted, None, &seen, t(0));
+        assert_eq!((started.status.run, started.status.baseline), (1, Some(golden)));
     }
 
     #[test]

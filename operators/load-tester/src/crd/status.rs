@@ -101,6 +101,10 @@ pub struct LoadTestStatus {
     /// The merged results of a finished run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<Results>,
+    /// With spec.baseline: what the current run is compared with, and
+    /// once it finished the comparison.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<super::BaselineStatus>,
     /// With spec.schedule: when the next run starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_run_time: Option<Time>,

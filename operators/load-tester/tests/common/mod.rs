@@ -87,12 +87,13 @@ pub async fn start_operator_with_chart_rbac(env: &TestEnv, namespace: &str, vars
 /// A capture server: busybox httpd on :8080 in pod `name` (labels
 /// `app=<name>`); `/cgi-bin/capture` answers 200 and logs one line per
 /// request to the pod's log: `hit host=<Host> auth=<Authorization>
-/// key=<X-Api-Key> body=<the request's body>`. `dns`: the pod's hostname
-/// and subdomain.
+/// key=<X-Api-Key> body=<the request's body>`; `/cgi-bin/slow` answers
+/// 200 after 200 ms. `dns`: the pod's hostname and subdomain.
 pub async fn capture_pod(client: &kube::Client, ns: &str, name: &str, dns: Option<(&str, &str)>) {
     let script = r#"mkdir -p /www/cgi-bin && echo ok > /www/index.html
 printf '#!/bin/sh\necho "hit host=$HTTP_HOST auth=$HTTP_AUTHORIZATION key=$HTTP_X_API_KEY body=$(head -c ${CONTENT_LENGTH:-0})" >&2\necho "Content-Type: text/plain"\necho\necho ok\n' > /www/cgi-bin/capture
-chmod +x /www/cgi-bin/capture
+printf '#!/bin/sh\nusleep 200000\necho "Content-Type: text/plain"\necho\necho ok\n' > /www/cgi-bin/slow
+chmod +x /www/cgi-bin/capture /www/cgi-bin/slow
 exec httpd -f -p 8080 -h /www"#;
     let mut spec = json!({"terminationGracePeriodSeconds": 1, "containers": [{
         "name": "httpd", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", script],

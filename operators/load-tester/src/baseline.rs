@@ -1,0 +1,188 @@
+//! `spec.baseline`: the baseline pinned when a run starts (another
+//! LoadTest's last finished run, or this one's previous), and the finished
+//! run compared with it. Pure.
+
+use std::time::Duration;
+
+use loadgen::summary::{Merged, decode};
+
+use crate::crd::{BaselineStatus, LoadTestStatus, MaxRegression, Percent, State};
+use crate::results::fmt;
+
+/// The latency percentiles compared.
+const QUANTILES: [(&str, f64); 3] = [("p50", 0.50), ("p90", 0.90), ("p99", 0.99)];
+const ERROR_RATIO: &str = "errorRatio";
+
+/// What LoadTest `name`'s status offers as a baseline: its run, when it
+/// Finished with results (else why not, and run 0).
+pub fn pin(name: &str, status: Option<&LoadTestStatus>) -> BaselineStatus {
+    let mut b = BaselineStatus { load_test_ref: name.to_string(), ..BaselineStatus::default() };
+    let Some((s, r)) = status.filter(|s| s.state == State::Finished).and_then(|s| s.results.as_ref().map(|r| (s, r)))
+    else {
+        b.message = format!("LoadTest {name} has no finished run to compare with: this run is not compared");
+        return b;
+    };
+    b.run = s.run;
+    b.figures.insert(ERROR_RATIO.into(), r.error_ratio.clone());
+    match decode(&r.histogram) {
+        Ok(h) if !h.is_empty() => {
+            for (k, q) in QUANTILES {
+                let us = h.value_at_quantile(q);
+                b.micros.insert(k.into(), i64::try_from(us).unwrap_or(i64::MAX));
+                b.figures.insert(k.into(), fmt(Duration::from_micros(us)));
+            }
+        }
+        _ => {
+            b.message = format!("run {} of {name} has no latencies (nothing answered): only errors are compared", s.run)
+        }
+    }
+    b
+}
+
+/// Compares the finished run (`merged`) with the pinned baseline: the
+/// deltas go into `b`, and what regressed past `max` is returned (empty:
+/// none, or nothing to compare with).
+pub fn compare(b: &mut BaselineStatus, merged: &Merged, max: &MaxRegression) -> Vec<String> {
+    if b.run == 0 {
+        return Vec::new();
+    }
+    let mut regressed = Vec::new();
+    let limits = [&max.p50, &max.p90, &max.p99];
+    for ((k, q), limit) in QUANTILES.into_iter().zip(limits) {
+        let Some(&base) = b.micros.get(k) else { continue };
+        let limit = limit.as_ref().and_then(Percent::value);
+        if merged.histogram.is_empty() {
+            b.deltas.insert(k.into(), "nothing answered".into());
+            if limit.is_some() {
+                regressed.push(format!("{k}: nothing was answered"));
+            }
+            continue;
+        }
+        let now = merged.histogram.value_at_quantile(q);
+        let change = percent_change(u64::try_from(base).unwrap_or(0), now);
+        b.deltas.insert(k.into(), format!("{change:+.1}%"));
+        if let Some(l) = limit
+            && change > l
+        {
+            let base_text = b.figures.get(k).cloned().unwrap_or_default();
+            regressed.push(format!("{k} {} vs {base_text} ({change:+.1}% > {l}%)", fmt(Duration::from_micros(now))));
+        }
+    }
+    if let Some(base) = b.figures.get(ERROR_RATIO).and_then(|r| r.parse::<f64>().ok()) {
+        let points = (merged.error_ratio() - base) * 100.0;
+        b.deltas.insert(ERROR_RATIO.into(), format!("{points:+.2} points"));
+        if let Some(l) = max.error_ratio.as_ref().and_then(Percent::value)
+            && points > l
+        {
+            regressed.push(format!("error ratio {:.4} vs {base} ({points:+.2} points > {l})", merged.error_ratio()));
+        }
+    }
+    b.message = if regressed.is_empty() {
+        format!("within maxRegression of run {} of {}", b.run, b.load_test_ref)
+    } else {
+        format!("regressed against run {} of {}: {}", b.run, b.load_test_ref, regressed.join("; "))
+    };
+    regressed
+}
+
+/// `now` against `base` in percent (a zero baseline: any latency is an
+/// unbounded rise, said as a large number, not infinity).
+fn percent_change(base: u64, now: u64) -> f64 {
+    if base == 0 {
+        return if now == 0 { 0.0 } else { 1e6 };
+    }
+    (now as f64 - base as f64) / base as f64 * 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::Results;
+
+    fn merged(latencies_us: &[u64], errors: u64) -> Merged {
+        let mut h = loadgen::summary::histogram();
+        for l in latencies_us {
+            h.record(*l).unwrap();
+        }
+        let mut errs = std::collections::BTreeMap::new();
+        if errors > 0 {
+            errs.insert(loadgen::summary::ErrorKind::Http5xx, errors);
+        }
+        Merged {
+            runners: 1,
+            requests: latencies_us.len() as u64 + errors,
+            errors: errs,
+            not_sent: 0,
+            elapsed: Duration::from_secs(1),
+            digits: 3,
+            histogram: h,
+            dropped: 0,
+            stages: Vec::new(),
+        }
+    }
+
+    fn finished(m: &Merged, run: i64) -> LoadTestStatus {
+        let results = Results {
+            histogram: loadgen::summary::encode(&m.histogram).unwrap(),
+            error_ratio: format!("{:.6}", m.error_ratio()),
+            requests: i64::try_from(m.requests).unwrap(),
+            ..Results::default()
+        };
+        LoadTestStatus { state: State::Finished, run, results: Some(results), ..LoadTestStatus::default() }
+    }
+
+    fn limit(p: &str) -> Option<Percent> {
+        Some(Percent(p.into()))
+    }
+
+    #[test]
+    fn a_slower_run_regresses_past_its_limit_and_a_same_speed_one_does_not() {
+        let base = merged(&[10_000; 100], 0);
+        let pinned = pin("golden", Some(&finished(&base, 7)));
+        assert_eq!((pinned.run, pinned.micros.get("p99").copied()), (7, Some(10_007)));
+        assert_eq!(pinned.figures.get("p99").map(String::as_str), Some("10.0ms"));
+        let max = MaxRegression { p99: limit("10%"), error_ratio: limit("0.5%"), ..MaxRegression::default() };
+
+        let mut same = pinned.clone();
+        assert!(compare(&mut same, &merged(&[10_500; 100], 0), &max).is_empty(), "{same:?}");
+        assert_eq!(same.deltas.get("p99").map(String::as_str), Some("+5.0%"));
+        assert_eq!(same.deltas.get("errorRatio").map(String::as_str), Some("+0.00 points"));
+        assert!(same.message.starts_with("within maxRegression of run 7 of golden"), "{}", same.message);
+
+        let mut slow = pinned.clone();
+        let why = compare(&mut slow, &merged(&[30_000; 100], 0), &max);
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(why[0].starts_with("p99 30.0ms vs 10.0ms (+199.") && why[0].ends_with("% > 10%)"), "{why:?}");
+        // p50 and p90 have no limit: shown, not judged.
+        assert!(slow.deltas.contains_key("p50") && slow.deltas.contains_key("p90"), "{slow:?}");
+
+        let mut failing = pinned;
+        let why = compare(&mut failing, &merged(&[10_000; 98], 2), &max);
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(why[0].contains("+2.00 points > 0.5"), "{why:?}");
+    }
+
+    #[test]
+    fn nothing_to_compare_with_is_said_and_judges_nothing() {
+        let none = pin("golden", None);
+        assert_eq!(none.run, 0);
+        assert!(none.message.contains("no finished run"), "{}", none.message);
+        let running = LoadTestStatus { state: State::Executing, run: 3, ..LoadTestStatus::default() };
+        assert_eq!(pin("golden", Some(&running)).run, 0);
+        let mut b = none;
+        let max = MaxRegression { p99: limit("0%"), ..MaxRegression::default() };
+        assert!(compare(&mut b, &merged(&[1_000_000; 10], 5), &max).is_empty());
+        assert!(b.deltas.is_empty());
+    }
+
+    #[test]
+    fn a_run_that_answered_nothing_regresses_where_latency_is_judged() {
+        let pinned = pin("golden", Some(&finished(&merged(&[5_000; 10], 0), 1)));
+        let mut b = pinned;
+        let max = MaxRegression { p50: limit("50%"), ..MaxRegression::default() };
+        let why = compare(&mut b, &merged(&[], 10), &max);
+        assert_eq!(why, ["p50: nothing was answered"]);
+        assert_eq!(Percent("12.5%".into()).value(), Some(12.5));
+        assert_eq!(Percent("x".into()).value(), None);
+    }
+}

@@ -1,0 +1,87 @@
+//! spec.baseline on the one-node cluster: a LoadTest run against the
+//! capture server is the baseline; the same test with that baseline passes
+//! (BaselineMet, the deltas in status.baseline), and one against a server
+//! slowed by 200 ms fails its verdict (BaselineRegressed) though it has no
+//! thresholds. Needs the loadgen image (`cargo xtask images`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::node;
+use load_tester::crd::{LoadTestStatus, State, Verdict};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(180);
+
+async fn finished(client: &kube::Client, ns: &str, name: &str) -> LoadTestStatus {
+    wait_test(client, ns, name, &format!("{name} to end"), T, |s| s.state.is_terminal().then(|| s.clone())).await
+}
+
+#[tokio::test]
+async fn a_slowed_server_fails_against_the_baseline_and_a_same_speed_one_passes() {
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-baseline").await.unwrap();
+    capture_pod(&client, &ns, "web", None).await;
+    service(&client, &ns, "web", "web", false).await;
+    wait_ready_endpoint(&client, &ns, "web", None).await;
+    let operator = start_operator(&env, &ns);
+    let test = |path: &str| json!({"serviceName": "web", "port": 8080, "path": path, "repeat": 20, "concurrency": 1});
+    // A p50 four times the baseline's still passes: other tests share the
+    // node; the slowed server's is sixty times it.
+    let baseline = json!({"loadTestRef": "golden", "maxRegression": {"p50": "300%"}});
+
+    create(&client, &ns, "LoadTest", "golden", small(json!({"replicas": 1, "test": test("/cgi-bin/capture")})))
+        .await
+        .unwrap();
+    let golden = finished(&client, &ns, "golden").await;
+    assert_eq!((golden.state, golden.verdict), (State::Finished, Verdict::None), "{golden:#?}");
+
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "same",
+        small(json!({"replicas": 1, "test": test("/cgi-bin/capture"), "baseline": baseline})),
+    )
+    .await
+    .unwrap();
+    let same = finished(&client, &ns, "same").await;
+    let b = same.baseline.clone().unwrap();
+    eprintln!("same: {} {:?}", same.message, b);
+    assert_eq!((same.state, same.verdict, same.reason.as_str()), (State::Finished, Verdict::Passed, "BaselineMet"));
+    assert_eq!((b.load_test_ref.as_str(), b.run), ("golden", 1), "{b:#?}");
+    assert_eq!(b.figures.get("p50"), golden.results.as_ref().map(|r| &r.latency.p50), "{b:#?}");
+    for k in ["p50", "p90", "p99", "errorRatio"] {
+        assert!(b.deltas.contains_key(k), "{k}: {b:#?}");
+    }
+
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "slow",
+        small(json!({"replicas": 1, "test": test("/cgi-bin/slow"), "baseline": baseline})),
+    )
+    .await
+    .unwrap();
+    let slow = finished(&client, &ns, "slow").await;
+    eprintln!("slow: {}", slow.message);
+    assert_eq!(
+        (slow.state, slow.verdict, slow.reason.as_str()),
+        (State::Finished, Verdict::Failed, "BaselineRegressed")
+    );
+    assert!(slow.message.contains("p50") && slow.message.contains("> 300%"), "{}", slow.message);
+    let b = slow.baseline.unwrap();
+    assert!(b.message.starts_with("regressed against run 1 of golden"), "{b:#?}");
+    let events = format!("{:?}", events_about(&client, &ns, "slow").await);
+    assert!(events.contains("BaselineRegressed") || events.contains("verdict Failed"), "{events}");
+
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
