@@ -10,12 +10,14 @@
 //! | --- | --- |
 //! | [`summary`] | the summary, its ≤ 4 KiB encoding, the merge (pure) |
 //! | [`run`] | sending the load: closed or open model, timeouts, deadline |
+//! | [`pace`] | whether the runner kept up: seconds behind its rate, CPU throttled |
 //! | [`schedule`] | when each request of a ramping arrival-rate profile is due (pure) |
 //! | [`stages`] | sending a ramping arrival-rate profile with bounded connections |
 //! | [`send`] | one request and its whole answer: a worker's own connection for `http://`, reqwest otherwise |
 //! | [`http1`] | that connection's HTTP/1.1 exchange: the answer's head parsed, its body framed and discarded |
 
 pub mod http1;
+pub mod pace;
 pub mod run;
 pub mod schedule;
 pub mod send;

@@ -247,6 +247,8 @@ fn main() -> ExitCode {
         }
         eprintln!("started after {:.1?}", started.elapsed());
     }
+    // The CPU the cgroup's limit withheld during the run, not before it.
+    let throttled_before = loadgen::pace::throttled();
     let cfg = Config {
         url: args.url.clone(),
         method,
@@ -263,13 +265,20 @@ fn main() -> ExitCode {
         stages: args.stages,
         max_connections: args.max_connections,
     };
-    let outcome = match rt.block_on(run(cfg)) {
+    let mut outcome = match rt.block_on(run(cfg)) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: building the HTTP client or the request: {e}");
             return ExitCode::FAILURE;
         }
     };
+    if let (Some(before), Some(after)) = (throttled_before, loadgen::pace::throttled()) {
+        outcome.staged.strain.throttled_ms =
+            u64::try_from(after.saturating_sub(before).as_millis()).unwrap_or(u64::MAX);
+    }
+    if let Some(why) = outcome.staged.strain.saturated(outcome.elapsed) {
+        eprintln!("warning: this runner could not keep up: {why}");
+    }
     let message = match Summary::to_message_staged(
         outcome.requests,
         outcome.errors,

@@ -89,11 +89,13 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
     let next = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
     let shared = Arc::new(Mutex::new(Shared { histogram: Some(histogram()), ..Shared::default() }));
+    // Open model: when requests went out, against the rate.
+    let pace = (cfg.rate > 0.0).then(|| Arc::new(crate::pace::Pace::new(started, window)));
     let cfg = Arc::new(cfg);
     let mut workers = Vec::new();
     for _ in 0..cfg.concurrency {
-        let (mut sender, cfg, next, sent, shared) =
-            (target.sender(), cfg.clone(), next.clone(), sent.clone(), shared.clone());
+        let (mut sender, cfg, next, sent, shared, pace) =
+            (target.sender(), cfg.clone(), next.clone(), sent.clone(), shared.clone(), pace.clone());
         workers.push(tokio::spawn(async move {
             let mut local = histogram();
             let mut errors: BTreeMap<ErrorKind, u64> = BTreeMap::new();
@@ -121,6 +123,9 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
                 // The run's end bounds the request when it comes first.
                 let cut_by_end = left < cfg.timeout;
                 sent.fetch_add(1, Ordering::Relaxed);
+                if let Some(p) = &pace {
+                    p.sent();
+                }
                 let result = sender.send(left.min(cfg.timeout)).await;
                 // A fixed-time run counts only what completed within its
                 // period: an answer (or failure) after its end is dropped.
@@ -163,6 +168,12 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
         not_sent: if fixed_time { 0 } else { total.saturating_sub(requests) },
         elapsed,
         histogram: s.histogram.take().unwrap_or_else(histogram),
-        staged: Default::default(),
+        staged: crate::summary::Staged {
+            strain: crate::pace::Strain {
+                behind_seconds: pace.map_or(0, |p| p.behind_seconds_at_rate(elapsed, cfg.rate, total)),
+                throttled_ms: 0,
+            },
+            ..Default::default()
+        },
     })
 }

@@ -76,6 +76,10 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
     }));
     let total = schedule.total();
     let mut not_sent = 0u64;
+    // Requests dispatched, by when due and when sent: a dispatcher starved
+    // of CPU sends late (dropped requests are the connections' limit, not
+    // the runner's, and count apart).
+    let pace = crate::pace::Pace::new(started, window);
     for i in 0..total {
         let Some((at, k)) = schedule.due(i) else { break };
         let due = started + at;
@@ -96,6 +100,8 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
             not_sent = total - i;
             break;
         }
+        pace.due(due);
+        pace.sent();
         let cut_by_end = left < cfg.timeout;
         let timeout = left.min(cfg.timeout);
         lock(&tally).in_flight += 1;
@@ -149,6 +155,10 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
         not_sent: not_sent + unfinished,
         elapsed: window,
         histogram: whole,
-        staged: Staged { dropped, stages: std::mem::take(&mut t.stages) },
+        staged: Staged {
+            dropped,
+            stages: std::mem::take(&mut t.stages),
+            strain: crate::pace::Strain { behind_seconds: pace.behind_seconds(window), throttled_ms: 0 },
+        },
     }
 }

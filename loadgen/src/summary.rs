@@ -88,6 +88,9 @@ pub struct Summary {
     /// Per stage of an arrival-rate profile, in order (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageSummary>,
+    /// Whether the runner kept up (absent: it did, or could not tell).
+    #[serde(flatten)]
+    pub strain: crate::pace::Strain,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -122,11 +125,13 @@ pub struct StageOutcome {
     pub histogram: Histogram<u64>,
 }
 
-/// What an arrival-rate profile adds to a summary.
+/// What a run adds to a summary beyond its counts: an arrival-rate
+/// profile's dropped requests and stages, and how the runner kept up.
 #[derive(Debug, Clone, Default)]
 pub struct Staged {
     pub dropped: u64,
     pub stages: Vec<StageOutcome>,
+    pub strain: crate::pace::Strain,
 }
 
 /// Stages a merge takes from one summary at most (the CRD allows 32).
@@ -276,6 +281,7 @@ impl Summary {
                 hist: at(h, digits)?,
                 dropped: staged.dropped,
                 stages,
+                strain: staged.strain,
             };
             let json = serde_json::to_string(&s)?;
             if json.len() <= MAX_MESSAGE {
@@ -533,7 +539,11 @@ mod tests {
     #[test]
     fn stages_fit_beside_the_whole_and_lose_their_histograms_last() {
         // A few stages of a tidy run: every histogram at full precision.
-        let staged = Staged { dropped: 3, stages: (0..3).map(|k| stage_of(&[1_000 * (k + 1); 20], 1)).collect() };
+        let staged = Staged {
+            dropped: 3,
+            stages: (0..3).map(|k| stage_of(&[1_000 * (k + 1); 20], 1)).collect(),
+            ..Staged::default()
+        };
         let msg = Summary::to_message_staged(60, BTreeMap::new(), 0, Duration::from_secs(9), &wide(), &staged)
             .unwrap_or_else(|e| panic!("{e}"));
         let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
@@ -544,6 +554,7 @@ mod tests {
         let staged = Staged {
             dropped: 0,
             stages: (0..32).map(|_| StageOutcome { histogram: wide(), ..stage_of(&[], 7) }).collect(),
+            ..Staged::default()
         };
         let msg = Summary::to_message_staged(9, BTreeMap::new(), 0, Duration::from_secs(9), &wide(), &staged)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -560,7 +571,7 @@ mod tests {
     #[test]
     fn stages_merge_bucket_by_bucket_and_a_missing_histogram_is_unknown() {
         let message = |stages: Vec<StageOutcome>| {
-            let staged = Staged { dropped: stages.iter().map(|s| s.dropped).sum(), stages };
+            let staged = Staged { dropped: stages.iter().map(|s| s.dropped).sum(), stages, ..Staged::default() };
             let m = Summary::to_message_staged(0, BTreeMap::new(), 0, Duration::from_secs(1), &histogram(), &staged)
                 .unwrap_or_else(|e| panic!("{e}"));
             Summary::parse(&m).unwrap_or_else(|e| panic!("{e}"))

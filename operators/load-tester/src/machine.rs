@@ -574,6 +574,14 @@ fn executing(
                     results.latency.p99
                 );
                 let note = format!("run {} finished, verdict {v:?}: {}", s.run, s.message);
+                if !results.saturated.is_empty() {
+                    let who = results.saturated.join("; ");
+                    step.events.push((
+                        true,
+                        "RunnerSaturated",
+                        format!("run {}: runners could not keep up: {who}", s.run),
+                    ));
+                }
                 s.results = Some(results);
                 step.events.push((v == Verdict::Failed, "Finished", note));
             }

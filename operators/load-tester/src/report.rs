@@ -12,7 +12,11 @@ use crate::crd::{LoadTest, LoadTestStatus, State, Verdict};
 use crate::error::Error;
 use crate::metrics::LoadMetrics;
 
-/// The Ready condition: what the run waits for, else its state.
+/// The condition saying whether a run's runners kept up (from its results).
+pub const RUNNER_SATURATED: &str = "RunnerSaturated";
+
+/// The Ready condition: what the run waits for, else its state; and
+/// RunnerSaturated once a run has results.
 fn ready_condition(
     old: Option<&LoadTestStatus>,
     new: &mut LoadTestStatus,
@@ -34,6 +38,24 @@ fn ready_condition(
         (State::Failed, None) => (Status::False, new.reason.clone(), new.message.clone()),
     };
     c.set(READY, status, &reason, message);
+    // Whether the runners kept up, once a run's results say: a slow runner
+    // must not pass for a slow server.
+    match new.results.as_ref() {
+        Some(r) if !r.saturated.is_empty() => {
+            c.set(
+                RUNNER_SATURATED,
+                Status::True,
+                "RunnerSaturated",
+                format!("run {}: {}", new.run, r.saturated.join("; ")),
+            );
+        }
+        Some(_) => {
+            c.set(RUNNER_SATURATED, Status::False, "RunnersKeptUp", format!("run {}: every runner kept up", new.run));
+        }
+        None => {
+            c.remove(RUNNER_SATURATED);
+        }
+    }
     // A spec that cannot run stays Failed until it is edited: Stalled.
     c.stall_on(&[INVALID_SPEC]);
     new.conditions = c.into_vec();

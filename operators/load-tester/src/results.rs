@@ -23,10 +23,15 @@ pub(crate) fn fmt(d: Duration) -> String {
 /// stage's figures too); an unreadable one is an error naming its runner.
 pub fn merge(messages: &[(String, String)], stages: &[LoadStage]) -> Result<(Merged, Results), String> {
     let mut summaries = Vec::with_capacity(messages.len());
+    let mut saturated = Vec::new();
     for (runner, message) in messages {
         let s = Summary::parse(message).map_err(|e| format!("runner {runner}: {e}"))?;
+        if let Some(why) = s.strain.saturated(Duration::from_millis(s.elapsed_ms)) {
+            saturated.push(format!("{runner}: {why}"));
+        }
         summaries.push(s);
     }
+    saturated.sort();
     let merged = Merged::of(&summaries).map_err(|e| e.to_string())?;
     let histogram = loadgen::summary::encode(&merged.histogram).unwrap_or_default();
     let results = Results {
@@ -50,6 +55,7 @@ pub fn merge(messages: &[(String, String)], stages: &[LoadStage]) -> Result<(Mer
         histogram,
         dropped: i64::try_from(merged.dropped).unwrap_or(i64::MAX),
         stages: crate::stages::results(&merged, stages),
+        saturated,
     };
     Ok((merged, results))
 }
@@ -115,6 +121,28 @@ mod tests {
         let e = if errors > 0 { BTreeMap::from([(ErrorKind::Http5xx, errors)]) } else { BTreeMap::new() };
         Summary::to_message(latencies_ms.len() as u64 + errors, e, 0, Duration::from_secs(1), &h)
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn runners_that_could_not_keep_up_are_named_with_why() {
+        let strained = |behind_seconds, throttled_ms| {
+            let staged = loadgen::summary::Staged {
+                strain: loadgen::pace::Strain { behind_seconds, throttled_ms },
+                ..Default::default()
+            };
+            Summary::to_message_staged(10, BTreeMap::new(), 0, Duration::from_secs(10), &histogram(), &staged)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let msgs = vec![
+            ("t-r1-0".to_string(), strained(0, 0)),
+            ("t-r1-2".to_string(), strained(8, 9_400)),
+            ("t-r1-1".to_string(), strained(3, 100)),
+        ];
+        let (_, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.saturated, ["t-r1-2: below 95 % of its rate for 8 s, CPU throttled for 9.4 s of 10.0 s"]);
+        // An older runner's summary (no strain fields) reads as kept up.
+        let (_, r) = merge(&[("old".into(), message(&[2; 10], 0))], &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(r.saturated.is_empty());
     }
 
     #[test]

@@ -123,7 +123,8 @@ mod tests {
                 record(&mut h, Duration::from_millis(ms));
             }
             let st = StageOutcome { requests: 50, errors: 0, dropped, histogram: h };
-            let staged = Staged { dropped, stages: vec![st.clone(), StageOutcome { requests: 0, ..st }] };
+            let staged =
+                Staged { dropped, stages: vec![st.clone(), StageOutcome { requests: 0, ..st }], ..Staged::default() };
             Summary::to_message_staged(50, Default::default(), 0, Duration::from_secs(20), &histogram(), &staged)
                 .unwrap()
         };

@@ -220,6 +220,12 @@ pub struct Results {
     /// With load.stages: each stage's figures, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageResults>,
+    /// Runners that could not keep up, and why (below 95 % of their rate
+    /// for more than 5 s, or CPU-throttled for more than 5 % of the run):
+    /// their share of the latencies may be the runner's, not the server's.
+    /// Also the RunnerSaturated condition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub saturated: Vec<String>,
 }
 
 fn is_zero(n: &i64) -> bool {

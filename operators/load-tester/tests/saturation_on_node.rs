@@ -1,0 +1,81 @@
+//! Runners that cannot keep up, on the one-node cluster: a runner held to
+//! 50m of CPU asked for 2,000 requests/s is throttled by its cgroup and
+//! falls behind its rate, and the LoadTest says so (RunnerSaturated=True
+//! naming it, status.results.saturated, a Warning Event); a runner with
+//! room at 20 requests/s is not (RunnerSaturated=False). Needs the loadgen
+//! image (`cargo xtask images`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flotilla_testenv::node;
+use load_tester::crd::{LoadTestStatus, State};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(180);
+
+async fn finished(client: &kube::Client, ns: &str, name: &str) -> LoadTestStatus {
+    wait_test(client, ns, name, &format!("{name} to end"), T, |s| s.state.is_terminal().then(|| s.clone())).await
+}
+
+fn condition(s: &LoadTestStatus) -> (String, String, String) {
+    let c = s.conditions.iter().find(|c| c.type_ == "RunnerSaturated").expect("a RunnerSaturated condition");
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[tokio::test]
+async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-saturated").await.unwrap();
+    capture_pod(&client, &ns, "web", None).await;
+    service(&client, &ns, "web", "web", false).await;
+    wait_ready_endpoint(&client, &ns, "web", None).await;
+    let operator = start_operator(&env, &ns);
+    // The static page: httpd answers it without a fork.
+    let test = |concurrency: i32| json!({"serviceName": "web", "port": 8080, "path": "/", "concurrency": concurrency});
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "starved",
+        json!({"replicas": 1, "rate": 2000, "load": {"duration": "10s"}, "test": test(50),
+               "runner": {"resources": {"requests": {"cpu": "50m", "memory": "32Mi"},
+                                        "limits": {"cpu": "50m", "memory": "128Mi"}}}}),
+    )
+    .await
+    .unwrap();
+    let starved = finished(&client, &ns, "starved").await;
+    assert_eq!(starved.state, State::Finished, "{starved:#?}");
+    let (status, reason, message) = condition(&starved);
+    eprintln!("starved: {message}");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "RunnerSaturated"), "{message}");
+    assert!(message.contains("starved-r1-0") && message.contains("throttled"), "{message}");
+    let r = starved.results.clone().unwrap();
+    assert_eq!(r.saturated.len(), 1, "{r:#?}");
+    let events = format!("{:?}", events_about(&client, &ns, "starved").await);
+    assert!(events.contains("RunnerSaturated"), "{events}");
+
+    create(
+        &client,
+        &ns,
+        "LoadTest",
+        "roomy",
+        small(json!({"replicas": 1, "rate": 20, "load": {"duration": "10s"}, "test": test(4)})),
+    )
+    .await
+    .unwrap();
+    let roomy = finished(&client, &ns, "roomy").await;
+    assert_eq!(roomy.state, State::Finished, "{roomy:#?}");
+    let (status, reason, message) = condition(&roomy);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "RunnersKeptUp"), "{message}: {roomy:#?}");
+    assert!(roomy.results.as_ref().unwrap().saturated.is_empty(), "{roomy:#?}");
+
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
