@@ -7,29 +7,15 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use flotilla_testenv::node;
-use load_tester::crd::{LoadTestStatus, State, Verdict};
+use load_tester::crd::{State, Verdict};
 use serde_json::json;
-
-const T: Duration = Duration::from_secs(180);
-
-async fn finished(client: &kube::Client, ns: &str, name: &str) -> LoadTestStatus {
-    wait_test(client, ns, name, &format!("{name} to end"), T, |s| s.state.is_terminal().then(|| s.clone())).await
-}
 
 #[tokio::test]
 async fn a_slowed_server_fails_against_the_baseline_and_a_same_speed_one_passes() {
     let env = node();
-    OPERATOR.install_crds(&env).await;
-    let client = env.client().await;
-    let ns = env.namespace("lt-baseline").await.unwrap();
-    capture_pod(&client, &ns, "web", None).await;
-    service(&client, &ns, "web", "web", false).await;
-    wait_ready_endpoint(&client, &ns, "web", None).await;
-    let operator = start_operator(&env, &ns);
+    let (client, ns, operator) = capture_namespace(&env, "lt-baseline").await;
     let test = |path: &str| json!({"serviceName": "web", "port": 8080, "path": path, "repeat": 20, "concurrency": 1});
     // A p50 four times the baseline's still passes: other tests share the
     // node; the slowed server's is sixty times it.
@@ -38,7 +24,7 @@ async fn a_slowed_server_fails_against_the_baseline_and_a_same_speed_one_passes(
     create(&client, &ns, "LoadTest", "golden", small(json!({"replicas": 1, "test": test("/cgi-bin/capture")})))
         .await
         .unwrap();
-    let golden = finished(&client, &ns, "golden").await;
+    let golden = wait_ended(&client, &ns, "golden").await;
     assert_eq!((golden.state, golden.verdict), (State::Finished, Verdict::None), "{golden:#?}");
 
     create(
@@ -50,7 +36,7 @@ async fn a_slowed_server_fails_against_the_baseline_and_a_same_speed_one_passes(
     )
     .await
     .unwrap();
-    let same = finished(&client, &ns, "same").await;
+    let same = wait_ended(&client, &ns, "same").await;
     let b = same.baseline.clone().unwrap();
     eprintln!("same: {} {:?}", same.message, b);
     assert_eq!((same.state, same.verdict, same.reason.as_str()), (State::Finished, Verdict::Passed, "BaselineMet"));
@@ -69,7 +55,7 @@ async fn a_slowed_server_fails_against_the_baseline_and_a_same_speed_one_passes(
     )
     .await
     .unwrap();
-    let slow = finished(&client, &ns, "slow").await;
+    let slow = wait_ended(&client, &ns, "slow").await;
     eprintln!("slow: {}", slow.message);
     assert_eq!(
         (slow.state, slow.verdict, slow.reason.as_str()),

@@ -8,18 +8,10 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use flotilla_testenv::node;
 use load_tester::crd::{LoadTestStatus, State};
 use serde_json::json;
-
-const T: Duration = Duration::from_secs(180);
-
-async fn finished(client: &kube::Client, ns: &str, name: &str) -> LoadTestStatus {
-    wait_test(client, ns, name, &format!("{name} to end"), T, |s| s.state.is_terminal().then(|| s.clone())).await
-}
 
 fn condition(s: &LoadTestStatus) -> (String, String, String) {
     let c = s.conditions.iter().find(|c| c.type_ == "RunnerSaturated").expect("a RunnerSaturated condition");
@@ -29,13 +21,7 @@ fn condition(s: &LoadTestStatus) -> (String, String, String) {
 #[tokio::test]
 async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
     let env = node();
-    OPERATOR.install_crds(&env).await;
-    let client = env.client().await;
-    let ns = env.namespace("lt-saturated").await.unwrap();
-    capture_pod(&client, &ns, "web", None).await;
-    service(&client, &ns, "web", "web", false).await;
-    wait_ready_endpoint(&client, &ns, "web", None).await;
-    let operator = start_operator(&env, &ns);
+    let (client, ns, operator) = capture_namespace(&env, "lt-saturated").await;
     // The static page: httpd answers it without a fork.
     let test = |concurrency: i32| json!({"serviceName": "web", "port": 8080, "path": "/", "concurrency": concurrency});
     create(
@@ -49,7 +35,7 @@ async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
     )
     .await
     .unwrap();
-    let starved = finished(&client, &ns, "starved").await;
+    let starved = wait_ended(&client, &ns, "starved").await;
     assert_eq!(starved.state, State::Finished, "{starved:#?}");
     let (status, reason, message) = condition(&starved);
     eprintln!("starved: {message}");
@@ -69,7 +55,7 @@ async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
     )
     .await
     .unwrap();
-    let roomy = finished(&client, &ns, "roomy").await;
+    let roomy = wait_ended(&client, &ns, "roomy").await;
     assert_eq!(roomy.state, State::Finished, "{roomy:#?}");
     let (status, reason, message) = condition(&roomy);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "RunnersKeptUp"), "{message}: {roomy:#?}");

@@ -23,13 +23,7 @@ const T: Duration = Duration::from_secs(150);
 #[tokio::test]
 async fn a_scheduled_test_runs_at_each_scheduled_minute_and_keeps_its_history() {
     let env = node();
-    OPERATOR.install_crds(&env).await;
-    let client = env.client().await;
-    let ns = env.namespace("lt-schedule").await.unwrap();
-    capture_pod(&client, &ns, "web", None).await;
-    service(&client, &ns, "web", "web", false).await;
-    wait_ready_endpoint(&client, &ns, "web", None).await;
-    let operator = start_operator(&env, &ns);
+    let (client, ns, operator) = capture_namespace(&env, "lt-schedule").await;
     create(
         &client,
         &ns,

@@ -138,6 +138,27 @@ pub async fn wait_ready_endpoint(client: &kube::Client, ns: &str, svc: &str, hos
     .unwrap();
 }
 
+/// A namespace `<prefix>-…` with the capture server behind Service `web`
+/// (an endpoint ready), the CRDs installed and the operator watching it.
+#[allow(dead_code)]
+pub async fn capture_namespace(env: &TestEnv, prefix: &str) -> (kube::Client, String, OperatorProcess) {
+    OPERATOR.install_crds(env).await;
+    let client = env.client().await;
+    let ns = env.namespace(prefix).await.unwrap();
+    capture_pod(&client, &ns, "web", None).await;
+    service(&client, &ns, "web", "web", false).await;
+    wait_ready_endpoint(&client, &ns, "web", None).await;
+    let operator = start_operator(env, &ns);
+    (client, ns, operator)
+}
+
+/// The LoadTest's status once its current run ended (3 minutes at most).
+#[allow(dead_code)]
+pub async fn wait_ended(client: &kube::Client, ns: &str, name: &str) -> LoadTestStatus {
+    let what = format!("{name}'s run to end");
+    wait_test(client, ns, name, &what, Duration::from_secs(180), |s| s.state.is_terminal().then(|| s.clone())).await
+}
+
 /// The `hit ...` lines of a capture pod's log.
 pub fn hits(env: &TestEnv, ns: &str, pod: &str) -> Vec<String> {
     let log = env.kubectl(&["logs", "-n", ns, pod]).unwrap_or_default();
