@@ -22,10 +22,35 @@ pub enum Lifetime {
     Detached,
 }
 
-/// A free TCP port on 127.0.0.1. The port is released before it is used, so
-/// another process could take it in between; callers retry start-up on that.
+/// A free TCP port on 127.0.0.1, never one this process was given before:
+/// the kernel may hand the port just released straight back, and two
+/// calls in a row (an operator's metrics and health ports) then got the
+/// same one (a CI failure: "--health-probe-bind-address … is also
+/// --metrics-bind-address"). The port is released before it is used, so
+/// another process could still take it in between; callers retry start-up
+/// on that.
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..256 {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::other("no free port this process was not given before, in 256 tries"))
+}
+
+#[cfg(test)]
+mod free_port_tests {
+    /// Many in a row, as tests start operators: never the same port twice.
+    #[test]
+    fn a_port_is_never_given_twice() {
+        let ports: Vec<u16> = (0..200).map(|_| super::free_port().unwrap_or_else(|e| panic!("{e}"))).collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+    }
 }
 
 /// A running component with its log file.
