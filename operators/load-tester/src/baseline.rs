@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use loadgen::summary::{Merged, decode};
 
-use crate::crd::{BaselineStatus, LoadTestStatus, MaxRegression, Percent, State};
+use crate::crd::{BaselineStatus, LoadTestStatus, MaxRegression, Percent, State, Verdict};
 use crate::results::fmt;
 
 /// The latency percentiles compared.
@@ -85,6 +85,36 @@ pub fn compare(b: &mut BaselineStatus, merged: &Merged, max: &MaxRegression) -> 
     regressed
 }
 
+/// The verdict of a finished run, its reason and why: the thresholds'
+/// (`thresholds`, from [`crate::results::verdict`]), then the pinned
+/// baseline's when there is one to compare with (`max`: spec.baseline's
+/// limits) — a regression fails a run the thresholds passed
+/// (BaselineRegressed), and with no thresholds a run within the limits
+/// passes (BaselineMet).
+pub fn judge(
+    thresholds: (Verdict, String),
+    pinned: Option<&mut BaselineStatus>,
+    max: Option<&MaxRegression>,
+    merged: &Merged,
+) -> (Verdict, &'static str, String) {
+    let (verdict, why) = thresholds;
+    let reason = match verdict {
+        Verdict::Failed => "ThresholdsMissed",
+        Verdict::Passed => "ThresholdsMet",
+        Verdict::None => "Finished",
+    };
+    let (Some(b), Some(max)) = (pinned.filter(|b| b.run > 0), max) else {
+        return (verdict, reason, why);
+    };
+    let regressed = compare(b, merged, max);
+    match (regressed.is_empty(), verdict) {
+        (false, Verdict::Failed) => (verdict, reason, format!("{why}; baseline: {}", b.message)),
+        (false, _) => (Verdict::Failed, "BaselineRegressed", format!("baseline: {}", b.message)),
+        (true, Verdict::None) => (Verdict::Passed, "BaselineMet", b.message.clone()),
+        (true, _) => (verdict, reason, why),
+    }
+}
+
 /// `now` against `base` in percent (a zero baseline: any latency is an
 /// unbounded rise, said as a large number, not infinity).
 fn percent_change(base: u64, now: u64) -> f64 {
@@ -160,6 +190,30 @@ mod tests {
         let why = compare(&mut failing, &merged(&[10_000; 98], 2), &max);
         assert_eq!(why.len(), 1, "{why:?}");
         assert!(why[0].contains("+2.00 points > 0.5"), "{why:?}");
+    }
+
+    #[test]
+    fn the_baseline_judges_beside_the_thresholds() {
+        let pinned = pin("golden", Some(&finished(&merged(&[10_000; 100], 0), 2)));
+        let max = MaxRegression { p99: limit("10%"), ..MaxRegression::default() };
+        let (slow, fast) = (merged(&[30_000; 100], 0), merged(&[10_000; 100], 0));
+        let judge_with = |t: Verdict, m: &Merged| {
+            let mut b = pinned.clone();
+            judge((t, "why".into()), Some(&mut b), Some(&max), m)
+        };
+        let (v, reason, why) = judge_with(Verdict::Passed, &slow);
+        assert_eq!((v, reason), (Verdict::Failed, "BaselineRegressed"));
+        assert!(why.starts_with("baseline: regressed against run 2 of golden"), "{why}");
+        let (v, reason, why) = judge_with(Verdict::Failed, &slow);
+        assert_eq!((v, reason), (Verdict::Failed, "ThresholdsMissed"));
+        assert!(why.starts_with("why; baseline: regressed"), "{why}");
+        assert_eq!(judge_with(Verdict::None, &fast).0, Verdict::Passed);
+        assert_eq!(judge_with(Verdict::None, &fast).1, "BaselineMet");
+        assert_eq!(judge_with(Verdict::Passed, &fast), (Verdict::Passed, "ThresholdsMet", "why".to_string()));
+        // Nothing pinned to compare with: the thresholds alone.
+        let mut none = pin("golden", None);
+        assert_eq!(judge((Verdict::None, "w".into()), Some(&mut none), Some(&max), &slow).1, "Finished");
+        assert_eq!(judge((Verdict::Passed, "w".into()), None, None, &slow).1, "ThresholdsMet");
     }
 
     #[test]

@@ -12,12 +12,14 @@
 //! | [`machine`] | the LoadTest state machine (pure) |
 //! | [`results`] | merged results and the verdict (pure) |
 //! | [`stages`] | load.stages: rates split over the runners, per-stage results (pure) |
+//! | [`schedule`] | spec.schedule: the cron line checked, its next time (pure) |
+//! | [`baseline`] | spec.baseline: pinned when a run starts, compared and judged when it ends (pure) |
 //! | [`simple`] | SimpleDeployment's child pod (pure) |
 //! | [`simple_deployment`] | SimpleDeployment's controller: its one child kept |
 //! | [`metrics`] | `flotilla_load_tester_*` |
 //! | [`snapshot`] | what a step looks at: the test's runners, the target Service, the namespace's other runners (reads) |
 //! | [`apply`] | a step carried out: runners deleted, made, signalled (writes) |
-//! | [`report`] | status and its Ready condition, Events, runs counted in the metrics |
+//! | [`report`] | status, its Ready and RunnerSaturated conditions, Events, runs counted in the metrics |
 //! | [`controller`] | the LoadTest reconcile (snapshot → step → report → apply) and both controllers' start |
 
 pub mod apply;

@@ -26,12 +26,16 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{BaselineStatus, Cleanup, LoadTestSpec, LoadTestStatus, MAX_HISTORY, RunSummary, State, Verdict};
+use crate::crd::{BaselineStatus, Cleanup, LoadTestSpec, LoadTestStatus, State, Verdict};
 use crate::results::{merge, verdict};
 use crate::runner::{Runner, Window};
-use crate::schedule::Schedule;
 
+mod limits;
+mod runs;
 mod target;
+pub use limits::{DURATION_SLACK, Limits};
+pub use runs::{Wanted, record_ended};
+use runs::{new_run_why, wait_for_schedule};
 pub use target::{ServiceView, Target};
 use target::{changed, pin};
 
@@ -106,111 +110,6 @@ fn fail(step: &mut Step, now: Timestamp, reason: &'static str, message: String) 
     step.status.reason = reason.to_string();
     step.status.message = message.clone();
     step.events.push((true, reason, format!("run {} failed: {message}", step.status.run)));
-}
-
-/// Durations the spec holds, checked, and the operator's bounds.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// spec.deadline; see [`Limits::run_deadline`] for the one that holds.
-    pub deadline: Duration,
-    pub start_timeout: Duration,
-    /// spec.load.duration: the runners send for this long.
-    pub duration: Option<Duration>,
-    /// A new run starts no sooner than this after the last one started.
-    pub min_rerun_interval: Duration,
-    /// Runner pods of one namespace at once, every LoadTest's together.
-    pub max_runners_per_namespace: usize,
-    /// spec.schedule, checked.
-    pub schedule: Option<Schedule>,
-}
-
-/// What a fixed-time run may take past its start-up and duration: the
-/// runners' grace before the deadline (at most 10 s), the start signal
-/// reaching them through the kubelet, their summaries being read.
-pub const DURATION_SLACK: Duration = Duration::from_secs(60);
-
-impl Limits {
-    /// The deadline that holds, from the run's start: spec.deadline, but
-    /// never less than startTimeout + load.duration + [`DURATION_SLACK`]:
-    /// a run that started within its startTimeout is never timed out
-    /// before its runners have sent for the whole duration.
-    pub fn run_deadline(&self) -> Duration {
-        match self.duration {
-            None => self.deadline,
-            Some(d) => self.deadline.max(self.start_timeout.saturating_add(d).saturating_add(DURATION_SLACK)),
-        }
-    }
-}
-
-/// What asks for a run: the spec's generation and the rerun annotation's
-/// value (a change of either starts a new run), or with a schedule the
-/// times it names after the last run started (after the LoadTest was
-/// created, before the first).
-pub struct Wanted<'a> {
-    /// The LoadTest's name (a baseline naming it is its previous run).
-    pub name: &'a str,
-    pub generation: i64,
-    pub rerun: &'a str,
-    pub created: Option<Timestamp>,
-}
-
-/// Why a new run starts now, if one does.
-fn new_run_why(limits: &Limits, wanted: &Wanted<'_>, s: &LoadTestStatus, now: Timestamp) -> Option<String> {
-    let (generation, rerun) = (wanted.generation, wanted.rerun);
-    if !rerun.is_empty() && rerun != s.rerun {
-        return Some(format!("flotilla.dev/rerun is {rerun:?}"));
-    }
-    match &limits.schedule {
-        None if s.run == 0 => Some("created".to_string()),
-        None if s.run_generation != generation => Some("the spec changed".to_string()),
-        None => None,
-        // A scheduled time starts a run only once the current one ended.
-        Some(schedule) => next_scheduled(schedule, s, wanted.created)
-            .filter(|at| *at <= now && (s.run == 0 || s.state.is_terminal()))
-            .map(|at| format!("scheduled at {at} by {:?}", schedule.line())),
-    }
-}
-
-/// The first time the schedule names after the last run started (after
-/// the LoadTest was created, before its first run).
-fn next_scheduled(schedule: &Schedule, s: &LoadTestStatus, created: Option<Timestamp>) -> Option<Timestamp> {
-    let last = s.start_time.as_ref().map(|t| t.0).filter(|_| s.run > 0).or(created)?;
-    schedule.next_after(last)
-}
-
-/// Sums up the run of `status` in its history once it has ended (once per
-/// run; the oldest go past [`MAX_HISTORY`]).
-pub fn record_ended(status: &mut LoadTestStatus) {
-    if !status.state.is_terminal() || status.history.last().is_some_and(|h| h.run == status.run) {
-        return;
-    }
-    status.history.push(RunSummary::of(status));
-    let extra = status.history.len().saturating_sub(MAX_HISTORY);
-    status.history.drain(..extra);
-}
-
-/// With a schedule and no new run now: when the next starts, said in
-/// status and looked at then; before the first run, the test waits for it.
-fn wait_for_schedule(step: &mut Step, wanted: &Wanted<'_>, schedule: &Schedule, now: Timestamp) -> bool {
-    let s = &mut step.status;
-    let next = next_scheduled(schedule, s, wanted.created);
-    s.next_run_time = next.map(Time);
-    if let Some(at) = next {
-        let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default().max(Duration::from_secs(1));
-        step.requeue = Some(step.requeue.map_or(wait, |r| r.min(wait)));
-    }
-    if s.run > 0 {
-        return false;
-    }
-    // Never ran: nothing of a run to show (a spec found invalid before is
-    // valid now, or it would not be stepped).
-    (s.state, s.reason, s.message) = (State::Pending, String::new(), String::new());
-    let message = match next {
-        Some(at) => format!("the first run starts at {at} (schedule {:?}, UTC)", schedule.line()),
-        None => format!("schedule {:?} names no time ahead: no run starts until flotilla.dev/rerun", schedule.line()),
-    };
-    step.waiting = Some(("Scheduled", message));
-    true
 }
 
 /// Whether the Ready condition of `old` already has `reason` (a wait that
@@ -541,28 +440,11 @@ fn executing(
         match merge(&messages, spec.stages()) {
             Err(e) => fail(step, now, "BadSummary", e),
             Ok((merged, results)) => {
-                let (thresholds, mut why) = verdict(&merged, spec.thresholds.as_ref());
                 let s = &mut step.status;
-                // The baseline judges too, when it was pinned.
-                let (mut v, mut reason) = match thresholds {
-                    Verdict::Failed => (Verdict::Failed, "ThresholdsMissed"),
-                    Verdict::Passed => (Verdict::Passed, "ThresholdsMet"),
-                    Verdict::None => (Verdict::None, "Finished"),
-                };
-                if let (Some(b), Some(want)) = (s.baseline.as_mut(), spec.baseline.as_ref())
-                    && b.run > 0
-                {
-                    let regressed = crate::baseline::compare(b, &merged, &want.max_regression);
-                    if !regressed.is_empty() {
-                        why = if thresholds == Verdict::Failed { format!("{why}; ") } else { String::new() };
-                        why.push_str(&format!("baseline: {}", b.message));
-                        if v != Verdict::Failed {
-                            (v, reason) = (Verdict::Failed, "BaselineRegressed");
-                        }
-                    } else if v == Verdict::None {
-                        (v, reason, why) = (Verdict::Passed, "BaselineMet", b.message.clone());
-                    }
-                }
+                // The thresholds judge, and the baseline too when pinned.
+                let thresholds = verdict(&merged, spec.thresholds.as_ref());
+                let max = spec.baseline.as_ref().map(|b| &b.max_regression);
+                let (v, reason, why) = crate::baseline::judge(thresholds, s.baseline.as_mut(), max, &merged);
                 s.state = State::Finished;
                 s.verdict = v;
                 s.completion_time = Some(Time(now));
@@ -606,6 +488,8 @@ fn executing(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::MAX_HISTORY;
+    use crate::schedule::Schedule;
     use serde_json::json;
 
     fn spec(replicas: i32) -> LoadTestSpec {

@@ -1,0 +1,83 @@
+//! When a LoadTest's next run starts — first sight, a spec change, a new
+//! rerun annotation, or with `spec.schedule` the times it names — and the
+//! history of the runs that ended. Pure.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::{Limits, Step};
+use crate::crd::{LoadTestStatus, MAX_HISTORY, RunSummary, State};
+use crate::schedule::Schedule;
+
+/// What asks for a run: the spec's generation and the rerun annotation's
+/// value (a change of either starts a new run), or with a schedule the
+/// times it names after the last run started (after the LoadTest was
+/// created, before the first).
+pub struct Wanted<'a> {
+    /// The LoadTest's name (a baseline naming it is its previous run).
+    pub name: &'a str,
+    pub generation: i64,
+    pub rerun: &'a str,
+    pub created: Option<Timestamp>,
+}
+
+/// Why a new run starts now, if one does.
+pub(super) fn new_run_why(limits: &Limits, wanted: &Wanted<'_>, s: &LoadTestStatus, now: Timestamp) -> Option<String> {
+    let (generation, rerun) = (wanted.generation, wanted.rerun);
+    if !rerun.is_empty() && rerun != s.rerun {
+        return Some(format!("flotilla.dev/rerun is {rerun:?}"));
+    }
+    match &limits.schedule {
+        None if s.run == 0 => Some("created".to_string()),
+        None if s.run_generation != generation => Some("the spec changed".to_string()),
+        None => None,
+        // A scheduled time starts a run only once the current one ended.
+        Some(schedule) => next_scheduled(schedule, s, wanted.created)
+            .filter(|at| *at <= now && (s.run == 0 || s.state.is_terminal()))
+            .map(|at| format!("scheduled at {at} by {:?}", schedule.line())),
+    }
+}
+
+/// The first time the schedule names after the last run started (after
+/// the LoadTest was created, before its first run).
+fn next_scheduled(schedule: &Schedule, s: &LoadTestStatus, created: Option<Timestamp>) -> Option<Timestamp> {
+    let last = s.start_time.as_ref().map(|t| t.0).filter(|_| s.run > 0).or(created)?;
+    schedule.next_after(last)
+}
+
+/// Sums up the run of `status` in its history once it has ended (once per
+/// run; the oldest go past [`MAX_HISTORY`]).
+pub fn record_ended(status: &mut LoadTestStatus) {
+    if !status.state.is_terminal() || status.history.last().is_some_and(|h| h.run == status.run) {
+        return;
+    }
+    status.history.push(RunSummary::of(status));
+    let extra = status.history.len().saturating_sub(MAX_HISTORY);
+    status.history.drain(..extra);
+}
+
+/// With a schedule and no new run now: when the next starts, said in
+/// status and looked at then; before the first run, the test waits for it.
+pub(super) fn wait_for_schedule(step: &mut Step, wanted: &Wanted<'_>, schedule: &Schedule, now: Timestamp) -> bool {
+    let s = &mut step.status;
+    let next = next_scheduled(schedule, s, wanted.created);
+    s.next_run_time = next.map(Time);
+    if let Some(at) = next {
+        let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default().max(Duration::from_secs(1));
+        step.requeue = Some(step.requeue.map_or(wait, |r| r.min(wait)));
+    }
+    if s.run > 0 {
+        return false;
+    }
+    // Never ran: nothing of a run to show (a spec found invalid before is
+    // valid now, or it would not be stepped).
+    (s.state, s.reason, s.message) = (State::Pending, String::new(), String::new());
+    let message = match next {
+        Some(at) => format!("the first run starts at {at} (schedule {:?}, UTC)", schedule.line()),
+        None => format!("schedule {:?} names no time ahead: no run starts until flotilla.dev/rerun", schedule.line()),
+    };
+    step.waiting = Some(("Scheduled", message));
+    true
+}
