@@ -99,6 +99,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
         workers.push(tokio::spawn(async move {
             let mut local = histogram();
             let mut errors: BTreeMap<ErrorKind, u64> = BTreeMap::new();
+            let mut free_at_due = false;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
@@ -110,6 +111,14 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
                     let due = started + Duration::from_secs_f64(i as f64 / cfg.rate);
                     if due >= end {
                         break;
+                    }
+                    // Only a request whose connection was free when it fell
+                    // due tells whether the runner keeps up: one whose
+                    // connection was still waiting for an answer is the
+                    // server's slowness (its latency counts from `due`).
+                    if let Some(p) = pace.as_ref().filter(|_| Instant::now() <= due) {
+                        p.due(due);
+                        free_at_due = true;
                     }
                     tokio::time::sleep_until(due.into()).await;
                     due
@@ -123,7 +132,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
                 // The run's end bounds the request when it comes first.
                 let cut_by_end = left < cfg.timeout;
                 sent.fetch_add(1, Ordering::Relaxed);
-                if let Some(p) = &pace {
+                if let Some(p) = pace.as_ref().filter(|_| std::mem::take(&mut free_at_due)) {
                     p.sent();
                 }
                 let result = sender.send(left.min(cfg.timeout)).await;
@@ -170,7 +179,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
         histogram: s.histogram.take().unwrap_or_else(histogram),
         staged: crate::summary::Staged {
             strain: crate::pace::Strain {
-                behind_seconds: pace.map_or(0, |p| p.behind_seconds_at_rate(elapsed, cfg.rate, total)),
+                behind_seconds: pace.map_or(0, |p| p.behind_seconds(elapsed)),
                 throttled_ms: 0,
             },
             ..Default::default()

@@ -17,9 +17,12 @@ const ERROR_RATIO: &str = "errorRatio";
 /// Finished with results (else why not, and run 0).
 pub fn pin(name: &str, status: Option<&LoadTestStatus>) -> BaselineStatus {
     let mut b = BaselineStatus { load_test_ref: name.to_string(), ..BaselineStatus::default() };
-    let Some((s, r)) = status.filter(|s| s.state == State::Finished).and_then(|s| s.results.as_ref().map(|r| (s, r)))
-    else {
-        b.message = format!("LoadTest {name} has no finished run to compare with: this run is not compared");
+    // A failed run never becomes the baseline: compared with its previous
+    // run, a regression would otherwise pass the next time.
+    let usable = |s: &&LoadTestStatus| s.state == State::Finished && s.verdict != Verdict::Failed;
+    let Some((s, r)) = status.filter(usable).and_then(|s| s.results.as_ref().map(|r| (s, r))) else {
+        b.message =
+            format!("LoadTest {name} has no finished run that did not fail to compare with: this run is not compared");
         return b;
     };
     b.run = s.run;
@@ -110,7 +113,7 @@ pub fn judge(
     match (regressed.is_empty(), verdict) {
         (false, Verdict::Failed) => (verdict, reason, format!("{why}; baseline: {}", b.message)),
         (false, _) => (Verdict::Failed, "BaselineRegressed", format!("baseline: {}", b.message)),
-        (true, Verdict::None) => (Verdict::Passed, "BaselineMet", b.message.clone()),
+        (true, Verdict::None) if max.any() => (Verdict::Passed, "BaselineMet", b.message.clone()),
         (true, _) => (verdict, reason, why),
     }
 }
@@ -223,6 +226,19 @@ mod tests {
         assert!(none.message.contains("no finished run"), "{}", none.message);
         let running = LoadTestStatus { state: State::Executing, run: 3, ..LoadTestStatus::default() };
         assert_eq!(pin("golden", Some(&running)).run, 0);
+        // A run that failed its verdict never becomes the baseline.
+        let failed = LoadTestStatus { verdict: Verdict::Failed, ..finished(&merged(&[5_000; 10], 0), 4) };
+        assert_eq!(pin("golden", Some(&failed)).run, 0);
+        // Limits none: the figures are compared, nothing is judged.
+        let mut ok = pin("golden", Some(&finished(&merged(&[5_000; 10], 0), 5)));
+        let judged = judge(
+            (Verdict::None, "w".into()),
+            Some(&mut ok),
+            Some(&MaxRegression::default()),
+            &merged(&[9_000; 10], 0),
+        );
+        assert_eq!((judged.0, judged.1), (Verdict::None, "Finished"));
+        assert!(ok.deltas.contains_key("p50"), "{ok:?}");
         let mut b = none;
         let max = MaxRegression { p99: limit("0%"), ..MaxRegression::default() };
         assert!(compare(&mut b, &merged(&[1_000_000; 10], 5), &max).is_empty());

@@ -112,8 +112,9 @@ pub struct LoadTestSpec {
     /// hour, day of month, month, day of week; or @hourly, @daily,
     /// @weekly, @monthly, @yearly), in UTC, e.g. "0 3 * * *". With a
     /// schedule a run starts only at each time it names (or on a new
-    /// flotilla.dev/rerun), not when the LoadTest is created or changed: a
-    /// change applies from the next run. A time that comes while a run is
+    /// flotilla.dev/rerun), not when the LoadTest is created or changed
+    /// between runs: a change applies from the next run (one while a run
+    /// goes on restarts it, as without a schedule). A time that comes while a run is
     /// still going starts the next run when it ends (missed times are
     /// made up by one run, not several). status.nextRunTime says when;
     /// status.history keeps the last 10 runs.

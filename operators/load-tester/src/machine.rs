@@ -35,7 +35,7 @@ mod runs;
 mod target;
 pub use limits::{DURATION_SLACK, Limits};
 pub use runs::{Wanted, record_ended};
-use runs::{new_run_why, wait_for_schedule};
+use runs::{new_run_why, note_schedule, wait_for_schedule};
 pub use target::{ServiceView, Target};
 use target::{changed, pin};
 
@@ -130,6 +130,7 @@ pub fn step(
     let (generation, rerun) = (wanted.generation, wanted.rerun);
     let mut step = Step { status: old.cloned().unwrap_or_default(), ..Step::default() };
     let s = &mut step.status;
+    note_schedule(s, limits, wanted.created, now);
     if let Some(why) = new_run_why(limits, wanted, s, now) {
         // A rerun (not the first run) waits until --min-rerun-interval has
         // passed since the last start: a stream of spec edits or rerun
@@ -177,6 +178,8 @@ pub fn step(
             rerun: rerun.to_string(),
             start_time: Some(Time(now)),
             history: std::mem::take(&mut s.history),
+            schedule: std::mem::take(&mut s.schedule),
+            schedule_since: s.schedule_since.take(),
             baseline,
             next_run_time: limits.schedule.as_ref().and_then(|sch| sch.next_after(now)).map(Time),
             ..LoadTestStatus::default()
@@ -858,9 +861,32 @@ mod tests {
             due.events
         );
         assert_eq!(due.status.next_run_time, Some(Time(t(600))));
-        // A spec edited while the run goes on changes nothing of it.
+        // A spec edited while the run goes on restarts it with the edit
+        // (its runners, its verdict are that spec's), as without a schedule.
         let running = scheduled("*/5 * * * *", 3, "", Some(&due.status), t(310));
-        assert_eq!((running.status.run, running.status.run_generation), (1, 2));
+        assert_eq!((running.status.run, running.status.run_generation), (2, 3));
+        assert!(running.events.iter().any(|(_, r, n)| *r == "RunStarted" && n.contains("during run 1")));
+        // Once it ended, an edit waits for the next time.
+        let ended = finished(running.status, t(320));
+        let edited = scheduled("*/5 * * * *", 4, "", Some(&ended), t(330));
+        assert_eq!(edited.status.run, 2);
+    }
+
+    #[test]
+    fn a_schedule_added_or_changed_starts_no_run_for_a_time_already_past() {
+        let run1 = finished(scheduled("*/5 * * * *", 1, "", None, t(300)).status, t(330));
+        assert_eq!(run1.schedule, "*/5 * * * *");
+        // At t(1000), every 10 minutes: t(600) is past, but it was not
+        // this schedule's time; the next is t(1200).
+        let changed = scheduled("*/10 * * * *", 1, "", Some(&run1), t(1000));
+        assert_eq!(changed.status.run, 1);
+        assert_eq!(changed.status.next_run_time, Some(Time(t(1200))));
+        assert_eq!(scheduled("*/10 * * * *", 1, "", Some(&changed.status), t(1200)).status.run, 2);
+        // Without a schedule any more: nothing of one is said.
+        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None };
+        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: Some(t(10)) };
+        let plain = step(&spec(1), &L, &wanted, Some(&changed.status), &seen, t(1300)).status;
+        assert_eq!((plain.run, plain.next_run_time, plain.schedule.as_str()), (1, None, ""));
     }
 
     #[test]

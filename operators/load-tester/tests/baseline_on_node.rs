@@ -17,9 +17,10 @@ async fn a_slowed_server_fails_against_the_baseline_and_a_same_speed_one_passes(
     let env = node();
     let (client, ns, operator) = capture_namespace(&env, "lt-baseline").await;
     let test = |path: &str| json!({"serviceName": "web", "port": 8080, "path": path, "repeat": 20, "concurrency": 1});
-    // A p50 four times the baseline's still passes: other tests share the
-    // node; the slowed server's is sixty times it.
-    let baseline = json!({"loadTestRef": "golden", "maxRegression": {"p50": "300%"}});
+    // A p50 up to eleven times the baseline's still passes (a forking CGI
+    // on a 2-core node other tests share); the slowed server's is over a
+    // hundred times it.
+    let baseline = json!({"loadTestRef": "golden", "maxRegression": {"p50": "1000%"}});
 
     create(&client, &ns, "LoadTest", "golden", small(json!({"replicas": 1, "test": test("/cgi-bin/capture")})))
         .await
@@ -61,7 +62,7 @@ async fn a_slowed_server_fails_against_the_baseline_and_a_same_speed_one_passes(
         (slow.state, slow.verdict, slow.reason.as_str()),
         (State::Finished, Verdict::Failed, "BaselineRegressed")
     );
-    assert!(slow.message.contains("p50") && slow.message.contains("> 300%"), "{}", slow.message);
+    assert!(slow.message.contains("p50") && slow.message.contains("> 1000%"), "{}", slow.message);
     let b = slow.baseline.unwrap();
     assert!(b.message.starts_with("regressed against run 1 of golden"), "{b:#?}");
     let events = format!("{:?}", events_about(&client, &ns, "slow").await);

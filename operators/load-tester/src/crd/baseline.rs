@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Baseline {
-    /// A LoadTest of this namespace whose last run Finished with results:
-    /// the baseline, read (pinned in status.baseline) when each run starts.
+    /// A LoadTest of this namespace whose last run Finished with results
+    /// and a verdict other than Failed (a regression never becomes the
+    /// baseline): the baseline, read (pinned in status.baseline) when each run starts.
     /// This LoadTest's own name compares each run with its previous one
     /// (with spec.schedule: a nightly regression check). No such run: the
     /// run is not compared (status.baseline.message says why).
@@ -47,6 +48,13 @@ pub struct MaxRegression {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(transparent)]
 pub struct Percent(#[schemars(length(min = 2, max = 10), pattern(r"^[0-9]{1,5}(\.[0-9]{1,3})?%$"))] pub String);
+
+impl MaxRegression {
+    /// Whether any figure is judged.
+    pub fn any(&self) -> bool {
+        [&self.p50, &self.p90, &self.p99, &self.error_ratio].iter().any(|l| l.is_some())
+    }
+}
 
 impl Percent {
     /// The number before the `%` (the schema makes it one).

@@ -17,7 +17,8 @@ pub enum State {
     Executing,
     /// Every runner finished; results merged.
     Finished,
-    /// The run failed; reason and message say why. Never re-run by itself.
+    /// The run failed; reason and message say why. Never re-run by itself
+    /// (only at spec.schedule's next time, with one).
     Failed,
 }
 
@@ -105,7 +106,15 @@ pub struct LoadTestStatus {
     /// once it finished the comparison.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<super::BaselineStatus>,
-    /// With spec.schedule: when the next run starts.
+    /// With spec.schedule: the line the run times are counted for, and
+    /// since when (a schedule added or changed starts no run for a time
+    /// already past).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub schedule: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_since: Option<Time>,
+    /// With spec.schedule: when the next run starts (a time already past
+    /// while a run still goes on: the next starts when it ends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_run_time: Option<Time>,
     /// The last runs that ended (at most 10, oldest first), so a scheduled

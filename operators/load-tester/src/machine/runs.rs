@@ -33,6 +33,12 @@ pub(super) fn new_run_why(limits: &Limits, wanted: &Wanted<'_>, s: &LoadTestStat
         None if s.run == 0 => Some("created".to_string()),
         None if s.run_generation != generation => Some("the spec changed".to_string()),
         None => None,
+        // A run still going is the spec it started with: a change restarts
+        // it, as without a schedule (a change between runs waits for the
+        // next time).
+        Some(_) if s.run > 0 && !s.state.is_terminal() && s.run_generation != generation => {
+            Some(format!("the spec changed during run {}", s.run))
+        }
         // A scheduled time starts a run only once the current one ended.
         Some(schedule) => next_scheduled(schedule, s, wanted.created)
             .filter(|at| *at <= now && (s.run == 0 || s.state.is_terminal()))
@@ -40,17 +46,36 @@ pub(super) fn new_run_why(limits: &Limits, wanted: &Wanted<'_>, s: &LoadTestStat
     }
 }
 
-/// The first time the schedule names after the last run started (after
-/// the LoadTest was created, before its first run).
+/// The first time the schedule names after the last run started, the
+/// LoadTest was created, or this schedule line was first seen (a schedule
+/// added or changed starts no run for a time already past).
 fn next_scheduled(schedule: &Schedule, s: &LoadTestStatus, created: Option<Timestamp>) -> Option<Timestamp> {
-    let last = s.start_time.as_ref().map(|t| t.0).filter(|_| s.run > 0).or(created)?;
+    let started = s.start_time.as_ref().map(|t| t.0).filter(|_| s.run > 0);
+    let seen = s.schedule_since.as_ref().map(|t| t.0);
+    let last = [started, seen, created].into_iter().flatten().max()?;
     schedule.next_after(last)
+}
+
+/// Keeps in status which schedule line the times are counted for, and
+/// since when (a LoadTest seen for the first time: since it was created);
+/// without a schedule, nothing of one.
+pub(super) fn note_schedule(s: &mut LoadTestStatus, limits: &Limits, created: Option<Timestamp>, now: Timestamp) {
+    match &limits.schedule {
+        Some(schedule) if s.schedule != schedule.line() => {
+            let first_sight = s.run == 0 && s.schedule.is_empty();
+            s.schedule = schedule.line().to_string();
+            s.schedule_since = Some(Time(created.filter(|_| first_sight).unwrap_or(now)));
+        }
+        Some(_) => {}
+        None => (s.schedule, s.schedule_since, s.next_run_time) = (String::new(), None, None),
+    }
 }
 
 /// Sums up the run of `status` in its history once it has ended (once per
 /// run; the oldest go past [`MAX_HISTORY`]).
 pub fn record_ended(status: &mut LoadTestStatus) {
-    if !status.state.is_terminal() || status.history.last().is_some_and(|h| h.run == status.run) {
+    // Run 0 never ran (a spec found invalid before its first run).
+    if status.run == 0 || !status.state.is_terminal() || status.history.last().is_some_and(|h| h.run == status.run) {
         return;
     }
     status.history.push(RunSummary::of(status));
