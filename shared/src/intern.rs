@@ -87,6 +87,17 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Drops at once the values nothing else holds (a sweep otherwise
+    /// waits for the set to double) and gives back the set's spare room:
+    /// a memory-budget test starts from it, so that what an earlier test
+    /// left does not make its figure depend on the order tests run in.
+    pub fn sweep(&self) {
+        let mut st = self.lock();
+        st.set.retain(|held| Arc::strong_count(held) > 1);
+        st.set.shrink_to_fit();
+        st.live = st.set.len();
+    }
+
     /// Values in the set (some perhaps no longer held elsewhere).
     pub fn len(&self) -> usize {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).set.len()
@@ -143,5 +154,16 @@ mod tests {
         for s in &held {
             assert!(Arc::ptr_eq(s, &i.get(s)));
         }
+    }
+
+    #[test]
+    fn a_sweep_drops_at_once_what_nothing_else_holds() {
+        let i = Interner::new();
+        let kept = i.get("kept");
+        drop(i.get("dropped"));
+        assert_eq!(i.len(), 2);
+        i.sweep();
+        assert_eq!(i.len(), 1);
+        assert!(Arc::ptr_eq(&kept, &i.get("kept")));
     }
 }

@@ -31,15 +31,25 @@ use crate::pod::view;
 /// (`pod::Shape`) and exits older than any restart window not kept; 394
 /// with the Ready transition kept only while the pod is not Ready; 363
 /// with the containers' names in the shape (a list most workloads share)
-/// instead of 16 bytes per container. Of those, ~90 B are the interned
-/// shapes and names of this fixture's 500 workloads of 4 pods each (fewer
-/// per pod with more replicas); the store, its key and the container list
-/// are ~275. Issue 28's target is 300.
-const BUDGET: usize = 370;
+/// instead of 16 bytes per container; 365 counted from swept interners
+/// (what another test interned is not free: [`crate::pod::sweep_interned`]),
+/// 341 with a Deployment pod's own name no longer interned (unique, it sat
+/// in the table until the next sweep), 331 with times as 4-byte seconds.
+/// Of those, ~60 B are the interned shapes and names of this fixture's 500
+/// workloads of 4 pods each (fewer per pod with more replicas); the view in
+/// its `Arc` (96 B), its key (42), the container list (64) and the
+/// B-tree's slot are the rest, in three allocations. Issue 28's target is
+/// 300: it needs one allocation less per pod (the containers inside the
+/// view's allocation, which the store's `Arc<T>` of a sized `T` cannot
+/// hold today).
+const BUDGET: usize = 340;
 
 #[test]
 fn the_pod_cache_holds_at_most_its_budget_per_pod() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // From interners holding only what is in use: what another test
+    // interned would otherwise be counted as free.
+    crate::pod::sweep_interned();
     let keys = LabelKeys::new();
     keys.set((0..100).map(|t| (Some(format!("team-{t:03}")), "app.kubernetes.io/name".to_string())));
     // Fed as the pod watch feeds it (shared::pods::watch_pods).
@@ -116,6 +126,7 @@ fn kept_evaluation(restarts: bool) -> (usize, usize) {
 #[test]
 fn a_kept_evaluation_holds_at_most_its_budget_per_namespace_and_restarted_container() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    crate::pod::sweep_interned();
     let (healthy, _) = kept_evaluation(false);
     let per_namespace = healthy / 1000;
     let (with_restarts, restarted) = kept_evaluation(true);

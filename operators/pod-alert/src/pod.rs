@@ -153,6 +153,16 @@ pub fn container_names<'a>(list: impl IntoIterator<Item = &'a str>) -> Arc<Conta
     CONTAINER_NAMES.share(list.into_iter().map(|n| names().get(n)).collect())
 }
 
+/// Empties the interners of what no view holds any more
+/// ([`flotilla_shared::intern::Interner::sweep`]): a budget test counts from there.
+#[cfg(test)]
+pub(crate) fn sweep_interned() {
+    // Shapes and lists first: they hold names.
+    SHAPES.sweep();
+    CONTAINER_NAMES.sweep();
+    names().sweep();
+}
+
 impl Shape {
     /// `self`, shared with every view of an equal shape.
     pub fn share(self) -> Arc<Shape> {
@@ -316,9 +326,16 @@ fn container(c: &ContainerStatus, init: bool, now: Timestamp) -> ContainerView {
 
 /// The workload owning a pod (see [`Workload`]).
 pub fn workload_of(pod: &Pod) -> Workload {
-    let name = names().get(pod.metadata.name.as_deref().unwrap_or_default());
     let owner = pod.metadata.owner_references.as_ref().and_then(|o| o.iter().find(|o| o.controller == Some(true)));
-    let Some(owner) = owner else { return Workload { kind: names().get("Pod"), name } };
+    let Some(owner) = owner else {
+        // Only a bare pod is its own workload: a pod's name is unique, and
+        // interned for every pod it would sit in the table until the next
+        // sweep (~90 bytes per pod, issue 28).
+        return Workload {
+            kind: names().get("Pod"),
+            name: names().get(pod.metadata.name.as_deref().unwrap_or_default()),
+        };
+    };
     if owner.kind == "ReplicaSet" && owner.api_version == "apps/v1" {
         let hash = pod.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
         let deployment = hash.and_then(|h| owner.name.strip_suffix(&format!("-{h}"))).filter(|d| !d.is_empty());
