@@ -27,10 +27,11 @@ fn crashed_run(data: &Data, ns: &str, pod: &str, container: &str, fallback: bool
     let Some((_, c)) = view.named_containers().find(|(name, _)| &***name == container) else { return (fallback, None) };
     // A container seen in back-off may have restarted since: then the
     // crashed run is `previous` (the read checks the lines' times too).
-    let previous = c.state.crashed_run_is_previous();
-    let term = match &c.state {
+    let state = c.state();
+    let previous = state.crashed_run_is_previous();
+    let term = match &*state {
         RunState::Terminated(t) => Some(t),
-        _ => c.last_termination.as_ref(),
+        _ => c.last_termination(),
     };
     let run = term.and_then(|t| t.finished_at.get().map(|finished| Run { started: t.started_at.get(), finished }));
     (previous, run)

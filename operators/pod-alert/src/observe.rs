@@ -264,12 +264,12 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
         if let Some(p) = container_problem(pod, name, c, rules, history, now, restarts_allowed) {
             if matches!(p.key.reason, Reason::CrashLoopBackOff | Reason::OOMKilled) {
                 // A crash is a problem while recent and counted in the window.
-                let left = c.last_termination.as_ref().and_then(|t| t.finished_at.get());
+                let left = c.last_termination().and_then(|t| t.finished_at.get());
                 f.may_change_at(left.map(|at| crate::pod::after(at, rules.restart_window)), now);
                 f.may_change_at(history.next_change(&pod.uid, name, now, rules.restart_window), now);
             }
             found.push(p);
-        } else if matches!(&c.state, State::Terminated(t) if !failed(t)) && !c.init {
+        } else if matches!(&*c.state(), State::Terminated(t) if !failed(t)) && !c.init {
             skip(f, Skip::Completed);
         }
     }
@@ -278,7 +278,7 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
     if pod.phase == "Pending" && found.is_empty() && !pod.containers.iter().any(|c| c.restart_count > 0) {
         let waiting: Vec<String> = pod
             .named_containers()
-            .filter_map(|(name, c)| match &c.state {
+            .filter_map(|(name, c)| match &*c.state() {
                 State::Waiting(w) if !w.reason.is_empty() => Some(format!("{name}: {}", w.reason)),
                 _ => None,
             })
@@ -367,7 +367,7 @@ fn container_problem(
     // Crashes (the container restarts): the last termination tells.
     if restarts_allowed {
         let in_window = history.restarts_within(&pod.uid, name, c.restart_count, now, rules.restart_window);
-        if let Some(last) = c.last_termination.as_ref().filter(|t| failed(t) && recent(t)) {
+        if let Some(last) = c.last_termination().filter(|t| failed(t) && recent(t)) {
             let oom = &*last.reason == "OOMKilled";
             if in_window >= rules.restart_threshold || oom {
                 let reason = if oom { Reason::OOMKilled } else { Reason::CrashLoopBackOff };
@@ -376,16 +376,16 @@ fn container_problem(
                 let incarnation = Some(last.container_id.to_string()).filter(|s| !s.is_empty());
                 // Decided again when the log is read (the container may
                 // restart meanwhile); this is the fallback.
-                let previous = c.state.crashed_run_is_previous();
+                let previous = c.state().crashed_run_is_previous();
                 return Some(problem(pod, name, reason, message, c.restart_count, since, incarnation, previous));
             }
         }
     }
-    match &c.state {
+    match &*c.state() {
         State::Waiting(w) => {
             let (reason, message) = (&w.reason, &w.message);
             let r = waiting_reason(reason)?;
-            let since = c.last_termination.as_ref().and_then(|t| t.finished_at.get()).unwrap_or(created);
+            let since = c.last_termination().and_then(|t| t.finished_at.get()).unwrap_or(created);
             let message = if message.is_empty() { reason.to_string() } else { format!("{reason}: {message}") };
             Some(problem(pod, name, r, message, c.restart_count, since, None, false))
         }

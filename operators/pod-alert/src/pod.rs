@@ -55,16 +55,14 @@ pub struct Termination {
     pub container_id: ContainerId,
 }
 
-/// A container's current state.
+/// A container's current state, as read. A view keeps a running
+/// container's in 4 bytes and the others behind one pointer
+/// ([`ContainerView`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
-    /// Boxed (the reason and the message: 32 bytes) so that a state is 16.
-    Waiting(Box<Waiting>),
-    Running {
-        started_at: Stamp,
-    },
-    /// Boxed: most containers run, and a pod view's size is per pod.
-    Terminated(Box<Termination>),
+    Waiting(Waiting),
+    Running { started_at: Stamp },
+    Terminated(Termination),
     Unknown,
 }
 
@@ -77,7 +75,7 @@ pub struct Waiting {
 
 impl State {
     pub fn waiting(reason: impl Into<Box<str>>, message: impl Into<Box<str>>) -> Self {
-        State::Waiting(Box::new(Waiting { reason: reason.into(), message: message.into() }))
+        State::Waiting(Waiting { reason: reason.into(), message: message.into() })
     }
 
     /// Whether a container's crashed run is the kubelet's `previous` log:
@@ -90,13 +88,84 @@ impl State {
 
 /// One container (or init container) of a pod; its name is the pod's
 /// [`Shape`]'s (at the same index: [`PodView::named_containers`]).
+///
+/// 24 bytes (memory per pod, issue 28): a running container's start is
+/// held inline; a state other than running or unknown, and the last
+/// termination, are behind one pointer that most containers (running, no
+/// recent exit) do not allocate. Read with [`ContainerView::state`] and
+/// [`ContainerView::last_termination`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerView {
     pub init: bool,
     pub ready: bool,
     pub restart_count: u32,
-    pub state: State,
-    pub last_termination: Option<Box<Termination>>,
+    kind: Kind,
+    /// A running container's start ([`Stamp::NONE`] otherwise).
+    started_at: Stamp,
+    rare: Option<Box<Rare>>,
+}
+
+/// Which state a [`ContainerView`] holds, and where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Running,
+    Unknown,
+    /// Waiting or terminated: in `rare.state`.
+    Held,
+}
+
+/// What few containers have: a state other than running, a recent exit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rare {
+    /// Waiting or terminated (`Unknown` when the kind is not `Held`).
+    state: State,
+    last_termination: Option<Termination>,
+}
+
+impl ContainerView {
+    pub fn new(init: bool, ready: bool, restart_count: u32, state: State, last: Option<Termination>) -> Self {
+        let mut c = Self { init, ready, restart_count, kind: Kind::Unknown, started_at: Stamp::NONE, rare: None };
+        c.hold(state, last);
+        c
+    }
+
+    /// The container's state (a running or unknown one made on the spot:
+    /// nothing allocated).
+    pub fn state(&self) -> Cow<'_, State> {
+        match (self.kind, &self.rare) {
+            (Kind::Running, _) => Cow::Owned(State::Running { started_at: self.started_at }),
+            (Kind::Held, Some(rare)) => Cow::Borrowed(&rare.state),
+            _ => Cow::Owned(State::Unknown),
+        }
+    }
+
+    /// How its previous run ended, when that is recent enough to matter.
+    pub fn last_termination(&self) -> Option<&Termination> {
+        self.rare.as_ref()?.last_termination.as_ref()
+    }
+
+    pub fn set_state(&mut self, state: State) {
+        let last = self.rare.take().and_then(|r| r.last_termination);
+        self.hold(state, last);
+    }
+
+    pub fn set_last_termination(&mut self, last: Option<Termination>) {
+        let state = self.state().into_owned();
+        self.hold(state, last);
+    }
+
+    /// Holds `state` and `last` in the one form each has (equal containers
+    /// are equal values).
+    fn hold(&mut self, state: State, last: Option<Termination>) {
+        (self.kind, self.started_at) = match state {
+            State::Running { started_at } => (Kind::Running, started_at),
+            State::Unknown => (Kind::Unknown, Stamp::NONE),
+            State::Waiting(_) | State::Terminated(_) => (Kind::Held, Stamp::NONE),
+        };
+        let state = if self.kind == Kind::Held { state } else { State::Unknown };
+        self.rare =
+            (self.kind == Kind::Held || last.is_some()).then(|| Box::new(Rare { state, last_termination: last }));
+    }
 }
 
 /// A message (the kubelet's, the scheduler's) kept at most this long.
@@ -290,11 +359,11 @@ fn short(s: Option<&str>) -> Box<str> {
 fn state(s: Option<&ContainerState>) -> State {
     let Some(s) = s else { return State::Unknown };
     if let Some(w) = &s.waiting {
-        State::Waiting(Box::new(Waiting { reason: short(w.reason.as_deref()), message: short(w.message.as_deref()) }))
+        State::Waiting(Waiting { reason: short(w.reason.as_deref()), message: short(w.message.as_deref()) })
     } else if let Some(r) = &s.running {
         State::Running { started_at: Stamp::of(r.started_at.as_ref()) }
     } else if let Some(t) = &s.terminated {
-        State::Terminated(Box::new(termination(t)))
+        State::Terminated(termination(t))
     } else {
         State::Unknown
     }
@@ -309,19 +378,8 @@ fn container(c: &ContainerStatus, init: bool, now: Timestamp) -> ContainerView {
         !matches!(state, State::Running { .. })
             || t.finished_at.get().is_none_or(|at| elapsed(at, now) < MAX_RESTART_WINDOW)
     };
-    ContainerView {
-        init,
-        ready: c.ready,
-        restart_count: u32::try_from(c.restart_count).unwrap_or(0),
-        last_termination: c
-            .last_state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .map(termination)
-            .filter(relevant)
-            .map(Box::new),
-        state,
-    }
+    let last = c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(termination).filter(relevant);
+    ContainerView::new(init, c.ready, u32::try_from(c.restart_count).unwrap_or(0), state, last)
 }
 
 /// The workload owning a pod (see [`Workload`]).
@@ -550,8 +608,8 @@ mod tests {
         assert_eq!(v.containers.len(), 1);
         let c = &v.containers[0];
         assert_eq!(c.restart_count, 4);
-        assert!(matches!(&c.state, State::Waiting(w) if &*w.reason == "CrashLoopBackOff"));
-        let t = c.last_termination.as_ref().unwrap();
+        assert!(matches!(&*c.state(), State::Waiting(w) if &*w.reason == "CrashLoopBackOff"));
+        let t = c.last_termination().unwrap();
         assert_eq!((t.exit_code, t.container_id.to_string().as_str()), (1, "containerd://abc"));
         assert!(!v.ready);
     }
@@ -570,7 +628,7 @@ mod tests {
         let running = pod(serde_json::json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}}));
         let at = |s: &str| s.parse::<Timestamp>().unwrap();
         let keeps =
-            |p: &Pod, now: &str| view_at(p, &LabelKeys::new(), at(now)).containers[0].last_termination.is_some();
+            |p: &Pod, now: &str| view_at(p, &LabelKeys::new(), at(now)).containers[0].last_termination().is_some();
         assert!(keeps(&running, "2026-01-01T23:59:00Z"), "within 24h it may still count");
         assert!(!keeps(&running, "2026-01-02T00:00:01Z"), "past every restart window");
         let waiting = pod(serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}}));
@@ -600,8 +658,33 @@ mod tests {
         assert_eq!(v.containers.len(), MAX_CONTAINERS);
         assert_eq!(v.message().len(), MAX_MESSAGE_BYTES);
         assert!(
-            v.containers.iter().all(|c| matches!(&c.state, State::Waiting(w) if w.message.len() == MAX_MESSAGE_BYTES))
+            v.containers
+                .iter()
+                .all(|c| matches!(&*c.state(), State::Waiting(w) if w.message.len() == MAX_MESSAGE_BYTES))
         );
+    }
+
+    #[test]
+    fn a_container_is_24_bytes_and_reads_back_what_it_was_given() {
+        assert_eq!(size_of::<ContainerView>(), 24);
+        let exit = Termination { reason: "OOMKilled".into(), exit_code: 137, ..Default::default() };
+        let running = State::Running { started_at: Stamp::from(Timestamp::from_second(100).unwrap()) };
+        for state in
+            [running.clone(), State::Unknown, State::waiting("CrashLoopBackOff", "m"), State::Terminated(exit.clone())]
+        {
+            for last in [None, Some(exit.clone())] {
+                let c = ContainerView::new(false, true, 3, state.clone(), last.clone());
+                assert_eq!((&*c.state(), c.last_termination()), (&state, last.as_ref()));
+                // Set in any order, the same value (views compare equal).
+                let mut d = ContainerView::new(false, true, 3, State::waiting("x", "y"), Some(Termination::default()));
+                d.set_last_termination(last.clone());
+                d.set_state(state.clone());
+                assert_eq!(d, c);
+            }
+        }
+        // A running container with no recent exit allocates nothing.
+        let (_, heap) = flotilla_testenv::heap::heap_of(|| ContainerView::new(false, true, 0, running.clone(), None));
+        assert_eq!(heap.allocations, 0);
     }
 
     #[test]

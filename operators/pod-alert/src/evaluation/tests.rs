@@ -207,7 +207,7 @@ proptest! {
                     p.uid = format!("uid-{ns}-{n}-{now}").into();
                     p.phase = PodPhase::Pending;
                     p.containers[0].ready = false;
-                    p.containers[0].state = crate::pod::State::waiting("ContainerCreating", "");
+                    p.containers[0].set_state(crate::pod::State::waiting("ContainerCreating", ""));
                     dirty.insert(cache.put(NAMESPACES[ns], p));
                 }
                 Op::Delete { ns, n } => {

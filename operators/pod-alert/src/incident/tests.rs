@@ -71,7 +71,7 @@ fn stuck_reasons_wait_their_grace_and_recover_silently_within_it() {
     let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "pendingAfter": "2m"}}));
     let mut p = pod("w", "web");
     p.phase = crate::pod::PodPhase::Pending;
-    p.containers[0].state = crate::pod::State::waiting("ImagePullBackOff", "");
+    p.containers[0].set_state(crate::pod::State::waiting("ImagePullBackOff", ""));
     let mut book = Tracked::default();
     assert!(step(&mut book, &[p.clone()], &r, 60).is_empty());
     assert_eq!(book.pending(), 1);
@@ -129,7 +129,7 @@ fn an_old_oom_kill_in_last_state_never_fires_twice() {
     let r =
         rules(serde_json::json!({"alerts": {"checkRunningPods": true, "resolveAfter": "1m", "restartWindow": "10m"}}));
     let mut p = crashing(pod("w", "web"), 1, 0, "OOMKilled");
-    p.containers[0].state = crate::pod::State::Running { started_at: t(1).into() };
+    p.containers[0].set_state(crate::pod::State::Running { started_at: t(1).into() });
     p.containers[0].ready = true;
     let mut book = Tracked::default();
     assert_eq!(opened(&step(&mut book, &[p.clone()], &r, 5)), 1);

@@ -36,14 +36,7 @@ pub(crate) fn pod(name: &str, workload: &str) -> PodView {
         trouble: None,
         scheduling_gated: false,
         ready: true,
-        containers: vec![ContainerView {
-            init: false,
-            ready: true,
-            restart_count: 0,
-            state: State::Running { started_at: t(0).into() },
-            last_termination: None,
-        }]
-        .into(),
+        containers: vec![ContainerView::new(false, true, 0, State::Running { started_at: t(0).into() }, None)].into(),
     }
 }
 
@@ -64,8 +57,8 @@ pub(crate) fn crashing(mut p: PodView, restarts: u32, at: i64, reason: &str) -> 
     let c = &mut p.containers[0];
     c.ready = false;
     c.restart_count = restarts;
-    c.state = State::waiting("CrashLoopBackOff", "back-off");
-    c.last_termination = Some(Box::new(Termination {
+    c.set_state(State::waiting("CrashLoopBackOff", "back-off"));
+    c.set_last_termination(Some(Termination {
         reason: reason.to_string().into(),
         exit_code: if reason == "OOMKilled" { 137 } else { 1 },
         started_at: t(at - 1).into(),
@@ -110,7 +103,7 @@ fn restarts_are_counted_within_the_window_not_over_the_pods_life() {
     let old = crashing(pod("w", "web"), 40, -3600, "Error");
     assert!(evaluate([&old], &r, &mut h, t(0)).problems.is_empty(), "the last crash is an hour old");
     let mut later = crashing(pod("w", "web"), 41, 1199, "Error");
-    later.containers[0].state = State::Running { started_at: t(1199).into() };
+    later.containers[0].set_state(State::Running { started_at: t(1199).into() });
     later.containers[0].ready = true;
     let f = evaluate([&later], &r, &mut h, t(1200));
     assert!(f.problems.is_empty(), "1 restart in the window is below 3: {f:?}");
@@ -138,7 +131,7 @@ fn containers_that_never_restarted_are_not_remembered() {
 fn one_oom_kill_is_a_problem_with_its_incarnation() {
     let r = rules(serde_json::json!({}));
     let mut p = crashing(pod("w", "web"), 1, 95, "OOMKilled");
-    p.containers[0].state = State::Running { started_at: t(96).into() };
+    p.containers[0].set_state(State::Running { started_at: t(96).into() });
     let f = eval(&[p], &r, 100);
     assert_eq!(f.problems.len(), 1);
     assert_eq!(f.problems[0].key.reason, Reason::OOMKilled);
@@ -157,7 +150,7 @@ fn image_pull_and_config_errors_are_stuck_reasons() {
     ] {
         let mut p = pod("w", "web");
         p.phase = PodPhase::Pending;
-        p.containers[0].state = State::waiting(waiting, "x");
+        p.containers[0].set_state(State::waiting(waiting, "x"));
         let f = eval(&[p], &r, 10);
         assert_eq!(f.problems.len(), 1, "{waiting}");
         assert_eq!(f.problems[0].key.reason, want);
@@ -183,16 +176,7 @@ fn pending_unschedulable_and_not_started() {
     p.trouble = None;
     set_containers(
         &mut p,
-        vec![(
-            "app",
-            ContainerView {
-                init: false,
-                ready: false,
-                restart_count: 0,
-                state: State::waiting("ContainerCreating", ""),
-                last_termination: None,
-            },
-        )],
+        vec![("app", ContainerView::new(false, false, 0, State::waiting("ContainerCreating", ""), None))],
     );
     let f = eval(&[p], &r, 10);
     assert_eq!(f.problems[0].key.reason, Reason::Pending);
@@ -214,7 +198,7 @@ fn expected_states_are_skipped_and_counted() {
     side.shape = Shape { containers: container_names(["sidecar"]), ..(*side.shape).clone() }.share();
     let mut exited0 = pod("x-1", "web");
     never_restarts(&mut exited0);
-    exited0.containers[0].state = State::Terminated(Box::new(Termination { exit_code: 0, ..Default::default() }));
+    exited0.containers[0].set_state(State::Terminated(Termination { exit_code: 0, ..Default::default() }));
     let f = eval(&[done, deleting, gated, canary, side, exited0], &r, 100);
     assert!(f.problems.is_empty(), "{:?}", f.problems);
     let count = |s: Skip| f.skipped.get(&s).copied().unwrap_or(0);
@@ -239,7 +223,7 @@ fn failed_containers_that_do_not_restart_and_evictions() {
     let mut p = pod("job-x", "job");
     never_restarts(&mut p);
     p.phase = PodPhase::Failed;
-    p.containers[0].state = State::Terminated(Box::new(Termination {
+    p.containers[0].set_state(State::Terminated(Termination {
         reason: "Error".into(),
         exit_code: 2,
         started_at: Stamp::NONE,
