@@ -61,14 +61,16 @@ struct Args {
     #[arg(long, env = "DURATION", value_parser = flotilla_shared::duration::parse_flag)]
     duration: Option<Duration>,
     /// Requests per second for this runner (open model, latencies from the
-    /// scheduled time); 0: each connection sends as soon as it is answered.
+    /// scheduled time, or from the send when the timer woke early); 0: each
+    /// connection sends as soon as it is answered.
     #[arg(long, env = "RATE", default_value_t = 0.0)]
     rate: f64,
     /// An arrival-rate profile instead of --repeat, --duration and --rate:
     /// DURATION:RATE stages, comma-separated (e.g. 30s:100,2m:100,30s:0),
     /// each ramping linearly from the previous stage's rate (the first
     /// from 0) to its own (requests/s for this runner). Latencies count
-    /// from each request's scheduled time; a request due while all
+    /// from each request's scheduled time (or its send, if earlier); a
+    /// request due while all
     /// --max-connections are busy is dropped (counted, never sent late).
     #[arg(long, env = "STAGES", value_delimiter = ',', value_parser = parse_stage, value_name = "DURATION:RATE")]
     stages: Vec<Stage>,

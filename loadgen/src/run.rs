@@ -2,7 +2,8 @@
 //! after another on a kept-alive connection (closed model), or — with a
 //! rate — requests on a fixed schedule shared by the workers (open model),
 //! each latency measured from its scheduled time so a slow server cannot
-//! hide its queueing (coordinated omission). Bounded by a per-request
+//! hide its queueing (coordinated omission; from when it went out when
+//! that was earlier: [`crate::pace::sleep_until_due`]). Bounded by a per-request
 //! timeout and the run's deadline. With a duration, the workers send until
 //! it is over instead of a count, and the outcome covers exactly that
 //! period.
@@ -120,8 +121,10 @@ pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
                         p.due(due);
                         free_at_due = true;
                     }
-                    tokio::time::sleep_until(due.into()).await;
-                    due
+                    crate::pace::sleep_until_due(due).await;
+                    // From when it fell due; from when it went out if that
+                    // was earlier (the timer wakes it up to a tick early).
+                    due.min(Instant::now())
                 } else {
                     Instant::now()
                 };

@@ -2,7 +2,8 @@
 //! ramping-arrival-rate): one scheduler sends request i at the time the
 //! [`Schedule`] gives it, on any free connection of at most
 //! `max_connections`; its latency counts from that scheduled time, not from
-//! when it went out (no coordinated omission). A request due while every
+//! when it went out (no coordinated omission), unless it went out earlier
+//! ([`crate::pace::sleep_until_due`]). A request due while every
 //! connection is busy is counted as dropped, never sent late to make up.
 //! The outcome covers the profile's length (or the deadline, if that comes
 //! first): requests due after it are not sent, and requests still in
@@ -88,7 +89,7 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
             not_sent = total - i;
             break;
         }
-        tokio::time::sleep_until(due.into()).await;
+        crate::pace::sleep_until_due(due).await;
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             if let Some(s) = lock(&tally).stage(k) {
                 s.dropped += 1;
@@ -106,10 +107,13 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
         let timeout = left.min(cfg.timeout);
         lock(&tally).in_flight += 1;
         let (target, idle, tally) = (target.clone(), idle.clone(), tally.clone());
+        // From when it fell due; from now if that is earlier (the timer
+        // wakes the scheduler up to a tick early).
+        let start = due.min(Instant::now());
         tokio::spawn(async move {
             let mut sender = pop(&idle).unwrap_or_else(|| target.sender());
             let result = sender.send(timeout).await;
-            let latency = due.elapsed();
+            let latency = start.elapsed();
             push(&idle, sender);
             let mut t = lock(&tally);
             if t.closed {

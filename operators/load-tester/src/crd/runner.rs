@@ -42,9 +42,10 @@ pub struct LoadSpec {
     /// duration, e.g. [{duration: 30s, rate: 100}, {duration: 2m, rate:
     /// 100}, {duration: 30s, rate: 0}]. Each stage's rate is split evenly
     /// over the runners (the remainder spread, so the runners' rates add up
-    /// to it exactly). Requests go out at their scheduled times whatever
-    /// the answers do, and each latency counts from its scheduled time (no
-    /// coordinated omission). The results add each stage's figures. The
+    /// to it exactly). Requests go out at their scheduled times (within
+    /// the runner's 1 ms timer tick) whatever the answers do, and each
+    /// latency counts from its scheduled time, or from when it went out if
+    /// that was earlier (no coordinated omission). The results add each stage's figures. The
     /// run's deadline is then at least startTimeout + the stages' total +
     /// 1m.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
