@@ -35,7 +35,7 @@ mod runs;
 mod target;
 pub use limits::{DURATION_SLACK, Limits};
 pub use runs::{Wanted, record_ended};
-use runs::{new_run_why, note_schedule, wait_for_schedule};
+use runs::{new_run_why, note_schedule, record_superseded, wait_for_schedule};
 pub use target::{ServiceView, Target};
 use target::{changed, pin};
 
@@ -168,8 +168,10 @@ pub fn step(
             },
         };
         // The ended run is in the history even if no step saw it end (an
-        // operator before history, a status written by the refusal path).
+        // operator before history, a status written by the refusal path);
+        // one still going is replaced, and said so.
         record_ended(s);
+        record_superseded(s, now);
         *s = LoadTestStatus {
             observed_generation: s.observed_generation,
             conditions: s.conditions.clone(),
@@ -866,6 +868,13 @@ mod tests {
         let running = scheduled("*/5 * * * *", 3, "", Some(&due.status), t(310));
         assert_eq!((running.status.run, running.status.run_generation), (2, 3));
         assert!(running.events.iter().any(|(_, r, n)| *r == "RunStarted" && n.contains("during run 1")));
+        // The replaced run is in the history, as it was then.
+        let h = running.status.history.last().cloned().unwrap_or_default();
+        assert_eq!(
+            (h.run, h.state, h.verdict, h.reason.as_str(), h.completion_time),
+            (1, due.status.state, Verdict::None, "Superseded", Some(Time(t(310))))
+        );
+        assert_ne!(h.state, State::Finished);
         // Once it ended, an edit waits for the next time.
         let ended = finished(running.status, t(320));
         let edited = scheduled("*/5 * * * *", 4, "", Some(&ended), t(330));

@@ -117,8 +117,9 @@ pub struct LoadTestStatus {
     /// while a run still goes on: the next starts when it ends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_run_time: Option<Time>,
-    /// The last runs that ended (at most 10, oldest first), so a scheduled
-    /// test shows its trend.
+    /// The last runs that ended, or were replaced by a rerun or a spec
+    /// edit before they ended (reason Superseded), at most 10, oldest
+    /// first, so a scheduled test shows its trend.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub history: Vec<RunSummary>,
@@ -136,11 +137,13 @@ pub struct RunSummary {
     pub start_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
-    /// Finished or Failed.
+    /// Finished or Failed; for a run replaced before it ended, the state
+    /// it was in then.
     pub state: State,
     /// Passed, Failed or None.
     pub verdict: Verdict,
-    /// The run's reason (ThresholdsMet, ThresholdsMissed, or why it failed).
+    /// The run's reason (ThresholdsMet, ThresholdsMissed, why it failed,
+    /// or Superseded: replaced by a rerun or a spec edit before it ended).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
     /// Requests sent (a finished run).

@@ -1,6 +1,6 @@
 //! When a LoadTest's next run starts — first sight, a spec change, a new
 //! rerun annotation, or with `spec.schedule` the times it names — and the
-//! history of the runs that ended. Pure.
+//! history of the runs that ended or were replaced before they ended. Pure.
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::{Limits, Step};
-use crate::crd::{LoadTestStatus, MAX_HISTORY, RunSummary, State};
+use crate::crd::{LoadTestStatus, MAX_HISTORY, RunSummary, State, Verdict};
 use crate::schedule::Schedule;
 
 /// What asks for a run: the spec's generation and the rerun annotation's
@@ -74,13 +74,33 @@ pub(super) fn note_schedule(s: &mut LoadTestStatus, limits: &Limits, created: Op
 /// Sums up the run of `status` in its history once it has ended (once per
 /// run; the oldest go past [`MAX_HISTORY`]).
 pub fn record_ended(status: &mut LoadTestStatus) {
+    if status.state.is_terminal() {
+        record(status, RunSummary::of(status));
+    }
+}
+
+/// Keeps `summary` of the status's run, once.
+fn record(status: &mut LoadTestStatus, summary: RunSummary) {
     // Run 0 never ran (a spec found invalid before its first run).
-    if status.run == 0 || !status.state.is_terminal() || status.history.last().is_some_and(|h| h.run == status.run) {
+    if status.run == 0 || status.history.last().is_some_and(|h| h.run == status.run) {
         return;
     }
-    status.history.push(RunSummary::of(status));
+    status.history.push(summary);
     let extra = status.history.len().saturating_sub(MAX_HISTORY);
     status.history.drain(..extra);
+}
+
+/// Sums up a run replaced before it ended (a rerun, or a spec edited
+/// while it ran) as it was then, with the reason `Superseded`: the
+/// history shows every run that started, not only those that ended.
+pub(super) fn record_superseded(status: &mut LoadTestStatus, now: Timestamp) {
+    if status.state.is_terminal() {
+        return;
+    }
+    let mut summary = RunSummary::of(status);
+    (summary.verdict, summary.reason) = (Verdict::None, "Superseded".into());
+    summary.completion_time = Some(Time(now));
+    record(status, summary);
 }
 
 /// With a schedule and no new run now: when the next starts, said in
