@@ -1,12 +1,16 @@
 //! `spec.baseline`: the baseline pinned when a run starts (another
-//! LoadTest's last finished run, or this one's previous), and the finished
-//! run compared with it. Pure.
+//! LoadTest's last finished run, or this one's previous, or the run saved
+//! on it with `flotilla.dev/save-baseline`), and the finished run compared
+//! with it. Pure.
 
 use std::time::Duration;
 
 use loadgen::summary::{Merged, decode};
 
-use crate::crd::{BaselineStatus, LoadTestStatus, MaxRegression, Percent, State, Verdict};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::{BaselineStatus, LoadTestStatus, MaxRegression, Percent, SavedBaseline, State, Verdict};
 use crate::results::fmt;
 
 /// The latency percentiles compared.
@@ -40,6 +44,67 @@ pub fn pin(name: &str, status: Option<&LoadTestStatus>) -> BaselineStatus {
         }
     }
     b
+}
+
+/// What LoadTest `name` offers as a baseline: the run saved on it with
+/// `flotilla.dev/save-baseline`, else its last run ([`pin`]).
+pub fn offered(name: &str, status: Option<&LoadTestStatus>) -> BaselineStatus {
+    match status.and_then(|s| s.saved_baseline.as_ref()).filter(|saved| saved.run > 0) {
+        Some(saved) => BaselineStatus {
+            load_test_ref: name.to_string(),
+            run: saved.run,
+            message: saved.message.clone(),
+            figures: saved.figures.clone(),
+            micros: saved.micros.clone(),
+            saved_at: saved.saved_at.clone(),
+            ..BaselineStatus::default()
+        },
+        None => pin(name, status),
+    }
+}
+
+/// Saves the run of `status` as LoadTest `name`'s baseline when
+/// `flotilla.dev/save-baseline` has a value not acted on yet, once the
+/// run has ended (a run still going is saved when it ends, if it may
+/// be). Returns the Event to tell: (warning, reason, message).
+pub fn save(
+    name: &str,
+    status: &mut LoadTestStatus,
+    token: &str,
+    now: Timestamp,
+) -> Option<(bool, &'static str, String)> {
+    let acted = status.saved_baseline.as_ref().is_some_and(|s| s.token == token);
+    if token.is_empty() || acted || (status.run > 0 && !status.state.is_terminal()) {
+        return None;
+    }
+    let pinned = pin(name, Some(status));
+    let saved = status.saved_baseline.get_or_insert_with(SavedBaseline::default);
+    saved.token = token.to_string();
+    if pinned.run == 0 {
+        saved.message = format!(
+            "flotilla.dev/save-baseline {token:?} saved nothing: {}",
+            if status.run == 0 {
+                "no run yet".to_string()
+            } else {
+                format!(
+                    "run {} is {:?} with verdict {:?}, and only a Finished run whose verdict is not Failed can be the baseline",
+                    status.run, status.state, status.verdict
+                )
+            }
+        );
+        let kept = if saved.run > 0 { format!("; run {} stays the baseline", saved.run) } else { String::new() };
+        return Some((true, "BaselineNotSaved", format!("{}{kept}", saved.message)));
+    }
+    *saved = SavedBaseline {
+        token: token.to_string(),
+        run: pinned.run,
+        saved_at: Some(Time(now)),
+        message: pinned.message,
+        figures: pinned.figures,
+        micros: pinned.micros,
+    };
+    let p99 = saved.figures.get("p99").map_or_else(String::new, |p| format!(", p99 {p}"));
+    Some((false, "BaselineSaved", format!("run {} saved as the baseline{p99}", saved.run)))
 }
 
 /// Compares the finished run (`merged`) with the pinned baseline: the

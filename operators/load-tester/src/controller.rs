@@ -39,6 +39,9 @@ use crate::snapshot;
 
 /// Annotation: re-run a LoadTest whose spec did not change (any new value).
 pub const RERUN_ANNOTATION: &str = "flotilla.dev/rerun";
+/// Annotation: save the last run (or the current one, once it ends) as
+/// this LoadTest's baseline (any new value).
+pub const SAVE_BASELINE_ANNOTATION: &str = "flotilla.dev/save-baseline";
 /// Options of both controllers (from flags).
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -347,7 +350,14 @@ async fn plan_step(
     let rerun = test.annotations().get(RERUN_ANNOTATION).cloned().unwrap_or_default();
     let created = test.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let name = test.name_any();
-    let wanted = Wanted { name: &name, generation: test.metadata.generation.unwrap_or(0), rerun: &rerun, created };
+    let save_baseline = test.annotations().get(SAVE_BASELINE_ANNOTATION).cloned().unwrap_or_default();
+    let wanted = Wanted {
+        name: &name,
+        generation: test.metadata.generation.unwrap_or(0),
+        rerun: &rerun,
+        created,
+        save_baseline: &save_baseline,
+    };
     let svc = &test.spec.test.service_name;
     let host = format!("{svc}.{ns}.svc.{}", data.options.cluster_domain);
     let now = Timestamp::now();
@@ -370,7 +380,7 @@ async fn plan_step(
             Some(Need::Baseline) if baseline.is_none() => {
                 let other = test.spec.baseline.as_ref().map(|b| b.load_test_ref.as_str()).unwrap_or_default();
                 let found = data.tests.get(&ObjectRef::new(other).within(&ns));
-                baseline = Some(crate::baseline::pin(other, found.as_ref().and_then(|t| t.status.as_ref())));
+                baseline = Some(crate::baseline::offered(other, found.as_ref().and_then(|t| t.status.as_ref())));
             }
             _ => return Ok((next, counting)),
         }

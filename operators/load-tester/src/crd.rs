@@ -16,7 +16,7 @@ mod bounds;
 mod runner;
 mod status;
 
-pub use baseline::{Baseline, BaselineStatus, MaxRegression, Percent};
+pub use baseline::{Baseline, BaselineStatus, MaxRegression, Percent, SavedBaseline};
 pub use runner::{DEFAULT_MAX_CONNECTIONS, LoadSpec, LoadStage, RunnerResources, RunnerSpec};
 pub use status::{
     Latency, LoadTestStatus, MAX_HISTORY, PinnedTarget, Results, RunSummary, StageLatency, StageResults, State, Verdict,

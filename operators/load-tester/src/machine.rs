@@ -118,8 +118,27 @@ fn already(old: Option<&LoadTestStatus>, reason: &str) -> bool {
     old.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason))
 }
 
-/// One step.
+/// One step: the run's, then the baseline saved if asked.
 pub fn step(
+    spec: &LoadTestSpec,
+    limits: &Limits,
+    wanted: &Wanted<'_>,
+    old: Option<&LoadTestStatus>,
+    seen: &Seen<'_>,
+    now: Timestamp,
+) -> Step {
+    let mut step = run_step(spec, limits, wanted, old, seen, now);
+    // Not while the step waits for something to look at: it is made again.
+    if step.needs.is_none()
+        && let Some(event) = crate::baseline::save(wanted.name, &mut step.status, wanted.save_baseline, now)
+    {
+        step.events.push(event);
+    }
+    step
+}
+
+/// The run's step.
+fn run_step(
     spec: &LoadTestSpec,
     limits: &Limits,
     wanted: &Wanted<'_>,
@@ -158,7 +177,7 @@ pub fn step(
         // run (still in status), or another's, looked at first.
         let baseline = match &spec.baseline {
             None => None,
-            Some(b) if b.load_test_ref == wanted.name => Some(crate::baseline::pin(wanted.name, Some(s))),
+            Some(b) if b.load_test_ref == wanted.name => Some(crate::baseline::offered(wanted.name, Some(s))),
             Some(_) => match seen.baseline {
                 Some(pinned) => Some(pinned.clone()),
                 None => {
@@ -183,6 +202,7 @@ pub fn step(
             schedule: std::mem::take(&mut s.schedule),
             schedule_since: s.schedule_since.take(),
             baseline,
+            saved_baseline: s.saved_baseline.take(),
             next_run_time: limits.schedule.as_ref().and_then(|sch| sch.next_after(now)).map(Time),
             ..LoadTestStatus::default()
         };
@@ -536,7 +556,7 @@ mod tests {
         now: Timestamp,
     ) -> Step {
         let seen = Seen { runners, target: &target, others_in_namespace: Some(0), baseline: None };
-        step(s, &L, &Wanted { name: "t", generation, rerun, created: None }, old, &seen, now)
+        step(s, &L, &Wanted { name: "t", generation, rerun, created: None, save_baseline: "" }, old, &seen, now)
     }
 
     /// A step of generation 1 with `limits`, the target ready.
@@ -548,7 +568,14 @@ mod tests {
         now: Timestamp,
     ) -> Step {
         let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0), baseline: None };
-        step(s, limits, &Wanted { name: "t", generation: 1, rerun: "", created: None }, old, &seen, now)
+        step(
+            s,
+            limits,
+            &Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" },
+            old,
+            &seen,
+            now,
+        )
     }
 
     fn runner(run: i64, i: usize) -> Runner {
@@ -567,7 +594,7 @@ mod tests {
             step(
                 &s,
                 &L,
-                &Wanted { name: "t", generation: 1, rerun: "", created: None },
+                &Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" },
                 old,
                 &Seen { runners: &[], target, others_in_namespace: room, baseline: None },
                 t(0),
@@ -622,8 +649,14 @@ mod tests {
         }
         // Executing looks at the Service on every step.
         let seen = Seen { runners: &rs, target: &Target::Unchecked, others_in_namespace: None, baseline: None };
-        let look =
-            step(&s, &L, &Wanted { name: "t", generation: 1, rerun: "", created: None }, Some(&executing), &seen, t(3));
+        let look = step(
+            &s,
+            &L,
+            &Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" },
+            Some(&executing),
+            &seen,
+            t(3),
+        );
         assert_eq!(look.needs, Some(Need::Target { endpoints: false }));
         let same = go(&s, 1, "", Some(&executing), &rs, ready(), t(3));
         assert_eq!((same.status.state, same.delete.len()), (State::Executing, 0));
@@ -657,12 +690,19 @@ mod tests {
         let l = Limits { min_rerun_interval: Duration::from_secs(30), ..L };
         let at = |old: &LoadTestStatus, generation: i64, rerun: &str, runners: &[Runner], now: i64| {
             let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0), baseline: None };
-            step(&s, &l, &Wanted { name: "t", generation, rerun, created: None }, Some(old), &seen, t(now))
+            step(
+                &s,
+                &l,
+                &Wanted { name: "t", generation, rerun, created: None, save_baseline: "" },
+                Some(old),
+                &seen,
+                t(now),
+            )
         };
         let first = step(
             &s,
             &l,
-            &Wanted { name: "t", generation: 1, rerun: "", created: None },
+            &Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" },
             None,
             &Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None },
             t(0),
@@ -707,7 +747,14 @@ mod tests {
         let l = Limits { max_runners_per_namespace: 4, ..L };
         let at = |old: Option<&LoadTestStatus>, others: usize, runners: &[Runner], now: i64| {
             let seen = Seen { runners, target: &ready(), others_in_namespace: Some(others), baseline: None };
-            step(&s, &l, &Wanted { name: "t", generation: 1, rerun: "", created: None }, old, &seen, t(now))
+            step(
+                &s,
+                &l,
+                &Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" },
+                old,
+                &seen,
+                t(now),
+            )
         };
         let full = at(None, 2, &[], 0);
         assert_eq!((full.status.state, full.create.len()), (State::Pending, 0), "none made: all or nothing");
@@ -722,7 +769,14 @@ mod tests {
         // More runners than the bound itself: failed at once, nothing to wait for.
         let l1 = Limits { max_runners_per_namespace: 2, ..L };
         let seen = Seen { runners: &[], target: &ready(), others_in_namespace: None, baseline: None };
-        let st = step(&s, &l1, &Wanted { name: "t", generation: 1, rerun: "", created: None }, None, &seen, t(0));
+        let st = step(
+            &s,
+            &l1,
+            &Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" },
+            None,
+            &seen,
+            t(0),
+        );
         assert_eq!((st.status.state, st.status.reason.as_str()), (State::Failed, "TooManyRunners"));
         assert!(st.status.message.contains("--max-runners-per-namespace (2)"), "{}", st.status.message);
     }
@@ -831,7 +885,14 @@ mod tests {
     fn scheduled(line: &str, generation: i64, rerun: &str, old: Option<&LoadTestStatus>, now: Timestamp) -> Step {
         let limits = Limits { schedule: Some(Schedule::parse(line).unwrap()), ..L };
         let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None };
-        step(&spec(1), &limits, &Wanted { name: "t", generation, rerun, created: Some(t(10)) }, old, &seen, now)
+        step(
+            &spec(1),
+            &limits,
+            &Wanted { name: "t", generation, rerun, created: Some(t(10)), save_baseline: "" },
+            old,
+            &seen,
+            now,
+        )
     }
 
     /// `st` as a run that finished at `at`.
@@ -893,7 +954,7 @@ mod tests {
         assert_eq!(scheduled("*/10 * * * *", 1, "", Some(&changed.status), t(1200)).status.run, 2);
         // Without a schedule any more: nothing of one is said.
         let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None };
-        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: Some(t(10)) };
+        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: Some(t(10)), save_baseline: "" };
         let plain = step(&spec(1), &L, &wanted, Some(&changed.status), &seen, t(1300)).status;
         assert_eq!((plain.run, plain.next_run_time, plain.schedule.as_str()), (1, None, ""));
     }
@@ -962,6 +1023,58 @@ mod tests {
     }
 
     #[test]
+    fn save_baseline_saves_a_finished_run_once_and_a_baseline_naming_the_test_compares_with_it() {
+        let mut own = spec(1);
+        own.baseline = Some(crate::crd::Baseline {
+            load_test_ref: "t".into(),
+            max_regression: crate::crd::MaxRegression::default(),
+        });
+        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None };
+        let at = |rerun: &str, save: &str, old: Option<&LoadTestStatus>, now: Timestamp| {
+            let wanted = Wanted { name: "t", generation: 1, rerun, created: None, save_baseline: save };
+            step(&own, &L, &wanted, old, &seen, now)
+        };
+        let with_results = |mut st: LoadTestStatus, ratio: &str| {
+            st.results = Some(crate::crd::Results { error_ratio: ratio.into(), ..crate::crd::Results::default() });
+            st
+        };
+        // Asked while run 1 goes on: saved once it ends, not before.
+        let going = at("", "v1", None, t(0));
+        assert_eq!((going.status.run, going.status.saved_baseline.clone()), (1, None));
+        let done = with_results(finished(going.status, t(5)), "0.001000");
+        let saved = at("", "v1", Some(&done), t(6));
+        let kept = saved.status.saved_baseline.clone().unwrap_or_default();
+        assert_eq!((kept.token.as_str(), kept.run, kept.saved_at.clone()), ("v1", 1, Some(Time(t(6)))));
+        assert_eq!(kept.figures.get("errorRatio").map(String::as_str), Some("0.001000"));
+        assert!(saved.events.iter().any(|(warn, r, m)| !warn && *r == "BaselineSaved" && m.contains("run 1")));
+        // The same value again: nothing more.
+        let again = at("", "v1", Some(&saved.status), t(7));
+        assert!(again.events.iter().all(|(_, r, _)| !r.starts_with("Baseline")), "{:?}", again.events);
+        // Run 2 (a rerun) compares with the saved run, and keeps it.
+        let run2 = at("r2", "v1", Some(&again.status), t(40));
+        assert_eq!(run2.status.run, 2);
+        let pinned = run2.status.baseline.clone().unwrap_or_default();
+        assert_eq!((pinned.run, pinned.saved_at.clone()), (1, Some(Time(t(6)))));
+        assert_eq!(run2.status.saved_baseline, Some(kept.clone()));
+        // A failed run is never saved: a Warning, and run 1 stays.
+        let mut failed = with_results(finished(run2.status, t(45)), "0.500000");
+        failed.verdict = Verdict::Failed;
+        let refused = at("r2", "v2", Some(&failed), t(46));
+        let still = refused.status.saved_baseline.clone().unwrap_or_default();
+        assert_eq!((still.token.as_str(), still.run, still.saved_at.clone()), ("v2", 1, Some(Time(t(6)))));
+        assert!(still.message.contains("verdict Failed"), "{}", still.message);
+        assert!(
+            refused.events.iter().any(|(warn, r, m)| *warn && *r == "BaselineNotSaved" && m.contains("run 1 stays"))
+        );
+        // Another LoadTest naming this one is offered the saved run.
+        let offered = crate::baseline::offered("t", Some(&refused.status));
+        assert_eq!((offered.load_test_ref.as_str(), offered.run), ("t", 1));
+        // Without a saved run: the last finished one.
+        let plain = crate::baseline::offered("t", Some(&done));
+        assert_eq!((plain.run, plain.saved_at), (1, None));
+    }
+
+    #[test]
     fn a_run_pins_its_baseline_when_it_starts() {
         let with = |reference: &str| {
             let mut s = spec(1);
@@ -989,7 +1102,7 @@ mod tests {
         assert_eq!((ask.needs, ask.status.run), (Some(Need::Baseline), 0));
         let golden = crate::crd::BaselineStatus { load_test_ref: "golden".into(), run: 9, ..Default::default() };
         let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: Some(&golden) };
-        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: None };
+        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" };
         let started = step(&other, &L, &wanted, None, &seen, t(0));
         assert_eq!((started.status.run, started.status.baseline), (1, Some(golden)));
     }

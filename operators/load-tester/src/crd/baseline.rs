@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,9 @@ pub struct Baseline {
     /// A LoadTest of this namespace whose last run Finished with results
     /// and a verdict other than Failed (a regression never becomes the
     /// baseline): the baseline, read (pinned in status.baseline) when each run starts.
+    /// A run saved on that LoadTest with the annotation
+    /// flotilla.dev/save-baseline (status.savedBaseline) is the baseline
+    /// instead, until another is saved.
     /// This LoadTest's own name compares each run with its previous one
     /// (with spec.schedule: a nightly regression check). No such run: the
     /// run is not compared (status.baseline.message says why).
@@ -88,4 +92,36 @@ pub struct BaselineStatus {
     /// e.g. "p99": "+12.5%", "errorRatio": "+0.10 points".
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub deltas: BTreeMap<String, String>,
+    /// When the baseline is a run saved with flotilla.dev/save-baseline:
+    /// when it was saved (absent: the LoadTest's last finished run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_at: Option<Time>,
+}
+
+/// A run of this LoadTest saved as its baseline with the annotation
+/// flotilla.dev/save-baseline (any new value saves the last run, or the
+/// current one once it ends): what a LoadTest naming this one in
+/// spec.baseline compares with, instead of its last finished run, until
+/// another is saved.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedBaseline {
+    /// The annotation's value last acted on (saved or refused).
+    pub token: String,
+    /// The run saved (0: none could be).
+    #[serde(default)]
+    pub run: i64,
+    /// When it was saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_at: Option<Time>,
+    /// Why the last value saved nothing (only a Finished run whose
+    /// verdict is not Failed can be saved), or what the run lacks.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The saved run's figures (p50, p90, p99, errorRatio).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub figures: BTreeMap<String, String>,
+    /// Its latency percentiles in microseconds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub micros: BTreeMap<String, i64>,
 }

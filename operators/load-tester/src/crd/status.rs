@@ -106,6 +106,9 @@ pub struct LoadTestStatus {
     /// once it finished the comparison.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<super::BaselineStatus>,
+    /// A run saved as this LoadTest's baseline (flotilla.dev/save-baseline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_baseline: Option<super::SavedBaseline>,
     /// With spec.schedule: the line the run times are counted for, and
     /// since when (a schedule added or changed starts no run for a time
     /// already past).

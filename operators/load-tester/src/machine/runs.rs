@@ -21,6 +21,8 @@ pub struct Wanted<'a> {
     pub generation: i64,
     pub rerun: &'a str,
     pub created: Option<Timestamp>,
+    /// The flotilla.dev/save-baseline annotation's value ([`crate::baseline::save`]).
+    pub save_baseline: &'a str,
 }
 
 /// Why a new run starts now, if one does.
