@@ -44,6 +44,19 @@ struct Args {
     /// environment variable. Not with a non-empty --body.
     #[arg(long, env = "BODY_FILE", value_name = "PATH")]
     body_file: Option<std::path::PathBuf>,
+    /// PEM certificates to trust for an https:// URL, instead of the
+    /// built-in roots (a mounted ConfigMap: the cluster's CA). The
+    /// certificate must name the URL's host.
+    #[arg(long, env = "CA_FILE", value_name = "PATH")]
+    ca_file: Option<std::path::PathBuf>,
+    /// Accept any certificate and name from an https:// URL (encrypted,
+    /// not authenticated). Not with --ca-file.
+    #[arg(long, env = "INSECURE_SKIP_VERIFY", default_value_t = false)]
+    insecure_skip_verify: bool,
+    /// HTTP/2: offered to an https:// URL (the server picks, by ALPN), spoken
+    /// from the start to an http:// URL (h2c). Without it, HTTP/1.1 only.
+    #[arg(long, env = "HTTP2", default_value_t = false)]
+    http2: bool,
     /// Requests per connection.
     #[arg(long, env = "REPEAT", default_value_t = 10)]
     repeat: u64,
@@ -139,13 +152,22 @@ const MAX_BODY_FILE: u64 = 1024 * 1024;
 
 /// The body in `path`, exactly; errors name the file, never its content.
 fn read_body(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    read_capped(path, MAX_BODY_FILE)
+}
+
+/// A CA bundle read at most this long (a ConfigMap's limit).
+const MAX_CA_BYTES: u64 = 1024 * 1024;
+
+/// The file's bytes, at most `max` (1 MiB); errors name the file, never
+/// its content.
+fn read_capped(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_BODY_FILE + 1).read_to_end(&mut bytes))
+        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
         .map_err(|e| format!("reading {}: {e}", path.display()))?;
-    if bytes.len() as u64 > MAX_BODY_FILE {
-        return Err(format!("{} is longer than 1 MiB", path.display()));
+    if bytes.len() as u64 > max {
+        return Err(format!("{} is longer than {} MiB", path.display(), max / (1024 * 1024)));
     }
     Ok(bytes)
 }
@@ -203,6 +225,14 @@ fn main() -> ExitCode {
             Err(why) => return bad("body-file", why),
         },
         (Some(_), false) => return bad("body-file", "not with a --body"),
+    };
+    let tls = match (&args.ca_file, args.insecure_skip_verify) {
+        (Some(_), true) => return bad("ca-file", "not with --insecure-skip-verify"),
+        (Some(path), false) => match read_capped(path, MAX_CA_BYTES) {
+            Ok(pem) => loadgen::send::Tls { ca_pem: Some(pem), insecure_skip_verify: false },
+            Err(why) => return bad("ca-file", why),
+        },
+        (None, insecure) => loadgen::send::Tls { ca_pem: None, insecure_skip_verify: insecure },
     };
     if args.duration.is_some_and(|d| d.is_zero()) {
         return bad("duration", "must be more than 0");
@@ -266,6 +296,8 @@ fn main() -> ExitCode {
         duration: args.duration,
         stages: args.stages,
         max_connections: args.max_connections,
+        tls,
+        http2: args.http2,
     };
     let mut outcome = match rt.block_on(run(cfg)) {
         Ok(o) => o,

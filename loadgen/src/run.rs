@@ -50,6 +50,11 @@ pub struct Config {
     pub stages: Vec<crate::schedule::Stage>,
     /// Connections a profile may use at once.
     pub max_connections: u64,
+    /// How `https://` targets are trusted.
+    pub tls: crate::send::Tls,
+    /// HTTP/2: offered over TLS (the server chooses, by ALPN), spoken from
+    /// the start to an `http://` target (h2c). Otherwise HTTP/1.1 only.
+    pub http2: bool,
 }
 
 /// What a run measured.
@@ -72,7 +77,7 @@ struct Shared {
 }
 
 /// Runs the load and returns what it measured.
-pub async fn run(cfg: Config) -> Result<Outcome, reqwest::Error> {
+pub async fn run(cfg: Config) -> Result<Outcome, crate::send::BuildError> {
     // The client and the request, built once; each worker its own sender.
     let target = Arc::new(Target::new(&cfg)?);
     if !cfg.stages.is_empty() {

@@ -6,8 +6,9 @@
 //! `Connection: close`) and sends the request serialized once, as wrk
 //! does. A shared pooled client (reqwest's) costs a hop between two tasks,
 //! a pool lock and a request copy per request: over twice wrk's CPU per
-//! request (`cargo xtask bench load-tester`). Other schemes (`https://`)
-//! go through reqwest.
+//! request (`cargo xtask bench load-tester`). `https://` targets, and
+//! HTTP/2 ([`crate::run::Config::http2`]), go through reqwest (rustls),
+//! trusting the CA file given ([`Tls`]) instead of the built-in roots.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +25,26 @@ use crate::summary::ErrorKind;
 const IDLE_CHECK: Duration = Duration::from_millis(500);
 
 const AGENT: &str = concat!("flotilla-loadgen/", env!("CARGO_PKG_VERSION"));
+
+/// How an `https://` target's certificate is checked.
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    /// PEM certificates trusted instead of the built-in roots (a cluster's
+    /// own CA: cert-manager's, a service mesh's).
+    pub ca_pem: Option<Vec<u8>>,
+    /// Any certificate accepted, and any name (a test server's
+    /// self-signed one): the load is still encrypted, the server unproven.
+    pub insecure_skip_verify: bool,
+}
+
+/// Why a run's client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the CA file holds no PEM certificate")]
+    NoCertificate,
+    #[error(transparent)]
+    Client(#[from] reqwest::Error),
+}
 
 /// What every worker sends, built once per run.
 pub struct Target {
@@ -45,7 +66,7 @@ struct Plain {
 }
 
 impl Target {
-    pub fn new(cfg: &Config) -> Result<Self, reqwest::Error> {
+    pub fn new(cfg: &Config) -> Result<Self, BuildError> {
         let connections = if cfg.stages.is_empty() { cfg.concurrency } else { cfg.max_connections };
         let mut builder = reqwest::Client::builder();
         let host_port = reqwest::Url::parse(&cfg.url)
@@ -57,6 +78,23 @@ impl Target {
             // port from the URL.
             builder = builder.resolve(host, SocketAddr::new(ip, *port));
         }
+        if let Some(pem) = &cfg.tls.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)?;
+            if certs.is_empty() {
+                return Err(BuildError::NoCertificate);
+            }
+            builder = certs.into_iter().fold(builder.tls_built_in_root_certs(false), |b, c| b.add_root_certificate(c));
+        }
+        if cfg.tls.insecure_skip_verify {
+            builder = builder.danger_accept_invalid_certs(true);
+        }
+        let cleartext = cfg.url.starts_with("http://");
+        builder = match (cfg.http2, cleartext) {
+            (true, true) => builder.http2_prior_knowledge(),
+            // Over TLS both are offered and the server picks.
+            (true, false) => builder,
+            (false, _) => builder.http1_only(),
+        };
         let client = builder
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout)
@@ -80,7 +118,8 @@ impl Target {
             template = template.body(cfg.body.clone());
         }
         let template = template.build()?;
-        let plain = host_port.and_then(|(host, port)| Plain::of(&template, host, port, cfg.connect_to));
+        let plain =
+            host_port.filter(|_| !cfg.http2).and_then(|(host, port)| Plain::of(&template, host, port, cfg.connect_to));
         Ok(Self { client, template, plain })
     }
 

@@ -58,6 +58,8 @@ fn config(url: String, repeat: u64, concurrency: u64) -> Config {
         duration: None,
         stages: vec![],
         max_connections: 100,
+        tls: Default::default(),
+        http2: false,
     }
 }
 

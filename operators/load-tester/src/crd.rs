@@ -183,6 +183,8 @@ fn default_timeout() -> GoDuration {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("!has(self.bodyFrom) || !has(self.body) || self.body == ''")
     .message("body and bodyFrom are mutually exclusive"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.tls) || self.scheme == 'https'")
+    .message("tls is only for scheme https"))]
 pub struct TestSpec {
     /// HTTP method (default GET).
     #[serde(default)]
@@ -197,6 +199,24 @@ pub struct TestSpec {
     /// run, or its deletion, fails the run (TargetChanged).
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
     pub service_name: String,
+    /// http (default) or https. With https the runners check the
+    /// Service's certificate against tls.caConfigMapRef, or accept any with
+    /// tls.insecureSkipVerify; without either, against the public roots
+    /// built into the runner (which an in-cluster Service's certificate
+    /// rarely chains to: every request then fails as a connect error). The
+    /// certificate must name <serviceName>.<namespace>.svc.<cluster
+    /// domain>, the host the runners send to.
+    #[serde(default)]
+    #[schemars(default = "Scheme::default")]
+    pub scheme: Scheme,
+    /// With scheme https: how the Service's certificate is checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TestTls>,
+    /// HTTP/2: offered over https (the server picks, by ALPN), spoken from
+    /// the start over http (h2c, which the Service must speak). Default
+    /// false: HTTP/1.1 only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub http2: bool,
     /// The Service port (default 80).
     #[serde(default = "default_port")]
     #[schemars(default = "default_port", range(min = 1, max = 65535))]
@@ -301,6 +321,58 @@ pub struct HeaderValueSource {
     /// pod` shows the FailedMount). With the chart's admission policy, only
     /// a user who may get that Secret may name it.
     pub secret_key_ref: SecretKeyRef,
+}
+
+/// The URL scheme the runners send with.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Scheme {
+    #[default]
+    #[serde(rename = "http")]
+    Http,
+    #[serde(rename = "https")]
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// How an https Service's certificate is checked.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.caConfigMapRef) || !has(self.insecureSkipVerify) || !self.insecureSkipVerify")
+    .message("caConfigMapRef and insecureSkipVerify are mutually exclusive"))]
+pub struct TestTls {
+    /// A key of a ConfigMap in this namespace holding the PEM certificates
+    /// (a CA bundle, e.g. cert-manager's ca.crt) the Service's certificate
+    /// must chain to, trusted instead of the built-in roots; mounted into
+    /// the runner pods. A missing ConfigMap or key keeps the runners from
+    /// starting (StartTimeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map_ref: Option<ConfigMapKeyRef>,
+    /// Accept any certificate and any name: the load is encrypted, the
+    /// server not authenticated (a test server's self-signed certificate).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_skip_verify: bool,
+}
+
+/// A key of a ConfigMap in the LoadTest's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ConfigMapKeyRef {
+    /// The ConfigMap's name.
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name: String,
+    /// The key in the ConfigMap's data.
+    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
 }
 
 /// A key of a Secret in the LoadTest's namespace.

@@ -45,6 +45,8 @@ pub fn name(test: &str, run: i64, i: usize) -> String {
 /// Where runners find the header values and the body read from Secrets (a
 /// projected volume: one file per header, `body` for the body).
 pub const SECRETS_DIR: &str = "/var/run/flotilla/secrets";
+/// Where a runner reads test.tls.caConfigMapRef (`ca.crt`).
+pub const CA_DIR: &str = "/var/run/flotilla/ca";
 
 /// The literal headers (`NAME:VALUE` lines, for `HEADERS`), the headers
 /// read from files (`NAME:PATH` lines, for `HEADER_FILES`: paths, never
@@ -151,7 +153,7 @@ pub fn pod(
 ) -> Value {
     let t = &spec.test;
     let runner = spec.runner();
-    let url = format!("http://{}:{}{}", target.host, t.port, t.path);
+    let url = format!("{}://{}:{}{}", t.scheme.as_str(), target.host, t.port, t.path);
     let (literal, files, sources) = headers(spec);
     let mut env = vec![
         json!({"name": "URL", "value": url}),
@@ -174,6 +176,17 @@ pub fn pod(
         env.push(json!({"name": "BODY_FILE", "value": format!("{SECRETS_DIR}/body")}));
         sources.push(json!({"secret": {"name": r.name, "items": [{"key": r.key, "path": "body"}]}}));
     }
+    if t.http2 {
+        env.push(json!({"name": "HTTP2", "value": "true"}));
+    }
+    let tls = t.tls.as_ref().filter(|_| t.scheme == crate::crd::Scheme::Https);
+    if tls.is_some_and(|tls| tls.insecure_skip_verify) {
+        env.push(json!({"name": "INSECURE_SKIP_VERIFY", "value": "true"}));
+    }
+    let ca = tls.and_then(|tls| tls.ca_config_map_ref.as_ref());
+    if ca.is_some() {
+        env.push(json!({"name": "CA_FILE", "value": format!("{CA_DIR}/ca.crt")}));
+    }
     if let Some(d) = spec.load.as_ref().and_then(|l| l.duration.as_ref()) {
         env.push(json!({"name": "DURATION", "value": millis(d)}));
     }
@@ -190,6 +203,11 @@ pub fn pod(
     if !sources.is_empty() {
         mounts.push(json!({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": true}));
         volumes.push(json!({"name": "secrets", "projected": {"sources": sources}}));
+    }
+    if let Some(ca) = ca {
+        mounts.push(json!({"name": "ca", "mountPath": CA_DIR, "readOnly": true}));
+        volumes
+            .push(json!({"name": "ca", "configMap": {"name": ca.name, "items": [{"key": ca.key, "path": "ca.crt"}]}}));
     }
     let run_labels = json!({LOADTEST_LABEL: label_value(test), RUN_LABEL: run.to_string()});
     let mut pod = json!({
@@ -442,6 +460,40 @@ mod tests {
             ])
         );
         let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+    }
+
+    #[test]
+    fn an_https_test_mounts_its_ca_and_asks_for_http2() {
+        let spec: LoadTestSpec = serde_json::from_value(json!({
+            "replicas": 1, "test": {"serviceName": "nginx", "port": 443, "scheme": "https", "http2": true,
+                "tls": {"caConfigMapRef": {"name": "shop-ca", "key": "ca.pem"}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let p = pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, &window(0), &pinned());
+        let env = env_of(&p);
+        assert_eq!(env["URL"], "https://nginx.shop.svc.cluster.local:443/");
+        assert_eq!((env["CA_FILE"].as_str(), env["HTTP2"].as_str()), ("/var/run/flotilla/ca/ca.crt", "true"));
+        assert!(!env.contains_key("INSECURE_SKIP_VERIFY"));
+        assert_eq!(
+            p["spec"]["containers"][0]["volumeMounts"][1],
+            json!({"name": "ca", "mountPath": CA_DIR, "readOnly": true})
+        );
+        assert_eq!(
+            p["spec"]["volumes"][1],
+            json!({"name": "ca", "configMap": {"name": "shop-ca", "items": [{"key": "ca.pem", "path": "ca.crt"}]}})
+        );
+        let _: Pod = serde_json::from_value(p).unwrap_or_else(|e| panic!("not a Pod: {e}"));
+        // Without TLS settings: none of it; with insecureSkipVerify: only that.
+        let plain: LoadTestSpec = serde_json::from_value(json!({"replicas": 1, "test": {"serviceName": "nginx"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let env = env_of(&pod("t", "u", "shop", &plain, "loadgen:1", 1, 0, &window(0), &pinned()));
+        assert!(["CA_FILE", "HTTP2", "INSECURE_SKIP_VERIFY"].iter().all(|k| !env.contains_key(*k)), "{env:?}");
+        let insecure: LoadTestSpec = serde_json::from_value(json!({"replicas": 1, "test": {"serviceName": "nginx",
+            "scheme": "https", "tls": {"insecureSkipVerify": true}}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let env = env_of(&pod("t", "u", "shop", &insecure, "loadgen:1", 1, 0, &window(0), &pinned()));
+        assert_eq!(env.get("INSECURE_SKIP_VERIFY").map(String::as_str), Some("true"));
+        assert!(!env.contains_key("CA_FILE"));
     }
 
     #[test]

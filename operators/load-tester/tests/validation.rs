@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use flotilla_testenv::shared;
+use load_tester::crd::Scheme;
 use serde_json::json;
 
 #[tokio::test]
@@ -42,6 +43,25 @@ async fn admission_rejects_what_would_fail_later() {
             json!({"replicas": 1, "schedule": "@reboot", "test": {"serviceName": "web"}}),
             "spec.schedule",
         ),
+        ("an unknown scheme", test(json!({"serviceName": "web", "scheme": "ftp"})), "spec.test.scheme"),
+        (
+            "tls without https",
+            test(json!({"serviceName": "web", "tls": {"insecureSkipVerify": true}})),
+            "tls is only for scheme https",
+        ),
+        (
+            "a CA and no verification",
+            test(json!({"serviceName": "web", "scheme": "https",
+                "tls": {"insecureSkipVerify": true, "caConfigMapRef": {"name": "ca", "key": "ca.crt"}}})),
+            "caConfigMapRef and insecureSkipVerify are mutually exclusive",
+        ),
+        (
+            "a CA ConfigMap name that is not one",
+            test(
+                json!({"serviceName": "web", "scheme": "https", "tls": {"caConfigMapRef": {"name": "CA!", "key": "ca.crt"}}}),
+            ),
+            "spec.test.tls.caConfigMapRef.name",
+        ),
     ];
     for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
         match create(&client, &ns, "LoadTest", &format!("bad-{i}"), spec).await {
@@ -66,6 +86,15 @@ async fn admission_rejects_what_would_fail_later() {
     let t: kube::Api<LoadTest> = kube::Api::namespaced(client.clone(), &ns);
     let t = t.get("example-02").await.unwrap();
     assert_eq!((t.spec.test.port, t.spec.test.concurrency, t.spec.deadline.0.as_str()), (80, 1, "10m"));
+    assert_eq!((t.spec.test.scheme, t.spec.test.http2, t.spec.test.tls.clone()), (Scheme::Http, false, None));
+    // https with a CA from a ConfigMap, or with no verification, is admitted.
+    for (name, tls) in [
+        ("https-ca", json!({"caConfigMapRef": {"name": "shop-ca", "key": "ca.crt"}})),
+        ("https-insecure", json!({"insecureSkipVerify": true})),
+    ] {
+        let spec = test(json!({"serviceName": "web", "port": 443, "scheme": "https", "http2": true, "tls": tls}));
+        create(&client, &ns, "LoadTest", name, spec).await.unwrap();
+    }
     create(&client, &ns, "SimpleDeployment", "example-01", json!({"sleepytime": "120"})).await.unwrap();
 }
 
