@@ -73,24 +73,47 @@ fn contains(set: &Scoped, scope: &Option<String>, key: &str) -> bool {
 /// one [`LabelKeys`] holds and each value interned ([`crate::intern`]: a
 /// Deployment's replicas share theirs) — an allocation per label per pod
 /// saved twice.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodLabels {
-    /// The referenced keys the pod has, sorted by key.
-    pub labels: Box<[(Arc<str>, Arc<str>)]>,
-    /// They took more than [`MAX_LABEL_BYTES`]: none are kept, and no
-    /// selector should match the pod on them.
-    pub cut: bool,
+    /// The referenced keys the pod has, sorted by key; `None` when they
+    /// took more than [`MAX_LABEL_BYTES`]: none are kept, and no selector
+    /// should match the pod on them ([`PodLabels::is_cut`]). 16 bytes, not
+    /// a list and a flag's 24 (held per shape or per pod, issue 28).
+    kept: Option<Box<[(Arc<str>, Arc<str>)]>>,
+}
+
+impl Default for PodLabels {
+    /// No label kept (not cut).
+    fn default() -> Self {
+        Self { kept: Some(Box::default()) }
+    }
 }
 
 impl PodLabels {
+    /// Labels over [`MAX_LABEL_BYTES`]: none kept, no selector matches.
+    pub fn cut() -> Self {
+        Self { kept: None }
+    }
+
+    /// Whether the labels were over [`MAX_LABEL_BYTES`] (none kept).
+    pub fn is_cut(&self) -> bool {
+        self.kept.is_none()
+    }
+
+    /// The referenced keys the pod has, sorted by key.
+    pub fn labels(&self) -> &[(Arc<str>, Arc<str>)] {
+        self.kept.as_deref().unwrap_or_default()
+    }
+
     /// The value of label `key`, if kept.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.labels.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.labels[i].1)
+        let labels = self.labels();
+        labels.binary_search_by(|(k, _)| (**k).cmp(key)).ok().and_then(|i| labels.get(i)).map(|(_, v)| &**v)
     }
 
     /// Whether `selector` matches these labels (never, when they were cut).
     pub fn matched_by(&self, selector: &crate::selector::Selector) -> bool {
-        !self.cut && selector.matches_with(|k| self.get(k))
+        !self.is_cut() && selector.matches_with(|k| self.get(k))
     }
 
     /// Labels as a view keeps them, from `pairs` (for tests and fixtures).
@@ -98,7 +121,7 @@ impl PodLabels {
         let mut labels: Vec<(Arc<str>, Arc<str>)> = pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
         labels.sort();
         labels.dedup_by(|a, b| a.0 == b.0);
-        PodLabels { labels: labels.into_boxed_slice(), cut: false }
+        PodLabels { kept: Some(labels.into_boxed_slice()) }
     }
 }
 
@@ -183,12 +206,12 @@ impl LabelKeys {
             let Some((k, v)) = labels.get_key_value(&**key) else { continue };
             bytes += k.len() + v.len();
             if bytes > MAX_LABEL_BYTES {
-                return PodLabels { labels: Box::default(), cut: true };
+                return PodLabels::cut();
             }
             kept.push((Arc::clone(key), crate::intern::names().get(v)));
         }
         kept.sort();
-        PodLabels { labels: kept.into_boxed_slice(), cut: false }
+        PodLabels { kept: Some(kept.into_boxed_slice()) }
     }
 
     fn wanted(&self) -> Scoped {
@@ -430,7 +453,7 @@ mod tests {
         assert_eq!(kept, both(&["label-00007", "label-00009"]));
         assert_eq!(kept.get("label-00009"), Some("v"));
         assert_eq!(kept.get("label-00008"), None);
-        assert!(!kept.cut);
+        assert!(!kept.is_cut());
         // Another namespace's selectors keep nothing of this one's pods.
         assert_eq!(keys.keep("b", Some(&many)), both(&["label-00009"]));
         // Until a list has run with them, the views may lack them.
@@ -440,12 +463,12 @@ mod tests {
         assert!(!keys.covers(Some("b"), ["tier"].into_iter()));
         assert!(keys.covers(None, ["label-00009"].into_iter()));
         assert!(!keys.set([k(Some("a"), "tier")]), "a key dropped needs no re-list");
-        assert!(keys.keep("a", Some(&many)).labels.is_empty());
+        assert!(keys.keep("a", Some(&many)).labels().is_empty());
         // More referenced bytes than a view keeps: cut, none kept.
         keys.set(many.keys().map(|key| k(Some("a"), key)));
         let cut = keys.keep("a", Some(&many));
-        assert!(cut.cut && cut.labels.is_empty());
-        assert!(!keys.keep("b", Some(&many)).cut);
+        assert!(cut.is_cut() && cut.labels().is_empty());
+        assert!(!keys.keep("b", Some(&many)).is_cut());
         assert_eq!(keys.keep("a", None), PodLabels::default());
     }
 

@@ -360,7 +360,7 @@ fn range_of(problems: &[Problem], ns: &str) -> (usize, usize) {
 fn selected(rules: &Rules, p: &PodView, cut: &mut u32) -> bool {
     match rules.selector.as_ref() {
         None => true,
-        Some(_) if p.labels().cut => {
+        Some(_) if p.labels().is_cut() => {
             *cut += 1;
             false
         }

@@ -653,7 +653,7 @@ mod tests {
         }))
         .unwrap();
         let v = view(&p, &keys);
-        assert_eq!(v.labels().labels.len(), 1, "only the referenced key");
+        assert_eq!(v.labels().labels().len(), 1, "only the referenced key");
         assert_eq!(v.labels().get("tier"), Some("backend"));
         assert_eq!(v.containers.len(), MAX_CONTAINERS);
         assert_eq!(v.message().len(), MAX_MESSAGE_BYTES);

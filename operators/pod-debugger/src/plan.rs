@@ -356,7 +356,7 @@ mod tests {
         let mut other_label = pod("b");
         relabel(&mut other_label, flotilla_shared::pods::PodLabels::from_pairs([("app", "cart")]));
         let mut cut = pod("e");
-        let cut_labels = flotilla_shared::pods::PodLabels { cut: true, ..cut.labels().clone() };
+        let cut_labels = flotilla_shared::pods::PodLabels::cut();
         relabel(&mut cut, cut_labels);
         let mut terminating = pod("c");
         terminating.terminating = true;
