@@ -79,8 +79,11 @@ pub struct PodLabels {
     /// took more than [`MAX_LABEL_BYTES`]: none are kept, and no selector
     /// should match the pod on them ([`PodLabels::is_cut`]). 16 bytes, not
     /// a list and a flag's 24 (held per shape or per pod, issue 28).
-    kept: Option<Box<[(Arc<str>, Arc<str>)]>>,
+    kept: Option<Box<[Label]>>,
 }
+
+/// A kept label: its key (shared with [`LabelKeys`]) and its value (interned).
+pub type Label = (Arc<str>, Arc<str>);
 
 impl Default for PodLabels {
     /// No label kept (not cut).
@@ -101,7 +104,7 @@ impl PodLabels {
     }
 
     /// The referenced keys the pod has, sorted by key.
-    pub fn labels(&self) -> &[(Arc<str>, Arc<str>)] {
+    pub fn labels(&self) -> &[Label] {
         self.kept.as_deref().unwrap_or_default()
     }
 
