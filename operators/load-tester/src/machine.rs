@@ -20,70 +20,33 @@
 //! starts only at the times the schedule names (once the current run has
 //! ended) or on a new rerun annotation — not on creation or a spec change
 //! ([`crate::schedule`]). Every ended run is summed up in `status.history`.
+//!
+//! | file | what it holds |
+//! | --- | --- |
+//! | `machine/step.rs` | a step's inputs and outputs (`Seen`, `Need`, `Step`) |
+//! | `machine/runs.rs` | when a run starts, and the history |
+//! | `machine/limits.rs` | the operator's bounds on a run |
+//! | `machine/target.rs` | the target Service pinned and watched |
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{BaselineStatus, Cleanup, LoadTestSpec, LoadTestStatus, State, Verdict};
+use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, State, Verdict};
 use crate::results::{merge, verdict};
 use crate::runner::{Runner, Window};
 
 mod limits;
 mod runs;
+mod step;
 mod target;
 pub use limits::{DURATION_SLACK, Limits};
 pub use runs::{Wanted, record_ended};
 use runs::{new_run_why, note_schedule, record_superseded, wait_for_schedule};
+pub use step::{Need, Seen, Step};
 pub use target::{ServiceView, Target};
 use target::{changed, pin};
-
-/// What the controller looked at for this step.
-#[derive(Debug, Clone, Copy)]
-pub struct Seen<'a> {
-    /// The test's runner pods (of every run).
-    pub runners: &'a [Runner],
-    pub target: &'a Target,
-    /// Runner pods that are not this run's and not done (Succeeded or
-    /// Failed) in the namespace, of every LoadTest (None: not counted).
-    pub others_in_namespace: Option<usize>,
-    /// spec.baseline's LoadTest (another than this one) as a baseline
-    /// (None: not looked at).
-    pub baseline: Option<&'a BaselineStatus>,
-}
-
-/// What the step needs looked at before it can decide; the controller
-/// looks and steps again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
-    /// The target Service; with its EndpointSlices when `endpoints`.
-    Target { endpoints: bool },
-    /// The namespace's runner pods ([`Seen::others_in_namespace`]).
-    Room,
-    /// spec.baseline's LoadTest, when a run starts ([`Seen::baseline`]).
-    Baseline,
-}
-
-/// What the controller must do.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Step {
-    pub status: LoadTestStatus,
-    /// Runner indices of the current run to create.
-    pub create: Vec<usize>,
-    /// Runner pods to give the start signal.
-    pub signal: Vec<String>,
-    /// Runner pods to delete.
-    pub delete: Vec<String>,
-    /// Events: (warning, reason, note).
-    pub events: Vec<(bool, &'static str, String)>,
-    /// Look again at the latest then.
-    pub requeue: Option<Duration>,
-    /// Look at this, then step again.
-    pub needs: Option<Need>,
-    /// Why the wanted run waits (Ready=False with this reason and message).
-    pub waiting: Option<(&'static str, String)>,
-}
 
 /// Waiting reasons with which a runner never starts.
 const CANNOT_START: [&str; 6] = [
