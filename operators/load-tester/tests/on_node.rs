@@ -406,20 +406,36 @@ async fn a_duration_run_lasts_its_duration_on_guaranteed_runners_placed_as_the_s
     assert!(r.requests > 2 * 2 * 10, "{r:#?}");
     assert_eq!(r.not_sent, 0, "{r:#?}");
     assert!(r.errors.is_empty(), "{r:#?}");
-    // And the run as the status tells it: Executing to Finished (whole
-    // seconds, plus the start signal reaching the runners through the
-    // kubelet and the operator seeing them end: 11 s when measured on an
-    // idle node, 16 s once in CI). Not a timing bound (the runners' window
-    // above is the run's length): at least the window, and well short of
-    // anything that would mean the status waited on a resync or a timeout.
+    // And the run as the status tells it: Executing to Finished, at least
+    // the window. How long after the window the status says Finished is
+    // mostly the kubelet's on a node shared by other tests' pods: Finished
+    // came 1 s after the window on an idle node, 6 s once in CI, 85 s
+    // another time (whose delay, the old bound could not tell). What is the
+    // operator's is the time
+    // from the kubelet reporting the last runner done (its Ready condition
+    // turning False, PodCompleted) to the status: short unless the status
+    // waited on a resync or a timeout.
     let (from, to) = (s.executing_time.clone().unwrap().0, s.completion_time.clone().unwrap().0);
     let took = to.duration_since(from).as_secs_f64();
-    eprintln!("timed: executing for {took} s, runners' window {elapsed} s, {} requests", r.requests);
-    assert!((9.0..=60.0).contains(&took), "executing for {took} s");
-
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let timed = pods.list(&ListParams::default().labels("flotilla.dev/loadtest=timed")).await.unwrap().items;
     assert_eq!(timed.len(), 2);
+    let reported = timed
+        .iter()
+        .filter_map(|p| {
+            let ready = p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")?;
+            (ready.status == "False").then(|| ready.last_transition_time.clone()).flatten()
+        })
+        .map(|t| t.0)
+        .max()
+        .expect("the runners' Ready condition turned False when they ended");
+    let after_report = to.duration_since(reported).as_secs_f64();
+    eprintln!(
+        "timed: executing for {took} s, runners' window {elapsed} s, {} requests; Finished {after_report} s after the kubelet reported the last runner done",
+        r.requests
+    );
+    assert!(took >= 9.0, "executing for {took} s");
+    assert!(after_report <= 20.0, "Finished {after_report} s after the kubelet reported the last runner done");
     for p in &timed {
         let (spec, status) = (p.spec.clone().unwrap(), p.status.clone().unwrap());
         assert_eq!(status.qos_class.as_deref(), Some("Guaranteed"), "{:?}", p.metadata.name);
