@@ -228,8 +228,12 @@ fn main() -> ExitCode {
     };
     let tls = match (&args.ca_file, args.insecure_skip_verify) {
         (Some(_), true) => return bad("ca-file", "not with --insecure-skip-verify"),
+        // Checked before the start signal, as the headers and the body are.
         (Some(path), false) => match read_capped(path, MAX_CA_BYTES) {
-            Ok(pem) => loadgen::send::Tls { ca_pem: Some(pem), insecure_skip_verify: false },
+            Ok(pem) => match reqwest::Certificate::from_pem_bundle(&pem) {
+                Ok(certs) if !certs.is_empty() => loadgen::send::Tls { ca_pem: Some(pem), insecure_skip_verify: false },
+                _ => return bad("ca-file", format!("{} holds no PEM certificate", path.display())),
+            },
             Err(why) => return bad("ca-file", why),
         },
         (None, insecure) => loadgen::send::Tls { ca_pem: None, insecure_skip_verify: insecure },

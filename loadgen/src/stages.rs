@@ -90,7 +90,15 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
             break;
         }
         crate::pace::sleep_until_due(due).await;
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        // Woken up to a tick early: a connection freed by `due` still
+        // takes the request.
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                tokio::time::timeout_at(due.into(), permits.clone().acquire_owned()).await.ok().and_then(Result::ok)
+            }
+        };
+        let Some(permit) = permit else {
             if let Some(s) = lock(&tally).stage(k) {
                 s.dropped += 1;
             }

@@ -228,5 +228,17 @@ async fn the_binary_reads_its_ca_and_http2_from_the_environment_the_operator_set
     assert_eq!(both.status.code(), Some(2), "{}", String::from_utf8_lossy(&both.stderr));
     assert!(String::from_utf8_lossy(&both.stderr).contains("--ca-file"));
     assert_eq!(seen.lock().unwrap().len(), 3);
+    // A CA file without a certificate: refused before the start signal
+    // (which never comes here), not after every replica started.
+    let junk = dir.join("junk.crt");
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .env("URL", format!("https://{HOST}:{}/", addr.port()))
+        .env("CA_FILE", &junk)
+        .env("START_FILE", dir.join("never"))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no PEM certificate"));
     let _ = std::fs::remove_dir_all(&dir);
 }

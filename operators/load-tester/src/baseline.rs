@@ -63,6 +63,14 @@ pub fn offered(name: &str, status: Option<&LoadTestStatus>) -> BaselineStatus {
     }
 }
 
+/// A save-baseline value kept as written at most this long.
+const MAX_TOKEN: usize = 253;
+
+fn digest(s: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
 /// Saves the run of `status` as LoadTest `name`'s baseline when
 /// `flotilla.dev/save-baseline` has a value not acted on yet, once the
 /// run has ended (a run still going is saved when it ends, if it may
@@ -73,16 +81,19 @@ pub fn save(
     token: &str,
     now: Timestamp,
 ) -> Option<(bool, &'static str, String)> {
+    // The author's annotation goes into status: a long one is kept as a
+    // digest (a status write has to fit the API server's limit).
+    let token = if token.len() <= MAX_TOKEN { token.to_string() } else { format!("sha256:{}", digest(token)) };
     let acted = status.saved_baseline.as_ref().is_some_and(|s| s.token == token);
     if token.is_empty() || acted || (status.run > 0 && !status.state.is_terminal()) {
         return None;
     }
     let pinned = pin(name, Some(status));
     let saved = status.saved_baseline.get_or_insert_with(SavedBaseline::default);
-    saved.token = token.to_string();
+    saved.token.clone_from(&token);
     if pinned.run == 0 {
-        saved.message = format!(
-            "flotilla.dev/save-baseline {token:?} saved nothing: {}",
+        saved.refused = format!(
+            "flotilla.dev/save-baseline saved nothing: {}",
             if status.run == 0 {
                 "no run yet".to_string()
             } else {
@@ -93,10 +104,11 @@ pub fn save(
             }
         );
         let kept = if saved.run > 0 { format!("; run {} stays the baseline", saved.run) } else { String::new() };
-        return Some((true, "BaselineNotSaved", format!("{}{kept}", saved.message)));
+        return Some((true, "BaselineNotSaved", format!("{}{kept}", saved.refused)));
     }
     *saved = SavedBaseline {
-        token: token.to_string(),
+        token,
+        refused: String::new(),
         run: pinned.run,
         saved_at: Some(Time(now)),
         message: pinned.message,

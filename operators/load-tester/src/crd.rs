@@ -198,7 +198,7 @@ pub struct TestSpec {
     /// cluster IP (type ClusterIP, NodePort or LoadBalancer; not
     /// ExternalName, not headless) and ready endpoints; the runners then
     /// connect to that cluster IP, never through DNS, and send
-    /// http://<serviceName>.<namespace>.svc.<cluster domain>:<port><path>
+    /// <scheme>://<serviceName>.<namespace>.svc.<cluster domain>:<port><path>
     /// (that Host). A change of the Service's type or cluster IP during the
     /// run, or its deletion, fails the run (TargetChanged).
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
@@ -218,7 +218,10 @@ pub struct TestSpec {
     pub tls: Option<TestTls>,
     /// HTTP/2: offered over https (the server picks, by ALPN), spoken from
     /// the start over http (h2c, which the Service must speak). Default
-    /// false: HTTP/1.1 only.
+    /// false: HTTP/1.1 only. With HTTP/2 a runner's requests share its
+    /// connections as streams: concurrency (or load.maxConnections) bounds
+    /// the requests in flight, not the TCP connections, and the server's
+    /// stream limit may queue them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub http2: bool,
     /// The Service port (default 80).

@@ -90,7 +90,12 @@ pub fn step(
     seen: &Seen<'_>,
     now: Timestamp,
 ) -> Step {
-    let mut step = run_step(spec, limits, wanted, old, seen, now);
+    // A run that has ended is saved before a new run (asked in the same
+    // edit) replaces it in status.
+    let mut before = old.cloned();
+    let early = before.as_mut().and_then(|o| crate::baseline::save(wanted.name, o, wanted.save_baseline, now));
+    let mut step = run_step(spec, limits, wanted, before.as_ref().or(old), seen, now);
+    step.events.extend(early);
     // Not while the step waits for something to look at: it is made again.
     if step.needs.is_none()
         && let Some(event) = crate::baseline::save(wanted.name, &mut step.status, wanted.save_baseline, now)
@@ -1025,7 +1030,18 @@ mod tests {
         let refused = at("r2", "v2", Some(&failed), t(46));
         let still = refused.status.saved_baseline.clone().unwrap_or_default();
         assert_eq!((still.token.as_str(), still.run, still.saved_at.clone()), ("v2", 1, Some(Time(t(6)))));
-        assert!(still.message.contains("verdict Failed"), "{}", still.message);
+        assert!(still.refused.contains("verdict Failed"), "{}", still.refused);
+        // Another LoadTest pinning it does not read the refusal.
+        let message = crate::baseline::offered("t", Some(&refused.status)).message;
+        assert!(!message.contains("saved nothing"), "{message}");
+        // Saved and rerun in one edit: the run that ended is saved.
+        let both = at("r3", "v3", Some(&with_results(finished(refused.status.clone(), t(50)), "0.000000")), t(90));
+        assert_eq!(both.status.run, 3);
+        assert_eq!(both.status.saved_baseline.as_ref().map(|b| b.run), Some(2));
+        // A huge value is kept as a digest.
+        let long = "x".repeat(300_000);
+        let digested = at("r3", &long, Some(&both.status), t(91));
+        assert!(digested.status.saved_baseline.unwrap().token.len() < 100);
         assert!(
             refused.events.iter().any(|(warn, r, m)| *warn && *r == "BaselineNotSaved" && m.contains("run 1 stays"))
         );

@@ -43,8 +43,13 @@ async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
     assert!(message.contains("starved-r1-0") && message.contains("throttled"), "{message}");
     let r = starved.results.clone().unwrap();
     assert_eq!(r.saturated.len(), 1, "{r:#?}");
-    let events = format!("{:?}", events_about(&client, &ns, "starved").await);
-    assert!(events.contains("RunnerSaturated"), "{events}");
+    // The Warning is recorded after the status is written: waited for.
+    flotilla_testenv::wait_for("the RunnerSaturated Warning", std::time::Duration::from_secs(30), || async {
+        let events = format!("{:?}", events_about(&client, &ns, "starved").await);
+        Ok::<_, std::convert::Infallible>(events.contains("RunnerSaturated").then_some(()))
+    })
+    .await
+    .unwrap();
 
     create(
         &client,

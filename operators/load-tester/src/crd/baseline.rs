@@ -106,7 +106,8 @@ pub struct BaselineStatus {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SavedBaseline {
-    /// The annotation's value last acted on (saved or refused).
+    /// The annotation's value last acted on (saved or refused; one over
+    /// 253 characters as its digest).
     pub token: String,
     /// The run saved (0: none could be).
     #[serde(default)]
@@ -114,10 +115,13 @@ pub struct SavedBaseline {
     /// When it was saved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved_at: Option<Time>,
-    /// Why the last value saved nothing (only a Finished run whose
-    /// verdict is not Failed can be saved), or what the run lacks.
+    /// What the saved run lacks (no latencies: only errors are compared).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Why the last value saved nothing (only a Finished run whose
+    /// verdict is not Failed can be saved); the run saved before stays.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub refused: String,
     /// The saved run's figures (p50, p90, p99, errorRatio).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub figures: BTreeMap<String, String>,
