@@ -22,34 +22,144 @@ pub enum Lifetime {
     Detached,
 }
 
-/// A free TCP port on 127.0.0.1, never one this process was given before:
-/// the kernel may hand the port just released straight back, and two
-/// calls in a row (an operator's metrics and health ports) then got the
-/// same one (a CI failure: "--health-probe-bind-address … is also
-/// --metrics-bind-address"). The port is released before it is used, so
-/// another process could still take it in between; callers retry start-up
-/// on that.
+/// A free TCP port for a child to listen on (127.0.0.1, or every address),
+/// never given twice while its taker lives.
+///
+/// Two races made start-up fail with "Address already in use" on CI, where
+/// many test binaries run side by side:
+/// - the kernel's own pick (`bind(:0)`) is in the ephemeral range, the one
+///   every outgoing connection takes its local port from; between our
+///   release and the child's bind, a client's connection took it. Ports
+///   here come from below that range, which connect() never hands out.
+/// - another process picking the same port in between: a port is claimed
+///   across processes by creating `<tmp>/flotilla-ports/<port>` (holding the
+///   taker's pid); a claim whose taker died is taken over.
+///
+/// A port something already listens on (a detached cluster's, say) is
+/// skipped: it is bound on every address (IPv4 and IPv6) before it is given.
 pub fn free_port() -> std::io::Result<u16> {
+    free_port_in(&std::env::temp_dir().join("flotilla-ports"))
+}
+
+fn free_port_in(claims: &Path) -> std::io::Result<u16> {
     static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    for _ in 0..256 {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if given.insert(port) {
+    std::fs::create_dir_all(claims)?;
+    let (low, high) = port_range();
+    let span = u32::from(high - low) + 1;
+    // A start of its own per process, so that processes started together
+    // do not walk the same ports in the same order.
+    let start = rand::random_range(0..span);
+    for step in 0..span {
+        let port = low + ((start + step) % span) as u16;
+        if given.contains(&port) || !claim(claims, port)? {
+            continue;
+        }
+        if listenable(port) {
+            given.insert(port);
             return Ok(port);
         }
+        // Someone outside our claims listens there: leave it to them.
+        let _ = std::fs::remove_file(claims.join(port.to_string()));
     }
-    Err(std::io::Error::other("no free port this process was not given before, in 256 tries"))
+    Err(std::io::Error::other(format!("no free port in {low}..={high}")))
+}
+
+/// Ports below the kernel's ephemeral range (`ip_local_port_range`) and
+/// below Kubernetes' NodePort range (30000–32767: kube-proxy sends a
+/// connection to 127.0.0.1 on a NodePort to the Service), at most 16,384 of
+/// them and none under 10,000 (well-known services).
+fn port_range() -> (u16, u16) {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|low| low.parse::<u16>().ok()))
+        .unwrap_or(32768);
+    let high = ephemeral_low.saturating_sub(1).min(29_999).max(10_001);
+    (high.saturating_sub(16_383).max(10_000), high)
+}
+
+/// Takes the claim on `port`: true if it is ours now.
+fn claim(claims: &Path, port: u16) -> std::io::Result<bool> {
+    let path = claims.join(port.to_string());
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut file) => {
+                use std::io::Write as _;
+                file.write_all(std::process::id().to_string().as_bytes())?;
+                return Ok(true);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let holder = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse::<i32>().ok());
+                // Another user's process (EPERM) lives too.
+                let alive = holder
+                    .and_then(Pid::from_raw)
+                    .is_some_and(|pid| !matches!(test_kill_process(pid), Err(rustix::io::Errno::SRCH)));
+                // An empty claim is one being written right now: not ours.
+                if alive || holder.is_none() {
+                    return Ok(false);
+                }
+                // Its taker died: take it over (the next create_new decides
+                // between two processes doing this at once).
+                let _ = std::fs::remove_file(&path);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+/// Nothing listens on `port` on any address: bound on IPv4 and IPv6 (the
+/// latter only where this machine has IPv6).
+fn listenable(port: u16) -> bool {
+    let v4 = TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("0.0.0.0", port)).is_ok();
+    let v6 = match TcpListener::bind(("::", port)) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::AddrNotAvailable || e.raw_os_error() == Some(97),
+    };
+    v4 && v6
 }
 
 #[cfg(test)]
 mod free_port_tests {
-    /// Many in a row, as tests start operators: never the same port twice.
+    /// Many in a row, as tests start operators: never the same port twice,
+    /// none in the kernel's ephemeral range, each one claimed.
     #[test]
     fn a_port_is_never_given_twice() {
         let ports: Vec<u16> = (0..200).map(|_| super::free_port().unwrap_or_else(|e| panic!("{e}"))).collect();
         let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len());
+        let (low, high) = super::port_range();
+        assert!(ports.iter().all(|p| (low..=high).contains(p)), "{ports:?} outside {low}..={high}");
+        let claims = std::env::temp_dir().join("flotilla-ports");
+        for port in &ports {
+            let holder = std::fs::read_to_string(claims.join(port.to_string())).unwrap_or_default();
+            assert_eq!(holder, std::process::id().to_string(), "claim on {port}");
+        }
+    }
+
+    /// A claim held by a live process is skipped; one whose taker died
+    /// is taken over.
+    #[test]
+    fn a_live_claim_is_respected_and_a_dead_one_taken_over() {
+        let dir = std::env::temp_dir().join(format!("flotilla-ports-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // pid 1 lives; a pid past the kernel's pid_max never does.
+        std::fs::write(dir.join("20000"), "1").unwrap();
+        std::fs::write(dir.join("20001"), "99999999").unwrap();
+        assert!(!super::claim(&dir, 20000).unwrap());
+        assert!(super::claim(&dir, 20001).unwrap());
+        assert_eq!(std::fs::read_to_string(dir.join("20001")).unwrap(), std::process::id().to_string());
+        assert!(super::claim(&dir, 20002).unwrap());
+        assert!(!super::claim(&dir, 20002).unwrap(), "our own claim is not given again by the file");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A port something listens on (outside the claims) is not given.
+    #[test]
+    fn a_port_in_use_is_not_listenable() {
+        let held = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        assert!(!super::listenable(held.local_addr().unwrap().port()));
     }
 }
 
