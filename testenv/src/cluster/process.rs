@@ -75,7 +75,7 @@ fn port_range() -> (u16, u16) {
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|low| low.parse::<u16>().ok()))
         .unwrap_or(32768);
-    let high = ephemeral_low.saturating_sub(1).min(29_999).max(10_001);
+    let high = ephemeral_low.saturating_sub(1).clamp(10_001, 29_999);
     (high.saturating_sub(16_383).max(10_000), high)
 }
 
