@@ -5,7 +5,9 @@ Events (list, by field selector: the incident pod's last Warning Events,
 shown beside the tail; spec.logs.events) and Secrets by name (get only, never list or watch: a sink's webhook URL in the
 PodAlert's namespace). Events are added by flotilla.rbac. Namespaces (list,
 watch; metadata only): their flotilla.dev/silence-until annotation, a
-maintenance window an admin sets. With watchNamespace set, all of it is a
+maintenance window an admin sets. Deployments, StatefulSets, DaemonSets,
+Jobs and CronJobs (list, watch; metadata only): the same annotation on a
+workload, its team's maintenance window. With watchNamespace set, all of it is a
 Role in that namespace only, and Namespaces are not read (a Role cannot
 grant them; the operator then does not watch them).
 e2e/tests/rbac.rs proves each rule is needed.
@@ -29,6 +31,12 @@ e2e/tests/rbac.rs proves each rule is needed.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets", "daemonsets"]
+  verbs: ["list", "watch"]
+- apiGroups: ["batch"]
+  resources: ["jobs", "cronjobs"]
+  verbs: ["list", "watch"]
 {{- if not .Values.watchNamespace }}
 - apiGroups: [""]
   resources: ["namespaces"]

@@ -1,47 +1,50 @@
-//! The namespaces' `flotilla.dev/silence-until` annotations: a maintenance
-//! window an admin sets on a whole namespace ([`crate::silence`] applies
-//! it). Namespaces are watched metadata-only and only those carrying a
-//! time are held: a cluster of 10,000 namespaces with no silence holds
-//! nothing. Until the first list is complete no PodAlert evaluates (a
-//! restart must not notify what a namespace silences), unless the list is
-//! refused (RBAC without `namespaces`): then they go on without namespace
-//! silences. An operator limited to one namespace (`--watch-namespace`)
-//! does not watch them.
+//! The `flotilla.dev/silence-until` annotations of objects pod-alert reads
+//! for nothing else: namespaces (a maintenance window an admin sets on a
+//! whole namespace) and workloads (Deployments, StatefulSets, DaemonSets,
+//! Jobs, CronJobs: their team's). [`crate::silence`] applies them.
+//!
+//! Each kind is watched metadata-only and only the objects carrying a time
+//! are held: a cluster of 10,000 namespaces and 50,000 Deployments with no
+//! silence holds nothing. Until a kind's first list is complete no PodAlert
+//! evaluates (a restart must not notify what a silence covers), unless the
+//! list is refused (RBAC without the kind): then they go on without those
+//! silences, and the log says so. An operator limited to one namespace
+//! (`--watch-namespace`) does not watch namespaces (a Role cannot grant
+//! them) and watches workloads in its namespace only.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use flotilla_shared::health::WatchHealth;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, ResourceExt};
+use kube::{Resource, ResourceExt};
 
-use crate::silence::{ANNOTATION, NamespaceSilences, parse_annotation};
+use crate::silence::{ANNOTATION, Silences, parse_annotation};
 
-/// The namespaces' silences as last listed and watched.
-pub struct NamespaceSilenceStore {
-    current: RwLock<Arc<NamespaceSilences>>,
+/// One kind's silences as last listed and watched, by key (a namespace's
+/// name, or a workload's `<namespace>/<name>`).
+pub struct SilenceStore {
+    current: RwLock<Arc<Silences>>,
     listed: AtomicBool,
 }
 
-impl NamespaceSilenceStore {
+impl SilenceStore {
     /// A store the watch fills; not listed until its first list is.
     pub fn watched() -> Self {
         Self { current: RwLock::default(), listed: AtomicBool::new(false) }
     }
 
-    /// No namespace watch (the operator sees one namespace): no silence,
-    /// nothing to wait for.
+    /// Not watched: no silence, nothing to wait for.
     pub fn disabled() -> Self {
         Self { current: RwLock::default(), listed: AtomicBool::new(true) }
     }
 
     /// The silences now (shared, not copied).
-    pub fn snapshot(&self) -> Arc<NamespaceSilences> {
+    pub fn snapshot(&self) -> Arc<Silences> {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -50,31 +53,51 @@ impl NamespaceSilenceStore {
         self.listed.load(Ordering::Acquire)
     }
 
-    /// Watches namespaces until the stream ends, calling `changed` with the
-    /// namespaces whose silence came, went or moved (sorted), and `true`
-    /// when a list completed (every PodAlert may go on).
-    pub async fn watch(&self, client: Client, health: WatchHealth, mut changed: impl FnMut(&[&str], bool)) {
-        let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
+    /// Watches `api` (the `plural` kind) until the stream ends, keying each
+    /// object by `key`, and calls `changed` with the keys whose silence
+    /// came, went or moved (sorted), and `true` when a list completed
+    /// (every PodAlert may go on).
+    pub async fn watch<K>(
+        &self,
+        api: Api<PartialObjectMeta<K>>,
+        plural: &str,
+        health: WatchHealth,
+        key: impl Fn(&PartialObjectMeta<K>) -> String,
+        mut changed: impl FnMut(&[&str], bool),
+    ) where
+        K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
         let cfg = watcher::Config::default().any_semantic();
         let mut events = std::pin::pin!(health.watcher(api, cfg));
         let mut pending = None;
+        let project = |o: &PartialObjectMeta<K>| {
+            let key = key(o);
+            let value = o.annotations().get(ANNOTATION);
+            let until = value.and_then(|v| parse_annotation(v));
+            if let (Some(v), None) = (value, until) {
+                tracing::warn!(object = %key, kind = plural, value = %v, "{ANNOTATION} is not an RFC 3339 time: ignored");
+            }
+            (key, until)
+        };
+        let singular = plural.strip_suffix('s').unwrap_or(plural);
         while let Some(event) = events.next().await {
             // The watcher retries with the suite's back-off; readiness
             // reports the failure, the log says why (RBAC: `forbidden`).
             let event = match event {
                 Ok(e) => e,
                 Err(e) if forbidden(&e) && !self.is_listed() => {
-                    // RBAC without `namespaces` (an admin's own ClusterRole
-                    // from before this watch): PodAlerts go on without
-                    // namespace silences rather than alert on nothing; the
-                    // watch keeps trying and readiness reports it.
-                    tracing::warn!(error = %e, "namespace watch refused: namespace silences are not applied until the operator may list and watch namespaces");
+                    // RBAC without the kind (an admin's own ClusterRole
+                    // from before this watch): PodAlerts go on without its
+                    // silences rather than alert on nothing; the watch
+                    // keeps trying and readiness reports it.
+                    tracing::warn!(error = %e, "{singular} watch refused: {singular} silences are not applied until the operator may list and watch {plural}");
                     self.listed.store(true, Ordering::Release);
                     changed(&[], true);
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "namespace watch failed; retrying");
+                    tracing::warn!(error = %e, "{singular} watch failed; retrying");
                     continue;
                 }
             };
@@ -83,15 +106,15 @@ impl NamespaceSilenceStore {
             if out.listed {
                 health.synced();
             }
-            if out.namespaces.is_empty() && !out.listed {
+            if out.keys.is_empty() && !out.listed {
                 continue;
             }
             *self.current.write().unwrap_or_else(PoisonError::into_inner) = current;
             if out.listed {
                 self.listed.store(true, Ordering::Release);
             }
-            let names: Vec<&str> = out.namespaces.iter().map(String::as_str).collect();
-            changed(&names, out.listed);
+            let keys: Vec<&str> = out.keys.iter().map(String::as_str).collect();
+            changed(&keys, out.listed);
         }
     }
 }
@@ -106,22 +129,11 @@ fn forbidden(e: &watcher::Error) -> bool {
     }
 }
 
-/// A namespace's name and its silence's end, when its annotation is a time.
-fn project(ns: &PartialObjectMeta<Namespace>) -> (String, Option<Timestamp>) {
-    let name = ns.name_any();
-    let value = ns.annotations().get(ANNOTATION);
-    let until = value.and_then(|v| parse_annotation(v));
-    if let (Some(v), None) = (value, until) {
-        tracing::warn!(namespace = %name, value = %v, "{ANNOTATION} is not an RFC 3339 time: ignored");
-    }
-    (name, until)
-}
-
 /// What one watch event changed.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Changed {
-    /// Namespaces whose silence changed, sorted.
-    namespaces: Vec<String>,
+    /// Keys whose silence changed, sorted.
+    keys: Vec<String>,
     /// A list completed.
     listed: bool,
 }
@@ -131,8 +143,8 @@ struct Changed {
 /// replaces `current` at once, so a silence removed while the watch was
 /// down ends.
 fn fold<K>(
-    current: &mut Arc<NamespaceSilences>,
-    pending: &mut Option<NamespaceSilences>,
+    current: &mut Arc<Silences>,
+    pending: &mut Option<Silences>,
     event: Event<K>,
     project: impl Fn(&K) -> (String, Option<Timestamp>),
 ) -> Changed {
@@ -149,7 +161,7 @@ fn fold<K>(
     };
     match event {
         Event::Init => {
-            *pending = Some(NamespaceSilences::new());
+            *pending = Some(Silences::new());
             Changed::default()
         }
         Event::InitApply(o) => {
@@ -160,24 +172,24 @@ fn fold<K>(
         }
         Event::InitDone => {
             let new = pending.take().unwrap_or_default();
-            let mut namespaces: Vec<String> = current
+            let mut keys: Vec<String> = current
                 .iter()
                 .filter(|(k, v)| new.get(*k) != Some(*v))
                 .map(|(k, _)| k.to_string())
                 .chain(new.iter().filter(|(k, v)| current.get(*k) != Some(*v)).map(|(k, _)| k.to_string()))
                 .collect();
-            namespaces.sort();
-            namespaces.dedup();
+            keys.sort();
+            keys.dedup();
             *current = Arc::new(new);
-            Changed { namespaces, listed: true }
+            Changed { keys, listed: true }
         }
         Event::Apply(o) => {
             let (name, until) = project(&o);
-            Changed { namespaces: set(name, until).into_iter().collect(), listed: false }
+            Changed { keys: set(name, until).into_iter().collect(), listed: false }
         }
         Event::Delete(o) => {
             let (name, _) = project(&o);
-            Changed { namespaces: set(name, None).into_iter().collect(), listed: false }
+            Changed { keys: set(name, None).into_iter().collect(), listed: false }
         }
     }
 }
@@ -193,7 +205,7 @@ mod tests {
         (o.0.to_string(), o.1.map(|t| t.parse().unwrap()))
     }
 
-    fn run(current: &mut Arc<NamespaceSilences>, pending: &mut Option<NamespaceSilences>, e: Event<Ns>) -> Changed {
+    fn run(current: &mut Arc<Silences>, pending: &mut Option<Silences>, e: Event<Ns>) -> Changed {
         fold(current, pending, e, project)
     }
 
@@ -201,29 +213,29 @@ mod tests {
     const T2: &str = "2026-11-28T11:00:00Z";
 
     #[test]
-    fn only_silenced_namespaces_are_held_and_a_relist_replaces_them() {
+    fn only_silenced_objects_are_held_and_a_relist_replaces_them() {
         let (mut current, mut pending) = (Arc::default(), None);
         assert_eq!(run(&mut current, &mut pending, Event::Init), Changed::default());
         run(&mut current, &mut pending, Event::InitApply(("a", Some(T1))));
         run(&mut current, &mut pending, Event::InitApply(("b", None)));
         assert!(current.is_empty(), "nothing applied before the list completes");
         let done = run(&mut current, &mut pending, Event::InitDone);
-        assert_eq!(done, Changed { namespaces: vec!["a".into()], listed: true });
+        assert_eq!(done, Changed { keys: vec!["a".into()], listed: true });
         assert_eq!(current.len(), 1, "namespace b has no silence: not held");
         // A change, the same again (no wake), a removal.
         let moved = run(&mut current, &mut pending, Event::Apply(("a", Some(T2))));
-        assert_eq!(moved.namespaces, ["a"]);
-        assert!(run(&mut current, &mut pending, Event::Apply(("a", Some(T2)))).namespaces.is_empty());
-        assert!(run(&mut current, &mut pending, Event::Apply(("b", None))).namespaces.is_empty());
-        assert_eq!(run(&mut current, &mut pending, Event::Apply(("c", Some(T1)))).namespaces, ["c"]);
-        assert_eq!(run(&mut current, &mut pending, Event::Delete(("c", Some(T1)))).namespaces, ["c"]);
+        assert_eq!(moved.keys, ["a"]);
+        assert!(run(&mut current, &mut pending, Event::Apply(("a", Some(T2)))).keys.is_empty());
+        assert!(run(&mut current, &mut pending, Event::Apply(("b", None))).keys.is_empty());
+        assert_eq!(run(&mut current, &mut pending, Event::Apply(("c", Some(T1)))).keys, ["c"]);
+        assert_eq!(run(&mut current, &mut pending, Event::Delete(("c", Some(T1)))).keys, ["c"]);
         // A relist after the watch was down: a's silence was removed, d's added.
         run(&mut current, &mut pending, Event::Init);
         run(&mut current, &mut pending, Event::InitApply(("a", None)));
         run(&mut current, &mut pending, Event::InitApply(("d", Some(T1))));
         assert_eq!(current.len(), 1, "the old contents stand until the list completes");
         let relisted = run(&mut current, &mut pending, Event::InitDone);
-        assert_eq!(relisted, Changed { namespaces: vec!["a".into(), "d".into()], listed: true });
+        assert_eq!(relisted, Changed { keys: vec!["a".into(), "d".into()], listed: true });
         assert_eq!(current.keys().map(|k| &**k).collect::<Vec<_>>(), ["d"]);
     }
 }

@@ -28,6 +28,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
+use crate::annotation_silences::SilenceStore;
 use crate::crd::{PodAlert, Reason, SecretKeyRef, SilenceStatus};
 use crate::delivery::{Delivery, Sink, SinkRules};
 use crate::error::Error;
@@ -36,7 +37,6 @@ use crate::incident::{Book, Transition};
 use crate::log_reads::read_logs;
 use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
-use crate::namespace_silences::NamespaceSilenceStore;
 use crate::observe::Findings;
 use crate::pod::{PodView, elapsed};
 use crate::rules::Rules;
@@ -46,6 +46,7 @@ use crate::status::Summary;
 use crate::throttle::{Held, Limiter};
 use crate::{apply, report};
 
+mod silence_watches;
 mod start;
 pub use start::run;
 
@@ -138,7 +139,9 @@ pub struct Data {
     pub(crate) label_keys: LabelKeys,
     pub(crate) admission: AdmissionGuard,
     /// The namespaces' silence annotations (none watched with `--watch-namespace`).
-    pub(crate) namespace_silences: Arc<NamespaceSilenceStore>,
+    pub(crate) namespace_silences: Arc<SilenceStore>,
+    /// The workloads' silence annotations, per kind.
+    pub(crate) workload_silences: Vec<(&'static str, Arc<SilenceStore>)>,
     /// The namespaces changed for each cluster-wide PodAlert since its last
     /// evaluation ([`crate::evaluation`]).
     pub(crate) changes: Changes,
@@ -294,9 +297,12 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     // during a 6-minute first list of 20,000 pods (issue 28).
     let keys_listed =
         data.label_keys.covers(data.scope(&alert).as_deref(), alert.spec.selector_keys().chain([NAMESPACE_MARK]));
-    // Nor before the namespaces' silences are: a restart must not notify
-    // what a namespace silences (the list's completion wakes every PodAlert).
-    if served && (!data.pods.is_ready() || !keys_listed || !data.namespace_silences.is_listed()) {
+    // Nor before the namespaces' and workloads' silences are: a restart
+    // must not notify what a silence covers (the lists' completion wakes
+    // every PodAlert).
+    let silences_listed =
+        data.namespace_silences.is_listed() && data.workload_silences.iter().all(|(_, s)| s.is_listed());
+    if served && (!data.pods.is_ready() || !keys_listed || !silences_listed) {
         return Ok(Action::requeue(RESYNC));
     }
     let state = data.state(&uid);
@@ -388,6 +394,9 @@ fn admitted_rules(alert: &PodAlert, ns: &str, served: bool, data: &Data) -> Resu
     let mut rules = Rules::new(&alert.spec, ns, &data.options.cluster_scope)
         .map_err(|e| (e.reason().to_string(), e.to_string()))?;
     rules.namespace_silences = data.namespace_silences.snapshot();
+    rules.workload_silences = crate::silence::WorkloadSilences {
+        by_kind: data.workload_silences.iter().map(|(kind, s)| (*kind, s.snapshot())).collect(),
+    };
     match data.admission.check() {
         Err(why) if rules.all_namespaces => {
             Err(("AdmissionPolicyMissing".to_string(), format!("allNamespaces: {why}")))
@@ -457,7 +466,8 @@ fn first_five(names: &BTreeSet<String>) -> String {
 }
 
 /// A Warning (once per change) for silences refused for ending more than
-/// 7 days ahead: of spec.silences, and of pods' and namespaces' annotations.
+/// 7 days ahead: of spec.silences, and of pods', workloads' and namespaces'
+/// annotations.
 fn warn_refused_silences(
     alert: &PodAlert,
     statuses: &[SilenceStatus],
@@ -471,7 +481,11 @@ fn warn_refused_silences(
         .filter(|(_, s)| s.state == silence::State::Refused.as_str())
         .map(|(i, s)| format!("spec.silences[{i}] (until {})", s.until))
         .collect();
-    for (kind, names) in [("pod(s)", &findings.refused_annotations), ("namespace(s)", &findings.refused_namespaces)] {
+    for (kind, names) in [
+        ("pod(s)", &findings.refused_annotations),
+        ("workload(s)", &findings.refused_workloads),
+        ("namespace(s)", &findings.refused_namespaces),
+    ] {
         if !names.is_empty() {
             parts.push(format!("the {} annotation of {kind} {}", silence::ANNOTATION, first_five(names)));
         }

@@ -167,6 +167,7 @@ struct Part {
     skipped: Vec<(Skip, u32)>,
     silence_counts: Vec<u32>,
     refused_annotations: Vec<String>,
+    refused_workloads: Vec<String>,
     refused_namespaces: Vec<String>,
     recheck_at: Option<Timestamp>,
 }
@@ -287,6 +288,9 @@ impl Evaluation {
         for pod in &part.refused_annotations {
             whole.refused_annotations.remove(pod);
         }
+        for w in &part.refused_workloads {
+            whole.refused_workloads.remove(w);
+        }
         for n in &part.refused_namespaces {
             whole.refused_namespaces.remove(n);
         }
@@ -314,6 +318,7 @@ impl Evaluation {
                 skipped: f.skipped.iter().map(|(k, n)| (*k, *n)).collect(),
                 silence_counts: f.silence_counts.clone(),
                 refused_annotations: f.refused_annotations.iter().cloned().collect(),
+                refused_workloads: f.refused_workloads.iter().cloned().collect(),
                 refused_namespaces: f.refused_namespaces.iter().cloned().collect(),
                 recheck_at: f.recheck_at,
             };
@@ -327,6 +332,7 @@ impl Evaluation {
                 *sum += n;
             }
             whole.refused_annotations.extend(f.refused_annotations);
+            whole.refused_workloads.extend(f.refused_workloads);
             whole.refused_namespaces.extend(f.refused_namespaces);
             Box::new(part)
         });
@@ -374,6 +380,7 @@ fn says_nothing(f: &Findings) -> bool {
         && f.skipped.is_empty()
         && f.silenced.is_empty()
         && f.refused_annotations.is_empty()
+        && f.refused_workloads.is_empty()
         && f.refused_namespaces.is_empty()
         && f.silence_counts.iter().all(|&n| n == 0)
         && f.recheck_at.is_none()

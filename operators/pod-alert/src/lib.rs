@@ -14,8 +14,8 @@
 //! | [`rules`] | the spec checked: durations, globs, patterns, scope (pure) |
 //! | [`pod`] | the pod projection and its workload (pure) |
 //! | [`observe`] | what is wrong with the pods now (pure) |
-//! | [`silence`] | spec.silences and the pods' and namespaces' silence annotations applied (pure) |
-//! | [`namespace_silences`] | the namespaces' silence annotations, watched metadata-only and held for the namespaces that carry one |
+//! | [`silence`] | spec.silences and the pods', workloads' and namespaces' silence annotations applied (pure) |
+//! | [`annotation_silences`] | the namespaces' and workloads' silence annotations, watched metadata-only and held for the objects that carry one |
 //! | [`incident`] | the incident state machine (pure) |
 //! | [`debug_hint`] | the `kubectl` line creating a PodDebugger for an incident, shell-quoted (pure) |
 //! | [`notify`] | Slack, webhook, Alertmanager and Event payloads (pure) |
@@ -33,6 +33,7 @@
 //! | [`controller`] | the watch, the reconcile (snapshot → rules, incidents, log reads, deliveries → apply → report) and wiring |
 
 pub mod address;
+pub mod annotation_silences;
 pub mod apply;
 pub mod controller;
 pub mod crd;
@@ -45,7 +46,6 @@ pub mod incident;
 pub mod log_reads;
 pub mod logs;
 pub mod metrics;
-pub mod namespace_silences;
 pub mod notify;
 pub mod observe;
 pub mod pod;

@@ -168,6 +168,9 @@ pub struct Findings {
     pub silence_counts: Vec<u32>,
     /// Pods whose silence annotation ends more than 7 days ahead (not applied).
     pub refused_annotations: std::collections::BTreeSet<String>,
+    /// Workloads (`Kind/name`) whose silence annotation ends more than 7
+    /// days ahead (not applied).
+    pub refused_workloads: std::collections::BTreeSet<String>,
     /// Namespaces (of problems found) whose silence annotation ends more
     /// than 7 days ahead (not applied).
     pub refused_namespaces: std::collections::BTreeSet<String>,
@@ -287,7 +290,14 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
         found.push(problem(pod, "", Reason::Pending, message, 0, created, None, false));
     }
     if !found.is_empty() {
-        let changes = silence::changes_at(&rules.silences, &rules.namespace, &rules.namespace_silences, pod, now);
+        let changes = silence::changes_at(
+            &rules.silences,
+            &rules.namespace,
+            &rules.namespace_silences,
+            &rules.workload_silences,
+            pod,
+            now,
+        );
         f.may_change_at(changes, now);
     }
     for p in found {
@@ -300,6 +310,7 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
             &rules.silences,
             &rules.namespace,
             &rules.namespace_silences,
+            &rules.workload_silences,
             pod,
             p.key.reason,
             now,
@@ -308,6 +319,9 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
         );
         if refused.pod {
             f.refused_annotations.insert(pod.name().to_string());
+        }
+        if let Some(w) = refused.workload {
+            f.refused_workloads.insert(w);
         }
         if refused.namespace {
             f.refused_namespaces.insert(pod.namespace().to_string());

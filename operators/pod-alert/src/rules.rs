@@ -11,7 +11,7 @@ use flotilla_shared::selector::{Selector, glob_match};
 
 use crate::crd::{LogOptions, LogPattern, PodAlertSpec, Reason};
 use crate::redact::Redactor;
-use crate::silence::{NamespaceSilences, SilenceRule};
+use crate::silence::{NamespaceSilences, SilenceRule, WorkloadSilences};
 
 /// Why a spec cannot be used, for the Ready condition.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,6 +81,8 @@ pub struct Rules {
     /// The namespaces' silence annotations as the operator last saw them
     /// (not the spec's: set by the reconcile, empty here).
     pub namespace_silences: Arc<NamespaceSilences>,
+    /// The workloads' silence annotations, likewise.
+    pub workload_silences: WorkloadSilences,
 }
 
 /// Regex program size limit for one user regex (ignore.logPatterns,
@@ -170,6 +172,7 @@ impl Rules {
             silences: SilenceRule::all(&spec.silences)?,
             namespace: namespace.to_string(),
             namespace_silences: Arc::default(),
+            workload_silences: WorkloadSilences::default(),
         })
     }
 

@@ -1,9 +1,11 @@
 //! Silences (maintenance windows): a PodAlert's `spec.silences` and the
-//! `flotilla.dev/silence-until` annotation of pods and of namespaces. A
+//! `flotilla.dev/silence-until` annotation of pods, workloads and
+//! namespaces. A
 //! silenced problem opens no incident and sends nothing until the silence
 //! ends; then, if it is still there, it opens. Pure.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_shared::selector::Selector;
@@ -61,15 +63,50 @@ pub fn state(until: Timestamp, now: Timestamp) -> State {
     }
 }
 
-/// The namespaces whose `flotilla.dev/silence-until` annotation is a time
-/// (the others are not held), and that time.
-pub type NamespaceSilences = HashMap<Box<str>, Timestamp>;
+/// Objects whose `flotilla.dev/silence-until` annotation is a time (the
+/// others are not held), by key (a namespace's name, a workload's
+/// `<namespace>/<name>`), and that time.
+pub type Silences = HashMap<Box<str>, Timestamp>;
+
+/// The namespaces' silences.
+pub type NamespaceSilences = Silences;
+
+/// The workload kinds whose annotation silences their pods' problems.
+pub const WORKLOAD_KINDS: [&str; 5] = ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"];
+
+/// The workloads' silences, per kind (of [`WORKLOAD_KINDS`]).
+#[derive(Debug, Clone, Default)]
+pub struct WorkloadSilences {
+    pub by_kind: Vec<(&'static str, Arc<Silences>)>,
+}
+
+impl WorkloadSilences {
+    /// The silence on `pod`'s workload, and the workload (`kind`, `name`):
+    /// its own kind's, or — for a Job a CronJob started (named
+    /// `<cronjob>-<digits>`, the CronJob controller's naming) — the
+    /// CronJob's, so that a CronJob's annotation covers the runs it starts.
+    pub fn of(&self, pod: &PodView) -> Option<(&str, String, Timestamp)> {
+        let w = pod.workload();
+        let get = |kind: &str, name: &str| {
+            let (kind, map) = self.by_kind.iter().find(|(k, _)| *k == kind)?;
+            let until = map.get(format!("{}/{name}", pod.namespace()).as_str())?;
+            Some((*kind, name.to_string(), *until))
+        };
+        get(&w.kind, &w.name).or_else(|| {
+            let (cronjob, run) = w.name.rsplit_once('-')?;
+            let started = &*w.kind == "Job" && !run.is_empty() && run.bytes().all(|b| b.is_ascii_digit());
+            started.then(|| get("CronJob", cronjob)).flatten()
+        })
+    }
+}
 
 /// Silence annotations [`matching`] found ending more than [`MAX_AHEAD`]
-/// ahead (not applied): the pod's, the namespace's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// ahead (not applied): the pod's, its workload's, the namespace's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Refused {
     pub pod: bool,
+    /// `Kind/name` of the workload.
+    pub workload: Option<String>,
     pub namespace: bool,
 }
 
@@ -124,7 +161,8 @@ impl SilenceRule {
 /// `reason` at `now`, if any; `counts[i]` counts the problems
 /// spec.silences[i] covers. A pod's annotation counts only for a PodAlert
 /// of its own namespace (`own`): the pod's author may mute their own
-/// team's alerts, never a cluster-wide PodAlert's. A namespace's
+/// team's alerts, never a cluster-wide PodAlert's; so does a workload's
+/// (its author is the same team). A namespace's
 /// annotation counts for every PodAlert, cluster-wide ones too: only who
 /// may edit the Namespace object sets it (a cluster admin; `edit` in the
 /// namespace cannot). One further than [`MAX_AHEAD`] silences nothing
@@ -134,6 +172,7 @@ pub fn matching(
     silences: &[SilenceRule],
     own: &str,
     namespaces: &NamespaceSilences,
+    workloads: &WorkloadSilences,
     pod: &PodView,
     reason: Reason,
     now: Timestamp,
@@ -159,6 +198,16 @@ pub fn matching(
             State::Ended => {}
         }
     }
+    if let Some((kind, name, until)) = workloads.of(pod).filter(|_| pod.namespace() == own) {
+        match state(until, now) {
+            State::Active => {
+                let by = format!("{} {name} annotation {ANNOTATION}", kind.to_ascii_lowercase());
+                keep(Silencing { by, until });
+            }
+            State::Refused => refused.workload = Some(format!("{kind}/{name}")),
+            State::Ended => {}
+        }
+    }
     if let Some(&until) = namespaces.get(pod.namespace()) {
         match state(until, now) {
             State::Active => {
@@ -178,15 +227,18 @@ pub fn changes_at(
     silences: &[SilenceRule],
     own: &str,
     namespaces: &NamespaceSilences,
+    workloads: &WorkloadSilences,
     pod: &PodView,
     now: Timestamp,
 ) -> Option<Timestamp> {
     let annotation = pod.silence_until().filter(|_| pod.namespace() == own);
+    let workload = workloads.of(pod).filter(|_| pod.namespace() == own).map(|(_, _, until)| until);
     let namespace = namespaces.get(pod.namespace()).copied();
     silences
         .iter()
         .map(|s| s.until)
         .chain(annotation)
+        .chain(workload)
         .chain(namespace)
         .flat_map(|until| [crate::pod::before(until, MAX_AHEAD), until])
         .filter(|&at| at > now)
@@ -224,5 +276,54 @@ mod tests {
         for bad in ["", "tomorrow", "2026-11-28", "1764309600"] {
             assert_eq!(parse_annotation(bad), None, "{bad:?}");
         }
+    }
+    /// A workload's annotation silences its pods for the PodAlerts of its
+    /// namespace only (never a cluster-wide one of another namespace); a
+    /// CronJob's covers the Jobs it started; past 7 days it is refused.
+    #[test]
+    fn a_workloads_annotation_silences_its_pods_in_its_own_namespace() {
+        use crate::observe::tests::{pod, t};
+        use crate::pod::{Shape, Workload};
+        let now = t(0);
+        let of = |kind: &str, name: &str| {
+            let mut p = pod(&format!("{name}-1"), name);
+            p.shape =
+                Shape { workload: Workload { kind: kind.into(), name: name.into() }, ..(*p.shape).clone() }.share();
+            p
+        };
+        let map = |entries: &[(&str, i64)]| -> Arc<Silences> {
+            Arc::new(entries.iter().map(|(k, s)| (Box::from(*k), t(*s))).collect())
+        };
+        let workloads = WorkloadSilences {
+            by_kind: vec![
+                ("Deployment", map(&[("a/web", 600), ("b/api", 600), ("a/far", 8 * 86_400)])),
+                ("CronJob", map(&[("a/nightly", 900)])),
+            ],
+        };
+        let none = Silences::new();
+        let check = |own: &str, p: &PodView| {
+            let mut refused = Refused::default();
+            let got = matching(&[], own, &none, &workloads, p, Reason::CrashLoopBackOff, now, &mut [], &mut refused);
+            (got, refused)
+        };
+        let web = of("Deployment", "web");
+        let by = "deployment web annotation flotilla.dev/silence-until".to_string();
+        assert_eq!(check("a", &web).0, Some(Silencing { by, until: t(600) }));
+        assert_eq!(changes_at(&[], "a", &none, &workloads, &web, now), Some(t(600)));
+        assert_eq!(check("platform", &web).0, None, "a cluster-wide PodAlert is not muted by a tenant");
+        assert_eq!(changes_at(&[], "platform", &none, &workloads, &web, now), None);
+        // `b/api` is another namespace's Deployment; a StatefulSet `web` is not the Deployment.
+        assert_eq!(check("a", &of("Deployment", "api")).0, None);
+        assert_eq!(check("a", &of("StatefulSet", "web")).0, None);
+        // A CronJob's run (`<cronjob>-<digits>`), and what is not one.
+        let by = "cronjob nightly annotation flotilla.dev/silence-until".to_string();
+        assert_eq!(check("a", &of("Job", "nightly-29412345")).0, Some(Silencing { by, until: t(900) }));
+        for not_a_run in ["nightly-x1", "nightly", "nightly-", "other-29412345"] {
+            assert_eq!(check("a", &of("Job", not_a_run)).0, None, "{not_a_run}");
+        }
+        // Eight days ahead: refused, and said whose.
+        let (got, refused) = check("a", &of("Deployment", "far"));
+        assert_eq!(got, None);
+        assert_eq!(refused.workload.as_deref(), Some("Deployment/far"));
     }
 }

@@ -400,6 +400,9 @@ async fn a_missing_image_and_an_oom_kill_are_incidents_with_their_reasons() {
 /// other Deployment's opens; when the silence ends, still crashing, it
 /// opens then. A pod annotated to be silenced for ten days is refused
 /// (more than 7): it alerts, and the PodAlert gets a SilenceRefused Warning.
+/// A Deployment annotated `flotilla.dev/silence-until` (its own metadata,
+/// not its pods') is silenced until the annotation is removed, which opens
+/// it at once (its time is ten minutes ahead, past the test's end).
 #[tokio::test]
 async fn a_silenced_crash_loop_sends_nothing_until_its_silence_ends_then_opens() {
     let env = node();
@@ -435,6 +438,10 @@ async fn a_silenced_crash_loop_sends_nothing_until_its_silence_ends_then_opens()
             .await
             .unwrap();
     }
+    let api_until = k8s_openapi::jiff::Timestamp::from_second(now + 600).unwrap();
+    let mut api = deployment("api", 1, "echo api; exit 1");
+    api.metadata.annotations = Some([("flotilla.dev/silence-until".to_string(), api_until.to_string())].into());
+    deployments.create(&PostParams::default(), &api).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let annotated: Pod = serde_json::from_value(json!({
         "metadata": {"name": "far", "labels": {"watched": "yes"},
@@ -450,9 +457,13 @@ async fn a_silenced_crash_loop_sends_nothing_until_its_silence_ends_then_opens()
         incident(s, "Deployment/web").filter(|i| i.state == "Firing")?;
         incident(s, "Pod/far").filter(|i| i.state == "Firing")?;
         incident(s, "Deployment/db").filter(|i| i.state == "Silenced")?;
+        incident(s, "Deployment/api").filter(|i| i.state == "Silenced")?;
         Some(s.clone())
     })
     .await;
+    let silenced_api = incident(&s, "Deployment/api").unwrap();
+    assert_eq!(silenced_api.silenced_by, "deployment api annotation flotilla.dev/silence-until");
+    assert_eq!(silenced_api.silenced_until.as_ref().map(|t| t.0), Some(api_until));
     assert!(Instant::now() < ends, "the silence ended before the test saw it: raise the window");
     let db = incident(&s, "Deployment/db").unwrap();
     assert_eq!(db.silenced_by, "spec.silences[0] (CHG-1 db upgrade)");
@@ -473,6 +484,19 @@ async fn a_silenced_crash_loop_sends_nothing_until_its_silence_ends_then_opens()
     .await
     .unwrap_or_else(|e| panic!("{e}: {:#?}", receiver.received()));
     assert!(receiver.webhook_events("opened", "Deployment/db").is_empty(), "nothing sent for a silenced incident");
+    assert!(receiver.webhook_events("opened", "Deployment/api").is_empty(), "nothing sent for a silenced incident");
+
+    // The Deployment's annotation removed: api opens now, ten minutes
+    // before its silence would have ended (the workload watch wakes the
+    // PodAlert; the resync is 5 minutes).
+    let unannotate = json!({"metadata": {"annotations": {"flotilla.dev/silence-until": null}}});
+    deployments.patch("api", &PatchParams::default(), &Patch::Merge(&unannotate)).await.unwrap();
+    flotilla_testenv::wait_for("api opened on the webhook once its annotation went", T, || {
+        let r = receiver.clone();
+        async move { Ok::<_, std::convert::Infallible>(r.webhook_events("opened", "Deployment/api").first().cloned()) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", receiver.received()));
 
     // The silence ends with db still crashing: it opens then, not before.
     wait_status(&client, &ns, "silenced", "db firing after its silence", T, |s| {

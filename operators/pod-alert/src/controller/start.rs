@@ -21,7 +21,6 @@ use crate::crd::PodAlert;
 use crate::delivery::Delivery;
 use crate::logs::Tails;
 use crate::metrics::AlertMetrics;
-use crate::namespace_silences::NamespaceSilenceStore;
 use crate::pod::{PodView, view};
 use crate::redact::Redactor;
 use crate::status;
@@ -51,10 +50,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         .reconcile_all_on(admission.changes());
     let http = crate::delivery::http_client(options.sink_timeout, Arc::clone(&options.sink_rules.addresses))?;
     let (pods, writer) = projection::keyed_store::<PodView>();
-    // A namespaced operator may not read Namespaces (a Role cannot grant them).
-    let watch_namespaces = options.watch_namespace.is_none();
-    let namespace_silences =
-        if watch_namespaces { NamespaceSilenceStore::watched() } else { NamespaceSilenceStore::disabled() };
+    let (namespace_silences, workload_silences) = super::silence_watches::stores(options.watch_namespace.as_deref());
     let data = Arc::new(Data {
         ctx: ctx.clone(),
         metrics: metrics.clone(),
@@ -80,15 +76,14 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         label_keys: LabelKeys::only_wanted_namespaces(),
         admission,
         namespace_silences: Arc::new(namespace_silences),
+        workload_silences,
         changes: Default::default(),
     });
 
     let readiness = ctx.readiness().clone();
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(watch_pods(pods_api, writer, Arc::clone(&data), readiness.watch("pods"))));
-    if watch_namespaces {
-        tasks.push(tokio::spawn(watch_namespaces_silences(Arc::clone(&data), readiness.watch("namespaces"))));
-    }
+    tasks.extend(super::silence_watches::spawn(&data, &readiness));
     {
         let data = Arc::clone(&data);
         tasks.push(tokio::spawn(async move {
@@ -136,23 +131,6 @@ fn stash_status(pa: &mut PodAlert, tails: &Tails, restored: &Mutex<Restored>) {
         }
     }
     r.pending.insert(uid, (book, status.conditions));
-}
-
-/// Keeps the namespaces' silences and wakes the PodAlerts a change concerns:
-/// those of the namespace and the cluster-wide ones (every PodAlert after a
-/// complete list).
-async fn watch_namespaces_silences(data: Arc<Data>, health: WatchHealth) {
-    let store = Arc::clone(&data.namespace_silences);
-    store
-        .watch(data.ctx.client.clone(), health, |namespaces, listed| {
-            let alerts = data.alerts.state();
-            let touched = flotilla_shared::pods::Touched { namespaces, listed };
-            data.note_touched(&alerts, touched);
-            for alert in flotilla_shared::pods::concerned(&alerts, touched, |a: &PodAlert| data.everywhere(a)) {
-                let _ = data.trigger.unbounded_send(alert);
-            }
-        })
-        .await;
 }
 
 /// Keeps the pod projection and triggers the PodAlerts a change concerns.

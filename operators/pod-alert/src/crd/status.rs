@@ -127,7 +127,8 @@ pub struct IncidentStatus {
     #[schemars(length(max = 5))]
     pub events: Vec<String>,
     /// What silences it (state Silenced): "spec.silences[N]" with the
-    /// silence's comment, or "pod <name> annotation flotilla.dev/silence-until".
+    /// silence's comment, or "<pod|deployment|statefulset|daemonset|job|cronjob|namespace>
+    /// <name> annotation flotilla.dev/silence-until".
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub silenced_by: String,
     /// Until when (RFC 3339): then, if the problem is still there, it opens.

@@ -57,6 +57,8 @@ pub fn chart_rules() -> Vec<PolicyRule> {
         rule(&[""], &["pods/log"], &["get"]),
         rule(&[""], &["events"], &["list"]),
         rule(&[""], &["secrets"], &["get"]),
+        rule(&["apps"], &["deployments", "statefulsets", "daemonsets"], &["list", "watch"]),
+        rule(&["batch"], &["jobs", "cronjobs"], &["list", "watch"]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
     ]
 }
