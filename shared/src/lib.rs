@@ -21,7 +21,7 @@
 //! | status by server-side apply, `metav1.Condition` semantics | [`status`], [`conditions`] |
 //! | Events as `flotilla-<operator>`, never blocking a reconcile | [`events`] |
 //! | SIGTERM: stop taking work, finish in-flight reconciles, release, exit 0 | [`operator`] |
-//! | CRD files generated from the Rust types, drift check | [`crd`] |
+//! | CRD files generated from the Rust types, drift check; a Secret's or ConfigMap's key, one shape for every CRD | [`crd`], [`key_ref`] |
 //! | watch caches of small projections, not whole objects; Pods by namespace | [`projection`], [`pods`] |
 //! | names and label values many cached objects repeat, held once; UIDs as 16 bytes | [`intern`], [`uid`] |
 //! | what an operator remembers of each custom resource between reconciles, dropped with the object | [`per_object`] |
@@ -88,6 +88,7 @@ pub mod events;
 pub mod from_specs;
 pub mod health;
 pub mod intern;
+pub mod key_ref;
 pub mod leader;
 pub mod leadership;
 pub mod memory;

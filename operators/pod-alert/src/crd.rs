@@ -481,16 +481,5 @@ pub struct AlertmanagerSink {
     pub url: String,
 }
 
-/// A key of a Secret in the PodAlert's namespace.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
-pub struct SecretKeyRef {
-    /// The Secret's name.
-    #[schemars(
-        length(min = 1, max = 253),
-        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-    )]
-    pub name: String,
-    /// The key in its data.
-    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
-    pub key: String,
-}
+/// A key of a Secret in the PodAlert's namespace (the suite's one shape).
+pub type SecretKeyRef = flotilla_shared::key_ref::KeyRef;

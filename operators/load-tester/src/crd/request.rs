@@ -86,30 +86,8 @@ pub struct TestTls {
     pub insecure_skip_verify: bool,
 }
 
-/// A key of a ConfigMap in the LoadTest's namespace.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub struct ConfigMapKeyRef {
-    /// The ConfigMap's name.
-    #[schemars(
-        length(min = 1, max = 253),
-        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-    )]
-    pub name: String,
-    /// The key in the ConfigMap's data.
-    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
-    pub key: String,
-}
+/// A key of a ConfigMap in the LoadTest's namespace (the suite's one shape).
+pub type ConfigMapKeyRef = flotilla_shared::key_ref::KeyRef;
 
-/// A key of a Secret in the LoadTest's namespace.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub struct SecretKeyRef {
-    /// The Secret's name.
-    #[schemars(
-        length(min = 1, max = 253),
-        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-    )]
-    pub name: String,
-    /// The key in the Secret's data.
-    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
-    pub key: String,
-}
+/// A key of a Secret in the LoadTest's namespace (the suite's one shape).
+pub type SecretKeyRef = flotilla_shared::key_ref::KeyRef;
