@@ -567,6 +567,24 @@ fn values_accept_what_the_binary_accepts_and_refuse_what_it_refuses() {
         flags.contains("--hosted-zone-id=/hostedzone/Z0123456789ABC") && flags.contains("--interval=1m30s"),
         "{flags}"
     );
+    // Several zones: one flag per zone, which the binary takes (each
+    // repetition adds a zone): its flags are checked before the cluster is
+    // looked for, so exit 1 for the missing kubeconfig, not 2.
+    let zones = rendered_args("service-dns", "route53:\n  hostedZoneIds: [ZPRIVATE1, /hostedzone/ZORG2]\n");
+    let zone_flags: Vec<&String> = zones.iter().filter(|a| a.starts_with("--hosted-zone-id=")).collect();
+    assert_eq!(
+        zone_flags,
+        ["--hosted-zone-id=Z0123456789ABC", "--hosted-zone-id=ZPRIVATE1", "--hosted-zone-id=/hostedzone/ZORG2"]
+    );
+    let out = std::process::Command::new(flotilla_e2e::operator_binary("service-dns").unwrap())
+        .args(&zones)
+        .args(["--metrics-bind-address=0", "--health-probe-bind-address=0"])
+        .env("KUBECONFIG", tempfile_dir("service-dns").join("no-such-kubeconfig"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{zones:?}\n{stderr}");
+    assert!(stderr.contains("no-such-kubeconfig"), "{stderr}");
     for op in operators().unwrap() {
         let path = chart(&op);
         let mut args = vec!["template", "rel", &path, "--set", "metrics.port=9000", "--set", "healthProbePort=9000"];

@@ -12,11 +12,14 @@
 
 {{- define "service-dns.args" -}}
 {{- with .Values.route53 }}
-{{- if not (or .hostedZoneId .domainName) }}
+{{- if not (or .hostedZoneId .hostedZoneIds .domainName) }}
 {{- fail "service-dns needs a hosted zone: set route53.hostedZoneId (e.g. Z0123456789ABC) or route53.domainName (e.g. example.com)" }}
 {{- end }}
 {{- if .hostedZoneId }}
 - {{ printf "--hosted-zone-id=%s" (include "flotilla.value" .hostedZoneId) | quote }}
+{{- end }}
+{{- range .hostedZoneIds }}
+- {{ printf "--hosted-zone-id=%s" (include "flotilla.value" .) | quote }}
 {{- end }}
 {{- if .domainName }}
 - {{ printf "--domain-name=%s" (include "flotilla.value" .domainName) | quote }}

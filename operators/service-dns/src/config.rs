@@ -27,12 +27,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 // chart's extraArgs can override a flag the chart sets.
 #[command(version, about, long_about = None, args_override_self = true)]
 pub struct Args {
-    /// Route53 hosted zone id (e.g. Z0123456789ABC). Either this or --domain-name.
-    #[arg(long, env = "HOSTED_ZONE_ID", value_name = "ID")]
-    pub hosted_zone_id: Option<String>,
+    /// Route53 hosted zone id (e.g. Z0123456789ABC). Either this or --domain-name. Repeat it (or
+    /// give a comma-separated list) for several zones, e.g. a public and a private zone of one
+    /// domain (split horizon): each name goes to every zone of the most specific domain holding it,
+    /// or to those a Service names in flotilla.dev/zones; each zone is synced on its own, so one
+    /// zone's failure never holds another's changes back.
+    #[arg(long, env = "HOSTED_ZONE_ID", value_name = "ID", value_delimiter = ',')]
+    pub hosted_zone_id: Vec<String>,
 
-    /// The zone's domain ({domain} in the template). Without --hosted-zone-id, the zone is the one
-    /// hosted zone with exactly this name.
+    /// The zone's domain ({domain} in the template: each zone's own, with several). Without
+    /// --hosted-zone-id, the zone is the one hosted zone with exactly this name; with it, checked
+    /// against every zone's name (with zones of different domains, leave it unset).
     #[arg(long, env = "DOMAIN_NAME", value_name = "DOMAIN")]
     pub domain_name: Option<String>,
 
@@ -188,7 +193,8 @@ pub enum ZoneSource {
 /// The checked configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub zone: ZoneSource,
+    /// Every zone, in the order given (at least one).
+    pub zones: Vec<ZoneSource>,
     pub prefix: String,
     pub template: Template,
     pub ttl: i64,
@@ -249,20 +255,28 @@ impl Args {
         if let Some(d) = &domain {
             check_domain(d).map_err(|m| ConfigError::new("domain-name", m))?;
         }
-        let zone = match (self.hosted_zone_id.as_deref().map(str::trim).filter(|s| !s.is_empty()), domain.clone()) {
-            (Some(id), domain) => {
-                let id = crate::route53::short_zone_id(id);
-                if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                    return Err(ConfigError::new("hosted-zone-id", format!("{id:?} is not a hosted zone id")));
-                }
-                ZoneSource::Id { id, domain }
-            }
-            (None, Some(d)) => ZoneSource::Domain(d),
-            (None, None) => {
+        let ids: Vec<&str> = self.hosted_zone_id.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
+        let zones = match (ids.as_slice(), domain.clone()) {
+            ([], Some(d)) => vec![ZoneSource::Domain(d)],
+            ([], None) => {
                 return Err(ConfigError::new(
                     "hosted-zone-id",
                     "set --hosted-zone-id (HOSTED_ZONE_ID) or --domain-name (DOMAIN_NAME)",
                 ));
+            }
+            (ids, domain) => {
+                let mut zones: Vec<ZoneSource> = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let id = crate::route53::short_zone_id(id);
+                    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                        return Err(ConfigError::new("hosted-zone-id", format!("{id:?} is not a hosted zone id")));
+                    }
+                    if zones.iter().any(|z| matches!(z, ZoneSource::Id { id: other, .. } if *other == id)) {
+                        return Err(ConfigError::new("hosted-zone-id", format!("{id} is given twice")));
+                    }
+                    zones.push(ZoneSource::Id { id, domain: domain.clone() });
+                }
+                zones
             }
         };
         let template = Template::parse(&self.hostname_template)
@@ -349,7 +363,7 @@ impl Args {
             ));
         }
         Ok(Config {
-            zone,
+            zones,
             prefix: self.domain_prefix.clone(),
             template,
             ttl: self.ttl,
@@ -458,12 +472,27 @@ mod tests {
     #[test]
     fn seed_configuration() {
         let c = parse(&["--hosted-zone-id=/hostedzone/Z123", "--domain-name=VipMind.me."]).unwrap();
-        assert_eq!(c.zone, ZoneSource::Id { id: "Z123".into(), domain: Some("vipmind.me".into()) });
+        assert_eq!(c.zones, [ZoneSource::Id { id: "Z123".into(), domain: Some("vipmind.me".into()) }]);
         assert_eq!(c.prefix, "kube");
         assert_eq!(c.ttl, 300);
         assert_eq!(c.policy, Policy::Sync);
         assert_eq!(c.interval, Duration::from_secs(60));
         assert!(!c.dry_run);
+    }
+
+    /// Several zones: repeated or comma-separated, in the order given; the
+    /// domain, when given, checked against each; one given twice is refused.
+    #[test]
+    fn several_zones() {
+        let id = |id: &str, domain: Option<&str>| ZoneSource::Id { id: id.into(), domain: domain.map(Into::into) };
+        let c = parse(&["--hosted-zone-id=ZPUB", "--hosted-zone-id=/hostedzone/ZPRIV"]).unwrap();
+        assert_eq!(c.zones, [id("ZPUB", None), id("ZPRIV", None)]);
+        let c = parse(&["--hosted-zone-id=ZPUB,ZPRIV", "--domain-name=example.com"]).unwrap();
+        assert_eq!(c.zones, [id("ZPUB", Some("example.com")), id("ZPRIV", Some("example.com"))]);
+        let e = parse(&["--hosted-zone-id=ZPUB,ZORG,ZPUB"]).unwrap_err();
+        assert_eq!(e.flag, "hosted-zone-id");
+        assert!(e.message.contains("ZPUB is given twice"), "{}", e.message);
+        assert_eq!(parse(&["--hosted-zone-id=ZPUB,Z-2"]).unwrap_err().flag, "hosted-zone-id");
     }
 
     #[test]

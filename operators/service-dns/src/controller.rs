@@ -1,7 +1,10 @@
 //! The controller: the wiring (a Service cache (watch), the namespaces'
-//! hostname grants (a metadata watch, [`crate::namespaces`]), the zone and
-//! the owner id) and the level-triggered loop: a sync (see [`crate::sync`])
-//! after Service or grant changes and every `--interval`.
+//! hostname grants (a metadata watch, [`crate::namespaces`]), the zones and
+//! the owner id) and a level-triggered loop per zone: a sync (see
+//! [`crate::sync`]) after Service or grant changes and every `--interval`.
+//! The zones' loops share the caches and the Route53 client (its rate
+//! limit is the account's) and nothing else: each has its own hold, zone
+//! copy, quarantine and backoff, so one zone's outage holds no other back.
 //!
 //! When to sync, and whether a sync sends everything or only the full
 //! requests of a stream of changes, is the hold rule's ([`crate::hold`]):
@@ -10,6 +13,8 @@
 //! retried with backoff, however many events arrive meanwhile; a single
 //! refused name does not fail the sync (it is quarantined).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use flotilla_shared::Context;
@@ -22,6 +27,7 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::Config;
 use crate::desired::resource_id;
@@ -35,7 +41,8 @@ use crate::report::Reporter;
 use crate::route53::{Route53, Route53Error, jittered_backoff};
 use crate::service::ServiceInfo;
 use crate::sync::{Caches, Synced, Syncer, sync_backoff};
-use crate::zone::resolve_zone;
+use crate::zone::resolve_zones;
+use crate::zones::ZoneSet;
 
 /// The controller label of the shared reconcile metrics and readiness gate.
 pub const CONTROLLER: &str = "service-dns";
@@ -94,16 +101,19 @@ async fn owner_id(ctx: &Context, cfg: &Config, shutdown: &CancellationToken) -> 
     }
 }
 
-/// The operator: watch Services, sync the zone, until shutdown.
+/// The operator: watch Services, sync each zone, until shutdown.
 pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     let metrics = DnsMetrics::new()?;
     metrics.register(&ctx.metrics)?;
     let shutdown = ctx.shutdown_token();
     ctx.readiness().register_leader_work(CONTROLLER);
     let r53 = Route53::from_env(cfg.route53_rps, cfg.route53_timeout, metrics.clone()).await;
-    let Some(zone) = resolve_zone(&r53, &cfg.zone, &shutdown).await? else { return Ok(()) };
+    let Some(zones) = resolve_zones(&r53, &cfg.zones, &shutdown).await? else { return Ok(()) };
+    let zones = Arc::new(ZoneSet::new(zones));
     let Some(owner_id) = owner_id(&ctx, &cfg, &shutdown).await else { return Ok(()) };
-    tracing::info!(zone = %zone.id, domain = %zone.name, owner = %owner_id, policy = ?cfg.policy, dry_run = cfg.dry_run, adopt_external_dns_owner = ?cfg.adopt.as_ref().map(|a| &a.owner), "managing the hosted zone");
+    for zone in zones.zones() {
+        tracing::info!(zone = %zone.id, domain = %zone.name, owner = %owner_id, policy = ?cfg.policy, dry_run = cfg.dry_run, adopt_external_dns_owner = ?cfg.adopt.as_ref().map(|a| &a.owner), "managing the hosted zone");
+    }
 
     let api: Api<Service> = match &cfg.watch_namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
@@ -115,8 +125,10 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     }
     // The cache keeps a ServiceInfo per Service, not the Service.
     let (store, writer) = projection::store::<ServiceInfo>();
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    let grants_tx = tx.clone();
+    // One wake-up channel per zone: a change wakes every zone's loop.
+    let (txs, receivers): (Vec<_>, Vec<_>) = zones.zones().iter().map(|_| mpsc::channel::<()>(1)).unzip();
+    let wake = Wake(Arc::new(txs));
+    let (tx, grants_tx) = (wake.clone(), wake.clone());
     let services = ctx.readiness().watch("services");
     let watch = services.watcher(api, wc);
     let watch_shutdown = shutdown.clone();
@@ -133,7 +145,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         },
         move |fed| {
             if matches!(fed, projection::Fed::Listed(_)) || !fed.changes().is_empty() {
-                let _ = tx.try_send(());
+                tx.wake();
             }
         },
     ));
@@ -176,10 +188,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         _ = shutdown.cancelled() => return Ok(()),
     }
 
-    let reporter = Reporter::new(Some(ctx.events.clone()));
     let caches = Caches { services: store, slices, grants };
-    let mut syncer = Syncer::new(cfg.clone(), owner_id, zone, r53, metrics.clone(), reporter, caches);
-    // A standby keeps its cache warm; only the leader writes to the zone.
     if !ctx.is_leading() {
         tracing::info!("standing by: the cache is kept, the first sync waits for the lease");
         if !ctx.leading().await {
@@ -193,130 +202,35 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
             return Ok(());
         }
     }
-    let reconcile = ctx.metrics.controller(CONTROLLER);
-    let mut failures: u32 = 0;
-    let mut next_full = tokio::time::Instant::now();
-    // When to sync and what to send: the hold rule (`hold.rs`), told of
-    // every event and sync.
-    let mut hold = Hold::new(cfg.debounce, cfg.max_batch_delay, cfg.debounce.max(BATCH_CHECK), Instant::now());
-    // Startup counts as an event: the first sync covers every Service.
-    hold.event(Instant::now());
-    loop {
-        // An event that arrived during the last sync: it was not sent with
-        // the request then in flight, so it is batched with what follows
-        // (and the stream's last event is now, not before that sync, else
-        // a sync longer than the debounce would look like the stream's end).
-        let streaming = rx.try_recv().is_ok();
-        if streaming {
-            hold.event(Instant::now());
-        }
-        // Idle: wait for an event, a quarantined name's retry or the resync
-        // tick; an event on an idle loop may go at once (`Hold::leading_edge`).
-        let mut leading = false;
-        if hold.idle() {
-            // Nothing pending: whatever stream there was has ended.
-            hold.stream_ended();
-            let wake = syncer.next_retry().map_or(next_full, |t| next_full.min(t.into()));
-            tokio::select! {
-                _ = tokio::time::sleep_until(wake) => {}
-                got = rx.recv() => match got {
-                    Some(()) => {
-                        let now = Instant::now();
-                        hold.event(now);
-                        leading = hold.leading_edge(now);
-                    }
-                    None => break,
-                },
-                _ = shutdown.cancelled() => break,
-            }
-        }
-        // Gather the burst for as long as `Hold::wait` says; the full
-        // requests go at its `check`.
-        let sending = if leading {
-            Sending::All
-        } else {
-            loop {
-                let wait = hold.wait(streaming, Instant::now());
-                let check = wait.check.unwrap_or(wait.until);
-                tokio::select! {
-                    got = rx.recv() => match got {
-                        Some(()) => hold.event_in_stream(Instant::now()),
-                        None => break Sending::All,
-                    },
-                    _ = tokio::time::sleep_until(wait.until.into()) => break wait.then,
-                    _ = tokio::time::sleep_until(check.into()), if wait.check.is_some() => break Sending::FullRequests,
-                    _ = shutdown.cancelled() => break Sending::All,
-                }
-            }
-        };
-        if shutdown.is_cancelled() {
-            break;
-        }
-        // Leadership suspended (the lease not renewed in time): nothing is
-        // written until it is renewed; what waits is synced then.
-        if !ctx.is_leading() {
-            tracing::warn!("leadership suspended: the next sync waits for the lease");
-            if !ctx.leading().await {
-                break;
-            }
-        }
-        hold.sync_starts();
-        reconcile.active.inc();
-        let running = reconcile.running.start();
-        let started = Instant::now();
-        // A full listing that falls due inside a stream waits for the sync
-        // that ends it (the stream's pause, or `--max-batch-delay`): listing
-        // thousands of records between two full requests delays the rest of
-        // the burst, and the oldest held change with it, which is what cuts a
-        // burst into more requests than its size needs.
-        let full = tokio::time::Instant::now() >= next_full && sending == Sending::All;
-        // Leadership suspended mid-sync: the sync is dropped where it waits
-        // (its zone copy with it, so the next sync lists the zone afresh).
-        let outcome = tokio::select! {
-            biased;
-            () = ctx.suspended() => None,
-            r = syncer.sync(full, sending, &mut hold) => Some(r),
-        };
-        let Some(result) = outcome else {
-            drop(running);
-            reconcile.active.dec();
-            tracing::warn!("sync cancelled: leadership suspended");
-            hold.event(Instant::now());
-            continue;
-        };
-        let took = started.elapsed();
-        hold.synced(Instant::now());
-        reconcile.time.observe(took.as_secs_f64());
-        reconcile.work_duration.observe(took.as_secs_f64());
-        metrics.sync_duration.observe(took.as_secs_f64());
-        drop(running);
-        reconcile.active.dec();
-        ctx.readiness().set_synced(CONTROLLER);
-        // A sync of thousands of records frees megabytes: give them back.
-        flotilla_shared::memory::release_free_memory();
-        match result {
-            Ok(Synced { listed }) => {
-                failures = 0;
-                reconcile.success.inc();
-                if listed {
-                    next_full = tokio::time::Instant::now() + cfg.interval;
-                }
-            }
-            Err(e) => {
-                failures += 1;
-                reconcile.error.inc();
-                reconcile.errors.inc();
-                reconcile.retries.inc();
-                metrics.sync_errors.inc();
-                let wait = sync_backoff(failures, &e, cfg.interval);
-                tracing::warn!(error = %Error::Route53(e), retry_in = ?wait, "sync failed; backing off with every pending change");
-                // Backoff: events arriving meanwhile wait for it.
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.cancelled() => break,
-                }
-                hold.event(Instant::now());
-            }
+    // A loop per zone, each with its own backoff and zone copy: one zone
+    // failing (Route53 refusing its listing, say) holds no other back.
+    let unsynced = Arc::new(AtomicUsize::new(zones.zones().len()));
+    let mut loops = tokio::task::JoinSet::new();
+    for (zone, rx) in zones.zones().iter().cloned().zip(receivers) {
+        let span = tracing::info_span!("zone", id = %zone.id);
+        let reporter = Reporter::new(Some(ctx.events.clone()));
+        let syncer = Syncer::new(
+            cfg.clone(),
+            owner_id.clone(),
+            zone,
+            Arc::clone(&zones),
+            r53.clone(),
+            metrics.clone(),
+            reporter,
+            caches.clone(),
+        );
+        let zone_loop =
+            ZoneLoop { ctx: ctx.clone(), cfg: cfg.clone(), metrics: metrics.clone(), unsynced: Arc::clone(&unsynced) };
+        loops.spawn(zone_loop.run(syncer, rx).instrument(span));
+    }
+    // They end together, at shutdown (or when the lease is lost). A zone's
+    // loop that panicked takes the operator down as a single loop did:
+    // better restarted than running on without that zone.
+    while let Some(ended) = loops.join_next().await {
+        if let Err(e) = ended
+            && e.is_panic()
+        {
+            std::panic::resume_unwind(e.into_panic());
         }
     }
     watch_task.abort();
@@ -330,6 +244,170 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
     Ok(())
 }
 
+/// Wakes every zone's loop (a change of the Services, slices or grants).
+#[derive(Clone)]
+struct Wake(Arc<Vec<mpsc::Sender<()>>>);
+
+impl Wake {
+    fn wake(&self) {
+        for tx in self.0.iter() {
+            // Full: a wake-up is already pending, which is as good.
+            let _ = tx.try_send(());
+        }
+    }
+}
+
+/// What one zone's loop shares with the others.
+struct ZoneLoop {
+    ctx: Context,
+    cfg: Config,
+    metrics: DnsMetrics,
+    /// Zones not synced once yet: ready when none is left.
+    unsynced: Arc<AtomicUsize>,
+}
+
+impl ZoneLoop {
+    /// The level-triggered loop of one zone, until shutdown.
+    async fn run(self, mut syncer: Syncer, mut rx: mpsc::Receiver<()>) {
+        let ZoneLoop { ctx, cfg, metrics, unsynced } = self;
+        let shutdown = ctx.shutdown_token();
+        let mut first = true;
+        let reconcile = ctx.metrics.controller(CONTROLLER);
+        let mut failures: u32 = 0;
+        let mut next_full = tokio::time::Instant::now();
+        // When to sync and what to send: the hold rule (`hold.rs`), told of
+        // every event and sync.
+        let mut hold = Hold::new(cfg.debounce, cfg.max_batch_delay, cfg.debounce.max(BATCH_CHECK), Instant::now());
+        // Startup counts as an event: the first sync covers every Service.
+        hold.event(Instant::now());
+        loop {
+            // An event that arrived during the last sync: it was not sent with
+            // the request then in flight, so it is batched with what follows
+            // (and the stream's last event is now, not before that sync, else
+            // a sync longer than the debounce would look like the stream's end).
+            let streaming = rx.try_recv().is_ok();
+            if streaming {
+                hold.event(Instant::now());
+            }
+            // Idle: wait for an event, a quarantined name's retry or the resync
+            // tick; an event on an idle loop may go at once (`Hold::leading_edge`).
+            let mut leading = false;
+            if hold.idle() {
+                // Nothing pending: whatever stream there was has ended.
+                hold.stream_ended();
+                let wake = syncer.next_retry().map_or(next_full, |t| next_full.min(t.into()));
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake) => {}
+                    got = rx.recv() => match got {
+                        Some(()) => {
+                            let now = Instant::now();
+                            hold.event(now);
+                            leading = hold.leading_edge(now);
+                        }
+                        None => break,
+                    },
+                    _ = shutdown.cancelled() => break,
+                }
+            }
+            // Gather the burst for as long as `Hold::wait` says; the full
+            // requests go at its `check`.
+            let sending = if leading {
+                Sending::All
+            } else {
+                loop {
+                    let wait = hold.wait(streaming, Instant::now());
+                    let check = wait.check.unwrap_or(wait.until);
+                    tokio::select! {
+                        got = rx.recv() => match got {
+                            Some(()) => hold.event_in_stream(Instant::now()),
+                            None => break Sending::All,
+                        },
+                        _ = tokio::time::sleep_until(wait.until.into()) => break wait.then,
+                        _ = tokio::time::sleep_until(check.into()), if wait.check.is_some() => break Sending::FullRequests,
+                        _ = shutdown.cancelled() => break Sending::All,
+                    }
+                }
+            };
+            if shutdown.is_cancelled() {
+                break;
+            }
+            // Leadership suspended (the lease not renewed in time): nothing is
+            // written until it is renewed; what waits is synced then.
+            if !ctx.is_leading() {
+                tracing::warn!("leadership suspended: the next sync waits for the lease");
+                if !ctx.leading().await {
+                    break;
+                }
+            }
+            hold.sync_starts();
+            reconcile.active.inc();
+            let running = reconcile.running.start();
+            let started = Instant::now();
+            // A full listing that falls due inside a stream waits for the sync
+            // that ends it (the stream's pause, or `--max-batch-delay`): listing
+            // thousands of records between two full requests delays the rest of
+            // the burst, and the oldest held change with it, which is what cuts a
+            // burst into more requests than its size needs.
+            let full = tokio::time::Instant::now() >= next_full && sending == Sending::All;
+            // Leadership suspended mid-sync: the sync is dropped where it waits
+            // (its zone copy with it, so the next sync lists the zone afresh).
+            let outcome = tokio::select! {
+                biased;
+                () = ctx.suspended() => None,
+                r = syncer.sync(full, sending, &mut hold) => Some(r),
+            };
+            let Some(result) = outcome else {
+                drop(running);
+                reconcile.active.dec();
+                tracing::warn!("sync cancelled: leadership suspended");
+                hold.event(Instant::now());
+                continue;
+            };
+            let took = started.elapsed();
+            hold.synced(Instant::now());
+            reconcile.time.observe(took.as_secs_f64());
+            reconcile.work_duration.observe(took.as_secs_f64());
+            metrics.sync_duration.observe(took.as_secs_f64());
+            drop(running);
+            reconcile.active.dec();
+            // Ready once every zone tried its first sync (failed or not: a
+            // zone Route53 refuses shows in the metrics and the log).
+            if std::mem::take(&mut first) {
+                unsynced.fetch_sub(1, Ordering::AcqRel);
+            }
+            if unsynced.load(Ordering::Acquire) == 0 {
+                ctx.readiness().set_synced(CONTROLLER);
+            }
+            // A sync of thousands of records frees megabytes: give them back.
+            flotilla_shared::memory::release_free_memory();
+            match result {
+                Ok(Synced { listed }) => {
+                    failures = 0;
+                    reconcile.success.inc();
+                    if listed {
+                        next_full = tokio::time::Instant::now() + cfg.interval;
+                    }
+                }
+                Err(e) => {
+                    failures += 1;
+                    reconcile.error.inc();
+                    reconcile.errors.inc();
+                    reconcile.retries.inc();
+                    metrics.sync_errors.inc();
+                    let wait = sync_backoff(failures, &e, cfg.interval);
+                    tracing::warn!(error = %Error::Route53(e), retry_in = ?wait, "sync failed; backing off with every pending change");
+                    // Backoff: events arriving meanwhile wait for it.
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = shutdown.cancelled() => break,
+                    }
+                    hold.event(Instant::now());
+                }
+            }
+        }
+    }
+}
+
 /// Watches the EndpointSlices of headless Services (all namespaces, or the
 /// `--watch-namespace`; the API server filters by the label the
 /// EndpointSlice controller puts on them, see [`crate::endpoints`]) into a
@@ -339,7 +417,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
 fn watch_slices(
     ctx: &Context,
     cfg: &Config,
-    tx: mpsc::Sender<()>,
+    tx: Wake,
     shutdown: CancellationToken,
 ) -> (projection::Store<SliceInfo>, flotilla_shared::health::WatchHealth, tokio::task::JoinHandle<()>) {
     let api: Api<EndpointSlice> = match &cfg.watch_namespace {
@@ -355,7 +433,7 @@ fn watch_slices(
         |slice| (endpoints::key(&slice), SliceInfo::from(slice)),
         move |fed| {
             if matches!(fed, projection::Fed::Listed(_)) || !fed.changes().is_empty() {
-                let _ = tx.try_send(());
+                tx.wake();
             }
         },
     ));
@@ -367,7 +445,7 @@ fn watch_slices(
 fn watch_grants(
     ctx: &Context,
     cfg: &Config,
-    tx: mpsc::Sender<()>,
+    tx: Wake,
     shutdown: CancellationToken,
 ) -> (Grants, tokio::task::JoinHandle<()>) {
     let (grants, mut writer) = namespaces::cache();
@@ -385,7 +463,7 @@ fn watch_grants(
                 Some(Ok(ev)) => {
                     let init_done = matches!(ev, watcher::Event::InitDone);
                     if writer.apply(ev) {
-                        let _ = tx.try_send(());
+                        tx.wake();
                     }
                     if init_done {
                         health.synced();

@@ -15,6 +15,7 @@ use crate::headless;
 use crate::hostname::{self, HostnameError, Template, Vars};
 use crate::model::{Alias, RecordSet, RecordType};
 use crate::service::ServiceInfo;
+use crate::zones::{ANNOTATION_ZONES, ZoneSet};
 
 pub const ANNOTATION_HOSTNAME: &str = "flotilla.dev/hostname";
 pub const ANNOTATION_TTL: &str = "flotilla.dev/ttl";
@@ -43,6 +44,10 @@ pub struct Naming {
     pub prefix: String,
     /// The zone's name (normalized), `{domain}`.
     pub domain: String,
+    /// The zone's id, and every zone managed (more than one with
+    /// `--hosted-zone-id` repeated): a name goes to its own zones only.
+    pub zone_id: String,
+    pub zones: std::sync::Arc<ZoneSet>,
     pub default_ttl: i64,
     /// `--max-ttl`: larger annotated TTLs are clamped to it.
     pub max_ttl: i64,
@@ -185,6 +190,16 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
         },
     };
 
+    // The Service's choice of zones: none of this one, nothing here (its
+    // names here, if any, go).
+    if let Some(v) = svc.annotation(ANNOTATION_ZONES) {
+        match naming.zones.chosen(v) {
+            Err(message) => return Desired::Invalid { reason: "InvalidAnnotation", message }.into(),
+            Ok(ids) if !ids.contains(&naming.zone_id.as_str()) => return Wish { desired: Desired::Quiet, notices },
+            Ok(_) => {}
+        }
+    }
+
     let template = || naming.template.render(Vars { name, namespace, prefix: &naming.prefix, domain: &naming.domain });
     let mut hostname_annotation = [ANNOTATION_HOSTNAME, EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_ALPHA_HOSTNAME]
         .into_iter()
@@ -226,6 +241,11 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
                 }
                 .into();
             }
+            let names = match names_here(names, naming) {
+                Ok(names) if names.is_empty() => return Wish { desired: Desired::Quiet, notices },
+                Ok(names) => names,
+                Err(message) => return Desired::Invalid { reason: "InvalidHostname", message }.into(),
+            };
             for h in &names {
                 // The apex is checked once the targets are known: an ALIAS may have it.
                 if let Err(e) = hostname::validate(h, &naming.domain).or_else(|e| match e {
@@ -259,11 +279,31 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
                 return Desired::Invalid { reason: "InvalidHostname", message: format!("{e}; no record published") }
                     .into();
             }
+            // Under a delegated subdomain whose zone is managed too: that zone's.
+            if !naming.zones.is_home(&naming.zone_id, &h) {
+                return Wish { desired: Desired::Quiet, notices };
+            }
             vec![h]
         }
     };
     let desired = publish(svc, hostnames, ttl, naming, slices, &mut notices);
     Wish { desired, notices }
+}
+
+/// With several zones, the annotated names that go to this zone (those of
+/// another zone are that zone's); `Err` when one is in no zone managed here.
+/// With one zone, all of them (checked against its domain afterwards).
+fn names_here(names: Vec<String>, naming: &Naming) -> Result<Vec<String>, String> {
+    if !naming.zones.is_several() {
+        return Ok(names);
+    }
+    if let Some(h) = names.iter().find(|h| naming.zones.homes(h).next().is_none()) {
+        return Err(format!(
+            "{h} is in none of the zones managed here ({}); no record published",
+            naming.zones.describe()
+        ));
+    }
+    Ok(names.into_iter().filter(|h| naming.zones.is_home(&naming.zone_id, h)).collect())
 }
 
 /// The Warning for names the namespace was not granted.
@@ -506,6 +546,11 @@ mod tests {
             template: Template::parse("{prefix}-{name}.{domain}").unwrap(),
             prefix: "kube".into(),
             domain: "vipmind.me".into(),
+            zone_id: "ZVIP".into(),
+            zones: std::sync::Arc::new(ZoneSet::new(vec![crate::zone::Zone {
+                id: "ZVIP".into(),
+                name: "vipmind.me".into(),
+            }])),
             default_ttl: 300,
             max_ttl: 86_400,
             max_hostnames: 10,
@@ -580,6 +625,60 @@ mod tests {
         assert_eq!(r[0].rtype, RecordType::A);
         assert_eq!(r[1].rtype, RecordType::Aaaa);
         assert_eq!(*r[1].values, [Box::from("fd00:10:96::1")]);
+    }
+
+    /// Several zones: each zone's sync gets the Service's names of that zone
+    /// (a public and a private zone of one domain both; a delegated
+    /// subdomain's zone alone its names), `flotilla.dev/zones` narrows them,
+    /// and a name in no zone, or a zone not managed, is refused.
+    #[test]
+    fn several_zones_each_get_their_own_names() {
+        let zone = |id: &str, name: &str| crate::zone::Zone { id: id.into(), name: name.into() };
+        let zones = std::sync::Arc::new(ZoneSet::new(vec![
+            zone("ZPUB", "vipmind.me"),
+            zone("ZPRIV", "vipmind.me"),
+            zone("ZSUB", "sub.vipmind.me"),
+            zone("ZORG", "example.org"),
+        ]));
+        let in_zone = |id: &str| {
+            let domain = zones.zones().iter().find(|z| z.id == id).map(|z| z.name.clone()).unwrap();
+            Naming { domain, zone_id: id.into(), zones: std::sync::Arc::clone(&zones), ..naming() }
+        };
+        let hosts = (ANNOTATION_HOSTNAME, "a.vipmind.me,b.sub.vipmind.me,c.example.org");
+        for (id, want_names) in [
+            ("ZPUB", vec!["a.vipmind.me"]),
+            ("ZPRIV", vec!["a.vipmind.me"]),
+            ("ZSUB", vec!["b.sub.vipmind.me"]),
+            ("ZORG", vec!["c.example.org"]),
+        ] {
+            assert_eq!(names(&want(svc("x", &["10.0.0.1"], &[hosts]), &in_zone(id))), want_names, "{id}");
+        }
+        // Only the private zone, by id; then a domain (its every zone).
+        let private = [hosts, (ANNOTATION_ZONES, "ZPRIV")];
+        assert_eq!(want(svc("x", &["10.0.0.1"], &private), &in_zone("ZPUB")), Desired::Quiet);
+        assert_eq!(names(&want(svc("x", &["10.0.0.1"], &private), &in_zone("ZPRIV"))), ["a.vipmind.me"]);
+        assert_eq!(want(svc("x", &["10.0.0.1"], &private), &in_zone("ZORG")), Desired::Quiet);
+        let by_domain = [hosts, (ANNOTATION_ZONES, "vipmind.me")];
+        assert_eq!(names(&want(svc("x", &["10.0.0.1"], &by_domain), &in_zone("ZPUB"))), ["a.vipmind.me"]);
+        // The template's name: each zone's own domain.
+        assert_eq!(names(&want(svc("x", &["10.0.0.1"], &[]), &in_zone("ZORG"))), ["kube-x.example.org"]);
+        // Refused: a name in no zone managed; a zone not managed.
+        let nowhere =
+            want(svc("x", &["10.0.0.1"], &[(ANNOTATION_HOSTNAME, "a.vipmind.me,d.example.net")]), &in_zone("ZPUB"));
+        assert!(
+            matches!(&nowhere, Desired::Invalid { reason: "InvalidHostname", message } if message.contains("d.example.net is in none of the zones")),
+            "{nowhere:?}"
+        );
+        let unknown = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_ZONES, "ZNOPE")]), &in_zone("ZPUB"));
+        assert!(
+            matches!(&unknown, Desired::Invalid { reason: "InvalidAnnotation", message } if message.contains("ZNOPE")),
+            "{unknown:?}"
+        );
+        // One zone: a flotilla.dev/zones naming it changes nothing; another is refused.
+        let one = naming();
+        assert_eq!(names(&want(svc("x", &["10.0.0.1"], &[(ANNOTATION_ZONES, "ZVIP")]), &one)), ["kube-x.vipmind.me"]);
+        let other = want(svc("x", &["10.0.0.1"], &[(ANNOTATION_ZONES, "ZPUB")]), &one);
+        assert!(matches!(other, Desired::Invalid { reason: "InvalidAnnotation", .. }), "{other:?}");
     }
 
     #[test]

@@ -133,6 +133,11 @@ fn naming() -> Naming {
         template: Template::parse("{name}.{namespace}.{domain}").unwrap_or_else(|e| panic!("template: {e}")),
         prefix: String::new(),
         domain: "example.com".to_string(),
+        zone_id: "Z1".to_string(),
+        zones: std::sync::Arc::new(crate::zones::ZoneSet::new(vec![crate::zone::Zone {
+            id: "Z1".into(),
+            name: "example.com".into(),
+        }])),
         default_ttl: 300,
         max_ttl: 86_400,
         max_hostnames: 10,

@@ -5,9 +5,10 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`config`] | flags/env and their checks (bad → exit 2) |
-//! | [`zone`] | which hosted zone (and its cross-check with the domain) |
+//! | [`zone`] | which hosted zones (and their cross-check with the domain) |
+//! | [`zones`] | several zones: which a name goes to, a Service's `flotilla.dev/zones` (pure) |
 //! | [`owner`] | the owner id derived from the cluster when none is given |
-//! | [`controller`] | wiring (the Service cache, the grants' watch, the zone, the owner id) and the level-triggered loop: syncs when `hold` says, leadership, backoff after an outage, the reconcile metrics |
+//! | [`controller`] | wiring (the Service cache, the grants' watch, the zones, the owner id) and a level-triggered loop per zone: syncs when `hold` says, leadership, backoff after an outage, the reconcile metrics |
 //! | [`hold`] | the hold rule (pure): when the loop syncs (leading edge, debounce, a stream's pause), in which order changes go, how many go while a stream goes on; nothing held past `--max-batch-delay` |
 //! | [`namespaces`] | the Namespace cache: each namespace's hostname grant (metadata watch, only the granted held) |
 //! | [`sync`] | one sync: snapshot (the caches read once; the zone listed, or its copy) → plan → apply → report (Events, metrics; accepted changes to `insync`, refused names to `quarantine`); its state private |
@@ -54,6 +55,7 @@ pub mod route53;
 pub mod service;
 pub mod sync;
 pub mod zone;
+pub mod zones;
 
 pub use config::{Args, Config};
 pub use controller::{Error, run};

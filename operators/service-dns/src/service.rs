@@ -67,6 +67,7 @@ pub const KEPT: &[(&str, usize)] = &[
     (crate::alias::ANNOTATION_ALIAS_ZONE, MAX_VALUE),
     (crate::alias::ANNOTATION_EVALUATE_TARGET_HEALTH, MAX_VALUE),
     (crate::alias::ANNOTATION_IP_ADDRESS_TYPE, MAX_VALUE),
+    (crate::zones::ANNOTATION_ZONES, MAX_VALUE),
 ];
 
 /// How many of [`KEPT`] are hostname annotations (the first ones).

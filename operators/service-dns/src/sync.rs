@@ -8,6 +8,7 @@
 //! syncs is private to this module.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use flotilla_shared::projection::Store;
@@ -30,8 +31,10 @@ use crate::report::{self, Reporter};
 use crate::route53::{FailureKind, Route53, Route53Error};
 use crate::service::ServiceInfo;
 use crate::zone::Zone;
+use crate::zones::ZoneSet;
 
-/// The caches a sync reads, once each, at its start.
+/// The caches a sync reads, once each, at its start (shared by the zones' syncs).
+#[derive(Clone)]
 pub struct Caches {
     pub services: Store<ServiceInfo>,
     /// The EndpointSlices of headless Services; `None` with
@@ -65,6 +68,9 @@ pub struct Syncer {
     zone_cache: Option<Vec<RecordSet>>,
     /// Names Route53 refused, each with its own backoff.
     quarantine: Quarantine,
+    /// ` in zone <id> (<domain>)` in Events when several zones are
+    /// managed; empty with one.
+    zone_note: String,
 }
 
 fn describe(records: &[RecordSet]) -> String {
@@ -74,7 +80,10 @@ fn describe(records: &[RecordSet]) -> String {
     values.join(", ")
 }
 
-fn note(g: &ChangeGroup, dry_run: bool) -> (&'static str, String) {
+/// The Event of a group applied (or, dry run, planned); `zone` is the
+/// syncer's `zone_note`.
+fn note(g: &ChangeGroup, dry_run: bool, zone: &str) -> (&'static str, String) {
+    let name = format!("{}{zone}", g.name);
     let verb = match (g.kind, dry_run) {
         (ChangeKind::Created, false) => "created",
         (ChangeKind::Updated, false) => "updated",
@@ -96,12 +105,12 @@ fn note(g: &ChangeGroup, dry_run: bool) -> (&'static str, String) {
         (ChangeKind::Released, _) => report::NAME_RELEASED,
     };
     let text = match g.kind {
-        ChangeKind::Created => format!("{verb} dns {} → {}", g.name, describe(&g.after)),
-        ChangeKind::Updated => format!("{verb} dns {} → {} (was {})", g.name, describe(&g.after), describe(&g.before)),
-        ChangeKind::Deleted if g.before.is_empty() => format!("{verb} dns {}", g.name),
-        ChangeKind::Deleted => format!("{verb} dns {} → {}", g.name, describe(&g.before)),
-        ChangeKind::Held => format!("{verb} dns {}: no longer published by this Service", g.name),
-        ChangeKind::Released => format!("{verb} dns {}: free for any Service", g.name),
+        ChangeKind::Created => format!("{verb} dns {name} → {}", describe(&g.after)),
+        ChangeKind::Updated => format!("{verb} dns {name} → {} (was {})", describe(&g.after), describe(&g.before)),
+        ChangeKind::Deleted if g.before.is_empty() => format!("{verb} dns {name}"),
+        ChangeKind::Deleted => format!("{verb} dns {name} → {}", describe(&g.before)),
+        ChangeKind::Held => format!("{verb} dns {name}: no longer published by this Service"),
+        ChangeKind::Released => format!("{verb} dns {name}: free for any Service"),
     };
     // The TXT this group writes marks the name freed: held for the namespace.
     let held = g.changes.iter().any(|c| {
@@ -113,7 +122,7 @@ fn note(g: &ChangeGroup, dry_run: bool) -> (&'static str, String) {
     (reason, text)
 }
 
-fn refusal(g: &ChangeGroup, e: &Route53Error) -> String {
+fn refusal(g: &ChangeGroup, e: &Route53Error, zone: &str) -> String {
     let verb = match g.kind {
         ChangeKind::Created => "create",
         ChangeKind::Updated => "update",
@@ -121,17 +130,19 @@ fn refusal(g: &ChangeGroup, e: &Route53Error) -> String {
         ChangeKind::Held => "hold",
         ChangeKind::Released => "release",
     };
-    format!("could not {verb} dns {}: {}: {}; retried on its own with backoff", g.name, e.code, e.message)
+    format!("could not {verb} dns {}{zone}: {}: {}; retried on its own with backoff", g.name, e.code, e.message)
 }
 
 impl Syncer {
-    /// The state of the sync of `zone` for `owner_id`; the accepted changes
-    /// are watched until INSYNC (their Events told then) by a watcher
-    /// started here.
+    /// The state of the sync of `zone` (one of `zones`) for `owner_id`; the
+    /// accepted changes are watched until INSYNC (their Events told then)
+    /// by a watcher started here.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cfg: Config,
         owner_id: String,
         zone: Zone,
+        zones: Arc<ZoneSet>,
         r53: Route53,
         metrics: DnsMetrics,
         reporter: Reporter,
@@ -141,6 +152,8 @@ impl Syncer {
             template: cfg.template.clone(),
             prefix: cfg.prefix.clone(),
             domain: zone.name.clone(),
+            zone_id: zone.id.clone(),
+            zones: Arc::clone(&zones),
             default_ttl: cfg.ttl,
             max_ttl: cfg.max_ttl,
             max_hostnames: cfg.max_hostnames,
@@ -152,7 +165,23 @@ impl Syncer {
         };
         let insync = InsyncWatcher::start(r53.clone(), cfg.insync_timeout, reporter.events());
         let quarantine = Quarantine::new(cfg.interval.max(Duration::from_secs(300)));
-        Self { cfg, owner_id, zone, naming, r53, metrics, reporter, insync, caches, zone_cache: None, quarantine }
+        let zone_note =
+            if zones.is_several() { format!(" in zone {} ({})", zone.id, zone.name) } else { String::new() };
+        metrics.zone(&zone.id, |_| {});
+        Self {
+            cfg,
+            owner_id,
+            zone,
+            naming,
+            r53,
+            metrics,
+            reporter,
+            insync,
+            caches,
+            zone_cache: None,
+            quarantine,
+            zone_note,
+        }
     }
 
     /// When a quarantined name is due for another try.
@@ -275,7 +304,7 @@ impl Syncer {
             }
             None => {
                 self.zone_cache = Some(update_zone(current, &applied));
-                self.metrics.last_success.set(unix_now());
+                self.metrics.zone(&self.zone.id, |z| z.last_success = unix_now());
                 Ok(Synced { listed })
             }
         }
@@ -347,16 +376,14 @@ impl Syncer {
     }
 
     fn report_conflicts(&mut self, conflicts: &[Conflict], wanted: &Wanted) {
-        self.metrics.conflicts.set(conflicts.len() as i64);
+        self.metrics.zone(&self.zone.id, |z| z.conflicts = conflicts.len() as i64);
         for c in conflicts {
-            if self.reporter.standing(
-                &c.resource,
-                wanted.uid_of(&c.resource),
-                true,
-                report::CONFLICT,
-                &c.name,
-                c.message(),
-            ) {
+            let mut message = c.message();
+            if !self.zone_note.is_empty() {
+                message.push_str(&format!(" ({})", self.zone_note.trim_start()));
+            }
+            if self.reporter.standing(&c.resource, wanted.uid_of(&c.resource), true, report::CONFLICT, &c.name, message)
+            {
                 self.metrics.conflicts_total.inc();
                 // The Event does not say which Service holds the name (it
                 // may be another namespace's); the operator's log does.
@@ -370,12 +397,12 @@ impl Syncer {
     /// `--dry-run`: what would be done, as standing Events; nothing sent.
     fn report_dry_run(&mut self, groups: &[ChangeGroup], current: &[RecordSet], wanted: &Wanted) {
         for g in groups {
-            let (reason, text) = note(g, true);
+            let (reason, text) = note(g, true, &self.zone_note);
             self.reporter.standing(&g.resource, wanted.uid_of(&g.resource), false, reason, &g.name, text);
         }
-        self.metrics.managed_records.set(count_owned(current, &self.owner_id) as i64);
+        let managed = count_owned(current, &self.owner_id) as i64;
+        self.metrics.zone(&self.zone.id, |z| (z.managed_records, z.last_success) = (managed, unix_now()));
         self.reporter.end_sync(|_| false);
-        self.metrics.last_success.set(unix_now());
     }
 
     /// The accepted changes counted and handed to the INSYNC watcher (their
@@ -401,21 +428,21 @@ impl Syncer {
                     self.metrics.changes.with_label_values(&[action]).inc();
                 }
                 applied_records += g.after.len() as i64 - g.before.len() as i64;
-                let (reason, text) = note(g, false);
+                let (reason, text) = note(g, false, &self.zone_note);
                 notes.push(Note { resource: g.resource.clone(), uid: wanted.uid_of(&g.resource), reason, text });
             }
             self.insync.watch(id.clone(), notes);
         }
         let now = Instant::now();
         for (g, e) in refused {
-            let text = refusal(g, e);
+            let text = refusal(g, e, &self.zone_note);
             let wait = self.quarantine.refused(&g.name, now, &g.resource, &text);
             tracing::warn!(name = %g.name, error = %e, retry_in = ?wait, "Route53 refused a name; quarantined");
             self.reporter.standing(&g.resource, wanted.uid_of(&g.resource), true, report::ROUTE53_ERROR, &g.name, text);
         }
-        self.metrics.quarantined.set(self.quarantine.len() as i64);
-        let before = count_owned(current, &self.owner_id) as i64;
-        self.metrics.managed_records.set(before + applied_records);
+        let (quarantined, before) = (self.quarantine.len() as i64, count_owned(current, &self.owner_id) as i64);
+        self.metrics
+            .zone(&self.zone.id, |z| (z.quarantined, z.managed_records) = (quarantined, before + applied_records));
         self.reporter.end_sync(|_| false);
     }
 }

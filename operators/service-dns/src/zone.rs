@@ -1,4 +1,4 @@
-//! Which hosted zone: `--hosted-zone-id`, the one zone named
+//! Which hosted zones: each `--hosted-zone-id`, the one zone named
 //! `--domain-name`, or both — then cross-checked, so that a zone id and a
 //! domain that do not match exit 2 instead of writing names of one domain
 //! into another's zone.
@@ -12,7 +12,7 @@ use crate::config::ZoneSource;
 use crate::route53::{Route53, Route53Error, jittered_backoff};
 
 /// Which zone, resolved.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Zone {
     pub id: String,
     pub name: String,
@@ -53,6 +53,22 @@ async fn attempt(r53: &Route53, source: &ZoneSource) -> Result<Result<Zone, Conf
             })
         }
     }
+}
+
+/// Finds every zone (see [`resolve_zone`]), in the order given.
+pub async fn resolve_zones(
+    r53: &Route53,
+    sources: &[ZoneSource],
+    shutdown: &CancellationToken,
+) -> Result<Option<Vec<Zone>>, ConfigError> {
+    let mut zones = Vec::with_capacity(sources.len());
+    for source in sources {
+        match resolve_zone(r53, source, shutdown).await? {
+            Some(zone) => zones.push(zone),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(zones))
 }
 
 /// Finds the zone. Route53 being unreachable is retried until `shutdown`

@@ -14,7 +14,9 @@
 //!   and never answered, as a network that drops packets);
 //! * **delay INSYNC**: changes are `PENDING` for a while;
 //! * **throttle**: `400 Throttling` with `Retry-After`;
-//! * **fail names**: a batch touching one of them is refused.
+//! * **fail names**: a batch touching one of them is refused;
+//! * **deny zones**: every request on one of them is answered `403
+//!   AccessDenied`, as when an IAM policy grants only some zones.
 //!
 //! [`Stats`] count what went through, for assertions on request counts.
 //!
@@ -81,6 +83,7 @@ struct State {
     insync_delay: Duration,
     throttle: Option<Duration>,
     fail_names: HashSet<String>,
+    denied_zones: HashSet<String>,
     /// Change id → when it was accepted.
     submitted: HashMap<String, Instant>,
     stats: Stats,
@@ -122,6 +125,17 @@ impl Faults {
 
     pub fn heal_name(&self, name: &str) {
         self.state().fail_names.remove(&xml::normalize(name));
+    }
+
+    /// Answer every request on the hosted zone `id` (its records, its
+    /// changes, the zone itself) `403 AccessDenied`, or stop (`false`).
+    pub fn deny_zone(&self, id: &str, denied: bool) {
+        let mut s = self.state();
+        if denied {
+            s.denied_zones.insert(id.to_string());
+        } else {
+            s.denied_zones.remove(id);
+        }
     }
 
     pub fn stats(&self) -> Stats {
@@ -271,6 +285,14 @@ async fn handle(upstream: &str, faults: &Faults, req: Message) -> Message {
             xml::error_response("Throttling", "Rate exceeded"),
             &[("Retry-After", retry.as_secs().max(1).to_string())],
         );
+    }
+    if faults.state().denied_zones.contains(zone_of(&path)) {
+        let message = format!(
+            "User: arn:aws:iam::123456789012:user/flotilla is not authorized to perform this action on resource: \
+             arn:aws:route53:::hostedzone/{} because no identity-based policy allows it",
+            zone_of(&path)
+        );
+        return Message::response(403, "Forbidden", xml::error_response("AccessDenied", &message), &[]);
     }
     let result = if is_change(&req) {
         change(upstream, faults, &req, zone_of(&path)).await
