@@ -71,6 +71,23 @@ fn digest(s: &str) -> String {
     sha2::Sha256::digest(s.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The annotation's value as status keeps it: a long one as its digest (a
+/// status write has to fit the API server's limit).
+fn kept_token(token: &str) -> String {
+    if token.len() <= MAX_TOKEN { token.to_string() } else { format!("sha256:{}", digest(token)) }
+}
+
+/// Whether [`save`] would act on `status` for `token`: a value not acted
+/// on yet, and no run going on (cheap: a reconcile asks before copying
+/// the status to save from).
+pub fn pending(status: &LoadTestStatus, token: &str) -> bool {
+    if token.is_empty() || (status.run > 0 && !status.state.is_terminal()) {
+        return false;
+    }
+    let token = kept_token(token);
+    status.saved_baseline.as_ref().is_none_or(|s| s.token != token)
+}
+
 /// Saves the run of `status` as LoadTest `name`'s baseline when
 /// `flotilla.dev/save-baseline` has a value not acted on yet, once the
 /// run has ended (a run still going is saved when it ends, if it may
@@ -81,13 +98,10 @@ pub fn save(
     token: &str,
     now: Timestamp,
 ) -> Option<(bool, &'static str, String)> {
-    // The author's annotation goes into status: a long one is kept as a
-    // digest (a status write has to fit the API server's limit).
-    let token = if token.len() <= MAX_TOKEN { token.to_string() } else { format!("sha256:{}", digest(token)) };
-    let acted = status.saved_baseline.as_ref().is_some_and(|s| s.token == token);
-    if token.is_empty() || acted || (status.run > 0 && !status.state.is_terminal()) {
+    if !pending(status, token) {
         return None;
     }
+    let token = kept_token(token);
     let pinned = pin(name, Some(status));
     let saved = status.saved_baseline.get_or_insert_with(SavedBaseline::default);
     saved.token.clone_from(&token);

@@ -91,8 +91,8 @@ pub fn step(
     now: Timestamp,
 ) -> Step {
     // A run that has ended is saved before a new run (asked in the same
-    // edit) replaces it in status.
-    let mut before = old.cloned();
+    // edit) replaces it in status; the status is copied only then.
+    let mut before = old.filter(|o| crate::baseline::pending(o, wanted.save_baseline)).cloned();
     let early = before.as_mut().and_then(|o| crate::baseline::save(wanted.name, o, wanted.save_baseline, now));
     let mut step = run_step(spec, limits, wanted, before.as_ref().or(old), seen, now);
     step.events.extend(early);
