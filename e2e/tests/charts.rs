@@ -371,8 +371,10 @@ fn tempfile_dir(op: &str) -> std::path::PathBuf {
 
 /// extraArgs, as a list or a map, add flags and override the chart's own:
 /// the chart renders them last and every operator takes the last of a
-/// repeated flag. Proven by running each operator's binary with the rendered
-/// args: it accepts them (no exit 2) and logs in the overriding format.
+/// repeated flag (but service-dns's `--hosted-zone-id`, a list, which the
+/// chart refuses there: `values_accept_what_the_binary_accepts…`). Proven by
+/// running each operator's binary with the rendered args: it accepts them
+/// (no exit 2) and logs in the overriding format.
 #[test]
 fn extra_args_add_flags_and_override_the_charts_own() {
     for op in operators().unwrap() {
@@ -585,6 +587,19 @@ fn values_accept_what_the_binary_accepts_and_refuse_what_it_refuses() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{zones:?}\n{stderr}");
     assert!(stderr.contains("no-such-kubeconfig"), "{stderr}");
+    // extraArgs cannot override the zone (it would add one): refused, as a
+    // list or a map.
+    for values in ["extraArgs: [\"--hosted-zone-id=Z2\"]\n", "extraArgs: {hosted-zone-id: Z2}\n"] {
+        let dir = tempfile_dir("service-dns");
+        std::fs::write(dir.join("values.yaml"), values).unwrap();
+        let file = dir.join("values.yaml").display().to_string();
+        let path = chart("service-dns");
+        let mut args = vec!["template", "rel", &path, "-f", &file];
+        args.extend(required_values("service-dns"));
+        let out = helm(None, &args).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("adds a zone"), "{values}: {stderr}");
+    }
     for op in operators().unwrap() {
         let path = chart(&op);
         let mut args = vec!["template", "rel", &path, "--set", "metrics.port=9000", "--set", "healthProbePort=9000"];

@@ -11,9 +11,24 @@
 {{- end -}}
 
 {{- define "service-dns.args" -}}
+{{- /* --hosted-zone-id adds a zone each time it is given (several zones),
+  so extraArgs cannot override it the way they override other flags. */}}
+{{- $zoneInExtraArgs := false }}
+{{- if kindIs "map" .Values.extraArgs }}
+{{- $zoneInExtraArgs = hasKey .Values.extraArgs "hosted-zone-id" }}
+{{- else }}
+{{- range .Values.extraArgs }}
+{{- if hasPrefix "--hosted-zone-id" (toString .) }}
+{{- $zoneInExtraArgs = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $zoneInExtraArgs }}
+{{- fail "extraArgs sets --hosted-zone-id, which adds a zone to route53.hostedZoneId/hostedZoneIds rather than replacing it: set route53.hostedZoneId (and route53.hostedZoneIds for more zones) instead" }}
+{{- end }}
 {{- with .Values.route53 }}
 {{- if not (or .hostedZoneId .hostedZoneIds .domainName) }}
-{{- fail "service-dns needs a hosted zone: set route53.hostedZoneId (e.g. Z0123456789ABC) or route53.domainName (e.g. example.com)" }}
+{{- fail "service-dns needs a hosted zone: set route53.hostedZoneId (e.g. Z0123456789ABC), route53.hostedZoneIds or route53.domainName (e.g. example.com)" }}
 {{- end }}
 {{- if .hostedZoneId }}
 - {{ printf "--hosted-zone-id=%s" (include "flotilla.value" .hostedZoneId) | quote }}

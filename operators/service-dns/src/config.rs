@@ -24,14 +24,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// AWS_ENDPOINT_URL_ROUTE_53 or AWS_ENDPOINT_URL to override the endpoint).
 #[derive(clap::Parser, Debug, Clone)]
 // The last of a repeated flag wins (as with Go's flag package), so the
-// chart's extraArgs can override a flag the chart sets.
+// chart's extraArgs can override a flag the chart sets — except
+// --hosted-zone-id, a list: each adds a zone (the chart refuses it in
+// extraArgs, so that it never adds a zone where an override was meant).
 #[command(version, about, long_about = None, args_override_self = true)]
 pub struct Args {
     /// Route53 hosted zone id (e.g. Z0123456789ABC). Either this or --domain-name. Repeat it (or
     /// give a comma-separated list) for several zones, e.g. a public and a private zone of one
     /// domain (split horizon): each name goes to every zone of the most specific domain holding it,
-    /// or to those a Service names in flotilla.dev/zones; each zone is synced on its own, so one
-    /// zone's failure never holds another's changes back.
+    /// or to those a Service names in flotilla.dev/zones; each zone is synced on its own, so once
+    /// started one zone's failure never holds another's changes back (start-up reads each zone's
+    /// name once).
     #[arg(long, env = "HOSTED_ZONE_ID", value_name = "ID", value_delimiter = ',')]
     pub hosted_zone_id: Vec<String>,
 
@@ -87,7 +90,7 @@ pub struct Args {
     /// What a Service's flotilla.dev/hostname (and external-dns's hostname alias) may name.
     /// namespace-allowed: only names its Namespace's flotilla.dev/allowed-hostnames annotation grants
     /// (exact names or *.sub.domain subtrees; only who may edit Namespaces can set it), others get a
-    /// HostnameNotAllowed Warning; any: any name in the zone — trusts every Service author with the
+    /// HostnameNotAllowed Warning; any: any name in the zone(s) — trusts every Service author with the
     /// whole zone (e.g. a login page's name, and a certificate for it); off: the annotation is ignored,
     /// every Service gets its --hostname-template name. Template names never need a grant.
     #[arg(long, env = "HOSTNAME_ANNOTATIONS", value_enum, default_value_t = HostnameAnnotations::NamespaceAllowed)]

@@ -190,15 +190,14 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
         },
     };
 
-    // The Service's choice of zones: none of this one, nothing here (its
-    // names here, if any, go).
-    if let Some(v) = svc.annotation(ANNOTATION_ZONES) {
-        match naming.zones.chosen(v) {
-            Err(message) => return Desired::Invalid { reason: "InvalidAnnotation", message }.into(),
-            Ok(ids) if !ids.contains(&naming.zone_id.as_str()) => return Wish { desired: Desired::Quiet, notices },
-            Ok(_) => {}
-        }
-    }
+    // The Service's choice of zones (several zones): applied once its
+    // names are known, so that every zone's sync gives the same answer.
+    let chosen = match svc.annotation(ANNOTATION_ZONES).map(|v| naming.zones.chosen(v)) {
+        Some(Err(message)) => return Desired::Invalid { reason: "InvalidAnnotation", message }.into(),
+        Some(Ok(ids)) => Some(ids),
+        None => None,
+    };
+    let here_chosen = chosen.as_ref().is_none_or(|ids| ids.contains(&naming.zone_id.as_str()));
 
     let template = || naming.template.render(Vars { name, namespace, prefix: &naming.prefix, domain: &naming.domain });
     let mut hostname_annotation = [ANNOTATION_HOSTNAME, EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_ALPHA_HOSTNAME]
@@ -213,6 +212,8 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
         });
         hostname_annotation = None;
     }
+    // The Service's names in every zone (the apex check reads them all).
+    let all_names: Vec<String>;
     let hostnames: Vec<String> = match hostname_annotation {
         Some((key, v)) => {
             let mut names: Vec<String> = v.split(',').map(hostname::normalize).filter(|h| !h.is_empty()).collect();
@@ -241,25 +242,14 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
                 }
                 .into();
             }
-            let names = match names_here(names, naming) {
-                Ok(names) if names.is_empty() => return Wish { desired: Desired::Quiet, notices },
-                Ok(names) => names,
-                Err(message) => return Desired::Invalid { reason: "InvalidHostname", message }.into(),
-            };
-            for h in &names {
-                // The apex is checked once the targets are known: an ALIAS may have it.
-                if let Err(e) = hostname::validate(h, &naming.domain).or_else(|e| match e {
-                    HostnameError::Apex(_) => Ok(()),
-                    e => Err(e),
-                }) {
-                    return Desired::Invalid {
-                        reason: "InvalidHostname",
-                        message: format!("{e}; no record published"),
-                    }
-                    .into();
-                }
+            // Every name checked against its own zone's domain, whichever
+            // zone this sync is for: a bad name is the same answer in every
+            // zone, so an Invalid Service keeps what it has in all of them.
+            // (The apex is checked once the targets are known: an ALIAS may have it.)
+            if let Err(message) = check_names(&names, naming) {
+                return Desired::Invalid { reason: "InvalidHostname", message }.into();
             }
-            if naming.annotations == HostnameAnnotations::NamespaceAllowed {
+            let names = if naming.annotations == HostnameAnnotations::NamespaceAllowed {
                 let (allowed, refused): (Vec<String>, Vec<String>) =
                     names.into_iter().partition(|h| grant.is_some_and(|g| g.allows(h)));
                 if !refused.is_empty() {
@@ -271,7 +261,25 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
                 allowed
             } else {
                 names
+            };
+            if let Some(ids) = &chosen
+                && !names.iter().any(|h| naming.zones.homes(h).any(|z| ids.contains(&z.id.as_str())))
+            {
+                notices.push(Notice {
+                    reason: "InvalidAnnotation",
+                    message: format!(
+                        "{ANNOTATION_ZONES}: the zones it names ({}) hold none of the Service's names ({}); \
+                         nothing published",
+                        ids.join(", "),
+                        listed(&names.iter().map(String::as_str).collect::<Vec<_>>())
+                    ),
+                });
+                return Wish { desired: Desired::Quiet, notices };
             }
+            let here: Vec<String> =
+                names.iter().filter(|h| naming.zones.is_home(&naming.zone_id, h)).cloned().collect();
+            all_names = names;
+            here
         }
         None => {
             let h = template();
@@ -279,31 +287,42 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
                 return Desired::Invalid { reason: "InvalidHostname", message: format!("{e}; no record published") }
                     .into();
             }
+            all_names = vec![h.clone()];
             // Under a delegated subdomain whose zone is managed too: that zone's.
-            if !naming.zones.is_home(&naming.zone_id, &h) {
-                return Wish { desired: Desired::Quiet, notices };
-            }
-            vec![h]
+            if naming.zones.is_home(&naming.zone_id, &h) { vec![h] } else { Vec::new() }
         }
     };
-    let desired = publish(svc, hostnames, ttl, naming, slices, &mut notices);
+    // A zone the Service did not choose gets nothing (checked after the
+    // targets, whose bad input every zone says alike).
+    let names = Names { here: hostnames, all: &all_names, chosen: here_chosen };
+    let desired = publish(svc, names, ttl, naming, slices, &mut notices);
     Wish { desired, notices }
 }
 
-/// With several zones, the annotated names that go to this zone (those of
-/// another zone are that zone's); `Err` when one is in no zone managed here.
-/// With one zone, all of them (checked against its domain afterwards).
-fn names_here(names: Vec<String>, naming: &Naming) -> Result<Vec<String>, String> {
-    if !naming.zones.is_several() {
-        return Ok(names);
+/// Checks each name against its own zone's domain (with one zone, that
+/// zone's; with several, the most specific holding it — a name in none is
+/// refused). The apex passes here: it is checked once the targets are known.
+fn check_names(names: &[String], naming: &Naming) -> Result<(), String> {
+    for h in names {
+        let domain = if naming.zones.is_several() {
+            match naming.zones.homes(h).next() {
+                Some(home) => home.name.as_str(),
+                None => {
+                    return Err(format!(
+                        "{h} is in none of the zones managed here ({}); no record published",
+                        naming.zones.describe()
+                    ));
+                }
+            }
+        } else {
+            naming.domain.as_str()
+        };
+        match hostname::validate(h, domain) {
+            Ok(()) | Err(HostnameError::Apex(_)) => {}
+            Err(e) => return Err(format!("{e}; no record published")),
+        }
     }
-    if let Some(h) = names.iter().find(|h| naming.zones.homes(h).next().is_none()) {
-        return Err(format!(
-            "{h} is in none of the zones managed here ({}); no record published",
-            naming.zones.describe()
-        ));
-    }
-    Ok(names.into_iter().filter(|h| naming.zones.is_home(&naming.zone_id, h)).collect())
+    Ok(())
 }
 
 /// The Warning for names the namespace was not granted.
@@ -327,11 +346,21 @@ fn not_allowed(key: &str, namespace: &str, refused: &[String], grant: Option<&Gr
     Notice { reason: HOSTNAME_NOT_ALLOWED, message }
 }
 
-/// The records at `hostnames` for the Service's targets (and, for a
+/// A Service's names as one zone's sync sees them.
+struct Names<'a> {
+    /// Those that go to this zone (may be none: another zone's).
+    here: Vec<String>,
+    /// All of them, in every zone (the apex rule reads them all).
+    all: &'a [String],
+    /// This zone is among those the Service chose (or it chose none).
+    chosen: bool,
+}
+
+/// The records at `names.here` for the Service's targets (and, for a
 /// headless Service with `flotilla.dev/pod-records`, at its pods' names).
 fn publish(
     svc: &ServiceInfo,
-    hostnames: Vec<String>,
+    names: Names<'_>,
     ttl: i64,
     naming: &Naming,
     slices: &[&SliceInfo],
@@ -379,16 +408,21 @@ fn publish(
     if targets.is_empty() && pods.is_empty() {
         return Desired::Quiet;
     }
-    // The apex: addresses or an ALIAS, never a CNAME.
+    // The apex: addresses or an ALIAS, never a CNAME — any zone's apex
+    // among the Service's names, so that every zone gives the same answer.
     if alias_target.is_none()
         && targets.iter().any(|(t, _)| *t == RecordType::Cname)
-        && let Some(apex) = hostnames.iter().find(|h| **h == naming.domain)
+        && let Some(apex) = names.all.iter().find(|h| naming.zones.is_apex(h))
     {
         return Desired::Invalid {
             reason: "InvalidHostname",
             message: format!("{}; no record published", HostnameError::Apex(apex.clone())),
         };
     }
+    if !names.chosen {
+        return Desired::Quiet;
+    }
+    let hostnames = names.here;
 
     // Exactly as many as pushed: a Vec grown from empty keeps room for
     // four record sets (224 B), and every sync builds a claim per Service.
@@ -409,6 +443,10 @@ fn publish(
     }
     records.sort();
     records.dedup();
+    // Its names all in other zones (several zones).
+    if records.is_empty() {
+        return Desired::Quiet;
+    }
     let resource = resource_id(namespace, name);
     Desired::Publish(Claim { order: (svc.created, resource.clone()), resource, records })
 }
@@ -446,6 +484,8 @@ fn pod_names(
         }
         let h = naming.pod_template.render_pod(vars, &hostname);
         match hostname::validate(&h, &naming.domain) {
+            // Under a delegated subdomain whose zone is managed too: that zone's.
+            Ok(()) if !naming.zones.is_home(&naming.zone_id, &h) => {}
             Ok(()) => out.push((h, split_ips(ips.into_iter()))),
             Err(e) => bad.push(e.to_string()),
         }
@@ -674,6 +714,30 @@ mod tests {
             matches!(&unknown, Desired::Invalid { reason: "InvalidAnnotation", message } if message.contains("ZNOPE")),
             "{unknown:?}"
         );
+        // Bad input is the same answer in every zone (an Invalid Service
+        // keeps what it has everywhere): a bad label in one zone's name, a
+        // CNAME at one zone's apex.
+        let bad_label = [(ANNOTATION_HOSTNAME, "a.vipmind.me,b_x.example.org")];
+        let cname_at_apex = behind("lb.example.net", &[(ANNOTATION_HOSTNAME, "vipmind.me,c.example.org")]);
+        for id in ["ZPUB", "ZPRIV", "ZSUB", "ZORG"] {
+            let d = want(svc("x", &["10.0.0.1"], &bad_label), &in_zone(id));
+            assert!(matches!(d, Desired::Invalid { reason: "InvalidHostname", .. }), "{id}: {d:?}");
+            let d = want(cname_at_apex.clone(), &in_zone(id));
+            assert!(matches!(&d, Desired::Invalid { message, .. } if message.contains("apex")), "{id}: {d:?}");
+        }
+        // Zones chosen that hold none of its names: said (the same in every
+        // zone, one Event), nothing published.
+        let none_held = [hosts, (ANNOTATION_ZONES, "ZSUB")];
+        let hosts_elsewhere = [(ANNOTATION_HOSTNAME, "a.vipmind.me"), (ANNOTATION_ZONES, "ZORG")];
+        for id in ["ZPUB", "ZORG"] {
+            let w = desired(&ServiceInfo::from(svc("x", &["10.0.0.1"], &hosts_elsewhere)), &in_zone(id), None);
+            assert_eq!(w.desired, Desired::Quiet, "{id}");
+            assert!(
+                w.notices.iter().any(|n| n.reason == "InvalidAnnotation" && n.message.contains("hold none")),
+                "{w:?}"
+            );
+        }
+        assert_eq!(names(&want(svc("x", &["10.0.0.1"], &none_held), &in_zone("ZSUB"))), ["b.sub.vipmind.me"]);
         // One zone: a flotilla.dev/zones naming it changes nothing; another is refused.
         let one = naming();
         assert_eq!(names(&want(svc("x", &["10.0.0.1"], &[(ANNOTATION_ZONES, "ZVIP")]), &one)), ["kube-x.vipmind.me"]);

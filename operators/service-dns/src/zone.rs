@@ -87,7 +87,11 @@ pub async fn resolve_zone(
         };
         failures += 1;
         let wait = jittered_backoff(failures, Duration::from_secs(1), Duration::from_secs(60));
-        tracing::warn!(error = %e, retry_in = ?wait, "looking up the hosted zone failed; retrying");
+        let zone = match source {
+            ZoneSource::Id { id, .. } => id.as_str(),
+            ZoneSource::Domain(d) => d.as_str(),
+        };
+        tracing::warn!(%zone, error = %e, retry_in = ?wait, "looking up the hosted zone failed; retrying (the operator starts once every zone is read)");
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.cancelled() => return Ok(None),

@@ -48,6 +48,11 @@ impl ZoneSet {
         self.zones.iter().filter(move |z| Some(z.name.len()) == longest && holds(&z.name, &name))
     }
 
+    /// Whether `name` is a managed zone's apex.
+    pub fn is_apex(&self, name: &str) -> bool {
+        self.zones.iter().any(|z| z.name == name)
+    }
+
     /// Whether `name` goes to the zone `id`.
     pub fn is_home(&self, id: &str, name: &str) -> bool {
         self.homes(name).any(|z| z.id == id)
