@@ -32,8 +32,10 @@ pub enum Lifetime {
 ///   release and the child's bind, a client's connection took it. Ports
 ///   here come from below that range, which connect() never hands out.
 /// - another process picking the same port in between: a port is claimed
-///   across processes by creating `<tmp>/flotilla-ports/<port>` (holding the
-///   taker's pid); a claim whose taker died is taken over.
+///   across processes by an exclusive lock (`flock`) on
+///   `<tmp>/flotilla-ports/<port>`, held by this process until it exits —
+///   the kernel drops it then, however the process ends, so a dead taker's
+///   claim is free again and no two live processes hold one port.
 ///
 /// A port something already listens on (a detached cluster's, say) is
 /// skipped: it is bound on every address (IPv4 and IPv6) before it is given.
@@ -41,27 +43,48 @@ pub fn free_port() -> std::io::Result<u16> {
     free_port_in(&std::env::temp_dir().join("flotilla-ports"))
 }
 
-fn free_port_in(claims: &Path) -> std::io::Result<u16> {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    std::fs::create_dir_all(claims)?;
-    let (low, high) = port_range();
+/// The claims this process holds (their locks last as long as the files
+/// stay open), by port.
+static CLAIMS: std::sync::Mutex<std::collections::BTreeMap<u16, File>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn free_port_in(dir: &Path) -> std::io::Result<u16> {
+    let mut claims = CLAIMS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    std::fs::create_dir_all(dir)?;
+    // Other users' test runs share the directory (sticky, as /tmp is).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777));
+    }
+    let Some((low, high)) = port_range() else {
+        // No room below the ephemeral range: the kernel's pick, claimed.
+        for _ in 0..256 {
+            let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            if !claims.contains_key(&port)
+                && let Some(file) = claim(dir, port)?
+            {
+                claims.insert(port, file);
+                return Ok(port);
+            }
+        }
+        return Err(std::io::Error::other("no free port in 256 of the kernel's picks"));
+    };
     let span = u32::from(high - low) + 1;
     // A start of its own per process, so that processes started together
     // do not walk the same ports in the same order.
     let start = rand::random_range(0..span);
     for step in 0..span {
         let port = low + ((start + step) % span) as u16;
-        if given.contains(&port) || !claim(claims, port)? {
+        if claims.contains_key(&port) {
             continue;
         }
+        let Some(file) = claim(dir, port)? else { continue };
         if listenable(port) {
-            given.insert(port);
+            claims.insert(port, file);
             return Ok(port);
         }
-        // Someone outside our claims listens there: leave it to them.
-        let _ = std::fs::remove_file(claims.join(port.to_string()));
+        // Someone outside the claims listens there: dropping the file
+        // releases the lock; the port is left to them.
     }
     Err(std::io::Error::other(format!("no free port in {low}..={high}")))
 }
@@ -69,44 +92,33 @@ fn free_port_in(claims: &Path) -> std::io::Result<u16> {
 /// Ports below the kernel's ephemeral range (`ip_local_port_range`) and
 /// below Kubernetes' NodePort range (30000–32767: kube-proxy sends a
 /// connection to 127.0.0.1 on a NodePort to the Service), at most 16,384 of
-/// them and none under 10,000 (well-known services).
-fn port_range() -> (u16, u16) {
+/// them and none under 10,000 (well-known services); `None` when fewer than
+/// 1,000 are left there (an ephemeral range that starts low).
+fn port_range() -> Option<(u16, u16)> {
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|low| low.parse::<u16>().ok()))
         .unwrap_or(32768);
-    let high = ephemeral_low.saturating_sub(1).clamp(10_001, 29_999);
-    (high.saturating_sub(16_383).max(10_000), high)
+    let high = ephemeral_low.saturating_sub(1).min(29_999);
+    let low = high.saturating_sub(16_383).max(10_000);
+    (high >= low && high - low >= 999).then_some((low, high))
 }
 
-/// Takes the claim on `port`: true if it is ours now.
-fn claim(claims: &Path, port: u16) -> std::io::Result<bool> {
-    let path = claims.join(port.to_string());
-    for _ in 0..2 {
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(mut file) => {
-                use std::io::Write as _;
-                file.write_all(std::process::id().to_string().as_bytes())?;
-                return Ok(true);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let holder = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse::<i32>().ok());
-                // Another user's process (EPERM) lives too.
-                let alive = holder
-                    .and_then(Pid::from_raw)
-                    .is_some_and(|pid| !matches!(test_kill_process(pid), Err(rustix::io::Errno::SRCH)));
-                // An empty claim is one being written right now: not ours.
-                if alive || holder.is_none() {
-                    return Ok(false);
-                }
-                // Its taker died: take it over (the next create_new decides
-                // between two processes doing this at once).
-                let _ = std::fs::remove_file(&path);
-            }
+/// Takes the claim on `port`: its file, locked, while it stays open
+/// (`None`: another process holds it, or the file cannot be opened).
+fn claim(dir: &Path, port: u16) -> std::io::Result<Option<File>> {
+    let file =
+        match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(port.to_string())) {
+            Ok(f) => f,
+            // Another user's claim file: theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
             Err(e) => return Err(e),
-        }
+        };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
-    Ok(false)
 }
 
 /// Nothing listens on `port` on any address: bound on IPv4 and IPv6 (the
@@ -129,29 +141,29 @@ mod free_port_tests {
         let ports: Vec<u16> = (0..200).map(|_| super::free_port().unwrap_or_else(|e| panic!("{e}"))).collect();
         let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len());
-        let (low, high) = super::port_range();
-        assert!(ports.iter().all(|p| (low..=high).contains(p)), "{ports:?} outside {low}..={high}");
-        let claims = std::env::temp_dir().join("flotilla-ports");
+        if let Some((low, high)) = super::port_range() {
+            assert!(ports.iter().all(|p| (low..=high).contains(p)), "{ports:?} outside {low}..={high}");
+        }
+        // Each one locked: another open file description cannot take it.
+        let dir = std::env::temp_dir().join("flotilla-ports");
         for port in &ports {
-            let holder = std::fs::read_to_string(claims.join(port.to_string())).unwrap_or_default();
-            assert_eq!(holder, std::process::id().to_string(), "claim on {port}");
+            assert!(super::claim(&dir, *port).unwrap().is_none(), "{port} is not held");
         }
     }
 
-    /// A claim held by a live process is skipped; one whose taker died
-    /// is taken over.
+    /// A claim held (another process's lock: here another open file) is
+    /// skipped; a claim file nobody holds (its taker died: the kernel
+    /// dropped the lock) is taken.
     #[test]
-    fn a_live_claim_is_respected_and_a_dead_one_taken_over() {
+    fn a_held_claim_is_respected_and_a_dead_ones_file_taken() {
         let dir = std::env::temp_dir().join(format!("flotilla-ports-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        // pid 1 lives; a pid past the kernel's pid_max never does.
-        std::fs::write(dir.join("20000"), "1").unwrap();
-        std::fs::write(dir.join("20001"), "99999999").unwrap();
-        assert!(!super::claim(&dir, 20000).unwrap());
-        assert!(super::claim(&dir, 20001).unwrap());
-        assert_eq!(std::fs::read_to_string(dir.join("20001")).unwrap(), std::process::id().to_string());
-        assert!(super::claim(&dir, 20002).unwrap());
-        assert!(!super::claim(&dir, 20002).unwrap(), "our own claim is not given again by the file");
+        let held = super::claim(&dir, 20000).unwrap().expect("a fresh claim");
+        assert!(super::claim(&dir, 20000).unwrap().is_none(), "held by another open file");
+        drop(held);
+        std::fs::write(dir.join("20001"), "a dead taker's file").unwrap();
+        assert!(super::claim(&dir, 20001).unwrap().is_some(), "nobody holds it");
+        assert!(super::claim(&dir, 20000).unwrap().is_some(), "released when its file closed");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
