@@ -20,10 +20,3 @@ pub struct KeyRef {
     #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
     pub key: String,
 }
-
-impl KeyRef {
-    /// A reference to `key` of the object `name`.
-    pub fn new(name: impl Into<String>, key: impl Into<String>) -> Self {
-        Self { name: name.into(), key: key.into() }
-    }
-}

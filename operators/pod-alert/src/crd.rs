@@ -89,8 +89,9 @@ pub struct PodAlertSpec {
     /// status.suppressed.Silenced; a problem still there when its silence
     /// ends opens then. A pod annotated `flotilla.dev/silence-until: <RFC
     /// 3339 time>` is silenced the same way for the PodAlerts of its own
-    /// namespace (never for a cluster-wide one), and so is every pod of a
-    /// Deployment, StatefulSet, DaemonSet, Job or CronJob annotated so; a
+    /// namespace (never for a cluster-wide one of another namespace), and
+    /// so is every pod of a Deployment, StatefulSet, DaemonSet, Job or
+    /// CronJob annotated so; a
     /// Namespace annotated so (an admin's maintenance window) for every
     /// PodAlert, cluster-wide ones too. A silence more than 7 days
     /// ahead is refused (not applied; a Warning Event, and

@@ -8,7 +8,8 @@
 //!
 //! What may be kept: a namespace's findings change only when one of its
 //! pods does (its views change: the pod watch names the namespace), when
-//! its silence annotation does (the namespace watch names it), when the
+//! its silence annotation or one of its workloads' does (the namespace and
+//! workload watches name it), when the
 //! rules do (the PodAlert's generation), or with time — and time only at
 //! moments the evaluation knows (`Findings::recheck_at`: a crash leaving
 //! the restart window, a silence ending or coming within seven days), so a

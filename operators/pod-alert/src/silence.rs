@@ -1,8 +1,7 @@
 //! Silences (maintenance windows): a PodAlert's `spec.silences` and the
 //! `flotilla.dev/silence-until` annotation of pods, workloads and
-//! namespaces. A
-//! silenced problem opens no incident and sends nothing until the silence
-//! ends; then, if it is still there, it opens. Pure.
+//! namespaces. A silenced problem opens no incident and sends nothing
+//! until the silence ends; then, if it is still there, it opens. Pure.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -84,7 +83,8 @@ impl WorkloadSilences {
     /// The silence on `pod`'s workload, and the workload (`kind`, `name`):
     /// its own kind's, or — for a Job a CronJob started (named
     /// `<cronjob>-<digits>`, the CronJob controller's naming) — the
-    /// CronJob's, so that a CronJob's annotation covers the runs it starts.
+    /// CronJob's, so that a CronJob's annotation covers the runs it starts
+    /// (of the Job's and the CronJob's, the one ending last).
     pub fn of(&self, pod: &PodView) -> Option<(&str, String, Timestamp)> {
         let w = pod.workload();
         let get = |kind: &str, name: &str| {
@@ -92,11 +92,15 @@ impl WorkloadSilences {
             let until = map.get(format!("{}/{name}", pod.namespace()).as_str())?;
             Some((*kind, name.to_string(), *until))
         };
-        get(&w.kind, &w.name).or_else(|| {
-            let (cronjob, run) = w.name.rsplit_once('-')?;
+        let own = get(&w.kind, &w.name);
+        let cronjob = w.name.rsplit_once('-').and_then(|(cronjob, run)| {
             let started = &*w.kind == "Job" && !run.is_empty() && run.bytes().all(|b| b.is_ascii_digit());
             started.then(|| get("CronJob", cronjob)).flatten()
-        })
+        });
+        match (own, cronjob) {
+            (Some(a), Some(b)) => Some(if b.2 > a.2 { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! A Namespace's `flotilla.dev/silence-until` annotation (an admin's
-//! maintenance window), on a control plane of the test's own: the operator
+//! A Namespace's and a workload's `flotilla.dev/silence-until` annotation
+//! (an admin's, a team's maintenance window), on a control plane of the
+//! test's own: the operator
 //! runs cluster-wide (it watches Namespaces only then), which on a shared
 //! cluster would take other tests' PodAlerts. No node runs the pods: each
 //! is bound to a node that does not exist and its status written as a
@@ -12,7 +13,8 @@ use std::time::Duration;
 
 use common::*;
 use flotilla_testenv::{Assets, ControlPlane, Lifetime, Options, TestEnv};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -141,4 +143,69 @@ async fn a_namespaces_annotation_silences_it_for_every_podalert_until_removed() 
     .await;
     let logs = operator.logs();
     assert!(logs.contains("namespace silences are not applied"), "{logs}");
+}
+
+/// A Deployment's annotation silences its pods for the PodAlerts of its
+/// namespace — the platform team's cluster-wide one too, for the pods of
+/// its own namespace — and removing it opens them within seconds: the pod
+/// here never changes (its status written once), so only the workload
+/// watch can wake them (the resync is 5 minutes).
+#[tokio::test]
+async fn a_deployments_annotation_silences_its_pods_until_removed() {
+    let assets = Assets::locate().unwrap();
+    let dir = std::env::temp_dir().join(format!("flotilla-pa-wl-silence-{}", std::process::id()));
+    let cp = ControlPlane::start(&assets, &Options { dir, lifetime: Lifetime::DieWithParent }).await.unwrap();
+    let env = TestEnv::of(&cp);
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let platform = env.namespace("platform").await.unwrap();
+    let until = Timestamp::from_second(Timestamp::now().as_second() + 3600).unwrap();
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "batch", "annotations": {ANNOTATION: until.to_string()}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "batch"}},
+                 "template": {"metadata": {"labels": {"app": "batch"}},
+                              "spec": {"containers": [{"name": "app", "image": "busybox"}]}}}
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &platform);
+    let uid = deployments.create(&Default::default(), &deployment).await.unwrap().metadata.uid.unwrap();
+    // Its pod, as the kubelet would report it, owned by the Deployment
+    // itself (no ReplicaSet: with none, the garbage collector keeps it).
+    crash_looping(&client, &platform, "batch-1").await;
+    let owner = json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "batch", "uid": uid, "controller": true}
+    ]}});
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &platform);
+    pods.patch("batch-1", &PatchParams::default(), &Patch::Merge(&owner)).await.unwrap();
+    let alert = json!({"alerts": {"checkRunningPods": true, "restartThreshold": 1}});
+    create_podalert(&client, &platform, "team", alert.clone()).await.unwrap();
+    let mut everywhere = alert;
+    everywhere["allNamespaces"] = json!(true);
+    create_podalert(&client, &platform, "everything", everywhere).await.unwrap();
+    let scope = format!("--cluster-scope-namespaces={platform}");
+    let operator = OPERATOR.start(&env.kubeconfig, None, &[&scope], &LOOPBACK_SINKS);
+
+    for name in ["team", "everything"] {
+        let s = wait_status(&client, &platform, name, "batch silenced by its Deployment", T, |s| {
+            incident(s, "Deployment/batch").filter(|i| i.state == "Silenced").cloned()
+        })
+        .await;
+        assert_eq!(s.silenced_by, format!("deployment batch annotation {ANNOTATION}"), "{name}");
+        assert_eq!(s.silenced_until.as_ref().map(|t| t.0), Some(until), "{name}");
+    }
+    let patch = json!({"metadata": {"annotations": {ANNOTATION: null}}});
+    deployments.patch("batch", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    for name in ["team", "everything"] {
+        wait_status(
+            &client,
+            &platform,
+            name,
+            "batch firing once its Deployment is unannotated",
+            Duration::from_secs(20),
+            |s| incident(s, "Deployment/batch").filter(|i| i.state == "Firing").map(|_| ()),
+        )
+        .await;
+    }
+    let logs = operator.logs();
+    assert!(!logs.contains("panicked"), "{logs}");
 }

@@ -85,8 +85,10 @@ async fn watch_namespaces(data: Arc<Data>, health: WatchHealth) {
 
 /// Keeps one workload kind's silences (in the watched namespace, or all)
 /// and wakes the PodAlerts of the namespaces concerned: a workload's
-/// annotation counts only for its own namespace's PodAlerts
-/// ([`crate::silence::matching`]), so the cluster-wide ones are not woken.
+/// annotation counts only for PodAlerts of its own namespace
+/// ([`crate::silence::matching`]) — a cluster-wide one included, for the
+/// pods of its own namespace, so its kept evaluation is told the namespace
+/// changed (`note_touched`), as the pod watch tells it.
 async fn watch_workloads<K>(data: Arc<Data>, store: Arc<SilenceStore>, health: WatchHealth, plural: &'static str)
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -110,6 +112,7 @@ where
             namespaces.dedup();
             let alerts = data.alerts.state();
             let touched = flotilla_shared::pods::Touched { namespaces: &namespaces, listed };
+            data.note_touched(&alerts, touched);
             for alert in flotilla_shared::pods::concerned(&alerts, touched, |_: &PodAlert| false) {
                 let _ = data.trigger.unbounded_send(alert);
             }
