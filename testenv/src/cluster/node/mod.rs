@@ -19,6 +19,7 @@ pub mod config;
 pub mod images;
 pub mod network;
 pub mod paths;
+pub mod pressure;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -59,6 +60,11 @@ pub enum NodeError {
     Io { what: String, source: std::io::Error },
     #[error("the node did not become ready: {reason}\n{logs}")]
     NotReady { reason: String, logs: String },
+    #[error(
+        "the node reports {conditions}: its kubelet schedules no pod until that ends ({space}). Free disk space \
+         (an old Cargo target directory is the usual culprit), then `cargo xtask cluster down` and up again"
+    )]
+    Pressure { conditions: String, space: String },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
@@ -414,14 +420,32 @@ async fn start(
     })
     .await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+    // A node under pressure never runs CoreDNS: stop waiting and say why.
+    let pressed = std::sync::Mutex::new(Vec::new());
     wait("CoreDNS to be ready", &mut processes, started, || {
-        let deployments = deployments.clone();
+        let (deployments, nodes, pressed) = (deployments.clone(), nodes.clone(), &pressed);
         async move {
+            if let Some(node) = nodes.get_opt(NODE_NAME).await.map_err(|e| e.to_string())? {
+                let found = pressure::pressures(&node);
+                if !found.is_empty() {
+                    if let Ok(mut p) = pressed.lock() {
+                        *p = found;
+                    }
+                    return Ok(true);
+                }
+            }
             let d = deployments.get("coredns").await.map_err(|e| e.to_string())?;
             Ok(d.status.and_then(|s| s.ready_replicas).unwrap_or(0) >= 1)
         }
     })
     .await?;
+    let pressed = pressed.into_inner().unwrap_or_default();
+    if !pressed.is_empty() {
+        return Err(NodeError::Pressure {
+            conditions: pressed.join(", "),
+            space: pressure::describe_free_space(&paths.kubelet_root()),
+        });
+    }
     let elapsed = started.elapsed();
     progress(&format!("one-node cluster ready in {}", fmt_elapsed(elapsed)));
     // The processes outlive this call (dropping a Process does not stop
