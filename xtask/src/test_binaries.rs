@@ -10,6 +10,11 @@
 //! lane of their own (the node holds 110 pods, and their timings assume a
 //! quiet node). The charts' dependencies are built once before (the
 //! "chart dependencies" step), so no two binaries rebuild them at once.
+//!
+//! Every binary's `TMPDIR` is one directory of this run, removed at its
+//! end: a binary killed or crashed (or a test that keeps its files for a
+//! failure's report) leaves nothing behind on the machine — before, each
+//! run left hundreds of megabytes of control-plane data in `/tmp`.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -83,9 +88,13 @@ struct Ran {
     output: String,
 }
 
-fn run_one(b: &TestBinary) -> Ran {
+fn run_one(b: &TestBinary, scratch: &Path) -> Ran {
     let started = Instant::now();
-    let out = Command::new(&b.exe).current_dir(&b.dir).env("FLOTILLA_CHART_DEPENDENCIES_BUILT", "1").output();
+    let out = Command::new(&b.exe)
+        .current_dir(&b.dir)
+        .env("FLOTILLA_CHART_DEPENDENCIES_BUILT", "1")
+        .env("TMPDIR", scratch)
+        .output();
     let (passed, output) = match out {
         Ok(o) => (
             o.status.success(),
@@ -97,10 +106,10 @@ fn run_one(b: &TestBinary) -> Ran {
 }
 
 /// Takes binaries from `queue` until it is empty, reporting each.
-fn worker(queue: &Mutex<VecDeque<TestBinary>>, done: &Mutex<Vec<Ran>>, total: usize) {
+fn worker(queue: &Mutex<VecDeque<TestBinary>>, done: &Mutex<Vec<Ran>>, total: usize, scratch: &Path) {
     loop {
         let Some(b) = queue.lock().ok().and_then(|mut q| q.pop_front()) else { return };
-        let ran = run_one(&b);
+        let ran = run_one(&b, scratch);
         let mut done = match done.lock() {
             Ok(d) => d,
             Err(p) => p.into_inner(),
@@ -127,6 +136,31 @@ fn last_times() -> std::collections::HashMap<String, f64> {
 
 /// Every test binary and the doc tests; fails when any failed.
 pub fn run() -> anyhow::Result<()> {
+    let scratch = std::env::temp_dir().join(format!("flotilla-test-run-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let result = run_in(&scratch);
+    let left = dir_size(&scratch);
+    match std::fs::remove_dir_all(&scratch) {
+        Ok(()) => say(&format!("tests: removed their temporary files ({:.1} MiB)", left as f64 / 1048576.0)),
+        Err(e) => eprintln!("    warning: could not remove {}: {e}", scratch.display()),
+    }
+    result
+}
+
+/// Bytes of the regular files under `dir` (what removing it frees).
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn run_in(scratch: &Path) -> anyhow::Result<()> {
     let mut binaries = list()?;
     let last = last_times();
     binaries.sort_by(|a, b| {
@@ -139,14 +173,18 @@ pub fn run() -> anyhow::Result<()> {
     let shared = Mutex::new(VecDeque::from(shared));
     let done = Mutex::new(Vec::new());
     std::thread::scope(|s| {
-        s.spawn(|| worker(&node, &done, total));
+        s.spawn(|| worker(&node, &done, total, scratch));
         for _ in 0..SIDE_BY_SIDE {
-            s.spawn(|| worker(&shared, &done, total));
+            s.spawn(|| worker(&shared, &done, total, scratch));
         }
     });
     // Doc tests last: rustdoc compiles each example (no binary to list).
     let started = Instant::now();
-    let doc = cargo().args(["test", "--workspace", "--locked", "--doc"]).output().context("cargo test --doc")?;
+    let doc = cargo()
+        .args(["test", "--workspace", "--locked", "--doc"])
+        .env("TMPDIR", scratch)
+        .output()
+        .context("cargo test --doc")?;
     let mut done = done.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let ran = Ran {
         name: "doc tests".into(),
