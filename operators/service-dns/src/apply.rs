@@ -38,9 +38,13 @@ where
 /// The zone after `groups` were applied to `zone`: the in-memory copy of
 /// the zone kept between full listings.
 pub fn update_zone(mut zone: Vec<RecordSet>, groups: &[&ChangeGroup]) -> Vec<RecordSet> {
-    let touched: HashSet<(&str, RecordType)> =
-        groups.iter().flat_map(|g| g.changes.iter().map(|c| (&*c.record.name, c.record.rtype))).collect();
-    zone.retain(|r| r.is_foreign() || !touched.contains(&(&*r.name, r.rtype)));
+    // A record set is (name, type, set identifier): another cluster's set
+    // at a name of ours stays.
+    let touched: HashSet<(&str, RecordType, Option<&str>)> = groups
+        .iter()
+        .flat_map(|g| g.changes.iter().map(|c| (&*c.record.name, c.record.rtype, c.record.set_id())))
+        .collect();
+    zone.retain(|r| r.is_foreign() || !touched.contains(&(&*r.name, r.rtype, r.set_id())));
     for g in groups {
         for c in &g.changes {
             if c.action != Action::Delete {

@@ -3,19 +3,22 @@
 //! what of its wish it may not have (a name its namespace was not granted,
 //! too many names, too long a TTL), said as Warnings.
 
-use std::net::IpAddr;
-
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use crate::alias::{self, ANNOTATION_ALIAS, ANNOTATION_ALIAS_ZONE, ANNOTATION_EVALUATE_TARGET_HEALTH};
 use crate::endpoints::SliceInfo;
 use crate::extdns::{EXTERNAL_DNS_ALPHA_HOSTNAME, EXTERNAL_DNS_ALPHA_TTL, EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_TTL};
-use crate::grant::{ANNOTATION_ALLOWED_HOSTNAMES, Grant, HostnameAnnotations};
+use crate::grant::{Grant, HostnameAnnotations};
 use crate::headless;
 use crate::hostname::{self, HostnameError, Template, Vars};
-use crate::model::{Alias, RecordSet, RecordType};
+use crate::model::{RecordSet, RecordType};
 use crate::service::ServiceInfo;
 use crate::zones::{ANNOTATION_ZONES, ZoneSet};
+
+mod names;
+mod targets;
+
+use names::{Names, check_names, listed, not_allowed};
+use targets::{LoadBalancer, cluster_ip_targets, load_balancer_targets, pod_names, split_ips};
 
 pub const ANNOTATION_HOSTNAME: &str = "flotilla.dev/hostname";
 pub const ANNOTATION_TTL: &str = "flotilla.dev/ttl";
@@ -129,17 +132,6 @@ pub fn resource_id(namespace: &str, name: &str) -> String {
     format!("service/{namespace}/{name}")
 }
 
-/// At most this many refused names are listed in an Event.
-const LISTED: usize = 5;
-
-fn listed(names: &[&str]) -> String {
-    let mut out = names.iter().take(LISTED).copied().collect::<Vec<_>>().join(", ");
-    if names.len() > LISTED {
-        out.push_str(&format!(" and {} more", names.len() - LISTED));
-    }
-    out
-}
-
 /// The records a Service without endpoints asks for (see [`wish`]).
 pub fn desired(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>) -> Wish {
     wish(svc, naming, grant, &[])
@@ -188,6 +180,14 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
                 .into();
             }
         },
+    };
+
+    let routing = match crate::routing::of(svc) {
+        Ok(r) => r,
+        Err(e) => {
+            return Desired::Invalid { reason: "InvalidAnnotation", message: format!("{e}; no record published") }
+                .into();
+        }
     };
 
     // The Service's choice of zones (several zones): applied once its
@@ -295,65 +295,13 @@ pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &
     // A zone the Service did not choose gets nothing (checked after the
     // targets, whose bad input every zone says alike).
     let names = Names { here: hostnames, all: &all_names, chosen: here_chosen };
-    let desired = publish(svc, names, ttl, naming, slices, &mut notices);
+    let mut desired = publish(svc, names, ttl, naming, slices, &mut notices);
+    // Every record of the Service is its set (routing policies).
+    if let (Some(routing), Desired::Publish(claim)) = (routing, &mut desired) {
+        let records = std::mem::take(&mut claim.records);
+        claim.records = records.into_iter().map(|r| r.with_routing(routing.clone())).collect();
+    }
     Wish { desired, notices }
-}
-
-/// Checks each name against its own zone's domain (with one zone, that
-/// zone's; with several, the most specific holding it — a name in none is
-/// refused). The apex passes here: it is checked once the targets are known.
-fn check_names(names: &[String], naming: &Naming) -> Result<(), String> {
-    for h in names {
-        let domain = if naming.zones.is_several() {
-            match naming.zones.homes(h).next() {
-                Some(home) => home.name.as_str(),
-                None => {
-                    return Err(format!(
-                        "{h} is in none of the zones managed here ({}); no record published",
-                        naming.zones.describe()
-                    ));
-                }
-            }
-        } else {
-            naming.domain.as_str()
-        };
-        match hostname::validate(h, domain) {
-            Ok(()) | Err(HostnameError::Apex(_)) => {}
-            Err(e) => return Err(format!("{e}; no record published")),
-        }
-    }
-    Ok(())
-}
-
-/// The Warning for names the namespace was not granted.
-fn not_allowed(key: &str, namespace: &str, refused: &[String], grant: Option<&Grant>) -> Notice {
-    let names: Vec<&str> = refused.iter().map(String::as_str).collect();
-    let (verb, them) = if names.len() == 1 { ("is", "it") } else { ("are", "them") };
-    let mut message = format!(
-        "{key}: {} {verb} not granted to namespace {namespace}; nothing is published for {them}. Ask a cluster \
-         admin to grant {them} with the Namespace annotation {ANNOTATION_ALLOWED_HOSTNAMES} (comma-separated \
-         exact names or *.sub.domain subtrees)",
-        listed(&names),
-    );
-    match grant {
-        None => message.push_str(&format!("; namespace {namespace} has none")),
-        Some(g) if !g.bad_entries().is_empty() => {
-            let bad: Vec<String> = g.bad_entries().iter().map(|b| format!("{b:?}")).collect();
-            message.push_str(&format!("; its entries {} are not names and were ignored", bad.join(", ")));
-        }
-        Some(_) => {}
-    }
-    Notice { reason: HOSTNAME_NOT_ALLOWED, message }
-}
-
-/// A Service's names as one zone's sync sees them.
-struct Names<'a> {
-    /// Those that go to this zone (may be none: another zone's).
-    here: Vec<String>,
-    /// All of them, in every zone (the apex rule reads them all).
-    all: &'a [String],
-    /// This zone is among those the Service chose (or it chose none).
-    chosen: bool,
 }
 
 /// The records at `names.here` for the Service's targets (and, for a
@@ -451,117 +399,6 @@ fn publish(
     Desired::Publish(Claim { order: (svc.created, resource.clone()), resource, records })
 }
 
-type Targets = Vec<(RecordType, Vec<String>)>;
-
-fn cluster_ip_targets(svc: &ServiceInfo) -> Result<Targets, Desired> {
-    if svc.external_name {
-        return Err(Desired::Quiet);
-    }
-    // Reached by a headless Service only with `--publish-headless` off.
-    if svc.is_headless() {
-        return Err(Desired::Skip { reason: DNS_RECORD_SKIPPED, message: HEADLESS_OFF.to_string() });
-    }
-    Ok(split_ips(svc.cluster_ips.iter().filter_map(|s| s.parse::<IpAddr>().ok())))
-}
-
-/// The pods' names (`--pod-hostname-template`) and their records; a
-/// hostname that gives no valid name is left out, said as a Warning.
-fn pod_names(
-    svc: &ServiceInfo,
-    naming: &Naming,
-    pods: Vec<(Box<str>, Vec<IpAddr>)>,
-    notices: &mut Vec<Notice>,
-) -> Vec<(String, Targets)> {
-    let vars = Vars { name: &svc.name, namespace: &svc.namespace, prefix: &naming.prefix, domain: &naming.domain };
-    let mut bad = Vec::new();
-    let mut out = Vec::with_capacity(pods.len());
-    for (hostname, ips) in pods {
-        // One label: the API server checks it, checked again here (defence
-        // in depth) since a dotted one would reach names of another shape.
-        if hostname.contains('.') {
-            bad.push(format!("hostname {hostname:?} is not a single label"));
-            continue;
-        }
-        let h = naming.pod_template.render_pod(vars, &hostname);
-        match hostname::validate(&h, &naming.domain) {
-            // Under a delegated subdomain whose zone is managed too: that zone's.
-            Ok(()) if !naming.zones.is_home(&naming.zone_id, &h) => {}
-            Ok(()) => out.push((h, split_ips(ips.into_iter()))),
-            Err(e) => bad.push(e.to_string()),
-        }
-    }
-    if let Some(first) = bad.first() {
-        notices.push(Notice {
-            reason: "InvalidHostname",
-            message: format!("{} pod name(s) not published (--pod-hostname-template), e.g. {first}", bad.len()),
-        });
-    }
-    out
-}
-
-fn split_ips(ips: impl Iterator<Item = IpAddr>) -> Targets {
-    let (mut v4, mut v6) = (Vec::new(), Vec::new());
-    for ip in ips {
-        match ip {
-            IpAddr::V4(a) => v4.push(a.to_string()),
-            IpAddr::V6(a) => v6.push(a.to_string()),
-        }
-    }
-    let mut out = Vec::new();
-    if !v4.is_empty() {
-        out.push((RecordType::A, v4));
-    }
-    if !v6.is_empty() {
-        out.push((RecordType::Aaaa, v6));
-    }
-    out
-}
-
-/// What a load balancer's ingress publishes.
-enum LoadBalancer {
-    Addresses(Targets),
-    /// ALIAS record sets of these types (`A`, and `AAAA` for a dualstack
-    /// load balancer) to the load balancer.
-    Alias(Vec<RecordType>, Alias),
-}
-
-/// IPs → A/AAAA; else the first hostname → an ALIAS (an AWS load balancer,
-/// see [`alias::target`]) or a CNAME (a CNAME has one value). `Err`: a bad
-/// alias annotation.
-fn load_balancer_targets(
-    svc: &ServiceInfo,
-    naming: &Naming,
-    notices: &mut Vec<Notice>,
-) -> Result<LoadBalancer, String> {
-    let ips = split_ips(svc.ingress_ips.iter().filter_map(|s| s.parse::<IpAddr>().ok()));
-    if !ips.is_empty() {
-        return Ok(LoadBalancer::Addresses(ips));
-    }
-    let mut hosts: Vec<String> =
-        svc.ingress_hostnames.iter().map(|h| hostname::normalize(h)).filter(|h| !h.is_empty()).collect();
-    hosts.sort();
-    let Some(host) = hosts.into_iter().next() else { return Ok(LoadBalancer::Addresses(Vec::new())) };
-    let wanted = alias::Wanted {
-        alias: svc.annotation(ANNOTATION_ALIAS),
-        zone: svc.annotation(ANNOTATION_ALIAS_ZONE),
-        evaluate: svc.annotation(ANNOTATION_EVALUATE_TARGET_HEALTH),
-        by_default: naming.alias_load_balancers,
-    };
-    match alias::target(&host, &wanted).map_err(|e| format!("{e}; no record published"))? {
-        alias::Target::Alias(a) => {
-            let mut types = vec![RecordType::A];
-            if alias::is_dualstack(svc.annotation(alias::ANNOTATION_IP_ADDRESS_TYPE)) {
-                types.push(RecordType::Aaaa);
-            }
-            Ok(LoadBalancer::Alias(types, a))
-        }
-        alias::Target::Cname(warning) => {
-            notices.extend(warning.map(|message| Notice { reason: alias::ALIAS_ZONE_UNKNOWN, message }));
-            Ok(LoadBalancer::Addresses(vec![(RecordType::Cname, vec![host])]))
-        }
-    }
-}
-
 /// The Service as the object of an Event.
 pub fn object_ref(namespace: &str, name: &str, uid: Option<String>) -> ObjectReference {
     ObjectReference {
@@ -577,6 +414,7 @@ pub fn object_ref(namespace: &str, name: &str, uid: Option<String>) -> ObjectRef
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alias::{self, ANNOTATION_ALIAS, ANNOTATION_ALIAS_ZONE, ANNOTATION_EVALUATE_TARGET_HEALTH};
     use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Service, ServiceSpec, ServiceStatus};
     use kube::api::ObjectMeta;
 
@@ -827,7 +665,7 @@ mod tests {
         assert_eq!(w.desired, Desired::Quiet, "not kept: a name it held is released");
         assert_eq!(w.notices.len(), 1);
         assert_eq!(w.notices[0].reason, HOSTNAME_NOT_ALLOWED);
-        assert!(w.notices[0].message.contains(ANNOTATION_ALLOWED_HOSTNAMES), "{}", w.notices[0].message);
+        assert!(w.notices[0].message.contains(crate::grant::ANNOTATION_ALLOWED_HOSTNAMES), "{}", w.notices[0].message);
         assert!(w.notices[0].message.contains("login.vipmind.me"), "{}", w.notices[0].message);
         // Granted exactly, or by a subtree: published.
         for grant in ["login.vipmind.me", "LOGIN.vipmind.me.", "*.vipmind.me", "other.vipmind.me, login.vipmind.me"] {
@@ -1101,6 +939,33 @@ mod tests {
         assert_eq!(records(w.desired)[0].rtype, RecordType::Cname);
         assert_eq!(w.notices[0].reason, alias::ALIAS_ZONE_UNKNOWN);
         assert!(w.notices[0].message.contains(ANNOTATION_ALIAS_ZONE));
+    }
+
+    /// A Service's routing set: every record of it (an ALIAS too) is a set
+    /// of its identifier and policy; bad routing annotations publish nothing.
+    #[test]
+    fn a_routing_set_covers_every_record() {
+        use crate::model::RoutingPolicy;
+        use crate::routing::{ANNOTATION_FAILOVER, ANNOTATION_SET_IDENTIFIER, ANNOTATION_WEIGHT};
+        let set = [(ANNOTATION_SET_IDENTIFIER, "eu-1"), (ANNOTATION_WEIGHT, "30")];
+        let r = records(want(svc("x", &["10.0.0.1", "fd00:10:96::1"], &set), &naming()));
+        assert_eq!(r.len(), 2);
+        for rec in &r {
+            let ro = rec.routing().expect("a routing set");
+            assert_eq!((&*ro.set_id, ro.policy), ("eu-1", RoutingPolicy::Weighted(30)));
+        }
+        let r = records(want(behind(NLB, &set), &naming()));
+        assert!(r[0].alias_target().is_some() && r[0].set_id() == Some("eu-1"), "{r:?}");
+        // Without: no routing.
+        assert!(records(want(svc("x", &["10.0.0.1"], &[]), &naming()))[0].routing().is_none());
+        let d = want(
+            svc("x", &["10.0.0.1"], &[(ANNOTATION_SET_IDENTIFIER, "eu-1"), (ANNOTATION_FAILOVER, "maybe")]),
+            &naming(),
+        );
+        assert!(
+            matches!(&d, Desired::Invalid { reason: "InvalidAnnotation", message } if message.contains(ANNOTATION_FAILOVER)),
+            "{d:?}"
+        );
     }
 
     /// The zone apex: an ALIAS or addresses, never a CNAME, and (by

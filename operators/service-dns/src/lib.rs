@@ -17,6 +17,7 @@
 //! | [`service`] | the few fields of a Service that are kept in the cache |
 //! | [`endpoints`] | the few fields of a headless Service's EndpointSlices that are kept in their cache |
 //! | [`headless`] | a headless Service's published addresses and pod names from its slices (pure, bounded) |
+//! | [`routing`] | weighted and failover routing sets: a Service's `flotilla.dev/set-identifier` and policy (pure) |
 //! | [`alias`] | ALIAS records for AWS load balancers: each region's canonical hosted zone, the Service's alias annotations (pure) |
 //! | [`route53`] | current state and applying changes (rate limit, retries, INSYNC) |
 //! | [`model`] | the record model shared by desired, current and plan: record sets, their keys, changes |
@@ -52,6 +53,7 @@ pub mod quarantine;
 pub mod registry;
 pub mod report;
 pub mod route53;
+pub mod routing;
 pub mod service;
 pub mod sync;
 pub mod zone;

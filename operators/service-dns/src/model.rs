@@ -66,12 +66,73 @@ pub struct RecordSet {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Extra {
     /// Never written, only in the way: Route53's own type name for
-    /// `Other`, the set identifier of a routing policy, an alias inside a
-    /// routing policy. Kept so that the record is shown faithfully.
+    /// `Other`, a routing policy we do not write (latency, geolocation,
+    /// multivalue …), an alias of another type. Kept so that the record is
+    /// shown faithfully.
     Foreign(Box<str>),
     /// A Route53 ALIAS (an `A`/`AAAA` set answered with the target's
     /// addresses): ours to write like any address record.
     Alias(Alias),
+    /// One set of a weighted or failover routing policy (an ALIAS, if
+    /// the target is one): ours to write; beside it at the name and type
+    /// only other sets of the same policy, each its set identifier's.
+    Routed(Routing, Option<Alias>),
+}
+
+/// The routing policy of a set: several sets at one name and type, told
+/// apart by their set identifiers (one per cluster, for active/active).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Routing {
+    pub set_id: Box<str>,
+    pub policy: RoutingPolicy,
+    /// A Route53 health check deciding whether the set is answered.
+    pub health_check_id: Option<Box<str>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RoutingPolicy {
+    /// Answered in proportion to its weight among the sets (0–255).
+    Weighted(u8),
+    /// The primary answered while healthy, else the secondary.
+    Failover(FailoverRole),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailoverRole {
+    Primary,
+    Secondary,
+}
+
+impl FailoverRole {
+    /// Route53's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailoverRole::Primary => "PRIMARY",
+            FailoverRole::Secondary => "SECONDARY",
+        }
+    }
+}
+
+impl RoutingPolicy {
+    /// Whether sets of `self` and `other` may stand at one name and type
+    /// (Route53: one policy per name and type, one primary and one
+    /// secondary at most).
+    pub fn coexists_with(self, other: RoutingPolicy) -> bool {
+        match (self, other) {
+            (RoutingPolicy::Weighted(_), RoutingPolicy::Weighted(_)) => true,
+            (RoutingPolicy::Failover(a), RoutingPolicy::Failover(b)) => a != b,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Routing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.policy {
+            RoutingPolicy::Weighted(w) => write!(f, "set {} (weight {w})", self.set_id),
+            RoutingPolicy::Failover(r) => write!(f, "set {} (failover {})", self.set_id, r.as_str().to_lowercase()),
+        }
+    }
 }
 
 /// An ALIAS record's target.
@@ -103,6 +164,31 @@ impl RecordSet {
         Self { name: name.into(), rtype, ttl: 0, values: Box::default(), extra: Some(Box::new(Extra::Alias(target))) }
     }
 
+    /// The record as a set of `routing` (an ALIAS stays one; a foreign
+    /// record stays foreign).
+    pub fn with_routing(mut self, routing: Routing) -> Self {
+        self.extra = match self.extra.take().map(|e| *e) {
+            Some(Extra::Foreign(what)) => Some(Extra::Foreign(what)),
+            Some(Extra::Alias(a)) | Some(Extra::Routed(_, Some(a))) => Some(Extra::Routed(routing, Some(a))),
+            None | Some(Extra::Routed(_, None)) => Some(Extra::Routed(routing, None)),
+        }
+        .map(Box::new);
+        self
+    }
+
+    /// The routing policy of the set, if it is one of ours.
+    pub fn routing(&self) -> Option<&Routing> {
+        match self.extra.as_deref() {
+            Some(Extra::Routed(r, _)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The set identifier of one of our routing sets.
+    pub fn set_id(&self) -> Option<&str> {
+        self.routing().map(|r| &*r.set_id)
+    }
+
     /// Marks the record foreign: `what` makes it so.
     pub fn into_foreign(mut self, what: impl Into<Box<str>>) -> Self {
         self.extra = Some(Box::new(Extra::Foreign(what.into())));
@@ -124,7 +210,7 @@ impl RecordSet {
     /// The ALIAS target, if the record is one.
     pub fn alias_target(&self) -> Option<&Alias> {
         match self.extra.as_deref() {
-            Some(Extra::Alias(a)) => Some(a),
+            Some(Extra::Alias(a)) | Some(Extra::Routed(_, Some(a))) => Some(a),
             _ => None,
         }
     }
@@ -134,11 +220,16 @@ impl RecordSet {
         self.values.iter().map(|v| v.len()).sum()
     }
 
-    /// The values as shown to people: the addresses, or the alias target.
+    /// The values as shown to people: the addresses, or the alias target,
+    /// and the routing set.
     pub fn shown_values(&self) -> String {
-        match self.alias_target() {
+        let shown = match self.alias_target() {
             Some(a) => a.to_string(),
             None => self.values.join(","),
+        };
+        match self.routing() {
+            Some(r) => format!("{shown} in {r}"),
+            None => shown,
         }
     }
 }

@@ -37,8 +37,11 @@ use crate::registry::{self, Ownership, namespace_of};
 mod changes;
 mod conflicts;
 mod reading;
+mod sets;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_sets;
 
 use reading::{Claimant, Zone, is_ours_managed};
 
@@ -204,14 +207,36 @@ pub fn plan_keeping(
 /// [`plan`] with every rule: each wanted name decided on its own
 /// ([`plan_name`]), then the owned names nobody wants any more
 /// ([`release_unwanted`]).
+///
+/// With routing sets (weighted, failover), each set is planned as a zone of
+/// its own ([`sets`]); without, the zone is one part.
 pub fn plan_with(claims: &[Claim], keep: &BTreeSet<String>, current: &[RecordSet], rules: &Rules<'_>) -> Plan {
-    let zone = Zone::read(current);
     let mut out = Plan::default();
-    for (name, claimants) in reading::claimants_by_name(claims) {
-        plan_name(name, claimants, &zone, keep, rules, &mut out);
+    if !sets::any(claims, current) {
+        plan_part(claims, keep, current, &BTreeSet::new(), rules, &mut out);
+        return out;
     }
-    release_unwanted(claims, &zone, keep, rules, &mut out);
+    for part in sets::split(claims, current, rules.owner_id, &mut out.conflicts) {
+        plan_part(&part.claims, keep, &part.current, &part.moving, rules, &mut out);
+    }
     out
+}
+
+/// One part of the zone (all of it, or one routing set's): each wanted
+/// name, then the owned names nobody wants any more.
+fn plan_part(
+    claims: &[Claim],
+    keep: &BTreeSet<String>,
+    current: &[RecordSet],
+    moving: &BTreeSet<String>,
+    rules: &Rules<'_>,
+    out: &mut Plan,
+) {
+    let zone = Zone::read(current);
+    for (name, claimants) in reading::claimants_by_name(claims) {
+        plan_name(name, claimants, &zone, keep, rules, out);
+    }
+    release_unwanted(claims, &zone, keep, moving, rules, out);
 }
 
 /// One name some Services want: who gets it, what is in the way, and the
@@ -292,8 +317,16 @@ fn conflict(c: &Claim, name: &str, cause: ConflictCause) -> Conflict {
 }
 
 /// Owned names nobody wants any more: deleted (policy `sync`, unless held
-/// by a Service skipped for bad input), or held for `--handover-grace`.
-fn release_unwanted(claims: &[Claim], zone: &Zone<'_>, keep: &BTreeSet<String>, rules: &Rules<'_>, out: &mut Plan) {
+/// by a Service skipped for bad input), or held for `--handover-grace` —
+/// unless `moving`: its holder wants it in another routing set.
+fn release_unwanted(
+    claims: &[Claim],
+    zone: &Zone<'_>,
+    keep: &BTreeSet<String>,
+    moving: &BTreeSet<String>,
+    rules: &Rules<'_>,
+    out: &mut Plan,
+) {
     let wanted_names: BTreeSet<&str> = claims.iter().flat_map(|c| c.records.iter().map(|r| &*r.name)).collect();
     for (name, txt) in &zone.txt_at {
         if wanted_names.contains(name) {
@@ -306,7 +339,7 @@ fn release_unwanted(claims: &[Claim], zone: &Zone<'_>, keep: &BTreeSet<String>, 
             continue;
         }
         let expired = o.freed.is_some_and(|t| rules.now >= t.saturating_add(rules.grace));
-        if rules.grace > 0 && !expired {
+        if rules.grace > 0 && !expired && !moving.contains(*name) {
             out.groups.extend(changes::hold(name, &o, txt, &before, rules));
             continue;
         }

@@ -68,7 +68,9 @@ pub fn parse(value: &str) -> Option<Ownership> {
 
 /// What a TXT record set says about ownership: the first flotilla value.
 pub fn ownership_of(record: &RecordSet) -> Option<Ownership> {
-    if record.rtype != RecordType::Txt || record.extra.is_some() {
+    // A routing set's TXT (beside its records, with their set identifier)
+    // counts; an alias or a foreign TXT does not.
+    if record.rtype != RecordType::Txt || record.is_foreign() || record.alias_target().is_some() {
         return None;
     }
     record.values.iter().find_map(|v| parse(v))

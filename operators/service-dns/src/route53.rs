@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::hostname::normalize;
 use crate::metrics::DnsMetrics;
-use crate::model::{Action, Alias, RecordSet, RecordType};
+use crate::model::{Action, Alias, FailoverRole, RecordSet, RecordType, Routing, RoutingPolicy};
 use crate::plan::ChangeGroup;
 
 /// Attempts of one request when Route53 throttles.
@@ -377,9 +377,10 @@ impl Listing {
     }
 }
 
-/// Route53's record set in our model. An ALIAS (without a routing policy)
-/// is an address record like any other; routing policies and other types
-/// are foreign: never written, only in the way.
+/// Route53's record set in our model. An ALIAS is an address record like
+/// any other; a weighted or failover set is ours to write too (with its
+/// set identifier); other routing policies and other types are foreign:
+/// never written, only in the way.
 pub fn from_route53(r: &r53::ResourceRecordSet) -> RecordSet {
     let name = normalize(r.name());
     let ttl = r.ttl().unwrap_or(0);
@@ -391,31 +392,44 @@ pub fn from_route53(r: &r53::ResourceRecordSet) -> RecordSet {
         RrType::Txt => (RecordType::Txt, raw),
         _ => (RecordType::Other, raw),
     };
-    let set = r.set_identifier();
-    match (rtype, r.alias_target(), set) {
-        (RecordType::Other, _, _) => RecordSet::new(name, rtype, ttl, values).into_foreign(r.r#type().as_str()),
-        (_, Some(_), Some(id)) => {
-            RecordSet::new(name, rtype, ttl, values).into_foreign(format!("{} alias set {id}", r.r#type().as_str()))
-        }
-        (_, None, Some(id)) => {
-            RecordSet::new(name, rtype, ttl, values).into_foreign(format!("{} set {id}", r.r#type().as_str()))
-        }
-        (RecordType::A | RecordType::Aaaa, Some(target), None) => RecordSet::alias(
-            name,
-            rtype,
-            Alias {
-                zone_id: short_zone_id(target.hosted_zone_id()).into(),
-                dns_name: normalize(target.dns_name()).into(),
-                evaluate_target_health: target.evaluate_target_health(),
-            },
-        ),
+    let alias = r.alias_target().map(|target| Alias {
+        zone_id: short_zone_id(target.hosted_zone_id()).into(),
+        dns_name: normalize(target.dns_name()).into(),
+        evaluate_target_health: target.evaluate_target_health(),
+    });
+    let routing = r.set_identifier().map(|id| (id, routing_of(r)));
+    let plain = RecordSet::new(name.clone(), rtype, ttl, values);
+    let rname = r.r#type().as_str();
+    match (rtype, alias, routing) {
+        (RecordType::Other, _, _) => plain.into_foreign(rname),
+        // Latency, geolocation, multivalue …: not ours to write.
+        (_, _, Some((id, None))) => plain.into_foreign(format!("{rname} set {id}")),
         // An alias of another type (a CNAME or TXT alias to a record of the
         // zone): never ours to write.
-        (_, Some(_), None) => {
-            RecordSet::new(name, rtype, ttl, values).into_foreign(format!("{} alias", r.r#type().as_str()))
-        }
-        (_, None, None) => RecordSet::new(name, rtype, ttl, values),
+        (RecordType::Cname | RecordType::Txt, Some(_), _) => plain.into_foreign(format!("{rname} alias")),
+        (_, Some(a), None) => RecordSet::alias(name, rtype, a),
+        (_, Some(a), Some((_, Some(routing)))) => RecordSet::alias(name, rtype, a).with_routing(routing),
+        (_, None, Some((_, Some(routing)))) => plain.with_routing(routing),
+        (_, None, None) => plain,
     }
+}
+
+/// A weighted or failover set's policy (`None`: another policy, or none).
+fn routing_of(r: &r53::ResourceRecordSet) -> Option<Routing> {
+    let other = r.region().is_some()
+        || r.geo_location().is_some()
+        || r.multi_value_answer().is_some()
+        || r.cidr_routing_config().is_some()
+        || r.geo_proximity_location().is_some()
+        || r.traffic_policy_instance_id().is_some();
+    let policy = match (r.weight(), r.failover()) {
+        _ if other => return None,
+        (Some(w), None) => RoutingPolicy::Weighted(u8::try_from(w).ok()?),
+        (None, Some(r53::ResourceRecordSetFailover::Primary)) => RoutingPolicy::Failover(FailoverRole::Primary),
+        (None, Some(r53::ResourceRecordSetFailover::Secondary)) => RoutingPolicy::Failover(FailoverRole::Secondary),
+        _ => return None,
+    };
+    Some(Routing { set_id: r.set_identifier()?.into(), policy, health_check_id: r.health_check_id().map(Into::into) })
 }
 
 pub(crate) fn to_route53(action: Action, r: &RecordSet) -> Result<r53::Change, String> {
@@ -446,6 +460,21 @@ pub(crate) fn to_route53(action: Action, r: &RecordSet) -> Result<r53::Change, S
                 records.push(r53::ResourceRecord::builder().value(&**v).build().map_err(|e| e.to_string())?);
             }
             set.ttl(r.ttl).set_resource_records(Some(records))
+        }
+    };
+    let set = match r.routing() {
+        None => set,
+        Some(routing) => {
+            let set = set
+                .set_identifier(&*routing.set_id)
+                .set_health_check_id(routing.health_check_id.as_deref().map(str::to_string));
+            match routing.policy {
+                RoutingPolicy::Weighted(w) => set.weight(i64::from(w)),
+                RoutingPolicy::Failover(FailoverRole::Primary) => set.failover(r53::ResourceRecordSetFailover::Primary),
+                RoutingPolicy::Failover(FailoverRole::Secondary) => {
+                    set.failover(r53::ResourceRecordSetFailover::Secondary)
+                }
+            }
         }
     };
     let set = set.build().map_err(|e| e.to_string())?;
@@ -533,8 +562,49 @@ mod tests {
             .build()
             .unwrap();
         let r = from_route53(&weighted);
-        assert_eq!(r.foreign(), Some("A set blue"));
+        assert!(!r.is_foreign(), "a weighted set is ours to write");
+        assert_eq!(r.set_id(), Some("blue"));
+        assert_eq!(r.routing().map(|r| r.policy), Some(RoutingPolicy::Weighted(10)));
+
+        let latency = r53::ResourceRecordSet::builder()
+            .name("x.example.com.")
+            .r#type(RrType::A)
+            .set_identifier("eu")
+            .region(r53::ResourceRecordSetRegion::EuWest1)
+            .ttl(60)
+            .resource_records(r53::ResourceRecord::builder().value("10.0.0.1").build().unwrap())
+            .build()
+            .unwrap();
+        let r = from_route53(&latency);
+        assert_eq!(r.foreign(), Some("A set eu"));
         assert!(to_route53(Action::Delete, &r).is_err());
+    }
+
+    /// A routing set is written and read back as the same set: its set
+    /// identifier, policy and health check, an ALIAS kept one.
+    #[test]
+    fn a_routing_set_round_trips() {
+        let failover = Routing {
+            set_id: "cluster-a".into(),
+            policy: RoutingPolicy::Failover(FailoverRole::Primary),
+            health_check_id: Some("0f6f2c3e-8a1b-4f7e-9c1d-2b3a4c5d6e7f".into()),
+        };
+        let weighted = Routing { set_id: "b".into(), policy: RoutingPolicy::Weighted(0), health_check_id: None };
+        let target = Alias {
+            zone_id: "Z26RNL4JYFTOTI".into(),
+            dns_name: "web-0123.elb.us-east-1.amazonaws.com".into(),
+            evaluate_target_health: false,
+        };
+        for want in [
+            RecordSet::new("www.example.com", RecordType::A, 60, vec!["10.0.0.1".into()]).with_routing(failover),
+            RecordSet::alias("www.example.com", RecordType::A, target).with_routing(weighted.clone()),
+            RecordSet::new("_flotilla-owner.www.example.com", RecordType::Txt, 60, vec!["\"x\"".into()])
+                .with_routing(weighted),
+        ] {
+            let change = to_route53(Action::Upsert, &want).unwrap();
+            let set = change.resource_record_set().unwrap();
+            assert_eq!(from_route53(set), want);
+        }
     }
 
     /// What is written is read back as the same record set: an ALIAS has

@@ -68,6 +68,14 @@ pub const KEPT: &[(&str, usize)] = &[
     (crate::alias::ANNOTATION_EVALUATE_TARGET_HEALTH, MAX_VALUE),
     (crate::alias::ANNOTATION_IP_ADDRESS_TYPE, MAX_VALUE),
     (crate::zones::ANNOTATION_ZONES, MAX_VALUE),
+    (crate::routing::ANNOTATIONS[0], MAX_VALUE),
+    (crate::routing::ANNOTATIONS[1], MAX_VALUE),
+    (crate::routing::ANNOTATIONS[2], MAX_VALUE),
+    (crate::routing::ANNOTATIONS[3], MAX_VALUE),
+    (crate::routing::ANNOTATIONS[4], MAX_VALUE),
+    (crate::routing::ANNOTATIONS[5], MAX_VALUE),
+    (crate::routing::ANNOTATIONS[6], MAX_VALUE),
+    (crate::routing::ANNOTATIONS[7], MAX_VALUE),
 ];
 
 /// How many of [`KEPT`] are hostname annotations (the first ones).

@@ -471,13 +471,18 @@ pub fn sync_backoff(failures: u32, e: &Route53Error, interval: Duration) -> Dura
         .max(e.retry_after.unwrap_or_default())
 }
 
+/// Our address record sets: those at a name (and in a routing set) our
+/// ownership TXT guards.
 fn count_owned(current: &[RecordSet], owner: &str) -> usize {
-    let owned: BTreeSet<&str> = current
+    let owned: BTreeSet<(&str, Option<&str>)> = current
         .iter()
         .filter(|r| crate::registry::ownership_of(r).is_some_and(|o| o.owner == owner))
-        .filter_map(|r| crate::hostname::owned_name_of_txt(&r.name))
+        .filter_map(|r| crate::hostname::owned_name_of_txt(&r.name).map(|n| (n, r.set_id())))
         .collect();
-    current.iter().filter(|r| r.rtype.is_managed() && !r.is_foreign() && owned.contains(&*r.name)).count()
+    current
+        .iter()
+        .filter(|r| r.rtype.is_managed() && !r.is_foreign() && owned.contains(&(&*r.name, r.set_id())))
+        .count()
 }
 
 fn unix_now() -> f64 {

@@ -41,14 +41,7 @@ async fn each_name_goes_to_its_own_zones_and_a_denied_zone_holds_no_other_back()
     let r53 = route53(&moto.endpoint);
     let (public, domain) = create_zone(&r53, "split").await;
     // The private side of the split horizon: another zone of the same name.
-    let out = r53
-        .create_hosted_zone()
-        .name(&domain)
-        .caller_reference(format!("{domain}-private-{}", rand::random::<u64>()))
-        .send()
-        .await
-        .expect("creating the second zone");
-    let private = service_dns::route53::short_zone_id(out.hosted_zone().map(|z| z.id()).unwrap_or_default());
+    let private = create_zone_named(&r53, &domain).await;
     let (other, other_domain) = create_zone(&r53, "other").await;
     let ns = env.namespace("zones").await.expect("namespace");
     grant(&client, &ns, Some(&format!("*.{domain},*.{other_domain}"))).await;

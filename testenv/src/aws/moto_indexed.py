@@ -16,9 +16,17 @@
 # ALIAS) was then refused as "already exists" whenever anything sorted
 # after it, where Route53 takes it. A DELETE here takes the identical
 # CREATE out of the membership index, so the re-creation is judged on the
-# zone as it is. Nothing else of moto changes.
+# zone as it is.
+#
+# And one more: moto deletes a record set with a SetIdentifier (a weighted
+# or failover set) by its identifier alone, so deleting `www A` of set
+# `cluster-a` took every set called `cluster-a` in the zone — its ownership
+# TXT and every other name's — where Route53 deletes that one set (name,
+# type and identifier). The change being applied is tracked here so that
+# the delete can tell which set it means. Nothing else of moto changes.
 
 import json
+import threading
 
 from moto.route53 import models as _models
 
@@ -74,3 +82,47 @@ class IndexedChangeList(_Journal):
 
 # FakeZone makes its journal from the module's name at creation (resets included).
 _models.ChangeList = IndexedChangeList
+
+_applying = threading.local()
+
+
+class _TrackedChanges(list):
+    """A change list that says which change moto is applying."""
+
+    def __iter__(self):
+        for item in list.__iter__(self):
+            _applying.change = item
+            yield item
+        _applying.change = None
+
+
+_change_record_sets = _models.Route53Backend.change_resource_record_sets
+
+
+def _change_resource_record_sets(self, zoneid, change_list):
+    try:
+        return _change_record_sets(self, zoneid, _TrackedChanges(change_list))
+    finally:
+        _applying.change = None
+
+
+def _norm(name):
+    return (name or "").rstrip(".").lower()
+
+
+def _delete_rrset_by_id(self, set_identifier):
+    change = getattr(_applying, "change", None)
+    rr_set = (change or {}).get("ResourceRecordSet")
+    if not rr_set:
+        return _delete_by_id_alone(self, set_identifier)
+    name, rtype = _norm(rr_set.get("Name")), rr_set.get("Type")
+    self.rrsets = [
+        r
+        for r in self.rrsets
+        if not (_norm(r.name) == name and r.type == rtype and r.set_identifier == set_identifier)
+    ]
+
+
+_delete_by_id_alone = _models.FakeZone.delete_rrset_by_id
+_models.Route53Backend.change_resource_record_sets = _change_resource_record_sets
+_models.FakeZone.delete_rrset_by_id = _delete_rrset_by_id

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::{ChangeGroup, ChangeKind, Policy, Rules};
 use crate::desired::Claim;
-use crate::model::{Action, Change, RecordSet, RecordType};
+use crate::model::{Action, Change, RecordSet, RecordType, Routing};
 use crate::registry::{self, Ownership};
 
 fn change(action: Action, record: &RecordSet) -> Change {
@@ -61,7 +61,13 @@ pub(super) fn publish(
             Some(_) => {}
         }
     }
+    // A routing set's TXT is a set of the same identifier and policy (Route53
+    // allows one policy per name and type); no health check decides it.
     let txt = registry::txt_record(name, ttl, rules.owner_id, &winner.resource);
+    let txt = match want.first().and_then(|r| r.routing()) {
+        Some(r) => txt.with_routing(Routing { health_check_id: None, ..r.clone() }),
+        None => txt,
+    };
     let upserts = replaces || changes.iter().any(|c| c.action == Action::Upsert);
     // The ownership TXT: created (and the adopted owner's removed), moved
     // to a new holder, or — beside an UPSERT — deleted and created
@@ -80,6 +86,11 @@ pub(super) fn publish(
         }
         // Its holder (or the holder's namespace) is back within the grace: unmarked.
         Some((o, cur)) if o.freed.is_some() => {
+            txt_changes.push(change(Action::Delete, cur));
+            txt_changes.push(Change { action: Action::Create, record: txt });
+        }
+        // The set's policy changed (a weight, a failover role): its TXT follows.
+        Some((_, cur)) if cur.routing() != txt.routing() => {
             txt_changes.push(change(Action::Delete, cur));
             txt_changes.push(Change { action: Action::Create, record: txt });
         }
@@ -127,7 +138,13 @@ pub(super) fn hold(
     // deleted and created unchanged, so that the batch fails whole if the
     // name is no longer ours.
     let marked = match o.freed {
-        None => registry::txt_record_freed(name, txt.ttl, rules.owner_id, &o.resource, rules.now),
+        None => {
+            let marked = registry::txt_record_freed(name, txt.ttl, rules.owner_id, &o.resource, rules.now);
+            match txt.routing() {
+                Some(r) => marked.with_routing(r.clone()),
+                None => marked,
+            }
+        }
         Some(_) => txt.clone(),
     };
     changes.push(change(Action::Delete, txt));

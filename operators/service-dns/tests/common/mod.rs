@@ -47,15 +47,21 @@ pub fn route53(endpoint: &str) -> aws_sdk_route53::Client {
 /// A fresh hosted zone `<prefix>-<random>.example.com`: (id, domain).
 pub async fn create_zone(r53: &aws_sdk_route53::Client, prefix: &str) -> (String, String) {
     let domain = format!("{prefix}-{:08x}.example.com", rand::random::<u32>());
+    (create_zone_named(r53, &domain).await, domain)
+}
+
+/// Another hosted zone of `domain` (e.g. the private side of a split
+/// horizon beside a public zone of the same name): its id.
+pub async fn create_zone_named(r53: &aws_sdk_route53::Client, domain: &str) -> String {
     let out = r53
         .create_hosted_zone()
-        .name(&domain)
+        .name(domain)
         .caller_reference(format!("{domain}-{}", rand::random::<u64>()))
         .send()
         .await
         .expect("creating a hosted zone");
     let id = out.hosted_zone().map(|z| z.id().to_string()).unwrap_or_default();
-    (service_dns::route53::short_zone_id(&id), domain)
+    service_dns::route53::short_zone_id(&id)
 }
 
 /// Every record set of a zone (paginated), in our model.

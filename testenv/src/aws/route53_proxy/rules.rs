@@ -7,6 +7,9 @@
 //! * a CNAME is alone at its name, in both directions;
 //! * `DELETE` + `CREATE` of one record set in one batch is fine (moto
 //!   refuses it);
+//! * a routing set (weighted, failover) has its set identifier and one
+//!   policy; a name and type hold sets of one policy or one set of none,
+//!   and one failover primary and secondary at most;
 //! * an ALIAS has neither TTL nor values, and an ALIAS to a load balancer
 //!   names the load balancer's own hosted zone (moto takes any): checked
 //!   for the regions in [`ELB_ZONES`], written here from AWS's published
@@ -57,6 +60,71 @@ fn alias_error(r: &Rrset) -> Option<String> {
     })
 }
 
+/// What Route53 says of a routing set that is malformed or cannot stand
+/// beside the sets at its name and type (one policy per name and type, a
+/// set identifier on every set of one, one primary and one secondary).
+fn routing_error(state: &BTreeMap<Key, Rrset>, r: &Rrset) -> Option<String> {
+    let at = || format!("[Name={}., Type={}]", r.name, r.rtype);
+    let kind = |o: &Rrset| match (o.weight, &o.failover) {
+        (Some(_), None) => Some("weighted"),
+        (None, Some(_)) => Some("failover"),
+        _ => None,
+    };
+    match (&r.set_id, r.weight, &r.failover) {
+        (None, None, None) => {}
+        (None, _, _) => return Some(format!("Invalid request: Missing field 'SetIdentifier' in Change with {}", at())),
+        (Some(_), None, None) => {
+            return Some(format!(
+                "Invalid request: Expected exactly one of [Weight, Region, Failover, GeoLocation, MultiValueAnswer, GeoProximityLocation, or CidrRoutingConfig], but found none in Change with {}",
+                at()
+            ));
+        }
+        (Some(_), Some(_), Some(_)) => {
+            return Some(format!(
+                "Invalid request: Expected exactly one of [Weight, Region, Failover, GeoLocation, MultiValueAnswer, GeoProximityLocation, or CidrRoutingConfig], but found more than one in Change with {}",
+                at()
+            ));
+        }
+        (Some(_), Some(w), None) if !(0..=255).contains(&w) => {
+            return Some(format!("Invalid request: Weight must be between 0 and 255 in Change with {}", at()));
+        }
+        (Some(_), None, Some(f)) if f != "PRIMARY" && f != "SECONDARY" => {
+            return Some(format!("Invalid request: Failover must be PRIMARY or SECONDARY in Change with {}", at()));
+        }
+        _ => {}
+    }
+    let others = state.values().filter(|o| o.name == r.name && o.rtype == r.rtype && o.key() != r.key());
+    for o in others {
+        let (mine, theirs) = (kind(r), kind(o));
+        if mine.is_none() != theirs.is_none() {
+            let (this, that) = if mine.is_some() { ("a ", "a non-") } else { ("a non-", "a ") };
+            return Some(format!(
+                "RRSet with DNS name {}., type {} cannot be created as {this}routed set because {that}routed set exists with the same name and type",
+                r.name, r.rtype
+            ));
+        }
+        if mine != theirs {
+            return Some(format!(
+                "RRSet with DNS name {}., type {}, SetIdentifier {} cannot be created because a {} set exists with the same name and type",
+                r.name,
+                r.rtype,
+                r.set_id.as_deref().unwrap_or(""),
+                theirs.unwrap_or("simple")
+            ));
+        }
+        if r.failover.is_some() && r.failover == o.failover {
+            return Some(format!(
+                "RRSet with DNS name {}., type {}, SetIdentifier {} cannot be created because a {} failover set already exists with the same name and type",
+                r.name,
+                r.rtype,
+                r.set_id.as_deref().unwrap_or(""),
+                r.failover.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    None
+}
+
 fn cname_conflict(state: &BTreeMap<Key, Rrset>, r: &Rrset, zone: &str) -> Option<String> {
     let at_name = || state.values().filter(|o| o.name == r.name && o.key() != r.key());
     if r.rtype == "CNAME" && at_name().any(|o| o.rtype != "CNAME") {
@@ -95,6 +163,7 @@ pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Ch
         let r = &c.rrset;
         match c.action.as_str() {
             "CREATE" | "UPSERT" if alias_error(r).is_some() => errors.extend(alias_error(r)),
+            "CREATE" | "UPSERT" if routing_error(&state, r).is_some() => errors.extend(routing_error(&state, r)),
             "CREATE" => {
                 if state.contains_key(&r.key()) {
                     errors.push(format!("Tried to create resource record set {} but it already exists", what(r)));
@@ -106,10 +175,19 @@ pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Ch
             }
             "DELETE" => match state.get(&r.key()) {
                 None => errors.push(format!("Tried to delete resource record set {} but it was not found", what(r))),
-                Some(cur) if cur.ttl != r.ttl || cur.values != r.values || cur.alias != r.alias => errors.push(format!(
-                    "Tried to delete resource record set {} but the values provided do not match the current values",
-                    what(r)
-                )),
+                Some(cur)
+                    if cur.ttl != r.ttl
+                        || cur.values != r.values
+                        || cur.alias != r.alias
+                        || cur.weight != r.weight
+                        || cur.failover != r.failover =>
+                {
+                    errors.push(format!(
+                        "Tried to delete resource record set {} but the values provided do not match the current \
+                         values",
+                        what(r)
+                    ))
+                }
                 Some(_) => {
                     state.remove(&r.key());
                 }
@@ -149,7 +227,7 @@ mod tests {
     use super::*;
 
     fn rr(name: &str, t: &str, v: &str) -> Rrset {
-        Rrset { name: name.into(), rtype: t.into(), set_id: None, ttl: Some(300), values: vec![v.into()], alias: None }
+        Rrset { name: name.into(), rtype: t.into(), ttl: Some(300), values: vec![v.into()], ..Rrset::default() }
     }
     fn ch(action: &str, r: &Rrset) -> Change {
         Change { action: action.into(), rrset: r.clone() }
@@ -187,15 +265,52 @@ mod tests {
     }
 
     #[test]
+    fn routing_sets_follow_route53s_rules() {
+        let set = |id: &str, weight: Option<i64>, failover: Option<&str>| Rrset {
+            set_id: Some(id.into()),
+            weight,
+            failover: failover.map(Into::into),
+            ..rr("w.z", "A", "1.1.1.1")
+        };
+        let (a, b) = (set("a", Some(10), None), set("b", Some(0), None));
+        // Two weighted sets side by side; then a third, and one's weight changed.
+        assert!(check(&[], &[ch("CREATE", &a), ch("CREATE", &b)], "z").is_ok());
+        assert!(check(std::slice::from_ref(&a), &[ch("UPSERT", &set("a", Some(200), None))], "z").is_ok());
+        // A DELETE names the set's weight as it is.
+        assert!(check(std::slice::from_ref(&a), &[ch("DELETE", &set("a", Some(11), None))], "z").is_err());
+        assert!(check(&[a.clone(), b.clone()], &[ch("DELETE", &a)], "z").is_ok());
+        // No policy beside a policy, either way; two policies; two primaries.
+        let refused = |zone: &[Rrset], r: &Rrset, says: &str| {
+            let e = check(zone, &[ch("CREATE", r)], "z").unwrap_err();
+            assert!(e[0].contains(says), "{e:?}");
+        };
+        refused(std::slice::from_ref(&a), &rr("w.z", "A", "2.2.2.2"), "because a routed set exists");
+        refused(&[rr("w.z", "A", "2.2.2.2")], &a, "as a routed set because a non-routed set exists");
+        refused(std::slice::from_ref(&a), &set("p", None, Some("PRIMARY")), "a weighted set exists");
+        let primary = set("p", None, Some("PRIMARY"));
+        refused(
+            std::slice::from_ref(&primary),
+            &set("q", None, Some("PRIMARY")),
+            "PRIMARY failover set already exists",
+        );
+        assert!(check(&[primary], &[ch("CREATE", &set("s", None, Some("SECONDARY")))], "z").is_ok());
+        // Malformed: a set without a policy, a policy without a set, a weight out of range.
+        refused(&[], &set("x", None, None), "but found none");
+        refused(&[], &Rrset { weight: Some(1), ..rr("w.z", "A", "1.1.1.1") }, "Missing field 'SetIdentifier'");
+        refused(&[], &set("x", Some(256), None), "between 0 and 255");
+        // A TXT set beside the other TXT sets at its name, not beside an A.
+        let txt = Rrset { rtype: "TXT".into(), values: vec!["\"o\"".into()], ..a.clone() };
+        assert!(check(&[a.clone(), b.clone()], &[ch("CREATE", &txt)], "z").is_ok());
+    }
+
+    #[test]
     fn an_alias_names_its_load_balancers_zone() {
         use super::super::xml::AliasTarget;
         let alias = |zone: &str, dns: &str| Rrset {
             name: "z".into(),
             rtype: "A".into(),
-            set_id: None,
-            ttl: None,
-            values: Vec::new(),
             alias: Some(AliasTarget { zone_id: zone.into(), dns_name: dns.into(), evaluate_target_health: true }),
+            ..Rrset::default()
         };
         let nlb = "web-1.elb.us-east-1.amazonaws.com";
         assert!(check(&[], &[ch("CREATE", &alias("Z26RNL4JYFTOTI", nlb))], "z").is_ok());

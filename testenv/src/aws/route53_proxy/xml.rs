@@ -2,7 +2,7 @@
 //! and writes (errors), by hand: a handful of known elements.
 
 /// A record set as Route53 has it: the identity is (name, type, set id).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Rrset {
     /// Lowercase, without the trailing dot.
     pub name: String,
@@ -12,6 +12,11 @@ pub struct Rrset {
     /// Sorted.
     pub values: Vec<String>,
     pub alias: Option<AliasTarget>,
+    /// A weighted set's weight.
+    pub weight: Option<i64>,
+    /// A failover set's role, `PRIMARY` or `SECONDARY`.
+    pub failover: Option<String>,
+    pub health_check_id: Option<String>,
 }
 
 /// An `AliasTarget`, its DNS name compared as Route53 compares it.
@@ -55,11 +60,20 @@ impl Rrset {
         if let Some(id) = &self.set_id {
             out.push_str(&format!("<SetIdentifier>{}</SetIdentifier>", escape(id)));
         }
+        if let Some(w) = self.weight {
+            out.push_str(&format!("<Weight>{w}</Weight>"));
+        }
+        if let Some(f) = &self.failover {
+            out.push_str(&format!("<Failover>{}</Failover>", escape(f)));
+        }
         if let Some(alias) = &self.alias {
             out.push_str(&alias.to_xml());
         }
         if let Some(ttl) = self.ttl {
             out.push_str(&format!("<TTL>{ttl}</TTL>"));
+        }
+        if let Some(h) = &self.health_check_id {
+            out.push_str(&format!("<HealthCheckId>{}</HealthCheckId>", escape(h)));
         }
         if !self.values.is_empty() {
             out.push_str("<ResourceRecords>");
@@ -124,6 +138,9 @@ fn rrset(block: &str) -> Option<Rrset> {
         ttl: first(block, "TTL").and_then(|t| t.trim().parse().ok()),
         values,
         alias: first(block, "AliasTarget").and_then(AliasTarget::parse),
+        weight: first(block, "Weight").and_then(|w| w.trim().parse().ok()),
+        failover: first(block, "Failover").map(|f| f.trim().to_string()),
+        health_check_id: first(block, "HealthCheckId").map(|h| unescape(h.trim())),
     })
 }
 

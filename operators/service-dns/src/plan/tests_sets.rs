@@ -1,0 +1,217 @@
+//! The plan with routing sets: two clusters on one name, one holder per
+//! name among a cluster's Services, moving a name between sets.
+
+use super::*;
+use crate::model::{Action, FailoverRole, Routing, RoutingPolicy};
+
+const A: &str = "cluster-a";
+const B: &str = "cluster-b";
+
+fn weighted(id: &str, w: u8) -> Routing {
+    Routing { set_id: id.into(), policy: RoutingPolicy::Weighted(w), health_check_id: None }
+}
+fn failover(id: &str, role: FailoverRole) -> Routing {
+    Routing { set_id: id.into(), policy: RoutingPolicy::Failover(role), health_check_id: None }
+}
+fn a(name: &str, ip: &str, routing: Option<Routing>) -> RecordSet {
+    let r = RecordSet::new(name, RecordType::A, 300, vec![ip.to_string()]);
+    match routing {
+        Some(ro) => r.with_routing(ro),
+        None => r,
+    }
+}
+fn claim(resource: &str, order: i64, records: Vec<RecordSet>) -> Claim {
+    Claim { resource: resource.into(), order: (order, resource.into()), records }
+}
+fn rules(owner: &str) -> Rules<'_> {
+    Rules { owner_id: owner, policy: Policy::Sync, adopt: None, grace: 0, now: 1_000 }
+}
+fn plan_for(owner: &str, claims: &[Claim], zone: &[RecordSet]) -> Plan {
+    plan_with(claims, &BTreeSet::new(), zone, &rules(owner))
+}
+
+/// Applies a plan as Route53 does: a set is (name, type, identifier);
+/// CREATE of an existing set and DELETE of a different one fail; a name and
+/// type hold sets of one policy (with one primary at most) or one record of none.
+fn apply(zone: &[RecordSet], plan: &Plan) -> Result<Vec<RecordSet>, String> {
+    type Key = (Box<str>, RecordType, Option<Box<str>>);
+    let key = |r: &RecordSet| -> Key { (r.name.clone(), r.rtype, r.set_id().map(Into::into)) };
+    let mut z: BTreeMap<Key, RecordSet> = zone.iter().map(|r| (key(r), r.clone())).collect();
+    for g in &plan.groups {
+        for c in &g.changes {
+            let k = key(&c.record);
+            match c.action {
+                Action::Create => {
+                    if z.insert(k.clone(), c.record.clone()).is_some() {
+                        return Err(format!("CREATE of existing {k:?}"));
+                    }
+                }
+                Action::Upsert => {
+                    z.insert(k, c.record.clone());
+                }
+                Action::Delete => {
+                    if z.remove(&k).as_ref() != Some(&c.record) {
+                        return Err(format!("DELETE of missing or different {:?}", c.record));
+                    }
+                }
+            }
+        }
+        for r in z.values() {
+            for o in z.values().filter(|o| o.name == r.name && o.rtype == r.rtype && key(o) != key(r)) {
+                let ok = match (r.routing(), o.routing()) {
+                    (Some(x), Some(y)) => x.policy.coexists_with(y.policy),
+                    _ => false,
+                };
+                if !ok {
+                    return Err(format!(
+                        "{} {} and {} {} side by side",
+                        r.name,
+                        r.shown_values(),
+                        o.name,
+                        o.shown_values()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(z.into_values().collect())
+}
+
+/// The sets at a name (and their TXTs), as (name, set, owner of its TXT).
+fn sets_at(zone: &[RecordSet], name: &str) -> Vec<(String, Option<String>)> {
+    let mut out: Vec<(String, Option<String>)> = zone
+        .iter()
+        .filter(|r| r.name.ends_with(name))
+        .map(|r| (r.name.to_string(), r.set_id().map(str::to_string)))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn two_clusters_publish_one_name_each_its_own_set() {
+    let web = |ip: &str, set: Routing| vec![claim("service/shop/web", 1, vec![a("www.z", ip, Some(set))])];
+    let (a_claims, b_claims) = (web("10.0.0.1", weighted("a", 50)), web("10.0.1.1", weighted("b", 50)));
+    let zone = apply(&[], &plan_for(A, &a_claims, &[])).unwrap();
+    let p = plan_for(B, &b_claims, &zone);
+    assert!(p.conflicts.is_empty(), "{:?}", p.conflicts);
+    let zone = apply(&zone, &p).unwrap();
+    assert_eq!(
+        sets_at(&zone, "www.z"),
+        [
+            ("_flotilla-owner.www.z".into(), Some("a".into())),
+            ("_flotilla-owner.www.z".into(), Some("b".into())),
+            ("www.z".into(), Some("a".into())),
+            ("www.z".into(), Some("b".into())),
+        ]
+    );
+    // Each converged: nothing to do for either.
+    assert!(plan_for(A, &a_claims, &zone).is_empty());
+    assert!(plan_for(B, &b_claims, &zone).is_empty());
+    // A's weight changes: only A's set (and its TXT) change.
+    let p = plan_for(A, &web("10.0.0.1", weighted("a", 0)), &zone);
+    assert!(p.groups.iter().flat_map(|g| &g.changes).all(|c| c.record.set_id() == Some("a")), "{p:?}");
+    let zone = apply(&zone, &p).unwrap();
+    // A's Service goes: A's set goes, B's stays.
+    let zone = apply(&zone, &plan_for(A, &[], &zone)).unwrap();
+    assert_eq!(
+        sets_at(&zone, "www.z"),
+        [("_flotilla-owner.www.z".into(), Some("b".into())), ("www.z".into(), Some("b".into()))]
+    );
+    // And B never touches A's set, even when it wants nothing.
+    let zone = apply(&zone, &plan_for(A, &a_claims, &zone)).unwrap();
+    let p = plan_for(B, &[], &zone);
+    assert!(p.groups.iter().flat_map(|g| &g.changes).all(|c| c.record.set_id() == Some("b")), "{p:?}");
+}
+
+#[test]
+fn the_same_set_identifier_in_two_clusters_is_a_conflict() {
+    let web = |ip: &str| vec![claim("service/shop/web", 1, vec![a("www.z", ip, Some(weighted("same", 1)))])];
+    let zone = apply(&[], &plan_for(A, &web("10.0.0.1"), &[])).unwrap();
+    let p = plan_for(B, &web("10.0.1.1"), &zone);
+    assert!(p.is_empty());
+    assert!(matches!(&p.conflicts[0].cause, ConflictCause::Unowned(w) if w.contains("owner=cluster-a")), "{p:?}");
+}
+
+#[test]
+fn failover_takes_one_primary_and_one_secondary() {
+    let web = |role| vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(failover("x", role)))])];
+    let zone = apply(&[], &plan_for(A, &web(FailoverRole::Primary), &[])).unwrap();
+    let web_b = |role| vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.1.1", Some(failover("y", role)))])];
+    // A second primary is in the way; a secondary stands beside it.
+    let p = plan_for(B, &web_b(FailoverRole::Primary), &zone);
+    assert!(p.is_empty() && matches!(p.conflicts[0].cause, ConflictCause::Unowned(_)), "{p:?}");
+    let zone = apply(&zone, &plan_for(B, &web_b(FailoverRole::Secondary), &zone)).unwrap();
+    assert_eq!(zone.iter().filter(|r| r.rtype == RecordType::A).count(), 2);
+    // A weighted set where failover sets stand: in the way.
+    let w = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.2.1", Some(weighted("z", 1)))])];
+    assert!(matches!(plan_for("cluster-c", &w, &zone).conflicts[0].cause, ConflictCause::Unowned(_)));
+}
+
+#[test]
+fn a_set_and_a_record_of_no_policy_are_in_each_others_way() {
+    let plain = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", None)])];
+    let zone = apply(&[], &plan_for(A, &plain, &[])).unwrap();
+    let set = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.1.1", Some(weighted("b", 1)))])];
+    let p = plan_for(B, &set, &zone);
+    assert!(p.is_empty());
+    assert!(matches!(&p.conflicts[0].cause, ConflictCause::Unowned(w) if w.contains("not a routing set")), "{p:?}");
+    // And the other way round.
+    let zone = apply(&[], &plan_for(B, &set, &[])).unwrap();
+    let p = plan_for(A, &plain, &zone);
+    assert!(p.is_empty());
+    assert!(matches!(&p.conflicts[0].cause, ConflictCause::Unowned(w) if w.contains("set b")), "{p:?}");
+}
+
+/// A tenant cannot add its own set to a name another namespace's Service
+/// publishes (and take a share of its traffic) by picking another identifier.
+#[test]
+fn one_holder_per_name_whatever_the_sets() {
+    let owner_svc = claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(weighted("a", 100)))]);
+    let zone = apply(&[], &plan_for(A, std::slice::from_ref(&owner_svc), &[])).unwrap();
+    let thief = claim("service/evil/x", 0, vec![a("www.z", "6.6.6.6", Some(weighted("evil", 255)))]);
+    let p = plan_for(A, &[owner_svc.clone(), thief.clone()], &zone);
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(p.conflicts.len(), 1);
+    assert_eq!(p.conflicts[0].resource, "service/evil/x");
+    assert_eq!(p.conflicts[0].cause, ConflictCause::OtherService("service/shop/web".into()));
+    // Nobody holds it yet: the oldest gets it, whatever its set.
+    let p = plan_for(A, &[owner_svc, thief], &[]);
+    let written: BTreeSet<Option<&str>> = p.groups.iter().flat_map(|g| &g.changes).map(|c| c.record.set_id()).collect();
+    assert_eq!(written, BTreeSet::from([Some("evil")]), "the older (order 0) Service");
+    assert_eq!(p.conflicts[0].resource, "service/shop/web");
+}
+
+/// A Service moving its name into a set: the old record goes at once
+/// (no handover grace: it stays with its holder), the set comes next sync.
+#[test]
+fn a_name_moves_into_a_set_and_back() {
+    let plain = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", None)])];
+    let set = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(weighted("a", 1)))])];
+    let graced = |claims: &[Claim], zone: &[RecordSet]| {
+        plan_with(claims, &BTreeSet::new(), zone, &Rules { grace: 600, ..rules(A) })
+    };
+    let zone = apply(&[], &graced(&plain, &[])).unwrap();
+    let p = graced(&set, &zone);
+    assert_eq!(p.groups.len(), 1, "{p:?}");
+    assert_eq!(p.groups[0].kind, ChangeKind::Deleted, "released, not held");
+    let zone = apply(&zone, &p).unwrap();
+    assert!(zone.is_empty(), "{zone:?}");
+    let zone = apply(&zone, &graced(&set, &zone)).unwrap();
+    assert!(zone.iter().all(|r| r.set_id() == Some("a")) && zone.len() == 2, "{zone:?}");
+    assert!(graced(&set, &zone).is_empty());
+    // And back out of the set.
+    let zone = apply(&zone, &graced(&plain, &zone)).unwrap();
+    let zone = apply(&zone, &graced(&plain, &zone)).unwrap();
+    assert!(zone.iter().all(|r| r.set_id().is_none()) && zone.len() == 2, "{zone:?}");
+}
+
+/// Without any set in the zone or the claims, the plan is the plain one.
+#[test]
+fn no_sets_no_change() {
+    let claims = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", None)])];
+    assert!(!sets::any(&claims, &[]));
+    let p = plan_for(A, &claims, &[]);
+    assert_eq!(p.groups.len(), 1);
+    assert!(p.groups[0].changes.iter().all(|c| c.record.routing().is_none()));
+}
