@@ -213,12 +213,15 @@ pub fn plan_keeping(
 pub fn plan_with(claims: &[Claim], keep: &BTreeSet<String>, current: &[RecordSet], rules: &Rules<'_>) -> Plan {
     let mut out = Plan::default();
     if !sets::any(claims, current) {
-        plan_part(claims, keep, current, &BTreeSet::new(), rules, &mut out);
+        plan_part(claims, keep, Zone::read(current), &BTreeSet::new(), rules, &mut out);
         return out;
     }
-    for part in sets::split(claims, current, rules.owner_id, &mut out.conflicts) {
-        plan_part(&part.claims, keep, &part.current, &part.moving, rules, &mut out);
+    let split = sets::split(claims, current, keep, rules, &mut out.conflicts);
+    for part in &split.parts {
+        let zone = Zone::read(part.own.iter().copied().chain(part.others.iter()));
+        plan_part(&part.claims, keep, zone, &part.moving, rules, &mut out);
     }
+    merge_moves(&split.moves, &mut out);
     out
 }
 
@@ -227,16 +230,45 @@ pub fn plan_with(claims: &[Claim], keep: &BTreeSet<String>, current: &[RecordSet
 fn plan_part(
     claims: &[Claim],
     keep: &BTreeSet<String>,
-    current: &[RecordSet],
+    zone: Zone<'_>,
     moving: &BTreeSet<String>,
     rules: &Rules<'_>,
     out: &mut Plan,
 ) {
-    let zone = Zone::read(current);
     for (name, claimants) in reading::claimants_by_name(claims) {
         plan_name(name, claimants, &zone, keep, rules, out);
     }
     release_unwanted(claims, &zone, keep, moving, rules, out);
+}
+
+/// A name its holder moves to another routing set (or into or out of a
+/// policy) goes in one group: the old set's deletes, then the new set's
+/// creates, so that Route53 applies both or neither. When the new set is
+/// not created (a conflict there), the old one stays.
+fn merge_moves(moves: &BTreeSet<(String, String)>, out: &mut Plan) {
+    for (name, resource) in moves {
+        let of = |kind: fn(ChangeKind) -> bool| {
+            out.groups.iter().position(|g| g.name == *name && g.resource == *resource && kind(g.kind))
+        };
+        let release = of(|k| matches!(k, ChangeKind::Deleted | ChangeKind::Released));
+        let create = of(|k| k == ChangeKind::Created);
+        match (release, create) {
+            (Some(r), Some(c)) => {
+                let created = out.groups[c].clone();
+                let g = &mut out.groups[r];
+                g.changes.extend(created.changes);
+                g.kind = ChangeKind::Updated;
+                g.after = created.after;
+                out.groups.remove(c);
+            }
+            // Not created for a conflict there: the old set stays. (Without
+            // a conflict the new set exists already: the old one goes.)
+            (Some(r), None) if out.conflicts.iter().any(|c| c.name == *name && c.resource == *resource) => {
+                out.groups.remove(r);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// One name some Services want: who gets it, what is in the way, and the

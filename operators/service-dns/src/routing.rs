@@ -5,8 +5,9 @@
 //! at the name. Two clusters (two owner ids) then publish one name, each
 //! its own set, and each set carries its own ownership TXT (the same set
 //! identifier and policy): neither cluster ever changes the other's set.
-//! external-dns's annotations are read too (after ours), so a migrated
-//! Service keeps its set.
+//! external-dns's annotations are read too (after ours), so a Service
+//! annotated for external-dns asks for the same set here. (The sets
+//! external-dns published are not adopted: see the migration guide.)
 
 use crate::model::{FailoverRole, Routing, RoutingPolicy};
 use crate::service::ServiceInfo;

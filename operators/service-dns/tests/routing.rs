@@ -108,11 +108,17 @@ async fn two_clusters_share_a_name_each_with_its_own_weighted_set() {
     op_b.wait_more_syncs(2).await;
     wait_sets(&r53, &zone, &www, &[(A, "a", 70), (Txt, "a", 70), (A, "b", 0), (Txt, "b", 0)], &[&op_a, &op_b]).await;
 
+    // B moves its name to another set: one batch (the old set and its TXT
+    // deleted, the new ones created), A's untouched.
+    let patch = serde_json::json!({"metadata": {"annotations": {"flotilla.dev/set-identifier": "b2"}}});
+    b_services.patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_sets(&r53, &zone, &www, &[(A, "a", 70), (Txt, "a", 70), (A, "b2", 0), (Txt, "b2", 0)], &[&op_a, &op_b]).await;
+
     // A's Service goes: A's record set goes (its TXT stays, marked freed,
     // for --handover-grace: the name is held for A's namespace), B's stays.
     let a_services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &ns_a);
     a_services.delete("web", &DeleteParams::default()).await.unwrap();
-    wait_sets(&r53, &zone, &www, &[(Txt, "a", 70), (A, "b", 0), (Txt, "b", 0)], &[&op_a, &op_b]).await;
+    wait_sets(&r53, &zone, &www, &[(Txt, "a", 70), (A, "b2", 0), (Txt, "b2", 0)], &[&op_a, &op_b]).await;
     let held = records(&r53, &zone).await.into_iter().find(|r| r.rtype == Txt && r.set_id() == Some("a"));
     assert!(held.as_ref().is_some_and(is_held), "A's TXT marked freed: {held:?}");
     for op in [&op_a, &op_b] {

@@ -65,7 +65,10 @@ pub(super) fn publish(
     // allows one policy per name and type); no health check decides it.
     let txt = registry::txt_record(name, ttl, rules.owner_id, &winner.resource);
     let txt = match want.first().and_then(|r| r.routing()) {
-        Some(r) => txt.with_routing(Routing { health_check_id: None, ..r.clone() }),
+        Some(r) => {
+            let txt = registry::txt_record(name, super::sets::SET_TXT_TTL, rules.owner_id, &winner.resource);
+            txt.with_routing(Routing { health_check_id: None, ..r.clone() })
+        }
         None => txt,
     };
     let upserts = replaces || changes.iter().any(|c| c.action == Action::Upsert);

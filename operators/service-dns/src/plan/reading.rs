@@ -21,7 +21,7 @@ pub(super) struct Zone<'r> {
 }
 
 impl<'r> Zone<'r> {
-    pub fn read(current: &'r [RecordSet]) -> Self {
+    pub fn read(current: impl IntoIterator<Item = &'r RecordSet>) -> Self {
         let mut zone = Zone { at: BTreeMap::new(), txt_at: BTreeMap::new() };
         for r in current {
             if let Some(owned) = owned_name_of_txt(&r.name).filter(|_| r.rtype == RecordType::Txt) {

@@ -3,36 +3,57 @@
 //! own set identifier and its own ownership TXT (a set of the same
 //! identifier): typically one per cluster. The plan splits the zone and
 //! the claims by set identifier and plans each part as a zone of its own,
-//! where the sets of the other parts are foreign — in the way only when
-//! Route53 would refuse them side by side (a set beside a record of no
-//! policy, two policies at one name, two primaries).
+//! where the records of the other parts are foreign — in the way only when
+//! Route53 would refuse them beside what the part writes (per name and
+//! type: a set beside a record of no policy, two policies, two primaries; a
+//! CNAME beside anything else), or when no flotilla TXT guards them (a
+//! tenant cannot join a weighted group someone else runs by hand).
 //!
 //! One name has one holder among this cluster's Services, whatever sets
 //! they ask for: a tenant cannot add its own set to a name another
 //! namespace's Service publishes (and take a share of its traffic) by
-//! picking another identifier. The holder named in one of our TXTs keeps
-//! it, then the oldest.
+//! picking another identifier — nor while the holder is gone and the name
+//! held for its namespace (`--handover-grace`), nor while it is skipped for
+//! bad input. The holder named in one of our TXTs keeps it, then the oldest.
 //!
-//! A name whose holder moves it to another set (or into or out of a
-//! policy) is released from the old set at once (no `--handover-grace`:
-//! it stays with its holder) and published in the new one at the next sync,
-//! once Route53 no longer has the old set in the way.
+//! A holder moving its name to another set (or into or out of a policy)
+//! moves it in one batch: the old set and its TXT deleted, the new ones
+//! created, all or nothing (policy `sync`; the other policies cannot delete,
+//! and the move is a conflict).
+//!
+//! Weighted sets of one name and type share one TTL in Route53 (it rewrites
+//! all of them to the last one written), so a set joining a group takes the
+//! group's TTL, and a set's ownership TXT has a fixed one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Conflict, ConflictCause};
+use super::{Conflict, ConflictCause, Policy, Rules};
 use crate::desired::Claim;
-use crate::hostname::owned_name_of_txt;
+use crate::hostname::{owned_name_of_txt, owner_txt_name};
 use crate::model::{RecordSet, RecordType, RoutingPolicy};
-use crate::registry;
+use crate::registry::{self, Ownership, namespace_of};
+
+/// The TTL of a routing set's ownership TXT: one for every set, so that
+/// the TXTs' group is never rewritten by Route53.
+pub(super) const SET_TXT_TTL: i64 = 300;
 
 /// One part of the plan: the sets of one identifier (or the records of no
 /// policy), with the zone as that part sees it.
-pub(super) struct Part {
+pub(super) struct Part<'a> {
     pub claims: Vec<Claim>,
-    pub current: Vec<RecordSet>,
-    /// Names whose holder wants them in another part: released at once.
+    /// Its own records.
+    pub own: Vec<&'a RecordSet>,
+    /// Other parts' records at the names it claims, as foreign where they
+    /// are in its way.
+    pub others: Vec<RecordSet>,
+    /// Names whose holder moves them to another part: released at once.
     pub moving: BTreeSet<String>,
+}
+
+/// The parts, and the moves to make whole (name, Service).
+pub(super) struct Split<'a> {
+    pub parts: Vec<Part<'a>>,
+    pub moves: BTreeSet<(String, String)>,
 }
 
 /// Whether any claim or record is a routing set (else the plan is the
@@ -47,6 +68,11 @@ fn set_of(r: &RecordSet) -> Option<&str> {
     r.set_id()
 }
 
+/// The set a claim asks for (all its records are of one set).
+fn claim_set(c: &Claim) -> Option<&str> {
+    c.records.first().and_then(set_of)
+}
+
 /// The hostname a record stands at: its own, or the one its ownership TXT guards.
 fn host_of(r: &RecordSet) -> &str {
     match owned_name_of_txt(&r.name) {
@@ -55,67 +81,119 @@ fn host_of(r: &RecordSet) -> &str {
     }
 }
 
+/// Whether Route53 refuses records of types `a` and `b` at one name: a
+/// CNAME is alone.
+fn cname_clash(a: RecordType, b: RecordType) -> bool {
+    a != b && (a == RecordType::Cname || b == RecordType::Cname)
+}
+
+/// A claimant of a name that a holder of ours keeps from it, and why: the
+/// holder is gone but skipped for bad input (`keep`), or its name is held
+/// for its namespace for `--handover-grace`.
+fn kept_from(o: &Ownership, claimant: &Claim, keep: &BTreeSet<String>, rules: &Rules<'_>) -> Option<ConflictCause> {
+    if keep.contains(&o.resource) {
+        return Some(ConflictCause::OtherService(o.resource.clone()));
+    }
+    let until = o.freed.unwrap_or(rules.now).saturating_add(rules.grace);
+    let other_ns = namespace_of(&claimant.resource) != namespace_of(&o.resource);
+    (rules.grace > 0 && other_ns && rules.now < until).then_some(ConflictCause::Reserved(until))
+}
+
 /// Splits the claims and the zone by set; the claims that lose a name to
 /// a Service of another set are in `conflicts`.
-pub(super) fn split(
+pub(super) fn split<'a>(
     claims: &[Claim],
-    current: &[RecordSet],
-    owner_id: &str,
+    current: &'a [RecordSet],
+    keep: &BTreeSet<String>,
+    rules: &Rules<'_>,
     conflicts: &mut Vec<Conflict>,
-) -> Vec<Part> {
-    // Our TXTs: which Service holds each name, in which set.
-    let mut holders: BTreeMap<&str, Vec<(Option<&str>, String)>> = BTreeMap::new();
+) -> Split<'a> {
+    // Our TXTs: which Service holds each name, in which set; and which
+    // (name, set) any flotilla TXT guards.
+    let mut holders: BTreeMap<&str, Vec<(Option<&str>, Ownership)>> = BTreeMap::new();
+    let mut guarded: BTreeSet<(&str, &str)> = BTreeSet::new();
     for r in current {
-        if let (Some(host), Some(o)) = (owned_name_of_txt(&r.name), registry::ownership_of(r))
-            && o.owner == owner_id
-        {
-            holders.entry(host).or_default().push((set_of(r), o.resource));
+        let (Some(host), Some(o)) = (owned_name_of_txt(&r.name), registry::ownership_of(r)) else { continue };
+        if let Some(set) = set_of(r) {
+            guarded.insert((host, set));
+        }
+        if o.owner == rules.owner_id {
+            holders.entry(host).or_default().push((set_of(r), o));
         }
     }
     // Who wants each name, in which set.
     let mut wanted: BTreeMap<&str, Vec<(&Claim, Option<&str>)>> = BTreeMap::new();
     for c in claims {
-        let set = c.records.first().and_then(set_of);
         let names: BTreeSet<&str> = c.records.iter().map(|r| &*r.name).collect();
         for n in names {
-            wanted.entry(n).or_default().push((c, set));
+            wanted.entry(n).or_default().push((c, claim_set(c)));
         }
     }
-    // One holder per name across the sets; those of other sets lose it.
     let mut dropped: BTreeSet<(&str, &str)> = BTreeSet::new();
     let mut moving: BTreeMap<Option<&str>, BTreeSet<String>> = BTreeMap::new();
+    // The old set of a name moving into a part: not in that part's way.
+    let mut hidden: BTreeMap<Option<&str>, BTreeSet<(&str, Option<&str>)>> = BTreeMap::new();
+    let mut moves = BTreeSet::new();
     for (name, claimants) in &wanted {
         let held = holders.get(name).map(Vec::as_slice).unwrap_or_default();
-        let winner = claimants
-            .iter()
-            .find(|(c, _)| held.iter().any(|(_, r)| *r == c.resource))
-            .or_else(|| claimants.iter().min_by(|(a, _), (b, _)| a.order.cmp(&b.order)));
+        let holder = claimants.iter().find(|(c, _)| held.iter().any(|(_, o)| o.resource == c.resource));
+        let winner = holder.or_else(|| claimants.iter().min_by(|(a, _), (b, _)| a.order.cmp(&b.order)));
         let Some((winner, winner_set)) = winner else { continue };
+        let mut lose = |c: &Claim, cause: ConflictCause| {
+            conflicts.push(Conflict { resource: c.resource.clone(), name: (*name).to_string(), cause });
+        };
         for (c, set) in claimants {
             if set != winner_set && c.resource != winner.resource {
-                conflicts.push(Conflict {
-                    resource: c.resource.clone(),
-                    name: (*name).to_string(),
-                    cause: ConflictCause::OtherService(winner.resource.clone()),
-                });
+                lose(c, ConflictCause::OtherService(winner.resource.clone()));
                 dropped.insert((&c.resource, name));
             }
         }
-        for (set, resource) in held {
-            if *resource == winner.resource && set != winner_set {
-                moving.entry(*set).or_default().insert((*name).to_string());
+        // A holder that is gone keeps the name from other sets' claimants
+        // as it would from its own set's (`plan_name`).
+        if holder.is_none() {
+            for (hset, o) in held {
+                for (c, set) in claimants {
+                    if set == hset || dropped.contains(&(c.resource.as_str(), *name)) {
+                        continue;
+                    }
+                    if let Some(cause) = kept_from(o, c, keep, rules) {
+                        lose(c, cause);
+                        dropped.insert((&c.resource, name));
+                    }
+                }
+            }
+        }
+        for (hset, o) in held {
+            if o.resource == winner.resource && hset != winner_set {
+                moving.entry(*hset).or_default().insert((*name).to_string());
+                if rules.policy == Policy::Sync {
+                    hidden.entry(*winner_set).or_default().insert((*name, *hset));
+                    moves.insert(((*name).to_string(), o.resource.clone()));
+                }
             }
         }
     }
-    // The parts: every set wanted or present, and the records of no policy.
-    let mut sets: BTreeSet<Option<&str>> = BTreeSet::from([None]);
-    sets.extend(claims.iter().map(|c| c.records.first().and_then(set_of)));
-    sets.extend(current.iter().map(set_of));
-    sets.into_iter()
-        .map(|set| {
-            let claims: Vec<Claim> = claims
-                .iter()
-                .filter(|c| c.records.first().and_then(set_of) == set)
+    // The zone by set, and by name.
+    let mut by_set: BTreeMap<Option<&str>, Vec<&RecordSet>> = BTreeMap::from([(None, Vec::new())]);
+    let mut by_name: BTreeMap<&str, Vec<&RecordSet>> = BTreeMap::new();
+    for r in current {
+        by_set.entry(set_of(r)).or_default().push(r);
+        by_name.entry(&r.name).or_default().push(r);
+    }
+    for c in claims {
+        by_set.entry(claim_set(c)).or_default();
+    }
+    let mut claims_by_set: BTreeMap<Option<&str>, Vec<&Claim>> = BTreeMap::new();
+    for c in claims {
+        claims_by_set.entry(claim_set(c)).or_default().push(c);
+    }
+    let parts = by_set
+        .into_iter()
+        .map(|(set, own)| {
+            let mut claims: Vec<Claim> = claims_by_set
+                .get(&set)
+                .into_iter()
+                .flatten()
                 .map(|c| Claim {
                     records: c
                         .records
@@ -123,54 +201,110 @@ pub(super) fn split(
                         .filter(|r| !dropped.contains(&(c.resource.as_str(), &*r.name)))
                         .cloned()
                         .collect(),
-                    ..c.clone()
+                    ..(*c).clone()
                 })
                 .filter(|c| !c.records.is_empty())
                 .collect();
-            let current = view(set, &claims, current);
-            Part { claims, current, moving: moving.remove(&set).unwrap_or_default() }
+            let none = BTreeSet::new();
+            let hidden = hidden.get(&set).unwrap_or(&none);
+            let others = others_in_view(set, &claims, &by_name, hidden, &guarded);
+            if set.is_some() {
+                take_group_ttls(set, &mut claims, &by_name, hidden);
+            }
+            Part { claims, own, others, moving: moving.remove(&set).unwrap_or_default() }
         })
-        .collect()
+        .collect();
+    Split { parts, moves }
 }
 
-/// The zone as the part of `set` sees it: its own sets as they are; at a
-/// name it claims, the records of other parts in its way as foreign (a set
-/// beside a record of no policy, or beside a set of a policy Route53 would
-/// not put beside it), the rest of the zone as it is. Other parts' records
-/// at a name it only releases are left out: they are not its to judge, and
-/// another set's TXT must not stand where its own is read.
-fn view(set: Option<&str>, claims: &[Claim], current: &[RecordSet]) -> Vec<RecordSet> {
-    // The names this part claims, with the policy it writes there.
-    let claimed: BTreeMap<&str, Option<RoutingPolicy>> =
-        claims.iter().flat_map(|c| c.records.iter()).map(|r| (&*r.name, r.routing().map(|ro| ro.policy))).collect();
+/// Other parts' records at the names `claims` (of the part of `set`) write:
+/// foreign records as they are; a record of no policy of the same type (or
+/// a CNAME clash) as foreign where a set is wanted; another set as foreign
+/// where its policy cannot stand beside the wanted one at that type, where
+/// it clashes with a CNAME, or where no flotilla TXT guards it; plain TXTs
+/// and other records at the name as they are. `hidden`: the old set of a
+/// name moving here (deleted in the same batch).
+fn others_in_view(
+    set: Option<&str>,
+    claims: &[Claim],
+    by_name: &BTreeMap<&str, Vec<&RecordSet>>,
+    hidden: &BTreeSet<(&str, Option<&str>)>,
+    guarded: &BTreeSet<(&str, &str)>,
+) -> Vec<RecordSet> {
+    // What the part writes at each exact name: (type, policy), its TXTs too.
+    let mut writes: BTreeMap<String, Vec<(RecordType, Option<RoutingPolicy>)>> = BTreeMap::new();
+    for r in claims.iter().flat_map(|c| c.records.iter()) {
+        let policy = r.routing().map(|ro| ro.policy);
+        writes.entry(r.name.to_string()).or_default().push((r.rtype, policy));
+        writes.entry(owner_txt_name(&r.name)).or_default().push((RecordType::Txt, policy));
+    }
     let mut out = Vec::new();
-    for r in current {
-        if set_of(r) == set || r.is_foreign() {
-            out.push(r.clone());
-            continue;
-        }
-        let Some(ours) = claimed.get(host_of(r)) else {
-            // Another part's record at a name this part only releases; a
-            // plain TXT or record of no policy at a name nobody claims here.
-            if r.routing().is_none() && !r.rtype.is_managed() && owned_name_of_txt(&r.name).is_none() {
+    for (name, wants) in &writes {
+        for r in by_name.get(name.as_str()).into_iter().flatten().copied() {
+            if set_of(r) == set {
+                continue; // its own: in `own`
+            }
+            let ours_type = r.rtype.is_managed() || owned_name_of_txt(&r.name).is_some();
+            if ours_type && hidden.contains(&(host_of(r), set_of(r))) {
+                continue;
+            }
+            if r.is_foreign() {
                 out.push(r.clone());
+                continue;
             }
-            continue;
-        };
-        let foreign = |why: String| r.clone().into_foreign(format!("{} {} ({why})", r.rtype, r.name));
-        match (ours, r.routing()) {
-            // A set where a record of no policy is wanted.
-            (None, Some(ro)) => out.push(foreign(ro.to_string())),
-            // A record of no policy (or its TXT) where a set is wanted.
-            (Some(_), None) if r.rtype.is_managed() || owned_name_of_txt(&r.name).is_some() => {
-                out.push(foreign("not a routing set".to_string()));
+            let clash = |t: RecordType| t == r.rtype || cname_clash(t, r.rtype);
+            let foreign = |why: String| r.clone().into_foreign(format!("{} {} ({why})", r.rtype, r.name));
+            match r.routing() {
+                // Another set: in the way of a record of no policy, of a
+                // policy it cannot stand beside, of a CNAME; or unguarded.
+                Some(ro) => {
+                    let in_way = wants.iter().any(|(t, p)| match p {
+                        None => clash(*t),
+                        Some(p) => cname_clash(*t, r.rtype) || (*t == r.rtype && !p.coexists_with(ro.policy)),
+                    });
+                    let guarded = set_of(r).is_some_and(|s| guarded.contains(&(host_of(r), s)));
+                    if in_way {
+                        out.push(foreign(ro.to_string()));
+                    } else if !guarded {
+                        out.push(foreign(format!("{ro}, no flotilla owner")));
+                    }
+                }
+                // A record of no policy (or its TXT) where a set is wanted.
+                None if ours_type => {
+                    if wants.iter().any(|(t, _)| clash(*t)) {
+                        out.push(foreign("not a routing set".to_string()));
+                    }
+                }
+                // A plain TXT (or other record) at the name: as it is.
+                None => out.push(r.clone()),
             }
-            (Some(p), Some(ro)) if !p.coexists_with(ro.policy) => out.push(foreign(ro.to_string())),
-            // Another set of a policy that stands beside ours; or a plain
-            // TXT (or other record) at the name.
-            (Some(_), Some(_)) => {}
-            (_, None) => out.push(r.clone()),
         }
     }
     out
+}
+
+/// A weighted set joining a group of its name and type takes the group's
+/// TTL (another guarded set's), which Route53 would otherwise rewrite.
+fn take_group_ttls(
+    set: Option<&str>,
+    claims: &mut [Claim],
+    by_name: &BTreeMap<&str, Vec<&RecordSet>>,
+    hidden: &BTreeSet<(&str, Option<&str>)>,
+) {
+    for r in claims.iter_mut().flat_map(|c| c.records.iter_mut()) {
+        let Some(RoutingPolicy::Weighted(_)) = r.routing().map(|ro| ro.policy) else { continue };
+        if r.alias_target().is_some() {
+            continue;
+        }
+        let group = by_name.get(&*r.name).into_iter().flatten().find(|o| {
+            o.rtype == r.rtype
+                && set_of(o) != set
+                && o.alias_target().is_none()
+                && matches!(o.routing().map(|ro| ro.policy), Some(RoutingPolicy::Weighted(_)))
+                && !hidden.contains(&(host_of(o), set_of(o)))
+        });
+        if let Some(g) = group {
+            r.ttl = g.ttl;
+        }
+    }
 }

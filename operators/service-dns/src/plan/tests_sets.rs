@@ -57,6 +57,10 @@ fn apply(zone: &[RecordSet], plan: &Plan) -> Result<Vec<RecordSet>, String> {
             }
         }
         for r in z.values() {
+            let clash = |o: &&RecordSet| o.name == r.name && o.rtype != r.rtype && r.rtype == RecordType::Cname;
+            if let Some(o) = z.values().find(clash) {
+                return Err(format!("CNAME {} beside {} {}", r.name, o.rtype, o.name));
+            }
             for o in z.values().filter(|o| o.name == r.name && o.rtype == r.rtype && key(o) != key(r)) {
                 let ok = match (r.routing(), o.routing()) {
                     (Some(x), Some(y)) => x.policy.coexists_with(y.policy),
@@ -182,28 +186,124 @@ fn one_holder_per_name_whatever_the_sets() {
     assert_eq!(p.conflicts[0].resource, "service/shop/web");
 }
 
-/// A Service moving its name into a set: the old record goes at once
-/// (no handover grace: it stays with its holder), the set comes next sync.
+/// A Service moving its name into a set, to another set and back out: one
+/// group each time, the old deleted and the new created in one batch.
 #[test]
-fn a_name_moves_into_a_set_and_back() {
+fn a_name_moves_into_a_set_and_back_in_one_batch() {
     let plain = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", None)])];
-    let set = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(weighted("a", 1)))])];
+    let set = |id: &str| vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(weighted(id, 1)))])];
     let graced = |claims: &[Claim], zone: &[RecordSet]| {
         plan_with(claims, &BTreeSet::new(), zone, &Rules { grace: 600, ..rules(A) })
     };
-    let zone = apply(&[], &graced(&plain, &[])).unwrap();
-    let p = graced(&set, &zone);
-    assert_eq!(p.groups.len(), 1, "{p:?}");
-    assert_eq!(p.groups[0].kind, ChangeKind::Deleted, "released, not held");
+    let mut zone = apply(&[], &graced(&plain, &[])).unwrap();
+    for (claims, id) in [(set("a"), Some("a")), (set("b"), Some("b")), (plain.clone(), None)] {
+        let p = graced(&claims, &zone);
+        assert_eq!(p.groups.len(), 1, "{p:?}");
+        assert_eq!(p.groups[0].kind, ChangeKind::Updated, "one batch: {p:?}");
+        assert!(p.conflicts.is_empty(), "{:?}", p.conflicts);
+        zone = apply(&zone, &p).unwrap();
+        assert!(zone.iter().all(|r| r.set_id() == id) && zone.len() == 2, "{zone:?}");
+        assert!(graced(&claims, &zone).is_empty(), "converged");
+    }
+}
+
+/// A move the new set cannot make (in another cluster's way) keeps the old.
+#[test]
+fn a_move_that_cannot_be_made_keeps_the_old_set() {
+    let other = apply(
+        &[],
+        &plan_for(
+            B,
+            &[claim("service/x/y", 1, vec![a("www.z", "10.9.9.9", Some(failover("p", FailoverRole::Primary)))])],
+            &[],
+        ),
+    )
+    .unwrap();
+    let mine = |routing| vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", routing)])];
+    let zone = apply(&other, &plan_for(A, &mine(Some(failover("s", FailoverRole::Secondary))), &other)).unwrap();
+    // Secondary → primary: another cluster's primary is in the way.
+    let p = plan_for(A, &mine(Some(failover("s2", FailoverRole::Primary))), &zone);
+    assert!(p.groups.is_empty(), "the old set stays: {p:?}");
+    assert!(matches!(p.conflicts[0].cause, ConflictCause::Unowned(_)), "{p:?}");
+}
+
+/// A gone holder (its name held for `--handover-grace`, or its Service
+/// skipped for bad input) keeps its name from another namespace's Service
+/// asking for it in another set.
+#[test]
+fn a_gone_holder_keeps_its_name_from_other_sets() {
+    let holder = vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(weighted("a", 1)))])];
+    let graced = |claims: &[Claim], keep: &BTreeSet<String>, zone: &[RecordSet]| {
+        plan_with(claims, keep, zone, &Rules { grace: 600, ..rules(A) })
+    };
+    let none = BTreeSet::new();
+    let zone = apply(&[], &graced(&holder, &none, &[])).unwrap();
+    let thief = vec![claim("service/evil/x", 0, vec![a("www.z", "6.6.6.6", Some(weighted("b", 255)))])];
+    // Skipped for bad input: kept.
+    let kept = BTreeSet::from(["service/shop/web".to_string()]);
+    let p = graced(&thief, &kept, &zone);
+    assert!(p.groups.is_empty(), "{p:?}");
+    assert_eq!(p.conflicts[0].cause, ConflictCause::OtherService("service/shop/web".into()));
+    // Deleted: held for its namespace; the thief waits out the grace.
+    let p = graced(&thief, &none, &zone);
+    assert!(p.groups.iter().all(|g| g.resource == "service/shop/web"), "only the holder's hold: {p:?}");
+    assert!(p.conflicts.iter().any(|c| matches!(c.cause, ConflictCause::Reserved(_))), "{p:?}");
+    // The holder's own namespace gets it at once.
+    let sibling = vec![claim("service/shop/api", 2, vec![a("www.z", "10.0.0.2", Some(weighted("c", 1)))])];
+    let p = graced(&sibling, &none, &zone);
+    assert!(p.conflicts.is_empty(), "{p:?}");
+}
+
+/// A weighted group someone runs without flotilla is not joined; a CNAME
+/// set never stands beside another type's sets; the sets' TXTs follow the
+/// same rules.
+#[test]
+fn what_a_set_may_stand_beside() {
+    let hand = vec![a("www.z", "10.9.9.9", Some(weighted("terraform", 1)))];
+    let mine = |rtype: RecordType, routing| {
+        let r = RecordSet::new(
+            "www.z",
+            rtype,
+            300,
+            vec![if rtype == RecordType::Cname { "lb.example".into() } else { "fd00::1".into() }],
+        );
+        vec![claim("service/shop/web", 1, vec![r.with_routing(routing)])]
+    };
+    let p = plan_for(A, &mine(RecordType::A, weighted("a", 1)), &hand);
+    assert!(p.groups.is_empty());
+    assert!(matches!(&p.conflicts[0].cause, ConflictCause::Unowned(w) if w.contains("no flotilla owner")), "{p:?}");
+    // Another cluster's guarded weighted A: a CNAME set is in its way, a failover AAAA is not.
+    let zone =
+        apply(&[], &plan_for(B, &[claim("service/x/y", 1, vec![a("www.z", "10.0.1.1", Some(weighted("b", 1)))])], &[]))
+            .unwrap();
+    let p = plan_for(A, &mine(RecordType::Cname, weighted("a", 1)), &zone);
+    assert!(p.groups.is_empty() && matches!(p.conflicts[0].cause, ConflictCause::Unowned(_)), "{p:?}");
+    // A failover AAAA could stand beside a weighted A, but its TXT (a
+    // failover TXT) not beside the other cluster's weighted TXT.
+    let p = plan_for(A, &mine(RecordType::Aaaa, failover("a", FailoverRole::Primary)), &zone);
+    assert!(p.groups.is_empty(), "{p:?}");
+    assert!(matches!(&p.conflicts[0].cause, ConflictCause::Unowned(w) if w.starts_with("TXT")), "{p:?}");
+    // A weighted AAAA stands beside it.
+    let p = plan_for(A, &mine(RecordType::Aaaa, weighted("a", 1)), &zone);
+    assert!(p.conflicts.is_empty(), "{p:?}");
+    apply(&zone, &p).unwrap();
+}
+
+/// Route53 keeps one TTL per weighted group: a set joining takes the
+/// group's, and every set's TXT has the same fixed one.
+#[test]
+fn a_weighted_set_takes_its_groups_ttl() {
+    let at = |ttl: i64, id: &str| {
+        let r = RecordSet::new("www.z", RecordType::A, ttl, vec!["10.0.0.1".into()]).with_routing(weighted(id, 1));
+        vec![claim("service/shop/web", 1, vec![r])]
+    };
+    let zone = apply(&[], &plan_for(B, &at(60, "b"), &[])).unwrap();
+    let p = plan_for(A, &at(300, "a"), &zone);
     let zone = apply(&zone, &p).unwrap();
-    assert!(zone.is_empty(), "{zone:?}");
-    let zone = apply(&zone, &graced(&set, &zone)).unwrap();
-    assert!(zone.iter().all(|r| r.set_id() == Some("a")) && zone.len() == 2, "{zone:?}");
-    assert!(graced(&set, &zone).is_empty());
-    // And back out of the set.
-    let zone = apply(&zone, &graced(&plain, &zone)).unwrap();
-    let zone = apply(&zone, &graced(&plain, &zone)).unwrap();
-    assert!(zone.iter().all(|r| r.set_id().is_none()) && zone.len() == 2, "{zone:?}");
+    let ttls: BTreeSet<(RecordType, i64)> = zone.iter().map(|r| (r.rtype, r.ttl)).collect();
+    assert_eq!(ttls, BTreeSet::from([(RecordType::A, 60), (RecordType::Txt, sets::SET_TXT_TTL)]), "{zone:?}");
+    assert!(plan_for(A, &at(300, "a"), &zone).is_empty(), "converged at the group's TTL");
+    assert!(plan_for(B, &at(60, "b"), &zone).is_empty());
 }
 
 /// Without any set in the zone or the claims, the plan is the plain one.

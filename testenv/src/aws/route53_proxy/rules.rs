@@ -9,7 +9,9 @@
 //!   refuses it);
 //! * a routing set (weighted, failover) has its set identifier and one
 //!   policy; a name and type hold sets of one policy or one set of none,
-//!   and one failover primary and secondary at most;
+//!   and one failover primary and secondary at most; writing a weighted set
+//!   sets the TTL of every weighted set of its name and type (moto keeps
+//!   each set's own);
 //! * an ALIAS has neither TTL nor values, and an ALIAS to a load balancer
 //!   names the load balancer's own hosted zone (moto takes any): checked
 //!   for the regions in [`ELB_ZONES`], written here from AWS's published
@@ -125,6 +127,20 @@ fn routing_error(state: &BTreeMap<Key, Rrset>, r: &Rrset) -> Option<String> {
     None
 }
 
+/// Route53 keeps one TTL for the weighted sets of a name and type: writing
+/// one with another TTL changes every other one's to it ("Route 53 changes
+/// the TTL for all of the records to the value that you specified last").
+fn share_weighted_ttl(state: &mut BTreeMap<Key, Rrset>, r: &Rrset) {
+    if r.weight.is_none() || r.alias.is_some() {
+        return;
+    }
+    for o in state.values_mut() {
+        if o.name == r.name && o.rtype == r.rtype && o.weight.is_some() && o.alias.is_none() && o.key() != r.key() {
+            o.ttl = r.ttl;
+        }
+    }
+}
+
 fn cname_conflict(state: &BTreeMap<Key, Rrset>, r: &Rrset, zone: &str) -> Option<String> {
     let at_name = || state.values().filter(|o| o.name == r.name && o.key() != r.key());
     if r.rtype == "CNAME" && at_name().any(|o| o.rtype != "CNAME") {
@@ -171,6 +187,7 @@ pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Ch
                     errors.push(e);
                 } else {
                     state.insert(r.key(), r.clone());
+                    share_weighted_ttl(&mut state, r);
                 }
             }
             "DELETE" => match state.get(&r.key()) {
@@ -180,7 +197,8 @@ pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Ch
                         || cur.values != r.values
                         || cur.alias != r.alias
                         || cur.weight != r.weight
-                        || cur.failover != r.failover =>
+                        || cur.failover != r.failover
+                        || cur.health_check_id != r.health_check_id =>
                 {
                     errors.push(format!(
                         "Tried to delete resource record set {} but the values provided do not match the current \
@@ -196,6 +214,7 @@ pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Ch
                 Some(e) => errors.push(e),
                 None => {
                     state.insert(r.key(), r.clone());
+                    share_weighted_ttl(&mut state, r);
                 }
             },
             other => errors.push(format!("Invalid action {other} for {}", what(r))),
@@ -204,7 +223,12 @@ pub fn check(current: &[Rrset], changes: &[Change], zone: &str) -> Result<Vec<Ch
     if !errors.is_empty() {
         return Err(errors);
     }
-    let touched: std::collections::BTreeSet<Key> = changes.iter().map(|c| c.rrset.key()).collect();
+    // And the weighted sets whose TTL Route53 rewrote (below).
+    let touched: std::collections::BTreeSet<Key> = changes
+        .iter()
+        .map(|c| c.rrset.key())
+        .chain(state.iter().filter(|(k, r)| original.get(*k).is_some_and(|o| o != *r)).map(|(k, _)| k.clone()))
+        .collect();
     let mut net = Vec::new();
     for k in &touched {
         if let (Some(before), None) = (original.get(k), state.get(k)) {
@@ -298,6 +322,12 @@ mod tests {
         refused(&[], &set("x", None, None), "but found none");
         refused(&[], &Rrset { weight: Some(1), ..rr("w.z", "A", "1.1.1.1") }, "Missing field 'SetIdentifier'");
         refused(&[], &set("x", Some(256), None), "between 0 and 255");
+        // One TTL per weighted group: writing a set rewrites the others'.
+        let b60 = Rrset { ttl: Some(60), ..b.clone() };
+        let net = check(&[a.clone(), b.clone()], &[ch("UPSERT", &b60)], "z").unwrap();
+        let ttls: Vec<(Option<String>, Option<i64>)> =
+            net.iter().map(|c| (c.rrset.set_id.clone(), c.rrset.ttl)).collect();
+        assert_eq!(ttls, [(Some("a".into()), Some(60)), (Some("b".into()), Some(60))]);
         // A TXT set beside the other TXT sets at its name, not beside an A.
         let txt = Rrset { rtype: "TXT".into(), values: vec!["\"o\"".into()], ..a.clone() };
         assert!(check(&[a.clone(), b.clone()], &[ch("CREATE", &txt)], "z").is_ok());
