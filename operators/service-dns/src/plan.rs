@@ -245,25 +245,26 @@ fn plan_part(
 /// policy) goes in one group: the old set's deletes, then the new set's
 /// creates, so that Route53 applies both or neither. When the new set is
 /// not created (a conflict there), the old one stays.
-fn merge_moves(moves: &BTreeSet<(String, String)>, out: &mut Plan) {
-    for (name, resource) in moves {
-        let of = |kind: fn(ChangeKind) -> bool| {
-            out.groups.iter().position(|g| g.name == *name && g.resource == *resource && kind(g.kind))
+fn merge_moves(moves: &BTreeSet<(String, String, String)>, out: &mut Plan) {
+    for (name, from, to) in moves {
+        let of = |resource: &str, kind: fn(ChangeKind) -> bool| {
+            out.groups.iter().position(|g| g.name == *name && g.resource == resource && kind(g.kind))
         };
-        let release = of(|k| matches!(k, ChangeKind::Deleted | ChangeKind::Released));
-        let create = of(|k| k == ChangeKind::Created);
+        let release = of(from, |k| matches!(k, ChangeKind::Deleted | ChangeKind::Released));
+        let create = of(to, |k| k == ChangeKind::Created);
         match (release, create) {
             (Some(r), Some(c)) => {
-                let created = out.groups[c].clone();
+                let created = out.groups.remove(c);
+                let r = if c < r { r - 1 } else { r };
                 let g = &mut out.groups[r];
                 g.changes.extend(created.changes);
                 g.kind = ChangeKind::Updated;
+                g.resource = created.resource;
                 g.after = created.after;
-                out.groups.remove(c);
             }
             // Not created for a conflict there: the old set stays. (Without
             // a conflict the new set exists already: the old one goes.)
-            (Some(r), None) if out.conflicts.iter().any(|c| c.name == *name && c.resource == *resource) => {
+            (Some(r), None) if out.conflicts.iter().any(|c| c.name == *name && c.resource == *to) => {
                 out.groups.remove(r);
             }
             _ => {}

@@ -33,6 +33,9 @@ use crate::hostname::{owned_name_of_txt, owner_txt_name};
 use crate::model::{RecordSet, RecordType, RoutingPolicy};
 use crate::registry::{self, Ownership, namespace_of};
 
+/// (name, set) pairs: the sets of names moving between parts.
+type SetsAt<'a> = BTreeSet<(&'a str, Option<&'a str>)>;
+
 /// The TTL of a routing set's ownership TXT: one for every set, so that
 /// the TXTs' group is never rewritten by Route53.
 pub(super) const SET_TXT_TTL: i64 = 300;
@@ -50,10 +53,11 @@ pub(super) struct Part<'a> {
     pub moving: BTreeSet<String>,
 }
 
-/// The parts, and the moves to make whole (name, Service).
+/// The parts, and the moves to make whole: (name, the Service releasing
+/// it, the Service publishing it).
 pub(super) struct Split<'a> {
     pub parts: Vec<Part<'a>>,
-    pub moves: BTreeSet<(String, String)>,
+    pub moves: BTreeSet<(String, String, String)>,
 }
 
 /// Whether any claim or record is a routing set (else the plan is the
@@ -131,45 +135,56 @@ pub(super) fn split<'a>(
     }
     let mut dropped: BTreeSet<(&str, &str)> = BTreeSet::new();
     let mut moving: BTreeMap<Option<&str>, BTreeSet<String>> = BTreeMap::new();
-    // The old set of a name moving into a part: not in that part's way.
-    let mut hidden: BTreeMap<Option<&str>, BTreeSet<(&str, Option<&str>)>> = BTreeMap::new();
+    // The old set of a name moving into a part: not in that part's way
+    // (deleted in the same batch); or, when `--policy` cannot delete it, in
+    // the way of a move it would otherwise let through.
+    let mut hidden: BTreeMap<Option<&str>, SetsAt<'_>> = BTreeMap::new();
+    let mut blocked: BTreeMap<Option<&str>, SetsAt<'_>> = BTreeMap::new();
     let mut moves = BTreeSet::new();
     for (name, claimants) in &wanted {
         let held = holders.get(name).map(Vec::as_slice).unwrap_or_default();
         let holder = claimants.iter().find(|(c, _)| held.iter().any(|(_, o)| o.resource == c.resource));
-        let winner = holder.or_else(|| claimants.iter().min_by(|(a, _), (b, _)| a.order.cmp(&b.order)));
+        // The holder keeps its name; a gone holder's namespace comes first
+        // (as in `plan_name`); then the oldest.
+        let gone = held.first().map(|(_, o)| o).filter(|_| holder.is_none());
+        let other_ns = |c: &Claim| gone.is_some_and(|o| namespace_of(&c.resource) != namespace_of(&o.resource));
+        let winner = holder.or_else(|| claimants.iter().min_by_key(|(c, _)| (other_ns(c), &c.order)));
         let Some((winner, winner_set)) = winner else { continue };
         let mut lose = |c: &Claim, cause: ConflictCause| {
             conflicts.push(Conflict { resource: c.resource.clone(), name: (*name).to_string(), cause });
         };
+        // A holder present keeps the name from everyone, in every set (its
+        // new set has no TXT yet when it moves); otherwise the other sets'
+        // claimants lose, and the winner's set is decided by `plan_name`.
         for (c, set) in claimants {
-            if set != winner_set && c.resource != winner.resource {
+            if c.resource != winner.resource && (holder.is_some() || set != winner_set) {
                 lose(c, ConflictCause::OtherService(winner.resource.clone()));
                 dropped.insert((&c.resource, name));
             }
         }
-        // A holder that is gone keeps the name from other sets' claimants
-        // as it would from its own set's (`plan_name`).
-        if holder.is_none() {
-            for (hset, o) in held {
-                for (c, set) in claimants {
-                    if set == hset || dropped.contains(&(c.resource.as_str(), *name)) {
-                        continue;
-                    }
-                    if let Some(cause) = kept_from(o, c, keep, rules) {
-                        lose(c, cause);
-                        dropped.insert((&c.resource, name));
-                    }
-                }
+        // A gone holder keeps the name from another set's winner as it
+        // would in its own set (`plan_name`): skipped for bad input, or held
+        // for its namespace for --handover-grace.
+        let mut kept = false;
+        for (_, o) in held.iter().filter(|(hset, _)| holder.is_none() && hset != winner_set) {
+            if let Some(cause) = kept_from(o, winner, keep, rules) {
+                lose(winner, cause);
+                dropped.insert((&winner.resource, name));
+                kept = true;
             }
         }
-        for (hset, o) in held {
-            if o.resource == winner.resource && hset != winner_set {
-                moving.entry(*hset).or_default().insert((*name).to_string());
-                if rules.policy == Policy::Sync {
-                    hidden.entry(*winner_set).or_default().insert((*name, *hset));
-                    moves.insert(((*name).to_string(), o.resource.clone()));
-                }
+        if kept {
+            continue;
+        }
+        // The name moves to the winner's set: its holder's own move, or a
+        // gone holder's name taken by its namespace (or after the grace).
+        for (hset, o) in held.iter().filter(|(hset, _)| hset != winner_set) {
+            moving.entry(*hset).or_default().insert((*name).to_string());
+            if rules.policy == Policy::Sync {
+                hidden.entry(*winner_set).or_default().insert((*name, *hset));
+                moves.insert(((*name).to_string(), o.resource.clone(), winner.resource.clone()));
+            } else {
+                blocked.entry(*winner_set).or_default().insert((*name, *hset));
             }
         }
     }
@@ -207,7 +222,8 @@ pub(super) fn split<'a>(
                 .collect();
             let none = BTreeSet::new();
             let hidden = hidden.get(&set).unwrap_or(&none);
-            let others = others_in_view(set, &claims, &by_name, hidden, &guarded);
+            let blocked = blocked.get(&set).unwrap_or(&none);
+            let others = others_in_view(set, &claims, &by_name, (hidden, blocked), &guarded);
             if set.is_some() {
                 take_group_ttls(set, &mut claims, &by_name, hidden);
             }
@@ -222,15 +238,17 @@ pub(super) fn split<'a>(
 /// a CNAME clash) as foreign where a set is wanted; another set as foreign
 /// where its policy cannot stand beside the wanted one at that type, where
 /// it clashes with a CNAME, or where no flotilla TXT guards it; plain TXTs
-/// and other records at the name as they are. `hidden`: the old set of a
-/// name moving here (deleted in the same batch).
+/// and other records at the name as they are. `moved`: the old set of a
+/// name moving here, left out (deleted in the same batch), and the one a
+/// restricted `--policy` cannot delete, in the way.
 fn others_in_view(
     set: Option<&str>,
     claims: &[Claim],
     by_name: &BTreeMap<&str, Vec<&RecordSet>>,
-    hidden: &BTreeSet<(&str, Option<&str>)>,
+    moved: (&SetsAt<'_>, &SetsAt<'_>),
     guarded: &BTreeSet<(&str, &str)>,
 ) -> Vec<RecordSet> {
+    let (hidden, blocked) = moved;
     // What the part writes at each exact name: (type, policy), its TXTs too.
     let mut writes: BTreeMap<String, Vec<(RecordType, Option<RoutingPolicy>)>> = BTreeMap::new();
     for r in claims.iter().flat_map(|c| c.records.iter()) {
@@ -244,16 +262,20 @@ fn others_in_view(
             if set_of(r) == set {
                 continue; // its own: in `own`
             }
-            let ours_type = r.rtype.is_managed() || owned_name_of_txt(&r.name).is_some();
-            if ours_type && hidden.contains(&(host_of(r), set_of(r))) {
-                continue;
-            }
             if r.is_foreign() {
                 out.push(r.clone());
                 continue;
             }
-            let clash = |t: RecordType| t == r.rtype || cname_clash(t, r.rtype);
+            let ours_type = r.rtype.is_managed() || owned_name_of_txt(&r.name).is_some();
             let foreign = |why: String| r.clone().into_foreign(format!("{} {} ({why})", r.rtype, r.name));
+            if ours_type && hidden.contains(&(host_of(r), set_of(r))) {
+                continue;
+            }
+            if ours_type && blocked.contains(&(host_of(r), set_of(r))) {
+                out.push(foreign("its set before, which --policy does not let this operator delete".into()));
+                continue;
+            }
+            let clash = |t: RecordType| t == r.rtype || cname_clash(t, r.rtype);
             match r.routing() {
                 // Another set: in the way of a record of no policy, of a
                 // policy it cannot stand beside, of a CNAME; or unguarded.
@@ -289,7 +311,7 @@ fn take_group_ttls(
     set: Option<&str>,
     claims: &mut [Claim],
     by_name: &BTreeMap<&str, Vec<&RecordSet>>,
-    hidden: &BTreeSet<(&str, Option<&str>)>,
+    hidden: &SetsAt<'_>,
 ) {
     for r in claims.iter_mut().flat_map(|c| c.records.iter_mut()) {
         let Some(RoutingPolicy::Weighted(_)) = r.routing().map(|ro| ro.policy) else { continue };

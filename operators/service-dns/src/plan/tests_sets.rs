@@ -315,3 +315,63 @@ fn no_sets_no_change() {
     assert_eq!(p.groups.len(), 1);
     assert!(p.groups[0].changes.iter().all(|c| c.record.routing().is_none()));
 }
+
+/// A holder moving its name to the set an older tenant waits on keeps it.
+#[test]
+fn a_holder_moving_into_a_waiting_tenants_set_keeps_its_name() {
+    let web = |id: &str| claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(weighted(id, 1)))]);
+    let evil = claim("service/evil/x", 0, vec![a("www.z", "6.6.6.6", Some(weighted("b", 255)))]);
+    let zone = apply(&[], &plan_for(A, &[web("a")], &[])).unwrap();
+    for plain_first in [false, true] {
+        let (zone, claims) = if plain_first {
+            let plain = claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", None)]);
+            (apply(&[], &plan_for(A, &[plain], &[])).unwrap(), vec![web("b"), evil.clone()])
+        } else {
+            (zone.clone(), vec![web("b"), evil.clone()])
+        };
+        let p = plan_for(A, &claims, &zone);
+        assert_eq!(p.conflicts.len(), 1, "{p:?}");
+        assert_eq!(p.conflicts[0].resource, "service/evil/x");
+        assert_eq!(p.groups.len(), 1, "{p:?}");
+        assert_eq!(p.groups[0].resource, "service/shop/web");
+        let zone = apply(&zone, &p).unwrap();
+        assert!(zone.iter().all(|r| r.set_id() == Some("b")) && zone.len() == 2, "{zone:?}");
+        assert!(
+            registry::ownership_of(zone.iter().find(|r| r.rtype == RecordType::Txt).unwrap())
+                .is_some_and(|o| o.resource == "service/shop/web")
+        );
+    }
+}
+
+/// A gone holder's namespace comes first in every set, and takes the name
+/// in one batch; an older Service of another namespace waits.
+#[test]
+fn a_gone_holders_namespace_comes_first_across_sets() {
+    let graced = |claims: &[Claim], zone: &[RecordSet]| {
+        plan_with(claims, &BTreeSet::new(), zone, &Rules { grace: 600, ..rules(A) })
+    };
+    let zone =
+        apply(&[], &graced(&[claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(weighted("a", 1)))])], &[]))
+            .unwrap();
+    let evil = claim("service/evil/x", 0, vec![a("www.z", "6.6.6.6", Some(weighted("b", 255)))]);
+    let sibling = claim("service/shop/api", 2, vec![a("www.z", "10.0.0.2", None)]);
+    let p = graced(&[evil, sibling], &zone);
+    assert_eq!(p.conflicts.len(), 1, "{p:?}");
+    assert_eq!(p.conflicts[0].resource, "service/evil/x");
+    assert_eq!(p.groups.len(), 1, "one batch: {p:?}");
+    assert_eq!(p.groups[0].resource, "service/shop/api");
+    let zone = apply(&zone, &p).unwrap();
+    assert!(zone.iter().all(|r| r.set_id().is_none()) && zone.len() == 2, "{zone:?}");
+}
+
+/// Under a policy that cannot delete, a move is a conflict: the old set
+/// stays, and no second set is added beside it.
+#[test]
+fn a_restricted_policy_does_not_move_a_name() {
+    let web = |id: &str| vec![claim("service/shop/web", 1, vec![a("www.z", "10.0.0.1", Some(weighted(id, 1)))])];
+    let zone = apply(&[], &plan_for(A, &web("a"), &[])).unwrap();
+    let upsert_only = Rules { policy: Policy::UpsertOnly, ..rules(A) };
+    let p = plan_with(&web("b"), &BTreeSet::new(), &zone, &upsert_only);
+    assert!(p.groups.is_empty(), "{p:?}");
+    assert!(matches!(&p.conflicts[0].cause, ConflictCause::Unowned(w) if w.contains("--policy")), "{p:?}");
+}
