@@ -62,13 +62,34 @@ fn rand_suffix() -> u32 {
 /// page (not a read per name): a CREATE of a name on the zone's last page is
 /// refused and a DELETE of one there is accepted, so the pages after the
 /// first were read.
+/// A fresh zone `<prefix>-<random>.example.com` on the shared moto, and a
+/// Route53-faithful proxy in front of it: (domain, zone id, proxy).
+fn zone_behind_proxy(prefix: &str) -> (String, String, flotilla_testenv::aws::route53_proxy::Route53Proxy) {
+    let m = moto::shared();
+    let domain = format!("{prefix}-{:08x}.example.com", rand_suffix());
+    let zone = moto::route53::create_hosted_zone(&m.endpoint, &domain).expect("zone");
+    let proxy = flotilla_testenv::aws::route53_proxy::Route53Proxy::start(&m.endpoint).expect("proxy");
+    (domain, zone, proxy)
+}
+
+/// POSTs `(action, record set)` changes to `zone` at `endpoint`: (status, body).
+fn post_changes(
+    endpoint: &str,
+    zone: &str,
+    changes: &[(&str, &flotilla_testenv::aws::route53_proxy::xml::Rrset)],
+) -> (u16, String) {
+    use flotilla_testenv::aws::route53_proxy::xml;
+    let changes: Vec<xml::Change> =
+        changes.iter().map(|(a, r)| xml::Change { action: a.to_string(), rrset: (*r).clone() }).collect();
+    let path = format!("/2013-04-01/hostedzone/{zone}/rrset/");
+    moto::route53::call(endpoint, "POST", &path, &xml::change_request(&changes, "test")).expect("call")
+}
+
 #[test]
 fn the_proxy_checks_a_large_batch_against_every_page_of_the_zone() {
-    use flotilla_testenv::aws::route53_proxy::{Route53Proxy, xml};
+    use flotilla_testenv::aws::route53_proxy::xml;
     let m = moto::shared();
-    let domain = format!("pages-{:08x}.example.com", rand_suffix());
-    let zone = moto::route53::create_hosted_zone(&m.endpoint, &domain).expect("zone");
-    let proxy = Route53Proxy::start(&m.endpoint).expect("proxy");
+    let (domain, zone, proxy) = zone_behind_proxy("pages");
     let a = |name: &str| xml::Rrset {
         name: format!("{name}.{domain}"),
         rtype: "A".into(),
@@ -77,10 +98,9 @@ fn the_proxy_checks_a_large_batch_against_every_page_of_the_zone() {
         ..xml::Rrset::default()
     };
     let batch = |action: &str, names: &[String]| {
-        let changes: Vec<xml::Change> =
-            names.iter().map(|n| xml::Change { action: action.into(), rrset: a(n) }).collect();
-        let path = format!("/2013-04-01/hostedzone/{zone}/rrset/");
-        moto::route53::call(&proxy.endpoint, "POST", &path, &xml::change_request(&changes, "test")).expect("call")
+        let sets: Vec<xml::Rrset> = names.iter().map(|n| a(n)).collect();
+        let changes: Vec<(&str, &xml::Rrset)> = sets.iter().map(|r| (action, r)).collect();
+        post_changes(&proxy.endpoint, &zone, &changes)
     };
     // 2,100 record sets: three of the proxy's pages.
     let many: Vec<String> = (0..2100).map(|i| format!("n-{i:04}")).collect();
@@ -113,7 +133,7 @@ fn the_proxy_checks_a_large_batch_against_every_page_of_the_zone() {
 /// CREATE once its record set is deleted.
 #[test]
 fn a_record_set_created_again_after_its_delete_is_taken() {
-    use flotilla_testenv::aws::route53_proxy::xml::{AliasTarget, Change, Rrset, change_request};
+    use flotilla_testenv::aws::route53_proxy::xml::{AliasTarget, Rrset};
     let m = moto::shared();
     let domain = format!("again-{:08x}.example.com", rand_suffix());
     let zone = moto::route53::create_hosted_zone(&m.endpoint, &domain).expect("zone");
@@ -135,12 +155,9 @@ fn a_record_set_created_again_after_its_delete_is_taken() {
         values: vec!["web-1.eu-west-1.elb.amazonaws.com".into()],
         ..Rrset::default()
     };
+    // Straight to moto: its own journal is what this is about.
     let send = |changes: &[(&str, &Rrset)]| {
-        let changes: Vec<Change> =
-            changes.iter().map(|(a, r)| Change { action: a.to_string(), rrset: (*r).clone() }).collect();
-        let path = format!("/2013-04-01/hostedzone/{zone}/rrset/");
-        let (status, text) =
-            moto::route53::call(&m.endpoint, "POST", &path, &change_request(&changes, "t")).expect("call");
+        let (status, text) = post_changes(&m.endpoint, &zone, changes);
         assert_eq!(status, 200, "{text}");
     };
     send(&[("CREATE", &alias)]);
@@ -158,11 +175,8 @@ fn a_record_set_created_again_after_its_delete_is_taken() {
 /// record of no policy is refused.
 #[test]
 fn routing_sets_are_kept_and_deleted_one_by_one() {
-    use flotilla_testenv::aws::route53_proxy::{Route53Proxy, xml};
-    let m = moto::shared();
-    let domain = format!("sets-{:08x}.example.com", rand_suffix());
-    let zone = moto::route53::create_hosted_zone(&m.endpoint, &domain).expect("zone");
-    let proxy = Route53Proxy::start(&m.endpoint).expect("proxy");
+    use flotilla_testenv::aws::route53_proxy::xml;
+    let (domain, zone, proxy) = zone_behind_proxy("sets");
     let set = |name: &str, rtype: &str, id: &str, weight: i64, value: &str| xml::Rrset {
         name: format!("{name}.{domain}"),
         rtype: rtype.into(),
@@ -172,12 +186,7 @@ fn routing_sets_are_kept_and_deleted_one_by_one() {
         values: vec![value.into()],
         ..xml::Rrset::default()
     };
-    let send = |changes: &[(&str, &xml::Rrset)]| {
-        let changes: Vec<xml::Change> =
-            changes.iter().map(|(a, r)| xml::Change { action: a.to_string(), rrset: (*r).clone() }).collect();
-        let path = format!("/2013-04-01/hostedzone/{zone}/rrset/");
-        moto::route53::call(&proxy.endpoint, "POST", &path, &xml::change_request(&changes, "t")).expect("call")
-    };
+    let send = |changes: &[(&str, &xml::Rrset)]| post_changes(&proxy.endpoint, &zone, changes);
     let listed = || {
         let (status, text) = moto::route53::call(
             &proxy.endpoint,

@@ -305,7 +305,7 @@ fn plan_name<'c>(
         let holder_ns = namespace_of(&o.resource);
         // Stable: the oldest of the holder's namespace, then the others, oldest first.
         claimants.sort_by_key(|(c, _)| namespace_of(&c.resource) != holder_ns);
-        if let Some(until) = conflicts::reserved(o, &claimants, rules) {
+        if let Some(until) = conflicts::reserved(o, claimants.first().map(|(c, _)| *c), rules) {
             for (c, _) in &claimants {
                 out.conflicts.push(conflict(c, name, ConflictCause::Reserved(until)));
             }

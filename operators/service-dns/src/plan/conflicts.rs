@@ -4,19 +4,20 @@
 
 use std::collections::BTreeMap;
 
-use super::reading::{Claimant, Zone, is_ours_managed};
+use super::reading::{Zone, is_ours_managed};
 use super::{Policy, Rules};
+use crate::desired::Claim;
 use crate::extdns::{self, ExternalDnsOwner};
 use crate::hostname::owner_txt_name;
 use crate::model::{RecordSet, RecordType};
 use crate::registry::{Ownership, namespace_of};
 
 /// A name of ours its holder `o` freed: held for the holder's namespace
-/// until the grace runs out (`Some(until)`, Unix seconds) when the first of
-/// `claimants` (sorted holder's namespace first) is of another namespace.
-pub(super) fn reserved(o: &Ownership, claimants: &[Claimant<'_>], rules: &Rules<'_>) -> Option<i64> {
-    let holder_ns = namespace_of(&o.resource);
-    let same_ns = claimants.first().is_some_and(|(c, _)| namespace_of(&c.resource) == holder_ns);
+/// until the grace runs out (`Some(until)`, Unix seconds) when `first`, the
+/// claimant first in line (the holder's namespace first), is of another
+/// namespace.
+pub(super) fn reserved(o: &Ownership, first: Option<&Claim>, rules: &Rules<'_>) -> Option<i64> {
+    let same_ns = first.is_some_and(|c| namespace_of(&c.resource) == namespace_of(&o.resource));
     let until = o.freed.unwrap_or(rules.now).saturating_add(rules.grace);
     (!same_ns && rules.now < until).then_some(until)
 }

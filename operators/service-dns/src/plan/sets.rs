@@ -98,9 +98,10 @@ fn kept_from(o: &Ownership, claimant: &Claim, keep: &BTreeSet<String>, rules: &R
     if keep.contains(&o.resource) {
         return Some(ConflictCause::OtherService(o.resource.clone()));
     }
-    let until = o.freed.unwrap_or(rules.now).saturating_add(rules.grace);
-    let other_ns = namespace_of(&claimant.resource) != namespace_of(&o.resource);
-    (rules.grace > 0 && other_ns && rules.now < until).then_some(ConflictCause::Reserved(until))
+    if rules.grace == 0 {
+        return None;
+    }
+    super::conflicts::reserved(o, Some(claimant), rules).map(ConflictCause::Reserved)
 }
 
 /// Splits the claims and the zone by set; the claims that lose a name to
