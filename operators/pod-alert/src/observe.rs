@@ -272,13 +272,13 @@ fn evaluate_pod(pod: &PodView, rules: &Rules, history: &mut RestartHistory, now:
                 f.may_change_at(history.next_change(&pod.uid, name, now, rules.restart_window), now);
             }
             found.push(p);
-        } else if matches!(&*c.state(), State::Terminated(t) if !failed(t)) && !c.init {
+        } else if matches!(&*c.state(), State::Terminated(t) if !failed(t)) && !c.init() {
             skip(f, Skip::Completed);
         }
     }
     // A pod still Pending without a more precise reason (containers being
     // created, volumes not mounted) is stuck once it has been so for long.
-    if pod.phase == "Pending" && found.is_empty() && !pod.containers.iter().any(|c| c.restart_count > 0) {
+    if pod.phase == "Pending" && found.is_empty() && !pod.containers.iter().any(|c| c.restart_count() > 0) {
         let waiting: Vec<String> = pod
             .named_containers()
             .filter_map(|(name, c)| match &*c.state() {
@@ -380,18 +380,18 @@ fn container_problem(
     let recent = |t: &Termination| t.finished_at.get().is_none_or(|at| elapsed(at, now) < rules.restart_window);
     // Crashes (the container restarts): the last termination tells.
     if restarts_allowed {
-        let in_window = history.restarts_within(&pod.uid, name, c.restart_count, now, rules.restart_window);
+        let in_window = history.restarts_within(&pod.uid, name, c.restart_count(), now, rules.restart_window);
         if let Some(last) = c.last_termination().filter(|t| failed(t) && recent(t)) {
             let oom = &*last.reason == "OOMKilled";
             if in_window >= rules.restart_threshold || oom {
                 let reason = if oom { Reason::OOMKilled } else { Reason::CrashLoopBackOff };
-                let message = format!("{} restarts, last: {}", c.restart_count, describe(last));
+                let message = format!("{} restarts, last: {}", c.restart_count(), describe(last));
                 let since = last.finished_at.get().unwrap_or(now);
                 let incarnation = Some(last.container_id.to_string()).filter(|s| !s.is_empty());
                 // Decided again when the log is read (the container may
                 // restart meanwhile); this is the fallback.
                 let previous = c.state().crashed_run_is_previous();
-                return Some(problem(pod, name, reason, message, c.restart_count, since, incarnation, previous));
+                return Some(problem(pod, name, reason, message, c.restart_count(), since, incarnation, previous));
             }
         }
     }
@@ -401,7 +401,7 @@ fn container_problem(
             let r = waiting_reason(reason)?;
             let since = c.last_termination().and_then(|t| t.finished_at.get()).unwrap_or(created);
             let message = if message.is_empty() { reason.to_string() } else { format!("{reason}: {message}") };
-            Some(problem(pod, name, r, message, c.restart_count, since, None, false))
+            Some(problem(pod, name, r, message, c.restart_count(), since, None, false))
         }
         // A container that does not restart and failed (or an OOM kill
         // the kubelet reports before restarting).
@@ -409,16 +409,16 @@ fn container_problem(
             let reason = if &*t.reason == "OOMKilled" { Reason::OOMKilled } else { Reason::Error };
             let since = t.finished_at.get().unwrap_or(now);
             let incarnation = Some(if t.container_id.is_empty() {
-                format!("{}/{}/{}", pod.uid, name, c.restart_count)
+                format!("{}/{}/{}", pod.uid, name, c.restart_count())
             } else {
                 t.container_id.to_string()
             });
-            Some(problem(pod, name, reason, describe(t), c.restart_count, since, incarnation, false))
+            Some(problem(pod, name, reason, describe(t), c.restart_count(), since, incarnation, false))
         }
-        State::Running { started_at } if !c.ready && !c.init && pod.phase == "Running" => {
+        State::Running { started_at } if !c.ready() && !c.init() && pod.phase == "Running" => {
             let since = [pod.not_ready_since().get(), started_at.get()].into_iter().flatten().max().unwrap_or(created);
             let message = "running but not Ready (readiness probe failing)".to_string();
-            Some(problem(pod, name, Reason::NotReady, message, c.restart_count, since, None, false))
+            Some(problem(pod, name, Reason::NotReady, message, c.restart_count(), since, None, false))
         }
         _ => None,
     }

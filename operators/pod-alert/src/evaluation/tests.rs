@@ -206,7 +206,7 @@ proptest! {
                     let mut p = healthy(ns, n);
                     p.uid = format!("uid-{ns}-{n}-{now}").into();
                     p.phase = PodPhase::Pending;
-                    p.containers[0].ready = false;
+                    p.containers[0].set_ready(false);
                     p.containers[0].set_state(crate::pod::State::waiting("ContainerCreating", ""));
                     dirty.insert(cache.put(NAMESPACES[ns], p));
                 }

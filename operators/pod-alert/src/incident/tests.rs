@@ -130,7 +130,7 @@ fn an_old_oom_kill_in_last_state_never_fires_twice() {
         rules(serde_json::json!({"alerts": {"checkRunningPods": true, "resolveAfter": "1m", "restartWindow": "10m"}}));
     let mut p = crashing(pod("w", "web"), 1, 0, "OOMKilled");
     p.containers[0].set_state(crate::pod::State::Running { started_at: t(1).into() });
-    p.containers[0].ready = true;
+    p.containers[0].set_ready(true);
     let mut book = Tracked::default();
     assert_eq!(opened(&step(&mut book, &[p.clone()], &r, 5)), 1);
     // Still in lastState for the whole window: no second opening.

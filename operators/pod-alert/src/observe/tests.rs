@@ -55,8 +55,8 @@ pub(crate) fn never_restarts(p: &mut PodView) {
 /// `p` crash-looping: `restarts` restarts, the last exit at `at` (container ID per restart).
 pub(crate) fn crashing(mut p: PodView, restarts: u32, at: i64, reason: &str) -> PodView {
     let c = &mut p.containers[0];
-    c.ready = false;
-    c.restart_count = restarts;
+    c.set_ready(false);
+    c.set_restart_count(restarts);
     c.set_state(State::waiting("CrashLoopBackOff", "back-off"));
     c.set_last_termination(Some(Termination {
         reason: reason.to_string().into(),
@@ -104,7 +104,7 @@ fn restarts_are_counted_within_the_window_not_over_the_pods_life() {
     assert!(evaluate([&old], &r, &mut h, t(0)).problems.is_empty(), "the last crash is an hour old");
     let mut later = crashing(pod("w", "web"), 41, 1199, "Error");
     later.containers[0].set_state(State::Running { started_at: t(1199).into() });
-    later.containers[0].ready = true;
+    later.containers[0].set_ready(true);
     let f = evaluate([&later], &r, &mut h, t(1200));
     assert!(f.problems.is_empty(), "1 restart in the window is below 3: {f:?}");
     let again = crashing(pod("w", "web"), 43, 1250, "Error");
@@ -252,7 +252,7 @@ fn not_ready_counts_from_the_ready_transition() {
     let mut p = pod("w", "web");
     p.ready = false;
     p.trouble = Some(Box::new(Trouble { not_ready_since: t(40).into(), ..Default::default() }));
-    p.containers[0].ready = false;
+    p.containers[0].set_ready(false);
     let f = eval(&[p], &r, 100);
     assert_eq!(f.problems[0].key.reason, Reason::NotReady);
     assert_eq!(f.problems[0].since, t(40));

@@ -1,4 +1,4 @@
-//! A container as a pod view keeps it: its state and last exit, in 24
+//! A container as a pod view keeps it: its state and last exit, in 16
 //! bytes when it simply runs (memory per pod, issue 28).
 
 use std::borrow::Cow;
@@ -51,29 +51,40 @@ impl State {
 /// One container (or init container) of a pod; its name is the pod's
 /// [`Shape`]'s (at the same index: [`PodView::named_containers`]).
 ///
-/// 24 bytes (memory per pod, issue 28): a running container's start is
-/// held inline; a state other than running or unknown, and the last
-/// termination, are behind one pointer that most containers (running, no
-/// recent exit) do not allocate. Read with [`ContainerView::state`] and
-/// [`ContainerView::last_termination`].
+/// 16 bytes (memory per pod, issue 28: 24 before the flags and the
+/// restart count shared one word, 16 bytes a pod of two containers and
+/// one malloc size class): a running container's start is held inline; a
+/// state other than running or unknown, and the last termination, are
+/// behind one pointer that most containers (running, no recent exit) do
+/// not allocate. Read with [`ContainerView::state`],
+/// [`ContainerView::last_termination`], [`ContainerView::init`],
+/// [`ContainerView::ready`] and [`ContainerView::restart_count`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerView {
-    pub init: bool,
-    pub ready: bool,
-    pub restart_count: u32,
-    kind: Kind,
+    /// [`INIT`], [`READY`], the [`Kind`] and the restart count
+    /// ([`MAX_RESTART_COUNT`] at most).
+    bits: u32,
     /// A running container's start ([`Stamp::NONE`] otherwise).
     started_at: Stamp,
     rare: Option<Box<Rare>>,
 }
 
+const INIT: u32 = 1 << 31;
+const READY: u32 = 1 << 30;
+const KIND_SHIFT: u32 = 28;
+const KIND: u32 = 0b11 << KIND_SHIFT;
+/// The restart count kept at most (2^28 - 1, ~268 million: a container
+/// restarting every 10 s would take 85 years; the kubelet's back-off makes
+/// it longer); a higher count reads as this.
+pub const MAX_RESTART_COUNT: u32 = (1 << KIND_SHIFT) - 1;
+
 /// Which state a [`ContainerView`] holds, and where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    Running,
-    Unknown,
+    Running = 0,
+    Unknown = 1,
     /// Waiting or terminated: in `rare.state`.
-    Held,
+    Held = 2,
 }
 
 /// What few containers have: a state other than running, a recent exit.
@@ -86,15 +97,51 @@ struct Rare {
 
 impl ContainerView {
     pub fn new(init: bool, ready: bool, restart_count: u32, state: State, last: Option<Termination>) -> Self {
-        let mut c = Self { init, ready, restart_count, kind: Kind::Unknown, started_at: Stamp::NONE, rare: None };
+        let mut c = Self { bits: if init { INIT } else { 0 }, started_at: Stamp::NONE, rare: None };
+        c.set_ready(ready);
+        c.set_restart_count(restart_count);
         c.hold(state, last);
         c
+    }
+
+    /// Whether it is an init container.
+    pub fn init(&self) -> bool {
+        self.bits & INIT != 0
+    }
+
+    pub fn ready(&self) -> bool {
+        self.bits & READY != 0
+    }
+
+    pub fn set_ready(&mut self, ready: bool) {
+        self.bits = if ready { self.bits | READY } else { self.bits & !READY };
+    }
+
+    /// The kubelet's restart count ([`MAX_RESTART_COUNT`] at most).
+    pub fn restart_count(&self) -> u32 {
+        self.bits & MAX_RESTART_COUNT
+    }
+
+    pub fn set_restart_count(&mut self, count: u32) {
+        self.bits = (self.bits & !MAX_RESTART_COUNT) | count.min(MAX_RESTART_COUNT);
+    }
+
+    fn kind(&self) -> Kind {
+        match (self.bits & KIND) >> KIND_SHIFT {
+            0 => Kind::Running,
+            2 => Kind::Held,
+            _ => Kind::Unknown,
+        }
+    }
+
+    fn set_kind(&mut self, kind: Kind) {
+        self.bits = (self.bits & !KIND) | ((kind as u32) << KIND_SHIFT);
     }
 
     /// The container's state (a running or unknown one made on the spot:
     /// nothing allocated).
     pub fn state(&self) -> Cow<'_, State> {
-        match (self.kind, &self.rare) {
+        match (self.kind(), &self.rare) {
             (Kind::Running, _) => Cow::Owned(State::Running { started_at: self.started_at }),
             (Kind::Held, Some(rare)) => Cow::Borrowed(&rare.state),
             _ => Cow::Owned(State::Unknown),
@@ -119,13 +166,41 @@ impl ContainerView {
     /// Holds `state` and `last` in the one form each has (equal containers
     /// are equal values).
     fn hold(&mut self, state: State, last: Option<Termination>) {
-        (self.kind, self.started_at) = match state {
+        let (kind, started_at) = match state {
             State::Running { started_at } => (Kind::Running, started_at),
             State::Unknown => (Kind::Unknown, Stamp::NONE),
             State::Waiting(_) | State::Terminated(_) => (Kind::Held, Stamp::NONE),
         };
-        let state = if self.kind == Kind::Held { state } else { State::Unknown };
-        self.rare =
-            (self.kind == Kind::Held || last.is_some()).then(|| Box::new(Rare { state, last_termination: last }));
+        self.set_kind(kind);
+        self.started_at = started_at;
+        let state = if kind == Kind::Held { state } else { State::Unknown };
+        self.rare = (kind == Kind::Held || last.is_some()).then(|| Box::new(Rare { state, last_termination: last }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn its_packed_flags_and_restart_count_read_back() {
+        for (init, ready, count) in
+            [(false, false, 0), (true, false, 7), (false, true, MAX_RESTART_COUNT), (true, true, 1)]
+        {
+            for state in
+                [State::Running { started_at: Stamp::NONE }, State::Unknown, State::waiting("CrashLoopBackOff", "")]
+            {
+                let c = ContainerView::new(init, ready, count, state.clone(), None);
+                assert_eq!((c.init(), c.ready(), c.restart_count()), (init, ready, count));
+                assert_eq!(*c.state(), state);
+            }
+        }
+        let mut c = ContainerView::new(true, false, u32::MAX, State::Unknown, None);
+        assert_eq!(c.restart_count(), MAX_RESTART_COUNT, "a count past the bits is clamped, not wrapped");
+        c.set_ready(true);
+        c.set_restart_count(3);
+        assert_eq!((c.init(), c.ready(), c.restart_count(), c.kind()), (true, true, 3, Kind::Unknown));
+        c.set_ready(false);
+        assert_eq!((c.init(), c.ready(), c.restart_count()), (true, false, 3));
     }
 }
