@@ -82,6 +82,7 @@ pub mod config;
 pub mod context;
 pub mod controller;
 pub mod crd;
+pub mod cron;
 pub mod debounce;
 pub mod duration;
 pub mod events;

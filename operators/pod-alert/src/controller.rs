@@ -42,11 +42,13 @@ use crate::rules::Rules;
 use crate::sinks::{self, Outbox};
 use crate::status::Summary;
 use crate::throttle::{Held, Limiter};
+use crate::workload_signals::failed_container;
 use crate::{apply, report};
+use workload_watches::Signals;
 
 mod silence_report;
-mod silence_watches;
 mod start;
+mod workload_watches;
 use silence_report::{silence_statuses, warn_refused_silences};
 pub use start::run;
 
@@ -142,6 +144,9 @@ pub struct Data {
     pub(crate) namespace_silences: Arc<SilenceStore>,
     /// The workloads' silence annotations, per kind.
     pub(crate) workload_silences: Vec<(&'static str, Arc<SilenceStore>)>,
+    /// Deployments whose rollout stopped and Jobs that ended
+    /// ([`crate::workload_signals`]), fed by the same watches.
+    pub(crate) signals: Signals,
     /// The namespaces changed for each cluster-wide PodAlert since its last
     /// evaluation ([`crate::evaluation`]).
     pub(crate) changes: Changes,
@@ -300,8 +305,9 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
     // Nor before the namespaces' and workloads' silences are: a restart
     // must not notify what a silence covers (the lists' completion wakes
     // every PodAlert).
-    let silences_listed =
-        data.namespace_silences.is_listed() && data.workload_silences.iter().all(|(_, s)| s.is_listed());
+    let silences_listed = data.namespace_silences.is_listed()
+        && data.workload_silences.iter().all(|(_, s)| s.is_listed())
+        && data.signals.is_listed();
     if served && (!data.pods.is_ready() || !keys_listed || !silences_listed) {
         return Ok(Action::requeue(RESYNC));
     }
@@ -331,7 +337,8 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         summary.log_lines = rules.tail_lines;
         summary.log_bytes = rules.max_bytes;
         summary.events = rules.events;
-        let transitions = evaluate_and_step(&alert, &ns, touched, rules, &mut st, &mut summary, &data, now);
+        let (transitions, signals_recheck) =
+            evaluate_and_step(&alert, &ns, touched, rules, &mut st, &mut summary, &data, now);
         let transitions = read_logs(&ns, rules, transitions, &mut st, &data, now).await;
         let workers = sinks::worker_changes(&alert, &ns, &mut st);
         let misconfigured = sinks::check_sink_secrets(&alert, &ns, &mut st, &mut summary, &data, now).await;
@@ -340,7 +347,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         next = st.book.next_deadline(rules, now);
         // When time alone changes what the pods show (a crash leaving the
         // restart window, a silence ending): looked at then.
-        if let Some(at) = st.evaluation.recheck_at() {
+        if let Some(at) = st.evaluation.recheck_at().into_iter().chain(signals_recheck).min() {
             next = Some(next.map_or(at, |n| n.min(at)));
         }
         let changed = !transitions.is_empty();
@@ -417,7 +424,7 @@ fn evaluate_and_step(
     summary: &mut Summary,
     data: &Data,
     now: Timestamp,
-) -> Vec<Transition> {
+) -> (Vec<Transition>, Option<Timestamp>) {
     // A namespace's PodAlert reads its namespace's range of the cache, not
     // every pod of the cluster; a cluster-wide one reads again only the
     // namespaces changed since (issue 28: churn elsewhere costs it nothing).
@@ -426,7 +433,16 @@ fn evaluate_and_step(
         if rules.all_namespaces { (&data.pods, touched) } else { (&own, Dirty::All) };
     let made_with = (alert.metadata.generation, rules.all_namespaces);
     let outcome = st.evaluation.update(made_with, dirty, rules, scope, now);
-    let findings = outcome.findings;
+    // What the workloads say (alerts.rollouts, alerts.jobs): few held,
+    // read at each reconcile; merged only when there is something.
+    let signals = workload_findings(ns, rules, data, now);
+    let merged;
+    let findings = if signals.is_empty() {
+        outcome.findings
+    } else {
+        merged = outcome.findings.merged(&signals);
+        &merged
+    };
     summary.pods = outcome.pods;
     tracing::debug!(namespaces = outcome.evaluated, pods = outcome.pods, "evaluated");
     summary.skipped = findings.skipped.iter().map(|(k, v)| (k.as_str().to_string(), i64::from(*v))).collect();
@@ -439,5 +455,21 @@ fn evaluate_and_step(
     for t in &transitions {
         tracing::info!(podalert = %alert.name_any(), incident = %t.key, change = ?t.change, "incident");
     }
-    transitions
+    (transitions, signals.recheck_at)
+}
+
+/// The problems of the stalled Deployments and failed Jobs in the
+/// PodAlert's scope ([`crate::workload_signals`]), with a failed pod of
+/// each Job for its log tail when the pod cache has one.
+fn workload_findings(ns: &str, rules: &Rules, data: &Data, now: Timestamp) -> crate::observe::Findings {
+    if !rules.rollouts && !rules.jobs {
+        return crate::observe::Findings::default();
+    }
+    let held = data.signals.snapshot();
+    let in_scope = |n: &str| rules.all_namespaces || n == ns;
+    let failed_pod = |n: &str, job: &str| {
+        let pods = data.pods.in_namespace(n, |p| &*p.workload().kind == "Job" && &*p.workload().name == job);
+        pods.iter().find_map(|p| Some((p.name().to_string(), failed_container(p)?.to_string())))
+    };
+    crate::workload_signals::findings(&held, rules, &in_scope, &failed_pod, now)
 }

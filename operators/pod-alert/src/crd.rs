@@ -8,8 +8,11 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod alerts;
 mod silence;
 mod status;
+pub use alerts::{AlertRules, Reason};
+pub use flotilla_shared::duration::GoDuration;
 pub use silence::Silence;
 pub use status::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, SilenceStatus, SinkStatus};
 
@@ -112,159 +115,14 @@ impl PodAlertSpec {
 fn default_true() -> bool {
     true
 }
-fn default_cooldown() -> GoDuration {
-    GoDuration("1h".into())
-}
-fn default_pending_after() -> GoDuration {
-    GoDuration("5m".into())
-}
-fn default_restart_window() -> GoDuration {
-    GoDuration("10m".into())
-}
-fn default_resolve_after() -> GoDuration {
-    GoDuration("5m".into())
-}
-fn default_restart_threshold() -> i32 {
-    3
-}
 fn default_tail_lines() -> i32 {
     50
 }
 fn default_max_bytes() -> i32 {
     8192
 }
-
-pub use flotilla_shared::duration::GoDuration;
-
-/// When a pod is unhealthy, and for how long before it is an incident.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new(
-    "duration(self.pendingAfter) <= duration('24h') && duration(self.resolveAfter) <= duration('24h') && duration(self.restartWindow) >= duration('1m') && duration(self.restartWindow) <= duration('24h')"
-).message("pendingAfter and resolveAfter are at most 24h; restartWindow is between 1m and 24h"))]
-pub struct AlertRules {
-    /// Check this namespace's pods (the seed's switch; required). False
-    /// pauses the rule: nothing is checked and open incidents are dropped
-    /// without a resolve notification.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub check_running_pods: Option<bool>,
-    /// A pod that stays Pending (unschedulable, image not pulled, container
-    /// not created) or a container that stays not Ready this long is an
-    /// incident (Go duration; default 5m). Crashes, OOM kills, errors and
-    /// evictions have no such grace: they open at once.
-    #[serde(default = "default_pending_after")]
-    #[schemars(default = "default_pending_after")]
-    pub pending_after: GoDuration,
-    /// Restarts of a container within restartWindow before its crash loop
-    /// is an incident (default 3).
-    #[serde(default = "default_restart_threshold")]
-    #[schemars(default = "default_restart_threshold", range(min = 1, max = 1000))]
-    pub restart_threshold: i32,
-    /// The window restartThreshold counts restarts in; a container whose
-    /// last crash is older than this is no longer crash-looping (Go duration;
-    /// default 10m).
-    #[serde(default = "default_restart_window")]
-    #[schemars(default = "default_restart_window")]
-    pub restart_window: GoDuration,
-    /// Reasons that open incidents. Omitted or empty: all of them. Problems
-    /// with another reason are counted in status.suppressed.ReasonNotSelected.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
-    pub reasons: Vec<crate::crd::Reason>,
-    /// How long an incident must stay healthy before it resolves (Go
-    /// duration; default 5m): a pod that is Running for a minute between two
-    /// crashes does not resolve and fire again.
-    #[serde(default = "default_resolve_after")]
-    #[schemars(default = "default_resolve_after")]
-    pub resolve_after: GoDuration,
-}
-
-/// Why a container or pod is unhealthy.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
-pub enum Reason {
-    /// A container keeps crashing: restartThreshold restarts within
-    /// restartWindow, its last exit non-zero.
-    CrashLoopBackOff,
-    /// The image cannot be pulled, for pendingAfter (the kubelet's
-    /// ErrImagePull and ImagePullBackOff, which alternate, are both this).
-    ImagePullBackOff,
-    /// The image can never be pulled as written (InvalidImageName,
-    /// ErrImageNeverPull), for pendingAfter.
-    ErrImagePull,
-    /// The container's configuration refers to something missing (a
-    /// ConfigMap, a Secret, a key), for pendingAfter.
-    CreateContainerConfigError,
-    /// The runtime could not create or start the container, for pendingAfter.
-    CreateContainerError,
-    /// The container was killed for exceeding its memory limit (each kill
-    /// once: an old OOMKilled in lastState never fires again).
-    OOMKilled,
-    /// A container that does not restart ended with a non-zero exit code.
-    Error,
-    /// The kubelet evicted the pod (node pressure).
-    Evicted,
-    /// The pod was not scheduled or its containers not started for pendingAfter.
-    Pending,
-    /// A running container was not Ready for pendingAfter.
-    NotReady,
-}
-
-impl Reason {
-    pub const ALL: [Reason; 10] = [
-        Reason::CrashLoopBackOff,
-        Reason::ImagePullBackOff,
-        Reason::ErrImagePull,
-        Reason::CreateContainerConfigError,
-        Reason::CreateContainerError,
-        Reason::OOMKilled,
-        Reason::Error,
-        Reason::Evicted,
-        Reason::Pending,
-        Reason::NotReady,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::CrashLoopBackOff => "CrashLoopBackOff",
-            Reason::ImagePullBackOff => "ImagePullBackOff",
-            Reason::ErrImagePull => "ErrImagePull",
-            Reason::CreateContainerConfigError => "CreateContainerConfigError",
-            Reason::CreateContainerError => "CreateContainerError",
-            Reason::OOMKilled => "OOMKilled",
-            Reason::Error => "Error",
-            Reason::Evicted => "Evicted",
-            Reason::Pending => "Pending",
-            Reason::NotReady => "NotReady",
-        }
-    }
-
-    /// Reasons that describe a pod stuck in a state (they wait pendingAfter
-    /// before opening); the others are events that already happened.
-    pub fn is_stuck(self) -> bool {
-        matches!(
-            self,
-            Reason::ImagePullBackOff
-                | Reason::ErrImagePull
-                | Reason::CreateContainerConfigError
-                | Reason::CreateContainerError
-                | Reason::Pending
-                | Reason::NotReady
-        )
-    }
-
-    /// Alertmanager's `severity` label.
-    pub fn severity(self) -> &'static str {
-        match self {
-            Reason::NotReady | Reason::Pending => "warning",
-            _ => "critical",
-        }
-    }
-}
-
-impl std::fmt::Display for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+fn default_cooldown() -> GoDuration {
+    GoDuration("1h".into())
 }
 
 /// What never makes an incident (each skip is counted in status.suppressed).

@@ -113,6 +113,9 @@ pub struct LogSource {
     pub previous: bool,
     /// The crashed run's container ID, when there is one.
     pub incarnation: Option<String>,
+    /// The container to read when the incident's key names none (a failed
+    /// Job's incident).
+    pub container: Option<String>,
 }
 
 impl Incident {
@@ -271,8 +274,12 @@ impl Book {
         inc.restarts = g.restarts();
         if let Some(r) = rep {
             inc.message = r.message.clone();
-            inc.log_source =
-                Some(LogSource { pod: r.pod.clone(), previous: r.previous_logs, incarnation: r.incarnation.clone() });
+            inc.log_source = Some(LogSource {
+                pod: r.pod.clone(),
+                previous: r.previous_logs,
+                incarnation: r.incarnation.clone(),
+                container: r.log_container.clone(),
+            });
         }
         match inc.phase {
             Phase::Pending => {

@@ -1,7 +1,8 @@
 //! # pod-alert
 //!
 //! A `PodAlert` (`flotilla.dev/v1alpha1`) turns the unhealthy pods of its
-//! namespace into incidents — one per workload, container and reason, so a
+//! namespace (and, opted in, its stalled rollouts and failed Jobs) into
+//! incidents — one per workload, container and reason, so a
 //! Deployment's ten crashing pods are one incident — with the failing
 //! container's log tail, reported in its status, as Events, and to Slack, a
 //! webhook or Alertmanager. Incidents open after a grace period, escalate
@@ -15,7 +16,9 @@
 //! | [`pod`] | the pod projection and its workload (pure) |
 //! | [`observe`] | what is wrong with the pods now (pure) |
 //! | [`silence`] | spec.silences and the pods', workloads' and namespaces' silence annotations applied (pure) |
-//! | [`annotation_silences`] | the namespaces' and workloads' silence annotations, watched metadata-only and held for the objects that carry one |
+//! | [`annotation_silences`] | the namespaces' and workloads' silence annotations, held for the objects that carry one |
+//! | [`workload_signals`] | what workloads say of themselves: stalled rollouts, failed Jobs, CronJobs' last and missed runs, as problems (pure) |
+//! | [`held_store`] | a watch's few objects that say something, projected and held; one watch feeding several stores |
 //! | [`incident`] | the incident state machine (pure) |
 //! | [`debug_hint`] | the `kubectl` line creating a PodDebugger for an incident, shell-quoted (pure) |
 //! | [`notify`] | Slack, webhook, Alertmanager and Event payloads (pure) |
@@ -42,6 +45,7 @@ pub mod delivery;
 pub mod error;
 pub mod evaluation;
 pub mod events;
+pub mod held_store;
 pub mod incident;
 pub mod log_reads;
 pub mod logs;
@@ -56,6 +60,7 @@ pub mod silence;
 pub mod sinks;
 pub mod status;
 pub mod throttle;
+pub mod workload_signals;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

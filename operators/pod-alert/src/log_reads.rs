@@ -96,7 +96,11 @@ pub(crate) async fn read_logs(
                 return None;
             }
             let inc = st.book.incidents.get(&t.key)?;
-            let src = inc.log_source.as_ref().filter(|_| !inc.key.container.is_empty())?;
+            let src = inc.log_source.as_ref()?;
+            let container = src.container.as_ref().unwrap_or(&inc.key.container);
+            if container.is_empty() || src.pod.is_empty() {
+                return None;
+            }
             // The kubelet may have dropped a run's log file (it keeps one
             // dead container per container): then another pod of the
             // incident, at most two pods.
@@ -106,7 +110,7 @@ pub(crate) async fn read_logs(
                 key: t.key.clone(),
                 id: Identity { pod: src.pod.clone(), incarnation: src.incarnation.clone().unwrap_or_default() },
                 namespace: if inc.key.namespace.is_empty() { ns.to_string() } else { inc.key.namespace.clone() },
-                container: inc.key.container.clone(),
+                container: container.clone(),
                 pods,
                 previous: src.previous,
             })

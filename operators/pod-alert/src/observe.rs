@@ -51,6 +51,9 @@ pub struct Problem {
     /// Whether the log worth reading is the previous run's (the crashed run
     /// when a new one is running), else the newest run's.
     pub previous_logs: bool,
+    /// The container whose log shows the problem when the key names none:
+    /// a failed Job's pod's ([`crate::workload_signals`]).
+    pub log_container: Option<String>,
 }
 
 /// Why a pod or container was not evaluated.
@@ -182,6 +185,40 @@ pub struct Findings {
 }
 
 impl Findings {
+    /// Whether it says nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.problems.is_empty() && self.skipped.is_empty() && self.silenced.is_empty() && self.recheck_at.is_none()
+    }
+
+    /// These findings and `other`'s (the same PodAlert's: its silences
+    /// counted in both): the pods' with the workloads'
+    /// ([`crate::workload_signals`]).
+    pub fn merged(&self, other: &Findings) -> Findings {
+        let mut f = self.clone();
+        f.problems.extend(other.problems.iter().cloned());
+        f.problems.sort_by(|a, b| (&a.key, &a.pod).cmp(&(&b.key, &b.pod)));
+        for (k, n) in &other.skipped {
+            *f.skipped.entry(*k).or_default() += n;
+        }
+        for (k, s) in &other.silenced {
+            f.silenced.entry(k.clone()).or_insert_with(|| s.clone());
+        }
+        for (i, n) in other.silence_counts.iter().enumerate() {
+            match f.silence_counts.get_mut(i) {
+                Some(c) => *c += n,
+                None => f.silence_counts.push(*n),
+            }
+        }
+        f.refused_annotations.extend(other.refused_annotations.iter().cloned());
+        f.refused_workloads.extend(other.refused_workloads.iter().cloned());
+        f.refused_namespaces.extend(other.refused_namespaces.iter().cloned());
+        f.recheck_at = match (f.recheck_at, other.recheck_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        f
+    }
+
     /// Notes that the findings may change at `at` (when still ahead).
     fn may_change_at(&mut self, at: Option<Timestamp>, now: Timestamp) {
         if let Some(at) = at.filter(|&at| at > now) {
@@ -364,6 +401,7 @@ fn problem(
         since,
         incarnation,
         previous_logs,
+        log_container: None,
     }
 }
 

@@ -83,6 +83,13 @@ pub struct Rules {
     pub namespace_silences: Arc<NamespaceSilences>,
     /// The workloads' silence annotations, likewise.
     pub workload_silences: WorkloadSilences,
+    /// alerts.rollouts: stalled rollouts are incidents.
+    pub rollouts: bool,
+    /// alerts.rolloutTimeout: a StatefulSet's or DaemonSet's rollout
+    /// without progress this long is stalled.
+    pub rollout_timeout: Duration,
+    /// alerts.jobs: failed Jobs (a CronJob's newest run) are incidents.
+    pub jobs: bool,
 }
 
 /// Regex program size limit for one user regex (ignore.logPatterns,
@@ -131,6 +138,11 @@ impl Rules {
         if restart_window < Duration::from_secs(60) {
             return Err(Invalid::Spec("alerts.restartWindow is shorter than 1m".into()));
         }
+        let rollout_timeout =
+            bounded("alerts.rolloutTimeout", dur("alerts.rolloutTimeout", &alerts.rollout_timeout.0)?, day)?;
+        if rollout_timeout < Duration::from_secs(60) {
+            return Err(Invalid::Spec("alerts.rolloutTimeout is shorter than 1m".into()));
+        }
         let cooldown = bounded("cooldown", dur("cooldown", &spec.cooldown.0)?, 7 * day)?;
         let restart_threshold = u32::try_from(alerts.restart_threshold)
             .ok()
@@ -173,6 +185,9 @@ impl Rules {
             namespace: namespace.to_string(),
             namespace_silences: Arc::default(),
             workload_silences: WorkloadSilences::default(),
+            rollouts: alerts.rollouts,
+            rollout_timeout,
+            jobs: alerts.jobs,
         })
     }
 

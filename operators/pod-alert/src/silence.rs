@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::pods::PodLabels;
 use flotilla_shared::selector::Selector;
 use k8s_openapi::jiff::Timestamp;
 
@@ -87,14 +88,19 @@ impl WorkloadSilences {
     /// (of the Job's and the CronJob's, the one ending last).
     pub fn of(&self, pod: &PodView) -> Option<(&str, String, Timestamp)> {
         let w = pod.workload();
+        self.of_workload(pod.namespace(), &w.kind, &w.name)
+    }
+
+    /// The silence on the workload `kind`/`name` of `namespace`, as [`Self::of`].
+    pub fn of_workload(&self, namespace: &str, kind: &str, name: &str) -> Option<(&str, String, Timestamp)> {
         let get = |kind: &str, name: &str| {
             let (kind, map) = self.by_kind.iter().find(|(k, _)| *k == kind)?;
-            let until = map.get(format!("{}/{name}", pod.namespace()).as_str())?;
+            let until = map.get(format!("{namespace}/{name}").as_str())?;
             Some((*kind, name.to_string(), *until))
         };
-        let own = get(&w.kind, &w.name);
-        let cronjob = w.name.rsplit_once('-').and_then(|(cronjob, run)| {
-            let started = &*w.kind == "Job" && !run.is_empty() && run.bytes().all(|b| b.is_ascii_digit());
+        let own = get(kind, name);
+        let cronjob = name.rsplit_once('-').and_then(|(cronjob, run)| {
+            let started = kind == "Job" && !run.is_empty() && run.bytes().all(|b| b.is_ascii_digit());
             started.then(|| get("CronJob", cronjob)).flatten()
         });
         match (own, cronjob) {
@@ -147,9 +153,12 @@ impl SilenceRule {
             .collect()
     }
 
-    fn covers(&self, pod: &PodView, reason: Reason) -> bool {
+    /// Whether it covers `reason` for an object with `labels` (a
+    /// workload's problem has none: a silence with a selector, which
+    /// selects pods, does not cover it).
+    fn covers(&self, labels: Option<&PodLabels>, reason: Reason) -> bool {
         (self.reasons.is_empty() || self.reasons.contains(&reason))
-            && self.selector.as_ref().is_none_or(|s| pod.labels().matched_by(s))
+            && self.selector.as_ref().is_none_or(|s| labels.is_some_and(|l| l.matched_by(s)))
     }
 
     fn describe(&self) -> String {
@@ -183,45 +192,99 @@ pub fn matching(
     counts: &mut [u32],
     refused: &mut Refused,
 ) -> Option<Silencing> {
-    let mut best: Option<Silencing> = None;
-    let mut keep = |s: Silencing| {
-        if best.as_ref().is_none_or(|b| s.until > b.until) {
-            best = Some(s);
-        }
+    let subject = Subject {
+        namespace: pod.namespace(),
+        labels: Some(pod.labels()),
+        pod: Some((pod.name(), pod.silence_until())),
+        workload: workloads.of(pod),
     };
-    for s in silences.iter().filter(|s| state(s.until, now) == State::Active && s.covers(pod, reason)) {
-        if let Some(c) = counts.get_mut(s.index) {
-            *c += 1;
-        }
-        keep(Silencing { by: s.describe(), until: s.until });
-    }
-    if let Some(until) = pod.silence_until().filter(|_| pod.namespace() == own) {
-        match state(until, now) {
-            State::Active => keep(Silencing { by: format!("pod {} annotation {ANNOTATION}", pod.name()), until }),
-            State::Refused => refused.pod = true,
-            State::Ended => {}
-        }
-    }
-    if let Some((kind, name, until)) = workloads.of(pod).filter(|_| pod.namespace() == own) {
-        match state(until, now) {
-            State::Active => {
-                let by = format!("{} {name} annotation {ANNOTATION}", kind.to_ascii_lowercase());
-                keep(Silencing { by, until });
+    subject.matching(silences, own, namespaces, reason, now, counts, refused)
+}
+
+/// [`matching`] for a workload's own problem (a stalled rollout, a failed
+/// Job): its annotation (a CronJob's for the Jobs it starts), its
+/// namespace's, and the spec.silences without a selector.
+#[allow(clippy::too_many_arguments)]
+pub fn matching_workload(
+    silences: &[SilenceRule],
+    own: &str,
+    namespaces: &NamespaceSilences,
+    workloads: &WorkloadSilences,
+    (namespace, kind, name): (&str, &str, &str),
+    reason: Reason,
+    now: Timestamp,
+    counts: &mut [u32],
+    refused: &mut Refused,
+) -> Option<Silencing> {
+    let subject =
+        Subject { namespace, labels: None, pod: None, workload: workloads.of_workload(namespace, kind, name) };
+    subject.matching(silences, own, namespaces, reason, now, counts, refused)
+}
+
+/// What a problem's silences are read from.
+struct Subject<'a> {
+    namespace: &'a str,
+    /// A pod's kept labels (none for a workload's problem).
+    labels: Option<&'a PodLabels>,
+    /// A pod's name and its annotation's time.
+    pod: Option<(&'a str, Option<Timestamp>)>,
+    /// The workload's annotation: kind, name, time.
+    workload: Option<(&'a str, String, Timestamp)>,
+}
+
+impl Subject<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn matching(
+        self,
+        silences: &[SilenceRule],
+        own: &str,
+        namespaces: &NamespaceSilences,
+        reason: Reason,
+        now: Timestamp,
+        counts: &mut [u32],
+        refused: &mut Refused,
+    ) -> Option<Silencing> {
+        let mut best: Option<Silencing> = None;
+        let mut keep = |s: Silencing| {
+            if best.as_ref().is_none_or(|b| s.until > b.until) {
+                best = Some(s);
             }
-            State::Refused => refused.workload = Some(format!("{kind}/{name}")),
-            State::Ended => {}
-        }
-    }
-    if let Some(&until) = namespaces.get(pod.namespace()) {
-        match state(until, now) {
-            State::Active => {
-                keep(Silencing { by: format!("namespace {} annotation {ANNOTATION}", pod.namespace()), until });
+        };
+        for s in silences.iter().filter(|s| state(s.until, now) == State::Active && s.covers(self.labels, reason)) {
+            if let Some(c) = counts.get_mut(s.index) {
+                *c += 1;
             }
-            State::Refused => refused.namespace = true,
-            State::Ended => {}
+            keep(Silencing { by: s.describe(), until: s.until });
         }
+        let mine = self.namespace == own;
+        if let Some((name, Some(until))) = self.pod.filter(|_| mine) {
+            match state(until, now) {
+                State::Active => keep(Silencing { by: format!("pod {name} annotation {ANNOTATION}"), until }),
+                State::Refused => refused.pod = true,
+                State::Ended => {}
+            }
+        }
+        if let Some((kind, name, until)) = self.workload.filter(|_| mine) {
+            match state(until, now) {
+                State::Active => {
+                    let by = format!("{} {name} annotation {ANNOTATION}", kind.to_ascii_lowercase());
+                    keep(Silencing { by, until });
+                }
+                State::Refused => refused.workload = Some(format!("{kind}/{name}")),
+                State::Ended => {}
+            }
+        }
+        if let Some(&until) = namespaces.get(self.namespace) {
+            match state(until, now) {
+                State::Active => {
+                    keep(Silencing { by: format!("namespace {} annotation {ANNOTATION}", self.namespace), until });
+                }
+                State::Refused => refused.namespace = true,
+                State::Ended => {}
+            }
+        }
+        best
     }
-    best
 }
 
 /// The soonest time after `now` at which a silence that could cover `pod`

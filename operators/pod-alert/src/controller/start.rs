@@ -50,7 +50,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         .reconcile_all_on(admission.changes());
     let http = crate::delivery::http_client(options.sink_timeout, Arc::clone(&options.sink_rules.addresses))?;
     let (pods, writer) = projection::keyed_store::<PodView>();
-    let (namespace_silences, workload_silences) = super::silence_watches::stores(options.watch_namespace.as_deref());
+    let (namespace_silences, workload_silences) = super::workload_watches::stores(options.watch_namespace.as_deref());
     let data = Arc::new(Data {
         ctx: ctx.clone(),
         metrics: metrics.clone(),
@@ -77,13 +77,14 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         admission,
         namespace_silences: Arc::new(namespace_silences),
         workload_silences,
+        signals: super::workload_watches::Signals::watched(),
         changes: Default::default(),
     });
 
     let readiness = ctx.readiness().clone();
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(watch_pods(pods_api, writer, Arc::clone(&data), readiness.watch("pods"))));
-    tasks.extend(super::silence_watches::spawn(&data, &readiness));
+    tasks.extend(super::workload_watches::spawn(&data, &readiness));
     {
         let data = Arc::clone(&data);
         tasks.push(tokio::spawn(async move {
