@@ -435,7 +435,7 @@ fn evaluate_and_step(
     let outcome = st.evaluation.update(made_with, dirty, rules, scope, now);
     // What the workloads say (alerts.rollouts, alerts.jobs): few held,
     // read at each reconcile; merged only when there is something.
-    let signals = workload_findings(ns, rules, data, now);
+    let signals = workload_findings(ns, rules, &st.book, data, now);
     let merged;
     let findings = if signals.is_empty() {
         outcome.findings
@@ -458,18 +458,34 @@ fn evaluate_and_step(
     (transitions, signals.recheck_at)
 }
 
-/// The problems of the stalled Deployments and failed Jobs in the
+/// The problems of the stalled rollouts, failed Jobs and CronJobs in the
 /// PodAlert's scope ([`crate::workload_signals`]), with a failed pod of
-/// each Job for its log tail when the pod cache has one.
-fn workload_findings(ns: &str, rules: &Rules, data: &Data, now: Timestamp) -> crate::observe::Findings {
+/// each Job for its log tail when the pod cache has one (each namespace's
+/// pods read once per reconcile, whatever its failed Jobs).
+fn workload_findings(ns: &str, rules: &Rules, book: &Book, data: &Data, now: Timestamp) -> crate::observe::Findings {
     if !rules.rollouts && !rules.jobs {
         return crate::observe::Findings::default();
     }
     let held = data.signals.snapshot();
-    let in_scope = |n: &str| rules.all_namespaces || n == ns;
+    let scope = (!rules.all_namespaces).then_some(ns);
+    let open = |key: &crate::observe::Key| book.incidents.get(key).is_some_and(|i| i.phase.is_open());
+    // Per namespace: each failed Job's pod and container.
+    type ByJob = HashMap<String, (String, String)>;
+    let failed_pods: std::cell::RefCell<HashMap<String, ByJob>> = Default::default();
     let failed_pod = |n: &str, job: &str| {
-        let pods = data.pods.in_namespace(n, |p| &*p.workload().kind == "Job" && &*p.workload().name == job);
-        pods.iter().find_map(|p| Some((p.name().to_string(), failed_container(p)?.to_string())))
+        let mut cache = failed_pods.borrow_mut();
+        let by_job = cache.entry(n.to_string()).or_insert_with(|| {
+            let mut by_job = HashMap::new();
+            for p in data.pods.in_namespace(n, |p| &*p.workload().kind == "Job") {
+                if let Some(container) = failed_container(&p) {
+                    by_job
+                        .entry(p.workload().name.to_string())
+                        .or_insert((p.name().to_string(), container.to_string()));
+                }
+            }
+            by_job
+        });
+        by_job.get(job).cloned()
     };
-    crate::workload_signals::findings(&held, rules, &in_scope, &failed_pod, now)
+    crate::workload_signals::findings(&held, rules, scope, &open, &failed_pod, now)
 }

@@ -175,8 +175,10 @@ struct Group<'a> {
 }
 
 impl Group<'_> {
+    /// The pods named (a workload's own problem names none, or the failed
+    /// Job's pod whose log it shows).
     fn pods(&self) -> BTreeSet<String> {
-        self.problems.iter().map(|p| p.pod.clone()).collect()
+        self.problems.iter().filter(|p| !p.pod.is_empty()).map(|p| p.pod.clone()).collect()
     }
     fn restarts(&self) -> u32 {
         self.problems.iter().map(|p| p.restarts).max().unwrap_or(0)

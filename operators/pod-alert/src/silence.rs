@@ -3,7 +3,6 @@
 //! namespaces. A silenced problem opens no incident and sends nothing
 //! until the silence ends; then, if it is still there, it opens. Pure.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,7 +65,7 @@ pub fn state(until: Timestamp, now: Timestamp) -> State {
 /// Objects whose `flotilla.dev/silence-until` annotation is a time (the
 /// others are not held), by key (a namespace's name, a workload's
 /// `<namespace>/<name>`), and that time.
-pub type Silences = HashMap<Box<str>, Timestamp>;
+pub type Silences = crate::held_store::Held<Timestamp>;
 
 /// The namespaces' silences.
 pub type NamespaceSilences = Silences;
@@ -359,7 +358,7 @@ mod tests {
             p
         };
         let map = |entries: &[(&str, i64)]| -> Arc<Silences> {
-            Arc::new(entries.iter().map(|(k, s)| (Box::from(*k), t(*s))).collect())
+            Arc::new(entries.iter().map(|(k, s)| (Arc::from(*k), t(*s))).collect())
         };
         let workloads = WorkloadSilences {
             by_kind: vec![

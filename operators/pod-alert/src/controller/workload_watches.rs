@@ -26,11 +26,11 @@ use crate::workload_signals::{self, Finished, HeldSignals, NextRun, Rollout, Sta
 /// What the workload watches hold besides silences.
 #[derive(Clone)]
 pub(crate) struct Signals {
-    pub(crate) cronjobs: Arc<HeldStore<NextRun>>,
-    pub(crate) deployments: Arc<HeldStore<Stalled>>,
-    pub(crate) statefulsets: Arc<HeldStore<Rollout>>,
-    pub(crate) daemonsets: Arc<HeldStore<Rollout>>,
-    pub(crate) jobs: Arc<HeldStore<Finished>>,
+    pub(crate) cronjobs: Arc<HeldStore<Arc<NextRun>>>,
+    pub(crate) deployments: Arc<HeldStore<Arc<Stalled>>>,
+    pub(crate) statefulsets: Arc<HeldStore<Arc<Rollout>>>,
+    pub(crate) daemonsets: Arc<HeldStore<Arc<Rollout>>>,
+    pub(crate) jobs: Arc<HeldStore<Arc<Finished>>>,
 }
 
 impl Signals {
@@ -83,7 +83,7 @@ pub(super) fn spawn(data: &Arc<Data>, readiness: &Readiness) -> Vec<JoinHandle<(
         tasks.push(match *kind {
             "Deployment" => {
                 let signals = Arc::clone(&data.signals.deployments);
-                let signal = |d: &_, _| workload_signals::stalled(d);
+                let signal = |d: &_, _, _| workload_signals::stalled(d);
                 tokio::spawn(watch_with_signals(data, store, signals, signal, health, plural))
             }
             "StatefulSet" => {
@@ -98,7 +98,7 @@ pub(super) fn spawn(data: &Arc<Data>, readiness: &Readiness) -> Vec<JoinHandle<(
             }
             "Job" => {
                 let signals = Arc::clone(&data.signals.jobs);
-                let signal = |j: &_, _| workload_signals::finished(j);
+                let signal = |j: &_, _, _| workload_signals::finished(j);
                 tokio::spawn(watch_with_signals(data, store, signals, signal, health, plural))
             }
             _ => {
@@ -160,7 +160,7 @@ async fn watch_with_signals<K, T>(
     data: Arc<Data>,
     silences: Arc<SilenceStore>,
     signals: Arc<HeldStore<T>>,
-    signal: fn(&K, Timestamp) -> Option<T>,
+    signal: fn(&K, Timestamp, bool) -> Option<T>,
     health: WatchHealth,
     plural: &'static str,
 ) where
@@ -184,9 +184,25 @@ async fn watch_with_signals<K, T>(
         (key, until)
     };
     let mut a = Feeder::new(&*silences, silence);
-    let mut b = Feeder::new(&*signals, |o: &K| (namespaced_key(o), signal(o, Timestamp::now())));
+    // Whether the operator's first list is under way: what it holds was
+    // there before this process (`from_start`).
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let project = |o: &K| {
+        let from_start = first.load(std::sync::atomic::Ordering::Relaxed);
+        (namespaced_key(o), signal(o, Timestamp::now(), from_start))
+    };
+    let mut b = Feeder::new(&*signals, project);
     let mut feeds: [&mut (dyn Feed<K> + Send); 2] = [&mut a, &mut b];
-    watch_feeds(api, plural, health, &mut feeds, |keys, listed| wake(&data, keys, listed, true)).await;
+    let cfg = kube::runtime::watcher::Config::default().page_size(crate::held_store::PAGE);
+    watch_feeds(api, cfg, plural, health, &mut feeds, |keys, listed| {
+        if listed {
+            first.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        // A silence annotation never concerns a cluster-wide PodAlert's
+        // signals, but one change may be both: they are woken alike.
+        wake(&data, keys, listed, true);
+    })
+    .await;
 }
 
 /// Wakes the PodAlerts concerned by a change of the workloads `keys`

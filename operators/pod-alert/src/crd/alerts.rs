@@ -63,14 +63,15 @@ pub struct AlertRules {
     /// KubeStatefulSetUpdateNotRolledOut, KubeDaemonSetRolloutStuck): a
     /// Deployment whose rollout stopped (its Progressing condition False,
     /// ProgressDeadlineExceeded: spec.progressDeadlineSeconds without
-    /// progress), or a StatefulSet or DaemonSet whose rollout has not
-    /// progressed for rolloutTimeout (pods not updated or not available),
+    /// progress), or a StatefulSet or DaemonSet whose rollout (its spec
+    /// not yet observed, fewer pods updated than wanted) has not progressed
+    /// for rolloutTimeout (no more pods updated),
     /// is a RolloutStuck incident of the workload, until it progresses
     /// again. Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rollouts: bool,
     /// How long a StatefulSet's or DaemonSet's rollout may go without
-    /// progress (no more pods updated or available) before it is stuck
+    /// progress (no more pods updated) before it is stuck
     /// (Go duration, 1m to 24h; default 10m). Counted from when the
     /// operator saw its last progress (a restart of the operator counts
     /// again). A Deployment's own spec.progressDeadlineSeconds decides for
@@ -82,8 +83,8 @@ pub struct AlertRules {
     /// backoff limit, its deadline, a pod failure policy) is a JobFailed
     /// incident of the Job, with a failed pod's log tail when one is
     /// left; for a CronJob's Jobs, an incident of the CronJob while its
-    /// newest finished run is a failed one (a later successful run
-    /// resolves it); and a CronJob that did not start a run when due (5
+    /// newest finished run is a failed one (a later successful run, or its
+    /// status.lastSuccessfulTime, resolves it); and a CronJob that did not start a run when due (5
     /// minutes late, or its startingDeadlineSeconds when shorter, at least
     /// 30 s) is a MissedSchedule incident until it starts one. Default
     /// false.

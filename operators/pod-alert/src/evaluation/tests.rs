@@ -179,7 +179,7 @@ proptest! {
             "silences": [{"until": t(silenced_until).to_string(), "reasons": ["OOMKilled"]}],
         }));
         // Namespace b's silence annotation, as the namespace watch saw it.
-        r.namespace_silences = Arc::new([(Box::from("b"), t(namespace_until))].into_iter().collect());
+        r.namespace_silences = Arc::new([(Arc::from("b"), t(namespace_until))].into_iter().collect());
         let mut cache = Cache::default();
         let mut restarts: BTreeMap<(usize, usize), u32> = BTreeMap::new();
         let mut kept = Evaluation::default();

@@ -44,7 +44,12 @@ fn job(name: &str, cronjob: Option<&str>, created: &str, condition: Option<(&str
 }
 
 fn held<T>(items: impl IntoIterator<Item = (String, Option<T>)>) -> Held<T> {
-    items.into_iter().filter_map(|(k, v)| Some((k.into_boxed_str(), v?))).collect()
+    items.into_iter().filter_map(|(k, v)| Some((Arc::from(k), v?))).collect()
+}
+
+/// No incident open.
+fn none_open(_: &Key) -> bool {
+    false
 }
 
 fn key(name: &str) -> String {
@@ -56,7 +61,7 @@ fn signals(rules: &Rules, deployments: &[Deployment], jobs: &[Job]) -> Findings 
     let j = held(jobs.iter().map(|j| (key(j.metadata.name.as_deref().unwrap()), finished(j))));
     let no_pod = |_: &str, _: &str| None;
     let held = HeldSignals { deployments: Arc::new(d), jobs: Arc::new(j), ..HeldSignals::default() };
-    findings(&held, rules, &|ns| ns == "a", &no_pod, now())
+    findings(&held, rules, Some("a"), &none_open, &no_pod, now())
 }
 
 fn described(f: &Findings) -> Vec<String> {
@@ -76,7 +81,7 @@ fn only_what_has_something_to_say_is_held() {
     let run = finished(&job("nightly-1", Some("nightly"), NOW, Some(("Complete", "CompletionsReached")))).unwrap();
     assert!(run.failure.is_none());
     let failed = finished(&job("once", None, NOW, Some(("Failed", "BackoffLimitExceeded")))).unwrap();
-    assert_eq!(&*failed.failure.unwrap().reason, "BackoffLimitExceeded");
+    assert_eq!(&*failed.failure.as_ref().unwrap().reason, "BackoffLimitExceeded");
 }
 
 #[test]
@@ -112,7 +117,7 @@ fn a_stalled_rollout_and_a_failed_job_are_problems_of_their_workloads() {
     // Another namespace's are not this PodAlert's.
     let d = held([("b/web".to_string(), stalled(&deployment("web", ("False", "ProgressDeadlineExceeded"))))]);
     let held = HeldSignals { deployments: Arc::new(d), ..HeldSignals::default() };
-    let none = findings(&held, &r, &|ns| ns == "a", &|_, _| None, now());
+    let none = findings(&held, &r, Some("a"), &none_open, &|_, _| None, now());
     assert!(none.problems.is_empty());
 }
 
@@ -158,7 +163,7 @@ fn the_selector_reasons_and_silences_apply_to_workloads() {
     // The Deployment's own annotation silences it (in its namespace's PodAlert).
     let mut silenced = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "rollouts": true}}));
     let until: Timestamp = "2026-11-29T13:00:00Z".parse().unwrap();
-    let annotated: crate::silence::Silences = [(Box::from("a/web"), until)].into_iter().collect();
+    let annotated: crate::silence::Silences = [(Arc::from("a/web"), until)].into_iter().collect();
     silenced.workload_silences =
         crate::silence::WorkloadSilences { by_kind: vec![("Deployment", std::sync::Arc::new(annotated))] };
     let f = signals(&silenced, &stuck, &[]);
@@ -175,7 +180,7 @@ fn a_failed_jobs_pod_gives_its_log() {
     let pod =
         |ns: &str, job: &str| (ns == "a" && job == "once").then(|| ("once-x7k2p".to_string(), "main".to_string()));
     let held = HeldSignals { jobs: Arc::new(j), ..HeldSignals::default() };
-    let f = findings(&held, &r, &|_| true, &pod, now());
+    let f = findings(&held, &r, None, &none_open, &pod, now());
     assert_eq!((f.problems[0].pod.as_str(), f.problems[0].log_container.as_deref()), ("once-x7k2p", Some("main")));
 }
 
@@ -187,8 +192,8 @@ fn messages_and_labels_are_bounded() {
     d.spec.as_mut().unwrap().template.metadata.as_mut().unwrap().labels =
         Some((0..100).map(|i| (format!("k{i}"), "v".repeat(100))).collect());
     let s = stalled(&d).unwrap();
-    assert!(s.message.len() <= MAX_MESSAGE_BYTES);
-    assert!(s.labels.is_none(), "labels past 4 KiB are not held");
+    assert!(s.message.len() <= crate::pod::MAX_MESSAGE_BYTES);
+    assert!(s.labels.is_none(), "more than 32 labels are not held");
 }
 
 fn statefulset(
@@ -217,29 +222,39 @@ fn daemonset(observed: i64, updated: i32, available: i32) -> DaemonSet {
     .unwrap()
 }
 
+fn statefulset_rollout_at(s: &StatefulSet, at: Timestamp) -> Option<Arc<Rollout>> {
+    statefulset_rollout(s, at, false)
+}
+
+fn daemonset_rollout_at(d: &DaemonSet, at: Timestamp) -> Option<Arc<Rollout>> {
+    daemonset_rollout(d, at, false)
+}
+
 #[test]
 fn a_statefulset_or_daemonset_rollout_is_held_while_under_way() {
     let rolling = serde_json::json!({"type": "RollingUpdate"});
-    assert!(statefulset_rollout(&statefulset(2, 2, 3, 3, rolling.clone()), now()).is_none(), "done");
-    let r = statefulset_rollout(&statefulset(2, 2, 1, 2, rolling.clone()), now()).unwrap();
-    assert_eq!(r.describe(), "1 of 3 pods updated, 2 available");
-    assert!(statefulset_rollout(&statefulset(3, 2, 3, 3, rolling), now()).is_some(), "a spec not yet observed");
+    assert!(statefulset_rollout_at(&statefulset(2, 2, 3, 3, rolling.clone()), now()).is_none(), "done");
+    let r = statefulset_rollout_at(&statefulset(2, 2, 1, 2, rolling.clone()), now()).unwrap();
+    assert_eq!(r.describe(), "1 of 3 pods updated");
+    assert!(statefulset_rollout_at(&statefulset(3, 2, 3, 3, rolling), now()).is_some(), "a spec not yet observed");
     let partition = serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 2}});
     assert!(
-        statefulset_rollout(&statefulset(2, 2, 1, 3, partition), now()).is_none(),
+        statefulset_rollout_at(&statefulset(2, 2, 1, 3, partition), now()).is_none(),
         "the partition's pods are updated"
     );
     let on_delete = serde_json::json!({"type": "OnDelete"});
     assert!(
-        statefulset_rollout(&statefulset(2, 2, 0, 3, on_delete), now()).is_none(),
+        statefulset_rollout_at(&statefulset(2, 2, 0, 3, on_delete), now()).is_none(),
         "OnDelete never rolls by itself"
     );
-    assert!(daemonset_rollout(&daemonset(2, 5, 5), now()).is_none());
-    assert!(daemonset_rollout(&daemonset(2, 3, 4), now()).is_some());
+    assert!(daemonset_rollout_at(&daemonset(2, 5, 5), now()).is_none());
+    assert!(daemonset_rollout_at(&daemonset(2, 3, 4), now()).is_some());
     // The same progress later is the same rollout (the store keeps the first `since`).
     let later: Timestamp = "2026-11-29T12:30:00Z".parse().unwrap();
-    assert_eq!(daemonset_rollout(&daemonset(2, 3, 4), now()), daemonset_rollout(&daemonset(2, 3, 4), later));
-    assert_ne!(daemonset_rollout(&daemonset(2, 3, 4), now()), daemonset_rollout(&daemonset(2, 4, 4), now()));
+    assert_eq!(daemonset_rollout_at(&daemonset(2, 3, 4), now()), daemonset_rollout_at(&daemonset(2, 3, 4), later));
+    assert_ne!(daemonset_rollout_at(&daemonset(2, 3, 4), now()), daemonset_rollout_at(&daemonset(2, 4, 4), now()));
+    // Fewer pods available is not progress (nor a change of the nodes wanted).
+    assert_eq!(daemonset_rollout_at(&daemonset(2, 3, 4), now()), daemonset_rollout_at(&daemonset(2, 3, 2), now()));
 }
 
 #[test]
@@ -247,17 +262,17 @@ fn a_rollout_is_stuck_after_rollout_timeout_without_progress() {
     let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "rollouts": true, "rolloutTimeout": "10m"}}));
     let since: Timestamp = "2026-11-29T11:55:00Z".parse().unwrap();
     let rolling = serde_json::json!({"type": "RollingUpdate"});
-    let sts = statefulset_rollout(&statefulset(2, 2, 1, 2, rolling), since).unwrap();
-    let ds = daemonset_rollout(&daemonset(2, 3, 4), "2026-11-29T11:40:00Z".parse().unwrap()).unwrap();
+    let sts = statefulset_rollout_at(&statefulset(2, 2, 1, 2, rolling), since).unwrap();
+    let ds = daemonset_rollout_at(&daemonset(2, 3, 4), "2026-11-29T11:40:00Z".parse().unwrap()).unwrap();
     let held = HeldSignals {
-        statefulsets: Arc::new([(Box::from("a/db"), sts)].into_iter().collect()),
-        daemonsets: Arc::new([(Box::from("a/agent"), ds)].into_iter().collect()),
+        statefulsets: Arc::new([(Arc::from("a/db"), sts)].into_iter().collect()),
+        daemonsets: Arc::new([(Arc::from("a/agent"), ds)].into_iter().collect()),
         ..HeldSignals::default()
     };
-    let f = findings(&held, &r, &|_| true, &|_, _| None, now());
+    let f = findings(&held, &r, None, &none_open, &|_, _| None, now());
     assert_eq!(
         described(&f),
-        ["a/DaemonSet/agent: RolloutStuck | rollout not progressing for 10m: 3 of 5 pods updated, 4 available"]
+        ["a/DaemonSet/agent: RolloutStuck | rollout not progressing for 10m: 3 of 5 pods updated"]
     );
     assert_eq!(f.problems[0].since, "2026-11-29T11:40:00Z".parse::<Timestamp>().unwrap());
     // The StatefulSet's 5 minutes are not yet 10: looked at again then.
@@ -277,8 +292,8 @@ fn cron(schedule: &str, extra: serde_json::Value, last: Option<&str>, active: us
 }
 
 /// Seen long before `NOW`.
-fn next_run_at(c: &CronJob) -> Option<NextRun> {
-    next_run(c, "2026-11-01T00:00:00Z".parse().unwrap())
+fn next_run_at(c: &CronJob) -> Option<Arc<NextRun>> {
+    next_run(c, "2026-11-01T00:00:00Z".parse().unwrap(), false)
 }
 
 #[test]
@@ -296,8 +311,10 @@ fn a_cronjobs_next_run_is_due_after_its_last_in_its_time_zone() {
     let forbid = serde_json::json!({"concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 10});
     let c = next_run_at(&cron("* * * * *", forbid, Some(NOW), 2)).unwrap();
     assert_eq!((c.grace, c.forbidden_by), (30, 2), "a deadline under 30 s counts as 30");
-    assert!(next_run_at(&cron("0 3 * * *", serde_json::json!({"suspend": true}), None, 0)).is_none());
-    assert!(next_run_at(&cron("0 3 * * *", serde_json::json!({"timeZone": "Mars/Olympus"}), None, 0)).is_none());
+    let suspended = next_run_at(&cron("0 3 * * *", serde_json::json!({"suspend": true}), None, 0)).unwrap();
+    assert_eq!(suspended.due, Stamp::NONE, "held (its last success counts), no run due");
+    let mars = next_run_at(&cron("0 3 * * *", serde_json::json!({"timeZone": "Mars/Olympus"}), None, 0)).unwrap();
+    assert_eq!(mars.due, Stamp::NONE);
 }
 
 #[test]
@@ -307,10 +324,10 @@ fn a_run_not_started_within_its_grace_is_missed() {
     let find = |last: &str| {
         let c = next_run_at(&cron("0 * * * *", forbid.clone(), Some(last), 1)).unwrap();
         let held = HeldSignals {
-            cronjobs: Arc::new([(Box::from("a/nightly"), c)].into_iter().collect()),
+            cronjobs: Arc::new([(Arc::from("a/nightly"), c)].into_iter().collect()),
             ..HeldSignals::default()
         };
-        findings(&held, &r, &|_| true, &|_, _| None, now())
+        findings(&held, &r, None, &none_open, &|_, _| None, now())
     };
     // Due at 11:00, 5 minutes of grace passed at 12:00: missed.
     let f = find("2026-11-29T10:00:00Z");
@@ -329,16 +346,92 @@ fn a_run_not_started_within_its_grace_is_missed() {
     let resumed = next_run(
         &cron("0 * * * *", forbid.clone(), Some("2026-11-22T10:00:00Z"), 0),
         "2026-11-29T11:58:00Z".parse().unwrap(),
+        false,
     )
     .unwrap();
     let held = HeldSignals {
-        cronjobs: Arc::new([(Box::from("a/nightly"), resumed.clone())].into_iter().collect()),
+        cronjobs: Arc::new([(Arc::from("a/nightly"), resumed.clone())].into_iter().collect()),
         ..HeldSignals::default()
     };
-    let f = findings(&held, &r, &|_| true, &|_, _| None, now());
+    let f = findings(&held, &r, None, &none_open, &|_, _| None, now());
     assert!(f.problems.is_empty());
     assert_eq!(f.recheck_at, Some("2026-11-29T12:03:00Z".parse().unwrap()));
     // Seen again later with the same due run: the same view (the store keeps the first).
-    let again = next_run(&cron("0 * * * *", forbid, Some("2026-11-22T10:00:00Z"), 0), now()).unwrap();
+    let again = next_run(&cron("0 * * * *", forbid, Some("2026-11-22T10:00:00Z"), 0), now(), false).unwrap();
     assert_eq!(again, resumed);
+}
+
+/// After an operator restart, a rollout or a CronJob first seen in its
+/// first list counts its timeout from then; an incident restored open
+/// stays open meanwhile (no resolve, and no second opening a timeout
+/// later), and one not open waits the timeout as usual.
+#[test]
+fn what_was_stuck_before_a_restart_stays_open() {
+    let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "rollouts": true, "jobs": true}}));
+    let sts = statefulset_rollout(&statefulset(2, 2, 1, 2, serde_json::json!({"type": "RollingUpdate"})), now(), true)
+        .unwrap();
+    let forbid = serde_json::json!({"concurrencyPolicy": "Forbid"});
+    let c = next_run(&cron("0 * * * *", forbid, Some("2026-11-29T10:00:00Z"), 1), now(), true).unwrap();
+    let held = HeldSignals {
+        statefulsets: Arc::new([(Arc::from("a/db"), sts)].into_iter().collect()),
+        cronjobs: Arc::new([(Arc::from("a/nightly"), c)].into_iter().collect()),
+        ..HeldSignals::default()
+    };
+    let restored = |k: &Key| matches!(&*k.workload.name, "db" | "nightly");
+    let kept = findings(&held, &r, None, &restored, &|_, _| None, now());
+    assert_eq!(
+        kept.problems.iter().map(|p| p.key.to_string()).collect::<Vec<_>>(),
+        ["a/CronJob/nightly: MissedSchedule", "a/StatefulSet/db: RolloutStuck"]
+    );
+    let fresh = findings(&held, &r, None, &none_open, &|_, _| None, now());
+    assert!(fresh.problems.is_empty(), "{:?}", fresh.problems);
+    assert_eq!(fresh.recheck_at, Some("2026-11-29T12:05:00Z".parse().unwrap()), "the CronJob's grace from now");
+}
+
+/// A CronJob's failed run is not its newest outcome once a later run
+/// succeeded, even when that run's Job is gone (successfulJobsHistoryLimit: 0).
+#[test]
+fn a_success_since_resolves_a_cronjob_whose_successful_job_is_gone() {
+    let r = rules(serde_json::json!({"alerts": {"checkRunningPods": true, "jobs": true}}));
+    let failed = job("nightly-2", Some("nightly"), "2026-11-28T03:00:00Z", Some(("Failed", "BackoffLimitExceeded")));
+    let mut cj = cron("0 3 * * *", serde_json::json!({}), Some("2026-11-29T03:00:00Z"), 0);
+    let check = |cj: &CronJob| {
+        let held = HeldSignals {
+            jobs: Arc::new([(Arc::from("a/nightly-2"), finished(&failed).unwrap())].into_iter().collect()),
+            cronjobs: Arc::new([(Arc::from("a/nightly"), next_run_at(cj).unwrap())].into_iter().collect()),
+            ..HeldSignals::default()
+        };
+        findings(&held, &r, None, &none_open, &|_, _| None, now()).problems.len()
+    };
+    assert_eq!(check(&cj), 1);
+    cj.status.as_mut().unwrap().last_successful_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-11-29T03:00:40Z".parse().unwrap()));
+    assert_eq!(check(&cj), 0);
+}
+
+/// Resumed after a suspension, a CronJob with a startingDeadlineSeconds
+/// will not start the runs older than that (its controller skips them):
+/// the next due is the first after now less the deadline.
+#[test]
+fn runs_past_the_starting_deadline_are_not_due() {
+    let deadline = serde_json::json!({"startingDeadlineSeconds": 120});
+    let c = next_run(&cron("0 3 * * *", deadline, Some("2026-11-20T03:00:00Z"), 0), now(), false).unwrap();
+    assert_eq!(c.due.get(), Some("2026-11-30T03:00:00Z".parse().unwrap()));
+}
+
+/// A PodAlert that does not select a reason is not woken for it.
+#[test]
+fn no_recheck_for_a_reason_not_selected() {
+    let r = rules(
+        serde_json::json!({"alerts": {"checkRunningPods": true, "rollouts": true, "jobs": true, "reasons": ["JobFailed"]}}),
+    );
+    let sts =
+        statefulset_rollout_at(&statefulset(2, 2, 1, 2, serde_json::json!({"type": "RollingUpdate"})), now()).unwrap();
+    let c = next_run_at(&cron("0 * * * *", serde_json::json!({}), Some("2026-11-29T11:00:00Z"), 0)).unwrap();
+    let held = HeldSignals {
+        statefulsets: Arc::new([(Arc::from("a/db"), sts)].into_iter().collect()),
+        cronjobs: Arc::new([(Arc::from("a/nightly"), c)].into_iter().collect()),
+        ..HeldSignals::default()
+    };
+    assert_eq!(findings(&held, &r, None, &none_open, &|_, _| None, now()).recheck_at, None);
 }
