@@ -447,7 +447,8 @@ fn evaluate_and_step(
     tracing::debug!(namespaces = outcome.evaluated, pods = outcome.pods, "evaluated");
     summary.skipped = findings.skipped.iter().map(|(k, v)| (k.as_str().to_string(), i64::from(*v))).collect();
     if outcome.cut > 0 {
-        summary.skipped.insert("LabelsTooLarge".to_string(), i64::try_from(outcome.cut).unwrap_or(i64::MAX));
+        *summary.skipped.entry("LabelsTooLarge".to_string()).or_default() +=
+            i64::try_from(outcome.cut).unwrap_or(i64::MAX);
     }
     summary.silences = silence_statuses(rules, findings, now);
     warn_refused_silences(alert, &summary.silences, findings, &mut st.refused_silences, data);

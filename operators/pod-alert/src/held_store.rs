@@ -24,8 +24,8 @@ use kube::{Resource, ResourceExt};
 /// What a store holds: the objects with something to say, by key
 /// (`<namespace>/<name>`, or a namespace's name), ordered so a namespace's
 /// are one range ([`in_namespace`]). Keys are shared and values small or
-/// behind an `Arc`, so the copy a change makes of a map other readers still
-/// hold ([`fold`]) allocates once, not once per entry.
+/// behind an `Arc`: a change made while a reconcile holds a snapshot
+/// copies the map's nodes and reference counts, not its entries.
 pub type Held<T> = BTreeMap<Arc<str>, T>;
 
 /// The held objects of `namespace` (keys `<namespace>/<name>`), or all.
@@ -43,21 +43,44 @@ pub fn in_namespace<'a, T>(
     }
 }
 
+/// What a new view of an object keeps of the one held: a rollout's
+/// `since` while it has not progressed, a CronJob's `seen` while its last
+/// run is the same. Most views keep nothing.
+pub trait Carry: Clone + PartialEq {
+    /// `self`, the new view, with what it continues of `held`.
+    fn carry(self, _held: &Self) -> Self {
+        self
+    }
+}
+
+impl Carry for k8s_openapi::jiff::Timestamp {}
+
 /// One kind's held objects as last listed and watched.
 pub struct HeldStore<T> {
     current: RwLock<Arc<Held<T>>>,
+    /// A list completed, or the kind is refused: nothing to wait for.
     listed: AtomicBool,
+    /// A list completed (not only refused).
+    has_listed: AtomicBool,
 }
 
 impl<T> HeldStore<T> {
     /// A store a watch fills; not listed until its first list is.
     pub fn watched() -> Self {
-        Self { current: RwLock::new(Arc::new(Held::new())), listed: AtomicBool::new(false) }
+        Self {
+            current: RwLock::new(Arc::new(Held::new())),
+            listed: AtomicBool::new(false),
+            has_listed: AtomicBool::new(false),
+        }
     }
 
     /// Not watched: nothing held, nothing to wait for.
     pub fn disabled() -> Self {
-        Self { current: RwLock::new(Arc::new(Held::new())), listed: AtomicBool::new(true) }
+        Self {
+            current: RwLock::new(Arc::new(Held::new())),
+            listed: AtomicBool::new(true),
+            has_listed: AtomicBool::new(false),
+        }
     }
 
     /// What is held now (shared, not copied).
@@ -70,8 +93,9 @@ impl<T> HeldStore<T> {
         self.listed.load(Ordering::Acquire)
     }
 
-    fn replace(&self, held: Arc<Held<T>>) {
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = held;
+    /// Whether a list completed (what it holds since came from a watch).
+    pub fn has_listed(&self) -> bool {
+        self.has_listed.load(Ordering::Acquire)
     }
 }
 
@@ -99,14 +123,16 @@ impl<'a, O, T, P: Fn(&O) -> (String, Option<T>)> Feeder<'a, O, T, P> {
     }
 }
 
-impl<O, T: Clone + PartialEq, P: Fn(&O) -> (String, Option<T>)> Feed<O> for Feeder<'_, O, T, P> {
+impl<O, T: Carry, P: Fn(&O) -> (String, Option<T>)> Feed<O> for Feeder<'_, O, T, P> {
     fn feed(&mut self, event: &Event<O>) -> Changed {
-        let mut current = self.store.snapshot();
-        let out = fold(&mut current, &mut self.pending, event, &self.project);
-        if !out.keys.is_empty() || out.listed {
-            self.store.replace(current);
-        }
+        // In place: the map is copied only while a reconcile holds a
+        // snapshot of it (`Arc::make_mut`), not at every change.
+        let out = {
+            let mut current = self.store.current.write().unwrap_or_else(PoisonError::into_inner);
+            fold(&mut current, &mut self.pending, event, &self.project)
+        };
         if out.listed {
+            self.store.has_listed.store(true, Ordering::Release);
             self.store.listed.store(true, Ordering::Release);
         }
         out
@@ -208,14 +234,19 @@ pub struct Changed {
 /// Folds one watch event into `current`, as kube's reflector does: a list
 /// (`Init`, `InitApply`…, `InitDone`) is gathered in `pending` and then
 /// replaces `current` at once, so what ended while the watch was down ends.
-/// A value equal to the one held (by `PartialEq`) leaves the held one.
-fn fold<O, T: Clone + PartialEq>(
+/// A new value carries what it continues of the held one ([`Carry`]); one
+/// then equal to it is no change.
+fn fold<O, T: Carry>(
     current: &mut Arc<Held<T>>,
     pending: &mut Option<Held<T>>,
     event: &Event<O>,
     project: impl Fn(&O) -> (String, Option<T>),
 ) -> Changed {
     let mut set = |name: String, value: Option<T>| {
+        let value = match (value, current.get(name.as_str())) {
+            (Some(v), Some(held)) => Some(v.carry(held)),
+            (v, _) => v,
+        };
         if current.get(name.as_str()) == value.as_ref() {
             return None;
         }
@@ -238,15 +269,13 @@ fn fold<O, T: Clone + PartialEq>(
             Changed::default()
         }
         Event::InitDone => {
-            // A value equal to the one held keeps the held one (a rollout's
-            // `since`: [`crate::workload_signals::Rollout`]).
             let new: Held<T> = pending
                 .take()
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(k, v)| match current.get(&k) {
-                    Some(old) if *old == v => (k, old.clone()),
-                    _ => (k, v),
+                    Some(held) => (k, v.carry(held)),
+                    None => (k, v),
                 })
                 .collect();
             let mut keys: Vec<String> = current
@@ -322,15 +351,18 @@ mod tests {
         assert_eq!(current.keys().map(|k| &**k).collect::<Vec<_>>(), ["d"]);
     }
 
-    /// Equal by `PartialEq` is the same: the first stays (what a rollout's
-    /// `since` needs), through a relist too.
+    impl Carry for u32 {}
+    impl Carry for u8 {}
+
+    /// A new view carries what it continues of the held one (what a
+    /// rollout's `since` needs), through a relist too.
     #[test]
-    fn an_equal_value_keeps_the_held_one() {
-        #[derive(Debug, Clone)]
+    fn a_new_value_carries_what_it_continues() {
+        #[derive(Debug, Clone, PartialEq)]
         struct Since(u32, &'static str);
-        impl PartialEq for Since {
-            fn eq(&self, o: &Self) -> bool {
-                self.0 == o.0
+        impl Carry for Since {
+            fn carry(self, held: &Self) -> Self {
+                if self.0 == held.0 { Since(self.0, held.1) } else { self }
             }
         }
         let project = |o: &(&'static str, u32, &'static str)| (o.0.to_string(), Some(Since(o.1, o.2)));
@@ -379,5 +411,7 @@ mod tests {
         let none = HeldStore::<u32>::watched();
         Feeder::new(&none, |o: &Ns| (o.0.to_string(), None)).refused();
         assert!(none.is_listed(), "a refused kind holds nothing and waits for nothing");
+        assert!(!none.has_listed(), "but it listed nothing");
+        assert!(silences.has_listed() && signals.has_listed());
     }
 }

@@ -68,6 +68,9 @@ pub enum Skip {
     /// A problem a silence covers (still a problem: it opens when the
     /// silence ends).
     Silenced,
+    /// A workload whose labels are too many to hold, with a selector to
+    /// match (pods' are counted by the cache: `Outcome::cut`).
+    LabelsTooLarge,
 }
 
 impl Skip {
@@ -80,6 +83,7 @@ impl Skip {
             Skip::IgnoredPod => "IgnoredPod",
             Skip::ReasonNotSelected => "ReasonNotSelected",
             Skip::Silenced => "Silenced",
+            Skip::LabelsTooLarge => "LabelsTooLarge",
         }
     }
 }

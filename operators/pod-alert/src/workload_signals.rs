@@ -31,9 +31,18 @@ pub use project::{
     statefulset_rollout,
 };
 
-/// Whether `rules`' selector selects a workload whose pods carry `labels`.
-fn selected(rules: &Rules, labels: &Labels) -> bool {
-    rules.selector.as_ref().is_none_or(|s| labels.as_deref().is_some_and(|l| s.matches_with(|k| project::label(l, k))))
+/// Whether `rules`' selector selects a workload whose pods carry `labels`;
+/// labels too many to hold match no selector, and are counted
+/// (`LabelsTooLarge`, as pods' are).
+fn selected(rules: &Rules, labels: &Labels, f: &mut Findings) -> bool {
+    let Some(s) = rules.selector.as_ref() else { return true };
+    match labels.as_deref() {
+        Some(l) => s.matches_with(|k| project::label(l, k)),
+        None => {
+            *f.skipped.entry(Skip::LabelsTooLarge).or_default() += 1;
+            false
+        }
+    }
 }
 
 /// The container of a Job's `pod` that failed (its current run or its
@@ -81,14 +90,16 @@ pub fn findings(
     let HeldSignals { cronjobs, deployments, statefulsets, daemonsets, jobs } = held;
     if rules.rollouts {
         for (key, s) in in_namespace(deployments, scope) {
-            let Some((ns, name)) = key.split_once('/').filter(|_| selected(rules, &s.labels)) else { continue };
+            let Some((ns, name)) = key.split_once('/').filter(|_| selected(rules, &s.labels, &mut f)) else { continue };
             let message = format!("rollout stopped: {}", s.message);
             found.push(problem(ns, "Deployment", name, Reason::RolloutStuck, message, s.since, now, None));
         }
         let wanted = rules.selects_reason(Reason::RolloutStuck);
         for (kind, rollouts) in [("StatefulSet", statefulsets), ("DaemonSet", daemonsets)] {
             for (key, r) in in_namespace(rollouts, scope) {
-                let Some((ns, name)) = key.split_once('/').filter(|_| selected(rules, &r.labels)) else { continue };
+                let Some((ns, name)) = key.split_once('/').filter(|_| selected(rules, &r.labels, &mut f)) else {
+                    continue;
+                };
                 let since = r.since.get().unwrap_or(now);
                 let stuck_at = crate::pod::after(since, rules.rollout_timeout);
                 let p = || {
@@ -111,9 +122,11 @@ pub fn findings(
     if rules.jobs {
         // A CronJob's runs: its newest finished one decides, unless it
         // succeeded since (its Job may be gone: successfulJobsHistoryLimit).
+        // (The newest is chosen among all its runs, then selected: an old
+        // run whose labels match is not the newest.)
         let mut newest: BTreeMap<(&str, &str), (&str, &Finished)> = BTreeMap::new();
         for (key, j) in in_namespace(jobs, scope) {
-            let Some((ns, name)) = key.split_once('/').filter(|_| selected(rules, &j.labels)) else { continue };
+            let Some((ns, name)) = key.split_once('/') else { continue };
             match (&j.cronjob, &j.failure) {
                 (Some(cronjob), _) => {
                     let slot = newest.entry((ns, cronjob)).or_insert((name, j));
@@ -121,25 +134,29 @@ pub fn findings(
                         *slot = (name, j);
                     }
                 }
-                (None, Some(failure)) => {
+                (None, Some(failure)) if selected(rules, &j.labels, &mut f) => {
                     found.push(job_problem(ns, "Job", name, name, failure, failed_pod, now));
                 }
-                (None, None) => {}
+                _ => {}
             }
         }
         for ((ns, cronjob), (job, j)) in newest {
             let Some(failure) = &j.failure else { continue };
+            if !selected(rules, &j.labels, &mut f) {
+                continue;
+            }
+            let failed_at = failure.at.get().or(j.created.get());
             let succeeded_since = cronjobs
                 .get(format!("{ns}/{cronjob}").as_str())
                 .and_then(|c| c.last_success.get())
-                .is_some_and(|ok| failure.at.get().is_some_and(|at| ok > at));
+                .is_some_and(|ok| failed_at.is_some_and(|at| ok > at));
             if !succeeded_since {
                 found.push(job_problem(ns, "CronJob", cronjob, job, failure, failed_pod, now));
             }
         }
         let wanted = rules.selects_reason(Reason::MissedSchedule);
         for (key, c) in in_namespace(cronjobs, scope) {
-            let Some((ns, name)) = key.split_once('/').filter(|_| selected(rules, &c.labels)) else { continue };
+            let Some((ns, name)) = key.split_once('/').filter(|_| selected(rules, &c.labels, &mut f)) else { continue };
             let Some(due) = c.due.get() else { continue };
             let grace = std::time::Duration::from_secs(u64::from(c.grace));
             let p = || {
@@ -157,7 +174,10 @@ pub fn findings(
             let missed_at = crate::pod::after(from, grace);
             if missed_at <= now {
                 found.push(p());
-            } else if c.from_start && crate::pod::after(due, grace) <= now && open(&p().key) {
+            } else if c.from_start
+                && c.after_last.get().is_some_and(|d| crate::pod::after(d, grace) <= now)
+                && open(&p().key)
+            {
                 // Missed before this operator started, as its restored
                 // incident says.
                 found.push(p());

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use super::Data;
 use crate::annotation_silences::{SilenceStore, silence_until};
 use crate::crd::PodAlert;
-use crate::held_store::{Feed, Feeder, HeldStore, namespaced_key, watch_feeds};
+use crate::held_store::{Carry, Feed, Feeder, HeldStore, namespaced_key, watch_feeds};
 use crate::silence::ANNOTATION;
 use crate::silence::WORKLOAD_KINDS;
 use crate::workload_signals::{self, Finished, HeldSignals, NextRun, Rollout, Stalled};
@@ -171,7 +171,7 @@ async fn watch_with_signals<K, T>(
         + Send
         + Sync
         + 'static,
-    T: Clone + PartialEq + Send + Sync,
+    T: Carry + Send + Sync,
 {
     let client = data.ctx.client.clone();
     let api: Api<K> = match &data.options.watch_namespace {
@@ -184,25 +184,15 @@ async fn watch_with_signals<K, T>(
         (key, until)
     };
     let mut a = Feeder::new(&*silences, silence);
-    // Whether the operator's first list is under way: what it holds was
-    // there before this process (`from_start`).
-    let first = std::sync::atomic::AtomicBool::new(true);
-    let project = |o: &K| {
-        let from_start = first.load(std::sync::atomic::Ordering::Relaxed);
-        (namespaced_key(o), signal(o, Timestamp::now(), from_start))
-    };
+    // Before the first list completes, what is seen was there before this
+    // process (`from_start`); a refused kind has listed nothing.
+    let project = |o: &K| (namespaced_key(o), signal(o, Timestamp::now(), !signals.has_listed()));
     let mut b = Feeder::new(&*signals, project);
     let mut feeds: [&mut (dyn Feed<K> + Send); 2] = [&mut a, &mut b];
     let cfg = kube::runtime::watcher::Config::default().page_size(crate::held_store::PAGE);
-    watch_feeds(api, cfg, plural, health, &mut feeds, |keys, listed| {
-        if listed {
-            first.store(false, std::sync::atomic::Ordering::Relaxed);
-        }
-        // A silence annotation never concerns a cluster-wide PodAlert's
-        // signals, but one change may be both: they are woken alike.
-        wake(&data, keys, listed, true);
-    })
-    .await;
+    // A silence annotation never concerns a cluster-wide PodAlert's
+    // signals, but one change may be both: they are woken alike.
+    watch_feeds(api, cfg, plural, health, &mut feeds, |keys, listed| wake(&data, keys, listed, true)).await;
 }
 
 /// Wakes the PodAlerts concerned by a change of the workloads `keys`

@@ -62,14 +62,21 @@ pub fn alertmanager_alerts(
     let alerts: Vec<Value> = incidents
         .iter()
         .map(|i| {
-            let v = IncidentView::of(i, lines, bytes).with_events(i, events).with_runbook(runbook).with_debug_hint(i, debug_hint);
+            let v = IncidentView::of(i, lines, bytes)
+                .with_events(i, events)
+                .with_runbook(runbook)
+                .with_debug_hint(i, debug_hint);
             let ends = match i.phase {
                 Phase::Resolved { at } => at,
                 _ => after(now, FIRING_ENDS_AFTER),
             };
             let mut annotations = json!({
                 "summary": v.title(),
-                "description": format!("{} ({} pods, {} restarts: {})", v.message, v.pod_count, v.restarts, v.pods_line()),
+                "description": if v.pod_count == 0 {
+                    v.message.clone()
+                } else {
+                    format!("{} ({} pods, {} restarts: {})", v.message, v.pod_count, v.restarts, v.pods_line())
+                },
                 "logs": v.logs,
             });
             // Alertmanager's annotations are strings: absent, not null.

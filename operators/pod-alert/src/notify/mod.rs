@@ -271,7 +271,10 @@ impl Notification {
     fn event_text(&self) -> String {
         let i = &self.incident;
         match self.change {
+            Change::Resolved if i.pod_count == 0 => self.headline(),
             Change::Resolved => format!("{} ({} pods)", self.headline(), i.pod_count),
+            // A workload's own problem (a stalled rollout, a missed run) names no pod.
+            _ if i.pod_count == 0 => format!("{}: {}", self.headline(), i.message),
             _ => format!(
                 "{}: {} ({} pods, {} restarts: {})",
                 self.headline(),

@@ -12,6 +12,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::held_store::Carry;
 use crate::pod::{MAX_MESSAGE_BYTES, Stamp};
 
 /// A workload's pod template labels, `key=value` pairs separated by NUL,
@@ -75,17 +76,16 @@ pub fn stalled(d: &Deployment) -> Option<Arc<Stalled>> {
 }
 
 /// A StatefulSet's or DaemonSet's rollout not done, as held: how far it
-/// got, and since when it has not moved. Two views of one rollout that got
-/// as far (same generation, as many pods updated) are equal whatever else
-/// they say, so the store keeps the first ([`crate::held_store`]): `since`
-/// is when it last progressed. A drop in available pods or a change of
-/// the nodes a DaemonSet wants is not progress.
-#[derive(Debug, Clone)]
+/// got, and since when it has not moved. A new view of a rollout that got
+/// as far (same generation, as many pods updated) carries the held view's
+/// `since` ([`Carry`]): when it last progressed. A drop in available pods
+/// or a change of the nodes a DaemonSet wants is not progress.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rollout {
     pub labels: Labels,
     pub generation: i64,
     pub updated: i32,
-    /// The pods wanted, when this progress was first seen.
+    /// The pods wanted now.
     pub wanted: i32,
     /// When this progress was first seen.
     pub since: Stamp,
@@ -94,11 +94,17 @@ pub struct Rollout {
     pub from_start: bool,
 }
 
-impl PartialEq for Rollout {
-    fn eq(&self, other: &Self) -> bool {
-        (&self.labels, self.generation, self.updated) == (&other.labels, other.generation, other.updated)
+impl Carry for Arc<Rollout> {
+    fn carry(self, held: &Self) -> Self {
+        if (self.generation, self.updated) != (held.generation, held.updated) {
+            return self;
+        }
+        Arc::new(Rollout { since: held.since, from_start: held.from_start, ..(*self).clone() })
     }
 }
+
+impl Carry for Arc<Stalled> {}
+impl Carry for Arc<Finished> {}
 
 impl Rollout {
     pub fn describe(&self) -> String {
@@ -145,14 +151,21 @@ pub fn daemonset_rollout(d: &DaemonSet, now: Timestamp, from_start: bool) -> Opt
     })
 }
 
-/// A CronJob, as held: when its next run is due (computed once, from its
-/// status; [`Stamp::NONE`] while suspended), how late it may start, and
-/// when its last run succeeded. Two views alike but for `seen` and
-/// `from_start` are equal, so the store keeps the first.
-#[derive(Debug, Clone)]
+/// A CronJob, as held: when its next run is due ([`Stamp::NONE`] while
+/// suspended), how late it may start, and when its last run succeeded. A
+/// new view with the same last run and schedule carries the held view's
+/// `seen`, `from_start` and `due` ([`Carry`]): a run is missed a grace
+/// after it was first seen due, whatever else changed meanwhile.
+#[derive(Debug, Clone, PartialEq)]
 pub struct NextRun {
     /// Its Jobs' pods' labels (its job template's pod template's).
     pub labels: Labels,
+    /// The run due after its last one (`status.lastScheduleTime`, or its
+    /// creation), as its schedule says.
+    pub after_last: Stamp,
+    /// The run it is waiting for: `after_last`, or — with a
+    /// startingDeadlineSeconds — the first its controller could still
+    /// start when first seen (it skips older ones).
     pub due: Stamp,
     /// Seconds after `due` before the run is missed ([`MISSED_AFTER`], or
     /// the CronJob's startingDeadlineSeconds when shorter, at least 30).
@@ -171,10 +184,12 @@ pub struct NextRun {
     pub from_start: bool,
 }
 
-impl PartialEq for NextRun {
-    fn eq(&self, o: &Self) -> bool {
-        (&self.labels, self.due, self.grace, self.forbidden_by, self.last_success)
-            == (&o.labels, o.due, o.grace, o.forbidden_by, o.last_success)
+impl Carry for Arc<NextRun> {
+    fn carry(self, held: &Self) -> Self {
+        if self.after_last != held.after_last {
+            return self;
+        }
+        Arc::new(NextRun { seen: held.seen, from_start: held.from_start, due: held.due, ..(*self).clone() })
     }
 }
 
@@ -194,12 +209,16 @@ pub fn next_run(c: &CronJob, now: Timestamp, from_start: bool) -> Option<Arc<Nex
     let max = u32::try_from(MISSED_AFTER.as_secs()).unwrap_or(u32::MAX);
     let grace =
         spec.starting_deadline_seconds.map_or(max, |d| u32::try_from(d.clamp(30, i64::from(max))).unwrap_or(max));
-    let due = (spec.suspend != Some(true)).then(|| due(c, now)).flatten();
+    let (after_last, due) = match (spec.suspend != Some(true)).then(|| due(c, now)).flatten() {
+        Some((after_last, due)) => (Stamp::from(Some(after_last)), Stamp::from(Some(due))),
+        None => (Stamp::NONE, Stamp::NONE),
+    };
     let running = status.and_then(|s| s.active.as_ref()).map_or(0, Vec::len);
     let forbid = spec.concurrency_policy.as_deref() == Some("Forbid");
     Some(Arc::new(NextRun {
         labels,
-        due: Stamp::from(due),
+        after_last,
+        due,
         grace,
         forbidden_by: if forbid { u16::try_from(running).unwrap_or(u16::MAX) } else { 0 },
         last_success,
@@ -208,7 +227,9 @@ pub fn next_run(c: &CronJob, now: Timestamp, from_start: bool) -> Option<Arc<Nex
     }))
 }
 
-fn due(c: &CronJob, now: Timestamp) -> Option<Timestamp> {
+/// The run due after the last one, and the first its controller could
+/// still start at `now`.
+fn due(c: &CronJob, now: Timestamp) -> Option<(Timestamp, Timestamp)> {
     let spec = &c.spec;
     let tz = match spec.time_zone.as_deref() {
         None => jiff::tz::TimeZone::UTC,
@@ -216,12 +237,12 @@ fn due(c: &CronJob, now: Timestamp) -> Option<Timestamp> {
     };
     let schedule = Schedule::parse(&spec.schedule).ok()?;
     let status = c.status.as_ref();
-    let mut last = status.and_then(|s| s.last_schedule_time.as_ref()).or(c.metadata.creation_timestamp.as_ref())?.0;
-    if let Some(deadline) = spec.starting_deadline_seconds {
-        let earliest = crate::pod::before(now, std::time::Duration::from_secs(u64::try_from(deadline).unwrap_or(0)));
-        last = last.max(earliest);
-    }
-    schedule.next_after_in(last, &tz)
+    let last = status.and_then(|s| s.last_schedule_time.as_ref()).or(c.metadata.creation_timestamp.as_ref())?.0;
+    let after_last = schedule.next_after_in(last, &tz)?;
+    let Some(deadline) = spec.starting_deadline_seconds else { return Some((after_last, after_last)) };
+    let earliest = crate::pod::before(now, std::time::Duration::from_secs(u64::try_from(deadline).unwrap_or(0)));
+    let startable = if earliest > last { schedule.next_after_in(earliest, &tz)? } else { after_last };
+    Some((after_last, startable))
 }
 
 /// A Job that ended, as held: a failed one, or a CronJob's run (its

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
+use crate::held_store::Carry;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -249,12 +250,14 @@ fn a_statefulset_or_daemonset_rollout_is_held_while_under_way() {
     );
     assert!(daemonset_rollout_at(&daemonset(2, 5, 5), now()).is_none());
     assert!(daemonset_rollout_at(&daemonset(2, 3, 4), now()).is_some());
-    // The same progress later is the same rollout (the store keeps the first `since`).
+    // The same progress later carries the first `since`; more pods
+    // updated does not; fewer pods available is not progress.
     let later: Timestamp = "2026-11-29T12:30:00Z".parse().unwrap();
-    assert_eq!(daemonset_rollout_at(&daemonset(2, 3, 4), now()), daemonset_rollout_at(&daemonset(2, 3, 4), later));
-    assert_ne!(daemonset_rollout_at(&daemonset(2, 3, 4), now()), daemonset_rollout_at(&daemonset(2, 4, 4), now()));
-    // Fewer pods available is not progress (nor a change of the nodes wanted).
-    assert_eq!(daemonset_rollout_at(&daemonset(2, 3, 4), now()), daemonset_rollout_at(&daemonset(2, 3, 2), now()));
+    let first = daemonset_rollout_at(&daemonset(2, 3, 4), now()).unwrap();
+    let same = daemonset_rollout_at(&daemonset(2, 3, 2), later).unwrap().carry(&first);
+    assert_eq!(same.since, first.since);
+    let moved = daemonset_rollout_at(&daemonset(2, 4, 4), later).unwrap().carry(&first);
+    assert_eq!(moved.since.get(), Some(later));
 }
 
 #[test]
@@ -356,9 +359,11 @@ fn a_run_not_started_within_its_grace_is_missed() {
     let f = findings(&held, &r, None, &none_open, &|_, _| None, now());
     assert!(f.problems.is_empty());
     assert_eq!(f.recheck_at, Some("2026-11-29T12:03:00Z".parse().unwrap()));
-    // Seen again later with the same due run: the same view (the store keeps the first).
-    let again = next_run(&cron("0 * * * *", forbid, Some("2026-11-22T10:00:00Z"), 0), now(), false).unwrap();
-    assert_eq!(again, resumed);
+    // Seen again later with the same last run: it carries the first `seen`
+    // (and due), whatever else changed (a run of it ended).
+    let again = next_run(&cron("0 * * * *", forbid, Some("2026-11-22T10:00:00Z"), 1), now(), false).unwrap();
+    let again = again.carry(&resumed);
+    assert_eq!((again.seen, again.due), (resumed.seen, resumed.due));
 }
 
 /// After an operator restart, a rollout or a CronJob first seen in its
