@@ -443,7 +443,7 @@ async fn config_copier_rbac_is_sufficient_and_minimal() {
 /// pod-alert: a PodAlert turns a crash-looping pod into an incident (status,
 /// an Event, its log read and its pod's Warning Events listed, its webhook
 /// Secret read). No node runs the pod: it
-/// is bound to a node that does not exist and its status is written as a
+/// is bound to a Node object no kubelet runs and its status is written as a
 /// kubelet would; the log read then fails for want of a kubelet, not of RBAC.
 fn pod_alert_scenario(
     admin: Client,
@@ -508,9 +508,10 @@ async fn pod_alert_rbac_is_sufficient_and_minimal() {
 
 /// pod-debugger: a PodDebugger adds its ephemeral container to a matching
 /// Running pod of a namespace made for the round (status, an Event on the
-/// pod, the namespace's Pod Security level read). No node runs the pod: it is bound to a node that does not
-/// exist and its status is written as a kubelet would; the API server
-/// accepts the ephemeral container all the same.
+/// pod, the namespace's Pod Security level read). No node runs the pod: it
+/// is bound to a Node object no kubelet runs and its status is written as a
+/// kubelet would; the API server accepts the ephemeral container all the
+/// same.
 fn pod_debugger_scenario(
     admin: Client,
     ns: String,

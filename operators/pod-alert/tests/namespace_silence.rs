@@ -3,7 +3,7 @@
 //! test's own: the operator
 //! runs cluster-wide (it watches Namespaces only then), which on a shared
 //! cluster would take other tests' PodAlerts. No node runs the pods: each
-//! is bound to a node that does not exist and its status written as a
+//! is bound to a Node object no kubelet runs and its status written as a
 //! kubelet would (a crash loop); the log read fails for want of a kubelet.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
