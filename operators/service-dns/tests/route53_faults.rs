@@ -65,14 +65,17 @@ async fn a_refused_name_is_quarantined_and_the_others_go_on() {
     published_within(r53, zone, &f.record("one"), &one, Duration::from_secs(5)).await;
     let note = wait_event(&f.client, ns, "bad", "Route53Error", &bad).await;
     assert!(note.contains("InvalidChangeBatch"), "{note}");
-    // While it is refused again and again, others still go out at once.
+    // While it is refused again and again, others still go out. Not a
+    // timing (a loaded CI machine took 3.5 s for one): a loop held by the
+    // refused name publishes nothing while it is refused (its batch fails
+    // whole), which the bound of 20 s, well inside the refusal, tells apart.
     for i in 0..3 {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let ip = f.service(&format!("later-{i}")).await;
-        published_within(r53, zone, &f.record(&format!("later-{i}")), &ip, Duration::from_secs(3)).await;
+        published_within(r53, zone, &f.record(&format!("later-{i}")), &ip, Duration::from_secs(20)).await;
     }
     let stats = f.proxy.faults().stats();
-    assert!(stats.requests_naming(&bad) <= 5, "backed off: {} requests for it in ~8 s", stats.requests_naming(&bad));
+    assert!(stats.requests_naming(&bad) <= 8, "backed off: {} requests for it", stats.requests_naming(&bad));
     assert_eq!(stats.listings, listings, "no full listing for a refused name");
     assert!(f.op.metric("flotilla_service_dns_quarantined_names").await >= Some(1.0));
     assert_eq!(f.op.metric("flotilla_service_dns_sync_errors_total").await, Some(0.0), "a refused name fails no sync");
@@ -151,13 +154,15 @@ async fn a_record_changed_by_hand_is_repaired_at_the_next_listing() {
 #[tokio::test]
 async fn a_slow_insync_does_not_hold_the_loop() {
     let f = Fixture::start("insync", &[]).await;
+    // What is shown is that the later names go out while the first change
+    // is PENDING (15 s), not how fast each goes.
     f.proxy.faults().set_insync_delay(Duration::from_secs(15));
     let t0 = Instant::now();
     for name in ["first", "next-0", "next-1", "next-2"] {
         let ip = f.service(name).await;
-        published_within(&f.r53, &f.zone, &f.record(name), &ip, Duration::from_secs(3)).await;
+        published_within(&f.r53, &f.zone, &f.record(name), &ip, Duration::from_secs(12)).await;
     }
-    assert!(t0.elapsed() < Duration::from_secs(12), "published while the first change was PENDING");
+    assert!(t0.elapsed() < Duration::from_secs(14), "published while the first change was PENDING");
     assert!(events(&f.client, &f.ns, "first", "DnsRecordCreated").await.is_empty(), "no Event before INSYNC");
     let note = wait_event(&f.client, &f.ns, "first", "DnsRecordCreated", "INSYNC").await;
     assert!(t0.elapsed() >= Duration::from_secs(14), "the Event waited for INSYNC: {note}");
