@@ -204,7 +204,13 @@ impl TestEnv {
         let token = self.service_account_token(namespace, name).await?;
         let yaml =
             kubeconfig::render(&format!("{namespace}-{name}"), &self.server, &self.ca_pem, Credentials::Token(&token));
-        let path = self.dir.join(format!("kubeconfig-{namespace}-{name}"));
+        // A file per call: test binaries run at once share `dir`, and one
+        // binary rewriting a shared file (truncated, then written) while
+        // another's operator reads it gave that operator a kubeconfig with
+        // no current context (config-copier/security on CI).
+        static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = self.dir.join(format!("kubeconfig-{namespace}-{name}-{}-{call}", std::process::id()));
         std::fs::write(&path, yaml)?;
         Ok(path)
     }
