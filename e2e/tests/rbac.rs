@@ -567,13 +567,56 @@ fn pod_debugger_scenario(
         })
         .await
         .map_err(|e| e.to_string())?;
-        wait_event(&admin, &ns, &pod, "DebugContainerAdded", timeout).await
+        wait_event(&admin, &ns, &pod, "DebugContainerAdded", timeout).await?;
+
+        // Debug copies (debugCopies.enabled): a crash-looping pod gets a
+        // copy (the source read with get, the copy created), deleted at the
+        // PodDebugger's expiry (get: the copy is its own; delete).
+        let crash = format!("c-{round}");
+        let waiting = json!({
+            "name": "app", "image": "busybox", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}}
+        });
+        let labels = json!({"crash": round.to_string()});
+        flotilla_testenv::kubelet::pod_as_kubelet_writes_it(&admin, &ns, &crash, labels, waiting).await.map_err(err)?;
+        let copier = format!("pc-{round}");
+        let pd: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "PodDebugger", "metadata": {"name": copier},
+            "spec": {"selector": {"matchLabels": {"crash": round.to_string()}}, "image": "busybox:1.37",
+                     "mode": "copy", "command": ["sh"]}
+        }))
+        .unwrap();
+        debuggers.create(&PostParams::default(), &pd).await.map_err(err)?;
+        let copy = wait_for("a debug copy of the crash-looping pod in status.pods", timeout, || async {
+            let d = debuggers.get(&copier).await?;
+            let copy = d.data["status"]["pods"]
+                .as_array()
+                .and_then(|ps| ps.iter().find_map(|p| p["copy"].as_str().filter(|c| !c.is_empty()).map(String::from)));
+            Ok::<_, kube::Error>(copy)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let at = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(2);
+        let expire = json!({"spec": {"expiresAt": at.to_string()}});
+        debuggers.patch(&copier, &PatchParams::default(), &Patch::Merge(&expire)).await.map_err(err)?;
+        // Bound to a node no kubelet runs, a deleted copy may stay
+        // terminating: the deletion is what the operator does.
+        wait_for("the copy deleted at the expiry", timeout, || async {
+            let gone = pods.get_opt(&copy).await?.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+            Ok::<_, kube::Error>(gone.then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())
     })
 }
 
+/// pod-debugger's chart values in the proofs: with debug copies, so that
+/// their rules (get, create and delete on pods) are proven too.
+const POD_DEBUGGER_VALUES: [&str; 2] = ["--set", "debugCopies.enabled=true"];
+
 #[tokio::test]
 async fn pod_debugger_rbac_is_sufficient_and_minimal() {
-    prove(&shared(), "pod-debugger", &[], &[], &["admission-policy"], pod_debugger_scenario).await;
+    prove(&shared(), "pod-debugger", &POD_DEBUGGER_VALUES, &[], &["admission-policy"], pod_debugger_scenario).await;
 }
 
 /// A node object the scheduler binds the load-tester's runner pods to,
@@ -909,7 +952,7 @@ async fn every_operator_rides_out_an_api_server_restart() {
     let scenarios: [Proof; 5] = [
         ("config-copier", vec![], &[], config_copier_scenario),
         ("pod-alert", POD_ALERT_VALUES.to_vec(), &[], pod_alert_scenario),
-        ("pod-debugger", vec![], &[], pod_debugger_scenario),
+        ("pod-debugger", POD_DEBUGGER_VALUES.to_vec(), &[], pod_debugger_scenario),
         ("load-tester", vec![], &[], load_tester_scenario),
         ("service-dns", dns_values.iter().map(String::as_str).collect(), &AWS_CREDENTIALS, service_dns_scenario),
     ];

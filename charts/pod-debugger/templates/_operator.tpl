@@ -5,7 +5,11 @@ a debug container is added, the only write the operator makes to a pod) and
 namespaces by name (get only: the Pod Security enforce label). Events are
 added by flotilla.rbac. With watchNamespace set, all of it is a Role in
 that namespace (whose namespaces: get then covers that namespace only).
-No get on pods or PodDebuggers: the watches' caches answer.
+No get on pods or PodDebuggers: the watches' caches answer. With
+debugCopies.enabled, create and delete on pods: a debug copy is a new pod
+(the source read with get, which the operator then needs: the copy is
+built from the whole pod, which the cache does not hold), deleted at its
+PodDebugger's expiry after a get shows it owned by that PodDebugger.
 e2e/tests/rbac.rs proves each rule is needed.
 */}}
 {{- define "pod-debugger.rules" -}}
@@ -24,6 +28,11 @@ e2e/tests/rbac.rs proves each rule is needed.
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["get"]
+{{- if .Values.debugCopies.enabled }}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "create", "delete"]
+{{- end }}
 {{- end -}}
 
 {{- define "pod-debugger.args" -}}
@@ -35,6 +44,9 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--protected-namespaces=%s" (include "flotilla.value" (join "," .)) | quote }}
 {{- end }}
 - {{ printf "--inject-concurrency=%s" (include "flotilla.value" .Values.injectConcurrency) | quote }}
+{{- if .Values.debugCopies.enabled }}
+- "--debug-copies"
+{{- end }}
 {{- include "flotilla.admissionGuardArgs" . }}
 {{- end -}}
 

@@ -26,7 +26,10 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::apply::{DRY_RUN_RETRY, DryRun, add, dry_run};
-use crate::crd::PodDebugger;
+use crate::copy::{COPIED_BY, COPY_OF};
+use crate::copy_apply::{delete_copies, make_copies};
+use crate::copy_plan::{leftover_copies, plan_copies};
+use crate::crd::{Mode, PodDebugger};
 use crate::error::Error;
 use crate::images::ImagePolicy;
 use crate::metrics::DebuggerMetrics;
@@ -35,6 +38,7 @@ use crate::plan::{Decision, Expiry, Memory, Rule, forget, next_wake, plan};
 use crate::pod::{PodView, VOLUMES_MARK, view};
 use crate::report;
 use crate::security::{Level, check_profile};
+use crate::status::Outcome;
 use k8s_openapi::jiff::Timestamp;
 
 /// Look at every PodDebugger at least this often.
@@ -57,6 +61,9 @@ pub struct Options {
     /// The PodDebugger policy (`--require-admission-policy`): while it is
     /// missing, every PodDebugger is refused.
     pub admission: AdmissionPolicyArgs,
+    /// Debug copies (`--debug-copies`): without, PodDebuggers in mode copy
+    /// are refused (CopiesDisabled).
+    pub copies: bool,
 }
 
 /// One PodDebugger's state between reconciles.
@@ -181,7 +188,7 @@ impl Data {
                 r.spec
                     .selector
                     .keys()
-                    .chain([NAMESPACE_MARK])
+                    .chain([NAMESPACE_MARK, COPY_OF, COPIED_BY])
                     .chain(r.spec.volume_mounts.is_some().then_some(VOLUMES_MARK))
                     .map(move |k| (ns.clone(), k.to_string()))
                     .collect::<Vec<_>>()
@@ -291,6 +298,10 @@ async fn check(rule: &PodDebugger, ns: &str, data: &Data) -> Result<Result<Check
     if let Err(e) = data.options.images.check(&rule.spec.image) {
         return Ok(Err(("ImageNotAllowed", e)));
     }
+    if rule.spec.mode == Mode::Copy && !data.options.copies {
+        let msg = "mode copy: debug copies are off in this operator (--debug-copies; the chart's debugCopies.enabled)";
+        return Ok(Err(("CopiesDisabled", msg.to_string())));
+    }
     let expires = match expiry_time(rule) {
         Ok(t) => t,
         Err(e) => return Ok(Err(("InvalidSpec", e))),
@@ -313,7 +324,12 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     // every PodDebugger (`watch_pods`); the resync is only a fallback
     // (polling every second cost a core at scale, issue 28).
     data.refresh_label_keys();
-    let marks = [Some(NAMESPACE_MARK), rule.spec.volume_mounts.is_some().then_some(VOLUMES_MARK)];
+    let marks = [
+        Some(NAMESPACE_MARK),
+        Some(COPY_OF),
+        Some(COPIED_BY),
+        rule.spec.volume_mounts.is_some().then_some(VOLUMES_MARK),
+    ];
     if !data.pods.is_ready()
         || !data.label_keys.covers(Some(&ns), rule.spec.selector.keys().chain(marks.into_iter().flatten()))
     {
@@ -327,6 +343,7 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     let mut plans = Vec::new();
     let mut wake = None;
     let mut expiry = Expiry::Never;
+    let mut copies = None;
     match check(&rule, &ns, &data).await? {
         Err(r) => refused = Some(r),
         Ok(Checked { selector, level, expires }) => {
@@ -351,12 +368,33 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
             };
             // Only this namespace's range of the cache is read.
             let pods = data.pods.in_namespace(&ns, |_| true);
-            plans = plan(&r, pods.iter().map(AsRef::as_ref), &st.memory, now);
-            if plans.iter().any(|p| matches!(p.decision, Decision::Add { .. })) {
-                refused = dry_run(&rule, &ns, &container, level, &plans, &mut st, &data).await;
-                if refused.is_none() {
-                    let results = add(&rule, &ns, &container, &plans, &data).await;
-                    report::additions(&rule, &ns, &container, &mut plans, results, &mut st, &data);
+            let pods = pods.iter().map(AsRef::as_ref);
+            match rule.spec.mode {
+                Mode::Inject => {
+                    plans = plan(&r, pods.clone(), &st.memory, now);
+                    // Copies left from when it was in mode copy.
+                    let stale = leftover_copies(&uid, pods);
+                    if !stale.is_empty() {
+                        delete_copies(&rule, &ns, &stale, &data).await;
+                    }
+                    if plans.iter().any(|p| matches!(p.decision, Decision::Add { .. })) {
+                        refused = dry_run(&rule, &ns, &container, level, &plans, &mut st, &data).await;
+                        if refused.is_none() {
+                            let results = add(&rule, &ns, &container, &plans, &data).await;
+                            report::additions(&rule, &ns, &container, &mut plans, results, &mut st, &data);
+                        }
+                    }
+                }
+                Mode::Copy => {
+                    let max = rule.spec.copy.as_ref().map_or(3, |c| c.max_copies).clamp(1, 10);
+                    let cp = plan_copies(&r, &uid, usize::try_from(max).unwrap_or(1), pods, &mut st.memory, now);
+                    let deleted = delete_copies(&rule, &ns, &cp.delete, &data).await;
+                    plans = cp.pods;
+                    if plans.iter().any(|p| matches!(p.decision, Decision::Copy { .. })) {
+                        let results = make_copies(&rule, &ns, &container, &plans, &data).await;
+                        report::copies(&rule, &container, &mut plans, results, &mut st, &data);
+                    }
+                    copies = Some(cp.copies.saturating_sub(deleted));
                 }
             }
             forget(&mut st.memory, &plans, now);
@@ -364,7 +402,12 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
         }
     }
 
-    report::report(&rule, &ns, &container, refused.as_ref(), expiry, &plans, &data).await?;
+    let outcome = match (&refused, copies) {
+        (Some((reason, message)), _) => Outcome::Refused { reason, message: message.clone() },
+        (None, None) => Outcome::Planned(&plans),
+        (None, Some(copies)) => Outcome::Copies { plans: &plans, copies },
+    };
+    report::report(&rule, &ns, &container, expiry, outcome, &data).await?;
     data.backoff.forget(&uid);
     // A wake at the expiry is a few milliseconds late, never early: the
     // reconcile then sees it expired.

@@ -21,6 +21,9 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = kube::core::Rule::new(
     "!(has(self.expiresAt) || has(self.ttl)) || (has(self.command) && size(self.command) > 0)"
 ).message("an expiring PodDebugger needs spec.command: only an explicit command can be run under the expiry's deadline (the image's entrypoint is unknown to the operator)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.copy) || (has(self.mode) && self.mode == 'copy')"
+).message("spec.copy applies only with mode: copy"))]
 #[kube(
     group = "flotilla.dev",
     version = "v1alpha1",
@@ -34,6 +37,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
     printcolumn = r#"{"name":"Matched","type":"integer","jsonPath":".status.matched","description":"running pods the selector matches"}"#,
     printcolumn = r#"{"name":"Injected","type":"integer","jsonPath":".status.injected","description":"matched pods that have the current debug container"}"#,
+    printcolumn = r#"{"name":"Copies","type":"integer","priority":1,"jsonPath":".status.copies","description":"debug copies of crash-looping pods (mode: copy)"}"#,
     printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".status.expiresAt","description":"when debug access ends"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message (kubectl get -o wide)"}"#,
@@ -125,6 +129,69 @@ pub struct PodDebuggerSpec {
     /// mounted are listed per pod in status.pods with the reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_mounts: Option<VolumeMounts>,
+    /// inject (the default): an ephemeral debug container in each matched
+    /// running pod. copy: for each matched pod that is crash-looping (a
+    /// container waiting in CrashLoopBackOff, or ended with an error
+    /// after restarts), one copy of the pod
+    /// (`<pod>-dbg-<hash>`, without the pod's labels, so no Service or
+    /// controller adopts it, and owned by this PodDebugger) whose target
+    /// container runs spec.copy.command instead of its own with the same
+    /// image, env and mounts, and that has the debug container beside it,
+    /// sharing its process namespace: `kubectl debug --copy-to`, declared.
+    /// The target is spec.targetContainer, else the pod's first
+    /// crash-looping container. Copies are deleted at the expiry and with
+    /// the PodDebugger. Needs the operator's --debug-copies (the chart's
+    /// debugCopies.enabled) and, under the chart's admission policy, the
+    /// right to create pods in this namespace.
+    #[serde(default)]
+    #[schemars(default = "Mode::default")]
+    pub mode: Mode,
+    /// How copies are made (mode: copy only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<CopySpec>,
+}
+
+/// How a PodDebugger reaches a pod.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// An ephemeral container in each matched running pod.
+    #[default]
+    Inject,
+    /// A debug copy of each matched crash-looping pod.
+    Copy,
+}
+
+/// Debug copies (spec.mode: copy).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopySpec {
+    /// What the copy's target container runs instead of its own command,
+    /// so it stays up to be looked at (default [sleep, infinity]). Under
+    /// expiresAt or ttl it runs under the same deadline as the debug
+    /// container.
+    #[serde(default = "default_copy_command")]
+    #[schemars(default = "default_copy_command", length(min = 1, max = 32))]
+    pub command: Vec<String>,
+    /// At most this many copies of this PodDebugger exist at once (1-10,
+    /// default 3); crash-looping pods past it are listed in status.pods as
+    /// MaxCopiesReached.
+    #[serde(default = "default_max_copies")]
+    #[schemars(default = "default_max_copies", range(min = 1, max = 10))]
+    pub max_copies: i32,
+}
+
+impl Default for CopySpec {
+    fn default() -> Self {
+        CopySpec { command: default_copy_command(), max_copies: default_max_copies() }
+    }
+}
+
+fn default_copy_command() -> Vec<String> {
+    vec!["sleep".into(), "infinity".into()]
+}
+fn default_max_copies() -> i32 {
+    3
 }
 
 /// Which of the pod's volumes the debug container mounts.
@@ -166,6 +233,9 @@ pub struct VolumeName(#[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9](
 
 fn default_true() -> bool {
     true
+}
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 fn default_max_per_pod() -> i32 {
     3
@@ -266,9 +336,13 @@ pub struct PodDebuggerStatus {
     /// Pods the selector matches (not terminating, not static).
     #[serde(default)]
     pub matched: i32,
-    /// Matched pods that have the current debug container.
+    /// Matched pods that have the current debug container (mode: copy:
+    /// matched pods that have a debug copy).
     #[serde(default)]
     pub injected: i32,
+    /// Debug copies of this PodDebugger that exist (mode: copy).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub copies: i32,
     /// Matched pods, with their debug container's state: problems first,
     /// at most 50.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -291,9 +365,14 @@ pub struct PodEntry {
     pub state: String,
     /// Why, e.g. ImagePullBackOff, TargetNotFound, MaxPerPodReached,
     /// Expired, VolumesSkipped (some of spec.volumeMounts are not mounted:
-    /// message names them and why).
+    /// message names them and why); with mode: copy NotCrashLooping (no
+    /// copy until a container crash-loops), MaxCopiesReached.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    /// Its debug copy (mode: copy): `kubectl exec -it <copy> -c
+    /// <container> -- sh`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub copy: String,
     /// Details, e.g. the API's refusal.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,

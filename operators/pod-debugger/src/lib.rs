@@ -6,7 +6,8 @@
 //! namespace, so a distroless pod gets a shell. Only images on the
 //! operator's allow-list run; a profile the namespace's Pod Security level
 //! would reject is refused before any pod is touched (one rejected
-//! ephemeral container blocks every later one on that pod).
+//! ephemeral container blocks every later one on that pod). In mode copy
+//! it makes, instead, a debug copy of each matched crash-looping pod.
 //!
 //! | module | concern |
 //! | --- | --- |
@@ -18,6 +19,9 @@
 //! | [`mounts`] | which pod volumes the debug container mounts (pure) |
 //! | [`plan`] | what to do with each matched pod, and the expiry (pure) |
 //! | [`container`] | the ephemeral container and its patch (pure) |
+//! | [`copy`] | mode copy: a crash-looping pod's debug copy, its name and labels (pure) |
+//! | [`copy_plan`] | mode copy: each matched pod's copy or why none, and the copies to delete (pure) |
+//! | [`copy_apply`] | mode copy: copies created, and deleted only when the API shows them ours |
 //! | [`status`] | status from the plan (pure) |
 //! | [`metrics`] | `flotilla_pod_debugger_*` |
 //! | [`apply`] | the writes: a dry run of the first addition, then the additions (their answers handed back) |
@@ -27,6 +31,9 @@
 pub mod apply;
 pub mod container;
 pub mod controller;
+pub mod copy;
+pub mod copy_apply;
+pub mod copy_plan;
 pub mod crd;
 pub mod error;
 pub mod images;

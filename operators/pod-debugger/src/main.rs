@@ -13,7 +13,7 @@ use pod_debugger::images::ImagePolicy;
 #[command(
     version,
     args_override_self = true,
-    about = "Flotilla pod-debugger: PodDebuggers add an ephemeral debug container to the running pods that match a label, once, within Pod Security and an image allow-list"
+    about = "Flotilla pod-debugger: PodDebuggers add an ephemeral debug container to the running pods that match a label, once, or make debug copies of crash-looping ones, within Pod Security and an image allow-list"
 )]
 struct Args {
     #[command(flatten)]
@@ -38,6 +38,12 @@ struct Args {
     /// Debug container additions in flight per PodDebugger (1-64).
     #[arg(long, env = "INJECT_CONCURRENCY", default_value_t = 16, value_name = "N")]
     inject_concurrency: usize,
+    /// Let PodDebuggers in mode copy make debug copies of crash-looping
+    /// pods. A copy is a new pod, created by the operator: this needs create
+    /// and delete on pods (the chart grants them with debugCopies.enabled).
+    /// Off: those PodDebuggers are refused (CopiesDisabled).
+    #[arg(long, env = "DEBUG_COPIES")]
+    debug_copies: bool,
     /// Print the PodDebugger CRD as YAML and exit.
     #[arg(long)]
     print_crd: bool,
@@ -73,6 +79,7 @@ fn main() -> std::process::ExitCode {
         protected,
         concurrency: args.inject_concurrency,
         admission: args.admission,
+        copies: args.debug_copies,
     };
     Operator::new("pod-debugger", &args.common).run(move |ctx| controller::run(ctx, options))
 }

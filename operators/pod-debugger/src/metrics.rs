@@ -7,6 +7,8 @@ use prometheus::{IntCounterVec, IntGauge, Opts};
 pub struct DebuggerMetrics {
     /// Debug container additions by result.
     pub injections: IntCounterVec,
+    /// Debug copies (mode: copy) by result.
+    pub copies: IntCounterVec,
     /// PodDebuggers refused as a whole, by reason (counted when the refusal
     /// starts).
     pub refusals: IntCounterVec,
@@ -18,9 +20,13 @@ pub struct DebuggerMetrics {
 /// Security or a changed pod); error (transport, timeout); dry_run_rejected
 /// (the dry run refused the spec, no pod was touched).
 pub const RESULTS: [&str; 4] = ["added", "rejected", "error", "dry_run_rejected"];
+/// Results of a debug copy: created; rejected (the API refused it);
+/// error (transport, timeout, or the pod changed); deleted (at the expiry,
+/// or left by a PodDebugger switched to mode inject).
+pub const COPY_RESULTS: [&str; 4] = ["created", "rejected", "error", "deleted"];
 /// Reasons a whole PodDebugger is refused.
-pub const REFUSALS: [&str; 5] =
-    ["InvalidSpec", "ImageNotAllowed", "ProfileForbidden", "DryRunRejected", "ProtectedNamespace"];
+pub const REFUSALS: [&str; 6] =
+    ["InvalidSpec", "ImageNotAllowed", "ProfileForbidden", "DryRunRejected", "ProtectedNamespace", "CopiesDisabled"];
 
 impl DebuggerMetrics {
     pub fn new() -> Result<Self, prometheus::Error> {
@@ -32,10 +38,17 @@ impl DebuggerMetrics {
                 ),
                 &["result"],
             )?,
+            copies: IntCounterVec::new(
+                Opts::new(
+                    "flotilla_pod_debugger_copies_total",
+                    "Debug copies of crash-looping pods by result (created|rejected|error|deleted)",
+                ),
+                &["result"],
+            )?,
             refusals: IntCounterVec::new(
                 Opts::new(
                     "flotilla_pod_debugger_refusals_total",
-                    "PodDebuggers refused as a whole, by reason (InvalidSpec|ImageNotAllowed|ProfileForbidden|DryRunRejected|ProtectedNamespace)",
+                    "PodDebuggers refused as a whole, by reason (InvalidSpec|ImageNotAllowed|ProfileForbidden|DryRunRejected|ProtectedNamespace|CopiesDisabled)",
                 ),
                 &["reason"],
             )?,
@@ -43,6 +56,9 @@ impl DebuggerMetrics {
         };
         for r in RESULTS {
             m.injections.with_label_values(&[r]);
+        }
+        for r in COPY_RESULTS {
+            m.copies.with_label_values(&[r]);
         }
         for r in REFUSALS {
             m.refusals.with_label_values(&[r]);
@@ -52,6 +68,7 @@ impl DebuggerMetrics {
 
     pub fn register(&self, metrics: &flotilla_shared::Metrics) -> Result<(), prometheus::Error> {
         metrics.register(self.injections.clone())?;
+        metrics.register(self.copies.clone())?;
         metrics.register(self.refusals.clone())?;
         metrics.register(self.pods_cached.clone())?;
         Ok(())

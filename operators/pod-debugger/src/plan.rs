@@ -114,6 +114,10 @@ pub struct Memory {
     pub added: HashMap<(Uid, String), Instant>,
     /// Refused additions.
     pub refused: HashMap<(Uid, String), Refusal>,
+    /// Matched pods seen crash-looping (mode copy): a crash-looping
+    /// container is Running between its back-offs, and the pod stays one
+    /// to copy then.
+    pub crash_looped: std::collections::HashSet<Uid>,
 }
 
 /// How long an addition the watch has not shown yet counts as done.
@@ -135,6 +139,13 @@ pub enum Decision {
     Skip { reason: &'static str, message: String },
     /// The API refused the addition; retried at `retry_at`.
     Refused { message: String, retry_at: Instant },
+    /// Mode copy: make the pod's debug copy, whose `target` runs
+    /// spec.copy.command (ending after `deadline` seconds), the debug
+    /// container with these mounts beside it.
+    Copy { target: String, deadline: Option<u64>, mounts: Vec<VolumeMount> },
+    /// Mode copy: the pod has its debug copy; `running`: the copy's debug
+    /// container runs.
+    Copied { copy: String, running: bool },
 }
 
 /// The plan for one pod.
@@ -158,7 +169,7 @@ pub fn plan<'p>(
 ) -> Vec<PodPlan> {
     let mut out: Vec<PodPlan> = pods
         .into_iter()
-        .filter(|p| p.namespace() == rule.namespace && !p.terminating && !p.mirror)
+        .filter(|p| p.namespace() == rule.namespace && !p.terminating && !p.mirror && !crate::copy_plan::is_copy(p))
         // Labels past what a view keeps match no selector.
         .filter(|p| p.labels().matched_by(rule.selector))
         .map(|p| {
@@ -272,6 +283,7 @@ pub fn forget(memory: &mut Memory, plans: &[PodPlan], now: Instant) {
             && plans.iter().any(|p| p.uid == *uid && p.decision == Decision::Added)
     });
     memory.refused.retain(|(uid, _), _| plans.iter().any(|p| p.uid == *uid));
+    memory.crash_looped.retain(|uid| plans.iter().any(|p| p.uid == *uid));
 }
 
 #[cfg(test)]

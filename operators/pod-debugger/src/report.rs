@@ -12,7 +12,9 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
 use crate::apply::Added;
-use crate::controller::{Data, Refused, RuleState};
+use crate::controller::{Data, RuleState};
+use crate::copy::copy_name;
+use crate::copy_plan::COPY_KEY;
 use crate::crd::PodDebugger;
 use crate::error::Error;
 use crate::plan::{Decision, Expiry, PodPlan, Refusal};
@@ -23,33 +25,30 @@ pub(crate) async fn report(
     rule: &PodDebugger,
     ns: &str,
     container: &str,
-    refused: Option<&Refused>,
     expiry: Expiry,
-    plans: &[PodPlan],
+    outcome: Outcome<'_>,
     data: &Data,
 ) -> Result<(), Error> {
     let name = rule.name_any();
-    // Expiry is the end its author asked for, not a failure: a Normal
-    // Event, once (the condition says it was told).
-    if let (None, Expiry::Expired { at }) = (refused, expiry) {
+    let said = |reason: &str, message: &str| {
+        already_said(rule.status.as_ref().map(|s| s.conditions.as_slice()), "Ready", reason, message)
+    };
+    if let Outcome::Refused { reason, message } = &outcome {
+        if !said(reason, message) {
+            tracing::warn!(poddebugger = %name, reason, message = %message, "refused");
+            let note = format!("no debug container added: {message}");
+            data.ctx.events.warning(&rule.object_ref(&()), reason, "Validate", note);
+            data.metrics.refusals.with_label_values(&[reason]).inc();
+        }
+    } else if let Expiry::Expired { at } = expiry {
+        // Expiry is the end its author asked for, not a failure: a Normal
+        // Event, once (the condition says it was told).
         let message = status::expired_message(at);
-        if !already_said(rule.status.as_ref().map(|s| s.conditions.as_slice()), "Ready", "Expired", &message) {
+        if !said("Expired", &message) {
             tracing::info!(poddebugger = %name, expired_at = %at, "expired");
             data.ctx.events.normal(&rule.object_ref(&()), "Expired", "Expire", message);
         }
     }
-    let outcome = match refused {
-        Some((reason, message)) => {
-            if !already_said(rule.status.as_ref().map(|s| s.conditions.as_slice()), "Ready", reason, message) {
-                tracing::warn!(poddebugger = %name, reason, message = %message, "refused");
-                let note = format!("no debug container added: {message}");
-                data.ctx.events.warning(&rule.object_ref(&()), reason, "Validate", note);
-                data.metrics.refusals.with_label_values(&[reason]).inc();
-            }
-            Outcome::Refused { reason, message: message.clone() }
-        }
-        None => Outcome::Planned(plans),
-    };
     let new = status::build(rule.status.as_ref(), rule.metadata.generation, container, expiry, outcome);
     let api: Api<PodDebugger> = Api::namespaced(data.ctx.client.clone(), ns);
     apply_status_if_changed(&api, &name, &data.ctx.field_manager, rule.status.as_ref(), &new)
@@ -131,6 +130,66 @@ pub(crate) fn additions(
                 added.len(),
                 shown.join(", ")
             ),
+        );
+    }
+}
+
+/// What the copies' answers mean (mode copy): each pod's decision turns
+/// Added (an Event on the PodDebugger naming the copies) or Refused
+/// (retried with back-off; a Warning on the first refusal).
+pub(crate) fn copies(
+    rule: &PodDebugger,
+    container: &str,
+    plans: &mut [PodPlan],
+    results: Vec<Added>,
+    st: &mut RuleState,
+    data: &Data,
+) {
+    let oref = &rule.object_ref(&());
+    let now = Instant::now();
+    let uid = rule.uid().unwrap_or_default();
+    let mut made = Vec::new();
+    for (i, target, result) in results {
+        let p = &mut plans[i];
+        let key = (p.uid.clone(), COPY_KEY.to_string());
+        match result {
+            Ok(()) => {
+                data.metrics.copies.with_label_values(&["created"]).inc();
+                st.memory.added.insert(key.clone(), now);
+                st.memory.refused.remove(&key);
+                let copy = copy_name(&p.pod, &uid, &p.uid.to_string());
+                tracing::info!(pod = %p.pod, copy = %copy, target = %target, "debug copy made");
+                made.push(format!("{copy} (of {}, {target} held by spec.copy.command)", p.pod));
+                p.decision = Decision::Added;
+            }
+            Err(e) => {
+                let (label, message) = match &e {
+                    kube::Error::Api(s) if s.code != 409 => ("rejected", s.message.clone()),
+                    other => ("error", other.to_string()),
+                };
+                data.metrics.copies.with_label_values(&[label]).inc();
+                let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
+                if refusal.attempts == 1 {
+                    data.ctx.events.warning(
+                        oref,
+                        "CopyFailed",
+                        "CopyPod",
+                        format!("pod {}: no debug copy made: {message}", p.pod),
+                    );
+                }
+                tracing::warn!(pod = %p.pod, error = %message, attempts = refusal.attempts, "debug copy not made");
+                p.decision = Decision::Refused { message, retry_at: refusal.retry_at };
+                st.memory.refused.insert(key, refusal);
+            }
+        }
+    }
+    if !made.is_empty() {
+        made.sort();
+        data.ctx.events.normal(
+            oref,
+            "DebugCopyCreated",
+            "CopyPod",
+            format!("made {}; kubectl exec -it <copy> -c {container} -- sh", made.join(", ")),
         );
     }
 }

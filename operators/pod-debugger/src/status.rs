@@ -33,6 +33,9 @@ pub enum Outcome<'a> {
     /// The plan for the matched pods, after the additions were made
     /// (failed ones turned into `Refused` decisions).
     Planned(&'a [PodPlan]),
+    /// Mode copy: the plan, after the copies were made, and how many
+    /// copies of the PodDebugger exist.
+    Copies { plans: &'a [PodPlan], copies: usize },
 }
 
 fn entry(p: &PodPlan, container: &str) -> PodEntry {
@@ -67,8 +70,23 @@ fn entry(p: &PodPlan, container: &str) -> PodEntry {
             e.reason = "Rejected".into();
             e.message = message.clone();
         }
+        Decision::Copy { .. } => {
+            e.state = "Pending".into();
+            e.reason = "Copying".into();
+        }
+        Decision::Copied { copy, running } => {
+            e.container = container.to_string();
+            e.copy = copy.clone();
+            e.state = if *running { "Running" } else { "Waiting" }.into();
+            if !running {
+                e.reason = "CopyStarting".into();
+            }
+        }
     }
-    let has_or_gets = matches!(p.decision, Decision::Has(_) | Decision::Added | Decision::Add { .. });
+    let has_or_gets = matches!(
+        p.decision,
+        Decision::Has(_) | Decision::Added | Decision::Add { .. } | Decision::Copy { .. } | Decision::Copied { .. }
+    );
     if has_or_gets && !p.skipped_volumes.is_empty() {
         if e.reason.is_empty() {
             e.reason = "VolumesSkipped".into();
@@ -116,46 +134,76 @@ pub fn build(
         Outcome::Refused { reason, message } => {
             conditions.set(READY, Status::False, reason, message);
         }
-        Outcome::Planned(plans) => {
-            let mut entries: Vec<PodEntry> = plans.iter().map(|p| entry(p, container)).collect();
-            status.matched = i32::try_from(plans.len()).unwrap_or(i32::MAX);
-            let injected = plans.iter().filter(|p| matches!(p.decision, Decision::Has(_) | Decision::Added)).count();
-            status.injected = i32::try_from(injected).unwrap_or(i32::MAX);
-            let failed: Vec<&PodEntry> = entries.iter().filter(|e| e.state == "Failed").collect();
-            let skipped = entries.iter().filter(|e| e.state == "Skipped").count();
-            let waiting = entries.iter().filter(|e| e.state == "Pending").count();
-            if let Expiry::Expired { at } = expiry {
-                conditions.set(READY, Status::False, "Expired", expired_message(at));
-            } else if let Some(first) = failed.first() {
-                conditions.set(
-                    READY,
-                    Status::False,
-                    "InjectionFailed",
-                    format!(
-                        "the API refused {container} on {} pod(s), retried with back-off; {}: {}",
-                        failed.len(),
-                        first.name,
-                        first.message
-                    ),
-                );
-            } else {
-                let mut msg = format!("{injected} of {} matched pod(s) have {container}", plans.len());
-                if waiting > 0 {
-                    msg.push_str(&format!("; {waiting} waiting for the pod or its target to run"));
-                }
-                if skipped > 0 {
-                    msg.push_str(&format!("; {skipped} skipped (see status.pods)"));
-                }
-                conditions.set(READY, Status::True, "Reconciled", msg);
-            }
-            entries.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.name.cmp(&b.name)));
-            entries.truncate(MAX_PODS_LISTED);
-            status.pods = entries;
+        Outcome::Planned(plans) => planned(&mut status, &mut conditions, container, expiry, plans, None),
+        Outcome::Copies { plans, copies } => {
+            planned(&mut status, &mut conditions, container, expiry, plans, Some(copies));
         }
     }
     conditions.stall_on(&STALLED_ON);
     status.conditions = conditions.into_vec();
     status
+}
+
+/// The status of a planned reconcile; `copies`: mode copy, with this many.
+fn planned(
+    status: &mut PodDebuggerStatus,
+    conditions: &mut Conditions,
+    container: &str,
+    expiry: Expiry,
+    plans: &[PodPlan],
+    copies: Option<usize>,
+) {
+    let mut entries: Vec<PodEntry> = plans.iter().map(|p| entry(p, container)).collect();
+    status.matched = i32::try_from(plans.len()).unwrap_or(i32::MAX);
+    status.copies = copies.map_or(0, |c| i32::try_from(c).unwrap_or(i32::MAX));
+    let injected = plans
+        .iter()
+        .filter(|p| matches!(p.decision, Decision::Has(_) | Decision::Added | Decision::Copied { .. }))
+        .count();
+    status.injected = i32::try_from(injected).unwrap_or(i32::MAX);
+    let failed: Vec<&PodEntry> = entries.iter().filter(|e| e.state == "Failed").collect();
+    let skipped = entries.iter().filter(|e| e.state == "Skipped").count();
+    // Pods to be added to or copied in this reconcile are not waiting.
+    let waiting =
+        entries.iter().filter(|e| e.state == "Pending" && e.reason != "Adding" && e.reason != "Copying").count();
+    if let Expiry::Expired { at } = expiry {
+        conditions.set(READY, Status::False, "Expired", expired_message(at));
+    } else if let Some(first) = failed.first() {
+        let (reason, what) = match copies {
+            None => ("InjectionFailed", container.to_string()),
+            Some(_) => ("CopyFailed", "the debug copy".to_string()),
+        };
+        conditions.set(
+            READY,
+            Status::False,
+            reason,
+            format!(
+                "the API refused {what} of {} pod(s), retried with back-off; {}: {}",
+                failed.len(),
+                first.name,
+                first.message
+            ),
+        );
+    } else {
+        let mut msg = match copies {
+            None => format!("{injected} of {} matched pod(s) have {container}", plans.len()),
+            Some(c) => {
+                format!("{injected} of {} matched pod(s) have a debug copy with {container} ({c} copies)", plans.len())
+            }
+        };
+        if waiting > 0 && copies.is_some() {
+            msg.push_str(&format!("; {waiting} not crash-looping (or not listed yet)"));
+        } else if waiting > 0 {
+            msg.push_str(&format!("; {waiting} waiting for the pod or its target to run"));
+        }
+        if skipped > 0 {
+            msg.push_str(&format!("; {skipped} skipped (see status.pods)"));
+        }
+        conditions.set(READY, Status::True, "Reconciled", msg);
+    }
+    entries.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.name.cmp(&b.name)));
+    entries.truncate(MAX_PODS_LISTED);
+    status.pods = entries;
 }
 
 #[cfg(test)]
@@ -262,6 +310,34 @@ mod tests {
             build(None, Some(1), "c", Expiry::Never, Outcome::Refused { reason: "InvalidSpec", message: "m".into() });
         let s = build(Some(&s), Some(2), "c", Expiry::Never, Outcome::Planned(&[]));
         assert!(!s.conditions.iter().any(|c| c.type_ == "Stalled"), "{:?}", s.conditions);
+    }
+
+    #[test]
+    fn copies_show_in_status_with_their_copy_and_the_ready_message_counts_them() {
+        let plans = vec![
+            p("a", Decision::Copied { copy: "a-dbg-1".into(), running: true }),
+            p("b", Decision::Copied { copy: "b-dbg-2".into(), running: false }),
+            p("c", Decision::Wait { reason: "NotCrashLooping" }),
+            p("d", Decision::Skip { reason: "MaxCopiesReached", message: "2".into() }),
+        ];
+        let s = build(None, Some(1), "dbg-x", Expiry::Never, Outcome::Copies { plans: &plans, copies: 2 });
+        assert_eq!((s.matched, s.injected, s.copies), (4, 2, 2));
+        let a = s.pods.iter().find(|e| e.name == "a").unwrap_or_else(|| panic!("{s:?}"));
+        assert_eq!((a.copy.as_str(), a.container.as_str(), a.state.as_str()), ("a-dbg-1", "dbg-x", "Running"));
+        let b = s.pods.iter().find(|e| e.name == "b").unwrap_or_else(|| panic!("{s:?}"));
+        assert_eq!((b.state.as_str(), b.reason.as_str()), ("Waiting", "CopyStarting"));
+        let ready = &s.conditions[0];
+        assert_eq!(ready.reason, "Reconciled");
+        assert!(
+            ready.message.contains("2 of 4 matched pod(s) have a debug copy")
+                && ready.message.contains("1 not crash-looping")
+                && ready.message.contains("1 skipped"),
+            "{}",
+            ready.message
+        );
+        let failed = vec![p("a", Decision::Refused { message: "forbidden".into(), retry_at: Instant::now() })];
+        let s = build(None, Some(1), "dbg-x", Expiry::Never, Outcome::Copies { plans: &failed, copies: 0 });
+        assert_eq!(s.conditions[0].reason, "CopyFailed");
     }
 
     #[test]

@@ -650,3 +650,107 @@ async fn secret_volumes_are_mounted_under_the_admission_policy() {
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
 }
+
+/// Issue 32 (`kubectl debug --copy-to`, declared): a PodDebugger in mode
+/// copy is refused (CopiesDisabled) by an operator without --debug-copies.
+/// With it, the crash-looping pod it matches gets one copy: without the
+/// pod's labels or owners (no Service or ReplicaSet adopts it), owned by
+/// the PodDebugger, its target running the default `sleep infinity` in
+/// the same image, the debug container beside it seeing that process; the
+/// pod itself untouched. A healthy matched pod gets none
+/// (NotCrashLooping), a second crash-looping one none past maxCopies 1
+/// (MaxCopiesReached). At the expiry the copy is deleted and the
+/// PodDebugger is Expired.
+#[tokio::test]
+async fn a_crash_looping_pod_gets_one_debug_copy_deleted_at_the_expiry() {
+    let _one = ONE_OPERATOR.lock().await;
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pd-copy").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let crasher = |marker: &str| json!([{"name": "app", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", format!("echo {marker}; exit 1")]}]);
+    pods.create(&PostParams::default(), &pod("crash-a", "crash", crasher("a"), json!({}))).await.unwrap();
+    pods.create(&PostParams::default(), &pod("crash-b", "crash", crasher("b"), json!({}))).await.unwrap();
+    pods.create(&PostParams::default(), &pod("fine", "crash", json!([sleeper("app", "3600")]), json!({})))
+        .await
+        .unwrap();
+    for p in ["crash-a", "crash-b"] {
+        // The kubelet shows CrashLoopBackOff only for a moment before each
+        // restart (Terminated for the rest of the back-off): restarts tell.
+        flotilla_testenv::wait_object(&pods, p, "the pod to crash-loop", T, |p| {
+            let s = p.status.as_ref()?.container_statuses.as_ref()?;
+            (s.first()?.restart_count >= 2).then_some(())
+        })
+        .await;
+    }
+
+    let spec = json!({"selector": {"matchLabels": {"app": "crash"}}, "image": "busybox:latest", "mode": "copy",
+                      "command": ["sh"], "copy": {"maxCopies": 1}});
+    let operator = start_operator(&env, &[]);
+    create_debugger(&client, &ns, "copier", spec).await.unwrap();
+    let status = wait_status(&client, &ns, "copier", "CopiesDisabled", T, |s| {
+        (ready(s).1 == "CopiesDisabled").then(|| s.clone())
+    })
+    .await;
+    assert!(ready(&status).2.contains("--debug-copies"), "{status:?}");
+    let _ = operator.stop();
+
+    let operator = start_operator(&env, &["--debug-copies"]);
+    let debuggers: Api<PodDebugger> = Api::namespaced(client.clone(), &ns);
+    let status = flotilla_testenv::wait_for("one copy, running", T, || async {
+        let s = debuggers.get("copier").await?.status.unwrap_or_default();
+        let running = s.pods.iter().any(|p| !p.copy.is_empty() && p.state == "Running");
+        let capped = s.pods.iter().any(|p| p.reason == "MaxCopiesReached");
+        Ok::<_, kube::Error>((s.copies == 1 && running && capped && s.matched == 3).then_some(s))
+    })
+    .await;
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            let now = debuggers.get("copier").await.ok().and_then(|d| d.status);
+            panic!("{e}\nstatus: {now:?}\noperator:\n{}", operator.logs())
+        }
+    };
+    assert_eq!(ready(&status).0, "True", "{status:?}");
+    let reasons: Vec<(&str, &str)> = status.pods.iter().map(|p| (p.name.as_str(), p.reason.as_str())).collect();
+    assert!(reasons.contains(&("fine", "NotCrashLooping")), "{reasons:?}");
+    assert!(reasons.iter().any(|(_, r)| *r == "MaxCopiesReached"), "{reasons:?}");
+    let entry = status.pods.iter().find(|p| !p.copy.is_empty()).unwrap();
+    let (source, copy_name, container) = (entry.name.clone(), entry.copy.clone(), status.container.clone());
+    assert!(copy_name.starts_with(&format!("{source}-dbg-")), "{copy_name}");
+
+    let copy = pods.get(&copy_name).await.unwrap();
+    let labels = copy.metadata.labels.clone().unwrap_or_default();
+    assert!(!labels.contains_key("app"), "a copy keeps no label a Service could select: {labels:?}");
+    let owners = copy.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.iter().map(|o| o.kind.as_str()).collect::<Vec<_>>(), ["PodDebugger"]);
+    let spec = copy.spec.clone().unwrap();
+    assert_eq!(spec.containers[0].command, Some(vec!["sleep".to_string(), "infinity".to_string()]));
+    assert_eq!(spec.containers[0].image.as_deref(), Some(TOOLBOX_IMAGE));
+    let ps = env.kubectl(&["exec", "-n", &ns, &copy_name, "-c", &container, "--", "ps", "-o", "args"]).unwrap();
+    assert!(ps.contains("sleep infinity"), "the debug container sees the held target:\n{ps}");
+    // The source is untouched: still crash-looping, nothing added.
+    assert!(ephemeral_names(&pods, &source).await.is_empty());
+    flotilla_testenv::wait_event(&client, &ns, "copier", "Normal", "DebugCopyCreated", T).await;
+
+    // Expiry: the copy goes, the PodDebugger says why.
+    let at = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(3);
+    patch_debugger(&client, &ns, "copier", json!({"expiresAt": at.to_string()})).await;
+    let status = wait_status(&client, &ns, "copier", "Expired, no copy left", T, |s| {
+        (ready(s).1 == "Expired" && s.copies == 0).then(|| s.clone())
+    })
+    .await;
+    assert_eq!(ready(&status).0, "False");
+    flotilla_testenv::wait_for("the copy to be deleted", T, || async {
+        Ok::<_, kube::Error>(pods.get_opt(&copy_name).await?.is_none().then_some(()))
+    })
+    .await
+    .unwrap();
+    assert!(pods.get_opt(&source).await.unwrap().is_some(), "the source pod is never deleted");
+    assert_eq!(metric(&operator, "flotilla_pod_debugger_copies_total{result=\"created\"}").await, 1.0);
+    assert_eq!(metric(&operator, "flotilla_pod_debugger_copies_total{result=\"deleted\"}").await, 1.0);
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}

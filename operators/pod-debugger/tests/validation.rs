@@ -41,6 +41,23 @@ async fn admission_rejects_what_the_api_would_reject_later() {
             json!({"selector": sel, "image": "busybox", "targetContainer": "App_1"}),
             "spec.targetContainer",
         ),
+        // Issue 32: debug copies.
+        ("unknown mode", json!({"selector": sel, "image": "busybox", "mode": "clone"}), "spec.mode"),
+        (
+            "copy settings in mode inject",
+            json!({"selector": sel, "image": "busybox", "copy": {"maxCopies": 2}}),
+            "spec.copy applies only with mode: copy",
+        ),
+        (
+            "maxCopies 11",
+            json!({"selector": sel, "image": "busybox", "mode": "copy", "copy": {"maxCopies": 11}}),
+            "spec.copy.maxCopies",
+        ),
+        (
+            "an empty copy command",
+            json!({"selector": sel, "image": "busybox", "mode": "copy", "copy": {"command": []}}),
+            "spec.copy.command",
+        ),
     ];
     for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
         let msg = rejected(create_debugger(&client, &ns, &format!("bad-{i}"), spec).await, what);
