@@ -56,6 +56,7 @@ e2e/tests/rbac.rs proves each rule is needed.
 - {{ printf "--slack-hosts=%s" (include "flotilla.value" (join "," .Values.sinks.slackHosts)) | quote }}
 - {{ printf "--teams-hosts=%s" (include "flotilla.value" (join "," .Values.sinks.teamsHosts)) | quote }}
 - {{ printf "--pagerduty-url=%s" (include "flotilla.value" .Values.sinks.pagerdutyURL) | quote }}
+- {{ printf "--slack-api-url=%s" (include "flotilla.value" .Values.sinks.slackApiURL) | quote }}
 - {{ printf "--max-notifications-per-minute-per-namespace=%d" (int .Values.sinks.maxNotificationsPerMinutePerNamespace) | quote }}
 - {{ printf "--max-log-bytes=%s" (include "flotilla.value" .Values.maxLogBytes) | quote }}
 - {{ printf "--max-podalerts-per-namespace=%d" (int .Values.maxPodAlertsPerNamespace) | quote }}

@@ -14,7 +14,9 @@ mod status;
 pub use alerts::{AlertRules, Reason};
 pub use flotilla_shared::duration::GoDuration;
 pub use silence::Silence;
-pub use status::{IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, SilenceStatus, SinkStatus};
+pub use status::{
+    IncidentStatus, MAX_INCIDENTS_LISTED, MAX_PODS_LISTED, PodAlertStatus, SilenceStatus, SinkStatus, SlackThread,
+};
 
 /// Turns unhealthy pods of this PodAlert's namespace into incidents (one per
 /// workload, container and reason, with the failing container's log tail),
@@ -237,8 +239,11 @@ pub struct Sinks {
     #[serde(default = "default_true")]
     #[schemars(default = "default_true")]
     pub events: bool,
-    /// A Slack incoming webhook: one Block Kit message per incident
-    /// transition (opened, escalated, resolved).
+    /// Slack: with webhookSecretRef, an incoming webhook gets one Block
+    /// Kit message per incident transition (opened, escalated, resolved);
+    /// with botTokenSecretRef and channel, each incident is one thread
+    /// (its opening a message kept up to date with its state, the later
+    /// transitions replies in its thread).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slack: Option<SlackSink>,
     /// A generic webhook: a JSON document per transition (the schema is in
@@ -313,13 +318,41 @@ impl PagerDutySeverity {
     }
 }
 
-/// Slack incoming webhook.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+/// Slack: an incoming webhook (webhookSecretRef), or a bot token and a
+/// channel (botTokenSecretRef and channel) for one thread per incident.
+/// Exactly one of the two.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "has(self.webhookSecretRef) != has(self.botTokenSecretRef)"
+).message("give webhookSecretRef, or botTokenSecretRef with channel, not both"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "has(self.botTokenSecretRef) == has(self.channel)"
+).message("botTokenSecretRef and channel go together: a bot token needs the channel to post to, and a webhook posts to its own channel"))]
 pub struct SlackSink {
-    /// The key of a Secret in this PodAlert's namespace holding the
-    /// webhook URL (read with get; the operator never lists Secrets).
-    pub webhook_secret_ref: SecretKeyRef,
+    /// The key of a Secret in this PodAlert's namespace holding an incoming
+    /// webhook URL (read with get; the operator never lists Secrets): one
+    /// message per incident transition (opened, escalated, resolved). Its
+    /// host must be one of the operator's --slack-hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_secret_ref: Option<SecretKeyRef>,
+    /// The key of a Secret in this PodAlert's namespace holding a Slack
+    /// bot token (xoxb-…, with the chat:write scope; the bot must be a
+    /// member of the channel). Each incident is one thread: its opening is
+    /// posted to channel with the Web API's chat.postMessage, its later
+    /// transitions (escalated, resolved) are replies in that thread, and
+    /// the first message is updated in place to show the incident's
+    /// current state. The token is sent only to the operator's
+    /// --slack-api-url (default https://slack.com/api). Needs channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bot_token_secret_ref: Option<SecretKeyRef>,
+    /// The channel the bot posts to, with botTokenSecretRef: its ID (e.g.
+    /// C0123456789, found in the channel's details) or its name (e.g.
+    /// alerts-prod or #alerts-prod: lowercase letters, digits, '-' and
+    /// '_', at most 80). The ID keeps working when the channel is renamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 81), pattern(r"^([CGD][A-Z0-9]{6,20}|#?[a-z0-9][a-z0-9_-]{0,79})$"))]
+    pub channel: Option<String>,
 }
 
 /// Generic webhook.

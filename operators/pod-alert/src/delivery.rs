@@ -7,10 +7,13 @@
 //!
 //! Where a sink may send is the admin's decision ([`SinkRules`]): the
 //! address policy of [`crate::address`] (also after DNS, at connect time),
-//! and for Slack only the `--slack-hosts`. What a failure says in status is
-//! its class only ([`class`]): `refused by policy`, `unreachable`, `timeout`,
-//! `HTTP 4xx`, `HTTP 5xx` — never an address, the URL or the OS's error text,
-//! which would make the operator a port scanner for the PodAlert's author.
+//! for a Slack webhook only the `--slack-hosts`, and a Slack bot token only
+//! to the `--slack-api-url` (`delivery/slack_api.rs`: one thread per
+//! incident). What a failure says in status is its class only ([`class`]):
+//! `refused by policy`, `unreachable`, `timeout`, `HTTP 4xx`, `HTTP 5xx`
+//! (or, for a bot token's call Slack refused, Slack's error code) — never
+//! an address, the URL or the OS's error text, which would make the
+//! operator a port scanner for the PodAlert's author.
 //!
 //! A queued notification is rendered when it is sent ([`Payload`]), so what
 //! waits holds the shared log tail, not a copy. Alertmanager's sink keeps
@@ -40,10 +43,13 @@ use crate::metrics::AlertMetrics;
 
 mod destination;
 mod retry;
+mod slack_api;
 pub use destination::{
-    DEFAULT_PAGERDUTY_URL, DEFAULT_SLACK_HOST, DEFAULT_TEAMS_HOSTS, SinkRules, check_url, http_client,
+    DEFAULT_PAGERDUTY_URL, DEFAULT_SLACK_API_URL, DEFAULT_SLACK_HOST, DEFAULT_TEAMS_HOSTS, SinkRules, check_url,
+    http_client,
 };
 pub use retry::{Retry, delay, parse_retry_after};
+pub use slack_api::{Calls, Threading, Threads, answer, check_bot_token, choose, post_body, update_body};
 
 /// The failure classes `status.sinks[].lastError` may hold for a request
 /// that was attempted (besides configuration problems: a missing Secret).
@@ -64,6 +70,11 @@ pub enum Target {
     /// Secret key in the PodAlert's namespace into each document's
     /// `routing_key` when it is sent (it never sits in a queue or a log).
     RoutingKey { namespace: String, secret: SecretKeyRef },
+    /// The operator's `--slack-api-url` (Slack's Web API), with a bot token
+    /// read from a Secret key in the PodAlert's namespace into each
+    /// request's Authorization header when it is sent, posting to `channel`
+    /// one thread per incident (`delivery/slack_api.rs`).
+    SlackBot { namespace: String, token: SecretKeyRef, channel: String },
 }
 
 /// Whether `key` looks like a PagerDuty integration key (32 letters and
@@ -139,17 +150,28 @@ pub fn class(e: &reqwest::Error) -> &'static str {
 }
 
 /// What a sink sends, rendered when it is sent: a queued notification holds
-/// the shared log tail, not a rendered copy of it.
+/// the shared log tail, not a rendered copy of it. A Slack notification of
+/// an incident also says which thread it belongs to (used with a bot token).
 #[derive(Clone)]
-pub struct Payload(Arc<dyn Fn() -> Value + Send + Sync>);
+pub struct Payload {
+    render: Arc<dyn Fn() -> Value + Send + Sync>,
+    pub thread: Option<Threading>,
+}
 
 impl Payload {
     pub fn new(render: impl Fn() -> Value + Send + Sync + 'static) -> Self {
-        Self(Arc::new(render))
+        Self { render: Arc::new(render), thread: None }
+    }
+
+    /// With the incident's thread, for a Slack sink with a bot token.
+    #[must_use]
+    pub fn in_thread(mut self, thread: Threading) -> Self {
+        self.thread = Some(thread);
+        self
     }
 
     pub fn render(&self) -> Value {
-        (self.0)()
+        (self.render)()
     }
 }
 
@@ -222,6 +244,8 @@ pub struct Sink {
     inbox: Inbox,
     pub state: Arc<Mutex<SinkState>>,
     pub target: Target,
+    /// The Slack threads its worker posted (a bot token's sink).
+    pub threads: Threads,
 }
 
 impl Drop for Sink {
@@ -288,6 +312,8 @@ impl Delivery {
         let this = self.clone();
         let st = state.clone();
         let tgt = target.clone();
+        let threads = Threads::default();
+        let learned = threads.clone();
         tokio::spawn(async move {
             loop {
                 let next = match (&mut rx, &latest) {
@@ -305,7 +331,7 @@ impl Delivery {
                 if let Some(newer) = latest.as_ref().and_then(|l| l.take()) {
                     job = newer;
                 }
-                let result = this.deliver(name, &tgt, path, &job.0, job.1).await;
+                let result = this.deliver(name, &tgt, path, &job.0, job.1, &learned).await;
                 {
                     let mut s = st.lock().unwrap_or_else(PoisonError::into_inner);
                     s.used = true;
@@ -330,7 +356,7 @@ impl Delivery {
                 changed();
             }
         });
-        Sink { inbox, state, target }
+        Sink { inbox, state, target, threads }
     }
 
     /// Delivers one document, retrying as the policy says.
@@ -341,8 +367,11 @@ impl Delivery {
         path: &str,
         body: &Payload,
         queued: Timestamp,
+        threads: &Threads,
     ) -> Result<(), Failure> {
         let mut attempt = 0;
+        // A Slack thread's reply is not sent again when only its update failed.
+        let mut progress = slack_api::Progress::default();
         loop {
             if !self.leadership.is_leading() {
                 tracing::info!("notification held: leadership suspended; it goes out when the term resumes");
@@ -366,7 +395,14 @@ impl Delivery {
                 }
             }
             attempt += 1;
-            let failure = match self.attempt(name, target, path, body).await {
+            let outcome = match target {
+                Target::SlackBot { namespace, token, channel } => {
+                    let bot = slack_api::Bot { namespace, token, channel };
+                    self.slack_bot(bot, body, threads, &mut progress).await
+                }
+                _ => self.attempt(name, target, path, body).await,
+            };
+            let failure = match outcome {
                 Ok(()) => return Ok(()),
                 Err(f) => f,
             };
@@ -385,6 +421,8 @@ impl Delivery {
             Target::Url(u) => u.clone(),
             Target::Secret { namespace, secret } => read_secret(&self.kube, namespace, secret).await?,
             Target::RoutingKey { .. } => self.rules.pagerduty_url.to_string(),
+            // Posted by `slack_bot`, never here.
+            Target::SlackBot { .. } => return Err(Failure::refused()),
         };
         check_url(&raw, name, &self.rules).map_err(|message| {
             // The condition (SinkMisconfigured) says why; the sink's own
@@ -409,12 +447,7 @@ impl Delivery {
             check_routing_key(&key).map_err(|message| Failure { message, retryable: false, retry_after: None })?;
             document["routing_key"] = Value::String(key.trim().to_string());
         }
-        let response = self.http.post(url).json(&document).send().await.map_err(|e| {
-            let class = class(&e);
-            // The log keeps the detail for the admin (without the URL).
-            tracing::info!(sink = name, error = %flotilla_shared::context::DisplayChain(&e.without_url()), class, "a sink request failed");
-            Failure { message: class.to_string(), retryable: class != REFUSED, retry_after: None }
-        })?;
+        let response = self.http.post(url).json(&document).send().await.map_err(|e| request_failure(name, e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -440,6 +473,16 @@ impl Delivery {
         tracing::info!(sink = name, status = status.as_u16(), body = %text.trim(), "a sink refused a notification");
         Err(Failure { message: message.to_string(), retryable, retry_after })
     }
+}
+
+/// A request that got no answer, as its class; the log keeps the detail
+/// for the admin (without the URL).
+fn request_failure(name: &str, e: reqwest::Error) -> Failure {
+    let class = class(&e);
+    let e = e.without_url();
+    let detail = flotilla_shared::context::DisplayChain(&e);
+    tracing::info!(sink = name, error = %detail, class, "a sink request failed");
+    Failure { message: class.to_string(), retryable: class != REFUSED, retry_after: None }
 }
 
 /// Reads a sink URL from a Secret key (get only: the operator never lists
@@ -713,6 +756,7 @@ mod tests {
             slack_hosts: Arc::new(vec!["127.0.0.1".into(), "localhost".into()]),
             teams_hosts: Arc::new(vec!["127.0.0.1".into()]),
             pagerduty_url: "http://127.0.0.1:1/v2/enqueue".into(),
+            slack_api_url: "http://127.0.0.1:1/api".into(),
         }
     }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::Reason;
+use crate::crd::{Reason, SlackThread};
 use crate::logs::Tail;
 use crate::observe::{Findings, Key, Problem};
 use crate::pod::{after, elapsed};
@@ -102,6 +102,9 @@ pub struct Incident {
     /// The silence covering it at the last evaluation ([`crate::silence`]):
     /// while it lasts, the incident neither opens nor escalates.
     pub silencing: Option<Silencing>,
+    /// Its Slack thread (a bot token's sink), once Slack named it: kept in
+    /// status, so an operator restart replies in the same thread.
+    pub slack_thread: Option<SlackThread>,
 }
 
 /// Where an incident's log tail is read.
@@ -250,6 +253,7 @@ impl Book {
             log_source: None,
             logs: None,
             silencing: None,
+            slack_thread: None,
         };
         let incident = match self.incidents.get(key) {
             // Back after a resolve: an old termination (all its incarnations

@@ -26,7 +26,7 @@
 //! | [`throttle`] | the per-namespace rate limit on notifications, held ones and summaries (pure) |
 //! | [`redact`] | secrets taken out of log tails: the defaults and spec.logs.redact, compiled once per spec (pure) |
 //! | [`logs`] | log tails: read (the crashed run's, told by timestamps), held once per incident key within a budget |
-//! | [`delivery`] | sink workers: HTTP, retries, `Retry-After`, failure classes |
+//! | [`delivery`] | sink workers: HTTP, retries, `Retry-After`, failure classes; a Slack bot token's Web API calls, one thread per incident |
 //! | [`address`] | where sinks may send: the operator's own network refused unless admitted, also after DNS |
 //! | [`metrics`] | `flotilla_pod_alert_*` |
 //! | [`log_reads`] | a reconcile's log reads: which, side by side, then judged against `ignore.logPatterns` |

@@ -40,7 +40,8 @@ struct Args {
     /// and 240.0.0.0/4, in every spelling and behind host names.
     #[arg(long, env = "ALLOWED_SINK_CIDRS", value_delimiter = ',', value_name = "CIDR,...")]
     allowed_sink_cidrs: Vec<String>,
-    /// Hosts a Slack sink may post to (comma-separated, exact names).
+    /// Hosts a Slack sink's webhook URL may post to (comma-separated, exact
+    /// names).
     #[arg(
         long,
         env = "SLACK_HOSTS",
@@ -65,6 +66,12 @@ struct Args {
     /// address policy like every sink.
     #[arg(long, env = "PAGERDUTY_URL", default_value = pod_alert::delivery::DEFAULT_PAGERDUTY_URL, value_name = "URL")]
     pagerduty_url: String,
+    /// Slack's Web API, where Slack sinks with a bot token
+    /// (sinks.slack.botTokenSecretRef) post: <URL>/chat.postMessage and
+    /// <URL>/chat.update. The token is sent nowhere else, whatever a
+    /// PodAlert says. Checked against the address policy like every sink.
+    #[arg(long, env = "SLACK_API_URL", default_value = pod_alert::delivery::DEFAULT_SLACK_API_URL, value_name = "URL")]
+    slack_api_url: String,
     /// Bytes of log tails the operator holds, all namespaces (e.g. 32Mi,
     /// 512Ki; 1Mi-1Gi); each namespace holding tails gets a fair share.
     #[arg(long, env = "MAX_LOG_BYTES", default_value = "32Mi", value_name = "SIZE")]
@@ -137,6 +144,9 @@ fn main() -> std::process::ExitCode {
     if let Err(e) = pod_alert::delivery::check_url(&args.pagerduty_url, "pagerduty", &probe) {
         ConfigError::new("pagerduty-url", e).exit();
     }
+    if let Err(e) = pod_alert::delivery::check_url(&args.slack_api_url, "slack-api", &probe) {
+        ConfigError::new("slack-api-url", e).exit();
+    }
     let Some(max_log_bytes) =
         flotilla_shared::config::parse_size(&args.max_log_bytes).filter(|b| (1 << 20..=1 << 30).contains(b))
     else {
@@ -159,6 +169,7 @@ fn main() -> std::process::ExitCode {
             slack_hosts: Arc::new(slack_hosts),
             teams_hosts: Arc::new(teams_hosts),
             pagerduty_url: args.pagerduty_url.trim().into(),
+            slack_api_url: args.slack_api_url.trim().into(),
         },
         max_log_bytes,
         max_per_namespace: args.max_podalerts_per_namespace,

@@ -1,21 +1,22 @@
 //! A reconcile's deliveries, decided: which sink workers the spec wants,
-//! whether their Secrets hold a usable URL (read at most once a minute),
+//! whether their Secrets hold a usable URL or key (read at most once a
+//! minute), the Slack threads a worker posted learned into the incidents,
 //! which documents go to which sink now — within the namespace's rate
 //! limit, the rest held in order or summarized — and Alertmanager's
 //! schedule. Nothing here sends or starts anything: [`crate::apply`] starts
 //! the workers and hands them the [`Outbox`], [`crate::report`] tells its
 //! Events and counts it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::PoisonError;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::controller::{Data, SECRET_CHECK_EVERY, State};
-use crate::crd::PodAlert;
-use crate::delivery::{Payload, Target, read_secret};
-use crate::incident::Transition;
+use crate::crd::{PodAlert, SlackSink, SlackThread};
+use crate::delivery::{Payload, Target, Threading, read_secret};
+use crate::incident::{Change, Transition};
 use crate::notify::{IncidentView, Notification, alertmanager_alerts};
 use crate::pod::elapsed;
 use crate::rules::Rules;
@@ -43,7 +44,7 @@ pub(crate) struct Outbox {
 pub(crate) fn wanted(alert: &PodAlert) -> BTreeSet<&'static str> {
     let s = &alert.spec.sinks;
     [
-        ("slack", s.slack.is_some()),
+        ("slack", s.slack.as_ref().is_some_and(|x| slack_target(x, "").is_some())),
         ("webhook", s.webhook.is_some()),
         ("alertmanager", s.alertmanager.is_some()),
         ("teams", s.teams.is_some()),
@@ -61,14 +62,7 @@ pub(crate) fn worker_changes(alert: &PodAlert, ns: &str, st: &mut State) -> Vec<
     let s = &alert.spec.sinks;
     let secret = |r: &crate::crd::SecretKeyRef| Target::Secret { namespace: ns.to_string(), secret: r.clone() };
     let wanted: [(&'static str, Option<Target>, &'static str, bool); 5] = [
-        (
-            "slack",
-            s.slack
-                .as_ref()
-                .map(|x| Target::Secret { namespace: ns.to_string(), secret: x.webhook_secret_ref.clone() }),
-            "",
-            false,
-        ),
+        ("slack", s.slack.as_ref().and_then(|x| slack_target(x, ns)), "", false),
         (
             "webhook",
             s.webhook.as_ref().map(|x| Target::Secret { namespace: ns.to_string(), secret: x.url_secret_ref.clone() }),
@@ -100,12 +94,40 @@ pub(crate) fn worker_changes(alert: &PodAlert, ns: &str, st: &mut State) -> Vec<
                     if name == "alertmanager" {
                         st.alertmanager.reset();
                     }
+                    // Another channel or token: the threads known are
+                    // elsewhere (a first start keeps those of the status).
+                    if name == "slack" && st.sinks.contains_key(name) {
+                        for i in st.book.incidents.values_mut() {
+                            i.slack_thread = None;
+                        }
+                    }
                     changes.push(WorkerChange::Start { name, target, path, coalesce });
                 }
             }
         }
     }
     changes
+}
+
+/// Where a Slack sink posts: its webhook, or Slack's Web API with its bot
+/// token and channel (the schema admits exactly one of the two).
+fn slack_target(x: &SlackSink, ns: &str) -> Option<Target> {
+    let namespace = ns.to_string();
+    match (&x.webhook_secret_ref, &x.bot_token_secret_ref, &x.channel) {
+        (Some(secret), _, _) => Some(Target::Secret { namespace, secret: secret.clone() }),
+        (None, Some(token), Some(channel)) => {
+            Some(Target::SlackBot { namespace, token: token.clone(), channel: channel.clone() })
+        }
+        _ => None,
+    }
+}
+
+/// What a sink's Secret key must hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    Url,
+    RoutingKey,
+    BotToken,
 }
 
 /// Reads the sinks' Secrets (at most once a minute each) and checks that
@@ -121,24 +143,29 @@ pub(crate) async fn check_sink_secrets(
     now: Timestamp,
 ) -> Vec<(&'static str, String)> {
     let s = &alert.spec.sinks;
+    let slack_bot = s.slack.as_ref().filter(|x| x.webhook_secret_ref.is_none());
     let refs = [
-        ("slack", s.slack.as_ref().map(|x| &x.webhook_secret_ref)),
-        ("webhook", s.webhook.as_ref().map(|x| &x.url_secret_ref)),
-        ("teams", s.teams.as_ref().map(|x| &x.webhook_secret_ref)),
-        ("pagerduty", s.pagerduty.as_ref().map(|x| &x.routing_key_secret_ref)),
+        ("slack", s.slack.as_ref().and_then(|x| x.webhook_secret_ref.as_ref()), Holds::Url),
+        ("slack", slack_bot.and_then(|x| x.bot_token_secret_ref.as_ref()), Holds::BotToken),
+        ("webhook", s.webhook.as_ref().map(|x| &x.url_secret_ref), Holds::Url),
+        ("teams", s.teams.as_ref().map(|x| &x.webhook_secret_ref), Holds::Url),
+        ("pagerduty", s.pagerduty.as_ref().map(|x| &x.routing_key_secret_ref), Holds::RoutingKey),
     ];
     let rules = &data.delivery.rules;
     if let Some(Err(e)) = s.alertmanager.as_ref().map(|am| crate::delivery::check_url(&am.url, "alertmanager", rules)) {
         summary.sink_problems.push(("alertmanager".into(), e));
     }
     let mut problems = Vec::new();
-    for (sink, r) in refs {
+    for (sink, r, holds) in refs {
         let Some(r) = r else { continue };
         let fresh = st.secret_checks.get(r).is_some_and(|(at, _)| elapsed(*at, now) < SECRET_CHECK_EVERY);
         if !fresh {
             let result = match read_secret(&data.ctx.client, ns, r).await {
-                // PagerDuty's Secret holds the routing key; the URL is the admin's.
-                Ok(key) if sink == "pagerduty" => crate::delivery::check_routing_key(&key)
+                // PagerDuty's Secret holds the routing key, a Slack bot's
+                // its token; the URL is the admin's.
+                Ok(key) if holds == Holds::RoutingKey => crate::delivery::check_routing_key(&key)
+                    .map_err(|e| format!("Secret {}/{} key {}: {e}", ns, r.name, r.key)),
+                Ok(token) if holds == Holds::BotToken => crate::delivery::check_bot_token(&token)
                     .map_err(|e| format!("Secret {}/{} key {}: {e}", ns, r.name, r.key)),
                 Ok(url) => crate::delivery::check_url(&url, sink, rules)
                     .map(|_| ())
@@ -152,14 +179,43 @@ pub(crate) async fn check_sink_secrets(
             problems.push((sink, e.clone()));
         }
     }
-    st.secret_checks.retain(|k, _| refs.iter().any(|(_, r)| *r == Some(k)));
+    st.secret_checks.retain(|k, _| refs.iter().any(|(_, r, _)| *r == Some(k)));
     problems
 }
 
-/// The document `n` is for `sink`, rendered when it is sent.
-fn payload(sink: &str, n: Notification, alert: &PodAlert) -> Payload {
+/// The Slack threads the worker posted (a bot token's sink), into their
+/// incidents, so that status keeps them across a restart; the worker
+/// forgets the threads of incidents the book no longer holds.
+pub(crate) fn learn_threads(st: &mut State) {
+    let Some(threads) = st.sinks.get("slack").map(|s| s.threads.clone()) else { return };
+    let learned = threads.snapshot();
+    if learned.is_empty() {
+        return;
+    }
+    let ids: HashMap<String, crate::observe::Key> =
+        st.book.incidents.keys().map(|k| (k.to_string(), k.clone())).collect();
+    for (id, thread) in learned {
+        if let Some(i) = ids.get(&id).and_then(|k| st.book.incidents.get_mut(k)) {
+            i.slack_thread = Some(thread);
+        }
+    }
+    threads.retain(|id| ids.contains_key(id));
+}
+
+/// The document `n` is for `sink`, rendered when it is sent; a Slack
+/// message says which incident's thread it belongs to, and the thread
+/// known for it (`thread`), used with a bot token.
+fn payload(sink: &str, n: Notification, alert: &PodAlert, thread: Option<SlackThread>) -> Payload {
     match sink {
-        "slack" => Payload::new(move || n.slack()),
+        "slack" => {
+            let threading = Threading {
+                // The incident key's Display, as `learn_threads` finds it.
+                incident: n.incident.title(),
+                opens: matches!(n.change, Change::Opened { .. }),
+                known: thread,
+            };
+            Payload::new(move || n.slack()).in_thread(threading)
+        }
         "teams" => Payload::new(move || n.teams()),
         "pagerduty" => {
             let severity = alert.spec.sinks.pagerduty.as_ref().map(|p| p.severity).unwrap_or_default();
@@ -201,7 +257,7 @@ pub(crate) fn notify(
             at: now,
         };
         if live.contains("pagerduty") {
-            out.sends.push(("pagerduty", payload("pagerduty", n.clone(), alert)));
+            out.sends.push(("pagerduty", payload("pagerduty", n.clone(), alert, None)));
         }
         for name in LIMITED {
             if !live.contains(name) {
@@ -211,7 +267,7 @@ pub(crate) fn notify(
             let token =
                 held.is_empty() && data.limiter.lock().unwrap_or_else(PoisonError::into_inner).try_take(&ns, now);
             if token {
-                out.sends.push((name, payload(name, n.clone(), alert)));
+                out.sends.push((name, payload(name, n.clone(), alert, inc.slack_thread.clone())));
             } else if held.hold(n.clone()) {
                 out.not_sent.push((name, "held", 1));
             } else {
@@ -248,7 +304,12 @@ pub(crate) fn release_held(
                 break;
             }
             match held.release(tokens) {
-                Some(Release::One(n)) => out.sends.push((name, payload(name, *n, alert))),
+                Some(Release::One(n)) => {
+                    let id = n.incident.title();
+                    let thread = st.book.incidents.values().find(|i| i.key.to_string() == id);
+                    let thread = thread.and_then(|i| i.slack_thread.clone());
+                    out.sends.push((name, payload(name, *n, alert, thread)));
+                }
                 Some(Release::Summary(all, more)) => {
                     out.not_sent.push((name, "summarized", all.len() as u64));
                     let body = if *name == "slack" {

@@ -91,6 +91,7 @@ fn incident_status(i: &Incident, lines: u32, bytes: usize, events: bool) -> Inci
         events: i.event_lines(events),
         silenced_by: i.silencing.as_ref().map(|s| s.by.clone()).unwrap_or_default(),
         silenced_until: i.silencing.as_ref().map(|s| Time(s.until)),
+        slack_thread: i.slack_thread.clone(),
     }
 }
 
@@ -246,6 +247,7 @@ pub fn restore(status: &PodAlertStatus) -> (Book, Vec<Restored>) {
             logs: None,
             // Found again by the next evaluation.
             silencing: None,
+            slack_thread: i.slack_thread.clone(),
         };
         if !i.logs.is_empty() || !i.events.is_empty() {
             tails.push((key.clone(), i.logs.clone(), i.events.clone()));
@@ -289,12 +291,20 @@ mod tests {
 
     #[test]
     fn restore_round_trips_what_matters() {
-        let book = book_with_incident();
+        let mut book = book_with_incident();
+        let thread = crate::crd::SlackThread { channel: "C0123456789".into(), ts: "1712345678.000100".into() };
+        book.incidents.values_mut().for_each(|i| i.slack_thread = Some(thread.clone()));
         let s = build(None, Some(1), &book, &Summary::default());
+        assert_eq!(
+            serde_json::to_value(&s.incidents[0]).unwrap()["slackThread"],
+            serde_json::json!({"channel": "C0123456789", "ts": "1712345678.000100"})
+        );
         let (back, _) = restore(&s);
         let (a, b) = (book.incidents.values().next().unwrap(), back.incidents.values().next().unwrap());
         assert_eq!(a.key, b.key);
         assert_eq!(a.phase, b.phase);
+        // A restart replies in the same Slack thread.
+        assert_eq!(b.slack_thread.as_ref(), Some(&thread));
         assert_eq!((a.notified, a.notified_level, &a.incarnations), (b.notified, b.notified_level, &b.incarnations));
         // The restored book does not notify the open incident again.
         let r = rules(serde_json::json!({}));

@@ -58,6 +58,28 @@ async fn the_seeds_rule_without_an_alert_and_bad_values_are_refused_at_admission
         let e = create_podalert(&client, &ns, "bad", spec.clone()).await.unwrap_err();
         assert!(e.to_string().contains(field), "{spec}: {e}");
     }
+    // Slack: a webhook, or a bot token with its channel — exactly one.
+    let hook = json!({"name": "hooks", "key": "slack"});
+    let bot = json!({"name": "slack-bot", "key": "token"});
+    let slack = |sink: serde_json::Value| json!({"alerts": {"checkRunningPods": true}, "sinks": {"slack": sink}});
+    for (sink, says) in [
+        (json!({"webhookSecretRef": hook, "botTokenSecretRef": bot, "channel": "C0123456789"}), "not both"),
+        (json!({}), "give webhookSecretRef, or botTokenSecretRef with channel"),
+        (json!({"botTokenSecretRef": bot}), "botTokenSecretRef and channel go together"),
+        (json!({"webhookSecretRef": hook, "channel": "alerts"}), "botTokenSecretRef and channel go together"),
+        (json!({"botTokenSecretRef": bot, "channel": "Alerts Prod"}), "channel"),
+        (json!({"botTokenSecretRef": bot, "channel": "x".repeat(82)}), "channel"),
+    ] {
+        let e = create_podalert(&client, &ns, "bad-slack", slack(sink.clone())).await.unwrap_err();
+        assert!(e.to_string().contains(says), "{sink}: {e}");
+    }
+    for (name, sink) in [
+        ("slack-hook", json!({"webhookSecretRef": hook})),
+        ("slack-bot-id", json!({"botTokenSecretRef": bot, "channel": "C0123456789"})),
+        ("slack-bot-name", json!({"botTokenSecretRef": bot, "channel": "#alerts-prod_2"})),
+    ] {
+        create_podalert(&client, &ns, name, slack(sink)).await.unwrap();
+    }
     create_podalert(&client, &ns, "ok", json!({"alerts": {"checkRunningPods": true}})).await.unwrap();
     let runbook =
         json!({"alerts": {"checkRunningPods": true}, "runbookURL": "https://r.example/{reason}?n={namespace}"});

@@ -134,13 +134,32 @@ pub struct IncidentStatus {
     /// Until when (RFC 3339): then, if the problem is still there, it opens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silenced_until: Option<Time>,
+    /// The Slack thread of the incident (sinks.slack with a bot token):
+    /// where its first message was posted. Later transitions reply there
+    /// and update that message, also after an operator restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slack_thread: Option<SlackThread>,
+}
+
+/// A Slack message that heads an incident's thread, as Slack's
+/// chat.postMessage named it.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub struct SlackThread {
+    /// The channel's ID (Slack's answer, whatever spec.sinks.slack.channel
+    /// named it by).
+    #[schemars(length(min = 1, max = 32))]
+    pub channel: String,
+    /// The message's timestamp (its ID in the channel, e.g.
+    /// 1712345678.123456).
+    #[schemars(length(min = 1, max = 32))]
+    pub ts: String,
 }
 
 /// One sink's delivery state.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SinkStatus {
-    /// events, slack, webhook or alertmanager.
+    /// events, slack, webhook, alertmanager, teams or pagerduty.
     pub name: String,
     /// Whether the last delivery (or configuration check) succeeded.
     pub healthy: bool,
@@ -148,8 +167,9 @@ pub struct SinkStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_success: Option<Time>,
     /// The last failure: its class only (refused by policy, unreachable,
-    /// timeout, HTTP 4xx, HTTP 5xx), or a configuration problem (a Secret
-    /// not found).
+    /// timeout, HTTP 4xx, HTTP 5xx), Slack's error code for a bot token's
+    /// request that Slack refused ("slack: channel_not_found"), or a
+    /// configuration problem (a Secret not found).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_error: String,
     /// When it happened.

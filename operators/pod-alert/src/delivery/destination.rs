@@ -1,16 +1,18 @@
 //! Where a sink may send (the admin's decision): the address policy of
 //! [`crate::address`], also after DNS at connect time, for Slack only the
-//! `--slack-hosts`, for Teams only the `--teams-hosts`, and for PagerDuty
-//! the `--pagerduty-url` alone; the sinks' HTTP client that enforces it.
+//! `--slack-hosts` (a webhook) or the `--slack-api-url` alone (a bot
+//! token), for Teams only the `--teams-hosts`, and for PagerDuty the
+//! `--pagerduty-url` alone; the sinks' HTTP client that enforces it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::address::{Policy, REFUSED};
 
-/// Where sinks may send: the address policy, the hosts a Slack or Teams
-/// sink may post to (`--slack-hosts`, `--teams-hosts`), and PagerDuty's
-/// Events API (`--pagerduty-url`).
+/// Where sinks may send: the address policy, the hosts a Slack webhook or
+/// Teams sink may post to (`--slack-hosts`, `--teams-hosts`), Slack's Web
+/// API for bot tokens (`--slack-api-url`) and PagerDuty's Events API
+/// (`--pagerduty-url`).
 #[derive(Debug, Clone)]
 pub struct SinkRules {
     pub addresses: Arc<Policy>,
@@ -18,6 +20,8 @@ pub struct SinkRules {
     /// Exact host names, or suffixes written with a leading dot.
     pub teams_hosts: Arc<Vec<String>>,
     pub pagerduty_url: Arc<str>,
+    /// Slack's Web API base URL: `<url>/chat.postMessage`, `<url>/chat.update`.
+    pub slack_api_url: Arc<str>,
 }
 
 impl Default for SinkRules {
@@ -27,6 +31,7 @@ impl Default for SinkRules {
             slack_hosts: Arc::new(vec![DEFAULT_SLACK_HOST.to_string()]),
             teams_hosts: Arc::new(DEFAULT_TEAMS_HOSTS.split(',').map(str::to_string).collect()),
             pagerduty_url: DEFAULT_PAGERDUTY_URL.into(),
+            slack_api_url: DEFAULT_SLACK_API_URL.into(),
         }
     }
 }
@@ -36,6 +41,9 @@ pub const DEFAULT_SLACK_HOST: &str = "hooks.slack.com";
 /// `--teams-hosts`' default: where Microsoft's Workflows webhooks live
 /// (Azure Logic Apps' regional hosts, Power Platform's environments).
 pub const DEFAULT_TEAMS_HOSTS: &str = ".logic.azure.com,.api.powerplatform.com";
+/// `--slack-api-url`'s default: Slack's Web API, where a Slack sink with a
+/// bot token posts (`chat.postMessage`, `chat.update`).
+pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
 /// `--pagerduty-url`'s default: PagerDuty's Events API v2 (EU accounts
 /// use https://events.eu.pagerduty.com/v2/enqueue).
 pub const DEFAULT_PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";

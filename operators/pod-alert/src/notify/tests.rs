@@ -31,6 +31,7 @@ pub(crate) fn incident(phase: Phase) -> Incident {
         log_source: None,
         logs: Some(Tail::detached("starting\npanic: boom ```")),
         silencing: None,
+        slack_thread: None,
     }
 }
 
