@@ -75,6 +75,12 @@ async fn only_users_who_could_read_what_it_sends_write_podalerts() {
     let msg = create_settled(&as_dave, &alert("p", paging("oncall-key")), Some("sinks.pagerduty")).await.unwrap_err();
     assert!(msg.contains("get on that Secret"), "{msg}");
     create_settled(&as_dave, &alert("p", paging("team-slack")), None).await.unwrap();
+    // A Slack bot token posts as the bot in every channel it is in: another
+    // team's is refused, one he may read is not.
+    let bot = |secret: &str| json!({"slack": {"botTokenSecretRef": {"name": secret, "key": "token"}, "channel": "C0123456789"}});
+    let msg = create_settled(&as_dave, &alert("b", bot("other-team")), Some("botTokenSecretRef")).await.unwrap_err();
+    assert!(msg.contains("get on that Secret"), "{msg}");
+    create_settled(&as_dave, &alert("b", bot("team-slack")), None).await.unwrap();
 
     // erin writes PodAlerts and reads no log: a label edit passes, a spec
     // update is judged like a create.

@@ -8,7 +8,8 @@
 //! purpose); with the ephemeralcontainers right but no exec, refused too;
 //! with both, allowed. `view` carries read access. Mounting the pods'
 //! Secret volumes (`volumeMounts.secrets`) also needs `get secrets`: a
-//! debugger without it may mirror the other volumes, not those. Requests
+//! debugger without it may mirror the other volumes, not those. A debugger
+//! in mode copy (the operator creates pods) needs `create pods`. Requests
 //! are made as those users by impersonation.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -115,6 +116,26 @@ async fn only_users_who_could_debug_the_pods_themselves_write_poddebuggers() {
     let refused = as_dave.replace("d-mirror", &PostParams::default(), &obj).await;
     assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("get on secrets")), "{refused:?}");
     for name in ["d-mirror", "a-secrets"] {
+        debuggers(&admin, &ns).delete(name, &Default::default()).await.unwrap();
+    }
+
+    // A debug copy is a new pod, made by the operator: dave, who may debug
+    // but not create pods, may not ask for copies (by create or update);
+    // alice (edit creates pods) may.
+    let copying = |name: &str| {
+        let mut d = debugger(name);
+        d.data["spec"]["mode"] = json!("copy");
+        d
+    };
+    let msg = create_settled(&as_dave, &copying("d-copy"), Some("create pods")).await.unwrap_err();
+    assert!(msg.contains("debug copies"), "{msg}");
+    create_settled(&as_dave, &debugger("d-inject"), None).await.unwrap();
+    let mut obj = debuggers(&admin, &ns).get("d-inject").await.unwrap();
+    obj.data["spec"]["mode"] = json!("copy");
+    let refused = as_dave.replace("d-inject", &PostParams::default(), &obj).await;
+    assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("create pods")), "{refused:?}");
+    create_settled(&as_alice, &copying("a-copy"), None).await.unwrap();
+    for name in ["d-inject", "a-copy"] {
         debuggers(&admin, &ns).delete(name, &Default::default()).await.unwrap();
     }
 
