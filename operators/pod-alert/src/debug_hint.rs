@@ -60,12 +60,24 @@ impl Scope {
 pub struct DebugHint {
     pub command: String,
     pub scope: Scope,
+    /// The PodDebugger makes a debug copy of each crash-looping pod
+    /// (`mode: copy`) instead of adding an ephemeral container.
+    pub copy: bool,
 }
 
 /// The line for an incident of `workload`'s `container` in `namespace`, one
 /// of whose pods is `pod`; None when the pod cannot be selected by a known
-/// label or a value is not what Kubernetes allows.
-pub fn debug_hint(namespace: &str, workload: &Workload, container: &str, pod: &str) -> Option<DebugHint> {
+/// label or a value is not what Kubernetes allows. With `crash_loop` (the
+/// container restarts in a loop: an ephemeral container could not join
+/// it, it is gone before a shell reaches it) the PodDebugger is in mode
+/// copy: one copy, the container held by `sleep infinity`, a shell beside.
+pub fn debug_hint(
+    namespace: &str,
+    workload: &Workload,
+    container: &str,
+    pod: &str,
+    crash_loop: bool,
+) -> Option<DebugHint> {
     if !is_dns_label(namespace) || !is_dns_label(container) || !is_subdomain(&workload.name) {
         return None;
     }
@@ -78,21 +90,26 @@ pub fn debug_hint(namespace: &str, workload: &Workload, container: &str, pod: &s
     if !is_label_value(value) {
         return None;
     }
+    let mut spec = json!({
+        "selector": {"matchLabels": {label: value}},
+        "targetContainer": container,
+        "image": IMAGE,
+        "command": ["sh"],
+        "ttl": TTL,
+        "maxPerPod": 1,
+    });
+    if crash_loop {
+        spec["mode"] = json!("copy");
+        spec["copy"] = json!({"maxCopies": 1});
+    }
     let doc = json!({
         "apiVersion": "flotilla.dev/v1alpha1",
         "kind": "PodDebugger",
         "metadata": {"generateName": format!("debug-{}-", name_part(&workload.name))},
-        "spec": {
-            "selector": {"matchLabels": {label: value}},
-            "targetContainer": container,
-            "image": IMAGE,
-            "command": ["sh"],
-            "ttl": TTL,
-            "maxPerPod": 1,
-        },
+        "spec": spec,
     });
     let command = format!("kubectl -n {} create -f - <<< {}", shell_quote(namespace), shell_quote(&doc.to_string()));
-    (command.len() <= MAX_LINE_BYTES).then_some(DebugHint { command, scope })
+    (command.len() <= MAX_LINE_BYTES).then_some(DebugHint { command, scope, copy: crash_loop })
 }
 
 /// `s` as one word of a POSIX shell (bash, zsh, sh), taken literally:
@@ -178,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_deployment_pod_is_selected_by_its_revision_and_the_line_creates_a_valid_poddebugger() {
-        let h = debug_hint("team-a", &workload("Deployment", "web"), "app", "web-5d8f9c7b6d-x2x7q").unwrap();
+        let h = debug_hint("team-a", &workload("Deployment", "web"), "app", "web-5d8f9c7b6d-x2x7q", false).unwrap();
         assert_eq!(h.scope, Scope::Revision);
         assert!(h.command.starts_with("kubectl -n 'team-a' create -f - <<< '{"), "{}", h.command);
         assert!(!h.command.contains('\n'));
@@ -197,22 +214,35 @@ mod tests {
     }
 
     #[test]
+    fn a_crash_loop_gets_a_debug_copy_of_the_pod() {
+        let h = debug_hint("team-a", &workload("StatefulSet", "db"), "pg", "db-2", true).unwrap();
+        assert!(h.copy);
+        let pd = spec_of(&run_in_bash(&h.command).1);
+        assert_eq!(pd.spec.mode, pod_debugger::crd::Mode::Copy);
+        assert_eq!(pd.spec.copy.as_ref().map(|c| c.max_copies), Some(1));
+        assert_eq!(pd.spec.copy.as_ref().map(|c| c.command.join(" ")).as_deref(), Some("sleep infinity"));
+        assert_eq!(pd.spec.target_container.as_deref(), Some("pg"));
+        assert_eq!(pd.spec.ttl.as_ref().map(|t| t.0.as_str()), Some(TTL));
+        assert!(!debug_hint("team-a", &workload("StatefulSet", "db"), "pg", "db-2", false).unwrap().copy);
+    }
+
+    #[test]
     fn statefulset_pods_exactly_and_jobs_by_name_and_nothing_else() {
-        let h = debug_hint("ns", &workload("StatefulSet", "db"), "pg", "db-2").unwrap();
+        let h = debug_hint("ns", &workload("StatefulSet", "db"), "pg", "db-2", false).unwrap();
         assert_eq!(h.scope, Scope::Pod);
         let pd = spec_of(&run_in_bash(&h.command).1);
         assert_eq!(labels(&pd), [("statefulset.kubernetes.io/pod-name".to_string(), "db-2".to_string())]);
-        let h = debug_hint("ns", &workload("Job", "migrate.v2"), "run", "migrate.v2-abcde").unwrap();
+        let h = debug_hint("ns", &workload("Job", "migrate.v2"), "run", "migrate.v2-abcde", false).unwrap();
         assert_eq!(h.scope, Scope::Job);
         let pd = spec_of(&run_in_bash(&h.command).1);
         assert_eq!(pd.metadata.generate_name.as_deref(), Some("debug-migrate-v2-"));
         for kind in ["Pod", "DaemonSet", "ReplicaSet", "CronJob"] {
-            assert_eq!(debug_hint("ns", &workload(kind, "w"), "c", "w-abcde"), None, "{kind}");
+            assert_eq!(debug_hint("ns", &workload(kind, "w"), "c", "w-abcde", false), None, "{kind}");
         }
         // A Deployment pod whose name was cut (long names) or is not of the form.
-        assert_eq!(debug_hint("ns", &workload("Deployment", "web"), "c", "web-5d8f9c7b6d"), None);
-        assert_eq!(debug_hint("ns", &workload("Deployment", "web"), "c", "other-5d8f9c7b6d-abcde"), None);
-        assert_eq!(debug_hint("ns", &workload("Deployment", "web"), "", "web-5d8f9c7b6d-abcde"), None);
+        assert_eq!(debug_hint("ns", &workload("Deployment", "web"), "c", "web-5d8f9c7b6d", false), None);
+        assert_eq!(debug_hint("ns", &workload("Deployment", "web"), "c", "other-5d8f9c7b6d-abcde", false), None);
+        assert_eq!(debug_hint("ns", &workload("Deployment", "web"), "", "web-5d8f9c7b6d-abcde", false), None);
     }
 
     const HOSTILE: [&str; 9] = [
@@ -244,18 +274,18 @@ mod tests {
     fn hostile_names_give_no_line() {
         for v in HOSTILE {
             let hints = [
-                debug_hint(v, &workload("StatefulSet", "db"), "c", "db-0"),
-                debug_hint("ns", &workload("StatefulSet", v), "c", "db-0"),
-                debug_hint("ns", &workload("StatefulSet", "db"), v, "db-0"),
-                debug_hint("ns", &workload("StatefulSet", "db"), "c", v),
-                debug_hint("ns", &workload("Deployment", "web"), "c", &format!("web-{v}-abcde")),
-                debug_hint("ns", &workload("Job", v), "c", "j-abcde"),
+                debug_hint(v, &workload("StatefulSet", "db"), "c", "db-0", false),
+                debug_hint("ns", &workload("StatefulSet", v), "c", "db-0", false),
+                debug_hint("ns", &workload("StatefulSet", "db"), v, "db-0", false),
+                debug_hint("ns", &workload("StatefulSet", "db"), "c", v, false),
+                debug_hint("ns", &workload("Deployment", "web"), "c", &format!("web-{v}-abcde"), false),
+                debug_hint("ns", &workload("Job", v), "c", "j-abcde", false),
             ];
             assert!(hints.iter().all(Option::is_none), "{v:?}: {hints:?}");
         }
         let long = "a".repeat(64);
-        assert_eq!(debug_hint(&long, &workload("Job", "j"), "c", "j-x"), None);
-        assert_eq!(debug_hint("ns", &workload("StatefulSet", "s"), "c", &long), None);
+        assert_eq!(debug_hint(&long, &workload("Job", "j"), "c", "j-x", false), None);
+        assert_eq!(debug_hint("ns", &workload("StatefulSet", "s"), "c", &long, false), None);
     }
 
     /// The longest values Kubernetes allows still make a bounded line.
@@ -263,10 +293,13 @@ mod tests {
     fn the_line_is_bounded() {
         let ns = "n".repeat(63);
         let name = ["a".repeat(63), "b".repeat(63), "c".repeat(63)].join(".");
-        let h = debug_hint(&ns, &workload("Job", &name[..63]), &"c".repeat(63), "x").unwrap();
+        let h = debug_hint(&ns, &workload("Job", &name[..63]), &"c".repeat(63), "x", false).unwrap();
         assert!(h.command.len() <= MAX_LINE_BYTES);
         let pd = spec_of(&run_in_bash(&h.command).1);
         assert_eq!(pd.metadata.generate_name.unwrap().len(), "debug-".len() + 40 + 1);
-        assert!(debug_hint("ns", &workload("StatefulSet", &name), "c", &"p".repeat(63)).is_some());
+        assert!(debug_hint("ns", &workload("StatefulSet", &name), "c", &"p".repeat(63), false).is_some());
+        // A debug copy's line is longer, and still within the bound.
+        let h = debug_hint(&ns, &workload("Job", &name[..63]), &"c".repeat(63), "x", true).unwrap();
+        assert!(h.command.len() <= MAX_LINE_BYTES && h.copy);
     }
 }

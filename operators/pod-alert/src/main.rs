@@ -87,8 +87,10 @@ struct Args {
     max_notifications_per_minute_per_namespace: u32,
     /// Name in every notification of an incident (Slack, webhook
     /// `incident.debugCommand`, Alertmanager `debug_command`) the `kubectl`
-    /// line that creates a PodDebugger for its pod, ending in 1h. Turn on
-    /// where pod-debugger is installed: pod-alert does not check.
+    /// line that creates a PodDebugger for its pod, ending in 1h (for a
+    /// crash loop, one making a debug copy of the pod: pod-debugger's
+    /// --debug-copies). Turn on where pod-debugger is installed: pod-alert
+    /// does not check.
     #[arg(long, env = "DEBUG_HINT")]
     debug_hint: bool,
     /// Print the PodAlert CRD as YAML and exit.

@@ -196,6 +196,9 @@ async fn crash_loops_are_one_incident_each_sent_once_and_resolved_after_the_hold
     let body: serde_json::Value =
         serde_json::from_str(quoted.strip_prefix('\'').unwrap().strip_suffix('\'').unwrap()).unwrap();
     let pd: pod_debugger::crd::PodDebugger = serde_json::from_value(body).unwrap();
+    // A crash loop: a debug copy of the pod (no ephemeral container could
+    // join a container that keeps dying).
+    assert_eq!(pd.spec.mode, pod_debugger::crd::Mode::Copy, "{cmd}");
     let (key, hash) = pd.spec.selector.match_labels.iter().next().unwrap();
     let selected = pods.list(&ListParams::default().labels(&format!("{}={}", key.0, hash.0))).await.unwrap();
     assert_eq!(selected.items.len(), 5, "{cmd}");

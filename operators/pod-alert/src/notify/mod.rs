@@ -60,6 +60,10 @@ pub struct IncidentView {
     /// What that line's PodDebugger selects (said beside it in Slack).
     #[serde(skip)]
     pub debug_scope: Option<crate::debug_hint::Scope>,
+    /// That line makes a debug copy (a crash loop), not an ephemeral
+    /// container (said beside it in Slack).
+    #[serde(skip)]
+    pub debug_copy: bool,
 }
 
 /// An incident's log tail as one PodAlert shows it, rendered when a
@@ -127,6 +131,7 @@ impl IncidentView {
             runbook_url: None,
             debug_command: None,
             debug_scope: None,
+            debug_copy: false,
         }
     }
 
@@ -134,10 +139,11 @@ impl IncidentView {
     /// incident's pods, when the operator gives them (`--debug-hint`).
     #[must_use]
     pub fn with_debug_hint(mut self, i: &Incident, on: bool) -> Self {
-        let hint = on
-            .then(|| i.pods.first())
-            .flatten()
-            .and_then(|pod| crate::debug_hint::debug_hint(&i.key.namespace, &i.key.workload, &i.key.container, pod));
+        let hint = on.then(|| i.pods.first()).flatten().and_then(|pod| {
+            let crash_loop = i.key.reason == crate::crd::Reason::CrashLoopBackOff;
+            crate::debug_hint::debug_hint(&i.key.namespace, &i.key.workload, &i.key.container, pod, crash_loop)
+        });
+        self.debug_copy = hint.as_ref().is_some_and(|h| h.copy);
         (self.debug_command, self.debug_scope) = hint.map(|h| (h.command, h.scope)).unzip();
         self
     }

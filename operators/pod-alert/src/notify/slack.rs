@@ -83,7 +83,16 @@ impl Notification {
         {
             // The line holds no backtick (its values are Kubernetes names);
             // escaped, Slack shows `<<<` and copies it as written.
-            let line = format!("Debug shell ({}, for {}): `{}`", scope.describe(), crate::debug_hint::TTL, e(cmd));
+            let line = if i.debug_copy {
+                format!(
+                    "Debug copy ({}: a copy of the crash-looping pod with a shell, for {}; pod-debugger's --debug-copies): `{}`",
+                    scope.describe(),
+                    crate::debug_hint::TTL,
+                    e(cmd)
+                )
+            } else {
+                format!("Debug shell ({}, for {}): `{}`", scope.describe(), crate::debug_hint::TTL, e(cmd))
+            };
             blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}));
         }
         json!({"text": text, "blocks": blocks})

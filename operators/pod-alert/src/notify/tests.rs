@@ -166,13 +166,20 @@ fn every_sink_carries_the_debug_line_when_asked() {
     assert!(cmd.contains(r#""statefulset.kubernetes.io/pod-name":"db-0""#), "the first pod: {cmd}");
     let slack = n.slack();
     let line = slack["blocks"].as_array().unwrap().last().unwrap()["elements"][0]["text"].as_str().unwrap();
-    assert!(line.starts_with("Debug shell (this pod only, for 1h): `kubectl"), "{line}");
+    // The incident is a crash loop: the line makes a debug copy.
+    assert!(line.starts_with("Debug copy (this pod only: a copy of the crash-looping pod"), "{line}");
+    assert!(cmd.contains(r#""mode":"copy""#), "{cmd}");
     assert!(line.contains("&lt;&lt;&lt;") && !line.contains('<'), "{line}");
+    let mut oom = i.clone();
+    oom.key.reason = crate::crd::Reason::OOMKilled;
+    let shell = opened(IncidentView::of(&oom, 50, 8192).with_debug_hint(&oom, true)).slack();
+    let line = shell["blocks"].as_array().unwrap().last().unwrap()["elements"][0]["text"].as_str().unwrap();
+    assert!(line.starts_with("Debug shell (this pod only, for 1h): `kubectl"), "{line}");
     let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, true), None, true, n.at);
     assert_eq!(am[0]["annotations"]["debug_command"], cmd.as_str());
 
     let resolved = Notification { change: Change::Resolved, ..n.clone() };
-    assert!(!resolved.slack().to_string().contains("Debug shell"));
+    assert!(!resolved.slack().to_string().contains("Debug copy"));
     let off = IncidentView::of(&i, 50, 8192).with_debug_hint(&i, false);
     assert!(serde_json::to_value(&off).unwrap().get("debugCommand").is_none());
     let am = alertmanager_alerts(("team-a", "crashes"), &[&i], (50, 8192, true), None, false, n.at);
