@@ -27,8 +27,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::apply::{DRY_RUN_RETRY, DryRun, add, dry_run};
 use crate::copy::{COPIED_BY, COPY_OF};
-use crate::copy_apply::{delete_copies, make_copies};
-use crate::copy_plan::{leftover_copies, plan_copies};
+use crate::copy_apply::{delete_copies, make_copies, verify_copies};
+use crate::copy_plan::{all_copies, plan_copies, unverified};
 use crate::crd::{Mode, PodDebugger};
 use crate::error::Error;
 use crate::images::ImagePolicy;
@@ -344,6 +344,21 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
     let mut wake = None;
     let mut expiry = Expiry::Never;
     let mut copies = None;
+    // Copies go at the expiry and when the PodDebugger left mode copy,
+    // whatever else is wrong with its spec: a refusal (an image taken off
+    // the allow-list, a missing policy) must not keep them.
+    let mut deleted = 0;
+    {
+        let pods = data.pods.in_namespace(&ns, |_| true);
+        st.memory.not_ours.retain(|u| pods.iter().any(|p| p.uid == *u));
+        st.memory.ours.retain(|u| pods.iter().any(|p| p.uid == *u));
+        let expired = matches!(expiry_time(&rule), Ok(Some(at)) if at <= Timestamp::now());
+        // Without --debug-copies there are none to delete (nor the RBAC to).
+        if data.options.copies && (rule.spec.mode == Mode::Inject || expired) {
+            let doomed = all_copies(&uid, pods.iter().map(AsRef::as_ref), &st.memory);
+            deleted = delete_copies(&rule, &ns, &doomed, &mut st.memory, &data).await;
+        }
+    }
     match check(&rule, &ns, &data).await? {
         Err(r) => refused = Some(r),
         Ok(Checked { selector, level, expires }) => {
@@ -371,12 +386,7 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
             let pods = pods.iter().map(AsRef::as_ref);
             match rule.spec.mode {
                 Mode::Inject => {
-                    plans = plan(&r, pods.clone(), &st.memory, now);
-                    // Copies left from when it was in mode copy.
-                    let stale = leftover_copies(&uid, pods);
-                    if !stale.is_empty() {
-                        delete_copies(&rule, &ns, &stale, &data).await;
-                    }
+                    plans = plan(&r, pods, &st.memory, now);
                     if plans.iter().any(|p| matches!(p.decision, Decision::Add { .. })) {
                         refused = dry_run(&rule, &ns, &container, level, &plans, &mut st, &data).await;
                         if refused.is_none() {
@@ -386,9 +396,16 @@ pub async fn reconcile(rule: Arc<PodDebugger>, data: Arc<Data>) -> Result<Action
                     }
                 }
                 Mode::Copy => {
+                    let labelled = unverified(&uid, pods.clone(), &st.memory);
+                    if !labelled.is_empty() {
+                        verify_copies(&rule, &ns, &labelled, &mut st.memory, &data).await;
+                    }
                     let max = rule.spec.copy.as_ref().map_or(3, |c| c.max_copies).clamp(1, 10);
                     let cp = plan_copies(&r, &uid, usize::try_from(max).unwrap_or(1), pods, &mut st.memory, now);
-                    let deleted = delete_copies(&rule, &ns, &cp.delete, &data).await;
+                    // Expired: deleted above already.
+                    if !matches!(expiry, Expiry::Expired { .. }) {
+                        deleted += delete_copies(&rule, &ns, &cp.delete, &mut st.memory, &data).await;
+                    }
                     plans = cp.pods;
                     if plans.iter().any(|p| matches!(p.decision, Decision::Copy { .. })) {
                         let results = make_copies(&rule, &ns, &container, &plans, &data).await;

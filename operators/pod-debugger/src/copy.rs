@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::container::with_deadline;
 use crate::crd::{CopySpec, PodDebuggerSpec};
 use crate::security::security_context;
 
@@ -70,8 +69,13 @@ pub fn copy_pod(source: &Pod, of: &CopyOf<'_>) -> Option<Pod> {
     let mut spec: PodSpec = source.spec.clone()?;
     let settings = of.spec.copy.clone().unwrap_or_default();
     let target = spec.containers.iter_mut().find(|c| c.name == of.target)?;
-    run_instead(target, &settings, of.deadline);
+    run_instead(target, &settings);
     spec.containers.push(debug_container(of));
+    // The expiry ends the whole copy, whatever its images hold (a
+    // distroless target has no `timeout`) and whatever its restart policy
+    // (a container ended by `timeout` would be started again): the kubelet
+    // stops a pod past its active deadline. The operator deletes it then.
+    spec.active_deadline_seconds = of.deadline.map(|s| i64::try_from(s.max(1)).unwrap_or(i64::MAX));
     // The scheduler places the copy (the source's node may be full); the
     // priority is recomputed from priorityClassName by admission, which
     // refuses a pod that brings its own.
@@ -112,8 +116,8 @@ pub fn copy_pod(source: &Pod, of: &CopyOf<'_>) -> Option<Pod> {
 
 /// The target runs the copy's command (its image's entrypoint replaced,
 /// its arguments dropped) and nothing restarts it for failing a probe.
-fn run_instead(target: &mut Container, settings: &CopySpec, deadline: Option<u64>) {
-    target.command = Some(with_deadline(&settings.command, deadline));
+fn run_instead(target: &mut Container, settings: &CopySpec) {
+    target.command = Some(settings.command.clone());
     target.args = None;
     target.liveness_probe = None;
     target.readiness_probe = None;
@@ -129,7 +133,7 @@ fn debug_container(of: &CopyOf<'_>) -> Container {
         name: of.container.to_string(),
         image: Some(spec.image.clone()),
         image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_string()),
-        command: some_vec(&with_deadline(&spec.command, of.deadline)),
+        command: some_vec(&spec.command),
         args: some_vec(&spec.args),
         env: (!spec.env.is_empty()).then(|| {
             spec.env
@@ -236,15 +240,16 @@ mod tests {
     }
 
     #[test]
-    fn an_expiring_copy_runs_both_commands_under_the_deadline() {
+    fn an_expiring_copy_ends_at_its_active_deadline_whatever_its_images_hold() {
         let mut spec = spec();
         spec.copy = Some(CopySpec { command: vec!["sleep".into(), "3600".into()], max_copies: 1 });
         let copy = copy_pod(&source(), &of(&spec, Some(60))).unwrap_or_else(|| panic!("no copy"));
         let s = copy.spec.unwrap_or_default();
-        let deadline = |c: &Container| c.command.clone().unwrap_or_default()[..4].join(" ");
-        assert_eq!(deadline(&s.containers[0]), "timeout -s KILL 60");
-        assert_eq!(s.containers[0].command.as_ref().map(|c| c[4..].join(" ")), Some("sleep 3600".to_string()));
-        assert_eq!(deadline(&s.containers[2]), "timeout -s KILL 60");
+        assert_eq!(s.active_deadline_seconds, Some(60));
+        assert_eq!(s.containers[0].command, Some(vec!["sleep".to_string(), "3600".to_string()]), "no timeout wrapper");
+        assert_eq!(s.containers[2].command, Some(vec!["sh".to_string()]));
+        let never = copy_pod(&source(), &of(&spec, None)).unwrap_or_else(|| panic!("no copy"));
+        assert_eq!(never.spec.unwrap_or_default().active_deadline_seconds, None);
     }
 
     #[test]

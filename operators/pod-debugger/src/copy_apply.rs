@@ -10,10 +10,10 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 
 use crate::apply::Added;
 use crate::controller::Data;
-use crate::copy::{CopyOf, copy_pod, owned_by};
+use crate::copy::{COPY_OF, CopyOf, copy_pod, owned_by};
 use crate::copy_plan::Stale;
 use crate::crd::PodDebugger;
-use crate::plan::{Decision, PodPlan};
+use crate::plan::{Decision, Memory, PodPlan};
 
 /// Makes the copy of every pod the plan says, a few at a time; the
 /// answers go to `report::copies`.
@@ -70,9 +70,36 @@ async fn make_copy(
     };
     let Some(copy) = copy_pod(&source, &of) else { return Err(gone(&plan.pod)) };
     let pp = PostParams { field_manager: Some(data.ctx.field_manager.clone()), ..Default::default() };
+    let name = copy.metadata.name.clone().unwrap_or_default();
     match api.create(&pp, &copy).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        // Made already (an answer lost), or a pod of that name that is not
+        // this copy (deleted and not yet gone, or made by someone who
+        // computed the name): only the first is the copy.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let existing = api.get_opt(&name).await?;
+            let source_uid = plan.uid.to_string();
+            let ours = existing.is_some_and(|p| {
+                owned_by(&p, &uid)
+                    && p.metadata.deletion_timestamp.is_none()
+                    && p.metadata.labels.as_ref().and_then(|l| l.get(COPY_OF)).map(String::as_str) == Some(&*source_uid)
+            });
+            if ours {
+                Ok(())
+            } else {
+                Err(kube::Error::Api(
+                    kube::core::Status::failure(
+                        &format!(
+                            "a pod named {name} exists and is not this PodDebugger's copy of {} (or is being deleted)",
+                            plan.pod
+                        ),
+                        "AlreadyExists",
+                    )
+                    .with_code(409)
+                    .boxed(),
+                ))
+            }
+        }
         Err(e) => Err(e),
     }
 }
@@ -86,19 +113,61 @@ fn gone(pod: &str) -> kube::Error {
     )
 }
 
+/// Fetches each pod labelled as the PodDebugger's copy not seen before,
+/// remembering whether it is its own (owner reference and label) or not;
+/// a fetch that fails is tried at the next reconcile.
+pub(crate) async fn verify_copies(rule: &PodDebugger, ns: &str, labelled: &[Stale], memory: &mut Memory, data: &Data) {
+    let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
+    let uid = rule.uid().unwrap_or_default();
+    for s in labelled {
+        match api.get_opt(&s.name).await {
+            Ok(Some(p)) if p.uid().as_deref() == Some(&*s.uid.to_string()) => {
+                if owned_by(&p, &uid) {
+                    memory.ours.insert(s.uid.clone());
+                } else {
+                    tracing::warn!(pod = %s.name, "labelled as a debug copy of this PodDebugger but not owned by it: not counted");
+                    memory.not_ours.insert(s.uid.clone());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(pod = %s.name, error = %e, "debug copy not verified; tried again later"),
+        }
+    }
+}
+
+/// What a deletion came to.
+enum Deletion {
+    Deleted,
+    /// Already gone.
+    Gone,
+    /// Labelled as a copy, not owned by the PodDebugger: left alone.
+    NotOurs,
+}
+
 /// Deletes the copies the plan says are stale; returns how many went.
-pub(crate) async fn delete_copies(rule: &PodDebugger, ns: &str, stale: &[Stale], data: &Data) -> usize {
+/// Pods found not to be its own are remembered, and never fetched again.
+pub(crate) async fn delete_copies(
+    rule: &PodDebugger,
+    ns: &str,
+    stale: &[Stale],
+    memory: &mut Memory,
+    data: &Data,
+) -> usize {
     let api: Api<Pod> = Api::namespaced(data.ctx.client.clone(), ns);
     let uid = rule.uid().unwrap_or_default();
     let mut deleted = 0;
     for s in stale {
         match delete_copy(&api, &uid, s).await {
-            Ok(true) => {
+            Ok(Deletion::Deleted) => {
                 deleted += 1;
                 data.metrics.copies.with_label_values(&["deleted"]).inc();
                 tracing::info!(copy = %s.name, "debug copy deleted");
             }
-            Ok(false) => {}
+            Ok(Deletion::Gone) => {}
+            Ok(Deletion::NotOurs) => {
+                tracing::warn!(pod = %s.name, "labelled as a debug copy of this PodDebugger but not owned by it: left alone");
+                memory.not_ours.insert(s.uid.clone());
+            }
             Err(e) => {
                 data.metrics.copies.with_label_values(&["error"]).inc();
                 tracing::warn!(copy = %s.name, error = %e, "debug copy not deleted; retried at the next reconcile");
@@ -108,21 +177,22 @@ pub(crate) async fn delete_copies(rule: &PodDebugger, ns: &str, stale: &[Stale],
     deleted
 }
 
-/// Deletes one copy if the API shows it ours; false when it is gone or
-/// not ours (then it is never touched).
-async fn delete_copy(api: &Api<Pod>, debugger_uid: &str, stale: &Stale) -> Result<bool, kube::Error> {
-    let Some(pod) = api.get_opt(&stale.name).await? else { return Ok(false) };
-    if pod.uid().as_deref() != Some(&*stale.uid.to_string()) || !owned_by(&pod, debugger_uid) {
-        tracing::warn!(pod = %stale.name, "labelled as a debug copy of this PodDebugger but not owned by it: left alone");
-        return Ok(false);
+/// Deletes one copy if the API shows it ours (never touched otherwise).
+async fn delete_copy(api: &Api<Pod>, debugger_uid: &str, stale: &Stale) -> Result<Deletion, kube::Error> {
+    let Some(pod) = api.get_opt(&stale.name).await? else { return Ok(Deletion::Gone) };
+    if pod.uid().as_deref() != Some(&*stale.uid.to_string()) {
+        return Ok(Deletion::Gone);
+    }
+    if !owned_by(&pod, debugger_uid) {
+        return Ok(Deletion::NotOurs);
     }
     let dp = DeleteParams {
         preconditions: Some(Preconditions { uid: Some(stale.uid.to_string()), resource_version: None }),
         ..DeleteParams::default()
     };
     match api.delete(&stale.name, &dp).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Ok(_) => Ok(Deletion::Deleted),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Deletion::Gone),
         Err(e) => Err(e),
     }
 }

@@ -9,6 +9,7 @@ use flotilla_shared::uid::Uid;
 
 use crate::copy::{COPIED_BY, COPY_OF};
 use crate::mounts::mounts;
+use crate::naming;
 use crate::plan::{ADDED_GRACE, Decision, Expiry, Memory, PodPlan, Rule};
 use crate::pod::PodView;
 
@@ -30,7 +31,9 @@ pub struct CopyPlan {
     pub pods: Vec<PodPlan>,
     /// Copies of the PodDebugger that exist (not being deleted).
     pub copies: usize,
-    /// Copies to delete: all of them once it expired.
+    /// Copies to delete: all of them once it expired; before, those whose
+    /// pod is gone or no longer matched (they would hold a place under
+    /// maxCopies that status.pods does not show).
     pub delete: Vec<Stale>,
 }
 
@@ -39,16 +42,32 @@ pub fn is_copy(p: &PodView) -> bool {
     p.labels().get(COPY_OF).is_some()
 }
 
-/// The copies of the PodDebugger with UID `uid` among `pods`.
-fn copies_of<'p>(uid: &str, pods: &[&'p PodView]) -> Vec<&'p PodView> {
-    pods.iter().copied().filter(|p| !p.terminating && p.labels().get(COPIED_BY) == Some(uid)).collect()
+/// The copies of the PodDebugger with UID `uid` among `pods` (by label,
+/// less those the API showed are not its own).
+fn copies_of<'p>(uid: &str, pods: &[&'p PodView], memory: &Memory) -> Vec<&'p PodView> {
+    pods.iter()
+        .copied()
+        .filter(|p| !p.terminating && p.labels().get(COPIED_BY) == Some(uid) && !memory.not_ours.contains(&p.uid))
+        .collect()
 }
 
-/// The copies a PodDebugger in mode inject (switched from copy) has left:
-/// all to delete.
-pub fn leftover_copies<'p>(uid: &str, pods: impl IntoIterator<Item = &'p PodView>) -> Vec<Stale> {
+fn stale(c: &PodView) -> Stale {
+    Stale { name: c.name().to_string(), uid: c.uid.clone() }
+}
+
+/// The pods labelled as the PodDebugger's copies that the API has not yet
+/// shown to be its own or not: each is fetched once ([`crate::copy_apply::verify_copies`]),
+/// so a pod someone labelled (or named) as a copy is never shown as one.
+pub fn unverified<'p>(uid: &str, pods: impl IntoIterator<Item = &'p PodView>, memory: &Memory) -> Vec<Stale> {
     let pods: Vec<&PodView> = pods.into_iter().collect();
-    copies_of(uid, &pods).into_iter().map(|c| Stale { name: c.name().to_string(), uid: c.uid.clone() }).collect()
+    copies_of(uid, &pods, memory).into_iter().filter(|c| !memory.ours.contains(&c.uid)).map(stale).collect()
+}
+
+/// Every copy of the PodDebugger: what goes when it expired or is in mode
+/// inject (switched from copy), whatever else is wrong with its spec.
+pub fn all_copies<'p>(uid: &str, pods: impl IntoIterator<Item = &'p PodView>, memory: &Memory) -> Vec<Stale> {
+    let pods: Vec<&PodView> = pods.into_iter().collect();
+    copies_of(uid, &pods, memory).into_iter().map(stale).collect()
 }
 
 /// Decides for every pod of the rule's namespace that the selector
@@ -66,13 +85,14 @@ pub fn plan_copies<'p>(
     now: Instant,
 ) -> CopyPlan {
     let pods: Vec<&PodView> = pods.into_iter().filter(|p| p.namespace() == rule.namespace).collect();
-    for p in matched(rule, &pods).filter(|p| p.crash_looping != 0) {
+    // Only running pods: a failed or evicted pod's containers ended too.
+    for p in matched(rule, &pods).filter(|p| p.running && p.crash_looping != 0) {
         memory.crash_looped.insert(p.uid.clone());
     }
     let memory = &*memory;
-    let copies = copies_of(uid, &pods);
+    let copies = copies_of(uid, &pods, memory);
     if let Expiry::Expired { .. } = rule.expiry {
-        let delete = copies.iter().map(|c| Stale { name: c.name().to_string(), uid: c.uid.clone() }).collect();
+        let delete = copies.iter().map(|c| stale(c)).collect();
         let mut pods: Vec<PodPlan> = matched(rule, &pods).map(|p| plan_of(p, expired(rule))).collect();
         pods.sort_by(|a, b| a.pod.cmp(&b.pod));
         return CopyPlan { pods, copies: copies.len(), delete };
@@ -95,7 +115,13 @@ pub fn plan_copies<'p>(
         })
         .collect();
     out.sort_by(|a, b| a.pod.cmp(&b.pod));
-    CopyPlan { pods: out, copies: copies.len(), delete: Vec::new() }
+    let matched: std::collections::HashSet<String> = out.iter().map(|p| p.uid.to_string()).collect();
+    let delete = copies
+        .iter()
+        .filter(|c| c.labels().get(COPY_OF).is_none_or(|src| !matched.contains(src)))
+        .map(|c| stale(c))
+        .collect();
+    CopyPlan { pods: out, copies: copies.len(), delete }
 }
 
 fn plan_of(p: &PodView, decision: Decision) -> PodPlan {
@@ -132,7 +158,11 @@ fn decide(
 ) -> Decision {
     let uid = pod.uid.to_string();
     if let Some(c) = copies.iter().find(|c| c.labels().get(COPY_OF) == Some(uid.as_str())) {
-        return Decision::Copied { copy: c.name().to_string(), running: c.running && c.runs(rule.container) };
+        // Its debug container is named from the spec it was made from.
+        let container = c.containers().iter().find(|n| naming::added_by(rule.name, n)).map(|n| n.to_string());
+        let container = container.unwrap_or_else(|| rule.container.to_string());
+        let running = c.running && c.runs(&container);
+        return Decision::Copied { copy: c.name().to_string(), container, running };
     }
     let key = (pod.uid.clone(), COPY_KEY.to_string());
     if memory.added.get(&key).is_some_and(|at| now.saturating_duration_since(*at) < ADDED_GRACE) {
@@ -281,8 +311,10 @@ mod tests {
         let others = copy_of(&pod("02", 0b01), "02-dbg-y", "other-pd");
         let pods = [src, copy, others];
         let p = plan_copies(&rule(&sel), UID, 3, &pods, &mut Memory::default(), Instant::now());
-        assert_eq!(decisions(&p), [("01", &Decision::Copied { copy: "01-dbg-x".into(), running: true })]);
+        let copied = Decision::Copied { copy: "01-dbg-x".into(), container: C.into(), running: true };
+        assert_eq!(decisions(&p), [("01", &copied)]);
         assert_eq!(p.copies, 1);
+        assert!(p.delete.is_empty());
     }
 
     #[test]
@@ -307,6 +339,45 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_whose_pod_is_gone_or_no_longer_matched_is_deleted_and_frees_its_place() {
+        let sel = selector();
+        let src = pod("01", 1);
+        let orphan = copy_of(&pod("09", 1), "09-dbg-z", UID);
+        let mut unmatched = pod("02", 1);
+        unmatched.shape =
+            Shape { labels: PodLabels::from_pairs([("tier", "web")]), ..(*unmatched.shape).clone() }.share();
+        let of_unmatched = copy_of(&unmatched, "02-dbg-y", UID);
+        let pods = [src, unmatched, orphan, of_unmatched];
+        let p = plan_copies(&rule(&sel), UID, 2, &pods, &mut Memory::default(), Instant::now());
+        let deleted: Vec<&str> = p.delete.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(deleted, ["09-dbg-z", "02-dbg-y"]);
+        // Counted until the watch shows them gone: the next reconcile copies.
+        assert!(matches!(p.pods[0].decision, Decision::Skip { reason: "MaxCopiesReached", .. }));
+    }
+
+    #[test]
+    fn a_copy_from_an_older_spec_shows_its_own_debug_container() {
+        let sel = selector();
+        let src = pod("01", 0);
+        let mut copy = copy_of(&src, "01-dbg-x", UID);
+        copy.shape =
+            Shape { containers: vec!["app".into(), "dbg-r-aaaaaaaaaa".into()].into(), ..(*copy.shape).clone() }.share();
+        copy.running_containers = 0b11;
+        let p = plan_copies(&rule(&sel), UID, 3, &[src, copy], &mut Memory::default(), Instant::now());
+        let want = Decision::Copied { copy: "01-dbg-x".into(), container: "dbg-r-aaaaaaaaaa".into(), running: true };
+        assert_eq!(p.pods[0].decision, want);
+    }
+
+    #[test]
+    fn a_failed_pod_is_never_taken_for_a_crash_loop() {
+        let sel = selector();
+        let mut failed = pod("01", 1);
+        failed.running = false;
+        let p = plan_copies(&rule(&sel), UID, 3, &[failed], &mut Memory::default(), Instant::now());
+        assert_eq!(p.pods[0].decision, Decision::Wait { reason: "NotCrashLooping" });
+    }
+
+    #[test]
     fn at_the_expiry_every_copy_is_deleted_and_none_made() {
         let sel = selector();
         let src = pod("01", 1);
@@ -319,8 +390,13 @@ mod tests {
         let deleted: Vec<&str> = p.delete.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(deleted, ["01-dbg-x", "09-dbg-z"]);
         assert!(p.pods.iter().all(|p| matches!(p.decision, Decision::Skip { reason: "Expired", .. })));
-        assert_eq!(leftover_copies(UID, &pods).len(), 2);
-        assert!(leftover_copies("other", &pods).is_empty());
+        let memory = Memory::default();
+        assert_eq!(all_copies(UID, &pods, &memory).len(), 2);
+        assert!(all_copies("other", &pods, &memory).is_empty());
+        // One the API showed is not ours is never counted again.
+        let mut memory = Memory::default();
+        memory.not_ours.insert(pods[2].uid.clone());
+        assert_eq!(all_copies(UID, &pods, &memory).len(), 1);
     }
 
     #[test]

@@ -118,6 +118,11 @@ pub struct Memory {
     /// container is Running between its back-offs, and the pod stays one
     /// to copy then.
     pub crash_looped: std::collections::HashSet<Uid>,
+    /// Pods labelled as this PodDebugger's copies that the API showed are
+    /// not (no owner reference to it): never looked at again.
+    pub not_ours: std::collections::HashSet<Uid>,
+    /// Pods labelled as its copies that the API showed are (owned by it).
+    pub ours: std::collections::HashSet<Uid>,
 }
 
 /// How long an addition the watch has not shown yet counts as done.
@@ -143,9 +148,10 @@ pub enum Decision {
     /// spec.copy.command (ending after `deadline` seconds), the debug
     /// container with these mounts beside it.
     Copy { target: String, deadline: Option<u64>, mounts: Vec<VolumeMount> },
-    /// Mode copy: the pod has its debug copy; `running`: the copy's debug
-    /// container runs.
-    Copied { copy: String, running: bool },
+    /// Mode copy: the pod has its debug copy, whose debug container is
+    /// `container` (named from the spec the copy was made from);
+    /// `running`: it runs.
+    Copied { copy: String, container: String, running: bool },
 }
 
 /// The plan for one pod.

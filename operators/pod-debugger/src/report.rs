@@ -164,7 +164,7 @@ pub(crate) fn copies(
             }
             Err(e) => {
                 let (label, message) = match &e {
-                    kube::Error::Api(s) if s.code != 409 => ("rejected", s.message.clone()),
+                    kube::Error::Api(s) => ("rejected", s.message.clone()),
                     other => ("error", other.to_string()),
                 };
                 data.metrics.copies.with_label_values(&[label]).inc();

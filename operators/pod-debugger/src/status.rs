@@ -74,8 +74,8 @@ fn entry(p: &PodPlan, container: &str) -> PodEntry {
             e.state = "Pending".into();
             e.reason = "Copying".into();
         }
-        Decision::Copied { copy, running } => {
-            e.container = container.to_string();
+        Decision::Copied { copy, container, running } => {
+            e.container = container.clone();
             e.copy = copy.clone();
             e.state = if *running { "Running" } else { "Waiting" }.into();
             if !running {
@@ -315,8 +315,8 @@ mod tests {
     #[test]
     fn copies_show_in_status_with_their_copy_and_the_ready_message_counts_them() {
         let plans = vec![
-            p("a", Decision::Copied { copy: "a-dbg-1".into(), running: true }),
-            p("b", Decision::Copied { copy: "b-dbg-2".into(), running: false }),
+            p("a", Decision::Copied { copy: "a-dbg-1".into(), container: "dbg-x".into(), running: true }),
+            p("b", Decision::Copied { copy: "b-dbg-2".into(), container: "dbg-old".into(), running: false }),
             p("c", Decision::Wait { reason: "NotCrashLooping" }),
             p("d", Decision::Skip { reason: "MaxCopiesReached", message: "2".into() }),
         ];
@@ -326,6 +326,7 @@ mod tests {
         assert_eq!((a.copy.as_str(), a.container.as_str(), a.state.as_str()), ("a-dbg-1", "dbg-x", "Running"));
         let b = s.pods.iter().find(|e| e.name == "b").unwrap_or_else(|| panic!("{s:?}"));
         assert_eq!((b.state.as_str(), b.reason.as_str()), ("Waiting", "CopyStarting"));
+        assert_eq!(b.container, "dbg-old", "the copy's own debug container, from the spec it was made from");
         let ready = &s.conditions[0];
         assert_eq!(ready.reason, "Reconciled");
         assert!(

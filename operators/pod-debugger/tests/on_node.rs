@@ -754,3 +754,59 @@ async fn a_crash_looping_pod_gets_one_debug_copy_deleted_at_the_expiry() {
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
 }
+
+/// Issue 32, the attack: a pod named as a copy would be (the name is
+/// computed from UIDs anyone in the namespace can read) and labelled as
+/// one is never taken for the copy — not shown in status, not counted,
+/// not deleted at the expiry: the operator deletes only what the API
+/// shows it owns.
+#[tokio::test]
+async fn a_pod_posing_as_a_debug_copy_is_never_taken_for_one_nor_deleted() {
+    let _one = ONE_OPERATOR.lock().await;
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pd-decoy").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let crasher = json!([{"name": "app", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", "exit 1"]}]);
+    pods.create(&PostParams::default(), &pod("crash", "crash", crasher, json!({}))).await.unwrap();
+    let spec = json!({"selector": {"matchLabels": {"app": "crash"}}, "image": "busybox:latest", "mode": "copy",
+                      "command": ["sh"]});
+    create_debugger(&client, &ns, "copier", spec).await.unwrap();
+    let debuggers: Api<PodDebugger> = Api::namespaced(client.clone(), &ns);
+    let pd_uid = debuggers.get("copier").await.unwrap().metadata.uid.unwrap();
+    let src_uid = pods.get("crash").await.unwrap().metadata.uid.unwrap();
+    let name = pod_debugger::copy::copy_name("crash", &pd_uid, &src_uid);
+    let mut decoy = pod(&name, "decoy", json!([sleeper("app", "3600")]), json!({}));
+    decoy.metadata.labels = Some(
+        [(pod_debugger::copy::COPY_OF, src_uid.as_str()), (pod_debugger::copy::COPIED_BY, pd_uid.as_str())]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    pods.create(&PostParams::default(), &decoy).await.unwrap();
+    let decoy_uid = pods.get(&name).await.unwrap().metadata.uid;
+
+    let operator = start_operator(&env, &["--debug-copies"]);
+    let status = wait_status(&client, &ns, "copier", "the copy refused: its name is taken", T, |s| {
+        s.pods.iter().any(|p| p.name == "crash" && p.state == "Failed").then(|| s.clone())
+    })
+    .await;
+    let entry = status.pods.iter().find(|p| p.name == "crash").unwrap();
+    assert!(entry.message.contains("is not this PodDebugger's copy"), "{entry:?}");
+    assert!(entry.copy.is_empty(), "the decoy is not shown as the copy: {entry:?}");
+    assert_eq!(status.copies, 0, "the decoy is not counted: {status:?}");
+    assert_eq!(ready(&status).1, "CopyFailed", "{status:?}");
+
+    // At the expiry the decoy stays: it is not the operator's.
+    let at = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(2);
+    patch_debugger(&client, &ns, "copier", json!({"expiresAt": at.to_string()})).await;
+    wait_status(&client, &ns, "copier", "Expired", T, |s| (ready(s).1 == "Expired").then_some(())).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = pods.get_opt(&name).await.unwrap();
+    assert!(still.as_ref().is_some_and(|p| p.metadata.deletion_timestamp.is_none() && p.metadata.uid == decoy_uid));
+    assert_eq!(metric(&operator, "flotilla_pod_debugger_copies_total{result=\"deleted\"}").await, 0.0);
+    let logs = operator.logs();
+    let _ = operator.stop();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
