@@ -3,13 +3,16 @@
 //! answer's head is parsed with `httparse` and its body is framed
 //! (Content-Length, chunked, or to the end of the connection) and
 //! discarded as it arrives — what wrk does, with no per-request
-//! allocation. Pure framing logic here is unit-tested; the I/O is a loop
+//! allocation. With a body check its bytes pass through a
+//! [`Search`] on their way out, still never held. Pure framing logic here is unit-tested; the I/O is a loop
 //! of reads around it.
 
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::check::Search;
 
 /// The most an answer's head may take (status line and headers).
 const MAX_HEAD: usize = 64 * 1024;
@@ -136,10 +139,17 @@ impl Chunk {
     /// Consumes what it can of `input`: the bytes consumed (all of them
     /// unless the body ends inside it).
     fn feed(&mut self, input: &[u8]) -> Result<usize, Error> {
+        self.feed_data(input, |_| {})
+    }
+
+    /// As [`Chunk::feed`], handing the body's own bytes (the chunks'
+    /// data, without their framing) to `data` as they go by.
+    fn feed_data(&mut self, input: &[u8], mut data: impl FnMut(&[u8])) -> Result<usize, Error> {
         let mut i = 0;
         while i < input.len() && *self != Chunk::Done {
             if let Chunk::Data(n) = *self {
                 let take = usize::try_from(n).unwrap_or(usize::MAX).min(input.len() - i);
+                data(&input[i..i + take]);
                 i += take;
                 let left = n - take as u64;
                 *self = if left == 0 { Chunk::DataCr } else { Chunk::Data(left) };
@@ -201,7 +211,13 @@ impl Conn {
 
     /// Sends `request` (whole, serialized) and reads the whole answer:
     /// its status, and whether the connection may carry the next request.
-    pub async fn exchange(&mut self, request: &[u8], head_request: bool) -> Result<(u16, bool), Error> {
+    /// The final answer's body goes through `search`, when there is one.
+    pub async fn exchange(
+        &mut self,
+        request: &[u8],
+        head_request: bool,
+        search: Option<&mut Search<'_>>,
+    ) -> Result<(u16, bool), Error> {
         let reused = self.used;
         self.used = true;
         let stale = |e: std::io::Error| {
@@ -243,34 +259,51 @@ impl Conn {
                 continue;
             }
             let rest = filled - len;
-            let whole = self.body(head.framing, len, rest).await?;
+            let whole = self.body(head.framing, len, rest, search).await?;
             self.last_used = Instant::now();
             return Ok((head.status, head.keep_alive && whole));
         }
     }
 
     /// Reads and discards the body whose first `rest` bytes are in the
-    /// buffer at `at`; whether the answer ended exactly at its end (no
-    /// byte beyond, so the connection is clean for the next).
-    async fn body(&mut self, framing: Framing, at: usize, rest: usize) -> Result<bool, Error> {
+    /// buffer at `at`, passing its bytes to `search` if there is one;
+    /// whether the answer ended exactly at its end (no byte beyond, so the
+    /// connection is clean for the next).
+    async fn body(
+        &mut self,
+        framing: Framing,
+        at: usize,
+        rest: usize,
+        mut search: Option<&mut Search<'_>>,
+    ) -> Result<bool, Error> {
         match framing {
             Framing::None => Ok(rest == 0),
             Framing::Length(n) => {
                 let mut left = n;
                 let mut have = rest as u64;
+                let mut from = at;
                 loop {
+                    if let Some(s) = search.as_mut() {
+                        // Within the buffer: `have` bytes were read there.
+                        let body = usize::try_from(have.min(left)).unwrap_or(usize::MAX);
+                        s.feed(&self.buf[from..from + body]);
+                    }
                     if have >= left {
                         return Ok(have == left);
                     }
                     left -= have;
                     have = self.read_some().await? as u64;
+                    from = 0;
                 }
             }
             Framing::Chunked => {
                 let mut state = Chunk::START;
                 let (mut from, mut to) = (at, at + rest);
                 loop {
-                    let used = state.feed(&self.buf[from..to])?;
+                    let used = match search.as_mut() {
+                        Some(s) => state.feed_data(&self.buf[from..to], |data| s.feed(data))?,
+                        None => state.feed(&self.buf[from..to])?,
+                    };
                     if state == Chunk::Done {
                         return Ok(from + used == to);
                     }
@@ -278,11 +311,20 @@ impl Conn {
                     to = self.read_some().await?;
                 }
             }
-            Framing::Close => loop {
-                if self.stream.read(&mut self.buf).await? == 0 {
-                    return Ok(false);
+            Framing::Close => {
+                if let Some(s) = search.as_mut() {
+                    s.feed(&self.buf[at..at + rest]);
                 }
-            },
+                loop {
+                    let n = self.stream.read(&mut self.buf).await?;
+                    if n == 0 {
+                        return Ok(false);
+                    }
+                    if let Some(s) = search.as_mut() {
+                        s.feed(&self.buf[..n]);
+                    }
+                }
+            }
         }
     }
 
@@ -349,6 +391,11 @@ mod tests {
         let mut c = Chunk::START;
         assert_eq!(c.feed(b"2\nok\n0\n\n").unwrap(), 8);
         assert_eq!(c, Chunk::Done);
+        // The data alone reaches a body check, without the framing.
+        let mut c = Chunk::START;
+        let mut data = Vec::new();
+        c.feed_data(body, |d| data.extend_from_slice(d)).unwrap();
+        assert_eq!(data, b"Wikipedia in\r\n\r\nchunks.");
         for bad in [&b"zz\r\n"[..], b"2\r\nokX", b"\r\n", b"fffffffffffffffff\r\n"] {
             let mut c = Chunk::START;
             assert!(c.feed(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));

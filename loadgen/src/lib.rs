@@ -13,9 +13,11 @@
 //! | [`pace`] | whether the runner kept up: seconds behind its rate, CPU throttled |
 //! | [`schedule`] | when each request of a ramping arrival-rate profile is due (pure) |
 //! | [`stages`] | sending a ramping arrival-rate profile with bounded connections |
+//! | [`check`] | what an answer must show (statuses, a body substring), the substring searched across reads (pure) |
 //! | [`send`] | one request and its whole answer: a worker's own connection for `http://`, reqwest otherwise |
 //! | [`http1`] | that connection's HTTP/1.1 exchange: the answer's head parsed, its body framed and discarded |
 
+pub mod check;
 pub mod http1;
 pub mod pace;
 pub mod run;

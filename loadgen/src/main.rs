@@ -57,6 +57,20 @@ struct Args {
     /// from the start to an http:// URL (h2c). Without it, HTTP/1.1 only.
     #[arg(long, env = "HTTP2", default_value_t = false)]
     http2: bool,
+    /// The statuses an answer must have, comma-separated (e.g. 200,204; at
+    /// most 32, each 100-599): any other is an error of kind check.
+    /// Without it a 4xx answer is an error of kind http4xx, a 5xx one of
+    /// kind http5xx, and any other status passes.
+    #[arg(long, env = "EXPECT_STATUS", value_delimiter = ',', value_name = "CODES",
+          value_parser = clap::value_parser!(u16).range(100..=599))]
+    expect_status: Vec<u16>,
+    /// A substring (at most 1024 bytes) every answer's body must contain,
+    /// compared byte for byte with the body as it came (not decompressed;
+    /// chunked framing removed): an answer whose status passed but whose
+    /// body lacks it is an error of kind check. Empty: the body is not
+    /// looked at.
+    #[arg(long, env = "EXPECT_BODY_CONTAINS", value_name = "TEXT")]
+    expect_body_contains: Option<String>,
     /// Requests per connection.
     #[arg(long, env = "REPEAT", default_value_t = 10)]
     repeat: u64,
@@ -172,6 +186,20 @@ fn read_capped(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// The answers' checks from the flags, or the flag at fault and why.
+fn checks(args: &Args) -> Result<loadgen::check::Checks, (&'static str, String)> {
+    use loadgen::check::{MAX_STATUSES, Needle};
+    if args.expect_status.len() > MAX_STATUSES {
+        return Err(("expect-status", format!("at most {MAX_STATUSES} statuses")));
+    }
+    // An empty substring is in every body: the same as no check.
+    let body_contains = match args.expect_body_contains.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => Some(Needle::new(text.as_bytes()).map_err(|e| ("expect-body-contains", e.to_string()))?),
+    };
+    Ok(loadgen::check::Checks { statuses: args.expect_status.clone(), body_contains })
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let method = match reqwest::Method::from_bytes(args.method.as_bytes()) {
@@ -238,6 +266,10 @@ fn main() -> ExitCode {
         },
         (None, insecure) => loadgen::send::Tls { ca_pem: None, insecure_skip_verify: insecure },
     };
+    let checks = match checks(&args) {
+        Ok(c) => c,
+        Err((flag, why)) => return bad(flag, why),
+    };
     if args.duration.is_some_and(|d| d.is_zero()) {
         return bad("duration", "must be more than 0");
     }
@@ -302,6 +334,7 @@ fn main() -> ExitCode {
         max_connections: args.max_connections,
         tls,
         http2: args.http2,
+        checks,
     };
     let mut outcome = match rt.block_on(run(cfg)) {
         Ok(o) => o,
@@ -384,6 +417,26 @@ mod tests {
         assert_eq!(parse(&["--duration", "10000ms"]).unwrap().duration, Some(Duration::from_secs(10)));
         assert_eq!(parse(&["--duration", "2m"]).unwrap().duration, Some(Duration::from_secs(120)));
         assert!(parse(&["--duration", "soon"]).is_err());
+    }
+
+    #[test]
+    fn checks_are_statuses_and_a_substring() {
+        let parse = |extra: &[&str]| Args::try_parse_from([&["loadgen", "--url", "http://x/"], extra].concat());
+        let none = checks(&parse(&[]).unwrap()).unwrap();
+        assert!(none.statuses.is_empty() && none.body_contains.is_none());
+        let c = checks(&parse(&["--expect-status", "200,204", "--expect-body-contains", "\"ok\""]).unwrap()).unwrap();
+        assert_eq!(c.statuses, [200, 204]);
+        assert_eq!(c.body_contains, loadgen::check::Needle::new(b"\"ok\"").ok());
+        for wrong in ["99", "600", "2xx", ""] {
+            assert!(parse(&["--expect-status", wrong]).is_err(), "{wrong:?}");
+        }
+        let many = vec!["200"; 33].join(",");
+        let (flag, why) = checks(&parse(&["--expect-status", &many]).unwrap()).unwrap_err();
+        assert_eq!((flag, why.as_str()), ("expect-status", "at most 32 statuses"));
+        let long = "a".repeat(1025);
+        let (flag, _) = checks(&parse(&["--expect-body-contains", &long]).unwrap()).unwrap_err();
+        assert_eq!(flag, "expect-body-contains");
+        assert!(checks(&parse(&["--expect-body-contains", ""]).unwrap()).unwrap().body_contains.is_none());
     }
 
     #[test]

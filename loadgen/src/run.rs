@@ -55,6 +55,9 @@ pub struct Config {
     /// HTTP/2: offered over TLS (the server chooses, by ALPN), spoken from
     /// the start to an `http://` target (h2c). Otherwise HTTP/1.1 only.
     pub http2: bool,
+    /// What an answer must show to count as a success (default: not a 4xx
+    /// or 5xx).
+    pub checks: crate::check::Checks,
 }
 
 /// What a run measured.

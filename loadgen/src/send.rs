@@ -9,6 +9,8 @@
 //! request (`cargo xtask bench load-tester`). `https://` targets, and
 //! HTTP/2 ([`crate::run::Config::http2`]), go through reqwest (rustls),
 //! trusting the CA file given ([`Tls`]) instead of the built-in roots.
+//! Either way the answer is judged by the run's [`Checks`]; a body is
+//! searched as it is read, never kept.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use std::time::Duration;
 use reqwest::header::{ACCEPT, CONTENT_LENGTH, HOST, HeaderValue, USER_AGENT};
 use tokio::net::TcpStream;
 
+use crate::check::Checks;
 use crate::http1::{self, Conn};
 use crate::run::Config;
 use crate::summary::ErrorKind;
@@ -52,6 +55,8 @@ pub struct Target {
     template: reqwest::Request,
     /// Set for `http://` URLs: the fast way.
     plain: Option<Plain>,
+    /// What an answer must show.
+    checks: Checks,
 }
 
 /// An `http://` request, serialized once, and where to send it.
@@ -120,7 +125,7 @@ impl Target {
         let template = template.build()?;
         let plain =
             host_port.filter(|_| !cfg.http2).and_then(|(host, port)| Plain::of(&template, host, port, cfg.connect_to));
-        Ok(Self { client, template, plain })
+        Ok(Self { client, template, plain, checks: cfg.checks.clone() })
     }
 
     /// A worker's sender (its own connection, on the fast way).
@@ -201,7 +206,7 @@ impl Sender {
         let Some(plain) = target.plain.as_ref() else {
             return slow(&target, timeout).await;
         };
-        match tokio::time::timeout(timeout, self.plain(plain)).await {
+        match tokio::time::timeout(timeout, self.plain(plain, &target.checks)).await {
             Ok(result) => result,
             Err(_) => {
                 // Cut mid-request: the connection's state is unknown.
@@ -211,7 +216,7 @@ impl Sender {
         }
     }
 
-    async fn plain(&mut self, plain: &Plain) -> Option<ErrorKind> {
+    async fn plain(&mut self, plain: &Plain, checks: &Checks) -> Option<ErrorKind> {
         // A server may close a connection left idle (an open model at a
         // low rate): looked at before it is used again, not found by
         // losing a request on it. Not on a busy one: that costs a read.
@@ -221,6 +226,7 @@ impl Sender {
         // Once more on a new connection when a kept-alive one turns out
         // closed before any byte of the answer (the server's idle timeout
         // raced the request), as HTTP clients do.
+        let mut search = checks.body_contains.as_ref().map(|n| n.search());
         let mut tries = 0;
         let result = loop {
             tries += 1;
@@ -231,7 +237,7 @@ impl Sender {
                     Err(_) => return Some(ErrorKind::Connect),
                 },
             };
-            match conn.exchange(&plain.wire, plain.head_request).await {
+            match conn.exchange(&plain.wire, plain.head_request, search.as_mut()).await {
                 Err(http1::Error::Stale) if tries == 1 => self.conn = None,
                 other => break other,
             }
@@ -241,7 +247,7 @@ impl Sender {
                 if !reusable {
                     self.conn = None;
                 }
-                kind_of(status)
+                checks.verdict(status, search.is_some_and(|s| s.found()))
             }
             Err(_) => {
                 // A broken connection: made again next time.
@@ -249,14 +255,6 @@ impl Sender {
                 Some(ErrorKind::Other)
             }
         }
-    }
-}
-
-fn kind_of(status: u16) -> Option<ErrorKind> {
-    match status {
-        500..=599 => Some(ErrorKind::Http5xx),
-        400..=499 => Some(ErrorKind::Http4xx),
-        _ => None,
     }
 }
 
@@ -276,13 +274,25 @@ async fn slow(target: &Target, timeout: Duration) -> Option<ErrorKind> {
     let Some(mut req) = target.template.try_clone() else { return Some(ErrorKind::Other) };
     *req.timeout_mut() = Some(timeout);
     match target.client.execute(req).await {
-        Ok(resp) => {
-            let status = resp.status();
+        Ok(mut resp) => {
+            let status = resp.status().as_u16();
             // Read the body: the latency is the whole answer's.
-            if let Err(e) = resp.bytes().await {
-                return Some(classify(&e));
+            let Some(needle) = target.checks.body_contains.as_ref() else {
+                if let Err(e) = resp.bytes().await {
+                    return Some(classify(&e));
+                }
+                return target.checks.verdict(status, false);
+            };
+            // Searched piece by piece as it comes, never held whole.
+            let mut search = needle.search();
+            loop {
+                match resp.chunk().await {
+                    Ok(Some(piece)) => search.feed(&piece),
+                    Ok(None) => break,
+                    Err(e) => return Some(classify(&e)),
+                }
             }
-            kind_of(status.as_u16())
+            target.checks.verdict(status, search.found())
         }
         Err(e) => Some(classify(&e)),
     }

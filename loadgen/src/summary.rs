@@ -31,6 +31,10 @@ pub enum ErrorKind {
     Connect,
     /// Anything else (a malformed answer, a body read failure).
     Other,
+    /// An answer that failed the run's checks: a status not among the
+    /// expected ones (`--expect-status`), or a body without the expected
+    /// substring (`--expect-body-contains`).
+    Check,
 }
 
 impl ErrorKind {
@@ -41,6 +45,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Connect => "connect",
             ErrorKind::Other => "other",
+            ErrorKind::Check => "check",
         }
     }
 }
@@ -449,6 +454,22 @@ mod tests {
         let h = s.histogram().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(h.len(), 4);
         assert!(h.equivalent(h.max(), 250_000));
+    }
+
+    /// Failed checks travel as their own kind, "check", and merge apart
+    /// from the status classes.
+    #[test]
+    fn check_errors_are_carried_by_name_and_merged() {
+        let errors = BTreeMap::from([(ErrorKind::Check, 4), (ErrorKind::Http5xx, 1)]);
+        let msg =
+            Summary::to_message(10, errors, 0, Duration::from_secs(1), &histogram()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(msg.contains(r#""errors":{"http5xx":1,"check":4}"#), "{msg}");
+        let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.error_count(), 5);
+        let m = Merged::of(&[s.clone(), s]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(m.errors, BTreeMap::from([(ErrorKind::Http5xx, 2), (ErrorKind::Check, 8)]));
+        assert!((m.error_ratio() - 0.5).abs() < 1e-12);
+        assert_eq!(ErrorKind::Check.as_str(), "check");
     }
 
     #[test]

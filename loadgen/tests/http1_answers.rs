@@ -137,3 +137,21 @@ async fn a_connection_the_server_closed_while_idle_loses_no_request() {
         assert_eq!(count.load(Ordering::SeqCst), m.requests, "rate {rate}: each request reached the server once");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_substring_is_found_in_every_framing_even_split_between_writes() {
+    // "6789" is only in the chunked answer, cut between two writes.
+    let (url, _) = server(Mode::EveryFraming).await;
+    let args = ["--concurrency", "2", "--repeat", "25", "--expect-body-contains", "6789"];
+    let m = tokio::task::spawn_blocking(move || loadgen(&url, &args)).await.unwrap();
+    assert_eq!(m.requests, 50);
+    // The 404s keep their kind: no statuses expected, so no check on them.
+    assert_eq!(m.errors, [(ErrorKind::Http4xx, 10), (ErrorKind::Check, 30)].into(), "{:?}", m.errors);
+    // "o": in the Content-Length, Connection: close and HTTP/1.0 answers,
+    // not in the chunked one nor in the expected 404's empty body.
+    let (url, _) = server(Mode::EveryFraming).await;
+    let args = ["--concurrency", "2", "--repeat", "25", "--expect-status", "200,404", "--expect-body-contains", "o"];
+    let m = tokio::task::spawn_blocking(move || loadgen(&url, &args)).await.unwrap();
+    assert_eq!(m.errors, [(ErrorKind::Check, 20)].into(), "{:?}", m.errors);
+    assert_eq!(m.histogram.len(), 30);
+}

@@ -12,7 +12,8 @@ use loadgen::run::{Config, run};
 use loadgen::summary::{ErrorKind, Merged, Summary};
 
 /// A server: `/ok` answers 200 after `delay_ms` (query), `/fail` 500,
-/// `/missing` 404, `/slow` never within a test's timeout. Counts requests.
+/// `/missing` 404, `/slow` never within a test's timeout, `/big` 200 with
+/// [`BIG`]. Counts requests.
 async fn server() -> (String, Arc<AtomicU64>) {
     let count = Arc::new(AtomicU64::new(0));
     let c = count.clone();
@@ -26,6 +27,7 @@ async fn server() -> (String, Arc<AtomicU64>) {
             match uri.path() {
                 "/fail" => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "boom"),
                 "/missing" => (axum::http::StatusCode::NOT_FOUND, "no"),
+                "/big" => (axum::http::StatusCode::OK, BIG.as_str()),
                 "/slow" => {
                     tokio::time::sleep(Duration::from_secs(30)).await;
                     (axum::http::StatusCode::OK, "late")
@@ -41,6 +43,11 @@ async fn server() -> (String, Arc<AtomicU64>) {
     });
     (format!("http://{addr}"), count)
 }
+
+/// A body longer than a few reads of loadgen's 16 KiB buffer, with
+/// `MARKER` once, near its end.
+static BIG: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{}MARKER{}", "x".repeat(100_000), "y".repeat(7)));
 
 fn config(url: String, repeat: u64, concurrency: u64) -> Config {
     Config {
@@ -60,6 +67,7 @@ fn config(url: String, repeat: u64, concurrency: u64) -> Config {
         max_connections: 100,
         tls: Default::default(),
         http2: false,
+        checks: Default::default(),
     }
 }
 
@@ -157,6 +165,47 @@ async fn errors_are_counted_by_kind_and_not_timed() {
     // Nothing listens on port 1.
     let out = run(config("http://127.0.0.1:1/".into(), 2, 1)).await.unwrap();
     assert_eq!(out.errors.get(&ErrorKind::Connect).copied(), Some(2));
+}
+
+fn checking(url: String, statuses: &[u16], body_contains: Option<&str>) -> Config {
+    let checks = loadgen::check::Checks {
+        statuses: statuses.to_vec(),
+        body_contains: body_contains.map(|s| loadgen::check::Needle::new(s.as_bytes()).unwrap()),
+    };
+    Config { checks, ..config(url, 4, 2) }
+}
+
+#[tokio::test]
+async fn a_body_without_the_substring_is_a_check_error_and_one_with_it_none() {
+    let (base, _) = server().await;
+    // 200 "ok": the body lacks the substring, so only check errors.
+    let out = run(checking(format!("{base}/ok"), &[], Some("welcome"))).await.unwrap();
+    assert_eq!(out.requests, 8);
+    assert_eq!(out.errors, [(ErrorKind::Check, 8)].into(), "{:?}", out.errors);
+    assert_eq!(out.histogram.len(), 0, "a failed check is not timed");
+    let out = run(checking(format!("{base}/ok"), &[], Some("ok"))).await.unwrap();
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    assert_eq!(out.histogram.len(), 8);
+    // Found past several reads; missed, though every read held an "M".
+    let out = run(checking(format!("{base}/big"), &[200], Some("MARKERyyy"))).await.unwrap();
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    let out = run(checking(format!("{base}/big"), &[200], Some("MARKERz"))).await.unwrap();
+    assert_eq!(out.errors, [(ErrorKind::Check, 8)].into(), "{:?}", out.errors);
+}
+
+#[tokio::test]
+async fn expected_statuses_replace_the_classes_only_when_given() {
+    let (base, _) = server().await;
+    // A 404 expected passes; a 200 not expected fails as a check.
+    let out = run(checking(format!("{base}/missing"), &[404], None)).await.unwrap();
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    let out = run(checking(format!("{base}/ok"), &[201, 204], None)).await.unwrap();
+    assert_eq!(out.errors, [(ErrorKind::Check, 8)].into(), "{:?}", out.errors);
+    let out = run(checking(format!("{base}/fail"), &[200], None)).await.unwrap();
+    assert_eq!(out.errors, [(ErrorKind::Check, 8)].into(), "{:?}", out.errors);
+    // Without statuses a 5xx stays http5xx, even with a body check.
+    let out = run(checking(format!("{base}/fail"), &[], Some("boom"))).await.unwrap();
+    assert_eq!(out.errors, [(ErrorKind::Http5xx, 8)].into(), "{:?}", out.errors);
 }
 
 #[tokio::test]

@@ -125,6 +125,7 @@ fn config(scheme: &str, port: u16, tls: Tls, http2: bool) -> Config {
         max_connections: 100,
         tls,
         http2,
+        checks: Default::default(),
     }
 }
 
@@ -186,6 +187,31 @@ async fn http2_is_negotiated_over_tls_and_spoken_from_the_start_in_cleartext() {
     assert_eq!((out.requests, out.errors.values().sum::<u64>()), (10, 0), "{:?}", out.errors);
     let versions = seen.lock().unwrap().clone();
     assert!(versions.len() == 10 && versions.iter().all(|v| v == "HTTP/2.0"), "{versions:?}");
+}
+
+/// The reqwest path checks as the fast one does: h2c and TLS answer 200 "ok".
+#[tokio::test]
+async fn checks_hold_on_the_reqwest_path_too() {
+    use loadgen::check::{Checks, Needle};
+    let (addr, _) = h2c_server().await;
+    let (ca, leaf, key) = pki(&[HOST]);
+    let (tls_addr, _) = tls_server(leaf, key).await;
+    let body = |s: &str| Some(Needle::new(s.as_bytes()).unwrap());
+    let cases = [
+        (Checks { statuses: vec![], body_contains: body("ok") }, None),
+        (Checks { statuses: vec![], body_contains: body("not there") }, Some(ErrorKind::Check)),
+        (Checks { statuses: vec![204], body_contains: None }, Some(ErrorKind::Check)),
+        (Checks { statuses: vec![200], body_contains: body("k") }, None),
+    ];
+    for (checks, kind) in cases {
+        for cfg in
+            [config("http", addr.port(), Tls::default(), true), config("https", tls_addr.port(), trusting(&ca), false)]
+        {
+            let out = run(Config { checks: checks.clone(), ..cfg }).await.unwrap();
+            let want = kind.map(|k| [(k, 10)].into()).unwrap_or_default();
+            assert_eq!(out.errors, want, "{checks:?}");
+        }
+    }
 }
 
 #[tokio::test]

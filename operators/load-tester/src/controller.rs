@@ -311,13 +311,15 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
 
 /// The spec's durations and the operator's bounds, or why the spec cannot run.
 fn limits(test: &LoadTest, options: &Options) -> Result<Limits, String> {
-    let headers = match test.spec.test.headers.keys().find(|k| !crate::crd::is_header_name(k)) {
+    // What the schema cannot say of the request: header names as tokens,
+    // the body substring's length in bytes.
+    let request = match test.spec.test.headers.keys().find(|k| !crate::crd::is_header_name(k)) {
         Some(bad) => Err(format!("header name {bad:?} is not an HTTP token")),
-        None => Ok(()),
+        None => test.spec.test.checks.as_ref().and_then(crate::crd::Checks::invalid).map_or(Ok(()), Err),
     };
     let spec = &test.spec;
     let schedule = spec.schedule.as_deref().map(Schedule::parse).transpose();
-    match (spec.deadline.get(), spec.start_timeout.get(), spec.test.timeout.get(), spec.duration(), headers, schedule) {
+    match (spec.deadline.get(), spec.start_timeout.get(), spec.test.timeout.get(), spec.duration(), request, schedule) {
         (Ok(deadline), Ok(start_timeout), Ok(_), Ok(duration), Ok(()), Ok(schedule)) => Ok(Limits {
             deadline,
             start_timeout,

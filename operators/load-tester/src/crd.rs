@@ -13,11 +13,13 @@ use serde::{Deserialize, Serialize};
 
 mod baseline;
 mod bounds;
+mod checks;
 mod request;
 mod runner;
 mod status;
 
 pub use baseline::{Baseline, BaselineStatus, MaxRegression, Percent, SavedBaseline};
+pub use checks::{Checks, MAX_BODY_CONTAINS};
 pub use request::{
     BodySource, ConfigMapKeyRef, HeaderValue, HeaderValueSource, HttpHeader, Scheme, SecretKeyRef, TestTls,
 };
@@ -189,6 +191,8 @@ fn default_timeout() -> GoDuration {
     .message("body and bodyFrom are mutually exclusive"))]
 #[x_kube(validation = kube::core::Rule::new("!has(self.tls) || self.scheme == 'https'")
     .message("tls is only for scheme https"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.checks) || !has(self.checks.bodyContains) || self.method != 'HEAD'")
+    .message("checks.bodyContains is not for method HEAD: its answers have no body"))]
 pub struct TestSpec {
     /// HTTP method (default GET).
     #[serde(default)]
@@ -278,6 +282,11 @@ pub struct TestSpec {
     /// may get that Secret may name it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_from: Option<BodySource>,
+    /// What each answer must show to count as a success: its status
+    /// (statusCodes) and a substring of its body (bodyContains). Omitted:
+    /// only the status class counts (4xx and 5xx are errors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Checks>,
 }
 
 impl TestSpec {

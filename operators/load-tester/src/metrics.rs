@@ -23,7 +23,7 @@ impl LoadMetrics {
             requests: IntCounterVec::new(
                 Opts::new(
                     "flotilla_load_tester_requests_total",
-                    "Requests sent by finished runs' runners, by result (ok|http5xx|http4xx|timeout|connect|other)",
+                    "Requests sent by finished runs' runners, by result (ok|http5xx|http4xx|timeout|connect|other|check)",
                 ),
                 &["result"],
             )?,
@@ -31,7 +31,7 @@ impl LoadMetrics {
         for (s, v) in [("Finished", "Passed"), ("Finished", "Failed"), ("Finished", "None"), ("Failed", "None")] {
             m.runs.with_label_values(&[s, v]);
         }
-        for r in ["ok", "http5xx", "http4xx", "timeout", "connect", "other"] {
+        for r in ["ok", "http5xx", "http4xx", "timeout", "connect", "other", "check"] {
             m.requests.with_label_values(&[r]);
         }
         Ok(m)

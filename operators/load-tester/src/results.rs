@@ -177,6 +177,34 @@ mod tests {
         assert!(e.contains("r7"), "{e}");
     }
 
+    /// Answers that failed test.checks are merged under their own kind,
+    /// apart from the transport's, and count in the error ratio.
+    #[test]
+    fn check_errors_are_merged_apart_and_count_in_the_error_ratio() {
+        let with = |errors: &[(ErrorKind, u64)]| {
+            let mut h = histogram();
+            for _ in 0..90 {
+                record(&mut h, Duration::from_millis(2));
+            }
+            let n: u64 = errors.iter().map(|(_, n)| n).sum();
+            Summary::to_message(90 + n, errors.iter().copied().collect(), 0, Duration::from_secs(1), &h)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let msgs = vec![
+            ("a".to_string(), with(&[(ErrorKind::Check, 6), (ErrorKind::Timeout, 1)])),
+            ("b".to_string(), with(&[(ErrorKind::Check, 3)])),
+        ];
+        let (m, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.errors, BTreeMap::from([("check".to_string(), 9), ("timeout".to_string(), 1)]));
+        assert_eq!((r.requests, r.error_ratio.as_str()), (190, "0.0526"));
+        let t = Thresholds { max_error_ratio: Some(0.05), ..Thresholds::default() };
+        let (v, why) = verdict(&m, Some(&t));
+        assert_eq!(v, Verdict::Failed);
+        assert!(why.contains("error ratio 0.0526 (10 of 190)"), "{why}");
+        let t = Thresholds { max_error_ratio: Some(0.06), ..Thresholds::default() };
+        assert_eq!(verdict(&m, Some(&t)).0, Verdict::Passed);
+    }
+
     /// Each new threshold fails on its own figure and passes at it: the
     /// median, the 90th percentile, the slowest request, the achieved rate.
     #[test]

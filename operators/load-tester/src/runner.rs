@@ -179,6 +179,17 @@ pub fn pod(
     if t.http2 {
         env.push(json!({"name": "HTTP2", "value": "true"}));
     }
+    // Only when set: a runner without them counts errors by status class,
+    // as runners always did.
+    if let Some(checks) = &t.checks {
+        if !checks.status_codes.is_empty() {
+            let codes: Vec<String> = checks.status_codes.iter().map(i32::to_string).collect();
+            env.push(json!({"name": "EXPECT_STATUS", "value": codes.join(",")}));
+        }
+        if let Some(text) = &checks.body_contains {
+            env.push(json!({"name": "EXPECT_BODY_CONTAINS", "value": text}));
+        }
+    }
     let tls = t.tls.as_ref().filter(|_| t.scheme == crate::crd::Scheme::Https);
     if tls.is_some_and(|tls| tls.insecure_skip_verify) {
         env.push(json!({"name": "INSECURE_SKIP_VERIFY", "value": "true"}));
@@ -494,6 +505,29 @@ mod tests {
         let env = env_of(&pod("t", "u", "shop", &insecure, "loadgen:1", 1, 0, &window(0), &pinned()));
         assert_eq!(env.get("INSECURE_SKIP_VERIFY").map(String::as_str), Some("true"));
         assert!(!env.contains_key("CA_FILE"));
+    }
+
+    #[test]
+    fn checks_reach_loadgen_only_when_set() {
+        let spec = |checks: Value| -> LoadTestSpec {
+            serde_json::from_value(json!({"replicas": 1, "test": {"serviceName": "nginx", "checks": checks}}))
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let env_for = |s: &LoadTestSpec| env_of(&pod("t", "u", "shop", s, "loadgen:1", 1, 0, &window(0), &pinned()));
+        let env = env_for(&spec(json!({"statusCodes": [200, 204], "bodyContains": "\"status\": \"ok\""})));
+        assert_eq!(env["EXPECT_STATUS"], "200,204");
+        assert_eq!(env["EXPECT_BODY_CONTAINS"], "\"status\": \"ok\"");
+        let env = env_for(&spec(json!({"bodyContains": "ok"})));
+        assert!(!env.contains_key("EXPECT_STATUS"), "no statuses: the classes count, as before");
+        assert_eq!(env["EXPECT_BODY_CONTAINS"], "ok");
+        for none in [
+            spec(json!({})),
+            serde_json::from_value(json!({"replicas": 1, "test": {"serviceName": "n"}}))
+                .unwrap_or_else(|e| panic!("{e}")),
+        ] {
+            let env = env_for(&none);
+            assert!(!env.contains_key("EXPECT_STATUS") && !env.contains_key("EXPECT_BODY_CONTAINS"), "{env:?}");
+        }
     }
 
     #[test]

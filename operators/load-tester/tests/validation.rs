@@ -62,6 +62,27 @@ async fn admission_rejects_what_would_fail_later() {
             ),
             "spec.test.tls.caConfigMapRef.name",
         ),
+        // Issue 30: checks.
+        (
+            "a status code out of range",
+            test(json!({"serviceName": "web", "checks": {"statusCodes": [200, 99]}})),
+            "spec.test.checks.statusCodes",
+        ),
+        (
+            "a status code twice",
+            test(json!({"serviceName": "web", "checks": {"statusCodes": [200, 200]}})),
+            "spec.test.checks.statusCodes",
+        ),
+        (
+            "a body check of a HEAD answer",
+            test(json!({"serviceName": "web", "method": "HEAD", "checks": {"bodyContains": "ok"}})),
+            "checks.bodyContains is not for method HEAD",
+        ),
+        (
+            "an empty body check",
+            test(json!({"serviceName": "web", "checks": {"bodyContains": ""}})),
+            "spec.test.checks.bodyContains",
+        ),
     ];
     for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
         match create(&client, &ns, "LoadTest", &format!("bad-{i}"), spec).await {

@@ -206,7 +206,9 @@ pub struct Results {
     pub runners: i32,
     /// Requests sent.
     pub requests: i64,
-    /// Failed requests by kind (http5xx, http4xx, timeout, connect, other).
+    /// Failed requests by kind: http5xx, http4xx (answers of that class,
+    /// when test.checks.statusCodes is not set), check (answers that
+    /// failed test.checks), timeout, connect, other.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, i64>,
     /// Requests not sent because the deadline came first, or cut short by
