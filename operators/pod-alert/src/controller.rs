@@ -342,7 +342,7 @@ pub async fn reconcile(alert: Arc<PodAlert>, data: Arc<Data>) -> Result<Action, 
         let transitions = read_logs(&ns, rules, transitions, &mut st, &data, now).await;
         let workers = sinks::worker_changes(&alert, &ns, &mut st);
         let misconfigured = sinks::check_sink_secrets(&alert, &ns, &mut st, &mut summary, &data, now).await;
-        sinks::learn_threads(&mut st);
+        sinks::learn_threads(&alert, &mut st);
         let mut out = Outbox::default();
         sinks::notify(&alert, rules, &transitions, &mut st, &data, now, &mut out);
         next = st.book.next_deadline(rules, now);

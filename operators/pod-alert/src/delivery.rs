@@ -49,7 +49,9 @@ pub use destination::{
     http_client,
 };
 pub use retry::{Retry, delay, parse_retry_after};
-pub use slack_api::{Calls, Threading, Threads, answer, check_bot_token, choose, post_body, update_body};
+pub use slack_api::{
+    Bot, Calls, Learned, Threading, Threads, answer, check_bot_token, choose, post_body, thread_gone, update_body,
+};
 
 /// The failure classes `status.sinks[].lastError` may hold for a request
 /// that was attempted (besides configuration problems: a missing Secret).
@@ -370,7 +372,8 @@ impl Delivery {
         threads: &Threads,
     ) -> Result<(), Failure> {
         let mut attempt = 0;
-        // A Slack thread's reply is not sent again when only its update failed.
+        // A Slack notification's calls are chosen once: a retry neither
+        // replies in a thread found gone nor chooses again.
         let mut progress = slack_api::Progress::default();
         loop {
             if !self.leadership.is_leading() {

@@ -292,13 +292,25 @@ mod tests {
     #[test]
     fn restore_round_trips_what_matters() {
         let mut book = book_with_incident();
-        let thread = crate::crd::SlackThread { channel: "C0123456789".into(), ts: "1712345678.000100".into() };
+        let thread = crate::crd::SlackThread {
+            channel: "C0123456789".into(),
+            ts: "1712345678.000100".into(),
+            spec_channel: Some("#alerts".into()),
+            bot_token_secret_ref: Some(crate::crd::SecretKeyRef { name: "slack-bot".into(), key: "token".into() }),
+        };
         book.incidents.values_mut().for_each(|i| i.slack_thread = Some(thread.clone()));
         let s = build(None, Some(1), &book, &Summary::default());
         assert_eq!(
             serde_json::to_value(&s.incidents[0]).unwrap()["slackThread"],
-            serde_json::json!({"channel": "C0123456789", "ts": "1712345678.000100"})
+            serde_json::json!({
+                "channel": "C0123456789", "ts": "1712345678.000100",
+                "specChannel": "#alerts", "botTokenSecretRef": {"name": "slack-bot", "key": "token"},
+            })
         );
+        // A status written before threads said what posted them still reads.
+        let old: crate::crd::SlackThread =
+            serde_json::from_value(serde_json::json!({"channel": "C0123456789", "ts": "1712345678.000100"})).unwrap();
+        assert_eq!((old.spec_channel, old.bot_token_secret_ref), (None, None));
         let (back, _) = restore(&s);
         let (a, b) = (book.incidents.values().next().unwrap(), back.incidents.values().next().unwrap());
         assert_eq!(a.key, b.key);

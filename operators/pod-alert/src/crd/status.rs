@@ -142,8 +142,11 @@ pub struct IncidentStatus {
 }
 
 /// A Slack message that heads an incident's thread, as Slack's
-/// chat.postMessage named it.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+/// chat.postMessage named it, and the sink it was posted with: a thread
+/// posted with another channel or token than the sink's current ones is
+/// not replied to (a new message starts the thread instead).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct SlackThread {
     /// The channel's ID (Slack's answer, whatever spec.sinks.slack.channel
     /// named it by).
@@ -153,6 +156,25 @@ pub struct SlackThread {
     /// 1712345678.123456).
     #[schemars(length(min = 1, max = 32))]
     pub ts: String,
+    /// spec.sinks.slack.channel when the thread was posted. Absent in a
+    /// thread recorded before it was kept: such a thread is not reused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 81))]
+    pub spec_channel: Option<String>,
+    /// spec.sinks.slack.botTokenSecretRef (the Secret's name and key, never
+    /// the token) when the thread was posted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bot_token_secret_ref: Option<crate::crd::SecretKeyRef>,
+}
+
+impl SlackThread {
+    /// Whether this thread was posted by the sink with `channel` (as the
+    /// spec names it) and the token in `token`: only then may it be
+    /// replied to. Slack's channel ID cannot be compared with a name, so
+    /// the spec's own value is kept with the thread.
+    pub fn posted_with(&self, channel: &str, token: &crate::crd::SecretKeyRef) -> bool {
+        self.spec_channel.as_deref() == Some(channel) && self.bot_token_secret_ref.as_ref() == Some(token)
+    }
 }
 
 /// One sink's delivery state.

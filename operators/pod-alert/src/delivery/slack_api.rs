@@ -9,6 +9,12 @@
 //! an error code: such an answer is a failure with that code (retried only
 //! for the codes that say "later"). The token goes in the Authorization
 //! header only: never in a URL, a log line, a failure's message or status.
+//!
+//! A reply whose thread Slack says is gone ([`THREAD_GONE`]) forgets the
+//! thread and posts the transition as a new message, which becomes the
+//! thread: otherwise every later transition would fail on it, also after a
+//! restart (status keeps it). The reply is what notifies; the update of
+//! the first message is best effort.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,6 +35,10 @@ use crate::crd::{SecretKeyRef, SlackThread};
 pub struct Threading {
     /// The incident, as its key displays (`ns/Kind/name container c: Reason`).
     pub incident: String,
+    /// When the incident's opening was notified: which incarnation of the
+    /// incident (one key may resolve and open again) the notification is
+    /// about. A thread learned for another opening is another incarnation's.
+    pub opening: Option<Timestamp>,
     /// An opening: it starts a new thread.
     pub opens: bool,
     /// The thread the incident was known to have when the notification was
@@ -36,30 +46,48 @@ pub struct Threading {
     pub known: Option<SlackThread>,
 }
 
+/// What a worker learned of an incident's thread: the thread it posted for
+/// the incident's `opening`, or none (the thread was gone and no new one
+/// could be posted: the next transition starts one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Learned {
+    pub opening: Option<Timestamp>,
+    pub thread: Option<SlackThread>,
+}
+
 /// Threads one worker learned, by incident: shared with the reconcile,
 /// which writes them into status and forgets those of incidents gone. A
 /// thread learned here is newer than one a queued notification carries.
 #[derive(Debug, Clone, Default)]
-pub struct Threads(Arc<Mutex<HashMap<String, SlackThread>>>);
+pub struct Threads(Arc<Mutex<HashMap<String, Learned>>>);
 
 /// Threads held per worker, at most (the reconcile keeps only those of the
 /// incidents it holds; this bounds a burst between two reconciles).
 const MAX_THREADS: usize = 1024;
 
 impl Threads {
-    pub fn get(&self, incident: &str) -> Option<SlackThread> {
+    pub fn get(&self, incident: &str) -> Option<Learned> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).get(incident).cloned()
     }
 
-    fn learn(&self, incident: &str, thread: SlackThread) {
+    /// Records what `incident`'s thread is now. An older opening's news
+    /// (a notification held while the incident opened again) never
+    /// replaces a newer opening's thread.
+    fn learn(&self, incident: &str, learned: Learned) {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.len() < MAX_THREADS || map.contains_key(incident) {
-            map.insert(incident.to_string(), thread);
+        let room = map.len() < MAX_THREADS;
+        match map.get_mut(incident) {
+            Some(held) if held.opening <= learned.opening => *held = learned,
+            Some(_) => {}
+            None if room => {
+                map.insert(incident.to_string(), learned);
+            }
+            None => {}
         }
     }
 
     /// Every thread held, by incident.
-    pub fn snapshot(&self) -> Vec<(String, SlackThread)> {
+    pub fn snapshot(&self) -> Vec<(String, Learned)> {
         let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
@@ -74,7 +102,7 @@ impl Threads {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Calls {
     /// A new message in the channel (an opening, a summary, or a transition
-    /// whose thread is unknown): it becomes the incident's thread.
+    /// whose thread is unknown or gone): it becomes the incident's thread.
     Post,
     /// A reply in the thread, then the thread's first message updated to
     /// the incident's current state.
@@ -82,13 +110,17 @@ pub enum Calls {
 }
 
 /// An opening starts a thread; a later transition replies in the thread
-/// the worker learned, else in the one its notification knew, else (the
-/// opening was never posted) starts one.
-pub fn choose(threading: Option<&Threading>, learned: Option<SlackThread>) -> Calls {
-    match threading {
-        Some(t) if !t.opens => learned.or_else(|| t.known.clone()).map_or(Calls::Post, Calls::Reply),
-        _ => Calls::Post,
-    }
+/// the worker learned for the same opening (none: it was gone), else in
+/// the one its notification knew, else (the opening was never posted)
+/// starts one. A thread posted with another channel or token than `bot`'s
+/// (the spec changed since) is not replied to.
+pub fn choose(threading: Option<&Threading>, learned: Option<Learned>, bot: &Bot<'_>) -> Calls {
+    let Some(t) = threading.filter(|t| !t.opens) else { return Calls::Post };
+    let thread = match learned.filter(|l| l.opening == t.opening) {
+        Some(l) => l.thread,
+        None => t.known.clone(),
+    };
+    thread.filter(|th| th.posted_with(bot.channel, bot.token)).map_or(Calls::Post, Calls::Reply)
 }
 
 /// `chat.postMessage`'s document: `message` (`text` and `blocks`) in
@@ -108,6 +140,28 @@ pub fn update_body(thread: &SlackThread, message: &Value) -> Value {
 
 /// Slack's error codes that mean "later": retried as a 5xx is.
 const RETRYABLE: [&str; 5] = ["ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"];
+
+/// Slack's error codes that say a thread can no longer be replied to or
+/// its first message updated (deleted, archived, the bot removed from its
+/// channel): the incident's thread is forgotten and a new message starts
+/// one, rather than every later transition failing on it.
+const THREAD_GONE: [&str; 6] = [
+    "message_not_found",
+    "thread_not_found",
+    "channel_not_found",
+    "is_archived",
+    "not_in_channel",
+    "cant_update_message",
+];
+
+/// Whether `f` is Slack saying the thread is gone ([`THREAD_GONE`]); the
+/// code is read back from the message [`answer`] wrote.
+pub fn thread_gone(f: &Failure) -> bool {
+    f.message.strip_prefix(SLACK_PREFIX).is_some_and(|code| THREAD_GONE.contains(&code))
+}
+
+/// How [`answer`] writes Slack's error code in a failure's message.
+const SLACK_PREFIX: &str = "slack: ";
 
 /// Slack's answer to one call: the message's channel and ts, or why not.
 /// `retry_after`: the answer's `Retry-After`.
@@ -132,11 +186,11 @@ pub fn answer(status: u16, retry_after: Option<Duration>, body: &str) -> Result<
             })
             .unwrap_or("unknown_error");
         let retryable = RETRYABLE.contains(&code);
-        return Err(fail(format!("slack: {code}"), retryable));
+        return Err(fail(format!("{SLACK_PREFIX}{code}"), retryable));
     }
     match (v["channel"].as_str(), v["ts"].as_str()) {
         (Some(channel), Some(ts)) if (1..=32).contains(&channel.len()) && (1..=32).contains(&ts.len()) => {
-            Ok(SlackThread { channel: channel.to_string(), ts: ts.to_string() })
+            Ok(SlackThread { channel: channel.to_string(), ts: ts.to_string(), ..SlackThread::default() })
         }
         _ => Err(fail("slack: the answer named no message".into(), false)),
     }
@@ -153,11 +207,11 @@ pub fn check_bot_token(token: &str) -> Result<(), String> {
 }
 
 /// How far one notification got: the calls chosen at its first attempt,
-/// and whether its reply went out (a retry then only updates).
+/// or a Post once its thread was found gone, so that a retry does not
+/// choose again (nor reply in the gone thread).
 #[derive(Debug, Default)]
 pub struct Progress {
     calls: Option<Calls>,
-    replied: bool,
 }
 
 /// Where a bot token's sink posts: its token's Secret key and channel.
@@ -165,6 +219,17 @@ pub struct Bot<'a> {
     pub namespace: &'a str,
     pub token: &'a SecretKeyRef,
     pub channel: &'a str,
+}
+
+impl Bot<'_> {
+    /// A thread Slack named, with what it was posted with.
+    fn stamp(&self, posted: SlackThread) -> SlackThread {
+        SlackThread {
+            spec_channel: Some(self.channel.to_string()),
+            bot_token_secret_ref: Some(self.token.clone()),
+            ..posted
+        }
+    }
 }
 
 impl Delivery {
@@ -184,24 +249,50 @@ impl Delivery {
         let threading = body.thread.as_ref();
         let calls = progress
             .calls
-            .get_or_insert_with(|| choose(threading, threading.and_then(|t| threads.get(&t.incident))))
+            .get_or_insert_with(|| choose(threading, threading.and_then(|t| threads.get(&t.incident)), &bot))
             .clone();
-        match calls {
-            Calls::Post => {
-                let posted =
-                    self.slack_call("chat.postMessage", token, &post_body(bot.channel, &message, None)).await?;
+        let thread = match calls {
+            Calls::Post => return self.slack_post(&bot, token, &message, threading, threads).await,
+            Calls::Reply(thread) => thread,
+        };
+        let reply = post_body(&thread.channel, &message, Some(&thread.ts));
+        match self.slack_call("chat.postMessage", token, &reply).await {
+            Ok(_) => {}
+            Err(f) if thread_gone(&f) => {
+                // The thread is gone (and would stay so for every later
+                // transition, and across restarts through status): forget
+                // it and post this transition as the new thread. Retries
+                // of this notification post too.
+                tracing::info!(sink = "slack", error = %f.message, "the Slack thread is gone; starting a new one");
                 if let Some(t) = threading {
-                    threads.learn(&t.incident, posted);
+                    threads.learn(&t.incident, Learned { opening: t.opening, thread: None });
                 }
+                progress.calls = Some(Calls::Post);
+                return self.slack_post(&bot, token, &message, threading, threads).await;
             }
-            Calls::Reply(thread) => {
-                if !progress.replied {
-                    let reply = post_body(&thread.channel, &message, Some(&thread.ts));
-                    self.slack_call("chat.postMessage", token, &reply).await?;
-                    progress.replied = true;
-                }
-                self.slack_call("chat.update", token, &update_body(&thread, &message)).await?;
-            }
+            Err(f) => return Err(f),
+        }
+        // The reply is what notifies; the first message's update is best
+        // effort: its failure neither fails the notification nor sends the
+        // reply again.
+        if let Err(f) = self.slack_call("chat.update", token, &update_body(&thread, &message)).await {
+            tracing::warn!(sink = "slack", error = %f.message, "the thread's first message was not updated");
+        }
+        Ok(())
+    }
+
+    /// A new message in the sink's channel: it becomes the incident's thread.
+    async fn slack_post(
+        &self,
+        bot: &Bot<'_>,
+        token: &str,
+        message: &Value,
+        threading: Option<&Threading>,
+        threads: &Threads,
+    ) -> Result<(), Failure> {
+        let posted = self.slack_call("chat.postMessage", token, &post_body(bot.channel, message, None)).await?;
+        if let Some(t) = threading {
+            threads.learn(&t.incident, Learned { opening: t.opening, thread: Some(bot.stamp(posted)) });
         }
         Ok(())
     }
@@ -242,29 +333,89 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    const INCIDENT: &str = "team-a/Deployment/web container app: CrashLoopBackOff";
+
+    fn token() -> SecretKeyRef {
+        SecretKeyRef { name: "slack-bot".into(), key: "token".into() }
+    }
+
+    /// A thread posted by the sink of [`bot`].
     fn thread(ts: &str) -> SlackThread {
-        SlackThread { channel: "C0123456789".into(), ts: ts.into() }
+        SlackThread {
+            channel: "C0123456789".into(),
+            ts: ts.into(),
+            spec_channel: Some("#alerts".into()),
+            bot_token_secret_ref: Some(token()),
+        }
+    }
+
+    fn opening() -> Option<Timestamp> {
+        Some(Timestamp::from_second(1_800_000_000).unwrap())
     }
 
     fn threading(opens: bool, known: Option<SlackThread>) -> Threading {
-        Threading { incident: "team-a/Deployment/web container app: CrashLoopBackOff".into(), opens, known }
+        Threading { incident: INCIDENT.into(), opening: opening(), opens, known }
+    }
+
+    fn learned(thread: Option<SlackThread>) -> Option<Learned> {
+        Some(Learned { opening: opening(), thread })
     }
 
     #[test]
     fn an_opening_posts_and_later_transitions_reply_in_the_thread() {
+        let token = token();
+        let bot = Bot { namespace: "team-a", token: &token, channel: "#alerts" };
         // An opening starts a thread, whatever was known before.
-        assert_eq!(choose(Some(&threading(true, Some(thread("1.1")))), Some(thread("2.2"))), Calls::Post);
+        assert_eq!(
+            choose(Some(&threading(true, Some(thread("1.1")))), learned(Some(thread("2.2"))), &bot),
+            Calls::Post
+        );
         // A later transition: the thread this worker learned (newest) ...
         assert_eq!(
-            choose(Some(&threading(false, Some(thread("1.1")))), Some(thread("2.2"))),
+            choose(Some(&threading(false, Some(thread("1.1")))), learned(Some(thread("2.2"))), &bot),
             Calls::Reply(thread("2.2"))
         );
         // ... else the one the status knew (after a restart) ...
-        assert_eq!(choose(Some(&threading(false, Some(thread("1.1")))), None), Calls::Reply(thread("1.1")));
+        assert_eq!(choose(Some(&threading(false, Some(thread("1.1")))), None, &bot), Calls::Reply(thread("1.1")));
         // ... else a new message, which becomes the thread.
-        assert_eq!(choose(Some(&threading(false, None)), None), Calls::Post);
+        assert_eq!(choose(Some(&threading(false, None)), None, &bot), Calls::Post);
         // A summary is about no incident: a message of its own.
-        assert_eq!(choose(None, Some(thread("2.2"))), Calls::Post);
+        assert_eq!(choose(None, learned(Some(thread("2.2"))), &bot), Calls::Post);
+    }
+
+    #[test]
+    fn a_thread_found_gone_another_opening_or_another_sink_is_not_replied_to() {
+        let token = token();
+        let bot = Bot { namespace: "team-a", token: &token, channel: "#alerts" };
+        // The worker found the thread gone: a new message, not the one the
+        // notification (or status) still knew.
+        assert_eq!(choose(Some(&threading(false, Some(thread("1.1")))), learned(None), &bot), Calls::Post);
+        // What the worker learned of another opening is another incident's.
+        let earlier = Some(Learned { opening: None, thread: Some(thread("0.9")) });
+        assert_eq!(choose(Some(&threading(false, Some(thread("1.1")))), earlier, &bot), Calls::Reply(thread("1.1")));
+        let earlier = Some(Learned { opening: None, thread: Some(thread("0.9")) });
+        assert_eq!(choose(Some(&threading(false, None)), earlier, &bot), Calls::Post);
+        // Posted with another channel or token than the sink's now.
+        let moved = Bot { namespace: "team-a", token: &token, channel: "#alerts-new" };
+        assert_eq!(choose(Some(&threading(false, Some(thread("1.1")))), None, &moved), Calls::Post);
+        let other = SecretKeyRef { name: "other-bot".into(), key: "token".into() };
+        let rotated = Bot { namespace: "team-a", token: &other, channel: "#alerts" };
+        assert_eq!(choose(Some(&threading(false, Some(thread("1.1")))), None, &rotated), Calls::Post);
+        let legacy = SlackThread { channel: "C0123456789".into(), ts: "1.1".into(), ..SlackThread::default() };
+        assert_eq!(choose(Some(&threading(false, Some(legacy))), None, &bot), Calls::Post);
+    }
+
+    #[test]
+    fn thread_gone_codes_are_told_apart() {
+        for code in THREAD_GONE {
+            let f = answer(200, None, &format!(r#"{{"ok": false, "error": "{code}"}}"#)).unwrap_err();
+            assert!(thread_gone(&f), "{code}");
+        }
+        for code in ["invalid_auth", "ratelimited", "msg_too_long", "unknown_error"] {
+            let f = answer(200, None, &format!(r#"{{"ok": false, "error": "{code}"}}"#)).unwrap_err();
+            assert!(!thread_gone(&f), "{code}");
+        }
+        assert!(!thread_gone(&answer(404, None, "").unwrap_err()));
     }
 
     #[test]
@@ -287,7 +438,9 @@ mod tests {
     #[test]
     fn slacks_answers_are_read() {
         let ok = r#"{"ok": true, "channel": "C0123456789", "ts": "1712345678.000100", "message": {}}"#;
-        assert_eq!(answer(200, None, ok), Ok(thread("1712345678.000100")));
+        // Slack's answer names the message; the worker stamps what posted it.
+        let named = SlackThread { spec_channel: None, bot_token_secret_ref: None, ..thread("1712345678.000100") };
+        assert_eq!(answer(200, None, ok), Ok(named));
         // ok:false at HTTP 200 is a failure with Slack's code: permanent ...
         for code in ["invalid_auth", "channel_not_found", "not_in_channel", "account_inactive", "token_revoked"] {
             let f = answer(200, None, &format!(r#"{{"ok": false, "error": "{code}"}}"#)).unwrap_err();
@@ -331,13 +484,134 @@ mod tests {
     fn threads_are_bounded_and_forgotten_with_their_incidents() {
         let threads = Threads::default();
         for n in 0..MAX_THREADS + 10 {
-            threads.learn(&format!("i{n}"), thread(&n.to_string()));
+            threads.learn(&format!("i{n}"), learned(Some(thread(&n.to_string()))).unwrap());
         }
         assert_eq!(threads.snapshot().len(), MAX_THREADS);
-        // A known incident's thread is still replaced (it opened again).
-        threads.learn("i0", thread("new"));
-        assert_eq!(threads.get("i0"), Some(thread("new")));
+        // A known incident's thread is still replaced (it opened again) ...
+        let later = Some(Timestamp::from_second(1_800_000_600).unwrap());
+        let new = Learned { opening: later, thread: Some(thread("new")) };
+        threads.learn("i0", new.clone());
+        assert_eq!(threads.get("i0"), Some(new.clone()));
+        // ... but not by news of an earlier opening.
+        threads.learn("i0", learned(Some(thread("old"))).unwrap());
+        assert_eq!(threads.get("i0"), Some(new.clone()));
         threads.retain(|k| k == "i0");
-        assert_eq!(threads.snapshot(), vec![("i0".to_string(), thread("new"))]);
+        assert_eq!(threads.snapshot(), vec![("i0".to_string(), new)]);
+    }
+
+    /// A fake Slack Web API and Kubernetes API on loopback: the Secret
+    /// `team-a/slack-bot` holds a bot token; Slack's calls are answered in
+    /// order from `answers` (HTTP status, body) and recorded.
+    async fn fake(answers: Vec<(u16, &'static str)>) -> (Delivery, Arc<Mutex<Vec<(String, Value)>>>) {
+        use crate::address::Policy;
+        use crate::delivery::{Retry, SinkRules, http_client};
+        let calls: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+        let answers = Arc::new(Mutex::new(std::collections::VecDeque::from(answers)));
+        let recorded = calls.clone();
+        let app = axum::Router::new().fallback(move |uri: http::Uri, body: axum::body::Bytes| {
+            let (calls, answers) = (recorded.clone(), answers.clone());
+            async move {
+                if uri.path() == "/api/v1/namespaces/team-a/secrets/slack-bot" {
+                    let secret = json!({
+                        "apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": "slack-bot", "namespace": "team-a"},
+                        "data": {"token": "eG94Yi0xMjM0NTY3ODkwLWFiY2RlZmdoaWo="},
+                    });
+                    return (http::StatusCode::OK, secret.to_string());
+                }
+                let doc = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                calls.lock().unwrap().push((uri.path().to_string(), doc));
+                let (status, body) = answers.lock().unwrap().pop_front().unwrap_or((500, ""));
+                (http::StatusCode::from_u16(status).unwrap(), body.to_string())
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let rules = SinkRules {
+            addresses: Arc::new(Policy::parse(&["127.0.0.0/8".into()]).unwrap()),
+            slack_api_url: format!("http://{addr}/slack").into(),
+            ..SinkRules::default()
+        };
+        let kube = kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+        let (lead, leading) = tokio::sync::watch::channel(true);
+        std::mem::forget(lead);
+        let delivery = Delivery {
+            http: http_client(Duration::from_secs(5), rules.addresses.clone()).unwrap(),
+            kube,
+            metrics: crate::metrics::AlertMetrics::new().unwrap(),
+            retry: Retry { first: Duration::from_millis(10), ..Retry::default() },
+            leadership: flotilla_shared::Leadership::new(leading, tokio_util::sync::CancellationToken::new()),
+            rules,
+        };
+        (delivery, calls)
+    }
+
+    async fn send(delivery: &Delivery, threads: &Threads, known: Option<SlackThread>) -> Result<(), Failure> {
+        let token = token();
+        let target = super::super::Target::SlackBot { namespace: "team-a".into(), token, channel: "#alerts".into() };
+        let body = Payload::from(json!({"text": ":red_circle: Escalated: x", "blocks": []}))
+            .in_thread(threading(false, known));
+        delivery.deliver("slack", &target, "", &body, Timestamp::now(), threads).await
+    }
+
+    const POSTED: &str = r#"{"ok": true, "channel": "C0123456789", "ts": "2.2"}"#;
+
+    /// A reply into a thread Slack says is gone forgets the thread and
+    /// posts the transition as a new message, which becomes the thread; if
+    /// that post fails too, the thread stays forgotten.
+    #[tokio::test]
+    async fn a_gone_thread_is_forgotten_and_the_transition_starts_a_new_one() {
+        let (delivery, calls) = fake(vec![(200, r#"{"ok": false, "error": "thread_not_found"}"#), (200, POSTED)]).await;
+        let threads = Threads::default();
+        send(&delivery, &threads, Some(thread("1.1"))).await.unwrap();
+        let calls = std::mem::take(&mut *calls.lock().unwrap());
+        let seen: Vec<(&str, Option<&str>, &str)> = calls
+            .iter()
+            .map(|(path, b)| (path.as_str(), b["thread_ts"].as_str(), b["channel"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("/slack/chat.postMessage", Some("1.1"), "C0123456789"),
+                // Top level, in the sink's channel; no update of a gone message.
+                ("/slack/chat.postMessage", None, "#alerts"),
+            ]
+        );
+        // The new message is the incident's thread, with what posted it.
+        assert_eq!(threads.get(INCIDENT), learned(Some(thread("2.2"))));
+
+        // Gone, and the channel archived: the notification fails, and the
+        // thread is forgotten rather than replied to again.
+        let archived = r#"{"ok": false, "error": "is_archived"}"#;
+        let (delivery, calls) = fake(vec![(200, archived), (200, archived)]).await;
+        let threads = Threads::default();
+        let f = send(&delivery, &threads, Some(thread("1.1"))).await.unwrap_err();
+        assert_eq!((f.message.as_str(), f.retryable), ("slack: is_archived", false));
+        assert_eq!(calls.lock().unwrap().len(), 2);
+        assert_eq!(threads.get(INCIDENT), learned(None));
+        let next = threading(false, Some(thread("1.1")));
+        let token = token();
+        let bot = Bot { namespace: "team-a", token: &token, channel: "#alerts" };
+        assert_eq!(choose(Some(&next), threads.get(INCIDENT), &bot), Calls::Post);
+    }
+
+    /// The reply is what notifies: an update that fails (for good or for
+    /// now) is logged, and neither fails the notification nor sends the
+    /// reply again.
+    #[tokio::test]
+    async fn a_failed_update_after_the_reply_is_not_a_failed_notification() {
+        let ok_reply = r#"{"ok": true, "channel": "C0123456789", "ts": "3.3"}"#;
+        for update in [(200, r#"{"ok": false, "error": "cant_update_message"}"#), (503, "unavailable"), (429, "")] {
+            let (delivery, calls) = fake(vec![(200, ok_reply), update]).await;
+            let threads = Threads::default();
+            send(&delivery, &threads, Some(thread("1.1"))).await.unwrap();
+            // Give a wrongful retry the time to show.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let paths: Vec<String> = calls.lock().unwrap().iter().map(|(p, _)| p.clone()).collect();
+            assert_eq!(paths, ["/slack/chat.postMessage", "/slack/chat.update"], "{update:?}");
+            // The thread is alive: nothing forgotten or learned.
+            assert_eq!(threads.get(INCIDENT), None);
+        }
     }
 }
