@@ -58,11 +58,11 @@ struct Args {
     #[arg(long, env = "HTTP2", default_value_t = false)]
     http2: bool,
     /// The statuses an answer must have, comma-separated (e.g. 200,204; at
-    /// most 32, each 100-599): any other is an error of kind check.
+    /// most 32, each 101-599): any other is an error of kind check.
     /// Without it a 4xx answer is an error of kind http4xx, a 5xx one of
     /// kind http5xx, and any other status passes.
     #[arg(long, env = "EXPECT_STATUS", value_delimiter = ',', value_name = "CODES",
-          value_parser = clap::value_parser!(u16).range(100..=599))]
+          value_parser = clap::value_parser!(u16).range(101..=599))]
     expect_status: Vec<u16>,
     /// A substring (at most 1024 bytes) every answer's body must contain,
     /// compared byte for byte with the body as it came (not decompressed;
@@ -427,7 +427,7 @@ mod tests {
         let c = checks(&parse(&["--expect-status", "200,204", "--expect-body-contains", "\"ok\""]).unwrap()).unwrap();
         assert_eq!(c.statuses, [200, 204]);
         assert_eq!(c.body_contains, loadgen::check::Needle::new(b"\"ok\"").ok());
-        for wrong in ["99", "600", "2xx", ""] {
+        for wrong in ["99", "100", "600", "2xx", ""] {
             assert!(parse(&["--expect-status", wrong]).is_err(), "{wrong:?}");
         }
         let many = vec!["200"; 33].join(",");

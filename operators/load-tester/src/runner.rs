@@ -139,6 +139,13 @@ fn placement(runner: &RunnerSpec, labels: &Value) -> serde_json::Map<String, Val
 /// connects to the pinned cluster IP (`CONNECT_TO`) and never resolves the
 /// URL's host: a relative name would go through the pod's DNS search path,
 /// where `<svc>.<ns>.svc` can be answered from a namespace called `svc`.
+/// `s` as an env value the kubelet passes as written: it expands `$(NAME)`
+/// to another variable's value and `$$` to `$` in every value, so a body
+/// or header holding `$(URL)` would be sent as the URL. `$$` is a `$`.
+pub fn literal_value(s: &str) -> String {
+    s.replace('$', "$$")
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn pod(
     test: &str,
@@ -156,12 +163,12 @@ pub fn pod(
     let url = format!("{}://{}:{}{}", t.scheme.as_str(), target.host, t.port, t.path);
     let (literal, files, sources) = headers(spec);
     let mut env = vec![
-        json!({"name": "URL", "value": url}),
+        json!({"name": "URL", "value": literal_value(&url)}),
         json!({"name": "CONNECT_TO", "value": target.cluster_ip}),
         json!({"name": "METHOD", "value": t.method.as_str()}),
-        json!({"name": "HEADERS", "value": literal.join("\n")}),
+        json!({"name": "HEADERS", "value": literal_value(&literal.join("\n"))}),
         json!({"name": "HEADER_FILES", "value": files.join("\n")}),
-        json!({"name": "BODY", "value": t.body}),
+        json!({"name": "BODY", "value": literal_value(&t.body)}),
         json!({"name": "REPEAT", "value": t.repeat().to_string()}),
         json!({"name": "CONCURRENCY", "value": t.concurrency.to_string()}),
         json!({"name": "TIMEOUT", "value": millis(&t.timeout)}),
@@ -187,7 +194,7 @@ pub fn pod(
             env.push(json!({"name": "EXPECT_STATUS", "value": codes.join(",")}));
         }
         if let Some(text) = &checks.body_contains {
-            env.push(json!({"name": "EXPECT_BODY_CONTAINS", "value": text}));
+            env.push(json!({"name": "EXPECT_BODY_CONTAINS", "value": literal_value(text)}));
         }
     }
     let tls = t.tls.as_ref().filter(|_| t.scheme == crate::crd::Scheme::Https);
@@ -528,6 +535,22 @@ mod tests {
             let env = env_for(&none);
             assert!(!env.contains_key("EXPECT_STATUS") && !env.contains_key("EXPECT_BODY_CONTAINS"), "{env:?}");
         }
+    }
+
+    #[test]
+    fn text_from_the_spec_reaches_loadgen_as_written_not_expanded_by_the_kubelet() {
+        let spec: LoadTestSpec = serde_json::from_value(json!({"replicas": 1, "test": {
+            "serviceName": "nginx", "method": "POST", "path": "/q?a=$(URL)",
+            "headers": {"X-Sig": "a$$b"}, "body": "{\"v\": \"$(CONNECT_TO)\"}",
+            "checks": {"bodyContains": "$(METHOD)"}}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let env = env_of(&pod("t", "u", "shop", &spec, "loadgen:1", 1, 0, &window(0), &pinned()));
+        assert_eq!(env["BODY"], r#"{"v": "$$(CONNECT_TO)"}"#);
+        assert_eq!(env["EXPECT_BODY_CONTAINS"], "$$(METHOD)");
+        assert!(env["HEADERS"].contains("a$$$$b"), "{env:?}");
+        assert!(env["URL"].ends_with("/q?a=$$(URL)"), "{env:?}");
+        // What the kubelet makes of them: `$$` is `$`.
+        assert_eq!(env["EXPECT_BODY_CONTAINS"].replace("$$", "$"), "$(METHOD)");
     }
 
     #[test]

@@ -14,17 +14,19 @@ pub const MAX_BODY_CONTAINS: usize = loadgen::check::MAX_NEEDLE;
 #[serde(rename_all = "camelCase")]
 pub struct Checks {
     /// The statuses an answer must have (1-32 distinct codes, each
-    /// 100-599, e.g. [200, 204]); an answer with any other, whatever its
+    /// 101-599, e.g. [200, 204]; an interim 1xx answer is never the
+    /// final one); an answer with any other, whatever its
     /// class, is an error of kind check, and one listed passes even if it
     /// is a 4xx or 5xx. Omitted: any status but 4xx and 5xx passes, a 4xx
     /// counting as an error of kind http4xx and a 5xx as http5xx.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(min = 1, max = 32), inner(range(min = 100, max = 599)), extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(length(min = 1, max = 32), inner(range(min = 101, max = 599)), extend("x-kubernetes-list-type" = "set"))]
     pub status_codes: Vec<i32>,
     /// A substring (1-1024 bytes in UTF-8; a longer one fails the run as
     /// InvalidSpec) every answer's body must contain, compared byte for byte with the body as the server sent it
-    /// (not decompressed: the runners ask for no compression; chunked
-    /// framing removed), searched as the body arrives, never held whole.
+    /// (not decompressed: send `Accept-Encoding: identity` in
+    /// test.headers if the server compresses by default; chunked framing
+    /// removed), searched as the body arrives, never held whole.
     /// An answer whose status passed but whose body lacks it is an error
     /// of kind check (so an answer without a body, such as a 204, always
     /// fails it). Not with method HEAD. Omitted: the body is not looked at.
@@ -63,7 +65,7 @@ mod tests {
         assert_eq!((codes["minItems"].as_u64(), codes["maxItems"].as_u64()), (Some(1), Some(32)));
         assert_eq!(
             (codes["items"]["minimum"].as_f64(), codes["items"]["maximum"].as_f64()),
-            (Some(100.0), Some(599.0))
+            (Some(101.0), Some(599.0))
         );
         assert_eq!(codes["x-kubernetes-list-type"], "set");
         let body = &schema["properties"]["bodyContains"];
