@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 /// Adds an ephemeral debug container to the running pods of this
 /// namespace that match a label, once per pod and container spec, so a
 /// distroless pod gets a shell: `kubectl exec -it <pod> -c <container> -- sh`.
-/// Ephemeral containers can never be changed or removed from a pod.
+/// Ephemeral containers can never be changed or removed from a pod. With
+/// spec.mode copy it makes a debug copy of each crash-looping one instead.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = kube::core::Rule::new(
     "!(has(self.expiresAt) && has(self.ttl))"
@@ -28,7 +29,7 @@ use serde::{Deserialize, Serialize};
     group = "flotilla.dev",
     version = "v1alpha1",
     kind = "PodDebugger",
-    doc = "Adds an ephemeral debug container to the running pods that match a label, once, within Pod Security and the operator's image allow-list.",
+    doc = "Adds an ephemeral debug container to the running pods that match a label, once (or, with spec.mode copy, makes a debug copy of each crash-looping one), within Pod Security and the operator's image allow-list.",
     namespaced,
     status = "PodDebuggerStatus",
     shortname = "pd",
