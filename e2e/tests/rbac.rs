@@ -940,6 +940,7 @@ async fn readyz_becomes(op: &str, health_url: String, ready: bool, within: Durat
 async fn every_operator_rides_out_an_api_server_restart() {
     const OUTAGE: Duration = Duration::from_secs(20);
     const CONVERGE: Duration = Duration::from_secs(30);
+    const SETUP: Duration = Duration::from_secs(180);
     let _alone = ALONE.write().await;
     let assets = flotilla_testenv::Assets::locate().unwrap();
     let dir = std::env::temp_dir().join(format!("flotilla-api-restart-{}", std::process::id()));
@@ -965,7 +966,12 @@ async fn every_operator_rides_out_an_api_server_restart() {
         op_env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let env_refs: Vec<(&str, &str)> = op_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let operator = start_operator(op, &kubeconfig, &args, &env_refs).unwrap();
-        let result = scenario(admin.clone(), ns.clone(), before, Duration::from_secs(60)).await;
+        // Setting up, not what is measured (that is CONVERGE, after the
+        // restart): a bound of its own, roomy enough for a fresh control
+        // plane beside the suite's other test binaries (60 s per step was
+        // met alone in 80 s for all five, and missed once by load-tester's
+        // last step on CI).
+        let result = scenario(admin.clone(), ns.clone(), before, SETUP).await;
         assert!(result.is_ok(), "{op}: before the restart: {result:?}\nlogs:\n{}", operator.logs());
         running.push((op, ns, operator, scenario));
     }
