@@ -28,6 +28,17 @@ pub fn with_deadline(command: &[String], deadline: Option<u64>) -> Vec<String> {
 /// The container `spec` describes, named `name`, joining `target`, its
 /// command ending after `deadline` seconds (the expiry; the schema requires
 /// a command with one), mounting `mounts`.
+/// The spec's literal environment variables as a container's (None when
+/// there are none): the injected container's and a debug copy's.
+pub fn env_vars(spec: &PodDebuggerSpec) -> Option<Vec<EnvVar>> {
+    (!spec.env.is_empty()).then(|| {
+        spec.env
+            .iter()
+            .map(|e| EnvVar { name: e.name.clone(), value: Some(e.value.clone()), value_from: None })
+            .collect()
+    })
+}
+
 pub fn ephemeral_container(
     spec: &PodDebuggerSpec,
     name: &str,
@@ -43,12 +54,7 @@ pub fn ephemeral_container(
         command: some_vec(&with_deadline(&spec.command, deadline)),
         volume_mounts: (!mounts.is_empty()).then(|| mounts.to_vec()),
         args: some_vec(&spec.args),
-        env: (!spec.env.is_empty()).then(|| {
-            spec.env
-                .iter()
-                .map(|e| EnvVar { name: e.name.clone(), value: Some(e.value.clone()), value_from: None })
-                .collect()
-        }),
+        env: env_vars(spec),
         stdin: Some(spec.stdin),
         tty: Some(spec.tty),
         target_container_name: Some(target.to_string()),

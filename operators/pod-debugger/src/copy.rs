@@ -9,10 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::container::env_vars;
 use crate::crd::{CopySpec, PodDebuggerSpec};
+use crate::naming;
 use crate::security::security_context;
 
 /// The label holding the UID of the pod a copy was made of.
@@ -31,11 +33,7 @@ const HASH_DIGITS: usize = 10;
 /// the source pod's UIDs (one copy per pod and PodDebugger), the pod's
 /// part cut so the whole is a valid pod name.
 pub fn copy_name(pod: &str, debugger_uid: &str, pod_uid: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in debugger_uid.bytes().chain([0]).chain(pod_uid.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let h = naming::fnv1a(format!("{debugger_uid}\0{pod_uid}").as_bytes());
     let hash = &format!("{h:016x}")[..HASH_DIGITS];
     let room = MAX_POD_NAME - "-dbg-".len() - HASH_DIGITS;
     let mut end = pod.len().min(room);
@@ -135,12 +133,7 @@ fn debug_container(of: &CopyOf<'_>) -> Container {
         image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_string()),
         command: some_vec(&spec.command),
         args: some_vec(&spec.args),
-        env: (!spec.env.is_empty()).then(|| {
-            spec.env
-                .iter()
-                .map(|e| EnvVar { name: e.name.clone(), value: Some(e.value.clone()), value_from: None })
-                .collect()
-        }),
+        env: env_vars(spec),
         volume_mounts: (!of.mounts.is_empty()).then(|| of.mounts.to_vec()),
         stdin: Some(spec.stdin),
         tty: Some(spec.tty),

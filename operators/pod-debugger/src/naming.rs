@@ -45,7 +45,7 @@ struct Shape<'a> {
 
 /// FNV-1a, 64 bits: stable across platforms and Rust versions (unlike
 /// `DefaultHasher`), and enough to tell specs of one rule apart.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
