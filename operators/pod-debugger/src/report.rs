@@ -96,13 +96,9 @@ pub(crate) fn additions(
                 p.decision = Decision::Added;
             }
             Err(e) => {
-                let (label, message) = match &e {
-                    kube::Error::Api(s) => ("rejected", s.message.clone()),
-                    other => ("error", other.to_string()),
-                };
+                let (label, message, first) = refused(p, key, &e, st, now);
                 data.metrics.injections.with_label_values(&[label]).inc();
-                let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
-                if refusal.attempts == 1 {
+                if first {
                     data.ctx.events.warning(
                         oref,
                         "InjectionFailed",
@@ -110,9 +106,7 @@ pub(crate) fn additions(
                         format!("pod {}: {container} not added: {message}", p.pod),
                     );
                 }
-                tracing::warn!(pod = %p.pod, container, error = %message, attempts = refusal.attempts, "debug container not added");
-                p.decision = Decision::Refused { message, retry_at: refusal.retry_at };
-                st.memory.refused.insert(key, refusal);
+                tracing::warn!(pod = %p.pod, container, error = %message, "debug container not added");
             }
         }
     }
@@ -163,13 +157,9 @@ pub(crate) fn copies(
                 p.decision = Decision::Added;
             }
             Err(e) => {
-                let (label, message) = match &e {
-                    kube::Error::Api(s) => ("rejected", s.message.clone()),
-                    other => ("error", other.to_string()),
-                };
+                let (label, message, first) = refused(p, key, &e, st, now);
                 data.metrics.copies.with_label_values(&[label]).inc();
-                let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
-                if refusal.attempts == 1 {
+                if first {
                     data.ctx.events.warning(
                         oref,
                         "CopyFailed",
@@ -177,9 +167,7 @@ pub(crate) fn copies(
                         format!("pod {}: no debug copy made: {message}", p.pod),
                     );
                 }
-                tracing::warn!(pod = %p.pod, error = %message, attempts = refusal.attempts, "debug copy not made");
-                p.decision = Decision::Refused { message, retry_at: refusal.retry_at };
-                st.memory.refused.insert(key, refusal);
+                tracing::warn!(pod = %p.pod, error = %message, "debug copy not made");
             }
         }
     }
@@ -192,4 +180,26 @@ pub(crate) fn copies(
             format!("made {}; kubectl exec -it <copy> -c {container} -- sh", made.join(", ")),
         );
     }
+}
+
+/// A write (an addition or a copy) the API refused: the pod's decision
+/// turns Refused, retried with back-off (remembered under `key`). Returns
+/// the metric's result label, the message, and whether it is the first
+/// refusal (the one told as a Warning).
+fn refused(
+    p: &mut PodPlan,
+    key: (flotilla_shared::uid::Uid, String),
+    e: &kube::Error,
+    st: &mut RuleState,
+    now: Instant,
+) -> (&'static str, String, bool) {
+    let (label, message) = match e {
+        kube::Error::Api(s) => ("rejected", s.message.clone()),
+        other => ("error", other.to_string()),
+    };
+    let refusal = Refusal::after(st.memory.refused.get(&key), message.clone(), now);
+    let first = refusal.attempts == 1;
+    p.decision = Decision::Refused { message: message.clone(), retry_at: refusal.retry_at };
+    st.memory.refused.insert(key, refusal);
+    (label, message, first)
 }
