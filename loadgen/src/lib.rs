@@ -10,6 +10,7 @@
 //! | --- | --- |
 //! | [`summary`] | the summary, its ≤ 4 KiB encoding, the merge (pure) |
 //! | [`run`] | sending the load: closed or open model, timeouts, deadline |
+//! | [`progress`] | live progress lines while a run goes on, their merge, the stop signal |
 //! | [`pace`] | whether the runner kept up: seconds behind its rate, CPU throttled |
 //! | [`schedule`] | when each request of a ramping arrival-rate profile is due (pure) |
 //! | [`stages`] | sending a ramping arrival-rate profile with bounded connections |
@@ -20,6 +21,7 @@
 pub mod check;
 pub mod http1;
 pub mod pace;
+pub mod progress;
 pub mod run;
 pub mod schedule;
 pub mod send;

@@ -114,9 +114,17 @@ struct Args {
     #[arg(long, env = "END_AT", value_name = "UNIX_SECONDS")]
     end_at: Option<u64>,
     /// Wait until this file says "go" before sending (the operator's start
-    /// signal, a downward-API file of a pod annotation), at most --deadline.
+    /// signal, a downward-API file of a pod annotation), at most --deadline;
+    /// during the run, end it early (as if its time were up, the summary
+    /// written and marked stopped) once it says "stop".
     #[arg(long, env = "START_FILE")]
     start_file: Option<PathBuf>,
+    /// Print a progress line on stdout this often while the run goes on
+    /// (`flotilla-progress {json}`: counts so far, the histogram of every
+    /// answer so far and of the last 10 s), which the operator reads into
+    /// `status.progress`. 0: none.
+    #[arg(long, env = "PROGRESS_EVERY", default_value = "0s", value_parser = flotilla_shared::duration::parse_flag)]
+    progress_every: Duration,
     /// Where the summary goes (also printed on stdout).
     #[arg(long, env = "TERMINATION_LOG", default_value = "/dev/termination-log")]
     termination_log: PathBuf,
@@ -304,8 +312,12 @@ fn main() -> ExitCode {
     if let Some(file) = &args.start_file {
         eprintln!("waiting for the start signal in {}", file.display());
         loop {
-            if std::fs::read_to_string(file).is_ok_and(|s| s.trim() == "go") {
-                break;
+            match std::fs::read_to_string(file).map(|s| s.trim().to_string()).as_deref() {
+                Ok("go") => break,
+                // Stopped before it started (the others' figures already
+                // failed the run): nothing sent, a summary that says so.
+                Ok("stop") => return stopped_before_start(&args.termination_log),
+                _ => {}
             }
             if started.elapsed() >= deadline {
                 eprintln!("error: no start signal within the deadline ({deadline:?})");
@@ -335,6 +347,8 @@ fn main() -> ExitCode {
         tls,
         http2: args.http2,
         checks,
+        progress_every: Some(args.progress_every).filter(|d| !d.is_zero()),
+        stop_file: args.start_file.clone(),
     };
     let mut outcome = match rt.block_on(run(cfg)) {
         Ok(o) => o,
@@ -346,6 +360,9 @@ fn main() -> ExitCode {
     if let (Some(before), Some(after)) = (throttled_before, loadgen::pace::throttled()) {
         outcome.staged.strain.throttled_ms =
             u64::try_from(after.saturating_sub(before).as_millis()).unwrap_or(u64::MAX);
+    }
+    if outcome.staged.stopped {
+        eprintln!("stopped by the operator after {:.1?}", outcome.elapsed);
     }
     if let Some(why) = outcome.staged.strain.saturated(outcome.elapsed) {
         eprintln!("warning: this runner could not keep up: {why}");
@@ -367,6 +384,26 @@ fn main() -> ExitCode {
     println!("{message}");
     if let Err(e) = std::fs::write(&args.termination_log, &message) {
         eprintln!("error: writing {}: {e}", args.termination_log.display());
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// The summary of a run stopped before its start signal: nothing sent.
+fn stopped_before_start(termination_log: &std::path::Path) -> ExitCode {
+    eprintln!("stop signal before the start signal: nothing sent");
+    let staged = loadgen::summary::Staged { stopped: true, ..Default::default() };
+    let empty = loadgen::summary::histogram();
+    let message = match Summary::to_message_staged(0, Default::default(), 0, Duration::ZERO, &empty, &staged) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{message}");
+    if let Err(e) = std::fs::write(termination_log, &message) {
+        eprintln!("error: writing {}: {e}", termination_log.display());
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

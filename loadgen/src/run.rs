@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tokio::sync::Mutex;
 
+use crate::progress::Live;
 use crate::send::Target;
 use crate::summary::{ErrorKind, histogram, record};
 
@@ -58,6 +58,11 @@ pub struct Config {
     /// What an answer must show to count as a success (default: not a 4xx
     /// or 5xx).
     pub checks: crate::check::Checks,
+    /// Print a progress line this often ([`crate::progress`]); None: never.
+    pub progress_every: Option<Duration>,
+    /// The start file, watched for the operator's stop signal during the
+    /// run; None: not watched.
+    pub stop_file: Option<std::path::PathBuf>,
 }
 
 /// What a run measured.
@@ -69,23 +74,48 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Latencies of the requests that were answered without error.
     pub histogram: Histogram<u64>,
-    /// An arrival-rate profile's dropped requests and stages.
+    /// An arrival-rate profile's dropped requests and stages, whether the
+    /// runner kept up, whether the operator stopped it.
     pub staged: crate::summary::Staged,
 }
 
-#[derive(Default)]
-struct Shared {
-    errors: BTreeMap<ErrorKind, u64>,
-    histogram: Option<Histogram<u64>>,
-}
+/// How often a worker adds what it measured to the live figures.
+const FLUSH: Duration = Duration::from_secs(1);
 
-/// Runs the load and returns what it measured.
+/// Runs the load and returns what it measured; meanwhile reports progress
+/// and watches for the stop signal, as configured.
 pub async fn run(cfg: Config) -> Result<Outcome, crate::send::BuildError> {
     // The client and the request, built once; each worker its own sender.
     let target = Arc::new(Target::new(&cfg)?);
-    if !cfg.stages.is_empty() {
-        return Ok(crate::stages::send(target, &cfg).await);
+    let live = Arc::new(Live::new(Instant::now()));
+    let reporter = cfg.progress_every.map(|every| tokio::spawn(crate::progress::report(live.clone(), every)));
+    let watcher = cfg.stop_file.clone().map(|f| tokio::spawn(crate::progress::watch_stop(live.clone(), f)));
+    let mut outcome = if cfg.stages.is_empty() {
+        workers(target, cfg, &live).await
+    } else {
+        crate::stages::send(target, &cfg, &live).await
+    };
+    for task in reporter.into_iter().chain(watcher) {
+        task.abort();
     }
+    outcome.staged.stopped = live.stopped();
+    Ok(outcome)
+}
+
+/// Adds a worker's measurements since its last flush to the live figures.
+fn flush(
+    live: &Live,
+    local: &mut Histogram<u64>,
+    completed: &mut u64,
+    errors: &mut BTreeMap<ErrorKind, u64>,
+    now: Instant,
+) {
+    live.add(local, std::mem::take(completed), &std::mem::take(errors), now);
+    local.reset();
+}
+
+/// The closed model, or a fixed rate: `concurrency` workers.
+async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>) -> Outcome {
     // A fixed-time run has no count: the workers go on until its end.
     let total = match cfg.duration {
         Some(_) => u64::MAX,
@@ -97,19 +127,29 @@ pub async fn run(cfg: Config) -> Result<Outcome, crate::send::BuildError> {
     let fixed_time = cfg.duration.is_some();
     let next = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
-    let shared = Arc::new(Mutex::new(Shared { histogram: Some(histogram()), ..Shared::default() }));
     // Open model: when requests went out, against the rate.
     let pace = (cfg.rate > 0.0).then(|| Arc::new(crate::pace::Pace::new(started, window)));
     let cfg = Arc::new(cfg);
     let mut workers = Vec::new();
     for _ in 0..cfg.concurrency {
-        let (mut sender, cfg, next, sent, shared, pace) =
-            (target.sender(), cfg.clone(), next.clone(), sent.clone(), shared.clone(), pace.clone());
+        let (mut sender, cfg, next, sent, live, pace) =
+            (target.sender(), cfg.clone(), next.clone(), sent.clone(), live.clone(), pace.clone());
         workers.push(tokio::spawn(async move {
+            // Since the last flush to `live`.
             let mut local = histogram();
             let mut errors: BTreeMap<ErrorKind, u64> = BTreeMap::new();
+            let mut completed = 0u64;
+            let mut flush_at = Instant::now() + FLUSH;
             let mut free_at_due = false;
             loop {
+                if live.stopped() {
+                    break;
+                }
+                let now = Instant::now();
+                if now >= flush_at {
+                    flush(&live, &mut local, &mut completed, &mut errors, now);
+                    flush_at = now + FLUSH;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
                     break;
@@ -128,6 +168,14 @@ pub async fn run(cfg: Config) -> Result<Outcome, crate::send::BuildError> {
                     if let Some(p) = pace.as_ref().filter(|_| Instant::now() <= due) {
                         p.due(due);
                         free_at_due = true;
+                    }
+                    // What completed is not held back for a long wait.
+                    if completed > 0 && due > Instant::now() + FLUSH {
+                        flush(&live, &mut local, &mut completed, &mut errors, Instant::now());
+                    }
+                    live.idle_until(due).await;
+                    if live.stopped() {
+                        break;
                     }
                     crate::pace::sleep_until_due(due).await;
                     // From when it fell due; from when it went out if that
@@ -154,23 +202,23 @@ pub async fn run(cfg: Config) -> Result<Outcome, crate::send::BuildError> {
                     break;
                 }
                 match result {
-                    None => record(&mut local, due.elapsed()),
+                    None => {
+                        record(&mut local, due.elapsed());
+                        completed += 1;
+                    }
                     // Cut short by the run's end, not by its own timeout:
                     // no answer and no failure to count (as wrk does), so
                     // it is one more not sent.
                     Some(ErrorKind::Timeout) if cut_by_end && Instant::now() >= end => {
                         sent.fetch_sub(1, Ordering::Relaxed);
                     }
-                    Some(kind) => *errors.entry(kind).or_default() += 1,
+                    Some(kind) => {
+                        *errors.entry(kind).or_default() += 1;
+                        completed += 1;
+                    }
                 }
             }
-            let mut s = shared.lock().await;
-            if let Some(h) = s.histogram.as_mut() {
-                let _ = h.add(&local);
-            }
-            for (k, n) in errors {
-                *s.errors.entry(k).or_default() += n;
-            }
+            flush(&live, &mut local, &mut completed, &mut errors, Instant::now());
         }));
     }
     for w in workers {
@@ -179,15 +227,14 @@ pub async fn run(cfg: Config) -> Result<Outcome, crate::send::BuildError> {
     // A fixed-time run reports its period, not the moment its last worker
     // noticed the end.
     let elapsed = if fixed_time { started.elapsed().min(window) } else { started.elapsed() };
-    let mut s = shared.lock().await;
     let requests = sent.load(Ordering::Relaxed);
-    Ok(Outcome {
+    Outcome {
         requests,
-        errors: std::mem::take(&mut s.errors),
+        errors: live.errors(),
         // Nothing was planned beyond the period: none is "not sent".
         not_sent: if fixed_time { 0 } else { total.saturating_sub(requests) },
         elapsed,
-        histogram: s.histogram.take().unwrap_or_else(histogram),
+        histogram: live.total(),
         staged: crate::summary::Staged {
             strain: crate::pace::Strain {
                 behind_seconds: pace.map_or(0, |p| p.behind_seconds(elapsed)),
@@ -195,5 +242,5 @@ pub async fn run(cfg: Config) -> Result<Outcome, crate::send::BuildError> {
             },
             ..Default::default()
         },
-    })
+    }
 }

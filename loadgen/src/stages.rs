@@ -16,6 +16,7 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 
+use crate::progress::Live;
 use crate::run::{Config, Outcome};
 use crate::schedule::Schedule;
 use crate::send::{Sender, Target};
@@ -55,7 +56,7 @@ fn push(idle: &Mutex<Vec<Sender>>, sender: Sender) {
 
 /// Sends `cfg.stages` to `target`, each request on a free connection's
 /// sender (its own connection, kept between requests).
-pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
+pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>) -> Outcome {
     let schedule = Schedule::new(&cfg.stages);
     let started = Instant::now();
     let hard_end = started + cfg.deadline;
@@ -82,10 +83,20 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
     // the runner's, and count apart).
     let pace = crate::pace::Pace::new(started, window);
     for i in 0..total {
+        // The operator's stop signal: the rest is not sent.
+        if live.stopped() {
+            not_sent = total - i;
+            break;
+        }
         let Some((at, k)) = schedule.due(i) else { break };
         let due = started + at;
         if due >= end {
             // The deadline came before the profile's end.
+            not_sent = total - i;
+            break;
+        }
+        live.idle_until(due).await;
+        if live.stopped() {
             not_sent = total - i;
             break;
         }
@@ -102,6 +113,7 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
             if let Some(s) = lock(&tally).stage(k) {
                 s.dropped += 1;
             }
+            live.dropped(1);
             continue;
         };
         let left = hard_end.saturating_duration_since(Instant::now());
@@ -114,7 +126,7 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
         let cut_by_end = left < cfg.timeout;
         let timeout = left.min(cfg.timeout);
         lock(&tally).in_flight += 1;
-        let (target, idle, tally) = (target.clone(), idle.clone(), tally.clone());
+        let (target, idle, tally, live) = (target.clone(), idle.clone(), tally.clone(), live.clone());
         // From when it fell due; from now if that is earlier (the timer
         // wakes the scheduler up to a tick early).
         let start = due.min(Instant::now());
@@ -128,6 +140,7 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
                 return;
             }
             t.in_flight -= 1;
+            let cut = matches!(result, Some(ErrorKind::Timeout) if cut_by_end && Instant::now() >= hard_end);
             match result {
                 None => {
                     if let Some(s) = t.stage(k) {
@@ -135,7 +148,7 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
                         record(&mut s.histogram, latency);
                     }
                 }
-                Some(ErrorKind::Timeout) if cut_by_end && Instant::now() >= hard_end => t.cut += 1,
+                Some(ErrorKind::Timeout) if cut => t.cut += 1,
                 Some(kind) => {
                     *t.errors.entry(kind).or_default() += 1;
                     if let Some(s) = t.stage(k) {
@@ -143,6 +156,11 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
                         s.errors += 1;
                     }
                 }
+            }
+            drop(t);
+            // The live figures, outside the tally's lock.
+            if !cut {
+                live.add_one(result, latency, Instant::now());
             }
             drop(permit);
         });
@@ -165,12 +183,14 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config) -> Outcome {
         requests: sent,
         errors: std::mem::take(&mut t.errors),
         not_sent: not_sent + unfinished,
-        elapsed: window,
+        // Stopped: the time it ran.
+        elapsed: if live.stopped() { started.elapsed().min(window) } else { window },
         histogram: whole,
         staged: Staged {
             dropped,
             stages: std::mem::take(&mut t.stages),
             strain: crate::pace::Strain { behind_seconds: pace.behind_seconds(window), throttled_ms: 0 },
+            stopped: false,
         },
     }
 }

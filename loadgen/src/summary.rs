@@ -96,6 +96,9 @@ pub struct Summary {
     /// Whether the runner kept up (absent: it did, or could not tell).
     #[serde(flatten)]
     pub strain: crate::pace::Strain,
+    /// Ended early by the operator's stop signal (`thresholds.abortOnFail`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -137,6 +140,8 @@ pub struct Staged {
     pub dropped: u64,
     pub stages: Vec<StageOutcome>,
     pub strain: crate::pace::Strain,
+    /// Ended early by the operator's stop signal.
+    pub stopped: bool,
 }
 
 /// Stages a merge takes from one summary at most (the CRD allows 32).
@@ -159,6 +164,11 @@ pub fn encode(h: &Histogram<u64>) -> Result<String, SummaryError> {
     let mut buf = Vec::new();
     V2DeflateSerializer::new().serialize(h, &mut buf).map_err(|e| SummaryError::Histogram(format!("{e:?}")))?;
     Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(buf))
+}
+
+/// [`encode`] at `digits` significant digits (3: as recorded).
+pub fn encode_at(h: &Histogram<u64>, digits: u8) -> Result<String, SummaryError> {
+    if digits >= 3 { encode(h) } else { encode(&reduce(h, digits)) }
 }
 
 /// A histogram [`encode`] made (a summary's, or the merged one a
@@ -287,6 +297,7 @@ impl Summary {
                 dropped: staged.dropped,
                 stages,
                 strain: staged.strain,
+                stopped: staged.stopped,
             };
             let json = serde_json::to_string(&s)?;
             if json.len() <= MAX_MESSAGE {

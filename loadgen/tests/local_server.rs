@@ -68,6 +68,8 @@ fn config(url: String, repeat: u64, concurrency: u64) -> Config {
         tls: Default::default(),
         http2: false,
         checks: Default::default(),
+        progress_every: None,
+        stop_file: None,
     }
 }
 
@@ -434,5 +436,67 @@ async fn the_binary_connects_to_the_pinned_address_and_reads_header_values_from_
         .output()
         .unwrap();
     assert_eq!(not_ip.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// While it runs the binary prints progress lines the operator can merge,
+/// and "stop" in its start file ends the run early with a summary marked
+/// stopped (`thresholds.abortOnFail`); in an arrival-rate profile too,
+/// even in a stage at rate 0.
+#[tokio::test]
+async fn the_binary_reports_progress_and_stops_on_the_stop_signal() {
+    let (base, _) = server().await;
+    for (mode, args) in [
+        ("closed", vec!["--repeat", "1000000", "--concurrency", "2"]),
+        ("profile", vec!["--stages", "1s:50,10m:0", "--max-connections", "4"]),
+    ] {
+        let dir = std::env::temp_dir().join(format!("loadgen-stop-{}-{mode}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (log, start) = (dir.join("termination-log"), dir.join("start"));
+        std::fs::write(&start, "go\n").unwrap();
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+            .args(["--url", &format!("{base}/ok?delay_ms=2"), "--progress-every", "500ms"])
+            .args(&args)
+            .arg("--start-file")
+            .arg(&start)
+            .arg("--termination-log")
+            .arg(&log)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let began = Instant::now();
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        std::fs::write(&start, "stop\n").unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output()).await.unwrap().unwrap();
+        assert!(out.status.success(), "{mode}: {:?}", out.status);
+        assert!(began.elapsed() < Duration::from_secs(8), "{mode}: the stop signal did not end the run");
+        let s = Summary::parse(&std::fs::read_to_string(&log).unwrap()).unwrap();
+        assert!(s.stopped, "{mode}: the summary is not marked stopped");
+        assert!(s.requests > 0 && s.not_sent > 0, "{mode}: {} sent, {} not sent", s.requests, s.not_sent);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines = stdout.lines().filter(|l| l.starts_with(loadgen::progress::PROGRESS_PREFIX)).count();
+        assert!(lines >= 3, "{mode}: {lines} progress lines in:\n{stdout}");
+        let p = loadgen::progress::Progress::last_in(&stdout).unwrap().unwrap();
+        let m = loadgen::progress::MergedProgress::of(&[p.clone(), p]).unwrap();
+        assert!(m.requests > 0 && m.histogram.len() == m.requests, "{mode}: {m:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // Stopped before its start signal: nothing sent, a summary that says so.
+    let dir = std::env::temp_dir().join(format!("loadgen-stop-{}-early", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (log, start) = (dir.join("termination-log"), dir.join("start"));
+    std::fs::write(&start, "stop\n").unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--url", &format!("{base}/ok")])
+        .arg("--start-file")
+        .arg(&start)
+        .arg("--termination-log")
+        .arg(&log)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let s = Summary::parse(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    assert_eq!((s.stopped, s.requests), (true, 0));
     let _ = std::fs::remove_dir_all(&dir);
 }
