@@ -671,7 +671,8 @@ async fn load_node(admin: &Client) {
 
 /// load-tester: a SimpleDeployment gets its child; a LoadTest checks its
 /// Service (no selector, a hand-made ready EndpointSlice), creates its
-/// runner, signals it once Running, reads its summary once Succeeded
+/// runner, signals it once Running, reads its log for the progress, reads
+/// its summary once Succeeded
 /// (statuses written as a kubelet would), finishes and cleans up.
 fn load_tester_scenario(
     admin: Client,
@@ -744,6 +745,14 @@ fn load_tester_scenario(
             let p = pods.get(&runner).await?;
             let go = p.metadata.annotations.unwrap_or_default().get("flotilla.dev/start").is_some_and(|v| v == "go");
             Ok::<_, kube::Error>(go.then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        // While it runs the operator reads its log for the progress (no
+        // kubelet here: the read fails past RBAC and status says so).
+        wait_for("the run's progress to be read", timeout, || async {
+            let t = lts.get(&lt).await?;
+            Ok::<_, kube::Error>(t.data["status"]["progress"]["updated"].is_string().then_some(()))
         })
         .await
         .map_err(|e| e.to_string())?;

@@ -2,8 +2,9 @@
 What load-tester needs of the API: its LoadTests and SimpleDeployments
 (status by server-side apply); pods: list and watch (its own, by label),
 create (runners, SimpleDeployment children), get (a child by name), patch
-(the runners' start signal) and delete (old runs' runners, replaced
-children); list also counts a namespace's runner pods against
+(the runners' start and stop signals) and delete (old runs' runners,
+replaced children); pods/log: get (a running runner's last lines, its
+progress, every 5 s while a run goes on); list also counts a namespace's runner pods against
 --max-runners-per-namespace. Services: get to check a test's target and
 pin its cluster IP, list and watch (metadata only) to stop a run whose
 target changes; EndpointSlices (list) to see ready endpoints before a run
@@ -21,6 +22,9 @@ e2e/tests/rbac.rs proves each rule is needed.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch"]

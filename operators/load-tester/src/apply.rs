@@ -1,6 +1,6 @@
 //! A LoadTest's step carried out, writes and nothing else: its runner pods
 //! deleted, made (at most 16 creations at once) and, once all run,
-//! signalled to start. The step ([`crate::machine::step`]) decided all of
+//! signalled to start (or, abortOnFail, to stop). The step ([`crate::machine::step`]) decided all of
 //! it; a refusal of the API comes back for the machine to record.
 
 use futures::StreamExt;
@@ -9,7 +9,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use crate::error::Error;
 use crate::machine::Step;
-use crate::runner::START_ANNOTATION;
+use crate::runner::{START_ANNOTATION, STOP};
 
 /// Runner creations in flight at once.
 const CREATIONS_AT_ONCE: usize = 16;
@@ -59,6 +59,15 @@ pub async fn carry_out(pods: &Api<Pod>, step: &Step, create: Vec<Pod>) -> Result
     let go = Patch::Merge(serde_json::json!({"metadata": {"annotations": {START_ANNOTATION: "go"}}}));
     for pod in &step.signal {
         pods.patch(pod, &PatchParams::default(), &go).await.map_err(|e| Error::Kube("signal runner", e))?;
+    }
+    let stop = Patch::Merge(serde_json::json!({"metadata": {"annotations": {START_ANNOTATION: STOP}}}));
+    for pod in &step.stop {
+        match pods.patch(pod, &PatchParams::default(), &stop).await {
+            Ok(_) => {}
+            // Gone: nothing to stop.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(Error::Kube("stop runner", e)),
+        }
     }
     Ok(Carried::Done)
 }

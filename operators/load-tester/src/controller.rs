@@ -28,7 +28,7 @@ use kube::{Resource, ResourceExt};
 use crate::apply::{self, Carried};
 use crate::crd::{LoadTest, SimpleDeployment, State};
 use crate::error::Error;
-use crate::machine::{Limits, Need, Seen, Step, Target, Wanted, step};
+use crate::machine::{Limits, Need, RunnerLog, Seen, Step, Target, Wanted, step};
 use crate::metrics::LoadMetrics;
 use crate::report::{count_ended_run, write_status};
 use crate::runner;
@@ -168,14 +168,22 @@ where
     result
 }
 
-/// Every minute, forgets the backoff of objects that are gone (a deleted
-/// object is not reconciled again, so nothing else would).
+/// Every minute, forgets the backoff of objects that are gone, and the
+/// live series of runs no longer Executing (a deleted object is not
+/// reconciled again, so nothing else would).
 async fn forget_gone(data: Arc<Data>, tests: Store<LoadTest>, sds: Store<SimpleDeployment>) {
     loop {
         tokio::time::sleep(Duration::from_secs(60)).await;
         let live: HashSet<String> =
             tests.state().iter().filter_map(|t| t.uid()).chain(sds.state().iter().filter_map(|s| s.uid())).collect();
         data.backoff.retain(|uid| live.contains(uid));
+        let executing: HashSet<(String, String)> = tests
+            .state()
+            .iter()
+            .filter(|t| t.status.as_ref().is_some_and(|s| s.state == State::Executing))
+            .map(|t| (t.namespace().unwrap_or_default(), t.name_any()))
+            .collect();
+        data.metrics.forget_all_but(&executing);
     }
 }
 
@@ -277,6 +285,12 @@ pub async fn reconcile_test(test: Arc<LoadTest>, data: Arc<Data>) -> Result<Acti
         write_status(&test, &ns, &name, next.status.clone(), &data, &oref, next.events.clone(), next.waiting.as_ref())
             .await?;
     count_ended_run(old, &next.status, &data.metrics, &name);
+    match &next.live {
+        Some(live) if next.status.state == State::Executing => data.metrics.live(&ns, &name, live),
+        Some(_) => {}
+        None if next.status.state != State::Executing => data.metrics.forget(&ns, &name),
+        None => {}
+    }
 
     let image = test.spec.image.clone().unwrap_or_else(|| data.options.loadgen_image.clone());
     let (run, window) = (next.status.run, crate::machine::runners_window(&next.status, &limits));
@@ -364,8 +378,15 @@ async fn plan_step(
     let host = format!("{svc}.{ns}.svc.{}", data.options.cluster_domain);
     let now = Timestamp::now();
     let (mut target, mut others, mut counting, mut baseline) = (Target::Unchecked, None, None, None);
+    let mut logs: Option<Vec<RunnerLog>> = None;
     loop {
-        let seen = Seen { runners, target: &target, others_in_namespace: others, baseline: baseline.as_ref() };
+        let seen = Seen {
+            runners,
+            target: &target,
+            others_in_namespace: others,
+            baseline: baseline.as_ref(),
+            progress: logs.as_deref(),
+        };
         let next = step(&test.spec, limits, &wanted, test.status.as_ref(), &seen, now);
         match next.needs {
             Some(Need::Target { endpoints }) if target == Target::Unchecked => {
@@ -383,6 +404,10 @@ async fn plan_step(
                 let other = test.spec.baseline.as_ref().map(|b| b.load_test_ref.as_str()).unwrap_or_default();
                 let found = data.tests.get(&ObjectRef::new(other).within(&ns));
                 baseline = Some(crate::baseline::offered(other, found.as_ref().and_then(|t| t.status.as_ref())));
+            }
+            Some(Need::Progress(names)) if logs.is_none() => {
+                let pods: Api<Pod> = Api::namespaced(data.ctx.client.clone(), &ns);
+                logs = Some(crate::progress::read(&pods, names).await);
             }
             _ => return Ok((next, counting)),
         }

@@ -14,12 +14,14 @@ use serde::{Deserialize, Serialize};
 mod baseline;
 mod bounds;
 mod checks;
+mod progress;
 mod request;
 mod runner;
 mod status;
 
 pub use baseline::{Baseline, BaselineStatus, MaxRegression, Percent, SavedBaseline};
 pub use checks::{Checks, MAX_BODY_CONTAINS};
+pub use progress::Progress;
 pub use request::{
     BodySource, ConfigMapKeyRef, HeaderValue, HeaderValueSource, HttpHeader, Scheme, SecretKeyRef, TestTls,
 };
@@ -367,6 +369,15 @@ pub struct Thresholds {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 10000000.0))]
     pub min_rate: Option<f64>,
+    /// Stop the run as soon as the figures so far miss a threshold: every
+    /// 5 s, once at least 100 requests have completed, the runners'
+    /// progress merged is judged against every threshold but minRate (the
+    /// achieved rate is known only at the end); the first miss tells every
+    /// runner to stop, and the run ends Finished with verdict Failed,
+    /// reason AbortedOnFail, and the results of what was sent. Percentiles
+    /// are those of the answers so far (as k6's abortOnFail judges them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abort_on_fail: bool,
 }
 
 /// When runner pods are deleted.

@@ -18,7 +18,8 @@
 //! | [`simple_deployment`] | SimpleDeployment's controller: its one child kept |
 //! | [`metrics`] | `flotilla_load_tester_*` |
 //! | [`snapshot`] | what a step looks at: the test's runners, the target Service, the namespace's other runners (reads) |
-//! | [`apply`] | a step carried out: runners deleted, made, signalled (writes) |
+//! | [`progress`] | a run's progress: the runners' last log lines read (reads) |
+//! | [`apply`] | a step carried out: runners deleted, made, signalled to start or stop (writes) |
 //! | [`report`] | status, its Ready and RunnerSaturated conditions, Events, runs counted in the metrics |
 //! | [`controller`] | the LoadTest reconcile (snapshot → step → report → apply) and both controllers' start |
 
@@ -29,6 +30,7 @@ pub mod crd;
 pub mod error;
 pub mod machine;
 pub mod metrics;
+pub mod progress;
 pub mod report;
 pub mod results;
 pub mod runner;

@@ -38,10 +38,12 @@ use crate::results::{merge, verdict};
 use crate::runner::{Runner, Window};
 
 mod limits;
+mod progress;
 mod runs;
 mod step;
 mod target;
 pub use limits::{DURATION_SLACK, Limits};
+pub use progress::{Live, PROGRESS_EVERY, RunnerLog};
 pub use runs::{Wanted, record_ended};
 use runs::{new_run_why, note_schedule, record_superseded, wait_for_schedule};
 pub use step::{Need, Seen, Step};
@@ -196,7 +198,7 @@ fn current_run(step: &mut Step, spec: &LoadTestSpec, limits: &Limits, seen: &See
 
     match step.status.state {
         State::Pending => pending(step, spec, limits, &mine, replicas, seen, now),
-        State::Executing => executing(step, spec, limits, &mine, replicas, seen.target, now),
+        State::Executing => executing(step, spec, limits, &mine, replicas, seen, now),
         State::Finished | State::Failed => {}
     }
     if step.status.state.is_terminal() {
@@ -400,9 +402,10 @@ fn executing(
     limits: &Limits,
     mine: &[&Runner],
     replicas: usize,
-    target: &Target,
+    seen: &Seen<'_>,
     now: Timestamp,
 ) {
+    let target = seen.target;
     // The Service must still be the one the runners connect to: a type
     // or cluster IP change (or a Service made again) stops the run before
     // its traffic reaches what the address now means.
@@ -435,9 +438,21 @@ fn executing(
             Ok((merged, results)) => {
                 let s = &mut step.status;
                 // The thresholds judge, and the baseline too when pinned.
-                let thresholds = verdict(&merged, spec.thresholds.as_ref());
+                let aborted = s.progress.as_ref().map(|p| p.aborted.clone()).filter(|a| !a.is_empty());
+                // What a stopped run did not send is no failure of its own.
+                let judged = match aborted {
+                    Some(_) => loadgen::summary::Merged { not_sent: 0, ..merged.clone() },
+                    None => merged.clone(),
+                };
+                let thresholds = verdict(&judged, spec.thresholds.as_ref());
                 let max = spec.baseline.as_ref().map(|b| &b.max_regression);
-                let (v, reason, why) = crate::baseline::judge(thresholds, s.baseline.as_mut(), max, &merged);
+                let (mut v, mut reason, mut why) =
+                    crate::baseline::judge(thresholds, s.baseline.as_mut(), max, &merged);
+                // Stopped early (abortOnFail): failed, whatever the rest says.
+                if let Some(aborted) = aborted {
+                    (v, reason) = (Verdict::Failed, "AbortedOnFail");
+                    why = format!("stopped early, {aborted}; at the end: {why}");
+                }
                 s.state = State::Finished;
                 s.verdict = v;
                 s.completion_time = Some(Time(now));
@@ -475,7 +490,18 @@ fn executing(
     }
     // A signal that did not land last time is given again.
     step.signal = mine.iter().filter(|r| !r.signalled && r.terminated.is_none()).map(|r| r.name.clone()).collect();
-    step.requeue = Some(deadline - elapsed);
+    // The progress so far, read at most every PROGRESS_EVERY.
+    let readable = progress::readable(mine);
+    if !readable.is_empty() && progress::due(step, now) {
+        match seen.progress {
+            None => {
+                step.needs = Some(Need::Progress(readable.iter().map(|r| r.name.clone()).collect()));
+                return;
+            }
+            Some(logs) => progress::update(step, spec, logs, mine, now),
+        }
+    }
+    step.requeue = Some((deadline - elapsed).min(PROGRESS_EVERY));
 }
 
 #[cfg(test)]
@@ -523,7 +549,7 @@ mod tests {
         target: Target,
         now: Timestamp,
     ) -> Step {
-        let seen = Seen { runners, target: &target, others_in_namespace: Some(0), baseline: None };
+        let seen = Seen { runners, target: &target, others_in_namespace: Some(0), baseline: None, progress: None };
         step(s, &L, &Wanted { name: "t", generation, rerun, created: None, save_baseline: "" }, old, &seen, now)
     }
 
@@ -535,7 +561,7 @@ mod tests {
         runners: &[Runner],
         now: Timestamp,
     ) -> Step {
-        let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0), baseline: None };
+        let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0), baseline: None, progress: None };
         step(
             s,
             limits,
@@ -564,7 +590,7 @@ mod tests {
                 &L,
                 &Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" },
                 old,
-                &Seen { runners: &[], target, others_in_namespace: room, baseline: None },
+                &Seen { runners: &[], target, others_in_namespace: room, baseline: None, progress: None },
                 t(0),
             )
         };
@@ -616,7 +642,13 @@ mod tests {
             r.signalled = true;
         }
         // Executing looks at the Service on every step.
-        let seen = Seen { runners: &rs, target: &Target::Unchecked, others_in_namespace: None, baseline: None };
+        let seen = Seen {
+            runners: &rs,
+            target: &Target::Unchecked,
+            others_in_namespace: None,
+            baseline: None,
+            progress: None,
+        };
         let look = step(
             &s,
             &L,
@@ -657,7 +689,7 @@ mod tests {
         let s = spec(1);
         let l = Limits { min_rerun_interval: Duration::from_secs(30), ..L };
         let at = |old: &LoadTestStatus, generation: i64, rerun: &str, runners: &[Runner], now: i64| {
-            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0), baseline: None };
+            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(0), baseline: None, progress: None };
             step(
                 &s,
                 &l,
@@ -672,7 +704,7 @@ mod tests {
             &l,
             &Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" },
             None,
-            &Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None },
+            &Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None, progress: None },
             t(0),
         );
         assert_eq!(first.status.run, 1, "the first run never waits");
@@ -714,7 +746,8 @@ mod tests {
         let s = spec(3);
         let l = Limits { max_runners_per_namespace: 4, ..L };
         let at = |old: Option<&LoadTestStatus>, others: usize, runners: &[Runner], now: i64| {
-            let seen = Seen { runners, target: &ready(), others_in_namespace: Some(others), baseline: None };
+            let seen =
+                Seen { runners, target: &ready(), others_in_namespace: Some(others), baseline: None, progress: None };
             step(
                 &s,
                 &l,
@@ -736,7 +769,7 @@ mod tests {
         assert_eq!((late.status.state, late.status.reason.as_str()), (State::Failed, "TooManyRunners"));
         // More runners than the bound itself: failed at once, nothing to wait for.
         let l1 = Limits { max_runners_per_namespace: 2, ..L };
-        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: None, baseline: None };
+        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: None, baseline: None, progress: None };
         let st = step(
             &s,
             &l1,
@@ -781,6 +814,55 @@ mod tests {
         assert_eq!(done.status.results.as_ref().map(|r| r.requests), Some(20));
         // OnSuccess: the runners go, the results stay.
         assert_eq!(done.delete, ["t-r1-0", "t-r1-1"]);
+    }
+
+    /// While the runners send, their logs are asked for every 5 s (not
+    /// sooner) and become status.progress; a run stopped by abortOnFail
+    /// ends Finished, verdict Failed, reason AbortedOnFail.
+    #[test]
+    fn an_executing_run_reads_its_progress_every_5_s_and_an_aborted_one_fails() {
+        let s = spec(1);
+        let pending = go(&s, 1, "", None, &[], ready(), t(0)).status;
+        let mut rs = vec![runner(1, 0)];
+        rs[0].running = true;
+        let executing = go(&s, 1, "", Some(&pending), &rs, ready(), t(1)).status;
+        rs[0].signalled = true;
+        let asks = go(&s, 1, "", Some(&executing), &rs, ready(), t(2));
+        assert_eq!(asks.needs, Some(Need::Progress(vec!["t-r1-0".into()])));
+        let logs = [RunnerLog { runner: "t-r1-0".into(), log: Err("no kubelet".into()) }];
+        let seen = Seen {
+            runners: &rs,
+            target: &ready(),
+            others_in_namespace: Some(0),
+            baseline: None,
+            progress: Some(&logs),
+        };
+        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" };
+        let read = step(&s, &L, &wanted, Some(&executing), &seen, t(2));
+        let progress = read.status.progress.clone().unwrap_or_default();
+        assert_eq!(progress.message, "t-r1-0: no kubelet");
+        assert_eq!(read.requeue, Some(PROGRESS_EVERY));
+        // Not again within 5 s.
+        let soon = go(&s, 1, "", Some(&read.status), &rs, ready(), t(6));
+        assert_eq!((soon.needs, soon.status.progress.as_ref()), (None, Some(&progress)));
+        assert!(matches!(go(&s, 1, "", Some(&read.status), &rs, ready(), t(7)).needs, Some(Need::Progress(_))));
+        // Aborted: whatever the thresholds say at the end, it failed.
+        let mut aborted = read.status.clone();
+        if let Some(p) = aborted.progress.as_mut() {
+            p.aborted = "error ratio 0.5000 (60 of 120) > 0.01".into();
+        }
+        let mut h = loadgen::summary::histogram();
+        loadgen::summary::record(&mut h, Duration::from_millis(3));
+        let msg = loadgen::summary::Summary::to_message(1, Default::default(), 9, Duration::from_secs(1), &h)
+            .unwrap_or_default();
+        rs[0].running = false;
+        rs[0].terminated = Some((0, "Completed".into(), msg));
+        let done = go(&s, 1, "", Some(&aborted), &rs, ready(), t(9)).status;
+        assert_eq!(
+            (done.state, done.verdict, done.reason.as_str()),
+            (State::Finished, Verdict::Failed, "AbortedOnFail")
+        );
+        assert!(done.message.contains("stopped early, error ratio 0.5000"), "{}", done.message);
     }
 
     #[test]
@@ -852,7 +934,8 @@ mod tests {
     /// `generation`, the target ready.
     fn scheduled(line: &str, generation: i64, rerun: &str, old: Option<&LoadTestStatus>, now: Timestamp) -> Step {
         let limits = Limits { schedule: Some(Schedule::parse(line).unwrap()), ..L };
-        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None };
+        let seen =
+            Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None, progress: None };
         step(
             &spec(1),
             &limits,
@@ -921,7 +1004,8 @@ mod tests {
         assert_eq!(changed.status.next_run_time, Some(Time(t(1200))));
         assert_eq!(scheduled("*/10 * * * *", 1, "", Some(&changed.status), t(1200)).status.run, 2);
         // Without a schedule any more: nothing of one is said.
-        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None };
+        let seen =
+            Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None, progress: None };
         let wanted = Wanted { name: "t", generation: 1, rerun: "", created: Some(t(10)), save_baseline: "" };
         let plain = step(&spec(1), &L, &wanted, Some(&changed.status), &seen, t(1300)).status;
         assert_eq!((plain.run, plain.next_run_time, plain.schedule.as_str()), (1, None, ""));
@@ -997,7 +1081,8 @@ mod tests {
             load_test_ref: "t".into(),
             max_regression: crate::crd::MaxRegression::default(),
         });
-        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None };
+        let seen =
+            Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: None, progress: None };
         let at = |rerun: &str, save: &str, old: Option<&LoadTestStatus>, now: Timestamp| {
             let wanted = Wanted { name: "t", generation: 1, rerun, created: None, save_baseline: save };
             step(&own, &L, &wanted, old, &seen, now)
@@ -1080,7 +1165,13 @@ mod tests {
         let ask = go(&other, 1, "", None, &[], ready(), t(0));
         assert_eq!((ask.needs, ask.status.run), (Some(Need::Baseline), 0));
         let golden = crate::crd::BaselineStatus { load_test_ref: "golden".into(), run: 9, ..Default::default() };
-        let seen = Seen { runners: &[], target: &ready(), others_in_namespace: Some(0), baseline: Some(&golden) };
+        let seen = Seen {
+            runners: &[],
+            target: &ready(),
+            others_in_namespace: Some(0),
+            baseline: Some(&golden),
+            progress: None,
+        };
         let wanted = Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" };
         let started = step(&other, &L, &wanted, None, &seen, t(0));
         assert_eq!((started.status.run, started.status.baseline), (1, Some(golden)));

@@ -17,6 +17,13 @@ pub const RUN_LABEL: &str = "flotilla.dev/run";
 pub const START_ANNOTATION: &str = "flotilla.dev/start";
 /// Where runners see it.
 pub const START_FILE: &str = "/etc/flotilla/start";
+/// The runner pod's one container.
+pub const CONTAINER: &str = "loadgen";
+/// The start annotation's value that ends a run early: the runner reads
+/// it from the same file, writes its summary and exits.
+pub const STOP: &str = "stop";
+/// How often a runner prints its progress (read into status.progress).
+pub const PROGRESS_EVERY: &str = "5s";
 pub const MANAGED_BY: &str = "flotilla-load-tester";
 
 /// A name as a label value (at most 63 characters): names longer than that
@@ -176,6 +183,7 @@ pub fn pod(
         json!({"name": "DEADLINE", "value": format!("{}ms", window.deadline.as_millis())}),
         json!({"name": "END_AT", "value": window.end_at.to_string()}),
         json!({"name": "START_FILE", "value": START_FILE}),
+        json!({"name": "PROGRESS_EVERY", "value": PROGRESS_EVERY}),
     ];
     let mut sources = sources;
     if let Some(from) = &t.body_from {
@@ -253,7 +261,7 @@ pub fn pod(
             "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
                                 "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
-                "name": "loadgen",
+                "name": CONTAINER,
                 "image": image,
                 "env": env,
                 "terminationMessagePolicy": "File",
@@ -282,8 +290,10 @@ pub struct Runner {
     pub terminating: bool,
     /// The loadgen container runs.
     pub running: bool,
-    /// The start annotation is set.
+    /// The start annotation is set ("go", or "stop" since).
     pub signalled: bool,
+    /// The start annotation says "stop" (thresholds.abortOnFail).
+    pub stopping: bool,
     /// A waiting reason and message (ImagePullBackOff, ...).
     pub waiting: Option<(String, String)>,
     /// Exit code, reason and termination message once it ended.
@@ -315,7 +325,8 @@ pub fn view(pod: &Pod) -> Runner {
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
         terminating: meta.deletion_timestamp.is_some(),
         running: state.is_some_and(|s| s.running.is_some()),
-        signalled: annotations.get(START_ANNOTATION).is_some_and(|v| v == "go"),
+        signalled: annotations.get(START_ANNOTATION).is_some_and(|v| v == "go" || v == STOP),
+        stopping: annotations.get(START_ANNOTATION).is_some_and(|v| v == STOP),
         waiting: state
             .and_then(|s| s.waiting.as_ref())
             .map(|w| (w.reason.clone().unwrap_or_default(), w.message.clone().unwrap_or_default())),

@@ -99,6 +99,9 @@ pub struct LoadTestStatus {
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// The current run so far, while it is Executing (see Progress).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<super::Progress>,
     /// The merged results of a finished run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<Results>,

@@ -8,6 +8,7 @@ use crate::crd::{BaselineStatus, LoadTestStatus};
 use crate::runner::Runner;
 
 use super::Target;
+use super::progress::{Live, RunnerLog};
 
 /// What the controller looked at for this step.
 #[derive(Debug, Clone, Copy)]
@@ -21,11 +22,13 @@ pub struct Seen<'a> {
     /// spec.baseline's LoadTest (another than this one) as a baseline
     /// (None: not looked at).
     pub baseline: Option<&'a BaselineStatus>,
+    /// The last lines of the running runners' logs (None: not read).
+    pub progress: Option<&'a [RunnerLog]>,
 }
 
 /// What the step needs looked at before it can decide; the controller
 /// looks and steps again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Need {
     /// The target Service; with its EndpointSlices when `endpoints`.
     Target { endpoints: bool },
@@ -33,6 +36,8 @@ pub enum Need {
     Room,
     /// spec.baseline's LoadTest, when a run starts ([`Seen::baseline`]).
     Baseline,
+    /// The logs of these runners, for the run's progress ([`Seen::progress`]).
+    Progress(Vec<String>),
 }
 
 /// What the controller must do.
@@ -45,6 +50,10 @@ pub struct Step {
     pub signal: Vec<String>,
     /// Runner pods to delete.
     pub delete: Vec<String>,
+    /// Runner pods to give the stop signal (thresholds.abortOnFail).
+    pub stop: Vec<String>,
+    /// The run's figures so far, when its progress was read in this step.
+    pub live: Option<Live>,
     /// Events: (warning, reason, note).
     pub events: Vec<(bool, &'static str, String)>,
     /// Look again at the latest then.

@@ -1,0 +1,62 @@
+//! Reading a run's progress: the last lines of each running runner's log
+//! (loadgen prints a progress line every 5 s), a few at a time, each read
+//! bounded in time and size. What they say is the machine's to judge
+//! ([`crate::machine::step`]).
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams};
+
+use crate::machine::RunnerLog;
+
+/// Log reads in flight at once (each goes through the runner's kubelet).
+const READS_AT_ONCE: usize = 8;
+/// A read that takes longer is given up (the runner is named in
+/// status.progress.message; the next read is 5 s later).
+const READ_TIMEOUT: Duration = Duration::from_secs(4);
+/// The last lines read: the progress line is among them (warnings or the
+/// final summary may follow it).
+const TAIL_LINES: i64 = 4;
+/// At most this much of a runner's log is read: the tail's lines whole
+/// (a progress line is at most loadgen::progress::MAX_LINE, 16 KiB), and
+/// room to spare; a newest line cut short leaves the one before it.
+const LIMIT_BYTES: i64 = 4 * (16 * 1024 + 1) + 4096;
+
+/// A round of reads ends by then, however many runners: the reads hold
+/// one of the controller's reconciles, which other namespaces' tests need
+/// too (runners read later are named in status.progress.message).
+const ROUND: Duration = Duration::from_secs(8);
+
+/// The last lines of each runner's log, or why they could not be read.
+pub async fn read(pods: &Api<Pod>, runners: Vec<String>) -> Vec<RunnerLog> {
+    let end = tokio::time::Instant::now() + ROUND;
+    futures::stream::iter(runners.into_iter().map(|runner| async move {
+        let within = READ_TIMEOUT.min(end.saturating_duration_since(tokio::time::Instant::now()));
+        if within.is_zero() {
+            return RunnerLog { runner, log: Err(format!("not read within this round's {ROUND:?}")) };
+        }
+        let params = LogParams {
+            container: Some(crate::runner::CONTAINER.to_string()),
+            tail_lines: Some(TAIL_LINES),
+            limit_bytes: Some(LIMIT_BYTES),
+            ..LogParams::default()
+        };
+        let log = match tokio::time::timeout(within, pods.logs(&runner, &params)).await {
+            Ok(Ok(text)) => Ok(text),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, runner, "reading a runner's progress (its log)");
+                Err(match &e {
+                    kube::Error::Api(s) => format!("log not readable ({}): {}", s.code, s.message),
+                    other => format!("log not readable: {other}"),
+                })
+            }
+            Err(_) => Err(format!("log not read within {within:?}")),
+        };
+        RunnerLog { runner, log }
+    }))
+    .buffer_unordered(READS_AT_ONCE)
+    .collect()
+    .await
+}
