@@ -18,6 +18,9 @@
 //! | [`send`] | one request and its whole answer: a worker's own connection for `http://`, reqwest otherwise |
 //! | [`http1`] | that connection's HTTP/1.1 exchange: the answer's head parsed, its body framed and discarded |
 
+/// The latency histogram type every module and the operator share.
+pub use hdrhistogram::Histogram;
+
 pub mod check;
 pub mod http1;
 pub mod pace;

@@ -50,6 +50,13 @@ pub struct Progress {
     pub recent: String,
     /// The recent window's length (shorter at the start).
     pub recent_ms: u64,
+    /// Requests dropped within the last `recentMs`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recent_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Progress {
@@ -87,6 +94,7 @@ impl Progress {
             recent_requests: 0,
             recent: encode_at(&histogram(), 3)?,
             recent_ms: 0,
+            recent_dropped: 0,
         })
     }
 
@@ -109,6 +117,7 @@ pub struct MergedProgress {
     pub recent: Histogram<u64>,
     /// The longest runner's recent window.
     pub recent_window: Duration,
+    pub recent_dropped: u64,
 }
 
 impl MergedProgress {
@@ -124,6 +133,7 @@ impl MergedProgress {
             recent_requests: 0,
             recent: histogram(),
             recent_window: Duration::ZERO,
+            recent_dropped: 0,
         }
     }
 
@@ -156,6 +166,7 @@ impl MergedProgress {
         self.dropped = self.dropped.saturating_add(p.dropped);
         self.recent_requests = self.recent_requests.saturating_add(p.recent_requests);
         self.recent_window = self.recent_window.max(Duration::from_millis(p.recent_ms));
+        self.recent_dropped = self.recent_dropped.saturating_add(p.recent_dropped);
         Ok(())
     }
 
@@ -174,6 +185,7 @@ impl MergedProgress {
 struct Slot {
     second: u64,
     requests: u64,
+    dropped: u64,
     histogram: Histogram<u64>,
 }
 
@@ -200,7 +212,7 @@ impl Inner {
             }
             let mut h = reuse.unwrap_or_else(histogram);
             h.reset();
-            self.slots.push_back(Slot { second, requests: 0, histogram: h });
+            self.slots.push_back(Slot { second, requests: 0, dropped: 0, histogram: h });
         }
         self.slots.back_mut()
     }
@@ -273,10 +285,14 @@ impl Live {
         }
     }
 
-    /// Counts requests dropped (every connection busy).
-    pub fn dropped(&self, n: u64) {
+    /// Counts requests dropped (every connection busy) at `now`.
+    pub fn dropped(&self, n: u64, now: Instant) {
+        let second = self.second(now);
         let mut inner = self.lock();
         inner.dropped = inner.dropped.saturating_add(n);
+        if let Some(slot) = inner.slot(second) {
+            slot.dropped = slot.dropped.saturating_add(n);
+        }
     }
 
     /// Failures so far, by kind.
@@ -312,10 +328,11 @@ impl Live {
         let inner = self.lock();
         let window = RECENT.as_secs();
         let mut recent = histogram();
-        let mut recent_requests = 0u64;
+        let (mut recent_requests, mut recent_dropped) = (0u64, 0u64);
         for s in inner.slots.iter().filter(|s| s.second + window > second) {
             let _ = recent.add(&s.histogram);
             recent_requests = recent_requests.saturating_add(s.requests);
+            recent_dropped = recent_dropped.saturating_add(s.dropped);
         }
         let elapsed = now.saturating_duration_since(self.started);
         Ok(Progress {
@@ -327,6 +344,7 @@ impl Live {
             recent_requests,
             recent: encode_at(&recent, digits)?,
             recent_ms: u64::try_from(elapsed.min(RECENT).as_millis()).unwrap_or(u64::MAX),
+            recent_dropped,
         })
     }
 
@@ -417,8 +435,10 @@ mod tests {
             live.add(&answers(&[1]), 1, &BTreeMap::new(), t0 + Duration::from_secs(s));
         }
         assert!(live.lock().slots.len() <= 10);
+        live.dropped(3, t0 + Duration::from_secs(99));
         let p = live.snapshot(t0 + Duration::from_secs(99)).unwrap();
-        assert_eq!((p.requests, p.recent_requests), (100, 10));
+        assert_eq!((p.requests, p.recent_requests, p.dropped, p.recent_dropped), (100, 10, 3, 3));
+        assert_eq!(live.snapshot(t0 + Duration::from_secs(120)).unwrap().recent_dropped, 0);
     }
 
     #[test]

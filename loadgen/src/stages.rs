@@ -113,7 +113,7 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>) ->
             if let Some(s) = lock(&tally).stage(k) {
                 s.dropped += 1;
             }
-            live.dropped(1);
+            live.dropped(1, Instant::now());
             continue;
         };
         let left = hard_end.saturating_duration_since(Instant::now());

@@ -371,10 +371,10 @@ impl MergedStage {
 }
 
 impl Merged {
-    /// Merges summaries: counts added, histograms added bucket by bucket.
-    pub fn of(summaries: &[Summary]) -> Result<Merged, SummaryError> {
-        let mut m = Merged {
-            runners: summaries.len(),
+    /// Nothing merged: no runner, no request.
+    pub fn empty() -> Merged {
+        Merged {
+            runners: 0,
             requests: 0,
             errors: BTreeMap::new(),
             not_sent: 0,
@@ -383,7 +383,12 @@ impl Merged {
             histogram: histogram(),
             dropped: 0,
             stages: Vec::new(),
-        };
+        }
+    }
+
+    /// Merges summaries: counts added, histograms added bucket by bucket.
+    pub fn of(summaries: &[Summary]) -> Result<Merged, SummaryError> {
+        let mut m = Merged { runners: summaries.len(), ..Merged::empty() };
         for s in summaries {
             m.dropped = m.dropped.saturating_add(s.dropped);
             for (k, st) in s.stages.iter().take(MAX_STAGES).enumerate() {
