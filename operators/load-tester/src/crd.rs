@@ -25,9 +25,13 @@ pub use progress::Progress;
 pub use request::{
     BodySource, ConfigMapKeyRef, HeaderValue, HeaderValueSource, HttpHeader, Scheme, SecretKeyRef, TestTls,
 };
-pub use runner::{DEFAULT_MAX_CONNECTIONS, LoadSpec, LoadStage, RunnerResources, RunnerSpec};
+pub use runner::{
+    CAPACITY_RAMP, CapacitySpec, DEFAULT_MAX_CONNECTIONS, LoadSpec, LoadStage, MAX_CAPACITY_STEPS, RunnerResources,
+    RunnerSpec,
+};
 pub use status::{
-    Latency, LoadTestStatus, MAX_HISTORY, PinnedTarget, Results, RunSummary, StageLatency, StageResults, State, Verdict,
+    CapacityResult, Latency, LoadTestStatus, MAX_HISTORY, PinnedTarget, Results, RunSummary, StageLatency,
+    StageResults, State, Verdict,
 };
 
 /// Runs `replicas` coordinated loadgen pods against a Service of this
@@ -43,6 +47,12 @@ pub use status::{
 #[x_kube(validation = kube::core::Rule::new(
     "!(has(self.load) && has(self.load.stages) && (has(self.test.repeat) || (has(self.rate) && self.rate != 0)))"
 ).message("load.stages is mutually exclusive with test.repeat and rate: the stages set the rate and the length"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!(has(self.load) && has(self.load.capacity) && (has(self.test.repeat) || (has(self.rate) && self.rate != 0)))"
+).message("load.capacity is mutually exclusive with test.repeat and rate: the steps set the rate and the length"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.load) || !has(self.load.capacity) || (has(self.thresholds) && (has(self.thresholds.maxErrorRatio) || has(self.thresholds.p50) || has(self.thresholds.p90) || has(self.thresholds.p99) || has(self.thresholds.maxLatency)))"
+).message("load.capacity needs a threshold to search against: thresholds.maxErrorRatio, p50, p90, p99 or maxLatency"))]
 #[kube(
     group = "flotilla.dev",
     version = "v1alpha1",
@@ -152,19 +162,29 @@ impl LoadTestSpec {
         if let Some(d) = load.duration.as_ref() {
             return d.get().map(Some).map_err(|e| format!("load.duration: {e}"));
         }
-        if load.stages.is_empty() {
+        if let Some(c) = load.capacity.as_ref() {
+            c.stages()?;
+        }
+        let profile = load.profile();
+        if profile.is_empty() {
             return Ok(None);
         }
         let mut total = std::time::Duration::ZERO;
-        for (k, s) in load.stages.iter().enumerate() {
+        for (k, s) in profile.iter().enumerate() {
             total = total.saturating_add(s.duration.get().map_err(|e| format!("load.stages[{k}].duration: {e}"))?);
         }
         Ok(Some(total))
     }
 
-    /// `load.stages`, empty without them.
-    pub fn stages(&self) -> &[LoadStage] {
-        self.load.as_ref().map_or(&[], |l| l.stages.as_slice())
+    /// The arrival-rate profile: `load.stages`, or `load.capacity`'s steps;
+    /// empty without them.
+    pub fn stages(&self) -> Vec<LoadStage> {
+        self.load.as_ref().map(LoadSpec::profile).unwrap_or_default()
+    }
+
+    /// `load.capacity`, if this run is a capacity search.
+    pub fn capacity(&self) -> Option<&CapacitySpec> {
+        self.load.as_ref().and_then(|l| l.capacity.as_ref())
     }
 }
 

@@ -13,6 +13,7 @@
 //! | [`results`] | merged results and the verdict (pure) |
 //! | [`stages`] | load.stages: rates split over the runners, per-stage results (pure) |
 //! | [`schedule`] | spec.schedule: the cron line checked, its next time (pure) |
+//! | [`capacity`] | load.capacity: each step judged on its own figures, the highest rate that passed, a step's window judged live (pure) |
 //! | [`baseline`] | spec.baseline: pinned when a run starts, compared and judged when it ends (pure) |
 //! | [`simple`] | SimpleDeployment's child pod (pure) |
 //! | [`simple_deployment`] | SimpleDeployment's controller: its one child kept |
@@ -25,6 +26,7 @@
 
 pub mod apply;
 pub mod baseline;
+pub mod capacity;
 pub mod controller;
 pub mod crd;
 pub mod error;

@@ -433,7 +433,8 @@ fn executing(
     if done.len() >= replicas {
         let messages: Vec<(String, String)> =
             done.iter().filter_map(|r| r.terminated.as_ref().map(|(_, _, m)| (r.name.clone(), m.clone()))).collect();
-        match merge(&messages, spec.stages()) {
+        let stages = spec.stages();
+        match merge(&messages, &stages) {
             Err(e) => fail(step, now, "BadSummary", e),
             Ok((merged, results)) => {
                 let s = &mut step.status;
@@ -448,8 +449,27 @@ fn executing(
                 let max = spec.baseline.as_ref().map(|b| &b.max_regression);
                 let (mut v, mut reason, mut why) =
                     crate::baseline::judge(thresholds, s.baseline.as_mut(), max, &merged);
-                // Stopped early (abortOnFail): failed, whatever the rest says.
-                if let Some(aborted) = aborted {
+                let mut results = results;
+                if let (Some(c), Some(t)) = (spec.capacity(), spec.thresholds.as_ref()) {
+                    // A capacity search: each step judged on its own; the
+                    // whole run's figures mix the steps and are not.
+                    let live = s.progress.as_ref().and_then(|p| {
+                        // "capacity search over: the step at R requests/s: <why>"
+                        let why = p.aborted.splitn(3, ": ").nth(2).unwrap_or(p.aborted.as_str());
+                        p.search_missed_at.map(|at| (at, why))
+                    });
+                    let found = crate::capacity::result(c, t, &merged, live);
+                    let (cv, creason, cwhy) = crate::capacity::verdict_of(&found);
+                    (v, reason, why) = match s.baseline.as_ref() {
+                        // A baseline's regression still fails it.
+                        Some(_) if v == Verdict::Failed && reason == "BaselineRegressed" => {
+                            (v, reason, format!("{cwhy}; {why}"))
+                        }
+                        _ => (cv, creason, cwhy),
+                    };
+                    results.capacity = Some(found);
+                } else if let Some(aborted) = aborted {
+                    // Stopped early (abortOnFail): failed, whatever the rest says.
                     (v, reason) = (Verdict::Failed, "AbortedOnFail");
                     why = format!("stopped early, {aborted}; at the end: {why}");
                 }
@@ -863,6 +883,66 @@ mod tests {
             (State::Finished, Verdict::Failed, "AbortedOnFail")
         );
         assert!(done.message.contains("stopped early, error ratio 0.5000"), "{}", done.message);
+    }
+
+    /// A capacity search ends with its capacity in the results and a
+    /// verdict of its own (the whole run's figures mix the steps); a step
+    /// ended live fails though its final figures pass.
+    #[test]
+    fn a_capacity_search_finishes_with_the_highest_step_that_passed() {
+        let s: LoadTestSpec = serde_json::from_value(json!({"replicas": 1, "test": {"serviceName": "nginx"},
+            "load": {"capacity": {"start": 10, "step": 10, "stepDuration": "20s", "max": 30}},
+            "thresholds": {"p99": "10ms"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let stage = |ms: u64, n: u64| {
+            let mut h = loadgen::summary::histogram();
+            for _ in 0..n {
+                loadgen::summary::record(&mut h, Duration::from_millis(ms));
+            }
+            loadgen::summary::StageOutcome { requests: n, errors: 0, dropped: 0, histogram: h }
+        };
+        // Ramps fast; the holds at 10 and 20/s fast, at 30/s slow.
+        let stages = vec![stage(1, 5), stage(2, 190), stage(1, 15), stage(3, 380), stage(1, 25), stage(50, 570)];
+        let mut whole = loadgen::summary::histogram();
+        for st in &stages {
+            whole.add(&st.histogram).unwrap_or_default();
+        }
+        let staged = loadgen::summary::Staged { stages, ..Default::default() };
+        let msg = loadgen::summary::Summary::to_message_staged(
+            1185,
+            Default::default(),
+            0,
+            Duration::from_secs(60),
+            &whole,
+            &staged,
+        )
+        .unwrap_or_default();
+        let pending = go(&s, 1, "", None, &[], ready(), t(0)).status;
+        let mut runner = Runner { running: true, ..runner(1, 0) };
+        let executing = go(&s, 1, "", Some(&pending), std::slice::from_ref(&runner), ready(), t(1)).status;
+        assert_eq!(executing.state, State::Executing);
+        runner.running = false;
+        runner.signalled = true;
+        runner.terminated = Some((0, "Completed".into(), msg));
+        let done = go(&s, 1, "", Some(&executing), std::slice::from_ref(&runner), ready(), t(90)).status;
+        assert_eq!(
+            (done.state, done.verdict, done.reason.as_str()),
+            (State::Finished, Verdict::Passed, "CapacityFound")
+        );
+        let found = done.results.and_then(|r| r.capacity).unwrap_or_default();
+        assert_eq!((found.rate, found.steps, found.planned), (20, 2, 3), "{found:?}");
+        assert!(found.limited_by.starts_with("the step at 30 requests/s: p99 50"), "{found:?}");
+        // Ended live at 20/s: that step fails, whatever its figures say.
+        let live = crate::crd::Progress {
+            aborted: "capacity search over: the step at 20 requests/s: p99 12.0ms > 10.0ms".into(),
+            search_missed_at: Some(20),
+            ..Default::default()
+        };
+        let stopped = LoadTestStatus { progress: Some(live), ..executing };
+        let done = go(&s, 1, "", Some(&stopped), &[runner], ready(), t(90)).status;
+        let found = done.results.and_then(|r| r.capacity).unwrap_or_default();
+        assert_eq!((found.rate, found.steps), (10, 1), "{found:?}");
+        assert_eq!(found.limited_by, "the step at 20 requests/s: p99 12.0ms > 10.0ms (its last 10 s)");
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub fn merge(messages: &[(String, String)], stages: &[LoadStage]) -> Result<(Mer
         dropped: i64::try_from(merged.dropped).unwrap_or(i64::MAX),
         stages: crate::stages::results(&merged, stages),
         saturated,
+        capacity: None,
     };
     Ok((merged, results))
 }

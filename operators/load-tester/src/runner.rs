@@ -216,10 +216,11 @@ pub fn pod(
     if let Some(d) = spec.load.as_ref().and_then(|l| l.duration.as_ref()) {
         env.push(json!({"name": "DURATION", "value": millis(d)}));
     }
-    // load.stages: this runner's share of each stage's rate.
-    if let Some(load) = spec.load.as_ref().filter(|l| !l.stages.is_empty()) {
+    // load.stages (or load.capacity's steps): this runner's share of each
+    // stage's rate.
+    if let Some(load) = spec.load.as_ref().filter(|l| !l.profile().is_empty()) {
         let replicas = usize::try_from(spec.replicas).unwrap_or(1);
-        env.push(json!({"name": "STAGES", "value": crate::stages::runner_flag(&load.stages, replicas, i)}));
+        env.push(json!({"name": "STAGES", "value": crate::stages::runner_flag(&load.profile(), replicas, i)}));
         env.push(json!({"name": "MAX_CONNECTIONS", "value": load.max_connections().to_string()}));
     }
     let mut mounts = vec![json!({"name": "start", "mountPath": "/etc/flotilla", "readOnly": true})];

@@ -326,7 +326,7 @@ async fn admission_checks_the_load_stages() {
         ("a negative rate", with(json!({"stages": [stage("1s", -1)]})), "rate"),
         ("a rate over 100000", with(json!({"stages": [stage("1s", 100_001)]})), "rate"),
         ("a stage without a rate", with(json!({"stages": [{"duration": "1s"}]})), "rate"),
-        ("maxConnections without stages", with(json!({"maxConnections": 5})), "with stages only"),
+        ("maxConnections without stages", with(json!({"maxConnections": 5})), "with them only"),
         ("maxConnections 0", with(json!({"stages": ramp, "maxConnections": 0})), "maxConnections"),
         ("maxConnections over 10000", with(json!({"stages": ramp, "maxConnections": 10_001})), "maxConnections"),
     ];
@@ -354,4 +354,65 @@ async fn admission_checks_the_load_stages() {
     )
     .await
     .unwrap();
+}
+
+/// spec.load.capacity at admission: start, step and max 1-100000, max at
+/// least start, at most 16 steps, stepDuration 15s-10m; not with
+/// load.duration, load.stages, test.repeat or a rate; thresholds to search
+/// against. A valid search is stored as written and runs as 2 stages a
+/// step (a 1 s ramp, then the hold).
+#[tokio::test]
+async fn admission_checks_the_capacity_search() {
+    let env = shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-capacity-admission").await.unwrap();
+    let search = json!({"start": 50, "step": 50, "stepDuration": "30s", "max": 500});
+    let with = |capacity: serde_json::Value, more: serde_json::Value| {
+        let mut spec = json!({"replicas": 2, "test": {"serviceName": "web"}, "load": {"capacity": capacity},
+                              "thresholds": {"p99": "50ms"}});
+        for (k, v) in more.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        spec
+    };
+    let changed = |k: &str, v: serde_json::Value| {
+        let mut c = search.clone();
+        c[k] = v;
+        with(c, json!({}))
+    };
+    let cases = [
+        ("no thresholds", with(search.clone(), json!({"thresholds": {}})), "needs a threshold"),
+        ("only minRate", with(search.clone(), json!({"thresholds": {"minRate": 10}})), "needs a threshold"),
+        (
+            "and repeat",
+            with(search.clone(), json!({"test": {"serviceName": "web", "repeat": 5}})),
+            "load.capacity is mutually exclusive",
+        ),
+        ("and a rate", with(search.clone(), json!({"rate": 10})), "load.capacity is mutually exclusive"),
+        (
+            "and a duration",
+            with(search.clone(), json!({"load": {"capacity": search, "duration": "1m"}})),
+            "sets its own steps",
+        ),
+        ("max below start", changed("max", json!(10)), "at least capacity.start"),
+        ("17 steps", changed("max", json!(850)), "at most 16 steps"),
+        ("a step of 0", changed("step", json!(0)), "step"),
+        ("a start of 0", changed("start", json!(0)), "start"),
+        ("a step of 10s", changed("stepDuration", json!("10s")), "15s to 10m"),
+        ("a step of 11m", changed("stepDuration", json!("11m")), "15s to 10m"),
+    ];
+    for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
+        match create(&client, &ns, "LoadTest", &format!("bad-{i}"), spec).await {
+            Err(kube::Error::Api(s)) if s.code == 422 => assert!(s.message.contains(expect), "{what}: {}", s.message),
+            other => panic!("{what} was not rejected: {other:?}"),
+        }
+    }
+    let t: kube::Api<LoadTest> = kube::Api::namespaced(client.clone(), &ns);
+    create(&client, &ns, "LoadTest", "search", with(changed("max", json!(800))["load"]["capacity"].clone(), json!({})))
+        .await
+        .unwrap();
+    let spec = t.get("search").await.unwrap().spec;
+    assert_eq!((spec.test.repeat, spec.stages().len()), (None, 32));
+    assert_eq!(spec.duration().unwrap(), Some(std::time::Duration::from_secs(16 * 30)));
 }

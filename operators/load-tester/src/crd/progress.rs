@@ -47,4 +47,9 @@ pub struct Progress {
     /// missed, for which the runners were told to stop.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub aborted: String,
+    /// A capacity search ended live: the rate of the step whose last 10 s
+    /// missed a threshold (that step fails the search whatever its final
+    /// figures show).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_missed_at: Option<i32>,
 }

@@ -20,8 +20,10 @@ use super::bounds;
 ).message("load.duration is 1s to 24h"))]
 #[x_kube(validation = kube::core::Rule::new("!(has(self.duration) && has(self.stages))")
     .message("load.duration and load.stages are mutually exclusive: stages set their own length"))]
-#[x_kube(validation = kube::core::Rule::new("!has(self.maxConnections) || has(self.stages)")
-    .message("load.maxConnections bounds the connections of load.stages: set it with stages only"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.maxConnections) || has(self.stages) || has(self.capacity)")
+    .message("load.maxConnections bounds the connections of load.stages or load.capacity: set it with them only"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.capacity) || !(has(self.duration) || has(self.stages))")
+    .message("load.capacity sets its own steps and length: not with load.duration or load.stages"))]
 #[x_kube(validation = kube::core::Rule::new(
     "!has(self.stages) || self.stages.map(s, duration(s.duration)).sum() <= duration('24h')"
 ).message("load.stages last at most 24h in all"))]
@@ -58,12 +60,88 @@ pub struct LoadSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
     pub max_connections: Option<i32>,
+    /// A capacity search (instead of test.repeat, rate, load.duration and
+    /// load.stages; needs thresholds): the rate for the whole test starts
+    /// at `start` and rises by `step` every `stepDuration` up to `max` (an
+    /// open model, as stages: each step ramps up in 1 s, then holds), and
+    /// the search ends at the first step whose own figures miss a
+    /// threshold. status.results.capacity gives the highest rate that
+    /// passed, and what stopped it. See CapacitySpec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacitySpec>,
+}
+
+/// A capacity search: the rate raised step by step until a threshold fails.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("self.max >= self.start").message("capacity.max is at least capacity.start"))]
+#[x_kube(validation = kube::core::Rule::new("(self.max - self.start) / self.step < 16")
+    .message("capacity: at most 16 steps from start to max (raise step)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "duration(self.stepDuration) >= duration('15s') && duration(self.stepDuration) <= duration('10m')"
+).message("capacity.stepDuration is 15s to 10m: each step holds its rate long enough for a 10 s window"))]
+pub struct CapacitySpec {
+    /// The first step's rate, requests per second for the whole test (1-100000).
+    #[schemars(range(min = 1, max = 100000))]
+    pub start: i32,
+    /// How much each step adds (1-100000).
+    #[schemars(range(min = 1, max = 100000))]
+    pub step: i32,
+    /// How long each step lasts (Go duration, 15s to 10m): a 1 s ramp,
+    /// then the rate held. Judged on what was answered while it held.
+    pub step_duration: GoDuration,
+    /// The last step's rate at most (1-100000; at most 16 steps from start).
+    #[schemars(range(min = 1, max = 100000))]
+    pub max: i32,
+}
+
+/// Steps of a capacity search at most (two stages each: a ramp and a hold).
+pub const MAX_CAPACITY_STEPS: i32 = 16;
+/// How long a capacity step ramps to its rate.
+pub const CAPACITY_RAMP: &str = "1s";
+
+impl CapacitySpec {
+    /// Each step's rate, in order.
+    pub fn rates(&self) -> Vec<i32> {
+        let step = self.step.max(1);
+        (0..MAX_CAPACITY_STEPS)
+            .map(|k| self.start.saturating_add(k.saturating_mul(step)))
+            .take_while(|r| *r <= self.max)
+            .collect()
+    }
+
+    /// The search as an arrival-rate profile: per step, a 1 s ramp to its
+    /// rate, then the rate held for the rest of stepDuration.
+    pub fn stages(&self) -> Result<Vec<LoadStage>, String> {
+        let d = self.step_duration.get().map_err(|e| format!("load.capacity.stepDuration: {e}"))?;
+        let hold = d.saturating_sub(std::time::Duration::from_secs(1));
+        let hold = GoDuration::new(&format!("{}ms", hold.as_millis()));
+        Ok(self
+            .rates()
+            .into_iter()
+            .flat_map(|rate| {
+                [
+                    LoadStage { duration: GoDuration::new(CAPACITY_RAMP), rate },
+                    LoadStage { duration: hold.clone(), rate },
+                ]
+            })
+            .collect())
+    }
 }
 
 /// What loadgen allows a runner when load.maxConnections is omitted.
 pub const DEFAULT_MAX_CONNECTIONS: i32 = 100;
 
 impl LoadSpec {
+    /// The arrival-rate profile: load.stages, or load.capacity's steps
+    /// (empty for neither, or a capacity whose stepDuration is unreadable).
+    pub fn profile(&self) -> Vec<LoadStage> {
+        match &self.capacity {
+            Some(c) => c.stages().unwrap_or_default(),
+            None => self.stages.clone(),
+        }
+    }
+
     /// Connections per runner for stages, the default filled in.
     pub fn max_connections(&self) -> i32 {
         self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS)

@@ -131,6 +131,23 @@ pub struct LoadTestStatus {
     pub history: Vec<RunSummary>,
 }
 
+/// What a capacity search found.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityResult {
+    /// The highest step's rate (requests/s for the whole test) whose own
+    /// figures met every threshold, with every step below it; 0: not even
+    /// the first.
+    pub rate: i32,
+    /// Steps that passed, of `planned`.
+    pub steps: i32,
+    pub planned: i32,
+    /// The first step that missed, and what it missed; empty when every
+    /// step up to load.capacity.max passed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub limited_by: String,
+}
+
 /// Runs kept in status.history.
 pub const MAX_HISTORY: usize = 10;
 
@@ -240,6 +257,9 @@ pub struct Results {
     /// With load.stages: each stage's figures, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageResults>,
+    /// A capacity search's outcome (load.capacity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityResult>,
     /// Runners that could not keep up, and why (below 95 % of their rate
     /// for more than 5 s, or CPU-throttled for more than 5 % of the run):
     /// their share of the latencies may be the runner's, not the server's.

@@ -119,6 +119,7 @@ pub fn update(step: &mut Step, spec: &LoadTestSpec, logs: &[RunnerLog], mine: &[
         message,
         // Said once; the runners are told until they stop.
         aborted: previous.aborted,
+        search_missed_at: previous.search_missed_at,
     };
     step.live = Some(Live {
         elapsed: merged.elapsed,
@@ -127,7 +128,33 @@ pub fn update(step: &mut Step, spec: &LoadTestSpec, logs: &[RunnerLog], mine: &[
         rate: merged.recent_rate(),
         recent_p99,
     });
+    // A capacity search ends at the first step whose held window misses.
+    let search_over = match (spec.capacity(), spec.thresholds.as_ref()) {
+        (Some(c), Some(t)) => crate::capacity::window_missed(
+            c,
+            t,
+            merged.elapsed,
+            merged.recent_window,
+            &merged.recent,
+            merged.recent_requests,
+            merged.recent_dropped,
+        ),
+        _ => None,
+    };
     if progress.aborted.is_empty()
+        && let Some((rate, why)) = search_over
+    {
+        let why = format!("the step at {rate} requests/s: {why}");
+        step.events.push((
+            false,
+            "CapacityReached",
+            format!("run {}: {why}: the search ends, the runners are told to stop", step.status.run),
+        ));
+        progress.aborted = format!("capacity search over: {why}");
+        progress.search_missed_at = Some(rate);
+    }
+    if progress.aborted.is_empty()
+        && spec.capacity().is_none()
         && let Some(t) = spec.thresholds.as_ref().filter(|t| t.abort_on_fail)
         && let Some(why) = missed(t, merged)
     {
@@ -159,12 +186,10 @@ fn missed(t: &Thresholds, m: MergedProgress) -> Option<String> {
         runners: m.runners,
         requests: m.requests,
         errors: m.errors,
-        not_sent: 0,
         elapsed: m.elapsed,
-        digits: 3,
         histogram: m.histogram,
         dropped: m.dropped,
-        stages: Vec::new(),
+        ..Merged::empty()
     };
     let judged = Thresholds { min_rate: None, ..t.clone() };
     match verdict(&so_far, Some(&judged)) {
