@@ -109,6 +109,8 @@ pub struct MergedProgress {
     pub runners: usize,
     /// The longest runner's.
     pub elapsed: Duration,
+    /// The shortest runner's (one that started late is still behind).
+    pub shortest: Duration,
     pub requests: u64,
     pub errors: BTreeMap<ErrorKind, u64>,
     pub dropped: u64,
@@ -126,6 +128,7 @@ impl MergedProgress {
         MergedProgress {
             runners: 0,
             elapsed: Duration::ZERO,
+            shortest: Duration::ZERO,
             requests: 0,
             errors: BTreeMap::new(),
             dropped: 0,
@@ -156,8 +159,10 @@ impl MergedProgress {
         whole.add(hist).map_err(histogram)?;
         self.recent.add(recent).map_err(histogram)?;
         self.histogram = whole;
+        let elapsed = Duration::from_millis(p.elapsed_ms);
+        self.shortest = if self.runners == 0 { elapsed } else { self.shortest.min(elapsed) };
         self.runners += 1;
-        self.elapsed = self.elapsed.max(Duration::from_millis(p.elapsed_ms));
+        self.elapsed = self.elapsed.max(elapsed);
         self.requests = self.requests.saturating_add(p.requests);
         for (k, n) in &p.errors {
             let e = self.errors.entry(*k).or_default();

@@ -35,7 +35,8 @@ fn judge(t: &Thresholds, histogram: Histogram<u64>, requests: u64, failed: u64) 
 
 /// The step's own figures: its hold stage's (index 2k+1). Without its
 /// latencies (the runners' summaries had no room for so many stages'
-/// histograms), its failures alone: its latencies were judged live.
+/// histograms) while a latency threshold is set, it is not shown to pass:
+/// a miss (an unknown is never counted as met).
 fn step_missed(t: &Thresholds, hold: Option<&MergedStage>) -> Option<String> {
     let Some(s) = hold.filter(|s| s.requests > 0 || s.dropped > 0) else {
         return Some("no figures (not run)".into());
@@ -45,7 +46,13 @@ fn step_missed(t: &Thresholds, hold: Option<&MergedStage>) -> Option<String> {
         Some(h) => judge(t, h, requests, failed),
         None => {
             let errors_only = Thresholds { max_error_ratio: t.max_error_ratio, ..Thresholds::default() };
-            judge(&errors_only, loadgen::summary::histogram(), requests, failed)
+            let latency = [&t.p50, &t.p90, &t.p99, &t.max_latency].iter().any(|l| l.is_some());
+            judge(&errors_only, loadgen::summary::histogram(), requests, failed).or_else(|| {
+                latency.then(|| {
+                    "latencies unknown (the runners' summaries had no room for its histogram: fewer steps keep them)"
+                        .to_string()
+                })
+            })
         }
     }
 }
@@ -121,7 +128,7 @@ mod tests {
     use loadgen::summary::{histogram, record};
 
     fn spec() -> CapacitySpec {
-        CapacitySpec { start: 50, step: 50, step_duration: GoDuration::new("20s"), max: 200 }
+        CapacitySpec { start: 50, step: 50, step_duration: GoDuration::new("30s"), max: 200 }
     }
 
     fn p99(ms: u64) -> Thresholds {
@@ -152,7 +159,7 @@ mod tests {
         let stages = c.stages().unwrap();
         assert_eq!(stages.len(), 8);
         assert_eq!((stages[2].duration.0.as_str(), stages[2].rate), ("1s", 100));
-        assert_eq!((stages[3].duration.0.as_str(), stages[3].rate), ("19000ms", 100));
+        assert_eq!((stages[3].duration.0.as_str(), stages[3].rate), ("29000ms", 100));
         let wide = CapacitySpec { start: 1, step: 1, max: 100, ..spec() };
         assert_eq!(wide.rates().len(), 16, "never more than 16 steps, whatever the schema let through");
     }
@@ -180,13 +187,18 @@ mod tests {
         let r = result(&c, &p99(10), &all, None);
         assert_eq!((r.rate, r.limited_by.as_str()), (200, ""));
         // Stopped live at the third step: it fails though its figures
-        // (without latencies: no room in the summaries) pass; the fourth
-        // never ran.
-        let mut blind = merged(&[stage(1, 10, 0), stage(1, 10, 0), stage(1, 10, 0)]);
-        blind.stages[5].histogram = None;
-        let r = result(&c, &p99(10), &blind, Some((150, "p99 40.0ms > 10.0ms")));
+        // pass; the fourth never ran.
+        let three = merged(&[stage(1, 10, 0), stage(1, 10, 0), stage(1, 10, 0)]);
+        let r = result(&c, &p99(10), &three, Some((150, "p99 40.0ms > 10.0ms")));
         assert_eq!((r.rate, r.steps), (100, 2), "{r:?}");
         assert_eq!(r.limited_by, "the step at 150 requests/s: p99 40.0ms > 10.0ms (its last 10 s)");
+        // A step without its latencies (no room in the summaries) is not
+        // shown to pass a latency threshold.
+        let mut blind = merged(&[stage(1, 10, 0), stage(1, 10, 0)]);
+        blind.stages[3].histogram = None;
+        let r = result(&c, &p99(10), &blind, None);
+        assert_eq!(r.rate, 50, "{r:?}");
+        assert!(r.limited_by.contains("latencies unknown"), "{r:?}");
     }
 
     #[test]
@@ -200,22 +212,22 @@ mod tests {
             h
         };
         let at = |s: u64| window_missed(&c, &t, Duration::from_secs(s), Duration::from_secs(10), &slow, 100, 0);
-        // Step 1 (100/s) runs 20-40 s: its ramp is 20-21 s.
-        assert_eq!(at(30), None, "the window 20-30 s holds the ramp");
-        let (rate, why) = at(31).unwrap();
+        // Step 1 (100/s) runs 30-60 s: its ramp is 30-31 s.
+        assert_eq!(at(40), None, "the window 30-40 s holds the ramp");
+        let (rate, why) = at(41).unwrap();
         assert_eq!(rate, 100);
         assert!(why.starts_with("p99 50.0ms"), "{why}");
-        assert_eq!(at(45), None);
-        assert!(window_missed(&c, &t, Duration::from_secs(31), Duration::from_secs(9), &slow, 100, 0).is_none());
+        assert_eq!(at(65), None);
+        assert!(window_missed(&c, &t, Duration::from_secs(41), Duration::from_secs(9), &slow, 100, 0).is_none());
         // Fast answers, but requests dropped: the rate was not served.
         let fast = {
             let mut h = histogram();
             record(&mut h, Duration::from_millis(1));
             h
         };
-        let dropped = window_missed(&c, &t, Duration::from_secs(31), Duration::from_secs(10), &fast, 1, 9);
+        let dropped = window_missed(&c, &t, Duration::from_secs(41), Duration::from_secs(10), &fast, 1, 9);
         assert!(dropped.unwrap().1.starts_with("error ratio 0.9000"));
         // Beyond the last step: nothing to judge.
-        assert_eq!(at(95), None);
+        assert_eq!(at(125), None);
     }
 }

@@ -117,8 +117,9 @@ pub struct LoadTestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub image: Option<String>,
-    /// How long the load lasts: load.duration, or an arrival-rate profile
-    /// (load.stages). Omitted: each connection sends test.repeat requests.
+    /// How long the load lasts: load.duration, an arrival-rate profile
+    /// (load.stages), or a capacity search (load.capacity). Omitted: each
+    /// connection sends test.repeat requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadSpec>,
     /// Where the runner pods run and what they may use. Omitted: requests =

@@ -445,7 +445,12 @@ fn executing(
                     Some(_) => loadgen::summary::Merged { not_sent: 0, ..merged.clone() },
                     None => merged.clone(),
                 };
-                let thresholds = verdict(&judged, spec.thresholds.as_ref());
+                // A capacity search's whole-run figures mix its steps: only
+                // the baseline judges them (the steps are judged below).
+                let thresholds = match spec.capacity() {
+                    Some(_) => (Verdict::Passed, String::new()),
+                    None => verdict(&judged, spec.thresholds.as_ref()),
+                };
                 let max = spec.baseline.as_ref().map(|b| &b.max_regression);
                 let (mut v, mut reason, mut why) =
                     crate::baseline::judge(thresholds, s.baseline.as_mut(), max, &merged);
@@ -460,11 +465,9 @@ fn executing(
                     });
                     let found = crate::capacity::result(c, t, &merged, live);
                     let (cv, creason, cwhy) = crate::capacity::verdict_of(&found);
-                    (v, reason, why) = match s.baseline.as_ref() {
+                    (v, reason, why) = match reason {
                         // A baseline's regression still fails it.
-                        Some(_) if v == Verdict::Failed && reason == "BaselineRegressed" => {
-                            (v, reason, format!("{cwhy}; {why}"))
-                        }
+                        "BaselineRegressed" => (Verdict::Failed, reason, format!("{cwhy}; {why}")),
                         _ => (cv, creason, cwhy),
                     };
                     results.capacity = Some(found);
@@ -891,7 +894,7 @@ mod tests {
     #[test]
     fn a_capacity_search_finishes_with_the_highest_step_that_passed() {
         let s: LoadTestSpec = serde_json::from_value(json!({"replicas": 1, "test": {"serviceName": "nginx"},
-            "load": {"capacity": {"start": 10, "step": 10, "stepDuration": "20s", "max": 30}},
+            "load": {"capacity": {"start": 10, "step": 10, "stepDuration": "30s", "max": 30}},
             "thresholds": {"p99": "10ms"}}))
         .unwrap_or_else(|e| panic!("{e}"));
         let stage = |ms: u64, n: u64| {

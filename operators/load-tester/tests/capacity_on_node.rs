@@ -3,7 +3,7 @@
 //! connections open: about 14 requests/s is all it can serve on time,
 //! beyond which requests are dropped (every connection busy when due),
 //! which counts against a step. A search of 2, 9, 16 and 23 requests/s
-//! (20 s a step) with `maxErrorRatio: 0.05` finds 9: the step at 16 misses,
+//! (30 s a step) with `maxErrorRatio: 0.05` finds 9: the step at 16 misses,
 //! the search stops there (the runner told to stop before the 23 step) and
 //! the verdict passes, reason CapacityFound. Needs the loadgen image
 //! (`cargo xtask images`).
@@ -24,7 +24,7 @@ async fn a_capacity_search_finds_the_highest_step_served_and_stops_at_the_first_
     let (client, ns, operator) = capture_namespace(&env, "lt-capacity").await;
     let spec = small(json!({"replicas": 1,
         "test": {"serviceName": "web", "port": 8080, "path": "/cgi-bin/slow", "timeout": "5s"},
-        "load": {"capacity": {"start": 2, "step": 7, "stepDuration": "20s", "max": 23}, "maxConnections": 3},
+        "load": {"capacity": {"start": 2, "step": 7, "stepDuration": "30s", "max": 23}, "maxConnections": 3},
         "thresholds": {"maxErrorRatio": 0.05, "p99": "5s"}}));
     create(&client, &ns, "LoadTest", "search", spec).await.unwrap();
     let s = wait_test(&client, &ns, "search", "the search to end", Duration::from_secs(300), |s| {

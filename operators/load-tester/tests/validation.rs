@@ -357,7 +357,7 @@ async fn admission_checks_the_load_stages() {
 }
 
 /// spec.load.capacity at admission: start, step and max 1-100000, max at
-/// least start, at most 16 steps, stepDuration 15s-10m; not with
+/// least start, at most 16 steps, stepDuration 30s-10m; not with
 /// load.duration, load.stages, test.repeat or a rate; thresholds to search
 /// against. A valid search is stored as written and runs as 2 stages a
 /// step (a 1 s ramp, then the hold).
@@ -399,8 +399,8 @@ async fn admission_checks_the_capacity_search() {
         ("17 steps", changed("max", json!(850)), "at most 16 steps"),
         ("a step of 0", changed("step", json!(0)), "step"),
         ("a start of 0", changed("start", json!(0)), "start"),
-        ("a step of 10s", changed("stepDuration", json!("10s")), "15s to 10m"),
-        ("a step of 11m", changed("stepDuration", json!("11m")), "15s to 10m"),
+        ("a step of 20s", changed("stepDuration", json!("20s")), "30s to 10m"),
+        ("a step of 11m", changed("stepDuration", json!("11m")), "30s to 10m"),
     ];
     for (i, (what, spec, expect)) in cases.into_iter().enumerate() {
         match create(&client, &ns, "LoadTest", &format!("bad-{i}"), spec).await {

@@ -75,11 +75,11 @@ pub struct LoadSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.max >= self.start").message("capacity.max is at least capacity.start"))]
-#[x_kube(validation = kube::core::Rule::new("(self.max - self.start) / self.step < 16")
+#[x_kube(validation = kube::core::Rule::new("self.max - self.start < 16 * self.step")
     .message("capacity: at most 16 steps from start to max (raise step)"))]
 #[x_kube(validation = kube::core::Rule::new(
-    "duration(self.stepDuration) >= duration('15s') && duration(self.stepDuration) <= duration('10m')"
-).message("capacity.stepDuration is 15s to 10m: each step holds its rate long enough for a 10 s window"))]
+    "duration(self.stepDuration) >= duration('30s') && duration(self.stepDuration) <= duration('10m')"
+).message("capacity.stepDuration is 30s to 10m: each step holds its rate long enough for its last 10 s to be read at least twice"))]
 pub struct CapacitySpec {
     /// The first step's rate, requests per second for the whole test (1-100000).
     #[schemars(range(min = 1, max = 100000))]
@@ -87,8 +87,10 @@ pub struct CapacitySpec {
     /// How much each step adds (1-100000).
     #[schemars(range(min = 1, max = 100000))]
     pub step: i32,
-    /// How long each step lasts (Go duration, 15s to 10m): a 1 s ramp,
-    /// then the rate held. Judged on what was answered while it held.
+    /// How long each step lasts (Go duration, 30s to 10m): a 1 s ramp,
+    /// then the rate held. Judged on what was answered while it held (and,
+    /// while the search runs, on its last 10 s at each progress read from
+    /// 11 s into the step: at least 3 reads a step).
     pub step_duration: GoDuration,
     /// The last step's rate at most (1-100000; at most 16 steps from start).
     #[schemars(range(min = 1, max = 100000))]

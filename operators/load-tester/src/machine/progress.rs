@@ -133,7 +133,9 @@ pub fn update(step: &mut Step, spec: &LoadTestSpec, logs: &[RunnerLog], mine: &[
         (Some(c), Some(t)) => crate::capacity::window_missed(
             c,
             t,
-            merged.elapsed,
+            // The step every runner has reached: one that started late
+            // must not have its previous step blamed on this one.
+            merged.shortest,
             merged.recent_window,
             &merged.recent,
             merged.recent_requests,
