@@ -71,6 +71,14 @@ struct Args {
     /// looked at.
     #[arg(long, env = "EXPECT_BODY_CONTAINS", value_name = "TEXT")]
     expect_body_contains: Option<String>,
+    /// Several weighted requests instead of one: a JSON list of
+    /// {weight, method, path, headers, headerFiles, body, bodyFile,
+    /// expectStatus, expectBodyContains} (at most 16; paths and queries
+    /// replace the URL's; the --header and --header-file headers go first
+    /// in each; --method, --body, --body-file and --expect-* are then
+    /// unused). The summary then carries each request's figures, in order.
+    #[arg(long, env = "SCENARIO", value_name = "JSON")]
+    scenario: Option<String>,
     /// Requests per connection.
     #[arg(long, env = "REPEAT", default_value_t = 10)]
     repeat: u64,
@@ -150,50 +158,6 @@ fn bad(flag: &str, why: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// A header value read from `path`: at most 16 KiB, one trailing newline
-/// dropped, a valid header value. The error says why, never what it read.
-fn read_header_value(path: &std::path::Path) -> Result<String, String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(16 * 1024 + 1).read_to_end(&mut bytes))
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
-    if bytes.len() > 16 * 1024 {
-        return Err(format!("{} is longer than 16 KiB", path.display()));
-    }
-    let text = String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))?;
-    let value = text.strip_suffix('\n').map(|v| v.strip_suffix('\r').unwrap_or(v)).unwrap_or(&text);
-    if reqwest::header::HeaderValue::from_str(value).is_err() {
-        return Err(format!("{} holds no valid header value (a control character or newline)", path.display()));
-    }
-    Ok(value.to_string())
-}
-
-/// The largest body read from --body-file: a Secret holds at most 1 MiB.
-const MAX_BODY_FILE: u64 = 1024 * 1024;
-
-/// The body in `path`, exactly; errors name the file, never its content.
-fn read_body(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    read_capped(path, MAX_BODY_FILE)
-}
-
-/// A CA bundle read at most this long (a ConfigMap's limit).
-const MAX_CA_BYTES: u64 = 1024 * 1024;
-
-/// The file's bytes, at most `max` (1 MiB); errors name the file, never
-/// its content.
-fn read_capped(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
-    if bytes.len() as u64 > max {
-        return Err(format!("{} is longer than {} MiB", path.display(), max / (1024 * 1024)));
-    }
-    Ok(bytes)
-}
-
 /// The answers' checks from the flags, or the flag at fault and why.
 fn checks(args: &Args) -> Result<loadgen::check::Checks, (&'static str, String)> {
     use loadgen::check::{MAX_STATUSES, Needle};
@@ -249,14 +213,14 @@ fn main() -> ExitCode {
         if let Err(e) = reqwest::header::HeaderName::from_bytes(name.as_bytes()) {
             return bad("header-file", format!("{name:?}: {e}"));
         }
-        match read_header_value(std::path::Path::new(path.trim())) {
+        match loadgen::inputs::header_value(std::path::Path::new(path.trim())) {
             Ok(value) => secret_headers.push((name.to_string(), value)),
             Err(why) => return bad("header-file", format!("{name}: {why}")),
         }
     }
     let body = match (&args.body_file, args.body.is_empty()) {
         (None, _) => args.body.clone().into_bytes(),
-        (Some(path), true) => match read_body(path) {
+        (Some(path), true) => match loadgen::inputs::body(path) {
             Ok(body) => body,
             Err(why) => return bad("body-file", why),
         },
@@ -265,7 +229,7 @@ fn main() -> ExitCode {
     let tls = match (&args.ca_file, args.insecure_skip_verify) {
         (Some(_), true) => return bad("ca-file", "not with --insecure-skip-verify"),
         // Checked before the start signal, as the headers and the body are.
-        (Some(path), false) => match read_capped(path, MAX_CA_BYTES) {
+        (Some(path), false) => match loadgen::inputs::capped(path, loadgen::inputs::MAX_CA_BYTES) {
             Ok(pem) => match reqwest::Certificate::from_pem_bundle(&pem) {
                 Ok(certs) if !certs.is_empty() => loadgen::send::Tls { ca_pem: Some(pem), insecure_skip_verify: false },
                 _ => return bad("ca-file", format!("{} holds no PEM certificate", path.display())),
@@ -277,6 +241,14 @@ fn main() -> ExitCode {
     let checks = match checks(&args) {
         Ok(c) => c,
         Err((flag, why)) => return bad(flag, why),
+    };
+    let files = loadgen::scenario::Files { header_value: &loadgen::inputs::header_value, body: &loadgen::inputs::body };
+    let scenario = match args.scenario.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => Vec::new(),
+        Some(json) => match loadgen::scenario::parse(json, &files) {
+            Ok(v) => v,
+            Err(why) => return bad("scenario", why),
+        },
     };
     if args.duration.is_some_and(|d| d.is_zero()) {
         return bad("duration", "must be more than 0");
@@ -347,6 +319,7 @@ fn main() -> ExitCode {
         tls,
         http2: args.http2,
         checks,
+        scenario,
         progress_every: Some(args.progress_every).filter(|d| !d.is_zero()),
         stop_file: args.start_file.clone(),
     };
@@ -413,27 +386,6 @@ fn stopped_before_start(termination_log: &std::path::Path) -> ExitCode {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    /// A body file is read as its bytes exactly (no newline dropped, not
-    /// necessarily text), at most 1 MiB; errors name the file, never what
-    /// it holds.
-    #[test]
-    fn a_body_file_is_sent_exactly_and_bounded() {
-        let dir = std::env::temp_dir().join(format!("loadgen-body-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let exact = dir.join("exact");
-        std::fs::write(&exact, b"{\"token\":\"s3cret\"}\n\xff").unwrap();
-        assert_eq!(read_body(&exact).unwrap(), b"{\"token\":\"s3cret\"}\n\xff");
-        let big = dir.join("big");
-        std::fs::write(&big, vec![b's'; 1024 * 1024 + 1]).unwrap();
-        let err = read_body(&big).unwrap_err();
-        assert!(err.contains("big") && err.contains("1 MiB") && !err.contains("sss"), "{err}");
-        let err = read_body(&dir.join("missing")).unwrap_err();
-        assert!(err.contains("missing"), "{err}");
-        std::fs::write(dir.join("max"), vec![b'a'; 1024 * 1024]).unwrap();
-        assert_eq!(read_body(&dir.join("max")).unwrap().len(), 1024 * 1024);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 
     /// Go's duration syntax, as every Flotilla flag and field takes it (the
     /// operator passes milliseconds): fractions are valid, prose is not.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::progress::Live;
+use crate::scenario::Tallies;
 use crate::send::Target;
 use crate::summary::{ErrorKind, histogram, record};
 
@@ -58,6 +59,10 @@ pub struct Config {
     /// What an answer must show to count as a success (default: not a 4xx
     /// or 5xx).
     pub checks: crate::check::Checks,
+    /// Several weighted requests instead of the one above (`method`,
+    /// `body` and `checks` then unused; the run's `headers` go first in
+    /// each): see [`crate::scenario`]. Empty: the one request.
+    pub scenario: Vec<crate::scenario::Variant>,
     /// Print a progress line this often ([`crate::progress`]); None: never.
     pub progress_every: Option<Duration>,
     /// The start file, watched for the operator's stop signal during the
@@ -90,11 +95,14 @@ pub async fn run(cfg: Config) -> Result<Outcome, crate::send::BuildError> {
     let live = Arc::new(Live::new(Instant::now()));
     let reporter = cfg.progress_every.map(|every| tokio::spawn(crate::progress::report(live.clone(), every)));
     let watcher = cfg.stop_file.clone().map(|f| tokio::spawn(crate::progress::watch_stop(live.clone(), f)));
+    // A scenario's figures per request (none kept for a single request).
+    let tallies = Arc::new(Tallies::new(if cfg.scenario.is_empty() { 0 } else { target.len() }));
     let mut outcome = if cfg.stages.is_empty() {
-        workers(target, cfg, &live).await
+        workers(target, cfg, &live, &tallies).await
     } else {
-        crate::stages::send(target, &cfg, &live).await
+        crate::stages::send(target, &cfg, &live, &tallies).await
     };
+    outcome.staged.requests = tallies.outcomes();
     for task in reporter.into_iter().chain(watcher) {
         task.abort();
     }
@@ -115,7 +123,7 @@ fn flush(
 }
 
 /// The closed model, or a fixed rate: `concurrency` workers.
-async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>) -> Outcome {
+async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>, tallies: &Arc<Tallies>) -> Outcome {
     // A fixed-time run has no count: the workers go on until its end.
     let total = match cfg.duration {
         Some(_) => u64::MAX,
@@ -132,8 +140,9 @@ async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>) -> Outcome 
     let cfg = Arc::new(cfg);
     let mut workers = Vec::new();
     for _ in 0..cfg.concurrency {
-        let (mut sender, cfg, next, sent, live, pace) =
-            (target.sender(), cfg.clone(), next.clone(), sent.clone(), live.clone(), pace.clone());
+        let (mut sender, cfg, next, sent, live, pace, tallies) =
+            (target.sender(), cfg.clone(), next.clone(), sent.clone(), live.clone(), pace.clone(), tallies.clone());
+        let target = target.clone();
         workers.push(tokio::spawn(async move {
             // Since the last flush to `live`.
             let mut local = histogram();
@@ -194,7 +203,8 @@ async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>) -> Outcome 
                 if let Some(p) = pace.as_ref().filter(|_| std::mem::take(&mut free_at_due)) {
                     p.sent();
                 }
-                let result = sender.send(left.min(cfg.timeout)).await;
+                let k = target.pick(i);
+                let result = sender.send(left.min(cfg.timeout), k).await;
                 // A fixed-time run counts only what completed within its
                 // period: an answer (or failure) after its end is dropped.
                 if fixed_time && Instant::now() > end {
@@ -203,7 +213,9 @@ async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>) -> Outcome 
                 }
                 match result {
                     None => {
-                        record(&mut local, due.elapsed());
+                        let latency = due.elapsed();
+                        record(&mut local, latency);
+                        tallies.record(k, None, latency);
                         completed += 1;
                     }
                     // Cut short by the run's end, not by its own timeout:
@@ -214,6 +226,7 @@ async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>) -> Outcome 
                     }
                     Some(kind) => {
                         *errors.entry(kind).or_default() += 1;
+                        tallies.record(k, Some(kind), Duration::ZERO);
                         completed += 1;
                     }
                 }

@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 use crate::check::Checks;
 use crate::http1::{self, Conn};
 use crate::run::Config;
+use crate::scenario::{Variant, Wheel};
 use crate::summary::ErrorKind;
 
 /// A connection idle longer than this is checked before it is used again.
@@ -45,27 +46,43 @@ pub struct Tls {
 pub enum BuildError {
     #[error("the CA file holds no PEM certificate")]
     NoCertificate,
+    #[error("the URL, or a request's path joined to it, is not a URL")]
+    Url,
     #[error(transparent)]
     Client(#[from] reqwest::Error),
 }
 
-/// What every worker sends, built once per run.
+/// What every worker sends, built once per run: one request, or a
+/// scenario's ([`crate::scenario`]).
 pub struct Target {
     client: reqwest::Client,
-    template: reqwest::Request,
+    requests: Vec<Prepared>,
+    /// Which request the run's i-th one is.
+    wheel: Wheel,
     /// Set for `http://` URLs: the fast way.
-    plain: Option<Plain>,
-    /// What an answer must show.
+    plain: Option<Endpoint>,
+}
+
+/// One request of the run, built once.
+struct Prepared {
+    template: reqwest::Request,
+    /// Serialized, for the fast way (set when [`Target::plain`] is).
+    wire: Option<Wire>,
+    /// What its answers must show.
     checks: Checks,
 }
 
-/// An `http://` request, serialized once, and where to send it.
-struct Plain {
+/// Where `http://` requests go on the fast way.
+struct Endpoint {
     /// The host and port, looked up per connection (`connect_to` unset).
     host: String,
     port: u16,
     connect_to: Option<SocketAddr>,
-    wire: Vec<u8>,
+}
+
+/// An `http://` request, serialized once.
+struct Wire {
+    bytes: Vec<u8>,
     /// A HEAD request's answer has no body, whatever its length says.
     head_request: bool,
 }
@@ -108,24 +125,72 @@ impl Target {
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(AGENT)
             .build()?;
-        // Built once (URL parsed, headers set), cloned for each request.
-        let mut template = client.request(cfg.method.clone(), &cfg.url);
-        for (k, v) in &cfg.headers {
-            template = template.header(k, v);
-        }
-        for (k, v) in &cfg.secret_headers {
-            if let Ok(mut value) = HeaderValue::from_str(v) {
-                value.set_sensitive(true);
+        // The single request, or the scenario's (the run's headers first).
+        let variants = if cfg.scenario.is_empty() {
+            vec![Variant {
+                weight: 1,
+                method: cfg.method.clone(),
+                path: String::new(),
+                headers: Vec::new(),
+                secret_headers: Vec::new(),
+                body: cfg.body.clone(),
+                checks: cfg.checks.clone(),
+            }]
+        } else {
+            cfg.scenario.clone()
+        };
+        let base = reqwest::Url::parse(&cfg.url).map_err(|_| BuildError::Url)?;
+        let mut requests = Vec::with_capacity(variants.len());
+        for v in &variants {
+            // Built once (URL parsed, headers set), cloned for each request.
+            let url = if v.path.is_empty() { base.clone() } else { base.join(&v.path).map_err(|_| BuildError::Url)? };
+            let mut template = client.request(v.method.clone(), url);
+            for (k, value) in cfg.headers.iter().chain(&v.headers) {
                 template = template.header(k, value);
             }
+            for (k, value) in cfg.secret_headers.iter().chain(&v.secret_headers) {
+                if let Ok(mut value) = HeaderValue::from_str(value) {
+                    value.set_sensitive(true);
+                    template = template.header(k, value);
+                }
+            }
+            if !v.body.is_empty() {
+                template = template.body(v.body.clone());
+            }
+            let template = template.build()?;
+            requests.push(Prepared { wire: None, template, checks: v.checks.clone() });
         }
-        if !cfg.body.is_empty() {
-            template = template.body(cfg.body.clone());
+        let mut plain = host_port.filter(|_| !cfg.http2).map(|(host, port)| Endpoint {
+            connect_to: cfg.connect_to.map(|ip| SocketAddr::new(ip, port)),
+            host,
+            port,
+        });
+        // The fast way only when every request can take it.
+        if let Some(endpoint) = &plain {
+            for r in &mut requests {
+                r.wire = Wire::of(&r.template, &endpoint.host);
+            }
+            if requests.iter().any(|r| r.wire.is_none()) {
+                plain = None;
+            }
         }
-        let template = template.build()?;
-        let plain =
-            host_port.filter(|_| !cfg.http2).and_then(|(host, port)| Plain::of(&template, host, port, cfg.connect_to));
-        Ok(Self { client, template, plain, checks: cfg.checks.clone() })
+        let wheel = Wheel::new(&variants.iter().map(|v| v.weight).collect::<Vec<_>>());
+        Ok(Self { client, requests, wheel, plain })
+    }
+
+    /// Which request (of a scenario; 0 otherwise) the run's `i`-th one is.
+    pub fn pick(&self, i: u64) -> usize {
+        self.wheel.pick(i)
+    }
+
+    /// How many requests the run sends in turn (1 without a scenario).
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Never: a run sends at least one request.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
     }
 
     /// A worker's sender (its own connection, on the fast way).
@@ -134,9 +199,9 @@ impl Target {
     }
 }
 
-impl Plain {
+impl Wire {
     /// The fast way's request for `template`, when it is `http://`.
-    fn of(template: &reqwest::Request, host: String, port: u16, ip: Option<std::net::IpAddr>) -> Option<Self> {
+    fn of(template: &reqwest::Request, host: &str) -> Option<Self> {
         let url = template.url();
         if url.scheme() != "http" {
             return None;
@@ -150,7 +215,7 @@ impl Plain {
         // scheme's), the agent, Accept, and the body's length.
         let authority = match url.port() {
             Some(p) => format!("{host}:{p}"),
-            None => host.clone(),
+            None => host.to_string(),
         };
         headers.entry(HOST).or_insert(HeaderValue::from_str(&authority).ok()?);
         headers.entry(USER_AGENT).or_insert(HeaderValue::from_static(AGENT));
@@ -172,15 +237,11 @@ impl Plain {
         }
         wire.extend_from_slice(b"\r\n");
         wire.extend_from_slice(body);
-        Some(Self {
-            host,
-            port,
-            connect_to: ip.map(|ip| SocketAddr::new(ip, port)),
-            wire,
-            head_request: template.method() == reqwest::Method::HEAD,
-        })
+        Some(Self { bytes: wire, head_request: template.method() == reqwest::Method::HEAD })
     }
+}
 
+impl Endpoint {
     async fn connect(&self) -> Result<Conn, std::io::Error> {
         let stream = match self.connect_to {
             Some(addr) => TcpStream::connect(addr).await?,
@@ -199,14 +260,17 @@ pub struct Sender {
 }
 
 impl Sender {
-    /// Sends the request and reads the whole answer, within `timeout`; the
-    /// error's kind, if it failed.
-    pub async fn send(&mut self, timeout: Duration) -> Option<ErrorKind> {
+    /// Sends request `k` ([`Target::pick`]) and reads the whole answer,
+    /// within `timeout`; the error's kind, if it failed.
+    pub async fn send(&mut self, timeout: Duration, k: usize) -> Option<ErrorKind> {
         let target = self.target.clone();
-        let Some(plain) = target.plain.as_ref() else {
-            return slow(&target, timeout).await;
+        let Some(request) = target.requests.get(k).or(target.requests.first()) else {
+            return Some(ErrorKind::Other);
         };
-        match tokio::time::timeout(timeout, self.plain(plain, &target.checks)).await {
+        let (Some(endpoint), Some(wire)) = (target.plain.as_ref(), request.wire.as_ref()) else {
+            return slow(&target.client, request, timeout).await;
+        };
+        match tokio::time::timeout(timeout, self.plain(endpoint, wire, &request.checks)).await {
             Ok(result) => result,
             Err(_) => {
                 // Cut mid-request: the connection's state is unknown.
@@ -216,7 +280,7 @@ impl Sender {
         }
     }
 
-    async fn plain(&mut self, plain: &Plain, checks: &Checks) -> Option<ErrorKind> {
+    async fn plain(&mut self, endpoint: &Endpoint, wire: &Wire, checks: &Checks) -> Option<ErrorKind> {
         // A server may close a connection left idle (an open model at a
         // low rate): looked at before it is used again, not found by
         // losing a request on it. Not on a busy one: that costs a read.
@@ -232,12 +296,12 @@ impl Sender {
             tries += 1;
             let conn = match self.conn.as_mut() {
                 Some(c) => c,
-                None => match plain.connect().await {
+                None => match endpoint.connect().await {
                     Ok(c) => self.conn.insert(c),
                     Err(_) => return Some(ErrorKind::Connect),
                 },
             };
-            match conn.exchange(&plain.wire, plain.head_request, search.as_mut()).await {
+            match conn.exchange(&wire.bytes, wire.head_request, search.as_mut()).await {
                 Err(http1::Error::Stale) if tries == 1 => self.conn = None,
                 other => break other,
             }
@@ -269,19 +333,20 @@ fn classify(e: &reqwest::Error) -> ErrorKind {
 }
 
 /// Through reqwest's pooled client (`https://`).
-async fn slow(target: &Target, timeout: Duration) -> Option<ErrorKind> {
+async fn slow(client: &reqwest::Client, request: &Prepared, timeout: Duration) -> Option<ErrorKind> {
     // The body is bytes: a clone always exists.
-    let Some(mut req) = target.template.try_clone() else { return Some(ErrorKind::Other) };
+    let Some(mut req) = request.template.try_clone() else { return Some(ErrorKind::Other) };
     *req.timeout_mut() = Some(timeout);
-    match target.client.execute(req).await {
+    let checks = &request.checks;
+    match client.execute(req).await {
         Ok(mut resp) => {
             let status = resp.status().as_u16();
             // Read the body: the latency is the whole answer's.
-            let Some(needle) = target.checks.body_contains.as_ref() else {
+            let Some(needle) = checks.body_contains.as_ref() else {
                 if let Err(e) = resp.bytes().await {
                     return Some(classify(&e));
                 }
-                return target.checks.verdict(status, false);
+                return checks.verdict(status, false);
             };
             // Searched piece by piece as it comes, never held whole.
             let mut search = needle.search();
@@ -292,7 +357,7 @@ async fn slow(target: &Target, timeout: Duration) -> Option<ErrorKind> {
                     Err(e) => return Some(classify(&e)),
                 }
             }
-            target.checks.verdict(status, search.found())
+            checks.verdict(status, search.found())
         }
         Err(e) => Some(classify(&e)),
     }

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 
 use crate::progress::Live;
 use crate::run::{Config, Outcome};
+use crate::scenario::Tallies;
 use crate::schedule::Schedule;
 use crate::send::{Sender, Target};
 use crate::summary::{ErrorKind, StageOutcome, Staged, histogram, record};
@@ -56,7 +57,7 @@ fn push(idle: &Mutex<Vec<Sender>>, sender: Sender) {
 
 /// Sends `cfg.stages` to `target`, each request on a free connection's
 /// sender (its own connection, kept between requests).
-pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>) -> Outcome {
+pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>, tallies: &Arc<Tallies>) -> Outcome {
     let schedule = Schedule::new(&cfg.stages);
     let started = Instant::now();
     let hard_end = started + cfg.deadline;
@@ -126,13 +127,15 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>) ->
         let cut_by_end = left < cfg.timeout;
         let timeout = left.min(cfg.timeout);
         lock(&tally).in_flight += 1;
-        let (target, idle, tally, live) = (target.clone(), idle.clone(), tally.clone(), live.clone());
+        let (target, idle, tally, live, tallies) =
+            (target.clone(), idle.clone(), tally.clone(), live.clone(), tallies.clone());
+        let request = target.pick(i);
         // From when it fell due; from now if that is earlier (the timer
         // wakes the scheduler up to a tick early).
         let start = due.min(Instant::now());
         tokio::spawn(async move {
             let mut sender = pop(&idle).unwrap_or_else(|| target.sender());
-            let result = sender.send(timeout).await;
+            let result = sender.send(timeout, request).await;
             let latency = start.elapsed();
             push(&idle, sender);
             let mut t = lock(&tally);
@@ -147,9 +150,11 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>) ->
                         s.requests += 1;
                         record(&mut s.histogram, latency);
                     }
+                    tallies.record(request, None, latency);
                 }
                 Some(ErrorKind::Timeout) if cut => t.cut += 1,
                 Some(kind) => {
+                    tallies.record(request, Some(kind), latency);
                     *t.errors.entry(kind).or_default() += 1;
                     if let Some(s) = t.stage(k) {
                         s.requests += 1;
@@ -191,6 +196,7 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>) ->
             stages: std::mem::take(&mut t.stages),
             strain: crate::pace::Strain { behind_seconds: pace.behind_seconds(window), throttled_ms: 0 },
             stopped: false,
+            requests: Vec::new(),
         },
     }
 }

@@ -99,6 +99,24 @@ pub struct Summary {
     /// Ended early by the operator's stop signal (`thresholds.abortOnFail`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
+    /// A scenario's requests, in its order (empty without one).
+    #[serde(rename = "q", default, skip_serializing_if = "Vec::is_empty")]
+    pub by_request: Vec<RequestSummary>,
+}
+
+/// One request's share of a scenario's summary (short keys, as a stage's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestSummary {
+    /// Answered or failed.
+    #[serde(rename = "r", default)]
+    pub requests: u64,
+    /// Failed, by kind.
+    #[serde(rename = "e", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<ErrorKind, u64>,
+    /// Its answers' latency histogram (as `hist`, at the same digits);
+    /// absent when the message had no room for it.
+    #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
+    pub hist: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -142,6 +160,8 @@ pub struct Staged {
     pub strain: crate::pace::Strain,
     /// Ended early by the operator's stop signal.
     pub stopped: bool,
+    /// A scenario's figures per request, in its order (empty without one).
+    pub requests: Vec<crate::scenario::RequestOutcome>,
 }
 
 /// Stages a merge takes from one summary at most (the CRD allows 32).
@@ -272,36 +292,54 @@ impl Summary {
         staged: &Staged,
     ) -> Result<String, SummaryError> {
         let at = |h: &Histogram<u64>, digits: u8| if digits == 3 { encode(h) } else { encode(&reduce(h, digits)) };
-        let attempts = [(3u8, true), (2, true), (1, true), (3, false), (2, false), (1, false)];
-        for (digits, stage_hists) in attempts {
-            if !stage_hists && staged.stages.is_empty() {
-                break;
-            }
-            let mut stages = Vec::with_capacity(staged.stages.len());
-            for st in &staged.stages {
-                stages.push(StageSummary {
-                    requests: st.requests,
-                    errors: st.errors,
-                    dropped: st.dropped,
-                    hist: if stage_hists { Some(at(&st.histogram, digits)?) } else { None },
-                });
-            }
-            let s = Summary {
-                v: 1,
-                requests,
-                errors: errors.clone(),
-                not_sent,
-                elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-                digits,
-                hist: at(h, digits)?,
-                dropped: staged.dropped,
-                stages,
-                strain: staged.strain,
-                stopped: staged.stopped,
+        // Room is made by lowering the precision, then by leaving out the
+        // stages' histograms, then the requests' (counts stay).
+        let levels = [(true, true), (false, true), (false, false)];
+        for (k, (stage_hists, request_hists)) in levels.into_iter().enumerate() {
+            let nothing_left = match k {
+                1 => staged.stages.is_empty(),
+                2 => staged.requests.is_empty(),
+                _ => false,
             };
-            let json = serde_json::to_string(&s)?;
-            if json.len() <= MAX_MESSAGE {
-                return Ok(json);
+            if nothing_left {
+                continue;
+            }
+            for digits in [3u8, 2, 1] {
+                let mut stages = Vec::with_capacity(staged.stages.len());
+                for st in &staged.stages {
+                    stages.push(StageSummary {
+                        requests: st.requests,
+                        errors: st.errors,
+                        dropped: st.dropped,
+                        hist: if stage_hists { Some(at(&st.histogram, digits)?) } else { None },
+                    });
+                }
+                let mut by_request = Vec::with_capacity(staged.requests.len());
+                for r in &staged.requests {
+                    by_request.push(RequestSummary {
+                        requests: r.requests,
+                        errors: r.errors.clone(),
+                        hist: if request_hists { Some(at(&r.histogram, digits)?) } else { None },
+                    });
+                }
+                let s = Summary {
+                    v: 1,
+                    requests,
+                    errors: errors.clone(),
+                    not_sent,
+                    elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                    digits,
+                    hist: at(h, digits)?,
+                    dropped: staged.dropped,
+                    stages,
+                    strain: staged.strain,
+                    stopped: staged.stopped,
+                    by_request,
+                };
+                let json = serde_json::to_string(&s)?;
+                if json.len() <= MAX_MESSAGE {
+                    return Ok(json);
+                }
             }
         }
         Err(SummaryError::TooLarge)
@@ -309,6 +347,15 @@ impl Summary {
 
     pub fn parse(message: &str) -> Result<Summary, SummaryError> {
         Ok(serde_json::from_str(message.trim())?)
+    }
+
+    /// Request `k`'s histogram (of a scenario), if the summary holds it
+    /// (checked as [`Summary::histogram`] is).
+    pub fn request_histogram(&self, k: usize) -> Result<Option<Histogram<u64>>, SummaryError> {
+        match self.by_request.get(k).and_then(|r| r.hist.as_deref()) {
+            None => Ok(None),
+            Some(hist) => decode(hist).map(Some),
+        }
     }
 
     /// Stage `k`'s histogram, if the summary holds it (checked as
@@ -350,6 +397,30 @@ pub struct Merged {
     pub dropped: u64,
     /// Per stage of an arrival-rate profile (empty otherwise).
     pub stages: Vec<MergedStage>,
+    /// Per request of a scenario (empty otherwise).
+    pub by_request: Vec<MergedRequest>,
+}
+
+/// One request of a scenario, every runner's share merged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergedRequest {
+    pub requests: u64,
+    pub errors: BTreeMap<ErrorKind, u64>,
+    /// The merged latencies of its answers without error; None when a
+    /// runner's summary left its histogram out.
+    pub histogram: Option<Histogram<u64>>,
+}
+
+impl MergedRequest {
+    /// Failed requests.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().fold(0u64, |a, b| a.saturating_add(*b))
+    }
+
+    /// A latency quantile, if the histogram is known and not empty.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        self.histogram.as_ref().filter(|h| !h.is_empty()).map(|h| Duration::from_micros(h.value_at_quantile(q)))
+    }
 }
 
 /// One stage, every runner's share merged.
@@ -383,6 +454,7 @@ impl Merged {
             histogram: histogram(),
             dropped: 0,
             stages: Vec::new(),
+            by_request: Vec::new(),
         }
     }
 
@@ -405,6 +477,28 @@ impl Merged {
                         acc.add(h).map_err(|e| SummaryError::Histogram(format!("{e:?}")))?;
                     }
                     _ => ms.histogram = None,
+                }
+            }
+            for (k, r) in s.by_request.iter().take(crate::scenario::MAX_REQUESTS).enumerate() {
+                if m.by_request.len() <= k {
+                    m.by_request.push(MergedRequest {
+                        requests: 0,
+                        errors: BTreeMap::new(),
+                        histogram: Some(histogram()),
+                    });
+                }
+                let hist = s.request_histogram(k)?;
+                let Some(mr) = m.by_request.get_mut(k) else { continue };
+                mr.requests = mr.requests.saturating_add(r.requests);
+                for (kind, n) in &r.errors {
+                    let e = mr.errors.entry(*kind).or_default();
+                    *e = e.saturating_add(*n);
+                }
+                match (mr.histogram.as_mut(), hist) {
+                    (Some(acc), Some(h)) => {
+                        acc.add(h).map_err(|e| SummaryError::Histogram(format!("{e:?}")))?;
+                    }
+                    _ => mr.histogram = None,
                 }
             }
             m.requests = m.requests.saturating_add(s.requests);
@@ -599,6 +693,40 @@ mod tests {
         let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.stages.len(), 32);
         assert!(s.stages.iter().all(|st| st.dropped == 7));
+        // Beside a scenario's eight wide requests: the stages' histograms go
+        // first, the requests' last; every count stays.
+        let requests: Vec<crate::scenario::RequestOutcome> = (0..8)
+            .map(|k| crate::scenario::RequestOutcome {
+                requests: k + 1,
+                errors: BTreeMap::from([(ErrorKind::Check, k)]),
+                histogram: wide(),
+            })
+            .collect();
+        let staged = Staged { requests, ..staged };
+        let msg = Summary::to_message_staged(9, BTreeMap::new(), 0, Duration::from_secs(9), &wide(), &staged)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(msg.len() <= MAX_MESSAGE, "{}", msg.len());
+        let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.by_request.iter().map(|r| r.requests).collect::<Vec<_>>(), (1..=8).collect::<Vec<_>>());
+        assert_eq!(s.by_request[3].errors, BTreeMap::from([(ErrorKind::Check, 3)]));
+        let with_stage_hists = s.stages.iter().filter(|st| st.hist.is_some()).count();
+        let with_request_hists = s.by_request.iter().filter(|r| r.hist.is_some()).count();
+        assert!(with_stage_hists == 0 || with_request_hists == 8, "{with_stage_hists} {with_request_hists}");
+        // A few narrow requests keep their histograms at full precision.
+        let narrow = Staged {
+            requests: (0..3)
+                .map(|k| crate::scenario::RequestOutcome {
+                    requests: 20,
+                    errors: BTreeMap::new(),
+                    histogram: stage_of(&[1_000 * (k + 1); 20], 0).histogram,
+                })
+                .collect(),
+            ..Staged::default()
+        };
+        let msg = Summary::to_message_staged(60, BTreeMap::new(), 0, Duration::from_secs(9), &wide(), &narrow)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.request_histogram(2).ok().flatten().map(|h| h.len()), Some(20));
         // A summary without stages reads as before (and old ones still parse).
         let old = summary_of(&[1_000], 0);
         assert!(old.stages.is_empty() && old.dropped == 0);

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use loadgen::run::{Config, run};
+use loadgen::scenario::Variant;
 use loadgen::summary::{ErrorKind, Merged, Summary};
 
 /// A server: `/ok` answers 200 after `delay_ms` (query), `/fail` 500,
@@ -68,6 +69,7 @@ fn config(url: String, repeat: u64, concurrency: u64) -> Config {
         tls: Default::default(),
         http2: false,
         checks: Default::default(),
+        scenario: Vec::new(),
         progress_every: None,
         stop_file: None,
     }
@@ -499,4 +501,92 @@ async fn the_binary_reports_progress_and_stops_on_the_stop_signal() {
     let s = Summary::parse(&std::fs::read_to_string(&log).unwrap()).unwrap();
     assert_eq!((s.stopped, s.requests), (true, 0));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server that remembers each request's method, path, query, `X-Who`
+/// header and body; `/missing` answers 404 "no", anything else 200 "ok".
+async fn scenario_server() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let app = axum::Router::new().fallback(
+        move |method: axum::http::Method, uri: axum::http::Uri, headers: axum::http::HeaderMap, body: String| {
+            let s = s.clone();
+            async move {
+                let who = headers.get("x-who").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                s.lock().unwrap().push(format!("{method} {uri} {who} {body}"));
+                match uri.path() {
+                    "/missing" => (axum::http::StatusCode::NOT_FOUND, "no"),
+                    _ => (axum::http::StatusCode::OK, "ok"),
+                }
+            }
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/ignored?x=1"), seen)
+}
+
+fn variant(weight: u32, method: &str, path: &str, body: &str, statuses: &[u16], contains: Option<&str>) -> Variant {
+    Variant {
+        weight,
+        method: method.parse().unwrap(),
+        path: path.into(),
+        headers: vec![("X-Who".into(), format!("{weight}"))],
+        secret_headers: Vec::new(),
+        body: body.as_bytes().to_vec(),
+        checks: loadgen::check::Checks {
+            statuses: statuses.to_vec(),
+            body_contains: contains.map(|s| loadgen::check::Needle::new(s.as_bytes()).unwrap()),
+        },
+    }
+}
+
+/// A scenario of 3:1 sends each request its share, as written (method,
+/// path and query replacing the URL's, its own header and body), judges
+/// each by its own checks and counts each apart; the summary carries the
+/// figures per request and they merge across runners.
+#[tokio::test]
+async fn a_scenario_sends_each_request_its_share_and_counts_each_apart() {
+    let (url, seen) = scenario_server().await;
+    let scenario = vec![
+        variant(3, "GET", "/home?page=2", "", &[200], Some("ok")),
+        // Its check wants "yes" in the 404's body: each one a check error.
+        variant(1, "POST", "/missing", "{\"item\":1}", &[404], Some("yes")),
+    ];
+    let out = run(Config { scenario, ..config(url, 10, 2) }).await.unwrap();
+    assert_eq!(out.requests, 20);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.iter().filter(|s| *s == "GET /home?page=2 3 ").count(), 15, "{seen:?}");
+    assert_eq!(seen.iter().filter(|s| *s == "POST /missing 1 {\"item\":1}").count(), 5, "{seen:?}");
+    let by = &out.staged.requests;
+    assert_eq!(by.len(), 2);
+    assert_eq!((by[0].requests, by[0].errors.len(), by[0].histogram.len()), (15, 0, 15));
+    assert_eq!((by[1].requests, by[1].errors.clone(), by[1].histogram.len()), (5, [(ErrorKind::Check, 5)].into(), 0));
+    assert_eq!(out.errors, [(ErrorKind::Check, 5)].into());
+    let msg =
+        Summary::to_message_staged(out.requests, out.errors, 0, out.elapsed, &out.histogram, &out.staged).unwrap();
+    let s = Summary::parse(&msg).unwrap();
+    let m = Merged::of(&[s.clone(), s]).unwrap();
+    assert_eq!(m.by_request.iter().map(|r| r.requests).collect::<Vec<_>>(), [30, 10]);
+    assert_eq!(m.by_request[1].error_count(), 10);
+    assert_eq!(m.by_request[0].histogram.as_ref().map(|h| h.len()), Some(30));
+    assert!(m.by_request[1].quantile(0.99).is_none(), "no answer of the second passed");
+}
+
+/// In an arrival-rate profile too, each request is counted apart, and
+/// together they are the run's.
+#[tokio::test]
+async fn a_scenario_under_an_arrival_rate_counts_each_request() {
+    let (url, seen) = scenario_server().await;
+    let scenario = vec![variant(1, "GET", "/a", "", &[], None), variant(1, "GET", "/b", "", &[], None)];
+    let cfg = Config { scenario, stages: vec![stage(1, 40.0)], ..config(url, 1, 1) };
+    let out = run(cfg).await.unwrap();
+    let by = &out.staged.requests;
+    assert_eq!(by.iter().map(|r| r.requests).sum::<u64>(), out.requests);
+    assert!(out.requests >= 15, "{} sent", out.requests);
+    assert!(by[0].requests.abs_diff(by[1].requests) <= 1, "{by:?}");
+    assert_eq!(seen.lock().unwrap().len() as u64, out.requests);
 }

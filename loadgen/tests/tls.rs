@@ -126,6 +126,7 @@ fn config(scheme: &str, port: u16, tls: Tls, http2: bool) -> Config {
         tls,
         http2,
         checks: Default::default(),
+        scenario: Vec::new(),
         progress_every: None,
         stop_file: None,
     }
