@@ -179,6 +179,9 @@ async fn read_tail(
         let text = tail.view(lines, bytes);
         return (tail, text);
     }
+    // When this read begins (after the gate): a PodAlert that evaluated
+    // before it reuses it ([`crate::logs::Tails::reusable`]).
+    let began = Timestamp::now();
     let mut logs = Ok(String::new());
     'pods: for p in &read.pods {
         let mut attempt = 0;
@@ -219,7 +222,7 @@ async fn read_tail(
         tracing::warn!(incident = %read.key, pod = %read.id.pod, error = %e, "could not read the log tail");
     }
     let text = logs.unwrap_or_else(|e| e);
-    let tail = data.tails.store(&read.key, profile, read.id.clone(), lines, bytes, text.clone(), now);
+    let tail = data.tails.store(&read.key, profile, read.id.clone(), lines, bytes, text.clone(), began.max(now));
     (tail, text)
 }
 

@@ -410,6 +410,28 @@ mod tests {
         assert_eq!(tails.held(), 0, "no incident holds it: forgotten");
     }
 
+    /// A crash loop restarts between two PodAlerts' evaluations: each saw
+    /// another run. A read begun after a PodAlert's evaluation read a view
+    /// at least as new as its own, and is shared; one begun before it,
+    /// of another run, is not (the PodAlert reads the newer run itself).
+    /// Before, each missed the other's tail and read it again in turn.
+    #[test]
+    fn a_read_begun_after_an_evaluation_is_shared_whatever_run_it_named() {
+        let tails = Tails::new(1 << 20);
+        let k = key("a", "web");
+        let run = |n: u32| Identity { pod: "p".into(), incarnation: format!("containerd://run-{n}") };
+        let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
+        // Read (run 4) by a PodAlert, the read begun at t+10.
+        tails.store(&k, &p(), run(4), 50, 8192, "x".repeat(100), t(10));
+        // One that evaluated at t+8 and saw run 3: shares it.
+        assert!(tails.reusable(&k, &p(), &run(3), 50, 8192, t(8)).is_some());
+        // One that evaluated at t+12 and saw run 5: reads it.
+        assert!(tails.reusable(&k, &p(), &run(5), 50, 8192, t(12)).is_none());
+        // Another pod's read is never shared for this one.
+        let other = Identity { pod: "q".into(), incarnation: "containerd://run-3".into() };
+        assert!(tails.reusable(&k, &p(), &other, 50, 8192, t(8)).is_none());
+    }
+
     #[test]
     fn a_namespace_gets_its_fair_share_back_from_one_that_filled_the_budget() {
         let budget = 64 << 10;

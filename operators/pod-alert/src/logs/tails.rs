@@ -199,8 +199,9 @@ impl Tails {
     }
 
     /// The tail already held for `key` redacted as `profile`, when it is
-    /// the same read (same pod and crashed run, or read moments ago), whole,
-    /// and has at least `lines` and `bytes`: another PodAlert read it.
+    /// the same read (same pod and crashed run, or read moments ago) or a
+    /// read of the same pod begun after `now` (the caller's evaluation),
+    /// whole, and has at least `lines` and `bytes`: another PodAlert read it.
     pub fn reusable(
         &self,
         key: &Key,
@@ -213,12 +214,20 @@ impl Tails {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let tail = inner.entries.get(&(key.clone(), Arc::clone(profile)))?;
         let st = tail.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let same = st.identity == *id && (!id.incarnation.is_empty() || elapsed(st.read_at, now) < FRESH);
+        // A read begun after this evaluation (`now`) read a view at least
+        // as new as this one's, whatever run it named: reused. Without
+        // this, PodAlerts that evaluated a fast crash loop moments apart
+        // each saw another run, missed each other's tail and read it again
+        // in turn — 20 PodAlerts over 20 crash-looping containers queued
+        // hundreds of reads behind the two read permits (a CI run's 5
+        // minutes before their statuses showed the incidents).
+        let newer = st.identity.pod == id.pod && st.read_at >= now;
+        let same = newer || st.identity == *id && (!id.incarnation.is_empty() || elapsed(st.read_at, now) < FRESH);
         (same && st.complete && st.lines >= lines && st.bytes >= bytes).then(|| Arc::clone(tail))
     }
 
     /// Holds `text`, redacted as `profile` and read as `id` with `lines` and
-    /// `bytes`, as `key`'s tail (replacing what was held: every PodAlert with
+    /// `bytes` by a read begun at `now`, as `key`'s tail (replacing what was held: every PodAlert with
     /// that key and profile sees it), within the namespace's share of the
     /// budget.
     #[allow(clippy::too_many_arguments)]
