@@ -181,3 +181,61 @@ async fn a_body_from_a_secret_needs_the_right_to_read_that_secret() {
     let both = json!({"body": "{}", "bodyFrom": {"secretKeyRef": {"name": "payload", "key": "order.json"}}});
     refused_with(admin_tests.create(&PostParams::default(), &load_test("both", both)).await, "mutually exclusive");
 }
+
+/// A scenario's requests (test.requests[]) are judged as the test's own
+/// request is: a literal credential in one of them is refused for
+/// everyone, and a header value or a body from a Secret needs the right to
+/// read that Secret — else a user who may not read a Secret would have
+/// the runners send it, through a request of a scenario, where he points
+/// them. The schema refuses duplicate names, more than 8 requests, a
+/// weight out of 1-100, and a test.body beside requests.
+#[tokio::test]
+async fn a_scenarios_requests_are_judged_as_the_tests_own_request() {
+    let (_env, admin, ns, frank, as_frank) = setup("ltvap-scenario").await;
+    let (frank_tests, admin_tests) = (objects(&as_frank, &ns, "LoadTest"), objects(&admin, &ns, "LoadTest"));
+    let scenario = |second: Value| json!({"requests": [{"name": "home"}, second]});
+    for (i, literal) in [
+        json!({"name": "api", "headers": {"Authorization": "Bearer t0ken"}}),
+        json!({"name": "api", "httpHeaders": [{"name": "cookie", "value": "session=abc"}]}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let test = load_test(&format!("literal-{i}"), scenario(literal));
+        let msg = refused_with(admin_tests.create(&PostParams::default(), &test).await, "valueFrom");
+        assert!(msg.contains("test.requests"), "{msg}");
+    }
+    let header = |secret: &str| {
+        scenario(json!({"name": "api", "httpHeaders": [{"name": "Authorization",
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": "header"}}}]}))
+    };
+    let body = |secret: &str| {
+        scenario(json!({"name": "api", "method": "POST",
+            "bodyFrom": {"secretKeyRef": {"name": secret, "key": "order.json"}}}))
+    };
+    for (name, test) in [("header", header("api-token")), ("body", body("payload"))] {
+        let msg = create_settled(&frank_tests, &load_test(name, test), Some("Secret")).await.unwrap_err();
+        assert!(msg.contains("get on that Secret"), "{name}: {msg}");
+    }
+    let read = json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["api-token", "payload"],
+                       "verbs": ["get"]}]);
+    grant(&admin, &ns, &frank, "read-scenario-secrets", read).await;
+    create_settled(&frank_tests, &load_test("header", header("api-token")), None).await.unwrap();
+    create_settled(&frank_tests, &load_test("body", body("payload")), None).await.unwrap();
+    create_settled(&frank_tests, &load_test("other", body("card-data")), Some("get on that Secret")).await.unwrap_err();
+    // An admin's scenario naming another Secret: frank may not repoint it.
+    admin_tests.create(&PostParams::default(), &load_test("admins", header("other-token"))).await.unwrap();
+    let elsewhere = Patch::Merge(json!({"spec": {"test": {"serviceName": "franks"}}}));
+    refused_with(frank_tests.patch("admins", &PatchParams::default(), &elsewhere).await, "get on that Secret");
+
+    let schema_cases = [
+        ("duplicate", json!({"requests": [{"name": "a"}, {"name": "a"}]}), "Duplicate value"),
+        ("weight", json!({"requests": [{"name": "a", "weight": 0}]}), "weight"),
+        ("nine", json!({"requests": (0..9).map(|i| json!({"name": format!("r{i}")})).collect::<Vec<_>>()}), "9"),
+        ("body", json!({"body": "{}", "requests": [{"name": "a"}]}), "each request has its own body"),
+    ];
+    for (name, test, says) in schema_cases {
+        let msg = refused_with(admin_tests.create(&PostParams::default(), &load_test(name, test)).await, says);
+        assert!(msg.contains("requests"), "{name}: {msg}");
+    }
+}

@@ -242,6 +242,7 @@ mod tests {
             histogram: h,
             dropped: 0,
             stages: Vec::new(),
+            by_request: Vec::new(),
         }
     }
 

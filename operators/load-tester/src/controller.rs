@@ -329,7 +329,14 @@ fn limits(test: &LoadTest, options: &Options) -> Result<Limits, String> {
     // the body substring's length in bytes.
     let request = match test.spec.test.headers.keys().find(|k| !crate::crd::is_header_name(k)) {
         Some(bad) => Err(format!("header name {bad:?} is not an HTTP token")),
-        None => test.spec.test.checks.as_ref().and_then(crate::crd::Checks::invalid).map_or(Ok(()), Err),
+        None => test
+            .spec
+            .test
+            .checks
+            .as_ref()
+            .and_then(crate::crd::Checks::invalid)
+            .or_else(|| crate::scenario::problem(&test.spec.test))
+            .map_or(Ok(()), Err),
     };
     let spec = &test.spec;
     let schedule = spec.schedule.as_deref().map(Schedule::parse).transpose();

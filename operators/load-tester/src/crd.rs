@@ -17,6 +17,7 @@ mod checks;
 mod progress;
 mod request;
 mod runner;
+mod scenario;
 mod status;
 
 pub use baseline::{Baseline, BaselineStatus, MaxRegression, Percent, SavedBaseline};
@@ -29,6 +30,7 @@ pub use runner::{
     CAPACITY_RAMP, CapacitySpec, DEFAULT_MAX_CONNECTIONS, LoadSpec, LoadStage, MAX_CAPACITY_STEPS, RunnerResources,
     RunnerSpec,
 };
+pub use scenario::{MAX_REQUESTS, RequestResults, ScenarioRequest};
 pub use status::{
     CapacityResult, Latency, LoadTestStatus, MAX_HISTORY, PinnedTarget, Results, RunSummary, StageLatency,
     StageResults, State, Verdict,
@@ -67,7 +69,7 @@ pub use status::{
     printcolumn = r#"{"name":"Verdict","type":"string","jsonPath":".status.verdict","description":"Passed, Failed or None (no thresholds)"}"#,
     printcolumn = r#"{"name":"Run","type":"integer","jsonPath":".status.run"}"#,
     printcolumn = r#"{"name":"Children","type":"integer","jsonPath":".status.children","description":"runner pods of the current run"}"#,
-    printcolumn = r#"{"name":"Requests","type":"integer","jsonPath":".status.results.requests"}"#,
+    printcolumn = r#"{"name":"Requests","type":"integer","jsonPath":".status.results.byRequest"}"#,
     printcolumn = r#"{"name":"P99","type":"string","jsonPath":".status.results.latency.p99"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Next","type":"date","priority":1,"jsonPath":".status.nextRunTime","description":"with spec.schedule: when the next run starts"}"#,
@@ -216,6 +218,8 @@ fn default_timeout() -> GoDuration {
     .message("tls is only for scheme https"))]
 #[x_kube(validation = kube::core::Rule::new("!has(self.checks) || !has(self.checks.bodyContains) || self.method != 'HEAD'")
     .message("checks.bodyContains is not for method HEAD: its answers have no body"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.requests) || ((!has(self.body) || self.body == '') && !has(self.bodyFrom))")
+    .message("with requests, each request has its own body: test.body and test.bodyFrom are not used"))]
 pub struct TestSpec {
     /// HTTP method (default GET).
     #[serde(default)]
@@ -310,6 +314,15 @@ pub struct TestSpec {
     /// only the status class counts (4xx and 5xx are errors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checks: Option<Checks>,
+    /// A scenario: 1-8 requests sent in turn by weight instead of the one
+    /// request above (method and path are then not used; headers and
+    /// httpHeaders go in every request, first; checks is the default of a
+    /// request without its own; body and bodyFrom are refused). Each
+    /// request's figures are in status.results.byRequest; the thresholds
+    /// judge them all together.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 8), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub requests: Vec<ScenarioRequest>,
 }
 
 impl TestSpec {

@@ -11,6 +11,7 @@
 //! | [`runner`] | runner pods and their projection (pure) |
 //! | [`machine`] | the LoadTest state machine (pure) |
 //! | [`results`] | merged results and the verdict (pure) |
+//! | [`scenario`] | test.requests: what the runners are told, the Secret files they mount, what the schema cannot check (pure) |
 //! | [`stages`] | load.stages: rates split over the runners, per-stage results (pure) |
 //! | [`schedule`] | spec.schedule: the cron line checked, its next time (pure) |
 //! | [`capacity`] | load.capacity: each step judged on its own figures, the highest rate that passed, a step's window judged live (pure) |
@@ -37,6 +38,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod runner_pods;
+pub mod scenario;
 pub mod schedule;
 pub mod simple;
 pub mod simple_deployment;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use loadgen::summary::{Merged, Summary};
 
-use crate::crd::{Latency, LoadStage, Results, Thresholds, Verdict};
+use crate::crd::{Latency, LoadStage, RequestResults, Results, StageLatency, Thresholds, Verdict};
 
 pub(crate) fn fmt(d: Duration) -> String {
     let us = d.as_micros();
@@ -20,8 +20,13 @@ pub(crate) fn fmt(d: Duration) -> String {
 }
 
 /// Merges the runners' termination messages (with load.stages, each
-/// stage's figures too); an unreadable one is an error naming its runner.
-pub fn merge(messages: &[(String, String)], stages: &[LoadStage]) -> Result<(Merged, Results), String> {
+/// stage's figures too; with test.requests, named `requests`, each
+/// request's); an unreadable one is an error naming its runner.
+pub fn merge(
+    messages: &[(String, String)],
+    stages: &[LoadStage],
+    requests: &[String],
+) -> Result<(Merged, Results), String> {
     let mut summaries = Vec::with_capacity(messages.len());
     let mut saturated = Vec::new();
     for (runner, message) in messages {
@@ -37,11 +42,7 @@ pub fn merge(messages: &[(String, String)], stages: &[LoadStage]) -> Result<(Mer
     let results = Results {
         runners: i32::try_from(merged.runners).unwrap_or(i32::MAX),
         requests: i64::try_from(merged.requests).unwrap_or(i64::MAX),
-        errors: merged
-            .errors
-            .iter()
-            .map(|(k, n)| (k.as_str().to_string(), i64::try_from(*n).unwrap_or(i64::MAX)))
-            .collect(),
+        errors: by_kind(&merged.errors),
         not_sent: i64::try_from(merged.not_sent).unwrap_or(i64::MAX),
         elapsed: fmt(merged.elapsed),
         error_ratio: format!("{:.4}", merged.error_ratio()),
@@ -56,9 +57,40 @@ pub fn merge(messages: &[(String, String)], stages: &[LoadStage]) -> Result<(Mer
         dropped: i64::try_from(merged.dropped).unwrap_or(i64::MAX),
         stages: crate::stages::results(&merged, stages),
         saturated,
+        by_request: by_request(&merged, requests),
         capacity: None,
     };
     Ok((merged, results))
+}
+
+/// Failed requests by kind, as the status shows them.
+fn by_kind(
+    errors: &std::collections::BTreeMap<loadgen::summary::ErrorKind, u64>,
+) -> std::collections::BTreeMap<String, i64> {
+    errors.iter().map(|(k, n)| (k.as_str().to_string(), i64::try_from(*n).unwrap_or(i64::MAX))).collect()
+}
+
+/// Each named request's merged figures (none without a scenario).
+fn by_request(merged: &Merged, names: &[String]) -> Vec<RequestResults> {
+    names
+        .iter()
+        .zip(&merged.by_request)
+        .map(|(name, r)| {
+            let ratio = if r.requests == 0 { 0.0 } else { r.error_count() as f64 / r.requests as f64 };
+            RequestResults {
+                name: name.clone(),
+                requests: i64::try_from(r.requests).unwrap_or(i64::MAX),
+                errors: by_kind(&r.errors),
+                error_ratio: format!("{ratio:.4}"),
+                latency: match (r.quantile(0.50), r.quantile(0.90), r.quantile(0.99)) {
+                    (Some(p50), Some(p90), Some(p99)) => {
+                        Some(StageLatency { p50: fmt(p50), p90: fmt(p90), p99: fmt(p99) })
+                    }
+                    _ => None,
+                },
+            }
+        })
+        .collect()
 }
 
 /// The verdict and its message.
@@ -139,11 +171,50 @@ mod tests {
             ("t-r1-2".to_string(), strained(8, 9_400)),
             ("t-r1-1".to_string(), strained(3, 100)),
         ];
-        let (_, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (_, r) = merge(&msgs, &[], &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.saturated, ["t-r1-2: below 95 % of its rate for 8 s, CPU throttled for 9.4 s of 10.0 s"]);
         // An older runner's summary (no strain fields) reads as kept up.
-        let (_, r) = merge(&[("old".into(), message(&[2; 10], 0))], &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (_, r) = merge(&[("old".into(), message(&[2; 10], 0))], &[], &[]).unwrap_or_else(|e| panic!("{e}"));
         assert!(r.saturated.is_empty());
+    }
+
+    /// A scenario's requests are merged each on its own, named in the
+    /// spec's order: one request's failures never blur another's figures.
+    #[test]
+    fn each_request_of_a_scenario_is_merged_apart_and_named() {
+        let runner = |fast: u64, failed: u64| {
+            let mut ok = histogram();
+            for _ in 0..fast {
+                loadgen::summary::record(&mut ok, Duration::from_millis(2));
+            }
+            let staged = loadgen::summary::Staged {
+                requests: vec![
+                    loadgen::scenario::RequestOutcome { requests: fast, errors: BTreeMap::new(), histogram: ok },
+                    loadgen::scenario::RequestOutcome {
+                        requests: failed,
+                        errors: BTreeMap::from([(loadgen::summary::ErrorKind::Check, failed)]),
+                        histogram: histogram(),
+                    },
+                ],
+                ..Default::default()
+            };
+            let errors = BTreeMap::from([(loadgen::summary::ErrorKind::Check, failed)]);
+            Summary::to_message_staged(fast + failed, errors, 0, Duration::from_secs(1), &histogram(), &staged)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let msgs = vec![("a".to_string(), runner(8, 2)), ("b".to_string(), runner(12, 3))];
+        let names = ["home".to_string(), "cart".to_string()];
+        let (_, r) = merge(&msgs, &[], &names).unwrap_or_else(|e| panic!("{e}"));
+        let home = &r.by_request[0];
+        assert_eq!((home.name.as_str(), home.requests, home.error_ratio.as_str()), ("home", 20, "0.0000"));
+        assert!(home.latency.as_ref().is_some_and(|l| l.p99.starts_with("2.0")), "{home:?}");
+        let cart = &r.by_request[1];
+        assert_eq!((cart.name.as_str(), cart.requests, cart.error_ratio.as_str()), ("cart", 5, "1.0000"));
+        assert_eq!(cart.errors, BTreeMap::from([("check".to_string(), 5)]));
+        assert!(cart.latency.is_none(), "no answer passed: no percentiles");
+        // Without a scenario: none.
+        let (_, r) = merge(&[("a".into(), message(&[2; 10], 0))], &[], &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(r.by_request.is_empty());
     }
 
     #[test]
@@ -152,7 +223,7 @@ mod tests {
         // which averaging per-runner p99s would hide.
         let mut msgs: Vec<(String, String)> = (0..4).map(|i| (format!("r{i}"), message(&[2; 10], 0))).collect();
         msgs.push(("r4".into(), message(&[900; 10], 0)));
-        let (m, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (m, r) = merge(&msgs, &[], &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((r.runners, r.requests), (5, 50));
         assert!(r.latency.p99.starts_with("90") || r.latency.p99.starts_with("899"), "{:?}", r.latency);
         assert!(r.latency.p50.starts_with('2'), "{:?}", r.latency);
@@ -169,12 +240,12 @@ mod tests {
     #[test]
     fn errors_fail_the_error_ratio_and_a_bad_summary_names_its_runner() {
         let msgs = vec![("a".to_string(), message(&[1; 9], 1)), ("b".to_string(), message(&[1; 10], 0))];
-        let (m, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (m, r) = merge(&msgs, &[], &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.errors.get("http5xx"), Some(&1));
         assert_eq!(r.error_ratio, "0.0500");
         let t = Thresholds { max_error_ratio: Some(0.01), ..Thresholds::default() };
         assert_eq!(verdict(&m, Some(&t)).0, Verdict::Failed);
-        let e = merge(&[("r7".into(), "oops".into())], &[]).err().unwrap_or_default();
+        let e = merge(&[("r7".into(), "oops".into())], &[], &[]).err().unwrap_or_default();
         assert!(e.contains("r7"), "{e}");
     }
 
@@ -195,7 +266,7 @@ mod tests {
             ("a".to_string(), with(&[(ErrorKind::Check, 6), (ErrorKind::Timeout, 1)])),
             ("b".to_string(), with(&[(ErrorKind::Check, 3)])),
         ];
-        let (m, r) = merge(&msgs, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (m, r) = merge(&msgs, &[], &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.errors, BTreeMap::from([("check".to_string(), 9), ("timeout".to_string(), 1)]));
         assert_eq!((r.requests, r.error_ratio.as_str()), (190, "0.0526"));
         let t = Thresholds { max_error_ratio: Some(0.05), ..Thresholds::default() };
@@ -215,7 +286,7 @@ mod tests {
         latencies.extend([10; 40]);
         latencies.extend([50; 9]);
         latencies.push(400);
-        let (m, _) = merge(&[("r".into(), message(&latencies, 0))], &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (m, _) = merge(&[("r".into(), message(&latencies, 0))], &[], &[]).unwrap_or_else(|e| panic!("{e}"));
         let judge = |t: Thresholds| verdict(&m, Some(&t));
         let d = |s: &str| Some(GoDuration::new(s));
         let cases = [
@@ -248,7 +319,7 @@ mod tests {
     /// does not pass on an empty histogram's zeros.
     #[test]
     fn latency_thresholds_fail_when_nothing_was_answered() {
-        let (m, _) = merge(&[("r".into(), message(&[], 3))], &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (m, _) = merge(&[("r".into(), message(&[], 3))], &[], &[]).unwrap_or_else(|e| panic!("{e}"));
         for t in [
             Thresholds { p50: Some(GoDuration::new("1s")), ..Thresholds::default() },
             Thresholds { max_latency: Some(GoDuration::new("1s")), ..Thresholds::default() },

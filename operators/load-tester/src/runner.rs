@@ -191,6 +191,11 @@ pub fn pod(
         env.push(json!({"name": "BODY_FILE", "value": format!("{SECRETS_DIR}/body")}));
         sources.push(json!({"secret": {"name": r.name, "items": [{"key": r.key, "path": "body"}]}}));
     }
+    // test.requests: each request's values, its Secrets as files.
+    if let Some((scenario, more)) = crate::scenario::runner_env(t) {
+        env.push(json!({"name": "SCENARIO", "value": literal_value(&scenario)}));
+        sources.extend(more);
+    }
     if t.http2 {
         env.push(json!({"name": "HTTP2", "value": "true"}));
     }

@@ -133,7 +133,7 @@ mod tests {
             LoadStage { duration: GoDuration::new("10s"), rate: 20 },
         ];
         let (_, r) =
-            crate::results::merge(&[("a".into(), runner(2, 1)), ("b".into(), runner(40, 0))], &stages).unwrap();
+            crate::results::merge(&[("a".into(), runner(2, 1)), ("b".into(), runner(40, 0))], &stages, &[]).unwrap();
         assert_eq!(r.dropped, 1);
         assert_eq!(r.stages.len(), 2);
         let s0 = &r.stages[0];
@@ -142,7 +142,7 @@ mod tests {
         assert!(lat.p50.starts_with('2') && lat.p99.starts_with("40"), "{lat:?}");
         assert_eq!((r.stages[1].requests, r.stages[1].latency.is_some()), (0, true));
         // Without stages, the results are as they were.
-        let (_, plain) = crate::results::merge(&[("a".into(), runner(2, 0))], &[]).unwrap();
+        let (_, plain) = crate::results::merge(&[("a".into(), runner(2, 0))], &[], &[]).unwrap();
         assert!(plain.stages.is_empty());
         assert!(!serde_json::to_string(&plain).unwrap().contains("stages"));
     }

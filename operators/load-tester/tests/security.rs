@@ -19,17 +19,11 @@ use common::*;
 use flotilla_testenv::{TestEnv, node};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use load_tester::crd::State;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(180);
-
-async fn runner_pods(client: &kube::Client, ns: &str, test: &str) -> Vec<Pod> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let lp = ListParams::default().labels(&format!("flotilla.dev/loadtest={test}"));
-    pods.list(&lp).await.unwrap().items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
-}
 
 fn ready_reason(s: &LoadTestStatus) -> String {
     s.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()).unwrap_or_default()

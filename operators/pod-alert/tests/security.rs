@@ -270,6 +270,10 @@ async fn forty_podalerts_over_one_crash_loop_hold_each_tail_once_in_small_status
     // Twenty incident keys, each tail held once: at most 20 x 64 KiB (and a
     // little), not 20 x 20 x 64 KiB.
     let held = metric(&operator, "flotilla_pod_alert_log_tail_bytes").await.expect("the log tail gauge");
+    // A figure for the note, not a bound: how many reads the twenty
+    // PodAlerts' forty-odd openings and escalations cost.
+    let reads = metric(&operator, "flotilla_pod_alert_log_reads_total").await;
+    eprintln!("log reads: {reads:?} in {:.1?}", started.elapsed());
     assert!(held > 0.0 && held <= 20.0 * 70_000.0, "{held} bytes of tails held");
     // One of the twenty deleted: the oldest refused one is served in its
     // place (the served set is derived again when the PodAlerts change,

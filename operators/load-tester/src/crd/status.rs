@@ -257,6 +257,9 @@ pub struct Results {
     /// With load.stages: each stage's figures, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageResults>,
+    /// With test.requests: each request's figures, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_request: Vec<super::RequestResults>,
     /// A capacity search's outcome (load.capacity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityResult>,

@@ -17,7 +17,8 @@ pub(super) fn finished(step: &mut Step, spec: &LoadTestSpec, done: &[&&Runner], 
     let messages: Vec<(String, String)> =
         done.iter().filter_map(|r| r.terminated.as_ref().map(|(_, _, m)| (r.name.clone(), m.clone()))).collect();
     let stages = spec.stages();
-    match merge(&messages, &stages) {
+    let names: Vec<String> = spec.test.requests.iter().map(|r| r.name.clone()).collect();
+    match merge(&messages, &stages, &names) {
         Err(e) => fail(step, now, "BadSummary", e),
         Ok((merged, results)) => {
             let s = &mut step.status;

@@ -207,3 +207,10 @@ pub fn small(mut spec: Value) -> Value {
         json!({"resources": {"requests": {"cpu": "50m", "memory": "16Mi"}, "limits": {"memory": "128Mi"}}});
     spec
 }
+
+#[allow(dead_code)]
+pub async fn runner_pods(client: &kube::Client, ns: &str, test: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("flotilla.dev/loadtest={test}"));
+    pods.list(&lp).await.unwrap().items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+}
