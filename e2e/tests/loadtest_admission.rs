@@ -233,9 +233,14 @@ async fn a_scenarios_requests_are_judged_as_the_tests_own_request() {
         ("weight", json!({"requests": [{"name": "a", "weight": 0}]}), "weight"),
         ("nine", json!({"requests": (0..9).map(|i| json!({"name": format!("r{i}")})).collect::<Vec<_>>()}), "9"),
         ("body", json!({"body": "{}", "requests": [{"name": "a"}]}), "each request has its own body"),
+        (
+            "head",
+            json!({"checks": {"bodyContains": "ok"}, "requests": [{"name": "a"}, {"name": "h", "method": "HEAD"}]}),
+            "give it checks of its own",
+        ),
     ];
     for (name, test, says) in schema_cases {
         let msg = refused_with(admin_tests.create(&PostParams::default(), &load_test(name, test)).await, says);
-        assert!(msg.contains("requests"), "{name}: {msg}");
+        assert!(msg.contains("request"), "{name}: {msg}");
     }
 }

@@ -256,8 +256,8 @@ fn main() -> ExitCode {
     if args.repeat == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
         return bad("repeat/concurrency", "repeat must be at least 1 and concurrency 1-10000");
     }
-    if args.stages.len() > 64 {
-        return bad("stages", "at most 64 stages");
+    if args.stages.len() > loadgen::summary::MAX_STAGES {
+        return bad("stages", format!("at most {} stages", loadgen::summary::MAX_STAGES));
     }
     if !(1..=10_000).contains(&args.max_connections) {
         return bad("max-connections", "must be 1-10000");
@@ -340,7 +340,7 @@ fn main() -> ExitCode {
     if let Some(why) = outcome.staged.strain.saturated(outcome.elapsed) {
         eprintln!("warning: this runner could not keep up: {why}");
     }
-    let message = match Summary::to_message_staged(
+    let (message, full) = match Summary::to_message_and_full(
         outcome.requests,
         outcome.errors,
         outcome.not_sent,
@@ -355,6 +355,10 @@ fn main() -> ExitCode {
         }
     };
     println!("{message}");
+    // What the termination message left out, where the operator reads it.
+    if let Some(full) = full {
+        println!("{}{full}", loadgen::summary::FULL_PREFIX);
+    }
     if let Err(e) = std::fs::write(&args.termination_log, &message) {
         eprintln!("error: writing {}: {e}", args.termination_log.display());
         return ExitCode::FAILURE;

@@ -139,7 +139,7 @@ async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>, tallies: &A
     let pace = (cfg.rate > 0.0).then(|| Arc::new(crate::pace::Pace::new(started, window)));
     let cfg = Arc::new(cfg);
     let mut workers = Vec::new();
-    for _ in 0..cfg.concurrency {
+    for worker in 0..cfg.concurrency {
         let (mut sender, cfg, next, sent, live, pace, tallies) =
             (target.sender(), cfg.clone(), next.clone(), sent.clone(), live.clone(), pace.clone(), tallies.clone());
         let target = target.clone();
@@ -215,7 +215,7 @@ async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>, tallies: &A
                     None => {
                         let latency = due.elapsed();
                         record(&mut local, latency);
-                        tallies.record(k, None, latency);
+                        tallies.record(worker, k, None, latency);
                         completed += 1;
                     }
                     // Cut short by the run's end, not by its own timeout:
@@ -226,7 +226,7 @@ async fn workers(target: Arc<Target>, cfg: Config, live: &Arc<Live>, tallies: &A
                     }
                     Some(kind) => {
                         *errors.entry(kind).or_default() += 1;
-                        tallies.record(k, Some(kind), Duration::ZERO);
+                        tallies.record(worker, k, Some(kind), Duration::ZERO);
                         completed += 1;
                     }
                 }

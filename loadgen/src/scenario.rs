@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use crate::check::{Checks, MAX_STATUSES, Needle};
 use crate::summary::{ErrorKind, histogram, record};
 
-/// The most requests a scenario holds (a LoadTest allows 8).
-pub const MAX_REQUESTS: usize = 16;
+/// The most requests a scenario holds (a LoadTest's limit too): with 32
+/// stages and every error kind, their counts still fit in 4 KiB.
+pub const MAX_REQUESTS: usize = 8;
 /// The largest weight (a LoadTest allows 100).
 pub const MAX_WEIGHT: u32 = 1000;
 
@@ -55,7 +56,7 @@ pub struct RequestSpec {
 }
 
 /// One request of a scenario, ready to be built into a request.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Variant {
     pub weight: u32,
     pub method: reqwest::Method,
@@ -66,6 +67,23 @@ pub struct Variant {
     pub secret_headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub checks: Checks,
+}
+
+/// Without the values read from files (nor the body, which may be one).
+impl std::fmt::Debug for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret: Vec<(&str, &str)> =
+            self.secret_headers.iter().map(|(k, _)| (k.as_str(), "<from a file>")).collect();
+        f.debug_struct("Variant")
+            .field("weight", &self.weight)
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("headers", &self.headers)
+            .field("secret_headers", &secret)
+            .field("body_bytes", &self.body.len())
+            .field("checks", &self.checks)
+            .finish()
+    }
 }
 
 /// Reads a file's text or bytes for a scenario (the caller's bounded readers).
@@ -177,24 +195,32 @@ pub struct RequestOutcome {
     pub histogram: Histogram<u64>,
 }
 
-/// Each request's figures while a run goes on: one lock per request,
-/// taken once per answer (only for a scenario: a single request's figures
-/// are the run's).
-pub struct Tallies(Vec<Mutex<RequestOutcome>>);
+/// Each request's figures while a run goes on, in a few shards (a worker
+/// records into its own, `worker % shards`) so that workers on different
+/// cores rarely wait for one another's lock; merged at the end. Only for
+/// a scenario: a single request's figures are the run's.
+pub struct Tallies {
+    /// `shards[s][k]`: request `k`'s figures recorded through shard `s`.
+    shards: Vec<Vec<Mutex<RequestOutcome>>>,
+}
 
 impl Tallies {
-    /// For `n` requests (0: none kept).
+    /// For `n` requests (0: none kept), in as many shards as cores (at
+    /// most 4: each request's histogram is some 170 KB a shard).
     pub fn new(n: usize) -> Self {
-        Tallies(
-            (0..n)
-                .map(|_| Mutex::new(RequestOutcome { requests: 0, errors: BTreeMap::new(), histogram: histogram() }))
-                .collect(),
-        )
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let shards = if n == 0 { 0 } else { cores.clamp(1, 4) };
+        let blank = || Mutex::new(RequestOutcome { requests: 0, errors: BTreeMap::new(), histogram: histogram() });
+        Tallies { shards: (0..shards).map(|_| (0..n).map(|_| blank()).collect()).collect() }
     }
 
-    /// Request `k` completed: answered (`None`) after `latency`, or failed.
-    pub fn record(&self, k: usize, result: Option<ErrorKind>, latency: Duration) {
-        let Some(t) = self.0.get(k) else { return };
+    /// Request `k` completed: answered (`None`) after `latency`, or failed;
+    /// recorded by `worker` (any number: it picks the shard).
+    pub fn record(&self, worker: u64, k: usize, result: Option<ErrorKind>, latency: Duration) {
+        let Some(shard) = self.shards.get(usize::try_from(worker).unwrap_or(0) % self.shards.len().max(1)) else {
+            return;
+        };
+        let Some(t) = shard.get(k) else { return };
         let mut t = t.lock().unwrap_or_else(PoisonError::into_inner);
         t.requests += 1;
         match result {
@@ -205,7 +231,20 @@ impl Tallies {
 
     /// Every request's figures, in the scenario's order.
     pub fn outcomes(&self) -> Vec<RequestOutcome> {
-        self.0.iter().map(|t| t.lock().unwrap_or_else(PoisonError::into_inner).clone()).collect()
+        let Some((first, rest)) = self.shards.split_first() else { return Vec::new() };
+        let mut out: Vec<RequestOutcome> =
+            first.iter().map(|t| t.lock().unwrap_or_else(PoisonError::into_inner).clone()).collect();
+        for shard in rest {
+            for (o, t) in out.iter_mut().zip(shard) {
+                let t = t.lock().unwrap_or_else(PoisonError::into_inner);
+                o.requests += t.requests;
+                for (kind, n) in &t.errors {
+                    *o.errors.entry(*kind).or_default() += n;
+                }
+                let _ = o.histogram.add(&t.histogram);
+            }
+        }
+        out
     }
 }
 
@@ -282,10 +321,10 @@ mod tests {
     #[test]
     fn tallies_count_answers_and_errors_per_request() {
         let t = Tallies::new(2);
-        t.record(0, None, Duration::from_millis(3));
-        t.record(1, Some(ErrorKind::Check), Duration::from_millis(1));
-        t.record(1, None, Duration::from_millis(9));
-        t.record(5, None, Duration::from_millis(9));
+        t.record(0, 0, None, Duration::from_millis(3));
+        t.record(1, 1, Some(ErrorKind::Check), Duration::from_millis(1));
+        t.record(7, 1, None, Duration::from_millis(9));
+        t.record(3, 5, None, Duration::from_millis(9));
         let o = t.outcomes();
         assert_eq!((o[0].requests, o[1].requests), (1, 2));
         assert_eq!(o[1].errors, BTreeMap::from([(ErrorKind::Check, 1)]));

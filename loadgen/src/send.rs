@@ -143,15 +143,24 @@ impl Target {
         let mut requests = Vec::with_capacity(variants.len());
         for v in &variants {
             // Built once (URL parsed, headers set), cloned for each request.
-            let url = if v.path.is_empty() { base.clone() } else { base.join(&v.path).map_err(|_| BuildError::Url)? };
+            let url = if v.path.is_empty() { base.clone() } else { with_path(&base, &v.path)? };
             let mut template = client.request(v.method.clone(), url);
-            for (k, value) in cfg.headers.iter().chain(&v.headers) {
-                template = template.header(k, value);
-            }
-            for (k, value) in cfg.secret_headers.iter().chain(&v.secret_headers) {
-                if let Ok(mut value) = HeaderValue::from_str(value) {
-                    value.set_sensitive(true);
-                    template = template.header(k, value);
+            // The run's headers first, then the request's; each literal
+            // then from files.
+            let headers =
+                [(&cfg.headers, false), (&cfg.secret_headers, true), (&v.headers, false), (&v.secret_headers, true)];
+            for (list, secret) in headers {
+                for (k, value) in list {
+                    match HeaderValue::from_str(value) {
+                        Ok(mut value) => {
+                            value.set_sensitive(secret);
+                            template = template.header(k, value);
+                        }
+                        // As before: a literal is refused by the build, a
+                        // file's value was checked when it was read.
+                        Err(_) if !secret => template = template.header(k, value),
+                        Err(_) => {}
+                    }
                 }
             }
             if !v.body.is_empty() {
@@ -197,6 +206,25 @@ impl Target {
     pub fn sender(self: &Arc<Self>) -> Sender {
         Sender { target: self.clone(), conn: None }
     }
+}
+
+/// `base` with its path and query replaced by `path_and_query`, never its
+/// scheme, host or port: a path is only ever a path (`Url::join` would read
+/// `//other.host/x` as another host, the load sent where DNS says).
+fn with_path(base: &reqwest::Url, path_and_query: &str) -> Result<reqwest::Url, BuildError> {
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    };
+    let mut url = base.clone();
+    url.set_path(path);
+    url.set_query(query);
+    url.set_fragment(None);
+    let same = |u: &reqwest::Url| (u.scheme().to_string(), u.host_str().map(str::to_string), u.port_or_known_default());
+    if same(&url) != same(base) {
+        return Err(BuildError::Url);
+    }
+    Ok(url)
 }
 
 impl Wire {
@@ -360,5 +388,30 @@ async fn slow(client: &reqwest::Client, request: &Prepared, timeout: Duration) -
             checks.verdict(status, search.found())
         }
         Err(e) => Some(classify(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A request's path never names another host: `//victim/x` and
+    /// `/\\victim/x` are paths on the pinned Service (joined, they were the
+    /// load sent to `victim`, resolved by DNS).
+    #[test]
+    fn a_path_is_only_ever_a_path() {
+        let base = reqwest::Url::parse("https://web.shop.svc.cluster.local:8443/ignored?old=1#f").unwrap();
+        for (path, want_path, want_query) in [
+            ("/cart?item=1", "/cart", Some("item=1")),
+            ("//victim.example/api?x=1", "//victim.example/api", Some("x=1")),
+            ("/\\victim.example/api", "//victim.example/api", None),
+            ("/", "/", None),
+        ] {
+            let url = with_path(&base, path).unwrap();
+            assert_eq!(url.host_str(), Some("web.shop.svc.cluster.local"), "{path}");
+            assert_eq!((url.port(), url.scheme()), (Some(8443), "https"), "{path}");
+            assert_eq!((url.path(), url.query(), url.fragment()), (want_path, want_query, None), "{path}");
+        }
     }
 }

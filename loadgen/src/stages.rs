@@ -83,6 +83,7 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>, ta
     // of CPU sends late (dropped requests are the connections' limit, not
     // the runner's, and count apart).
     let pace = crate::pace::Pace::new(started, window);
+    let mut picked = 0u64;
     for i in 0..total {
         // The operator's stop signal: the rest is not sent.
         if live.stopped() {
@@ -129,7 +130,10 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>, ta
         lock(&tally).in_flight += 1;
         let (target, idle, tally, live, tallies) =
             (target.clone(), idle.clone(), tally.clone(), live.clone(), tallies.clone());
-        let request = target.pick(i);
+        // The mix counts what is sent: a dropped request does not move it
+        // on (else one request could be the one always dropped).
+        let request = target.pick(picked);
+        picked += 1;
         // From when it fell due; from now if that is earlier (the timer
         // wakes the scheduler up to a tick early).
         let start = due.min(Instant::now());
@@ -150,11 +154,11 @@ pub(crate) async fn send(target: Arc<Target>, cfg: &Config, live: &Arc<Live>, ta
                         s.requests += 1;
                         record(&mut s.histogram, latency);
                     }
-                    tallies.record(request, None, latency);
+                    tallies.record(i, request, None, latency);
                 }
                 Some(ErrorKind::Timeout) if cut => t.cut += 1,
                 Some(kind) => {
-                    tallies.record(request, Some(kind), latency);
+                    tallies.record(i, request, Some(kind), latency);
                     *t.errors.entry(kind).or_default() += 1;
                     if let Some(s) = t.stage(k) {
                         s.requests += 1;

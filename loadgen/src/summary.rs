@@ -102,7 +102,20 @@ pub struct Summary {
     /// A scenario's requests, in its order (empty without one).
     #[serde(rename = "q", default, skip_serializing_if = "Vec::is_empty")]
     pub by_request: Vec<RequestSummary>,
+    /// Made to fit: precision lowered or histograms left out. The runner
+    /// then prints the fuller summary on stdout ([`FULL_PREFIX`]), where
+    /// the operator reads it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
 }
+
+/// The line a runner prints its fuller summary on when its termination
+/// message had to leave something out: this, then the JSON.
+pub const FULL_PREFIX: &str = "flotilla-summary ";
+/// The fuller summary's budget: every stage of a 100-step capacity search
+/// with its histogram, and a scenario's requests (the operator reads at
+/// most this from a runner's log).
+pub const MAX_FULL: usize = 64 * 1024;
 
 /// One request's share of a scenario's summary (short keys, as a stage's).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -164,8 +177,9 @@ pub struct Staged {
     pub requests: Vec<crate::scenario::RequestOutcome>,
 }
 
-/// Stages a merge takes from one summary at most (the CRD allows 32).
-pub const MAX_STAGES: usize = 64;
+/// Stages a merge takes from one summary at most (the CRD allows 32, and
+/// a capacity search of 100 steps makes 200).
+pub const MAX_STAGES: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
@@ -175,7 +189,9 @@ pub enum SummaryError {
     Base64(#[from] base64::DecodeError),
     #[error("the histogram cannot be decoded: {0}")]
     Histogram(String),
-    #[error("the summary does not fit in {MAX_MESSAGE} bytes even at 1 significant digit")]
+    #[error(
+        "the summary does not fit in its budget ({MAX_MESSAGE} bytes for the termination message) even at 1 significant digit"
+    )]
     TooLarge,
 }
 
@@ -291,14 +307,50 @@ impl Summary {
         h: &Histogram<u64>,
         staged: &Staged,
     ) -> Result<String, SummaryError> {
+        Self::fit(requests, &errors, not_sent, elapsed, h, staged, MAX_MESSAGE)
+    }
+
+    /// The termination message ([`Summary::to_message_staged`]) and, when
+    /// it had to leave something out (`more`), the fuller summary within
+    /// [`MAX_FULL`] for stdout.
+    pub fn to_message_and_full(
+        requests: u64,
+        errors: BTreeMap<ErrorKind, u64>,
+        not_sent: u64,
+        elapsed: Duration,
+        h: &Histogram<u64>,
+        staged: &Staged,
+    ) -> Result<(String, Option<String>), SummaryError> {
+        let message = Self::fit(requests, &errors, not_sent, elapsed, h, staged, MAX_MESSAGE)?;
+        if !Self::parse(&message)?.more {
+            return Ok((message, None));
+        }
+        let full = Self::fit(requests, &errors, not_sent, elapsed, h, staged, MAX_FULL)?;
+        Ok((message, Some(full)))
+    }
+
+    /// The summary as JSON of at most `budget` bytes, made to fit as
+    /// [`Summary::to_message_staged`] says (and marked `more` if it had to).
+    fn fit(
+        requests: u64,
+        errors: &BTreeMap<ErrorKind, u64>,
+        not_sent: u64,
+        elapsed: Duration,
+        h: &Histogram<u64>,
+        staged: &Staged,
+        budget: usize,
+    ) -> Result<String, SummaryError> {
         let at = |h: &Histogram<u64>, digits: u8| if digits == 3 { encode(h) } else { encode(&reduce(h, digits)) };
         // Room is made by lowering the precision, then by leaving out the
-        // stages' histograms, then the requests' (counts stay).
-        let levels = [(true, true), (false, true), (false, false)];
-        for (k, (stage_hists, request_hists)) in levels.into_iter().enumerate() {
+        // stages' histograms, then the requests' (counts stay), and at last
+        // the stages and requests themselves (the log's fuller summary has
+        // them; counts in the billions could need it).
+        let levels = [(true, true, true), (false, true, true), (false, false, true), (false, false, false)];
+        for (k, (stage_hists, request_hists, parts)) in levels.into_iter().enumerate() {
             let nothing_left = match k {
                 1 => staged.stages.is_empty(),
                 2 => staged.requests.is_empty(),
+                3 => staged.stages.is_empty() && staged.requests.is_empty(),
                 _ => false,
             };
             if nothing_left {
@@ -306,7 +358,7 @@ impl Summary {
             }
             for digits in [3u8, 2, 1] {
                 let mut stages = Vec::with_capacity(staged.stages.len());
-                for st in &staged.stages {
+                for st in staged.stages.iter().filter(|_| parts) {
                     stages.push(StageSummary {
                         requests: st.requests,
                         errors: st.errors,
@@ -315,7 +367,7 @@ impl Summary {
                     });
                 }
                 let mut by_request = Vec::with_capacity(staged.requests.len());
-                for r in &staged.requests {
+                for r in staged.requests.iter().filter(|_| parts) {
                     by_request.push(RequestSummary {
                         requests: r.requests,
                         errors: r.errors.clone(),
@@ -326,6 +378,7 @@ impl Summary {
                     v: 1,
                     requests,
                     errors: errors.clone(),
+                    more: digits < 3 || !stage_hists || !request_hists || !parts,
                     not_sent,
                     elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
                     digits,
@@ -337,7 +390,7 @@ impl Summary {
                     by_request,
                 };
                 let json = serde_json::to_string(&s)?;
-                if json.len() <= MAX_MESSAGE {
+                if json.len() <= budget {
                     return Ok(json);
                 }
             }
@@ -680,6 +733,8 @@ mod tests {
         let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((s.dropped, s.stages.len()), (3, 3));
         assert!(s.stages.iter().all(|st| st.hist.is_some() && st.dropped == 1 && st.requests == 20));
+        // Only the wide whole lost precision, and it says so.
+        assert_eq!(s.more, s.digits < 3, "{msg}");
         assert_eq!(s.stage_histogram(2).ok().flatten().map(|h| h.len()), Some(20));
         // 32 stages as wide as can be: the counts stay, within the limit.
         let staged = Staged {
@@ -693,6 +748,16 @@ mod tests {
         let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.stages.len(), 32);
         assert!(s.stages.iter().all(|st| st.dropped == 7));
+        // It says it left something out; the fuller summary (for the log)
+        // holds every stage's histogram, at no less precision.
+        assert!(s.more);
+        let (message, full) =
+            Summary::to_message_and_full(9, BTreeMap::new(), 0, Duration::from_secs(9), &wide(), &staged)
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(message, msg);
+        let full = Summary::parse(&full.unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(full.digits >= s.digits && full.stages.iter().all(|st| st.hist.is_some()), "{}", full.digits);
+        assert_eq!(full.stage_histogram(31).ok().flatten().map(|h| h.len()), Some(wide().len()));
         // Beside a scenario's eight wide requests: the stages' histograms go
         // first, the requests' last; every count stays.
         let requests: Vec<crate::scenario::RequestOutcome> = (0..8)
@@ -727,6 +792,57 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.request_histogram(2).ok().flatten().map(|h| h.len()), Some(20));
+        // The worst a LoadTest can ask: 8 requests with every error kind,
+        // 32 stages, counts in the billions, a wide whole: the counts fit.
+        let kinds = [
+            ErrorKind::Http5xx,
+            ErrorKind::Http4xx,
+            ErrorKind::Timeout,
+            ErrorKind::Connect,
+            ErrorKind::Other,
+            ErrorKind::Check,
+        ];
+        let worst = Staged {
+            dropped: u64::MAX / 3,
+            stages: (0..32)
+                .map(|_| StageOutcome {
+                    requests: u64::MAX / 3,
+                    errors: u64::MAX / 5,
+                    dropped: u64::MAX / 7,
+                    histogram: wide(),
+                })
+                .collect(),
+            requests: (0..crate::scenario::MAX_REQUESTS)
+                .map(|_| crate::scenario::RequestOutcome {
+                    requests: u64::MAX / 3,
+                    errors: kinds.iter().map(|k| (*k, u64::MAX / 11)).collect(),
+                    histogram: wide(),
+                })
+                .collect(),
+            ..Staged::default()
+        };
+        let errors: BTreeMap<ErrorKind, u64> = kinds.iter().map(|k| (*k, u64::MAX / 13)).collect();
+        let msg =
+            Summary::to_message_staged(u64::MAX / 2, errors, u64::MAX / 9, Duration::from_secs(9), &wide(), &worst)
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert!(msg.len() <= MAX_MESSAGE, "{}", msg.len());
+        assert!(Summary::parse(&msg).is_ok_and(|s| s.more), "{msg}");
+        // Counts a runner can reach (a million a second for a day): the
+        // stages and requests stay, with their counts.
+        let day = 86_400_000_000u64;
+        let mut real = worst.clone();
+        for st in &mut real.stages {
+            (st.requests, st.errors, st.dropped) = (day, day, day);
+        }
+        for r in &mut real.requests {
+            r.requests = day;
+            r.errors.values_mut().for_each(|n| *n = day);
+        }
+        let errors: BTreeMap<ErrorKind, u64> = kinds.iter().map(|k| (*k, day)).collect();
+        let msg = Summary::to_message_staged(day, errors, day, Duration::from_secs(9), &wide(), &real)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s = Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((s.stages.len(), s.by_request.len()), (32, 8), "{msg}");
         // A summary without stages reads as before (and old ones still parse).
         let old = summary_of(&[1_000], 0);
         assert!(old.stages.is_empty() && old.dropped == 0);

@@ -590,3 +590,45 @@ async fn a_scenario_under_an_arrival_rate_counts_each_request() {
     assert!(by[0].requests.abs_diff(by[1].requests) <= 1, "{by:?}");
     assert_eq!(seen.lock().unwrap().len() as u64, out.requests);
 }
+
+/// A request dropped in an arrival-rate profile (every connection busy)
+/// does not move the mix on: with one connection, 150 ms answers and a
+/// request due every 100 ms, every other one is dropped, and both requests
+/// of a 1:1 scenario are still sent in turn (before, the one due on odd
+/// ticks was always the one dropped).
+#[tokio::test]
+async fn a_dropped_request_does_not_skip_its_turn_in_the_mix() {
+    let (base, _) = server().await;
+    let slow = |w: u32| Variant { weight: 1, ..variant(w, "GET", "/ok?delay_ms=150", "", &[], None) };
+    let cfg = Config {
+        scenario: vec![slow(1), slow(2)],
+        stages: vec![stage(1, 10.0), stage(2, 10.0)],
+        max_connections: 1,
+        ..config(format!("{base}/"), 1, 1)
+    };
+    let out = run(cfg).await.unwrap();
+    assert!(out.staged.dropped > 0, "nothing dropped: the test proves nothing");
+    let by = &out.staged.requests;
+    assert!(by[0].requests > 3 && by[1].requests > 3, "{by:?}");
+    assert!(by[0].requests.abs_diff(by[1].requests) <= 1, "{by:?}");
+}
+
+/// A request's path never names another host: `//localhost:1/x` (and
+/// `/\localhost:1/x`) is a path on the run's target, through reqwest
+/// (HTTP/2, h2c) as on the fast way. Before, reqwest joined it as a URL
+/// and sent the load to that host: here, connect errors on port 1; on a
+/// cluster, wherever DNS said, past the pinned Service.
+#[tokio::test]
+async fn a_path_naming_another_host_still_goes_to_the_target() {
+    let (base, count) = server().await;
+    for http2 in [true, false] {
+        let before = count.load(Ordering::Relaxed);
+        let scenario = vec![
+            variant(1, "GET", "//localhost:1/x", "", &[200], None),
+            variant(1, "GET", "/\\localhost:1/y", "", &[200], None),
+        ];
+        let out = run(Config { scenario, http2, ..config(format!("{base}/"), 4, 1) }).await.unwrap();
+        assert!(out.errors.is_empty(), "http2 {http2}: {:?}", out.errors);
+        assert_eq!(count.load(Ordering::Relaxed) - before, 4, "http2 {http2}: every request reached the target");
+    }
+}

@@ -160,8 +160,11 @@ mod tests {
         assert_eq!(stages.len(), 8);
         assert_eq!((stages[2].duration.0.as_str(), stages[2].rate), ("1s", 100));
         assert_eq!((stages[3].duration.0.as_str(), stages[3].rate), ("29000ms", 100));
-        let wide = CapacitySpec { start: 1, step: 1, max: 100, ..spec() };
-        assert_eq!(wide.rates().len(), 16, "never more than 16 steps, whatever the schema let through");
+        let wide = CapacitySpec { start: 1, step: 1, max: 1000, ..spec() };
+        assert_eq!(wide.rates().len(), 100, "never more than 100 steps, whatever the schema let through");
+        // The example: 50 to 5000 by 50, every 30 s.
+        let example = CapacitySpec { start: 50, step: 50, max: 5000, ..spec() };
+        assert_eq!((example.rates().len(), example.stages().unwrap().len()), (100, 200));
     }
 
     #[test]

@@ -416,6 +416,10 @@ async fn plan_step(
                 let pods: Api<Pod> = Api::namespaced(data.ctx.client.clone(), &ns);
                 logs = Some(crate::progress::read(&pods, names).await);
             }
+            Some(Need::Summaries(names)) if logs.is_none() => {
+                let pods: Api<Pod> = Api::namespaced(data.ctx.client.clone(), &ns);
+                logs = Some(crate::progress::read_summaries(&pods, names).await);
+            }
             _ => return Ok((next, counting)),
         }
     }

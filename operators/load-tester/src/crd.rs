@@ -69,7 +69,7 @@ pub use status::{
     printcolumn = r#"{"name":"Verdict","type":"string","jsonPath":".status.verdict","description":"Passed, Failed or None (no thresholds)"}"#,
     printcolumn = r#"{"name":"Run","type":"integer","jsonPath":".status.run"}"#,
     printcolumn = r#"{"name":"Children","type":"integer","jsonPath":".status.children","description":"runner pods of the current run"}"#,
-    printcolumn = r#"{"name":"Requests","type":"integer","jsonPath":".status.results.byRequest"}"#,
+    printcolumn = r#"{"name":"Requests","type":"integer","jsonPath":".status.results.requests"}"#,
     printcolumn = r#"{"name":"P99","type":"string","jsonPath":".status.results.latency.p99"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Next","type":"date","priority":1,"jsonPath":".status.nextRunTime","description":"with spec.schedule: when the next run starts"}"#,
@@ -220,6 +220,8 @@ fn default_timeout() -> GoDuration {
     .message("checks.bodyContains is not for method HEAD: its answers have no body"))]
 #[x_kube(validation = kube::core::Rule::new("!has(self.requests) || ((!has(self.body) || self.body == '') && !has(self.bodyFrom))")
     .message("with requests, each request has its own body: test.body and test.bodyFrom are not used"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.requests) || !has(self.checks) || !has(self.checks.bodyContains) || self.requests.all(r, r.method != 'HEAD' || has(r.checks))")
+    .message("test.checks.bodyContains is the default of every request without checks: a HEAD request's answers have no body, give it checks of its own"))]
 pub struct TestSpec {
     /// HTTP method (default GET).
     #[serde(default)]

@@ -28,6 +28,7 @@
 //! | `machine/limits.rs` | the operator's bounds on a run |
 //! | `machine/target.rs` | the target Service pinned and watched |
 //! | `machine/finish.rs` | a run whose runners all ended: merged, judged, Finished |
+//! | `machine/fuller.rs` | the fuller summaries in ended runners' logs, taken where they agree |
 //! | `machine/progress.rs` | a run's progress while Executing, abortOnFail |
 
 use std::time::Duration;
@@ -39,6 +40,7 @@ use crate::crd::{Cleanup, LoadTestSpec, LoadTestStatus, State, Verdict};
 use crate::runner::{Runner, Window};
 
 mod finish;
+mod fuller;
 mod limits;
 mod progress;
 mod runs;
@@ -433,7 +435,12 @@ fn executing(
     }
     let done: Vec<&&Runner> = mine.iter().filter(|r| r.terminated.as_ref().is_some_and(|(c, ..)| *c == 0)).collect();
     if done.len() >= replicas {
-        finish::finished(step, spec, &done, now);
+        // What a termination message had no room for is in its runner's log.
+        let fuller = fuller::with_more(&done);
+        match seen.progress {
+            None if !fuller.is_empty() => step.needs = Some(Need::Summaries(fuller)),
+            logs => finish::finished(step, spec, &done, logs.unwrap_or_default(), now),
+        }
         return;
     }
     let elapsed = since(step.status.start_time.as_ref(), now);
@@ -774,6 +781,14 @@ mod tests {
         assert_eq!(done.delete, ["t-r1-0", "t-r1-1"]);
     }
 
+    /// A step of test `t` (run 1) given the runners' logs it asked for.
+    fn with_logs(s: &LoadTestSpec, st: &LoadTestStatus, rs: &[Runner], logs: &[RunnerLog], now: Timestamp) -> Step {
+        let seen =
+            Seen { runners: rs, target: &ready(), others_in_namespace: Some(0), baseline: None, progress: Some(logs) };
+        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" };
+        step(s, &L, &wanted, Some(st), &seen, now)
+    }
+
     /// While the runners send, their logs are asked for every 5 s (not
     /// sooner) and become status.progress; a run stopped by abortOnFail
     /// ends Finished, verdict Failed, reason AbortedOnFail.
@@ -788,15 +803,7 @@ mod tests {
         let asks = go(&s, 1, "", Some(&executing), &rs, ready(), t(2));
         assert_eq!(asks.needs, Some(Need::Progress(vec!["t-r1-0".into()])));
         let logs = [RunnerLog { runner: "t-r1-0".into(), log: Err("no kubelet".into()) }];
-        let seen = Seen {
-            runners: &rs,
-            target: &ready(),
-            others_in_namespace: Some(0),
-            baseline: None,
-            progress: Some(&logs),
-        };
-        let wanted = Wanted { name: "t", generation: 1, rerun: "", created: None, save_baseline: "" };
-        let read = step(&s, &L, &wanted, Some(&executing), &seen, t(2));
+        let read = with_logs(&s, &executing, &rs, &logs, t(2));
         let progress = read.status.progress.clone().unwrap_or_default();
         assert_eq!(progress.message, "t-r1-0: no kubelet");
         assert_eq!(read.requeue, Some(PROGRESS_EVERY));
@@ -821,6 +828,61 @@ mod tests {
             (State::Finished, Verdict::Failed, "AbortedOnFail")
         );
         assert!(done.message.contains("stopped early, error ratio 0.5000"), "{}", done.message);
+    }
+
+    /// A runner whose termination message left something out (`more`):
+    /// once every runner ended, its log is asked for, and its fuller
+    /// summary gives the stage its percentiles; a log that could not be read
+    /// leaves the message's figures (the percentiles unknown, not wrong).
+    #[test]
+    fn a_message_with_more_asks_for_the_log_and_merges_its_fuller_summary() {
+        let s: LoadTestSpec = serde_json::from_value(json!({"replicas": 1, "test": {"serviceName": "nginx"},
+            "load": {"stages": (0..32).map(|_| json!({"duration": "1s", "rate": 10})).collect::<Vec<_>>()}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        // 32 stages of spread latencies: no room for their histograms.
+        let stages: Vec<loadgen::summary::StageOutcome> = (0..32u64)
+            .map(|k| {
+                let mut h = loadgen::summary::histogram();
+                for v in 1..150u64 {
+                    loadgen::summary::record(&mut h, Duration::from_micros(v * v * 13 + k));
+                }
+                loadgen::summary::StageOutcome { requests: 149, errors: 0, dropped: 0, histogram: h }
+            })
+            .collect();
+        let mut whole = loadgen::summary::histogram();
+        for st in &stages {
+            whole.add(&st.histogram).unwrap_or_default();
+        }
+        let staged = loadgen::summary::Staged { stages, ..Default::default() };
+        let (msg, full) = loadgen::summary::Summary::to_message_and_full(
+            32 * 149,
+            Default::default(),
+            0,
+            Duration::from_secs(32),
+            &whole,
+            &staged,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let full = full.unwrap_or_else(|| panic!("the message held everything: {msg}"));
+        let pending = go(&s, 1, "", None, &[], ready(), t(0)).status;
+        let mut r = Runner { running: true, ..runner(1, 0) };
+        let executing = go(&s, 1, "", Some(&pending), std::slice::from_ref(&r), ready(), t(1)).status;
+        (r.running, r.signalled, r.terminated) = (false, true, Some((0, "Completed".into(), msg)));
+        let rs = [r];
+        let asks = go(&s, 1, "", Some(&executing), &rs, ready(), t(40));
+        assert_eq!((asks.needs, asks.status.state), (Some(Need::Summaries(vec!["t-r1-0".into()])), State::Executing));
+        let with = |log: Result<String, String>| {
+            with_logs(&s, &executing, &rs, &[RunnerLog { runner: "t-r1-0".into(), log }], t(40)).status
+        };
+        let read = with(Ok(format!("{}{full}\n", loadgen::summary::FULL_PREFIX)));
+        assert_eq!(read.state, State::Finished);
+        let stages = read.results.map(|r| r.stages).unwrap_or_default();
+        assert!(stages.len() == 32 && stages.iter().all(|st| st.latency.is_some()), "{stages:?}");
+        let unread = with(Err("no kubelet".into()));
+        assert_eq!(unread.state, State::Finished);
+        let stages = unread.results.map(|r| r.stages).unwrap_or_default();
+        assert_eq!(stages.iter().map(|st| st.requests).sum::<i64>(), 32 * 149, "the counts stay");
+        assert!(stages.iter().any(|st| st.latency.is_none()), "{stages:?}");
     }
 
     /// A capacity search ends with its capacity in the results and a

@@ -1,6 +1,7 @@
 //! Reading a run's progress: the last lines of each running runner's log
 //! (loadgen prints a progress line every 5 s), a few at a time, each read
-//! bounded in time and size. What they say is the machine's to judge
+//! bounded in time and size; and, once they ended, the fuller summaries
+//! their termination messages had no room for. What they say is the machine's to judge
 //! ([`crate::machine::step`]).
 
 use std::time::Duration;
@@ -31,6 +32,17 @@ const ROUND: Duration = Duration::from_secs(8);
 
 /// The last lines of each runner's log, or why they could not be read.
 pub async fn read(pods: &Api<Pod>, runners: Vec<String>) -> Vec<RunnerLog> {
+    read_tail(pods, runners, TAIL_LINES, LIMIT_BYTES).await
+}
+
+/// The last lines of each ended runner's log, where its fuller summary is
+/// (its last line; a warning may come before it).
+pub async fn read_summaries(pods: &Api<Pod>, runners: Vec<String>) -> Vec<RunnerLog> {
+    let limit = i64::try_from(loadgen::summary::MAX_FULL + 4096).unwrap_or(i64::MAX) + LIMIT_BYTES;
+    read_tail(pods, runners, TAIL_LINES, limit).await
+}
+
+async fn read_tail(pods: &Api<Pod>, runners: Vec<String>, tail_lines: i64, limit_bytes: i64) -> Vec<RunnerLog> {
     let end = tokio::time::Instant::now() + ROUND;
     futures::stream::iter(runners.into_iter().map(|runner| async move {
         let within = READ_TIMEOUT.min(end.saturating_duration_since(tokio::time::Instant::now()));
@@ -39,8 +51,8 @@ pub async fn read(pods: &Api<Pod>, runners: Vec<String>) -> Vec<RunnerLog> {
         }
         let params = LogParams {
             container: Some(crate::runner::CONTAINER.to_string()),
-            tail_lines: Some(TAIL_LINES),
-            limit_bytes: Some(LIMIT_BYTES),
+            tail_lines: Some(tail_lines),
+            limit_bytes: Some(limit_bytes),
             ..LogParams::default()
         };
         let log = match tokio::time::timeout(within, pods.logs(&runner, &params)).await {

@@ -75,8 +75,8 @@ pub struct LoadSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.max >= self.start").message("capacity.max is at least capacity.start"))]
-#[x_kube(validation = kube::core::Rule::new("self.max - self.start < 16 * self.step")
-    .message("capacity: at most 16 steps from start to max (raise step)"))]
+#[x_kube(validation = kube::core::Rule::new("self.max - self.start < 100 * self.step")
+    .message("capacity: at most 100 steps from start to max (raise step)"))]
 #[x_kube(validation = kube::core::Rule::new(
     "duration(self.stepDuration) >= duration('30s') && duration(self.stepDuration) <= duration('10m')"
 ).message("capacity.stepDuration is 30s to 10m: each step holds its rate long enough for its last 10 s to be read at least twice"))]
@@ -92,13 +92,15 @@ pub struct CapacitySpec {
     /// while the search runs, on its last 10 s at each progress read from
     /// 11 s into the step: at least 3 reads a step).
     pub step_duration: GoDuration,
-    /// The last step's rate at most (1-100000; at most 16 steps from start).
+    /// The last step's rate at most (1-100000; at most 100 steps from start).
     #[schemars(range(min = 1, max = 100000))]
     pub max: i32,
 }
 
-/// Steps of a capacity search at most (two stages each: a ramp and a hold).
-pub const MAX_CAPACITY_STEPS: i32 = 16;
+/// Steps of a capacity search at most (two stages each: a ramp and a hold;
+/// a runner's termination message has room for the figures of about 16,
+/// the rest reach the operator through its log: loadgen's `more`).
+pub const MAX_CAPACITY_STEPS: i32 = 100;
 /// How long a capacity step ramps to its rate.
 pub const CAPACITY_RAMP: &str = "1s";
 

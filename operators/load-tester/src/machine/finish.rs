@@ -9,13 +9,18 @@ use crate::crd::{LoadTestSpec, State, Verdict};
 use crate::results::{merge, verdict};
 use crate::runner::Runner;
 
+use super::progress::RunnerLog;
 use super::{Step, fail};
 
-/// Merges the runners' summaries (`done`: every runner, exited 0) into the
-/// results and the verdict.
-pub(super) fn finished(step: &mut Step, spec: &LoadTestSpec, done: &[&&Runner], now: Timestamp) {
-    let messages: Vec<(String, String)> =
-        done.iter().filter_map(|r| r.terminated.as_ref().map(|(_, _, m)| (r.name.clone(), m.clone()))).collect();
+/// Merges the runners' summaries (`done`: every runner, exited 0; the
+/// fuller ones in `logs` where they agree) into the results and the verdict.
+pub(super) fn finished(step: &mut Step, spec: &LoadTestSpec, done: &[&&Runner], logs: &[RunnerLog], now: Timestamp) {
+    let messages: Vec<(String, String)> = done
+        .iter()
+        .filter_map(|r| {
+            r.terminated.as_ref().map(|(_, _, m)| (r.name.clone(), super::fuller::summary_of(&r.name, m, logs)))
+        })
+        .collect();
     let stages = spec.stages();
     let names: Vec<String> = spec.test.requests.iter().map(|r| r.name.clone()).collect();
     match merge(&messages, &stages, &names) {

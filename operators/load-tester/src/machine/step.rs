@@ -22,7 +22,9 @@ pub struct Seen<'a> {
     /// spec.baseline's LoadTest (another than this one) as a baseline
     /// (None: not looked at).
     pub baseline: Option<&'a BaselineStatus>,
-    /// The last lines of the running runners' logs (None: not read).
+    /// The last lines of the running runners' logs (None: not read); once
+    /// every runner ended, those of the runners whose fuller summary is
+    /// there ([`Need::Summaries`]).
     pub progress: Option<&'a [RunnerLog]>,
 }
 
@@ -38,6 +40,9 @@ pub enum Need {
     Baseline,
     /// The logs of these runners, for the run's progress ([`Seen::progress`]).
     Progress(Vec<String>),
+    /// The logs of these ended runners, for the fuller summaries their
+    /// termination messages had no room for ([`Seen::progress`]).
+    Summaries(Vec<String>),
 }
 
 /// What the controller must do.
