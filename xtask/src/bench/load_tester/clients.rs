@@ -203,7 +203,11 @@ fn loadgen(binary: &Path, url: &str, connections: u64, rate: f64, seconds: u64) 
         .args(["--termination-log", "/dev/null"])
         .env("TOKIO_WORKER_THREADS", "2");
     let run = run_measured(cmd, Duration::from_secs(seconds) + CLIENT_SLACK)?;
-    let line = run.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    // The fuller summary when the termination message had to lose
+    // precision (a wide histogram), else the message (its last line).
+    let lines: Vec<&str> = run.stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    let full = lines.iter().rev().find_map(|l| l.strip_prefix(loadgen::summary::FULL_PREFIX));
+    let line = full.or(lines.last().copied()).unwrap_or_default();
     let merged = Merged::of(&[Summary::parse(line).with_context(|| format!("loadgen's summary: {line:?}"))?])?;
     Ok(Figures {
         requests: merged.requests,
