@@ -73,7 +73,7 @@ struct Args {
     expect_body_contains: Option<String>,
     /// Several weighted requests instead of one: a JSON list of
     /// {weight, method, path, headers, headerFiles, body, bodyFile,
-    /// expectStatus, expectBodyContains} (at most 16; paths and queries
+    /// expectStatus, expectBodyContains} (at most 8; paths and queries
     /// replace the URL's; the --header and --header-file headers go first
     /// in each; --method, --body, --body-file and --expect-* are then
     /// unused). The summary then carries each request's figures, in order.

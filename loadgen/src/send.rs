@@ -46,7 +46,7 @@ pub struct Tls {
 pub enum BuildError {
     #[error("the CA file holds no PEM certificate")]
     NoCertificate,
-    #[error("the URL, or a request's path joined to it, is not a URL")]
+    #[error("the URL, or a request's path on it, is not a URL of the same host and port")]
     Url,
     #[error(transparent)]
     Client(#[from] reqwest::Error),
@@ -397,7 +397,7 @@ mod tests {
     use super::*;
 
     /// A request's path never names another host: `//victim/x` and
-    /// `/\\victim/x` are paths on the pinned Service (joined, they were the
+    /// `/\victim/x` are paths on the pinned Service (joined, they were the
     /// load sent to `victim`, resolved by DNS).
     #[test]
     fn a_path_is_only_ever_a_path() {

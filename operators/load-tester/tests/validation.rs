@@ -357,7 +357,7 @@ async fn admission_checks_the_load_stages() {
 }
 
 /// spec.load.capacity at admission: start, step and max 1-100000, max at
-/// least start, at most 16 steps, stepDuration 30s-10m; not with
+/// least start, at most 100 steps, stepDuration 30s-10m; not with
 /// load.duration, load.stages, test.repeat or a rate; thresholds to search
 /// against. A valid search is stored as written and runs as 2 stages a
 /// step (a 1 s ramp, then the hold).
@@ -396,7 +396,7 @@ async fn admission_checks_the_capacity_search() {
             "sets its own steps",
         ),
         ("max below start", changed("max", json!(10)), "at least capacity.start"),
-        ("17 steps", changed("max", json!(850)), "at most 16 steps"),
+        ("101 steps", changed("max", json!(5050)), "at most 100 steps"),
         ("a step of 0", changed("step", json!(0)), "step"),
         ("a start of 0", changed("start", json!(0)), "start"),
         ("a step of 20s", changed("stepDuration", json!("20s")), "30s to 10m"),
@@ -412,6 +412,9 @@ async fn admission_checks_the_capacity_search() {
     create(&client, &ns, "LoadTest", "search", with(changed("max", json!(800))["load"]["capacity"].clone(), json!({})))
         .await
         .unwrap();
+    // The example, 50 to 5000 by 50: 100 steps, admitted (it was
+    // refused at 16 steps before the fuller summaries).
+    create(&client, &ns, "LoadTest", "hundred", changed("max", json!(5000))).await.unwrap();
     let spec = t.get("search").await.unwrap().spec;
     assert_eq!((spec.test.repeat, spec.stages().len()), (None, 32));
     assert_eq!(spec.duration().unwrap(), Some(std::time::Duration::from_secs(16 * 30)));
