@@ -17,7 +17,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use loadgen::run::{Config, run};
 use loadgen::send::Tls;
 use loadgen::summary::ErrorKind;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use tokio_rustls::rustls;
 
 /// The name the server's certificate carries (as a Service's would).
@@ -26,17 +25,8 @@ const HOST: &str = "web.test.svc.cluster.local";
 /// A CA and a serving certificate it signed for `names`: (CA PEM, leaf
 /// DER, leaf key DER).
 fn pki(names: &[&str]) -> (String, Vec<u8>, Vec<u8>) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-    let issuer = Issuer::new(ca, &ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    (ca_pem, leaf.der().to_vec(), key.serialize_der())
+    let p = flotilla_testenv::serving_pki::serving_pki(names).unwrap();
+    (p.ca_pem, p.cert_der, p.key_der)
 }
 
 /// What the server saw: each request's HTTP version.

@@ -33,6 +33,7 @@ pub mod harness;
 pub mod heap;
 pub mod kubelet;
 pub mod rbac;
+pub mod serving_pki;
 pub mod under_test;
 
 pub use build::assets::Assets;

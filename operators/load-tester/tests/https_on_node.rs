@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Api;
 use kube::api::PostParams;
 use load_tester::crd::{State, Verdict};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::json;
 
 /// RFC 8484's example query (www.example.com, A), base64url: CoreDNS's
@@ -30,14 +29,8 @@ const QUERY: &str = "/dns-query?dns=AAABAAABAAAAAAAAA3d3dwdleGFtcGxlA2NvbQAAAQAB
 
 /// A CA's certificate, and a certificate and key for `name` it signed (PEM).
 fn pki(name: &str) -> (String, String, String) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-    let issuer = Issuer::new(ca, &ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec![name.to_string()]).unwrap().signed_by(&key, &issuer).unwrap();
-    (ca_pem, leaf.pem(), key.serialize_pem())
+    let p = flotilla_testenv::serving_pki::serving_pki(&[name]).unwrap();
+    (p.ca_pem, p.cert_pem, p.key_pem)
 }
 
 #[tokio::test]
