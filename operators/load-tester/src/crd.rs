@@ -24,7 +24,8 @@ pub use baseline::{Baseline, BaselineStatus, MaxRegression, Percent, SavedBaseli
 pub use checks::{Checks, MAX_BODY_CONTAINS};
 pub use progress::Progress;
 pub use request::{
-    BodySource, ConfigMapKeyRef, HeaderValue, HeaderValueSource, HttpHeader, Scheme, SecretKeyRef, TestTls,
+    BodySource, CREDENTIAL_HEADERS, ConfigMapKeyRef, HeaderValue, HeaderValueSource, HttpHeader, Scheme, SecretKeyRef,
+    TestTls, is_header_name,
 };
 pub use runner::{
     CAPACITY_RAMP, CapacitySpec, DEFAULT_MAX_CONNECTIONS, LoadSpec, LoadStage, MAX_CAPACITY_STEPS, RunnerResources,
@@ -332,17 +333,6 @@ impl TestSpec {
     pub fn repeat(&self) -> i32 {
         self.repeat.unwrap_or(DEFAULT_REPEAT)
     }
-}
-
-/// Header names that carry credentials: refused as literal values by the
-/// chart's admission policy (lower case).
-pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "cookie"];
-
-/// Whether `name` is an HTTP token (what a header name must be).
-pub fn is_header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 256
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 fn default_path() -> String {
