@@ -112,9 +112,8 @@ pub struct Summary {
 /// The line a runner prints its fuller summary on when its termination
 /// message had to leave something out: this, then the JSON.
 pub const FULL_PREFIX: &str = "flotilla-summary ";
-/// The fuller summary's budget: every stage of a 100-step capacity search
-/// with its histogram, and a scenario's requests (the operator reads at
-/// most this from a runner's log).
+/// The fuller summary's line, [`FULL_PREFIX`] included: every stage of a
+/// 100-step capacity search with its histogram, and a scenario's requests.
 pub const MAX_FULL: usize = 64 * 1024;
 
 /// One request's share of a scenario's summary (short keys, as a stage's).
@@ -325,7 +324,7 @@ impl Summary {
         if !Self::parse(&message)?.more {
             return Ok((message, None));
         }
-        let full = Self::fit(requests, &errors, not_sent, elapsed, h, staged, MAX_FULL)?;
+        let full = Self::fit(requests, &errors, not_sent, elapsed, h, staged, MAX_FULL - FULL_PREFIX.len())?;
         Ok((message, Some(full)))
     }
 
@@ -344,7 +343,8 @@ impl Summary {
         // Room is made by lowering the precision, then by leaving out the
         // stages' histograms, then the requests' (counts stay), and at last
         // the stages and requests themselves (the log's fuller summary has
-        // them; counts in the billions could need it).
+        // them; 200 stages of a 100-step search need it, their counts alone
+        // past 4 KiB).
         let levels = [(true, true, true), (false, true, true), (false, false, true), (false, false, false)];
         for (k, (stage_hists, request_hists, parts)) in levels.into_iter().enumerate() {
             let nothing_left = match k {
@@ -512,7 +512,23 @@ impl Merged {
     }
 
     /// Merges summaries: counts added, histograms added bucket by bucket.
+    /// Stages (or a scenario's requests) that some summary left out
+    /// altogether (no room even for their counts) are not shown from the
+    /// others' share: none are kept, unknown rather than wrong.
     pub fn of(summaries: &[Summary]) -> Result<Merged, SummaryError> {
+        let mut m = Merged::of_all(summaries)?;
+        // (A runner that sent nothing, stopped before its start, has none to report.)
+        let lacks = |has: &dyn Fn(&Summary) -> bool| summaries.iter().any(|s| s.requests > 0 && !has(s));
+        if !m.stages.is_empty() && lacks(&|s| !s.stages.is_empty()) {
+            m.stages.clear();
+        }
+        if !m.by_request.is_empty() && lacks(&|s| !s.by_request.is_empty()) {
+            m.by_request.clear();
+        }
+        Ok(m)
+    }
+
+    fn of_all(summaries: &[Summary]) -> Result<Merged, SummaryError> {
         let mut m = Merged { runners: summaries.len(), ..Merged::empty() };
         for s in summaries {
             m.dropped = m.dropped.saturating_add(s.dropped);
@@ -606,6 +622,26 @@ mod tests {
         let msg = Summary::to_message(values.len() as u64 + errors, errs, 0, Duration::from_secs(2), &h)
             .unwrap_or_else(|e| panic!("{e}"));
         Summary::parse(&msg).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A runner whose message had no room even for its stages' counts:
+    /// the merge shows no stage rather than the others' share as the whole.
+    #[test]
+    fn stages_one_runner_left_out_are_unknown_not_partial() {
+        let stage = |n: u64| StageSummary { requests: n, errors: 0, dropped: 0, hist: None };
+        let mut with = summary_of(&[1_000; 4], 0);
+        with.stages = vec![stage(2), stage(2)];
+        let mut without = summary_of(&[1_000; 4], 0);
+        without.more = true;
+        let m = Merged::of(&[with.clone(), with.clone()]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(m.stages.iter().map(|s| s.requests).collect::<Vec<_>>(), [4, 4]);
+        let m = Merged::of(&[with.clone(), without]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(m.stages.is_empty(), "{:?}", m.stages);
+        assert_eq!(m.requests, 8, "the run's own counts stay");
+        // One that sent nothing (stopped before its start) has none to report.
+        let mut idle = summary_of(&[], 0);
+        idle.stages.clear();
+        assert_eq!(Merged::of(&[with, idle]).unwrap_or_else(|e| panic!("{e}")).stages.len(), 2);
     }
 
     #[test]

@@ -39,7 +39,7 @@ fn judge(t: &Thresholds, histogram: Histogram<u64>, requests: u64, failed: u64) 
 /// a miss (an unknown is never counted as met).
 fn step_missed(t: &Thresholds, hold: Option<&MergedStage>) -> Option<String> {
     let Some(s) = hold.filter(|s| s.requests > 0 || s.dropped > 0) else {
-        return Some("no figures (not run)".into());
+        return Some("no figures (not run, or a runner's were not read)".into());
     };
     let (requests, failed) = (s.requests.saturating_add(s.dropped), s.errors.saturating_add(s.dropped));
     match s.histogram.clone() {
@@ -49,7 +49,7 @@ fn step_missed(t: &Thresholds, hold: Option<&MergedStage>) -> Option<String> {
             let latency = [&t.p50, &t.p90, &t.p99, &t.max_latency].iter().any(|l| l.is_some());
             judge(&errors_only, loadgen::summary::histogram(), requests, failed).or_else(|| {
                 latency.then(|| {
-                    "latencies unknown (the runners' summaries had no room for its histogram: fewer steps keep them)"
+                    "latencies unknown (a runner's summary had no room for its histogram and its log was not read)"
                         .to_string()
                 })
             })

@@ -35,11 +35,18 @@ pub async fn read(pods: &Api<Pod>, runners: Vec<String>) -> Vec<RunnerLog> {
     read_tail(pods, runners, TAIL_LINES, LIMIT_BYTES).await
 }
 
+/// Lines read for a fuller summary: the kubelet's tailLines counts the
+/// runtime's log entries, and a runtime splits a long line into several
+/// (containerd every 16 KiB, CRI-O every 8 KiB): a 64 KiB summary line is up
+/// to 9 of them, with the termination message's copy and a few short lines
+/// after or before it.
+const SUMMARY_TAIL_LINES: i64 = 24;
+
 /// The last lines of each ended runner's log, where its fuller summary is
-/// (its last line; a warning may come before it).
+/// (its last line but for a late progress line; a warning may come before it).
 pub async fn read_summaries(pods: &Api<Pod>, runners: Vec<String>) -> Vec<RunnerLog> {
     let limit = i64::try_from(loadgen::summary::MAX_FULL + 4096).unwrap_or(i64::MAX) + LIMIT_BYTES;
-    read_tail(pods, runners, TAIL_LINES, limit).await
+    read_tail(pods, runners, SUMMARY_TAIL_LINES, limit).await
 }
 
 async fn read_tail(pods: &Api<Pod>, runners: Vec<String>, tail_lines: i64, limit_bytes: i64) -> Vec<RunnerLog> {

@@ -6,7 +6,8 @@
 //! A log line is trusted no more than the termination message (whoever may
 //! exec into a runner writes both): it replaces the message only when it
 //! parses (its histograms checked as the message's are) and tells the same
-//! counts, so it can only add precision, never other figures.
+//! counts (its stages adding up to the run's where the message had no room
+//! for them).
 
 use loadgen::summary::{FULL_PREFIX, Summary};
 
@@ -41,9 +42,16 @@ pub(super) fn summary_of(runner: &str, message: &str, logs: &[RunnerLog]) -> Str
 /// The same run told twice: the same counts everywhere, the fuller one's
 /// histograms readable.
 fn agrees(short: &Summary, full: &Summary) -> bool {
-    // A message with no room for the stages or the requests at all
-    // (counts in the billions) leaves only the run's counts to compare.
-    let same_stages = short.stages.is_empty()
+    // A message with no room for the stages at all (200 of a long capacity
+    // search) leaves the run's counts to compare: the stages must add up
+    // to them (each request sent falls in one stage).
+    let stage_totals =
+        |f: fn(&loadgen::summary::StageSummary) -> u64| full.stages.iter().map(f).fold(0u64, u64::saturating_add);
+    let adds_up = full.stages.is_empty()
+        || stage_totals(|s| s.requests) == full.requests
+            && stage_totals(|s| s.dropped) == full.dropped
+            && stage_totals(|s| s.errors) == full.error_count();
+    let same_stages = short.stages.is_empty() && adds_up
         || short.stages.len() == full.stages.len()
             && short
                 .stages
@@ -123,6 +131,36 @@ mod tests {
         // Cut short by the read's limit: the message.
         let cut = format!("{FULL_PREFIX}{}", &full[..full.len() / 2]);
         assert_eq!(summary_of("r0", &message, &[log("r0", cut)]), message);
+    }
+
+    /// 200 stages (a 100-step search): the message has no room even for
+    /// their counts; the log's stages are taken when they add up to the
+    /// message's counts, not when one was changed.
+    #[test]
+    fn stages_the_message_had_no_room_for_must_add_up_to_its_counts() {
+        let stages: Vec<StageOutcome> = (0..200u64)
+            .map(|k| {
+                let mut h = histogram();
+                for _ in 0..1000 {
+                    record(&mut h, Duration::from_micros(1000 + k));
+                }
+                StageOutcome { requests: 145_000 + k, errors: 12, dropped: 3, histogram: h }
+            })
+            .collect();
+        let requests = stages.iter().map(|s| s.requests).sum();
+        let staged = Staged { dropped: 600, stages, ..Staged::default() };
+        let errors = BTreeMap::from([(loadgen::summary::ErrorKind::Timeout, 2400)]);
+        let (message, full) =
+            Summary::to_message_and_full(requests, errors, 0, Duration::from_secs(6000), &histogram(), &staged)
+                .unwrap();
+        let short = Summary::parse(&message).unwrap();
+        assert!(short.more && short.stages.is_empty(), "{} bytes, {} stages", message.len(), short.stages.len());
+        let full = full.unwrap();
+        assert_eq!(summary_of("r0", &message, &[log("r0", format!("{FULL_PREFIX}{full}"))]), full);
+        let mut forged = Summary::parse(&full).unwrap();
+        forged.stages[7].requests += 1;
+        let forged = serde_json::to_string(&forged).unwrap();
+        assert_eq!(summary_of("r0", &message, &[log("r0", format!("{FULL_PREFIX}{forged}"))]), message);
     }
 
     /// A log line telling other counts (another run's, or written by
