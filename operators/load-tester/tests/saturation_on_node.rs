@@ -39,7 +39,9 @@ async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
     assert_eq!(starved.state, State::Finished, "{starved:#?}");
     let (status, reason, message) = condition(&starved);
     eprintln!("starved: {message}");
-    assert_eq!((status.as_str(), reason.as_str()), ("True", "RunnerSaturated"), "{message}");
+    // (Seen once in CI, not here: "every runner kept up" for this runner;
+    // the whole status, with its rate and elapsed time, says what it did.)
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "RunnerSaturated"), "{message}: {starved:#?}");
     assert!(message.contains("starved-r1-0") && message.contains("throttled"), "{message}");
     let r = starved.results.clone().unwrap();
     assert_eq!(r.saturated.len(), 1, "{r:#?}");
