@@ -295,9 +295,11 @@ impl Summary {
     }
 
     /// [`Summary::to_message`] with an arrival-rate profile's dropped
-    /// requests and stages. Room is made by lowering every histogram's
-    /// precision together, then by leaving the stages' histograms out
-    /// (their counts stay; their percentiles are then unknown).
+    /// requests and stages, and a scenario's requests. Room is made by
+    /// lowering every histogram's precision together, then by leaving out
+    /// the stages' histograms, then the requests', and at last the stages
+    /// and requests themselves (the message then says `more`: see
+    /// [`Summary::to_message_and_full`]).
     pub fn to_message_staged(
         requests: u64,
         errors: BTreeMap<ErrorKind, u64>,
