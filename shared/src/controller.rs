@@ -40,11 +40,12 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     /// Watches `api` with `wc` into the cache ([`Controller::store`]); every
-    /// object applied (created, changed, or listed) is reconciled.
+    /// object applied (created, changed, or listed) is reconciled. Lists
+    /// stream where the server can ([`crate::streaming_list`]).
     pub fn new(api: Api<K>, wc: watcher::Config) -> Self {
         let (reader, writer) = reflector::store();
         let changes = StoreChanges::default();
-        let events = changes.counting(reflector(writer, watcher(api, wc)));
+        let events = changes.counting(reflector(writer, crate::streaming_list::watch(api, wc)));
         let own = trigger_self(events.applied_objects(), ()).boxed();
         Self { triggers: vec![own], reader, changes, debounce: Duration::ZERO, concurrency: 0 }
     }
@@ -55,7 +56,7 @@ where
     pub fn new_modified(api: Api<K>, wc: watcher::Config, modify: impl FnMut(&mut K) + Send + 'static) -> Self {
         let (reader, writer) = reflector::store();
         let changes = StoreChanges::default();
-        let events = changes.counting(reflector(writer, watcher(api, wc).modify(modify)));
+        let events = changes.counting(reflector(writer, crate::streaming_list::watch(api, wc).modify(modify)));
         let own = trigger_self(events.applied_objects(), ()).boxed();
         Self { triggers: vec![own], reader, changes, debounce: Duration::ZERO, concurrency: 0 }
     }

@@ -293,7 +293,9 @@ impl WatchHealth {
     }
 
     /// A watch of `api` feeding this cache: kube's watcher with the suite's
-    /// retry delays (`backoff.rs`), its errors and events recorded.
+    /// retry delays (`backoff.rs`), its errors and events recorded, its
+    /// lists streamed where the server can ([`crate::streaming_list`]: one
+    /// object held at a time, not a whole answer).
     pub fn watcher<K>(
         &self,
         api: kube::Api<K>,
@@ -303,7 +305,7 @@ impl WatchHealth {
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     {
         use kube::runtime::WatchStreamExt;
-        self.track(kube::runtime::watcher(api, cfg).backoff(crate::backoff::watch_backoff()))
+        self.track(crate::streaming_list::watch(api, cfg).backoff(crate::backoff::watch_backoff()))
     }
 
     /// `watch`, passed through, its errors and events recorded. `Init` is

@@ -23,7 +23,8 @@ where
     }
 }
 
-/// A watch of `api`'s objects' metadata only.
+/// A watch of `api`'s objects' metadata only, its lists streamed where the
+/// server can ([`crate::streaming_list`]: metadata can be 256 KiB an object).
 pub fn metadata_watch<K>(
     api: Api<K>,
     wc: watcher::Config,
@@ -36,5 +37,5 @@ where
         + Send
         + 'static,
 {
-    watcher(metadata_api(api), wc)
+    crate::streaming_list::watch(metadata_api(api), wc)
 }

@@ -8,11 +8,29 @@
 //! Tried first. A server that refuses them (Kubernetes 1.33 ships the
 //! WatchList gate off and answers 422; 1.32 and 1.34+ have it on) gets
 //! paginated lists instead, from then on, as client-go's WatchListClient
-//! falls back.
+//! falls back. Those pages are consistent reads (`resourceVersion` unset):
+//! asked with `resourceVersion=0` the API server answers from its cache in
+//! one piece whatever the page size.
+//!
+//! Why every watch of a kind a tenant writes lists this way: a list's
+//! answer is held whole while it is decoded, so its size is the operator's
+//! peak. Objects' metadata alone can be 256 KiB each (annotations) and a
+//! Secret 1 MiB; a tenant with `edit` in any namespace could otherwise
+//! make one answer hold hundreds of MiB — past the chart's memory limit,
+//! the operator killed at every start (issue 28). Streamed, the peak is
+//! the largest object.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures::{Stream, StreamExt};
+use kube::Api;
 use kube::runtime::watcher;
+
+/// Objects per page at most when the server does not stream lists: 50
+/// objects of 256 KiB of metadata are 12.5 MiB (kube's default page, 500,
+/// would be 125 MiB).
+pub const FALLBACK_PAGE: u32 = 50;
 
 /// How one watch lists: streamed until the server refuses it once.
 #[derive(Debug)]
@@ -27,9 +45,16 @@ impl Default for InitialList {
 }
 
 impl InitialList {
-    /// `base` as the next list should run: streamed, unless refused before.
+    /// `base` as the next list should run: streamed, unless refused before;
+    /// then in consistent pages (of `base`'s size, at most [`FALLBACK_PAGE`]).
     pub fn config(&self, base: &watcher::Config) -> watcher::Config {
-        if self.streaming.load(Ordering::Relaxed) { base.clone().streaming_lists() } else { base.clone() }
+        if self.streaming.load(Ordering::Relaxed) {
+            return base.clone().streaming_lists();
+        }
+        let mut paged = base.clone();
+        paged.list_semantic = watcher::ListSemantic::MostRecent;
+        paged.page_size = Some(paged.page_size.unwrap_or(FALLBACK_PAGE).min(FALLBACK_PAGE));
+        paged
     }
 
     /// Whether this watch streams its lists (until a refusal).
@@ -46,6 +71,30 @@ impl InitialList {
         tracing::info!(error = %e, "the API server does not stream lists (its WatchList feature is off): listing in pages");
         true
     }
+}
+
+/// kube's watcher of `api` with `base`'s selectors, its lists streamed
+/// until the server refuses once, then paginated ([`InitialList`]). The
+/// refusal is passed on (a watch error, retried after the caller's
+/// back-off) and the next list is paginated.
+pub fn watch<K>(
+    api: Api<K>,
+    base: watcher::Config,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + use<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let initial = Arc::new(InitialList::default());
+    let first = kube::runtime::watcher(api.clone(), initial.config(&base)).boxed();
+    futures::stream::unfold((first, api, base, initial), |(mut current, api, base, initial)| async move {
+        let item = current.next().await?;
+        if let Err(e) = &item
+            && initial.refused(e)
+        {
+            current = kube::runtime::watcher(api.clone(), initial.config(&base)).boxed();
+        }
+        Some((item, (current, api, base, initial)))
+    })
 }
 
 /// Whether `e` is an API server refusing `sendInitialEvents` (a server
@@ -90,10 +139,13 @@ mod tests {
         );
         assert!(list.refused(&refusal), "the watch starts over");
         assert!(!list.streaming());
-        assert_eq!(
-            list.config(&watcher::Config::default()).initial_list_strategy,
-            watcher::InitialListStrategy::ListWatch
-        );
+        let paged = list.config(&watcher::Config::default().any_semantic());
+        assert_eq!(paged.initial_list_strategy, watcher::InitialListStrategy::ListWatch);
+        // resourceVersion=0 would be answered in one piece from the cache.
+        assert_eq!(paged.list_semantic, watcher::ListSemantic::MostRecent);
+        assert_eq!(paged.page_size, Some(FALLBACK_PAGE));
+        assert_eq!(list.config(&watcher::Config::default().page_size(10)).page_size, Some(10));
+        assert_eq!(list.config(&watcher::Config::default().page_size(500)).page_size, Some(FALLBACK_PAGE));
         assert!(!list.refused(&refusal), "once: already paginated");
     }
 

@@ -60,8 +60,8 @@ impl SilenceStore {
             (key, until)
         };
         let mut feeds: [&mut (dyn Feed<PartialObjectMeta<K>> + Send); 1] = [&mut Feeder::new(self, project)];
-        // Metadata only: small enough for one answer from the watch cache.
-        let cfg = kube::runtime::watcher::Config::default().any_semantic();
+        // Metadata only, streamed (`WatchHealth::watcher`).
+        let cfg = kube::runtime::watcher::Config::default();
         watch_feeds(api, cfg, plural, health, &mut feeds, changed).await;
     }
 }

@@ -143,7 +143,7 @@ where
         + Send
         + 'static,
 {
-    metadata_watch(api, watcher::Config::default().any_semantic().page_size(500))
+    metadata_watch(api, watcher::Config::default())
         .default_backoff()
         .touched_objects()
         .filter_map(|o| async move { o.ok() })
@@ -160,10 +160,14 @@ pub async fn run(ctx: Context, mut data: Data, watch_namespace: Option<String>) 
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let copies = watcher::Config::default().labels(REQUEST_LABEL).any_semantic();
+    // The copies live in their request's namespace.
+    let (config_maps, secrets): (Api<ConfigMap>, Api<Secret>) = match &watch_namespace {
+        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
     let controller = Controller::new(requests, watcher::Config::default().any_semantic())
-        .owns(Api::<ConfigMap>::all(client.clone()), copies.clone())
-        .owns(Api::<Secret>::all(client.clone()), copies)
+        .owns(config_maps, watcher::Config::default().labels(REQUEST_LABEL))
+        .owns(secrets, watcher::Config::default().labels(REQUEST_LABEL))
         .debounce(Duration::from_millis(200))
         .concurrency(8);
     let store = controller.store();
