@@ -32,6 +32,7 @@ pub mod fixtures;
 pub mod harness;
 pub mod heap;
 pub mod kubelet;
+pub mod memory_limit;
 pub mod rbac;
 pub mod serving_pki;
 pub mod under_test;

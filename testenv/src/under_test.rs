@@ -45,11 +45,23 @@ impl UnderTest {
         extra: &[&str],
         vars: &[(&str, &str)],
     ) -> OperatorProcess {
+        self.start_limited(kubeconfig, namespace, extra, vars, None)
+    }
+
+    /// [`UnderTest::start`] inside `limit`'s cgroup (a pod's memory limit).
+    pub fn start_limited(
+        &self,
+        kubeconfig: &Path,
+        namespace: Option<&str>,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+        limit: Option<&crate::memory_limit::MemoryLimit>,
+    ) -> OperatorProcess {
         let mut args: Vec<String> = namespace.map(|ns| format!("--watch-namespace={ns}")).into_iter().collect();
         args.push("--log-format=text".to_string());
         args.extend(extra.iter().map(|s| s.to_string()));
         let binary = self.binary();
-        match OperatorProcess::start(&binary, kubeconfig, &args, vars) {
+        match OperatorProcess::start_limited(&binary, kubeconfig, &args, vars, limit) {
             Ok(p) => p,
             Err(e) => panic!("starting {} ({}): {e}", self.name, binary.display()),
         }

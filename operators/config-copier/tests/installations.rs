@@ -2,7 +2,8 @@
 //! cluster: neither takes, overwrites or prunes the other's copies, even
 //! with `onConflict: Overwrite` in a namespace that accepts overwrites.
 //! And an installation whose RBAC withholds a kind says so on the rules
-//! that need it.
+//! that need it; one under its chart's memory limit outlives a tenant's
+//! bloated objects.
 //! A test binary of its own: the other suites run one operator that
 //! watches every namespace, which would handle these rules itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -179,4 +180,43 @@ async fn a_kind_the_rbac_withholds_is_named_on_the_rule() {
     .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
     drop(op);
     rbac::revoke_cluster(&env, &role).await;
+}
+
+/// A tenant with `edit` in any namespace cannot push the operator past its
+/// chart's memory limit. 320 ConfigMaps with 250 KB of annotations each
+/// (the API allows 256 KiB) are 80 MB of metadata. The CopyRequest
+/// controller watched every ConfigMap's metadata with `resourceVersion=0`,
+/// which the API server answers from its cache in one piece whatever the
+/// page size: the body and its decoded objects, ~160 MB, and the operator
+/// was OOM-killed under the chart's 128Mi at every start. Its lists now
+/// stream, one object at a time. The tenant's namespace is not even one
+/// this installation serves.
+#[tokio::test]
+async fn a_tenants_bloated_objects_cannot_push_it_past_the_charts_memory_limit() {
+    use flotilla_testenv::memory_limit::{MemoryLimit, bloat, chart_limit};
+
+    let env = flotilla_testenv::shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let tenant = env.namespace("bloat").await.unwrap();
+    bloat(&Api::<ConfigMap>::namespaced(client.clone(), &tenant), 320, json!({"metadata": {}})).await.unwrap();
+
+    let (src, dst) = (target("bloat-src").await, target("bloat-dst").await);
+    configmap(&client, &src, "cfg", &[("copy", "yes")], &[("k", "v")]).await;
+    let limit = MemoryLimit::new("config-copier-bloat", chart_limit("config-copier").unwrap()).unwrap();
+    let mut op = OPERATOR.start_limited(&env.kubeconfig, Some(&src), &[], &[], Some(&limit));
+    copy_rule(&client, &src, "r", "ConfigMap", &[&dst], json!({})).await;
+    // The copy; then 20 s more (its lists begin at start, and an answer
+    // in one piece took seconds to arrive and be decoded).
+    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &dst);
+    let peak = limit
+        .outlived(&mut op, "copy", T, Duration::from_secs(20), || {
+            let copies = copies.clone();
+            async move { copies.get_opt("cfg").await.ok().flatten().is_some() }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("peak memory under the chart's limit: {peak:?} bytes");
+    drop(op);
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client).delete(&tenant, &DeleteParams::default()).await;
 }

@@ -455,3 +455,35 @@ async fn own_images_wait_for_the_admission_policy() {
     let _ = operator.stop();
     assert!(!logs.contains("panicked"), "{logs}");
 }
+
+/// A tenant with `edit` in the namespace cannot push the operator past its
+/// chart's memory limit: 320 Services with 250 KB of annotations each (the
+/// API allows 256 KiB) are 80 MB of metadata. The target-Service watch
+/// listed them with `resourceVersion=0`, which the API server answers from
+/// its cache in one piece: the body and its decoded objects, ~160 MB, and
+/// the operator was OOM-killed under the chart's 128Mi at every start. Its
+/// lists now stream, one object at a time. (Headless: no cluster IP each.)
+#[tokio::test]
+async fn a_tenants_bloated_services_cannot_push_it_past_the_charts_memory_limit() {
+    use flotilla_testenv::memory_limit::{MemoryLimit, bloat, chart_limit};
+    let env = node();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("lt-bloat").await.unwrap();
+    let headless = json!({"metadata": {}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}});
+    bloat(&Api::<Service>::namespaced(client.clone(), &ns), 320, headless).await.unwrap();
+    let limit = MemoryLimit::new("load-tester-bloat", chart_limit("load-tester").unwrap()).unwrap();
+    let mut operator = OPERATOR.start_limited(&env.kubeconfig, Some(&ns), &[], &[], Some(&limit));
+    // Ready: its caches listed (the Services' among them); then 20 s more.
+    let ready = operator.health_url() + "/readyz";
+    let peak = limit
+        .outlived(&mut operator, "readiness", T, Duration::from_secs(20), || {
+            let ready = ready.clone();
+            async move { reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success()) }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("peak memory under the chart's limit: {peak:?} bytes");
+    drop(operator);
+    let _ = Api::<Namespace>::all(client).delete(&ns, &DeleteParams::default()).await;
+}

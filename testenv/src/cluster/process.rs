@@ -358,6 +358,18 @@ impl OperatorProcess {
     /// Starts `binary` with `args`, `env` and `KUBECONFIG=kubeconfig`;
     /// `--metrics-bind-address` and `--health-probe-bind-address` are added.
     pub fn start(binary: &Path, kubeconfig: &Path, args: &[String], env: &[(&str, &str)]) -> std::io::Result<Self> {
+        Self::start_limited(binary, kubeconfig, args, env, None)
+    }
+
+    /// [`OperatorProcess::start`] inside `limit`'s cgroup from its first
+    /// instruction (a pod's memory limit, as the kernel enforces it).
+    pub fn start_limited(
+        binary: &Path,
+        kubeconfig: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        limit: Option<&crate::memory_limit::MemoryLimit>,
+    ) -> std::io::Result<Self> {
         if !binary.is_file() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -367,8 +379,8 @@ impl OperatorProcess {
         let (metrics_port, health_port) = (free_port()?, free_port()?);
         let name = binary.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let log = std::env::temp_dir().join(format!("{name}-{}-{metrics_port}.log", std::process::id()));
-        let child = Command::new(binary)
-            .args(args)
+        let mut cmd = Command::new(binary);
+        cmd.args(args)
             .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
             .arg(format!("--health-probe-bind-address=127.0.0.1:{health_port}"))
             .env("RUST_LOG", "info")
@@ -376,8 +388,11 @@ impl OperatorProcess {
             .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(File::create(&log)?)
-            .spawn()?;
+            .stderr(File::create(&log)?);
+        if let Some(limit) = limit {
+            limit.join_on_exec(&mut cmd);
+        }
+        let child = cmd.spawn()?;
         Ok(Self { child, log, metrics_port, health_port })
     }
 
