@@ -21,6 +21,26 @@ use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 
+/// The annotations a cached resource keeps: the operators' own.
+pub const OWN_ANNOTATIONS: &str = "flotilla.dev/";
+/// Longer values of those are not ours either (ours are names, times, tokens).
+pub const MAX_KEPT_ANNOTATION_BYTES: usize = 4096;
+
+/// What the cache keeps of a resource's metadata: no `managedFields` (an
+/// entry per writer and field) and only [`OWN_ANNOTATIONS`] up to
+/// [`MAX_KEPT_ANNOTATION_BYTES`]. The author of a custom resource may give
+/// it 256 KiB of annotations, and the cache held every resource whole: a
+/// tenant's few hundred such CopyRequests or LoadTests would have held the
+/// operator past its chart's memory limit. Nothing reads them from the
+/// cache, and nothing writes a cached object back (status by server-side
+/// apply, finalizers by JSON patch).
+pub fn trim_metadata(meta: &mut kube::core::ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, v| k.starts_with(OWN_ANNOTATIONS) && v.len() <= MAX_KEPT_ANNOTATION_BYTES);
+    }
+}
+
 /// A trigger stream, as kube-runtime's `Controller` keeps them.
 pub(crate) type Trigger<K> = BoxStream<'static, Result<ReconcileRequest<K>, watcher::Error>>;
 
@@ -41,22 +61,24 @@ where
 {
     /// Watches `api` with `wc` into the cache ([`Controller::store`]); every
     /// object applied (created, changed, or listed) is reconciled. Lists
-    /// stream where the server can ([`crate::streaming_list`]).
+    /// stream where the server can ([`crate::streaming_list`]); what a
+    /// tenant could make large and no reconcile reads is not cached
+    /// ([`trim_metadata`]).
     pub fn new(api: Api<K>, wc: watcher::Config) -> Self {
-        let (reader, writer) = reflector::store();
-        let changes = StoreChanges::default();
-        let events = changes.counting(reflector(writer, crate::streaming_list::watch(api, wc)));
-        let own = trigger_self(events.applied_objects(), ()).boxed();
-        Self { triggers: vec![own], reader, changes, debounce: Duration::ZERO, concurrency: 0 }
+        Self::new_modified(api, wc, |_| {})
     }
 
     /// As [`Controller::new`], with `modify` applied to each object before
     /// it is cached or reconciled: what the operator never reads (a status
     /// it writes itself, and may only need once) is not held.
-    pub fn new_modified(api: Api<K>, wc: watcher::Config, modify: impl FnMut(&mut K) + Send + 'static) -> Self {
+    pub fn new_modified(api: Api<K>, wc: watcher::Config, mut modify: impl FnMut(&mut K) + Send + 'static) -> Self {
         let (reader, writer) = reflector::store();
         let changes = StoreChanges::default();
-        let events = changes.counting(reflector(writer, crate::streaming_list::watch(api, wc).modify(modify)));
+        let trimmed = move |o: &mut K| {
+            trim_metadata(o.meta_mut());
+            modify(o);
+        };
+        let events = changes.counting(reflector(writer, crate::streaming_list::watch(api, wc).modify(trimmed)));
         let own = trigger_self(events.applied_objects(), ()).boxed();
         Self { triggers: vec![own], reader, changes, debounce: Duration::ZERO, concurrency: 0 }
     }
@@ -178,5 +200,25 @@ mod tests {
         assert_eq!(seen.get(), 1);
         let rest: Vec<_> = events.collect().await;
         assert_eq!((rest.len(), seen.get()), (2, 3));
+    }
+
+    #[test]
+    fn the_cache_keeps_only_our_annotations_and_no_managed_fields() {
+        let mut meta: kube::core::ObjectMeta = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "labels": {"team": "a"},
+            "annotations": {
+                "flotilla.dev/rerun": "2026-11-29T17:00:00Z",
+                "flotilla.dev/too-long": "x".repeat(MAX_KEPT_ANNOTATION_BYTES + 1),
+                "kubectl.kubernetes.io/last-applied-configuration": "x".repeat(250_000),
+            },
+            "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}],
+        }))
+        .unwrap_or_default();
+        trim_metadata(&mut meta);
+        let kept: Vec<_> = meta.annotations.unwrap_or_default().into_keys().collect();
+        assert_eq!(kept, ["flotilla.dev/rerun"]);
+        assert_eq!(meta.managed_fields, None);
+        assert_eq!(meta.labels.unwrap_or_default().len(), 1, "labels are kept");
     }
 }
