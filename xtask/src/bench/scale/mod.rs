@@ -272,7 +272,10 @@ async fn bench(
         let ready = wait_ready(&mut running, Duration::from_secs(120)).await?;
         tokio::time::sleep(Duration::from_secs(10)).await;
         f.idle_rss = probe::rss_mib(running.pid());
-        eprintln!("    {op}: Ready in {:.1?} on the empty cluster, idle RSS {:.1} MiB", ready, f.idle_rss);
+        let split = probe::rss_split_mib(running.pid())
+            .map(|(anon, file)| format!(" ({anon:.1} MiB anonymous, {file:.1} MiB of mapped files)"))
+            .unwrap_or_default();
+        eprintln!("    {op}: Ready in {:.1?} on the empty cluster, idle RSS {:.1} MiB{split}", ready, f.idle_rss);
         running.stop();
         figures.insert(op.clone(), f);
     }

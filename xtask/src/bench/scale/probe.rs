@@ -15,6 +15,20 @@ pub fn rss_mib(pid: u32) -> f64 {
     status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
 }
 
+/// Resident memory now split as `(anonymous, file-backed)` MiB
+/// (`/proc/<pid>/smaps_rollup`): the heap and stacks, and the pages of
+/// the binary and libraries it has touched.
+pub fn rss_split_mib(pid: u32) -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let kib = |field: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    let (rss, anon) = (kib("Rss:")?, kib("Anonymous:")?);
+    Some((anon as f64 / 1024.0, rss.saturating_sub(anon) as f64 / 1024.0))
+}
+
 /// Peak resident memory since start or the last [`reset_peak`], MiB.
 pub fn peak_mib(pid: u32) -> f64 {
     status_kib(pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0
