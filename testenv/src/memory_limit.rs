@@ -96,13 +96,28 @@ impl Drop for MemoryLimit {
     }
 }
 
+/// A process a test started: whether it has exited, and its log.
+pub trait Started {
+    fn exited(&mut self) -> Option<std::process::ExitStatus>;
+    fn logs(&self) -> String;
+}
+
+impl Started for crate::cluster::process::OperatorProcess {
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        crate::cluster::process::OperatorProcess::exited(self)
+    }
+    fn logs(&self) -> String {
+        crate::cluster::process::OperatorProcess::logs(self)
+    }
+}
+
 impl MemoryLimit {
     /// Polls until `done` holds, then `hold` longer: `Err` as soon as `op`
     /// exits or the kernel kills in this cgroup (with its log), or when
     /// `done` does not hold within `timeout`. `Ok` with the peak bytes.
     pub async fn outlived<F, Fut>(
         &self,
-        op: &mut crate::cluster::process::OperatorProcess,
+        op: &mut impl Started,
         what: &str,
         timeout: std::time::Duration,
         hold: std::time::Duration,

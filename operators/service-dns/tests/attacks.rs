@@ -384,3 +384,36 @@ async fn deletions_go_first_after_a_restart() {
         stats.batches.iter().map(Vec::len).collect::<Vec<_>>()
     );
 }
+
+/// A Service author cannot push the operator past its chart's memory limit:
+/// 320 Services with 250 KB of annotations each (the API allows 256 KiB) are
+/// 80 MB of metadata, which the Service watch's first list took in one page
+/// of 500: the body and its decoded objects, ~160 MB, and the operator was
+/// OOM-killed under the chart's 128Mi at every start. Its lists now stream,
+/// one Service at a time. (Headless, without endpoints: no cluster IP each,
+/// nothing to publish.)
+#[tokio::test]
+async fn a_tenants_bloated_services_cannot_push_it_past_the_charts_memory_limit() {
+    use flotilla_testenv::memory_limit::{MemoryLimit, bloat, chart_limit};
+    let w = World::new("bloat").await;
+    let ns = flotilla_testenv::shared().namespace("bloat").await.expect("namespace");
+    let headless = serde_json::json!({"metadata": {}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}});
+    bloat(&Api::<Service>::namespaced(w.client.clone(), &ns), 320, headless).await.unwrap();
+    let limit = MemoryLimit::new("service-dns-bloat", chart_limit("service-dns").unwrap()).unwrap();
+    let mut args = zone_args(&w.zone, &w.domain);
+    args.push(format!("--watch-namespace={ns}"));
+    let mut op = Operator::start_limited(&w.kubeconfig, &w.proxy.endpoint, &args, &[], Some(&limit));
+    // Ready: its Services listed and its first sync done; then 20 s more.
+    let health = op.health.clone();
+    let peak = limit
+        .outlived(&mut op, "readiness", T, Duration::from_secs(20), || {
+            let ready = format!("{health}/readyz");
+            async move { reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success()) }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("peak memory under the chart's limit: {peak:?} bytes");
+    drop(op);
+    let _ =
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(w.client.clone()).delete(&ns, &DeleteParams::default()).await;
+}

@@ -204,10 +204,25 @@ impl Operator {
     /// so that an attack test runs, and fails, against a build from before
     /// its fix (`SERVICE_DNS_TEST_BINARY`).
     pub fn start_with(kubeconfig: &Path, aws_endpoint: &str, args: &[String], env: &[(&str, &str)]) -> Operator {
+        Self::start_limited(kubeconfig, aws_endpoint, args, env, None)
+    }
+
+    /// [`Operator::start_with`] inside `limit`'s cgroup (a pod's memory limit).
+    pub fn start_limited(
+        kubeconfig: &Path,
+        aws_endpoint: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        limit: Option<&flotilla_testenv::memory_limit::MemoryLimit>,
+    ) -> Operator {
         let (mp, hp) = (free_port(), free_port());
         let log = std::env::temp_dir().join(format!("service-dns-{}-{mp}.log", std::process::id()));
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(OPERATOR.binary())
+        let mut cmd = Command::new(OPERATOR.binary());
+        if let Some(limit) = limit {
+            limit.join_on_exec(&mut cmd);
+        }
+        let child = cmd
             .arg(format!("--metrics-bind-address=127.0.0.1:{mp}"))
             .arg(format!("--health-probe-bind-address=127.0.0.1:{hp}"))
             .arg("--log-format=json")
@@ -294,6 +309,15 @@ impl Operator {
         if let Err(e) = r {
             panic!("{e}\nlogs:\n{}", self.logs());
         }
+    }
+}
+
+impl flotilla_testenv::memory_limit::Started for Operator {
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        Operator::exited(self)
+    }
+    fn logs(&self) -> String {
+        Operator::logs(self)
     }
 }
 
