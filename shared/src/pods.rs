@@ -258,7 +258,7 @@ pub async fn watch_pods<T: PartialEq, S: Slot<T>>(
     health: WatchHealth,
     changed: impl FnMut(Touched<'_>),
 ) {
-    let config = watcher::Config::default().any_semantic().page_size(PAGE_SIZE);
+    let config = watcher::Config::default().page_size(PAGE_SIZE);
     watch_labelled(api, config, writer, view, keys, health, changed).await;
 }
 

@@ -117,7 +117,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     };
     let (tx, rx) = trigger_channel();
     let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
-    let controller = Controller::new(rules, watcher::Config::default().any_semantic())
+    let controller = Controller::new(rules, watcher::Config::default())
         .debounce(Duration::from_millis(200))
         .concurrency(8)
         .reconcile_on(rx)

@@ -153,7 +153,7 @@ impl SourceIndex {
             Some(ns) => Api::namespaced(client, ns),
             None => Api::all(client),
         };
-        let config = watcher::Config::default().labels(NOT_A_COPY).any_semantic().page_size(PAGE_SIZE);
+        let config = watcher::Config::default().labels(NOT_A_COPY).page_size(PAGE_SIZE);
         let keys = self.keys.clone();
         let view = move |o: &PartialObjectMeta<K>| view(&keys, o);
         watch_labelled(api, config, writer, view, self.keys.clone(), health, changed).await;

@@ -111,7 +111,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     // A bounded number of tests reconcile at a time. (No debounce: the
     // scheduler restarts it on every trigger, and a test's runners change
     // often enough to push its deadline's reconcile back.)
-    let runners = Controller::new(tests, watcher::Config::default().any_semantic())
+    let runners = Controller::new(tests, watcher::Config::default())
         .concurrency(8)
         .reconcile_on(rx)
         .reconcile_all_on(admission.changes());
@@ -126,8 +126,8 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         backoff: ErrorBackoff::default(),
     });
     let targets = tokio::spawn(watch_targets(services, runners.store(), tx, ctx.readiness().watch("services")));
-    let children = Controller::new(sds, watcher::Config::default().any_semantic())
-        .owns(pods, watcher::Config::default().labels(OWNER_LABEL).any_semantic())
+    let children = Controller::new(sds, watcher::Config::default())
+        .owns(pods, watcher::Config::default().labels(OWNER_LABEL))
         .concurrency(8)
         .reconcile_all_on(data.admission.changes());
     let gc = tokio::spawn(forget_gone(Arc::clone(&data), runners.store(), children.store()));
@@ -196,7 +196,7 @@ async fn watch_targets(
     tx: futures::channel::mpsc::UnboundedSender<ObjectRef<LoadTest>>,
     health: flotilla_shared::health::WatchHealth,
 ) {
-    let watch = flotilla_shared::metadata::metadata_watch(services, watcher::Config::default().any_semantic())
+    let watch = flotilla_shared::metadata::metadata_watch(services, watcher::Config::default())
         .backoff(flotilla_shared::backoff::watch_backoff());
     let mut events = std::pin::pin!(health.track(watch));
     while let Some(event) = events.next().await {

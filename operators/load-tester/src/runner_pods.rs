@@ -78,7 +78,7 @@ impl RunnerPods {
         wake: UnboundedSender<ObjectRef<LoadTest>>,
     ) -> (Self, impl std::future::Future<Output = ()>) {
         let (store, writer) = projection::store::<Held>();
-        let watch = health.watcher(pods, watcher::Config::default().labels(LOADTEST_LABEL).any_semantic());
+        let watch = health.watcher(pods, watcher::Config::default().labels(LOADTEST_LABEL));
         let feeding = async move {
             writer
                 .feed(watch, Held::of, |fed| {

@@ -106,7 +106,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
     };
     let (tx, rx) = futures::channel::mpsc::unbounded();
     let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
-    let controller = Controller::new(rules_api, watcher::Config::default().any_semantic())
+    let controller = Controller::new(rules_api, watcher::Config::default())
         .debounce(Duration::from_millis(500))
         .concurrency(8)
         .reconcile_on(rx)

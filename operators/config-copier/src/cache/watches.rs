@@ -48,7 +48,7 @@ impl Caches {
         let Some(writer) = lock(&self.writers).namespaces.take() else { return };
         self.watching(&health);
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
-        let cfg = watcher::Config::default().any_semantic();
+        let cfg = watcher::Config::default();
         let project = |o: PartialObjectMeta<Namespace>| {
             let info =
                 NamespaceInfo { labels: o.labels().clone(), terminating: o.metadata.deletion_timestamp.is_some() };
@@ -81,7 +81,7 @@ impl Caches {
         let Some(writer) = lock(&self.writers).copies.remove(&kind) else { return };
         self.watching(&health);
         let api: Api<PartialObjectMeta<K>> = Api::all(self.client.clone());
-        let cfg = watcher::Config::default().labels(COPIES_SELECTOR).any_semantic();
+        let cfg = watcher::Config::default().labels(COPIES_SELECTOR);
         let fm = self.field_manager.clone();
         let project = |o: PartialObjectMeta<K>| {
             let key = copy_key_str(&o.namespace().unwrap_or_default(), &o.name_any());

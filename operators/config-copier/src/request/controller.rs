@@ -165,7 +165,7 @@ pub async fn run(ctx: Context, mut data: Data, watch_namespace: Option<String>) 
         Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    let controller = Controller::new(requests, watcher::Config::default().any_semantic())
+    let controller = Controller::new(requests, watcher::Config::default())
         .owns(config_maps, watcher::Config::default().labels(REQUEST_LABEL))
         .owns(secrets, watcher::Config::default().labels(REQUEST_LABEL))
         .debounce(Duration::from_millis(200))

@@ -41,7 +41,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         let (tails, restored) = (Arc::clone(&tails), Arc::clone(&restored));
         move |pa: &mut PodAlert| stash_status(pa, &tails, &restored)
     };
-    let config = watcher::Config::default().any_semantic().page_size(PODALERT_PAGE);
+    let config = watcher::Config::default().page_size(PODALERT_PAGE);
     let admission = AdmissionGuard::for_operator(&ctx, &options.admission).await?;
     let controller = Controller::new_modified(alerts_api, config, stash)
         .debounce(Duration::from_millis(500))
