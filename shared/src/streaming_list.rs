@@ -5,8 +5,8 @@
 //! was 2,000 requests and did not finish in six minutes on a loaded API
 //! server (issue 28); streamed, it is one request and one Pod held at a time.
 //!
-//! Tried first. A server that refuses them (Kubernetes 1.33 ships the
-//! WatchList gate off and answers 422; 1.32 and 1.34+ have it on) gets
+//! Tried first. A server that refuses them (Kubernetes 1.30, 1.31 and 1.33
+//! ship the WatchList gate off and answer 422; 1.32 and 1.34+ have it on) gets
 //! paginated lists instead, from then on, as client-go's WatchListClient
 //! falls back. Those pages are consistent reads (`resourceVersion` unset):
 //! asked with `resourceVersion=0` the API server answers from its cache in
@@ -75,8 +75,10 @@ impl InitialList {
 
 /// kube's watcher of `api` with `base`'s selectors, its lists streamed
 /// until the server refuses once, then paginated ([`InitialList`]). The
-/// refusal is passed on (a watch error, retried after the caller's
-/// back-off) and the next list is paginated.
+/// refusal is not passed on: it says nothing of the watch's health (an
+/// API server of 1.30, 1.31 or 1.33 refuses at every start), and a watch
+/// error would mark the caches unready and read as the RBAC refusing.
+/// It cannot repeat: [`InitialList::refused`] holds once.
 pub fn watch<K>(
     api: Api<K>,
     base: watcher::Config,
@@ -87,13 +89,16 @@ where
     let initial = Arc::new(InitialList::default());
     let first = kube::runtime::watcher(api.clone(), initial.config(&base)).boxed();
     futures::stream::unfold((first, api, base, initial), |(mut current, api, base, initial)| async move {
-        let item = current.next().await?;
-        if let Err(e) = &item
-            && initial.refused(e)
-        {
-            current = kube::runtime::watcher(api.clone(), initial.config(&base)).boxed();
+        loop {
+            let item = current.next().await?;
+            if let Err(e) = &item
+                && initial.refused(e)
+            {
+                current = kube::runtime::watcher(api.clone(), initial.config(&base)).boxed();
+                continue;
+            }
+            return Some((item, (current, api, base, initial)));
         }
-        Some((item, (current, api, base, initial)))
     })
 }
 

@@ -94,3 +94,57 @@ async fn where_the_server_refuses_streaming_the_pod_watch_lists_in_pages() {
     // Pages of ten pods (`flotilla_shared::pods::PAGE_SIZE`).
     assert!(lists >= (PODS / 10) as u64, "{lists} LISTs for {PODS} pods");
 }
+
+/// Every other watch (`flotilla_shared::streaming_list::watch`) where the
+/// server refuses streaming: the list comes in consistent pages of at most
+/// 50 (kube's default page is 500, and `resourceVersion=0` would be one
+/// answer whatever the size), and the refusal is not passed on as a watch
+/// error (it would mark the caches unready at every start).
+#[tokio::test]
+async fn where_the_server_refuses_streaming_every_watch_lists_in_small_pages_without_an_error() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::{self, Event};
+
+    let cp = control_plane(&["--feature-gates=WatchList=false"]).await;
+    let env = TestEnv::of(&cp);
+    let client = env.client().await;
+    let ns = env.namespace("fallback").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for i in 0..120 {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("c-{i:03}")}})).unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let lists = |text: String| -> u64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("apiserver_request_total{")
+                    && l.contains(r#"verb="LIST""#)
+                    && l.contains(r#"resource="configmaps""#)
+                    && l.contains(r#"scope="namespace""#)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
+    };
+    let metrics =
+        || async { client.request_text(http::Request::get("/metrics").body(Vec::new()).unwrap()).await.unwrap() };
+    let before = lists(metrics().await);
+    let mut watch = std::pin::pin!(flotilla_shared::streaming_list::watch(api, watcher::Config::default()));
+    let mut listed = 0;
+    let done = tokio::time::timeout(T, async {
+        while let Some(event) = watch.next().await {
+            match event.expect("no watch error: the refusal is handled, not passed on") {
+                // Not the namespace's own kube-root-ca.crt.
+                Event::InitApply(cm) if cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("c-")) => listed += 1,
+                Event::InitDone => return,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "the list did not complete within {T:?} ({listed} objects)");
+    assert_eq!(listed, 120);
+    let pages = lists(metrics().await) - before;
+    assert!(pages >= 3, "{pages} LISTs for 120 ConfigMaps: pages of at most 50");
+}
