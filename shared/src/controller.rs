@@ -23,21 +23,35 @@ use serde::de::DeserializeOwned;
 
 /// The annotations a cached resource keeps: the operators' own.
 pub const OWN_ANNOTATIONS: &str = "flotilla.dev/";
-/// Longer values of those are not ours either (ours are names, times, tokens).
-pub const MAX_KEPT_ANNOTATION_BYTES: usize = 4096;
+/// Bytes (keys and values) a cached resource keeps of those annotations,
+/// and of its labels, each in key order: ours are a few names and times.
+pub const MAX_KEPT_METADATA_BYTES: usize = 8192;
 
 /// What the cache keeps of a resource's metadata: no `managedFields` (an
-/// entry per writer and field) and only [`OWN_ANNOTATIONS`] up to
-/// [`MAX_KEPT_ANNOTATION_BYTES`]. The author of a custom resource may give
-/// it 256 KiB of annotations, and the cache held every resource whole: a
-/// tenant's few hundred such CopyRequests or LoadTests would have held the
-/// operator past its chart's memory limit. Nothing reads them from the
-/// cache, and nothing writes a cached object back (status by server-side
-/// apply, finalizers by JSON patch).
+/// entry per writer and field), only [`OWN_ANNOTATIONS`], and of those and
+/// of the labels no more than [`MAX_KEPT_METADATA_BYTES`] each. The author
+/// of a custom resource may give it 256 KiB of annotations (and labels
+/// without a total bound), and the cache held every resource whole: a
+/// tenant's few hundred such CopyRules or LoadTests held the operator past
+/// its chart's memory limit. What is cut is only ever the author's own
+/// resource's. Nothing reads the rest from the cache, and nothing writes a
+/// cached object back (status by server-side apply, finalizers by JSON
+/// patch).
 pub fn trim_metadata(meta: &mut kube::core::ObjectMeta) {
     meta.managed_fields = None;
+    let within = |budget: &mut usize, k: &String, v: &mut String| {
+        let size = k.len() + v.len();
+        let keep = size <= *budget;
+        *budget = budget.saturating_sub(size);
+        keep
+    };
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, v| k.starts_with(OWN_ANNOTATIONS) && v.len() <= MAX_KEPT_ANNOTATION_BYTES);
+        let mut budget = MAX_KEPT_METADATA_BYTES;
+        annotations.retain(|k, v| k.starts_with(OWN_ANNOTATIONS) && within(&mut budget, k, v));
+    }
+    if let Some(labels) = meta.labels.as_mut() {
+        let mut budget = MAX_KEPT_METADATA_BYTES;
+        labels.retain(|k, v| within(&mut budget, k, v));
     }
 }
 
@@ -204,21 +218,37 @@ mod tests {
 
     #[test]
     fn the_cache_keeps_only_our_annotations_and_no_managed_fields() {
+        let many: serde_json::Map<String, serde_json::Value> =
+            (0..62).map(|i| (format!("flotilla.dev/a{i:02}"), "x".repeat(4000).into())).collect();
+        let mut annotations = many.clone();
+        annotations.insert("flotilla.dev/rerun".into(), "2026-11-29T17:00:00Z".into());
+        annotations.insert("kubectl.kubernetes.io/last-applied-configuration".into(), "x".repeat(250_000).into());
+        let labels: serde_json::Map<String, serde_json::Value> =
+            (0..4000).map(|i| (format!("l{i:04}"), "y".repeat(60).into())).collect();
         let mut meta: kube::core::ObjectMeta = serde_json::from_value(serde_json::json!({
             "name": "t",
-            "labels": {"team": "a"},
-            "annotations": {
-                "flotilla.dev/rerun": "2026-11-29T17:00:00Z",
-                "flotilla.dev/too-long": "x".repeat(MAX_KEPT_ANNOTATION_BYTES + 1),
-                "kubectl.kubernetes.io/last-applied-configuration": "x".repeat(250_000),
-            },
+            "labels": labels,
+            "annotations": annotations,
             "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}],
         }))
         .unwrap_or_default();
         trim_metadata(&mut meta);
-        let kept: Vec<_> = meta.annotations.unwrap_or_default().into_keys().collect();
-        assert_eq!(kept, ["flotilla.dev/rerun"]);
         assert_eq!(meta.managed_fields, None);
-        assert_eq!(meta.labels.unwrap_or_default().len(), 1, "labels are kept");
+        let size =
+            |m: &std::collections::BTreeMap<String, String>| m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let (kept_a, kept_l) = (meta.annotations.unwrap_or_default(), meta.labels.unwrap_or_default());
+        assert!(kept_a.keys().all(|k| k.starts_with(OWN_ANNOTATIONS)), "{:?}", kept_a.keys());
+        assert!(size(&kept_a) <= MAX_KEPT_METADATA_BYTES && size(&kept_l) <= MAX_KEPT_METADATA_BYTES);
+        assert!(!kept_l.is_empty() && kept_a.len() == 2, "{} kept", kept_a.len());
+
+        // A resource with a few of ours and a few labels keeps them all.
+        let mut small: kube::core::ObjectMeta = serde_json::from_value(serde_json::json!({
+            "name": "t", "labels": {"team": "a"},
+            "annotations": {"flotilla.dev/rerun": "1", "flotilla.dev/save-baseline": "v2", "other": "z"},
+        }))
+        .unwrap_or_default();
+        trim_metadata(&mut small);
+        assert_eq!(small.annotations.unwrap_or_default().len(), 2);
+        assert_eq!(small.labels.unwrap_or_default().len(), 1);
     }
 }
