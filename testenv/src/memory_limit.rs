@@ -37,15 +37,24 @@ impl MemoryLimit {
                 parent.display()
             ));
         }
+        if v2 {
+            // The controller must be enabled for the parent's children.
+            let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+memory");
+        }
         let dir = parent.join(format!("flotilla-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir(&dir);
         std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e} (run as root)", dir.display()))?;
         let limit_file = if v2 { "memory.max" } else { "memory.limit_in_bytes" };
-        std::fs::write(dir.join(limit_file), bytes.to_string())
-            .map_err(|e| format!("setting {}/{limit_file}: {e}", dir.display()))?;
-        if v2 {
-            // Nothing may be swapped out instead of killed.
-            let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+        std::fs::write(dir.join(limit_file), bytes.to_string()).map_err(|e| {
+            format!("setting {}/{limit_file}: {e} (is the memory controller enabled for this cgroup?)", dir.display())
+        })?;
+        // Nothing may be swapped out instead of killed (the files exist
+        // where swap is accounted; without swap there is nothing to limit).
+        let swap =
+            if v2 { ("memory.swap.max", "0".to_string()) } else { ("memory.memsw.limit_in_bytes", bytes.to_string()) };
+        if dir.join(swap.0).exists() {
+            std::fs::write(dir.join(swap.0), swap.1)
+                .map_err(|e| format!("setting {}/{}: {e}", dir.display(), swap.0))?;
         }
         let procs = CString::new(dir.join("cgroup.procs").into_os_string().into_encoded_bytes())
             .map_err(|e| format!("cgroup path: {e}"))?;

@@ -466,7 +466,9 @@ async fn own_images_wait_for_the_admission_policy() {
 #[tokio::test]
 async fn a_tenants_bloated_services_cannot_push_it_past_the_charts_memory_limit() {
     use flotilla_testenv::memory_limit::{MemoryLimit, bloat, chart_limit};
-    let env = node();
+    // Not the one-node cluster every test binary shares: its CoreDNS and
+    // kube-proxy watch every Service too. Nothing here needs a node.
+    let env = flotilla_testenv::shared();
     OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("lt-bloat").await.unwrap();

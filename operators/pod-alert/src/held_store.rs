@@ -206,11 +206,11 @@ pub async fn watch_feeds<O>(
     }
 }
 
-/// How the whole objects' watches list where the API server does not
-/// stream lists ([`flotilla_shared::streaming_list`], one object at a
-/// time): in pages of this many. A list with `resourceVersion=0` is one
-/// unpaginated answer: 2,000 Deployments decoded at once raised pod-alert's
-/// re-list peak by 26 MiB (issue 28).
+/// The page size the whole objects' watches ask for where the API server
+/// does not stream lists ([`flotilla_shared::streaming_list`], one object
+/// at a time; its fallback pages hold at most 50). A list with
+/// `resourceVersion=0` is one unpaginated answer: 2,000 Deployments decoded
+/// at once raised pod-alert's re-list peak by 26 MiB (issue 28).
 pub const PAGE: u32 = 100;
 
 /// Whether the API server refused the watch (403).

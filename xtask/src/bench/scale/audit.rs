@@ -50,6 +50,9 @@ pub struct Request {
     pub from_cache: bool,
     /// A list with `limit=` (paginated).
     pub paged: bool,
+    /// A watch that begins with a list (`sendInitialEvents=true`, a
+    /// streamed list): counted as a list.
+    pub streamed: bool,
     /// When the API server received it.
     pub at: Option<Timestamp>,
 }
@@ -79,6 +82,7 @@ impl Request {
             resource,
             from_cache,
             paged: param("limit").is_some_and(|l| l != "0"),
+            streamed: param("sendInitialEvents") == Some("true"),
             at: v["requestReceivedTimestamp"].as_str().and_then(|t| t.parse().ok()),
         })
     }
@@ -111,8 +115,8 @@ impl AuditLog {
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
     pub by_verb_resource: BTreeMap<(String, String), u64>,
-    /// Lists (not watches), and how many of them asked for any version
-    /// (`resourceVersion=0`) and were paginated.
+    /// Lists (and watches that stream a list first), and how many of them
+    /// were served from the watch cache and were paginated.
     pub lists: u64,
     pub lists_from_cache: u64,
     pub lists_paged: u64,
@@ -125,7 +129,7 @@ impl Counts {
         let mut c = Counts::default();
         for r in requests.iter().filter(|r| r.user == user) {
             *c.by_verb_resource.entry((r.verb.clone(), r.resource.clone())).or_default() += 1;
-            if r.verb == "list" {
+            if r.verb == "list" || r.streamed {
                 c.lists += 1;
                 c.lists_from_cache += u64::from(r.from_cache);
                 c.lists_paged += u64::from(r.paged);
