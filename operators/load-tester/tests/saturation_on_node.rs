@@ -1,5 +1,5 @@
 //! Runners that cannot keep up, on the one-node cluster: a runner held to
-//! 50m of CPU asked for 2,000 requests/s is throttled by its cgroup and
+//! 10m of CPU asked for 2,000 requests/s is throttled by its cgroup and
 //! falls behind its rate, and the LoadTest says so (RunnerSaturated=True
 //! naming it, status.results.saturated, a Warning Event); a runner with
 //! room at 20 requests/s is not (RunnerSaturated=False). Needs the loadgen
@@ -19,7 +19,7 @@ fn condition(s: &LoadTestStatus) -> (String, String, String) {
 }
 
 #[tokio::test]
-async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
+async fn a_runner_held_to_10m_of_cpu_is_reported_and_one_with_room_is_not() {
     let env = node();
     let (client, ns, operator) = capture_namespace(&env, "lt-saturated").await;
     // The static page: httpd answers it without a fork.
@@ -29,9 +29,16 @@ async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
         &ns,
         "LoadTest",
         "starved",
+        // 10m, not 50m: on a node whose cores every test binary shares, a
+        // 50m runner was once given less than its quota by the others and
+        // never throttled (CI, twice in about ten runs), and its requests
+        // were all waiting on busy connections (counted as the server's
+        // slowness): "every runner kept up" at 186 of 2,000 requests/s.
+        // That starvation by the node, not the limit, is not reported yet
+        // (issue 28's note); a 10 ms-a-second quota is reached under any load.
         json!({"replicas": 1, "rate": 2000, "load": {"duration": "10s"}, "test": test(50),
-               "runner": {"resources": {"requests": {"cpu": "50m", "memory": "32Mi"},
-                                        "limits": {"cpu": "50m", "memory": "128Mi"}}}}),
+               "runner": {"resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                                        "limits": {"cpu": "10m", "memory": "128Mi"}}}}),
     )
     .await
     .unwrap();
@@ -39,8 +46,7 @@ async fn a_runner_held_to_50m_of_cpu_is_reported_and_one_with_room_is_not() {
     assert_eq!(starved.state, State::Finished, "{starved:#?}");
     let (status, reason, message) = condition(&starved);
     eprintln!("starved: {message}");
-    // (Seen once in CI, not here: "every runner kept up" for this runner;
-    // the whole status, with its rate and elapsed time, says what it did.)
+    // The whole status, with its rate and elapsed time, says what it did.
     assert_eq!((status.as_str(), reason.as_str()), ("True", "RunnerSaturated"), "{message}: {starved:#?}");
     assert!(message.contains("starved-r1-0") && message.contains("throttled"), "{message}");
     let r = starved.results.clone().unwrap();
