@@ -27,15 +27,16 @@ async fn control_plane(apiserver: &[&str]) -> ControlPlane {
         .expect("a control plane")
 }
 
-/// Namespace-scoped LISTs of pods the API server has answered.
-async fn pod_lists(client: &Client) -> u64 {
+/// Namespace-scoped LISTs of `resource` the API server has answered.
+async fn namespace_lists(client: &Client, resource: &str) -> u64 {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = client.request_text(req).await.unwrap();
+    let resource = format!(r#"resource="{resource}""#);
     text.lines()
         .filter(|l| {
             l.starts_with("apiserver_request_total{")
                 && l.contains(r#"verb="LIST""#)
-                && l.contains(r#"resource="pods""#)
+                && l.contains(&resource)
                 && l.contains(r#"scope="namespace""#)
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -56,7 +57,7 @@ async fn list_pods(env: &TestEnv) -> u64 {
         .unwrap();
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
-    let before = pod_lists(&client).await;
+    let before = namespace_lists(&client, "pods").await;
     let (store, writer) = projection::store::<String>();
     let readiness = Readiness::default();
     let watch = tokio::spawn(watch_pods(
@@ -75,7 +76,7 @@ async fn list_pods(env: &TestEnv) -> u64 {
     .unwrap();
     assert!(store.is_ready());
     watch.abort();
-    pod_lists(&client).await - before
+    namespace_lists(&client, "pods").await - before
 }
 
 #[tokio::test]
@@ -115,21 +116,7 @@ async fn where_the_server_refuses_streaming_every_watch_lists_in_small_pages_wit
         let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("c-{i:03}")}})).unwrap();
         api.create(&PostParams::default(), &cm).await.unwrap();
     }
-    let lists = |text: String| -> u64 {
-        text.lines()
-            .filter(|l| {
-                l.starts_with("apiserver_request_total{")
-                    && l.contains(r#"verb="LIST""#)
-                    && l.contains(r#"resource="configmaps""#)
-                    && l.contains(r#"scope="namespace""#)
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|v| v as u64)
-            .sum()
-    };
-    let metrics =
-        || async { client.request_text(http::Request::get("/metrics").body(Vec::new()).unwrap()).await.unwrap() };
-    let before = lists(metrics().await);
+    let before = namespace_lists(&client, "configmaps").await;
     let mut watch = std::pin::pin!(flotilla_shared::streaming_list::watch(api, watcher::Config::default()));
     let mut listed = 0;
     let done = tokio::time::timeout(T, async {
@@ -145,6 +132,6 @@ async fn where_the_server_refuses_streaming_every_watch_lists_in_small_pages_wit
     .await;
     assert!(done.is_ok(), "the list did not complete within {T:?} ({listed} objects)");
     assert_eq!(listed, 120);
-    let pages = lists(metrics().await) - before;
+    let pages = namespace_lists(&client, "configmaps").await - before;
     assert!(pages >= 3, "{pages} LISTs for 120 ConfigMaps: pages of at most 50");
 }
