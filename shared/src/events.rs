@@ -61,33 +61,8 @@ struct Published {
 /// reliably, and a burst never opens a request per Event at once).
 #[derive(Clone)]
 pub struct Events {
-    queue: tokio::sync::broadcast::Sender<(ObjectReference, Key)>,
+    queue: crate::drop_oldest::Sender<(ObjectReference, Key)>,
     dropped: IntCounter,
-}
-
-/// The receiving end of a drop-oldest queue (a broadcast channel with one
-/// receiver: a full channel overwrites its oldest item and the receiver
-/// learns how many it lost).
-struct Queue<T> {
-    rx: tokio::sync::broadcast::Receiver<T>,
-    dropped: IntCounter,
-}
-
-impl<T: Clone> Queue<T> {
-    /// The next item; `None` once every sender is gone.
-    async fn next(&mut self) -> Option<T> {
-        use tokio::sync::broadcast::error::RecvError;
-        loop {
-            match self.rx.recv().await {
-                Ok(v) => return Some(v),
-                Err(RecvError::Lagged(n)) => {
-                    self.dropped.inc_by(n);
-                    tracing::warn!(dropped = n, "the event queue was full; dropped the oldest events");
-                }
-                Err(RecvError::Closed) => return None,
-            }
-        }
-    }
 }
 
 fn dropped_counter() -> IntCounter {
@@ -130,9 +105,9 @@ impl Events {
     /// `operator` is e.g. `config-copier`; `instance` the pod's name. Must be
     /// called inside a tokio runtime (it starts the worker).
     pub fn new(client: Client, operator: &str, instance: &str) -> Self {
-        let (queue, rx) = tokio::sync::broadcast::channel::<(ObjectReference, Key)>(QUEUE);
+        let (queue, mut rx) = crate::drop_oldest::queue::<(ObjectReference, Key)>(QUEUE);
         let dropped = dropped_counter();
-        let mut rx = Queue { rx, dropped: dropped.clone() };
+        let counted = dropped.clone();
         let mut sender = Sender {
             client,
             controller: format!("flotilla-{operator}"),
@@ -140,7 +115,11 @@ impl Events {
             published: HashMap::new(),
         };
         tokio::spawn(async move {
-            while let Some((on, key)) = rx.next().await {
+            while let Some(((on, key), lost)) = rx.next().await {
+                if lost > 0 {
+                    counted.inc_by(lost);
+                    tracing::warn!(dropped = lost, "the event queue was full; dropped the oldest events");
+                }
                 let what = format!("{} on {}/{}", key.reason, key.namespace, key.name);
                 match tokio::time::timeout(PUBLISH_TIMEOUT, sender.send(&on, &key)).await {
                     Ok(Ok(())) => {}
@@ -178,9 +157,7 @@ impl Events {
             action: action.to_string(),
             note: cut(note),
         };
-        if self.queue.send((on.clone(), key)).is_err() {
-            tracing::warn!(reason, "the event worker has stopped; event dropped");
-        }
+        self.queue.send((on.clone(), key));
     }
 }
 
@@ -226,26 +203,5 @@ impl Sender {
         let name = created.metadata.name.unwrap_or_default();
         self.published.insert(key.clone(), Published { name, count: 1, at: Instant::now() });
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_full_queue_drops_the_oldest_and_counts_them() {
-        let (tx, rx) = tokio::sync::broadcast::channel::<u32>(4);
-        let mut q = Queue { rx, dropped: dropped_counter() };
-        for i in 0..10 {
-            tx.send(i).unwrap();
-        }
-        drop(tx);
-        let mut got = Vec::new();
-        while let Some(v) = q.next().await {
-            got.push(v);
-        }
-        assert_eq!(got, [6, 7, 8, 9], "the newest are kept");
-        assert_eq!(q.dropped.get(), 6);
     }
 }

@@ -84,6 +84,7 @@ pub mod controller;
 pub mod crd;
 pub mod cron;
 pub mod debounce;
+pub mod drop_oldest;
 pub mod duration;
 pub mod events;
 pub mod from_specs;
