@@ -253,7 +253,13 @@ impl<T, S: Slot<T>> Writer<T, S> {
             watcher::Event::Init => state.relist = Some(BTreeSet::new()),
             watcher::Event::InitApply(obj) => {
                 let (key, value) = project(obj);
-                state.relist.get_or_insert_with(BTreeSet::new).replace(S::new(key, Arc::new(value)));
+                // An object the list finds as it was keeps the projection
+                // already held, shared rather than copied: a relist (after
+                // an API server restart, say) then peaks at about one
+                // projection per object, not two (issue 28).
+                let held = state.items.get(key.as_str()).map(Slot::value).filter(|o| !differ(o, &value)).cloned();
+                let value = held.unwrap_or_else(|| Arc::new(value));
+                state.relist.get_or_insert_with(BTreeSet::new).replace(S::new(key, value));
             }
             watcher::Event::InitDone => {
                 if let Some(items) = state.relist.take() {
@@ -566,6 +572,34 @@ mod tests {
             [("a".to_string(), Some(1), None), ("ccc".to_string(), None, Some(3))]
         );
         assert_eq!(keys(w.apply_changes(Event::Delete("bb"), project)), [("bb".to_string(), Some(2), None)]);
+    }
+
+    /// A relist holds one projection per unchanged object, the one already
+    /// held (the same allocation), and a new one only where it changed.
+    #[test]
+    fn a_relist_shares_what_it_finds_unchanged() {
+        let (store, mut w) = store::<(usize, &'static str)>();
+        let version = std::sync::Mutex::new(1);
+        let project = |s: &'static str| (s.to_string(), (*version.lock().unwrap(), s));
+        for e in [Event::Init, Event::InitApply("x"), Event::InitApply("y"), Event::InitDone] {
+            w.apply_changes(e, project);
+        }
+        let before = (store.get("x").unwrap(), store.get("y").unwrap());
+        w.apply_changes(Event::Init, project);
+        w.apply_changes(Event::InitApply("x"), project);
+        *version.lock().unwrap() = 2;
+        w.apply_changes(Event::InitApply("y"), project);
+        let changed = w.apply_changes(Event::InitDone, project);
+        let after = (store.get("x").unwrap(), store.get("y").unwrap());
+        assert!(Arc::ptr_eq(&before.0, &after.0), "unchanged: the projection already held");
+        assert!(!Arc::ptr_eq(&before.1, &after.1));
+        assert_eq!(*after.1, (2, "y"));
+        assert_eq!(changed.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), ["y"]);
+        // `apply` compares nothing: every listed object gets its new projection.
+        for e in [Event::Init, Event::InitApply("x"), Event::InitDone] {
+            w.apply(e, project);
+        }
+        assert!(!Arc::ptr_eq(&after.0, &store.get("x").unwrap()));
     }
 
     /// What a callback saw: `L` a complete list, `C` another event, with
