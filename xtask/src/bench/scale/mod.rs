@@ -23,6 +23,10 @@
 //! 6. **API server restart**: stopped and started again (same etcd): each
 //!    operator's peak RSS while it re-lists (VmHWM started again), time to
 //!    converged again, requests and CPU.
+//! 7. **Growth** (see `grow.rs`): half as many pods and Services again
+//!    and a second config per team, the rules and namespaces unchanged:
+//!    each operator's RSS growth over the objects it holds more, its
+//!    memory per object *added*, which the projections use.
 //!
 //! Then the tables, and each operator's memory **projected** (idle plus the
 //! per-object slope) at Kubernetes' limits: 150,000 pods, 10,000 Services,
@@ -37,6 +41,7 @@
 
 mod audit;
 mod cluster;
+mod grow;
 mod operators;
 mod populate;
 mod probe;
@@ -159,6 +164,13 @@ pub struct Figures {
     pub relist_listed: Option<Duration>,
     pub relist_requests: Counts,
     pub relist_cpu: f64,
+    /// RSS (MiB) and objects held before the growth, after it.
+    pub grown_from: (f64, usize),
+    pub grown_to: (f64, usize),
+    /// Bytes of RSS per object added by the growth.
+    pub per_object_added: Option<f64>,
+    /// Converged again after the growth (from its start).
+    pub grown_converged: Option<Duration>,
 }
 
 pub fn run(preset: &str) -> anyhow::Result<()> {
@@ -379,6 +391,37 @@ async fn bench(
             .last_list
             .map(|t| Duration::from_millis(u64::try_from(t.as_millisecond() - back_at.as_millisecond()).unwrap_or(0)));
     }
+    // 7. Growth: the memory per object added.
+    for r in &running {
+        let f = figures.get_mut(&r.name).context("figures")?;
+        f.grown_from = (probe::rss_mib(r.pid()), operators::objects_held(r, &client, &layout).await?);
+    }
+    let grew = Instant::now();
+    grow::grow(&client, &layout).await?;
+    let grown = layout.grown();
+    for r in &mut running {
+        let left = timing.converge.saturating_sub(grew.elapsed());
+        let (_, converged, _) = until_converged_again(r, &client, &grown, left).await?;
+        let f = figures.get_mut(&r.name).context("figures")?;
+        f.grown_converged = converged.map(|_| grew.elapsed());
+    }
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    for r in &running {
+        let f = figures.get_mut(&r.name).context("figures")?;
+        f.grown_to = (probe::rss_mib(r.pid()), operators::objects_held(r, &client, &grown).await?);
+        f.per_object_added = grow::per_object_added(f.grown_from.0, f.grown_to.0, f.grown_from.1, f.grown_to.1);
+        eprintln!(
+            "    {}: {} → {} {}, RSS {:.1} → {:.1} MiB{}",
+            r.name,
+            f.grown_from.1,
+            f.grown_to.1,
+            operators::goal(&r.name).objects,
+            f.grown_from.0,
+            f.grown_to.0,
+            f.per_object_added.map(|b| format!(", {b:.0} B per object added")).unwrap_or_default()
+        );
+    }
+
     let nodes_ready = cluster::nodes_ready(&client).await.unwrap_or(0);
     for r in running {
         r.stop();
@@ -403,6 +446,26 @@ async fn wait_ready(r: &mut Running, limit: Duration) -> anyhow::Result<Duration
             bail!("{} not Ready within {limit:?}; see {}", r.name, r.log.display());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Time from now until `r` is converged on `layout` again, at most `limit`.
+async fn until_converged_again(
+    r: &mut Running,
+    client: &Client,
+    layout: &Layout,
+    limit: Duration,
+) -> anyhow::Result<(Option<Duration>, Option<Duration>, String)> {
+    let started = Instant::now();
+    loop {
+        r.check_alive()?;
+        if r.ready() && operators::converged(r, client, layout).await.unwrap_or(false) {
+            return Ok((None, Some(started.elapsed()), String::new()));
+        }
+        if started.elapsed() > limit {
+            return Ok((None, None, String::new()));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

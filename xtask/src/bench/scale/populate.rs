@@ -34,7 +34,7 @@ pub const COPY_LABEL: &str = "flotilla.dev/copy-rule";
 const ACCEPT_COPIES: &str = "flotilla.dev/accept-copies";
 
 /// Concurrent creates.
-const CREATES: usize = 32;
+pub(super) const CREATES: usize = 32;
 
 /// Where everything goes, computed from the preset.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ impl Layout {
 }
 
 /// Creates with bounded concurrency; a 409 (left by an earlier attempt) is fine.
-async fn create_all<K>(api_for: impl Fn(&K) -> Api<K>, objects: Vec<K>, what: &str) -> anyhow::Result<()>
+pub(super) async fn create_all<K>(api_for: impl Fn(&K) -> Api<K>, objects: Vec<K>, what: &str) -> anyhow::Result<()>
 where
     K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -131,7 +131,7 @@ where
     Ok(())
 }
 
-fn namespaced<K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>>(
+pub(super) fn namespaced<K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>>(
     client: &Client,
 ) -> impl Fn(&K) -> Api<K> {
     let client = client.clone();
@@ -199,6 +199,23 @@ fn service(ns: &str, name: &str) -> anyhow::Result<Service> {
     }))
 }
 
+/// The `k`-th Service: `app` in every namespace, then `app-1`, `app-2`, ...
+pub(super) fn service_number(layout: &Layout, k: usize) -> anyhow::Result<Service> {
+    let n = layout.preset.namespaces;
+    let name = if k < n { "app".to_string() } else { format!("app-{}", k / n) };
+    service(&Layout::namespace(k % n), &name)
+}
+
+/// Team `t`'s config ConfigMap `name`, in the team's first namespace: what
+/// its CopyRule copies into the team's namespaces.
+pub(super) fn team_config(t: usize, name: &str) -> anyhow::Result<ConfigMap> {
+    let (ns, team) = (Layout::namespace(t * 10), Layout::team(t * 10));
+    from_json(json!({
+        "metadata": {"name": name, "namespace": ns, "labels": {TEAM_CONFIG_LABEL: "true"}},
+        "data": {"team": team, "log-level": "info", "feature-flags": "checkout-v2,search-v3", "owner": format!("{team}@example.com")}
+    }))
+}
+
 fn dyn_object(ar: &ApiResource, ns: &str, name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
     from_json(json!({
         "apiVersion": ar.api_version, "kind": ar.kind,
@@ -226,12 +243,7 @@ pub async fn populate(client: &Client, layout: &Layout) -> anyhow::Result<()> {
 
     // Services before the pods: the endpoint-slice controller then follows
     // the pods as they come.
-    let mut services = Vec::new();
-    for k in 0..p.services {
-        let i = k % p.namespaces;
-        let name = if k < p.namespaces { "app".to_string() } else { format!("app-{}", k / p.namespaces) };
-        services.push(service(&Layout::namespace(i), &name)?);
-    }
+    let services = (0..p.services).map(|k| service_number(layout, k)).collect::<anyhow::Result<Vec<_>>>()?;
     create_all(namespaced(client), services, "Services").await?;
 
     let deployments: Vec<Deployment> = (0..p.namespaces)
@@ -248,10 +260,7 @@ pub async fn populate(client: &Client, layout: &Layout) -> anyhow::Result<()> {
     let mut rules = Vec::new();
     for t in layout.rule_teams() {
         let (ns, team) = (Layout::namespace(t * 10), Layout::team(t * 10));
-        sources.push(from_json::<ConfigMap>(json!({
-            "metadata": {"name": "team-config", "namespace": ns, "labels": {TEAM_CONFIG_LABEL: "true"}},
-            "data": {"team": team, "log-level": "info", "feature-flags": "checkout-v2,search-v3", "owner": format!("{team}@example.com")}
-        }))?);
+        sources.push(team_config(t, "team-config")?);
         rules.push(dyn_object(
             &rule_ar,
             &ns,
@@ -336,6 +345,13 @@ pub async fn populate(client: &Client, layout: &Layout) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     create_all(dynamic(client, &loadtest_ar), tests, "LoadTests").await?;
 
+    wait_for_pods(client, layout).await
+}
+
+/// Waits until the layout's pods are all made, bound, and have the
+/// status their behaviour gives them (kwok).
+pub(super) async fn wait_for_pods(client: &Client, layout: &Layout) -> anyhow::Result<()> {
+    let p = &layout.preset;
     say(&format!("waiting for {} pods: made, bound and started by kwok", p.pods));
     let started = Instant::now();
     let pods: Api<Pod> = Api::all(client.clone());

@@ -26,7 +26,11 @@ fn slope(f: &Figures) -> Option<f64> {
 /// How many of the operator's objects there would be at Kubernetes' limits.
 fn objects_at_limits(op: &str, f: &Figures, preset: &Preset) -> Option<f64> {
     match op {
-        "pod-alert" | "pod-debugger" => Some(LIMIT_PODS),
+        // Every pod: its platform PodAlert reads every namespace.
+        "pod-alert" => Some(LIMIT_PODS),
+        // Only the pods of namespaces with a PodDebugger: the same share
+        // of the pods as here.
+        "pod-debugger" => Some(f.objects as f64 * LIMIT_PODS / preset.pods.max(1) as f64),
         "service-dns" => Some(LIMIT_SERVICES),
         // Copies grow with namespaces: the same rules over 10,000 namespaces.
         "config-copier" => Some(f.objects as f64 * LIMIT_NAMESPACES / preset.namespaces as f64),
@@ -85,6 +89,10 @@ pub fn print(
     row("bytes per object held (RSS slope above idle)", &|_, f| {
         slope(f).map_or_else(|| "—".into(), |b| format!("{b:.0} B"))
     });
+    row("bytes per object **added** (RSS growth over the objects added)", &|o, f| match f.per_object_added {
+        Some(b) => format!("{b:.0} B ({} → {} {})", f.grown_from.1, f.grown_to.1, goal(o).objects),
+        None => "—".into(),
+    });
     row("start → Ready", &|_, f| secs(f.ready));
     row("start → converged", &|_, f| {
         if f.converged.is_some() { secs(f.converged) } else { format!("not reached ({})", f.left) }
@@ -108,6 +116,9 @@ pub fn print(
     row(&format!("API server restart: requests, LISTs, CPU s ({:.0} s)", relist.as_secs_f64()), &|_, f| {
         format!("{}, {}, {:.2} s", f.relist_requests.total(), lists(&f.relist_requests), f.relist_cpu)
     });
+    row("growth: converged again, RSS before → after", &|_, f| {
+        format!("{}, {:.1} → {:.1} MiB", secs(f.grown_converged), f.grown_from.0, f.grown_to.0)
+    });
     row("chart memory limit", &|_, f| f.memory_limit.clone());
     row("**projection** at 150,000 pods / 10,000 Services / 10,000 namespaces", &|o, f| match (
         slope(f),
@@ -116,13 +127,22 @@ pub fn print(
         (Some(b), Some(n)) => format!("{:.0} MiB ({n:.0} {})", f.idle_rss + b * n / 1024.0 / 1024.0, goal(o).objects),
         _ => "— (holds its own objects only)".into(),
     });
+    row("**projection** by the memory per object added", &|o, f| match (
+        f.per_object_added,
+        objects_at_limits(o, f, preset),
+    ) {
+        (Some(b), Some(n)) => {
+            format!("{:.0} MiB", f.grown_to.0 + b * (n - f.grown_to.1 as f64).max(0.0) / 1024.0 / 1024.0)
+        }
+        _ => "—".into(),
+    });
     println!();
     println!(
         "Converged means: {}.",
         ops.iter().map(|o| format!("{o}: {}", goal(o).meaning)).collect::<Vec<_>>().join("; ")
     );
     println!(
-        "Projections are idle RSS + the per-object slope × the objects at the limits: estimates, not measurements."
+        "Projections are estimates, not measurements: idle RSS + the slope above idle × the objects at the limits (every fixed cost counted per object: an upper bound), and the RSS after the growth + the memory per object added × the objects still to come."
     );
     println!();
     for o in &ops {
