@@ -7,6 +7,8 @@
 //! is part of the identity on purpose: kube-runtime's `Recorder` leaves it out,
 //! so a second "updated dns a.example" after "updated dns b.example" would only
 //! bump the first Event's count and the user would never see the new message.
+//! What was published is remembered for that by a hash, at most a few
+//! thousand (`events::recent`).
 //!
 //! Publishing never blocks a reconcile: Events are sent in the background
 //! with a timeout, and a failure is logged. The queue in front of the
@@ -14,7 +16,6 @@
 //! Events are dropped (counted in `flotilla_events_dropped_total`), not
 //! kept until memory runs out.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -25,12 +26,12 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use prometheus::IntCounter;
 
+mod recent;
+
 /// How long one Event may take before it is given up (and logged).
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 /// The API's limit on `note`.
 const MAX_NOTE: usize = 1024;
-/// How long a published Event is remembered for aggregation (as kube's recorder).
-const AGGREGATE_FOR: Duration = Duration::from_secs(6 * 60);
 /// Events waiting to be sent, at most; beyond, the oldest are dropped.
 /// Large enough for a normal burst (5,000 Services published at once send
 /// 5,000 Events), bounded for an API server that stays down.
@@ -47,13 +48,6 @@ struct Key {
     reason: String,
     action: String,
     note: String,
-}
-
-/// A published Event: its name and how often it happened.
-struct Published {
-    name: String,
-    count: i32,
-    at: Instant,
 }
 
 /// Publishes events for one operator. Cheap to clone: clones share one
@@ -76,7 +70,7 @@ struct Sender {
     client: Client,
     controller: String,
     instance: String,
-    published: HashMap<Key, Published>,
+    published: recent::Recent,
 }
 
 fn cut(mut note: String) -> String {
@@ -112,7 +106,7 @@ impl Events {
             client,
             controller: format!("flotilla-{operator}"),
             instance: instance.to_string(),
-            published: HashMap::new(),
+            published: recent::Recent::default(),
         };
         tokio::spawn(async move {
             while let Some(((on, key), lost)) = rx.next().await {
@@ -166,12 +160,8 @@ impl Sender {
     async fn send(&mut self, on: &ObjectReference, key: &Key) -> Result<(), kube::Error> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
         let now = MicroTime(Timestamp::now());
-        self.published.retain(|_, p| p.at.elapsed() < AGGREGATE_FOR);
-        let repeat = self.published.get_mut(key).map(|p| {
-            p.count += 1;
-            p.at = Instant::now();
-            (p.name.clone(), p.count)
-        });
+        self.published.forget_expired(Instant::now());
+        let repeat = self.published.repeat(key, Instant::now());
         if let Some((name, count)) = repeat {
             let series = EventSeries { count, last_observed_time: now.clone() };
             let patch = serde_json::json!({ "series": series });
@@ -201,7 +191,7 @@ impl Sender {
         };
         let created = api.create(&PostParams::default(), &event).await?;
         let name = created.metadata.name.unwrap_or_default();
-        self.published.insert(key.clone(), Published { name, count: 1, at: Instant::now() });
+        self.published.remember(key, name, Instant::now());
         Ok(())
     }
 }
