@@ -169,7 +169,8 @@ pub struct Figures {
     pub grown_to: (f64, usize),
     /// Bytes of RSS per object added by the growth.
     pub per_object_added: Option<f64>,
-    /// Converged again after the growth (from its start).
+    /// Converged again after the growth (from the growth's start: the
+    /// objects' creation included).
     pub grown_converged: Option<Duration>,
 }
 
@@ -364,20 +365,9 @@ async fn bench(
     let back = Instant::now();
     let back_at = k8s_openapi::jiff::Timestamp::now();
     let client = cp.client().await?;
-    let mut pending: Vec<usize> = (0..running.len()).collect();
-    while !pending.is_empty() && back.elapsed() < timing.relist {
-        let mut still = Vec::new();
-        for i in pending {
-            let r = &mut running[i];
-            r.check_alive()?;
-            if r.ready() && operators::converged(r, &client, &layout).await.unwrap_or(false) {
-                figures.get_mut(&r.name).context("figures")?.relist_converged = Some(back.elapsed());
-            } else {
-                still.push(i);
-            }
-        }
-        pending = still;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    let converged = all_converged(&mut running, &client, &layout, back, timing.relist).await?;
+    for (r, converged) in running.iter().zip(converged) {
+        figures.get_mut(&r.name).context("figures")?.relist_converged = converged;
     }
     tokio::time::sleep(timing.relist.saturating_sub(back.elapsed())).await;
     let relisted = audit.take()?;
@@ -399,11 +389,9 @@ async fn bench(
     let grew = Instant::now();
     grow::grow(&client, &layout).await?;
     let grown = layout.grown();
-    for r in &mut running {
-        let left = timing.converge.saturating_sub(grew.elapsed());
-        let (_, converged, _) = until_converged_again(r, &client, &grown, left).await?;
-        let f = figures.get_mut(&r.name).context("figures")?;
-        f.grown_converged = converged.map(|_| grew.elapsed());
+    let converged = all_converged(&mut running, &client, &grown, grew, timing.converge).await?;
+    for (r, converged) in running.iter().zip(converged) {
+        figures.get_mut(&r.name).context("figures")?.grown_converged = converged;
     }
     tokio::time::sleep(Duration::from_secs(20)).await;
     for r in &running {
@@ -449,24 +437,33 @@ async fn wait_ready(r: &mut Running, limit: Duration) -> anyhow::Result<Duration
     }
 }
 
-/// Time from now until `r` is converged on `layout` again, at most `limit`.
-async fn until_converged_again(
-    r: &mut Running,
+/// Each operator's time from `since` until it is Ready and converged on
+/// `layout` (checked side by side, every second), `None` for those not
+/// converged within `limit` of `since`.
+async fn all_converged(
+    running: &mut [Running],
     client: &Client,
     layout: &Layout,
+    since: Instant,
     limit: Duration,
-) -> anyhow::Result<(Option<Duration>, Option<Duration>, String)> {
-    let started = Instant::now();
-    loop {
-        r.check_alive()?;
-        if r.ready() && operators::converged(r, client, layout).await.unwrap_or(false) {
-            return Ok((None, Some(started.elapsed()), String::new()));
+) -> anyhow::Result<Vec<Option<Duration>>> {
+    let mut converged = vec![None; running.len()];
+    let mut pending: Vec<usize> = (0..running.len()).collect();
+    while !pending.is_empty() && since.elapsed() < limit {
+        let mut still = Vec::new();
+        for i in pending {
+            let r = &mut running[i];
+            r.check_alive()?;
+            if r.ready() && operators::converged(r, client, layout).await.unwrap_or(false) {
+                converged[i] = Some(since.elapsed());
+            } else {
+                still.push(i);
+            }
         }
-        if started.elapsed() > limit {
-            return Ok((None, None, String::new()));
-        }
+        pending = still;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    Ok(converged)
 }
 
 /// Time to Ready and to converged (from the process's start); what was
