@@ -21,6 +21,8 @@ struct State<T> {
     /// Dropped since the receiver last took an item.
     dropped: u64,
     senders: usize,
+    /// The receiver is gone: nothing will take what is sent.
+    closed: bool,
 }
 
 struct Shared<T> {
@@ -36,6 +38,11 @@ impl<T> Shared<T> {
     }
 }
 
+/// The receiver is gone: what is sent would never be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the queue's receiver is gone")]
+pub struct Closed;
+
 /// The sending end; cheap to clone.
 pub struct Sender<T> {
     shared: Arc<Shared<T>>,
@@ -49,7 +56,7 @@ pub struct Receiver<T> {
 /// A queue of at most `capacity` items (at least one).
 pub fn queue<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     let shared = Arc::new(Shared {
-        state: Mutex::new(State { items: VecDeque::new(), dropped: 0, senders: 1 }),
+        state: Mutex::new(State { items: VecDeque::new(), dropped: 0, senders: 1, closed: false }),
         ready: Notify::new(),
         capacity: capacity.max(1),
     });
@@ -57,10 +64,14 @@ pub fn queue<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
 }
 
 impl<T> Sender<T> {
-    /// Queues `item`, dropping the oldest one when the queue is full.
-    pub fn send(&self, item: T) {
+    /// Queues `item`, dropping the oldest one when the queue is full;
+    /// [`Closed`] (and `item` dropped) when the receiver is gone.
+    pub fn send(&self, item: T) -> Result<(), Closed> {
         {
             let mut s = self.shared.lock();
+            if s.closed {
+                return Err(Closed);
+            }
             if s.items.len() >= self.shared.capacity {
                 s.items.pop_front();
                 s.dropped += 1;
@@ -68,6 +79,7 @@ impl<T> Sender<T> {
             s.items.push_back(item);
         }
         self.shared.ready.notify_one();
+        Ok(())
     }
 }
 
@@ -111,6 +123,15 @@ impl<T> Receiver<T> {
     }
 }
 
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let mut s = self.shared.lock();
+        s.closed = true;
+        // What waits would never be taken.
+        s.items = VecDeque::new();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,7 +149,7 @@ mod tests {
     async fn a_full_queue_drops_the_oldest_and_says_how_many() {
         let (tx, mut rx) = queue::<u32>(4);
         for i in 0..10 {
-            tx.send(i);
+            tx.send(i).unwrap();
         }
         drop(tx);
         assert_eq!(drain(&mut rx).await, (vec![6, 7, 8, 9], 6), "the newest are kept");
@@ -139,10 +160,10 @@ mod tests {
         let (tx, mut rx) = queue::<u32>(8);
         let tx2 = tx.clone();
         drop(tx);
-        tx2.send(1);
+        tx2.send(1).unwrap();
         let waiting = tokio::spawn(async move { drain(&mut rx).await });
         tokio::task::yield_now().await;
-        tx2.send(2);
+        tx2.send(2).unwrap();
         drop(tx2);
         assert_eq!(waiting.await.unwrap(), (vec![1, 2], 0));
     }
@@ -159,7 +180,7 @@ mod tests {
         });
         for i in 0..3 {
             tokio::task::yield_now().await;
-            tx.send(i);
+            tx.send(i).unwrap();
         }
         assert_eq!(got.await.unwrap(), [0, 1, 2]);
     }
@@ -171,11 +192,19 @@ mod tests {
         let (tx, mut rx) = queue::<[u8; 256]>(8192);
         assert_eq!(rx.shared.lock().items.capacity(), 0, "nothing allocated up front");
         for _ in 0..8192 {
-            tx.send([0; 256]);
+            tx.send([0; 256]).unwrap();
         }
         for _ in 0..8192 {
             rx.next().await.unwrap();
         }
         assert!(rx.shared.lock().items.capacity() <= 64, "{}", rx.shared.lock().items.capacity());
+    }
+
+    #[test]
+    fn what_is_sent_after_the_receiver_is_gone_comes_back() {
+        let (tx, rx) = queue::<u32>(8);
+        tx.send(1).unwrap();
+        drop(rx);
+        assert_eq!(tx.send(2), Err(Closed));
     }
 }

@@ -151,7 +151,9 @@ impl Events {
             action: action.to_string(),
             note: cut(note),
         };
-        self.queue.send((on.clone(), key));
+        if self.queue.send((on.clone(), key)).is_err() {
+            tracing::warn!(reason, "the event worker has stopped; event dropped");
+        }
     }
 }
 

@@ -268,7 +268,8 @@ impl<T, S: Slot<T>> Writer<T, S> {
                     for slot in &state.items {
                         let (key, new): (&str, _) = (slot.borrow(), slot.value());
                         match old.get(key).map(Slot::value) {
-                            Some(o) if !differ(o, new) => {}
+                            // A projection the relist kept is the same Arc.
+                            Some(o) if Arc::ptr_eq(o, new) || !differ(o, new) => {}
                             o => changes.push(Change {
                                 key: key.to_string(),
                                 old: o.cloned(),

@@ -9,10 +9,12 @@
 //! otherwise held ~0.5-1.5 KiB each for six minutes, without a bound, so a
 //! tenant making many objects could make the operator hold as many.
 //! A hash collision (about 2^-64 per pair) would only bump another Event's
-//! count instead of making a new one.
+//! count instead of making a new one; the hash is keyed at random per
+//! process, so a tenant cannot compute one offline to hide its Event's
+//! message behind another's.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::time::{Duration, Instant};
 
 /// How long a published Event is remembered for aggregation (as kube's recorder).
@@ -30,12 +32,8 @@ struct Published {
 #[derive(Default)]
 pub struct Recent {
     by_id: HashMap<u64, Published>,
-}
-
-fn id(identity: &impl Hash) -> u64 {
-    let mut h = DefaultHasher::new();
-    identity.hash(&mut h);
-    h.finish()
+    /// Keyed at random: identities are the authors' to choose.
+    keys: RandomState,
 }
 
 impl Recent {
@@ -50,7 +48,7 @@ impl Recent {
     /// When `identity` was published within [`AGGREGATE_FOR`]: the Event's
     /// name and its count, bumped.
     pub fn repeat(&mut self, identity: &impl Hash, now: Instant) -> Option<(String, i32)> {
-        let p = self.by_id.get_mut(&id(identity))?;
+        let p = self.by_id.get_mut(&self.keys.hash_one(identity))?;
         if now.saturating_duration_since(p.at) >= AGGREGATE_FOR {
             return None;
         }
@@ -61,7 +59,7 @@ impl Recent {
 
     /// Remembers `identity` as published now, as Event `name`.
     pub fn remember(&mut self, identity: &impl Hash, name: String, now: Instant) {
-        let id = id(identity);
+        let id = self.keys.hash_one(identity);
         if self.by_id.len() >= REMEMBERED
             && !self.by_id.contains_key(&id)
             && let Some(oldest) = self.by_id.iter().min_by_key(|(_, p)| p.at).map(|(k, _)| *k)
