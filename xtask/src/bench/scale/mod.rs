@@ -169,8 +169,7 @@ pub struct Figures {
     pub grown_to: (f64, usize),
     /// Bytes of RSS per object added by the growth.
     pub per_object_added: Option<f64>,
-    /// Converged again after the growth (from the growth's start: the
-    /// objects' creation included).
+    /// Converged again after the growth (from the new objects in place).
     pub grown_converged: Option<Duration>,
 }
 
@@ -381,13 +380,15 @@ async fn bench(
             .last_list
             .map(|t| Duration::from_millis(u64::try_from(t.as_millisecond() - back_at.as_millisecond()).unwrap_or(0)));
     }
-    // 7. Growth: the memory per object added.
+    // 7. Growth: the memory per object added, from a settled start (the
+    // re-list's freed memory given back first).
+    tokio::time::sleep(Duration::from_secs(20)).await;
     for r in &running {
         let f = figures.get_mut(&r.name).context("figures")?;
         f.grown_from = (probe::rss_mib(r.pid()), operators::objects_held(r, &client, &layout).await?);
     }
-    let grew = Instant::now();
     grow::grow(&client, &layout).await?;
+    let grew = Instant::now();
     let grown = layout.grown();
     let converged = all_converged(&mut running, &client, &grown, grew, timing.converge).await?;
     for (r, converged) in running.iter().zip(converged) {
@@ -449,7 +450,10 @@ async fn all_converged(
 ) -> anyhow::Result<Vec<Option<Duration>>> {
     let mut converged = vec![None; running.len()];
     let mut pending: Vec<usize> = (0..running.len()).collect();
-    while !pending.is_empty() && since.elapsed() < limit {
+    // At least one check, however long the wait before.
+    let mut first = true;
+    while !pending.is_empty() && (first || since.elapsed() < limit) {
+        first = false;
         let mut still = Vec::new();
         for i in pending {
             let r = &mut running[i];

@@ -129,7 +129,9 @@ pub fn print(
     });
     row("**projection** by the memory per object added", &|o, f| match (
         f.per_object_added,
-        objects_at_limits(o, f, preset),
+        // From what it held after the growth (config-copier's copies per
+        // namespace grew with the second config).
+        objects_at_limits(o, &Figures { objects: f.grown_to.1, ..Figures::default() }, &layout.grown().preset),
     ) {
         (Some(b), Some(n)) => {
             format!("{:.0} MiB", f.grown_to.0 + b * (n - f.grown_to.1 as f64).max(0.0) / 1024.0 / 1024.0)
