@@ -278,3 +278,65 @@ async fn a_tenants_bloated_rules_are_not_held_whole() {
             .await;
     }
 }
+
+/// Nor through `rolloutOnChange`: a copy's change lists the target
+/// namespace's workloads, which its tenant writes. 320 Deployments (no
+/// replicas) with 250 KB of annotations each were one 80 MB answer, held
+/// whole while decoded, and the operator was OOM-killed under the chart's
+/// 128Mi at the first change of the copy. The lists go in pages now, one
+/// at a time; the consumer still rolls.
+#[tokio::test]
+async fn a_tenants_bloated_workloads_cannot_push_a_rollout_past_the_charts_memory_limit() {
+    use flotilla_testenv::memory_limit::{MemoryLimit, bloat, chart_limit};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams, PostParams};
+
+    let env = flotilla_testenv::shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let (src, dst) = (target("bloat-roll-src").await, target("bloat-roll-dst").await);
+    label_namespace(&client, &dst, "flotilla.dev/accept-rollouts", Some("true")).await;
+    let deployment = |app: &str, consumes: &str| {
+        json!({"metadata": {}, "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{
+                "name": "app", "image": "busybox:latest", "envFrom": [{"configMapRef": {"name": consumes}}],
+            }]}},
+        }})
+    };
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &dst);
+    bloat(&deployments, 320, deployment("bloat", "something-else")).await.unwrap();
+    let mut consumer = deployment("app", "settings");
+    consumer["metadata"]["name"] = "app".into();
+    deployments.create(&PostParams::default(), &serde_json::from_value(consumer).unwrap()).await.unwrap();
+    configmap(&client, &src, "settings", &[("copy", "yes")], &[("mode", "one")]).await;
+
+    let limit = MemoryLimit::new("config-copier-bloat-roll", chart_limit("config-copier").unwrap()).unwrap();
+    let vars = [("ENABLE_ROLLOUTS", "true")];
+    let mut op = OPERATOR.start_limited(&env.kubeconfig, Some(&src), &[], &vars, Some(&limit));
+    copy_rule(&client, &src, "roll", "ConfigMap", &[&dst], json!({"rolloutOnChange": true})).await;
+    wait_cm(&client, &dst, "settings", |c| data(c, "mode") == Some("one")).await;
+    // A change of the data: the workloads listed, the consumer rolled to
+    // the copy's hash (its generation 2); then 20 s more.
+    Api::<ConfigMap>::namespaced(client.clone(), &src)
+        .patch("settings", &PatchParams::default(), &Patch::Merge(json!({"data": {"mode": "two"}})))
+        .await
+        .unwrap();
+    let peak = limit
+        .outlived(&mut op, "the consumer rolled", T, Duration::from_secs(20), || {
+            let deployments = deployments.clone();
+            async move { deployments.get("app").await.is_ok_and(|d| d.metadata.generation == Some(2)) }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("peak memory under the chart's limit: {peak:?} bytes");
+    let bloated = deployments.get("bloat-000").await.unwrap();
+    assert_eq!(bloated.metadata.generation, Some(1), "a workload consuming nothing changed was rolled");
+    drop(op);
+    for ns in [&src, &dst] {
+        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .delete(ns, &DeleteParams::default())
+            .await;
+    }
+}
