@@ -590,3 +590,66 @@ async fn the_crashed_runs_log_even_when_the_next_run_starts_before_the_read() {
     }
     panic!("the race was provoked in none of 5 attempts\n{}", operator.logs());
 }
+
+/// A tenant with `edit` in one namespace cannot push pod-alert past its
+/// chart's memory limit: 320 pods and 320 Deployments (no replicas) with
+/// 250 KB of annotations each are 160 MB of objects its pod and workload
+/// watches carry. Their lists stream (one object at a time) and keep
+/// views without the annotations; answered in one piece (a list with
+/// `resourceVersion=0`) or held whole, they would have the operator killed
+/// under the chart's 128Mi at every start. The pods stay Pending (they
+/// select no node): the bloated pods are still evaluated, as Pending
+/// incidents.
+#[tokio::test]
+async fn a_tenants_bloated_pods_and_workloads_cannot_push_it_past_the_charts_memory_limit() {
+    use flotilla_testenv::memory_limit::{MemoryLimit, bloat, chart_limit};
+    use k8s_openapi::api::apps::v1::Deployment;
+    // Not the one-node cluster the other tests share: nothing here needs a
+    // node, and its own pods would only add to what is measured.
+    let env = flotilla_testenv::shared();
+    OPERATOR.install_crds(&env).await;
+    let client = env.client().await;
+    let ns = env.namespace("pa-bloat").await.unwrap();
+    let pending = json!({"metadata": {"labels": {"app": "bloat"}}, "spec": {
+        "nodeSelector": {"flotilla.dev/no-such-node": "x"},
+        "containers": [{"name": "app", "image": TOOLBOX_IMAGE}],
+    }});
+    bloat(&Api::<Pod>::namespaced(client.clone(), &ns), 320, pending).await.unwrap();
+    let idle = json!({"metadata": {}, "spec": {
+        "replicas": 0,
+        "selector": {"matchLabels": {"app": "idle"}},
+        "template": {"metadata": {"labels": {"app": "idle"}}, "spec": {"containers": [{"name": "app", "image": TOOLBOX_IMAGE}]}},
+    }});
+    bloat(&Api::<Deployment>::namespaced(client.clone(), &ns), 320, idle).await.unwrap();
+    create_podalert(
+        &client,
+        &ns,
+        "bloat",
+        json!({"alerts": {"checkRunningPods": true, "pendingAfter": "5s"}, "selector": {"matchLabels": {"app": "bloat"}}}),
+    )
+    .await
+    .unwrap();
+    let limit = MemoryLimit::new("pod-alert-bloat", chart_limit("pod-alert").unwrap()).unwrap();
+    let mut operator = OPERATOR.start_limited(&env.kubeconfig, Some(&ns), &[], &LOOPBACK_SINKS, Some(&limit));
+    // Ready (its caches listed) with every bloated pod held; then 20 s more.
+    let (ready, metrics) = (operator.health_url() + "/readyz", operator.metrics_url());
+    let peak = limit
+        .outlived(&mut operator, "readiness with the 320 pods cached", T, Duration::from_secs(20), || {
+            let (ready, metrics) = (ready.clone(), metrics.clone());
+            async move {
+                let up = reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success());
+                up && metric_at(&metrics, "flotilla_pod_alert_pods_cached").await.is_some_and(|n| n >= 320.0)
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("peak memory under the chart's limit: {peak:?} bytes");
+    let s = wait_status(&client, &ns, "bloat", "the bloated pods' Pending incidents", T, |s| {
+        s.incidents.iter().any(|i| i.workload.starts_with("Pod/bloat-") && i.reason == "Pending").then(|| s.clone())
+    })
+    .await;
+    assert!(s.incidents.iter().all(|i| i.workload.starts_with("Pod/bloat-")), "{:#?}", s.incidents);
+    assert!(!operator.logs().contains("panicked"));
+    drop(operator);
+    delete_namespace(&client, &ns).await;
+}
