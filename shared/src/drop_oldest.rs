@@ -201,7 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn what_is_sent_after_the_receiver_is_gone_comes_back() {
+    fn a_send_after_the_receiver_is_gone_says_closed() {
         let (tx, rx) = queue::<u32>(8);
         tx.send(1).unwrap();
         drop(rx);

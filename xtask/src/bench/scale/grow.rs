@@ -20,16 +20,6 @@ use serde_json::json;
 use super::populate::{self, Layout};
 use crate::util::say;
 
-impl Layout {
-    /// The layout after [`grow`]: half as many pods and Services again.
-    pub fn grown(&self) -> Layout {
-        let mut preset = self.preset.clone();
-        preset.pods += preset.pods / 2;
-        preset.services += preset.services / 2;
-        Layout { preset }
-    }
-}
-
 /// Grows the cluster from `layout` to `layout.grown()` and waits for the
 /// new pods to be in place.
 pub async fn grow(client: &Client, layout: &Layout) -> anyhow::Result<()> {
@@ -94,7 +84,7 @@ mod tests {
 
     #[test]
     fn growth_adds_half_the_pods_and_services_and_keeps_the_rest() {
-        let layout = Layout { preset: Preset::named("small").unwrap() };
+        let layout = Layout { preset: Preset::named("small").unwrap(), team_configs: 1 };
         let grown = layout.grown();
         assert_eq!(grown.preset.pods, 15_000);
         assert_eq!(grown.preset.services, 3_000);
@@ -103,6 +93,10 @@ mod tests {
         assert_eq!(pods, 15_000, "the scaled Deployments make exactly the grown count");
         assert!((0..layout.preset.namespaces).all(|i| grown.replicas(i) >= layout.replicas(i)));
         assert_eq!(grown.crashing_deployments(), layout.crashing_deployments());
+        // 199 team rules into 9 namespaces each, the platform's into 1,999
+        // (what the small run's operator made: 3,790, then 5,581).
+        assert_eq!(layout.expected_copies(), 3_790);
+        assert_eq!(grown.expected_copies(), 5_581);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! 3. **Start-up**, one operator after the other (the ones started before
 //!    keep running, as in a cluster): time to Ready (`/readyz`), time to
 //!    converged (its own measure of done, see `operators::goal`), peak RSS
-//!    (VmHWM) over the start-up list and the work, RSS once settled, the
+//!    (VmHWM) over the start-up list and the work, RSS once settled (the
+//!    lowest of 20 one-second samples: between pieces of work), the
 //!    objects it holds, and the API requests it made (the API server's audit
 //!    log, by the operator's ServiceAccount, by verb and resource; lists
 //!    served from the watch cache and paginated counted apart).
@@ -28,9 +29,12 @@
 //!    each operator's RSS growth over the objects it holds more, its
 //!    memory per object *added*, which the projections use.
 //!
-//! Then the tables, and each operator's memory **projected** (idle plus the
-//! per-object slope) at Kubernetes' limits: 150,000 pods, 10,000 Services,
-//! 10,000 namespaces. Nothing here asserts a figure: it prints.
+//! Then the tables, and each operator's memory **projected** at Kubernetes'
+//! limits (150,000 pods, 10,000 Services, 10,000 namespaces) two ways: idle
+//! plus the slope above idle per object held (every fixed cost charged to
+//! the objects: an upper bound), and the RSS after the growth plus the
+//! memory per object added for each object still to come. Nothing here
+//! asserts a figure: it prints.
 //!
 //! Knobs: `SCALE_BENCH_OPERATORS` (comma list, default all),
 //! `SCALE_BENCH_BINARIES` (a directory of release binaries to run instead of
@@ -65,6 +69,11 @@ use self::operators::{ChartRun, OPERATORS, Running};
 use self::populate::Layout;
 use crate::bench::{env_usize, from_json};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
+
+/// How long an operator's RSS is watched for its settled figure (the
+/// lowest sample, [`probe::settled_rss_mib`]): after start-up, and before
+/// and after the growth.
+const SETTLE: Duration = Duration::from_secs(20);
 
 /// The sizes of a run.
 #[derive(Debug, Clone)]
@@ -293,7 +302,7 @@ async fn bench(
     }
 
     // 2. The cluster's contents.
-    let layout = Layout { preset: preset.clone() };
+    let layout = Layout { preset: preset.clone(), team_configs: 1 };
     populate::populate(&client, &layout).await?;
     let mut audit = AuditLog::new(cluster::audit_log(dir));
     audit.take()?;
@@ -309,8 +318,7 @@ async fn bench(
         f.converged = converged;
         f.left = left;
         f.startup_peak = probe::peak_mib(r.pid());
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        f.steady_rss = probe::rss_mib(r.pid());
+        f.steady_rss = probe::settled_rss_mib(&[r.pid()], SETTLE).await[0];
         f.startup_requests = Counts::of(&audit.take()?, &r.user);
         f.objects = operators::objects_held(&r, &client, &layout).await?;
         eprintln!(
@@ -382,10 +390,11 @@ async fn bench(
     }
     // 7. Growth: the memory per object added, from a settled start (the
     // re-list's freed memory given back first).
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    for r in &running {
+    let pids: Vec<u32> = running.iter().map(Running::pid).collect();
+    let settled = probe::settled_rss_mib(&pids, SETTLE).await;
+    for (r, rss) in running.iter().zip(settled) {
         let f = figures.get_mut(&r.name).context("figures")?;
-        f.grown_from = (probe::rss_mib(r.pid()), operators::objects_held(r, &client, &layout).await?);
+        f.grown_from = (rss, operators::objects_held(r, &client, &layout).await?);
     }
     grow::grow(&client, &layout).await?;
     let grew = Instant::now();
@@ -394,10 +403,10 @@ async fn bench(
     for (r, converged) in running.iter().zip(converged) {
         figures.get_mut(&r.name).context("figures")?.grown_converged = converged;
     }
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    for r in &running {
+    let settled = probe::settled_rss_mib(&pids, SETTLE).await;
+    for (r, rss) in running.iter().zip(settled) {
         let f = figures.get_mut(&r.name).context("figures")?;
-        f.grown_to = (probe::rss_mib(r.pid()), operators::objects_held(r, &client, &grown).await?);
+        f.grown_to = (rss, operators::objects_held(r, &client, &grown).await?);
         f.per_object_added = grow::per_object_added(f.grown_from.0, f.grown_to.0, f.grown_from.1, f.grown_to.1);
         eprintln!(
             "    {}: {} → {} {}, RSS {:.1} → {:.1} MiB{}",

@@ -290,6 +290,14 @@ pub async fn converged(op: &Running, client: &Client, layout: &Layout) -> anyhow
         "config-copier" => {
             let rules = crs::<config_copier::crd::CopyRule>(client).list(&ListParams::default()).await?.items;
             let waiting = rules.iter().filter(|r| !(observed(r) && condition_true(r, "Ready"))).count();
+            // Ready says the rule's last reconcile went well; after the
+            // growth (a new config per team) it was already Ready: the
+            // copies themselves say whether the new ones are in place.
+            let copies =
+                count(&Api::<ConfigMap>::all(client.clone()), &ListParams::default().labels(COPY_LABEL)).await?;
+            if copies < layout.expected_copies() {
+                bail!("{copies} of {} copies in place", layout.expected_copies());
+            }
             if waiting > 0 || rules.len() < layout.preset.copy_rules.min(layout.rule_teams().len() + 1) {
                 let example = rules.iter().find(|r| !(observed(r) && condition_true(r, "Ready")));
                 bail!(

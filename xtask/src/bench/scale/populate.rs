@@ -40,6 +40,9 @@ pub(super) const CREATES: usize = 32;
 #[derive(Debug, Clone)]
 pub struct Layout {
     pub preset: Preset,
+    /// Configs in each team's source namespace that its rule copies: one,
+    /// two after the growth.
+    pub team_configs: usize,
 }
 
 impl Layout {
@@ -64,6 +67,28 @@ impl Layout {
     pub fn replicas(&self, i: usize) -> usize {
         let (n, p) = (self.preset.namespaces, self.preset.pods);
         p / n + usize::from(i < p % n)
+    }
+
+    /// The layout after the growth phase ([`super::grow::grow`]): half as
+    /// many pods and Services again, a second config per team; the
+    /// namespaces and rules unchanged.
+    pub fn grown(&self) -> Layout {
+        let mut preset = self.preset.clone();
+        preset.pods += preset.pods / 2;
+        preset.services += preset.services / 2;
+        Layout { preset, team_configs: self.team_configs + 1 }
+    }
+
+    /// The copies config-copier should have made: each team rule's configs
+    /// in its team's other namespaces, and the platform rule's CA bundle in
+    /// every namespace but its own.
+    pub fn expected_copies(&self) -> usize {
+        let n = self.preset.namespaces;
+        if self.preset.copy_rules == 0 || n == 0 {
+            return 0;
+        }
+        let others = |t: usize| (t * 10..(t * 10 + 10).min(n)).count() - 1;
+        self.rule_teams().map(others).sum::<usize>() * self.team_configs + (n - 1)
     }
 
     pub fn crashing_deployments(&self) -> usize {

@@ -23,17 +23,18 @@ fn slope(f: &Figures) -> Option<f64> {
     (f.objects > 0).then(|| (f.steady_rss - f.idle_rss) * 1024.0 * 1024.0 / f.objects as f64)
 }
 
-/// How many of the operator's objects there would be at Kubernetes' limits.
-fn objects_at_limits(op: &str, f: &Figures, preset: &Preset) -> Option<f64> {
+/// How many of the operator's objects there would be at Kubernetes' limits,
+/// given that it holds `objects` in a cluster of `preset`'s size.
+fn objects_at_limits(op: &str, objects: usize, preset: &Preset) -> Option<f64> {
     match op {
         // Every pod: its platform PodAlert reads every namespace.
         "pod-alert" => Some(LIMIT_PODS),
         // Only the pods of namespaces with a PodDebugger: the same share
         // of the pods as here.
-        "pod-debugger" => Some(f.objects as f64 * LIMIT_PODS / preset.pods.max(1) as f64),
+        "pod-debugger" => Some(objects as f64 * LIMIT_PODS / preset.pods.max(1) as f64),
         "service-dns" => Some(LIMIT_SERVICES),
         // Copies grow with namespaces: the same rules over 10,000 namespaces.
-        "config-copier" => Some(f.objects as f64 * LIMIT_NAMESPACES / preset.namespaces as f64),
+        "config-copier" => Some(objects as f64 * LIMIT_NAMESPACES / preset.namespaces as f64),
         // Its own LoadTests and their runners only: no cluster-wide count.
         _ => None,
     }
@@ -122,7 +123,7 @@ pub fn print(
     row("chart memory limit", &|_, f| f.memory_limit.clone());
     row("**projection** at 150,000 pods / 10,000 Services / 10,000 namespaces", &|o, f| match (
         slope(f),
-        objects_at_limits(o, f, preset),
+        objects_at_limits(o, f.objects, preset),
     ) {
         (Some(b), Some(n)) => format!("{:.0} MiB ({n:.0} {})", f.idle_rss + b * n / 1024.0 / 1024.0, goal(o).objects),
         _ => "— (holds its own objects only)".into(),
@@ -131,7 +132,7 @@ pub fn print(
         f.per_object_added,
         // From what it held after the growth (config-copier's copies per
         // namespace grew with the second config).
-        objects_at_limits(o, &Figures { objects: f.grown_to.1, ..Figures::default() }, &layout.grown().preset),
+        objects_at_limits(o, f.grown_to.1, &layout.grown().preset),
     ) {
         (Some(b), Some(n)) => {
             format!("{:.0} MiB", f.grown_to.0 + b * (n - f.grown_to.1 as f64).max(0.0) / 1024.0 / 1024.0)
