@@ -160,6 +160,56 @@ impl MemoryLimit {
     }
 }
 
+impl MemoryLimit {
+    /// [`MemoryLimit::outlived`] until `op` answers `/readyz` and its
+    /// gauge `series` (on `/metrics`) reaches `at_least` — its cache holds
+    /// what the test made — then `hold` longer.
+    pub async fn outlived_holding(
+        &self,
+        op: &mut crate::cluster::process::OperatorProcess,
+        series: &str,
+        at_least: f64,
+        timeout: std::time::Duration,
+        hold: std::time::Duration,
+    ) -> Result<Option<u64>, String> {
+        let (ready, metrics) = (op.health_url() + "/readyz", op.metrics_url());
+        let what = format!("readiness with {series} at {at_least}");
+        self.outlived(op, &what, timeout, hold, || {
+            let (ready, metrics) = (ready.clone(), metrics.clone());
+            async move {
+                get_ok(&ready).await.is_some()
+                    && get_ok(&metrics).await.and_then(|text| gauge(&text, series)).is_some_and(|v| v >= at_least)
+            }
+        })
+        .await
+    }
+}
+
+/// The body of a plain-HTTP GET of `url` (an operator's own endpoints on
+/// loopback) when it answers 2xx.
+async fn get_ok(url: &str) -> Option<String> {
+    use http_body_util::BodyExt;
+    let uri: http::Uri = url.parse().ok()?;
+    let stream = tokio::net::TcpStream::connect((uri.host()?, uri.port_u16()?)).await.ok()?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.ok()?;
+    tokio::spawn(conn);
+    let req = http::Request::get(uri.path())
+        .header(http::header::HOST, uri.authority()?.as_str())
+        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+        .ok()?;
+    let resp = sender.send_request(req).await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    String::from_utf8(resp.into_body().collect().await.ok()?.to_bytes().to_vec()).ok()
+}
+
+/// The value of `series` (name and labels as written, e.g.
+/// `flotilla_pod_alert_pods_cached`) in a Prometheus text exposition.
+fn gauge(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// Annotation bytes [`bloat`] puts on each object: near the API's bound of
 /// 256 KiB of annotations an object, as a tenant may.
 pub const BLOAT_BYTES: usize = 250_000;
@@ -232,6 +282,14 @@ mod tests {
         assert_eq!(bytes("4096"), Some(4096));
         assert_eq!(bytes("1.5Gi"), None);
         assert_eq!(bytes("Mi"), None);
+    }
+
+    #[test]
+    fn a_gauge_is_read_by_its_whole_name() {
+        let text = "# HELP x_cached Pods\nx_cached_total 7\nx_cached 320\n";
+        assert_eq!(gauge(text, "x_cached"), Some(320.0));
+        assert_eq!(gauge(text, "x_cached_total"), Some(7.0));
+        assert_eq!(gauge(text, "x_missing"), None);
     }
 
     #[test]

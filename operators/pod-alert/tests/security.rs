@@ -632,15 +632,8 @@ async fn a_tenants_bloated_pods_and_workloads_cannot_push_it_past_the_charts_mem
     let limit = MemoryLimit::new("pod-alert-bloat", chart_limit("pod-alert").unwrap()).unwrap();
     let mut operator = OPERATOR.start_limited(&env.kubeconfig, Some(&ns), &[], &LOOPBACK_SINKS, Some(&limit));
     // Ready (its caches listed) with every bloated pod held; then 20 s more.
-    let (ready, metrics) = (operator.health_url() + "/readyz", operator.metrics_url());
     let peak = limit
-        .outlived(&mut operator, "readiness with the 320 pods cached", T, Duration::from_secs(20), || {
-            let (ready, metrics) = (ready.clone(), metrics.clone());
-            async move {
-                let up = reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success());
-                up && metric_at(&metrics, "flotilla_pod_alert_pods_cached").await.is_some_and(|n| n >= 320.0)
-            }
-        })
+        .outlived_holding(&mut operator, "flotilla_pod_alert_pods_cached", 320.0, T, Duration::from_secs(20))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("peak memory under the chart's limit: {peak:?} bytes");

@@ -48,15 +48,8 @@ async fn a_tenants_bloated_pods_cannot_push_it_past_the_charts_memory_limit() {
     let limit = MemoryLimit::new("pod-debugger-bloat", chart_limit("pod-debugger").unwrap()).unwrap();
     let mut operator = OPERATOR.start_limited(&env.kubeconfig, Some(&ns), &[], &[], Some(&limit));
     // Ready (its caches listed) with every bloated pod held; then 20 s more.
-    let (ready, metrics) = (operator.health_url() + "/readyz", operator.metrics_url());
     let peak = limit
-        .outlived(&mut operator, "readiness with the 320 pods cached", T, Duration::from_secs(20), || {
-            let (ready, metrics) = (ready.clone(), metrics.clone());
-            async move {
-                let up = reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success());
-                up && pods_cached(&metrics).await.is_some_and(|n| n >= 320.0)
-            }
-        })
+        .outlived_holding(&mut operator, "flotilla_pod_debugger_pods_cached", 320.0, T, Duration::from_secs(20))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("peak memory under the chart's limit: {peak:?} bytes");
@@ -67,11 +60,4 @@ async fn a_tenants_bloated_pods_cannot_push_it_past_the_charts_memory_limit() {
     assert!(!operator.logs().contains("panicked"));
     drop(operator);
     let _ = Api::<Namespace>::all(client).delete(&ns, &DeleteParams::default()).await;
-}
-
-/// `flotilla_pod_debugger_pods_cached` of the /metrics at `url`, or None.
-async fn pods_cached(url: &str) -> Option<f64> {
-    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
-    let line = text.lines().find(|l| l.starts_with("flotilla_pod_debugger_pods_cached "))?;
-    line.rsplit(' ').next()?.parse().ok()
 }

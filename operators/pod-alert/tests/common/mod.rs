@@ -93,12 +93,7 @@ pub async fn secret(client: &kube::Client, ns: &str, name: &str, data: &[(&str, 
 /// A value of the operator's /metrics (the first series starting with
 /// `series`), or None.
 pub async fn metric(operator: &OperatorProcess, series: &str) -> Option<f64> {
-    metric_at(&operator.metrics_url(), series).await
-}
-
-/// [`metric`] of the /metrics at `url` (while the process is borrowed).
-pub async fn metric_at(url: &str, series: &str) -> Option<f64> {
-    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    let text = reqwest::get(operator.metrics_url()).await.ok()?.text().await.ok()?;
     text.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
