@@ -23,6 +23,7 @@
 //! | SIGTERM: stop taking work, finish in-flight reconciles, release, exit 0 | [`operator`] |
 //! | CRD files generated from the Rust types, drift check; a Secret's or ConfigMap's key, one shape for every CRD | [`crd`], [`key_ref`] |
 //! | watch caches of small projections, not whole objects; Pods by namespace | [`projection`], [`pods`] |
+//! | one-off lists of a tenant's kinds in pages, keeping only what is needed of each object | [`paged_list`] |
 //! | names and label values many cached objects repeat, held once; UIDs as 16 bytes | [`intern`], [`uid`] |
 //! | what an operator remembers of each custom resource between reconciles, dropped with the object | [`per_object`] |
 //!
@@ -97,6 +98,7 @@ pub mod memory;
 pub mod metadata;
 pub mod metrics;
 pub mod operator;
+pub mod paged_list;
 pub mod per_object;
 pub mod pods;
 pub mod projection;

@@ -3,6 +3,7 @@
 //! planned as deletions of what is this rule's. The controller carries
 //! them out and forgets the rule.
 
+use flotilla_shared::paged_list::list_kept;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 
@@ -29,8 +30,20 @@ pub(crate) async fn copies_to_prune(
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(kind));
         caches.metrics().request("list");
         let params = ListParams::default().labels(&format!("{RULE_LABEL}={}", me.id.label_value()));
-        let list = match api.list_metadata(&params).await {
-            Ok(list) => list,
+        // In pages, each object kept as the little a prune needs: any
+        // tenant may put the rule's label on its own objects, with 256 KiB
+        // of annotations each. (The rule's reconciles prune such objects
+        // as they appear, so few are left for this list; not counted on.)
+        let fetch = |p: ListParams| {
+            let api = api.clone();
+            async move { api.list_metadata(&p).await }
+        };
+        let found = list_kept(&params, fetch, |o| {
+            let o = serde_json::to_value(o).ok()?;
+            Observed::from_json(kind, &o, false, field_manager)
+        });
+        let found = match found.await {
+            Ok(found) => found,
             // A kind withheld by the operator's RBAC: it could not delete
             // such copies either, and a ConfigMap rule must not keep its
             // finalizer for want of Secrets. Nor must a rule of that kind
@@ -43,8 +56,7 @@ pub(crate) async fn copies_to_prune(
             }
             Err(e) => return Err(Error::List(e)),
         };
-        for o in list.items.iter().filter_map(|o| serde_json::to_value(o).ok()) {
-            let Some(o) = Observed::from_json(kind, &o, false, field_manager) else { continue };
+        for o in found {
             // Never a delete in a protected namespace, whatever marks an object there carries.
             if !policy.may_touch(&o.key.namespace) {
                 tracing::warn!(rule = %me.id, copy = %o.key, "an object marked as this rule's copy is in a protected namespace: left alone");

@@ -280,14 +280,18 @@ async fn a_tenants_bloated_rules_are_not_held_whole() {
 }
 
 /// Nor through `rolloutOnChange`: a copy's change lists the target
-/// namespace's workloads, which its tenant writes. 320 Deployments (no
-/// replicas) with 250 KB of annotations each were one 80 MB answer, held
-/// whole while decoded, and the operator was OOM-killed under the chart's
-/// 128Mi at the first change of the copy. The lists go in pages now, one
-/// at a time; the consumer still rolls.
+/// namespace's workloads, which its tenant writes. 640 Deployments (no
+/// replicas) whose pod templates carry 250 KB of annotations (one of them
+/// the copy-hash mark) were one 160 MB answer, held whole while decoded,
+/// and the operator was OOM-killed under the chart's 128Mi at the first
+/// change of the copy; listed in pages, each workload's view still kept
+/// its template's copy-hash whole. Now the lists go in pages and only the
+/// consumers of the changed copy are kept, with marks no longer than the
+/// operator's own; the consumer still rolls.
 #[tokio::test]
 async fn a_tenants_bloated_workloads_cannot_push_a_rollout_past_the_charts_memory_limit() {
-    use flotilla_testenv::memory_limit::{MemoryLimit, bloat, chart_limit};
+    use flotilla_testenv::memory_limit::{BLOAT_BYTES, MemoryLimit, chart_limit};
+    use futures::StreamExt;
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::api::{Patch, PatchParams, PostParams};
 
@@ -296,20 +300,32 @@ async fn a_tenants_bloated_workloads_cannot_push_a_rollout_past_the_charts_memor
     let client = env.client().await;
     let (src, dst) = (target("bloat-roll-src").await, target("bloat-roll-dst").await);
     label_namespace(&client, &dst, "flotilla.dev/accept-rollouts", Some("true")).await;
-    let deployment = |app: &str, consumes: &str| {
-        json!({"metadata": {}, "spec": {
+    let deployment = |name: &str, consumes: &str, hash: &str| -> Deployment {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {
             "replicas": 0,
-            "selector": {"matchLabels": {"app": app}},
-            "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{
-                "name": "app", "image": "busybox:latest", "envFrom": [{"configMapRef": {"name": consumes}}],
-            }]}},
-        }})
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": {"flotilla.dev/copy-hash": hash}},
+                "spec": {"containers": [{
+                    "name": "app", "image": "busybox:latest", "envFrom": [{"configMapRef": {"name": consumes}}],
+                }]},
+            },
+        }}))
+        .unwrap()
     };
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &dst);
-    bloat(&deployments, 320, deployment("bloat", "something-else")).await.unwrap();
-    let mut consumer = deployment("app", "settings");
-    consumer["metadata"]["name"] = "app".into();
-    deployments.create(&PostParams::default(), &serde_json::from_value(consumer).unwrap()).await.unwrap();
+    let blob = "x".repeat(BLOAT_BYTES);
+    let made: Vec<_> = futures::stream::iter(0..640)
+        .map(|i| {
+            let d = deployment(&format!("bloat-{i:03}"), "something-else", &blob);
+            let deployments = deployments.clone();
+            async move { deployments.create(&PostParams::default(), &d).await.map(|_| ()) }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert!(made.iter().all(Result::is_ok), "{:?}", made.iter().find(|r| r.is_err()));
+    deployments.create(&PostParams::default(), &deployment("app", "settings", "none yet")).await.unwrap();
     configmap(&client, &src, "settings", &[("copy", "yes")], &[("mode", "one")]).await;
 
     let limit = MemoryLimit::new("config-copier-bloat-roll", chart_limit("config-copier").unwrap()).unwrap();

@@ -1,6 +1,7 @@
 //! `rolloutOnChange` after a rule's writes: for each copy updated in a
-//! namespace that accepts rollouts, that namespace's workloads read
-//! ([`crate::read::workloads`], a list, only now: nothing is watched),
+//! namespace that accepts rollouts, that namespace's workloads consuming
+//! the updated copies read ([`crate::read::workloads`], a list, only now:
+//! nothing is watched),
 //! those to roll chosen ([`plan::rollouts::to_roll`], pure) and patched
 //! ([`crate::apply::rollouts`]). Each step is its own module's.
 
@@ -12,7 +13,7 @@ use crate::apply::rollouts::roll;
 use crate::copy::CopyKey;
 use crate::plan::NamespaceInfo;
 use crate::plan::rollouts::to_roll;
-use crate::read::workloads::list_workloads;
+use crate::read::workloads::{Changed, list_workloads};
 
 /// What the rollouts of one reconcile did.
 #[derive(Debug, Default)]
@@ -39,7 +40,8 @@ pub(crate) async fn roll_consumers(
     }
     let mut rolled = Rolled::default();
     for (ns, copies) in by_namespace {
-        let workloads = match list_workloads(client, &ns).await {
+        let changed: Changed = copies.iter().map(|(key, _)| (key.kind, key.name.to_string())).collect();
+        let workloads = match list_workloads(client, &ns, &changed).await {
             Ok(w) => w,
             Err(e) => {
                 rolled.failures.push(format!("listing the workloads of {ns} to roll them: {e}"));

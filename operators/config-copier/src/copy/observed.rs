@@ -47,6 +47,9 @@ impl Payload {
     }
 }
 
+/// The longest ownership mark or hash [`Observed::from_json`] keeps.
+pub const MAX_MARK_BYTES: usize = 512;
+
 /// An object at a copy's place, as far as ownership and drift go. Built
 /// from metadata (the copy watch) or from the full object (a GET). Kept
 /// for every copy (issue 28): strings many copies repeat (key, marks,
@@ -125,7 +128,13 @@ impl Observed {
     pub fn from_json(kind: SourceKind, obj: &Value, full: bool, field_manager: &str) -> Option<Self> {
         let meta = obj.get("metadata")?;
         let names = intern::names();
-        let s = |section: &str, key: &str| meta.get(section).and_then(|m| m.get(key)).and_then(Value::as_str);
+        // No mark the operator writes is longer (a rule's `namespace/name`
+        // at most 317 bytes, a hash 71); a longer one is someone else's,
+        // read as absent, so that an object's author cannot make its
+        // Observed hold 256 KiB of annotations.
+        let s = |section: &str, key: &str| {
+            meta.get(section).and_then(|m| m.get(key)).and_then(Value::as_str).filter(|v| v.len() <= MAX_MARK_BYTES)
+        };
         let shared = |section: &str, key: &str| s(section, key).map(|v| names.get(v));
         let (label, rule, uid) = (
             shared("labels", RULE_LABEL),
@@ -231,4 +240,32 @@ pub fn stray_fields(obj: &Value, field_manager: &str, desired: &Value, repair: b
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    /// A tenant's object with the rule's label (anyone may set it) and
+    /// 250 KB in each mark: what it is seen as holds none of them.
+    #[test]
+    fn marks_longer_than_any_the_operator_writes_are_read_as_absent() {
+        let big = "x".repeat(250_000);
+        let obj = json!({"metadata": {
+            "namespace": "tenant", "name": "cfg", "uid": "0b4c3f4e-8a43-4c43-9d7e-4a6c2d3b1f00",
+            "labels": {RULE_LABEL: "abc"},
+            "annotations": {HASH_ANNOTATION: big, RULE_ANNOTATION: big, RULE_UID_ANNOTATION: big},
+        }});
+        let o = Observed::from_json(SourceKind::ConfigMap, &obj, false, "me").unwrap();
+        assert_eq!(o.annotated_hash, None);
+        let owner = o.owner.unwrap();
+        assert_eq!((owner.label.as_deref(), owner.rule_name(), owner.uid.as_deref()), (Some("abc"), None, None));
+        // The operator's own marks are kept.
+        let hash = format!("sha256:{}", "a".repeat(64));
+        let obj = json!({"metadata": {"namespace": "t", "name": "c", "annotations": {HASH_ANNOTATION: hash}}});
+        let o = Observed::from_json(SourceKind::ConfigMap, &obj, false, "me").unwrap();
+        assert_eq!(o.annotated_hash.as_deref(), Some(hash.as_str()));
+    }
 }
