@@ -186,8 +186,13 @@ impl MemoryLimit {
 }
 
 /// The body of a plain-HTTP GET of `url` (an operator's own endpoints on
-/// loopback) when it answers 2xx.
+/// loopback) when it answers 2xx within 5 s (an operator that accepts and
+/// never answers must not keep [`MemoryLimit::outlived`] from its checks).
 async fn get_ok(url: &str) -> Option<String> {
+    tokio::time::timeout(std::time::Duration::from_secs(5), get(url)).await.ok().flatten()
+}
+
+async fn get(url: &str) -> Option<String> {
     use http_body_util::BodyExt;
     let uri: http::Uri = url.parse().ok()?;
     let stream = tokio::net::TcpStream::connect((uri.host()?, uri.port_u16()?)).await.ok()?;

@@ -15,23 +15,26 @@ pub fn rss_mib(pid: u32) -> f64 {
     status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
 }
 
-/// The lowest resident memory of each of `pids` over `window`, sampled
-/// every second, MiB: what each holds between pieces of work. One sample
-/// lands on whatever runs at that moment (a Route53 sync's pages, a
-/// reconcile's reads) and moved a growth of 1,000 objects by 2-4 MiB from
-/// one run to the next; memory kept for good shows in every sample.
+/// The lowest resident memory of each of `pids` over `window`, one sample
+/// a second, MiB (0 for a process never read): what each holds between
+/// pieces of work. One sample lands on whatever runs at that moment (a
+/// Route53 sync's pages, a reconcile's reads) and moved a growth of 1,000
+/// objects by 2-4 MiB from one run to the next; memory kept for good
+/// shows in every sample.
 pub async fn settled_rss_mib(pids: &[u32], window: std::time::Duration) -> Vec<f64> {
-    let until = tokio::time::Instant::now() + window;
-    let mut lowest = vec![f64::INFINITY; pids.len()];
-    loop {
+    let mut lowest: Vec<Option<u64>> = vec![None; pids.len()];
+    for second in 0..window.as_secs().max(1) {
+        if second > 0 {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
         for (low, pid) in lowest.iter_mut().zip(pids) {
-            *low = low.min(rss_mib(*pid));
+            // A failed read is skipped, not a zero.
+            if let Some(kib) = status_kib(*pid, "VmRSS:") {
+                *low = Some(low.map_or(kib, |l| l.min(kib)));
+            }
         }
-        if tokio::time::Instant::now() >= until {
-            return lowest;
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
+    lowest.into_iter().map(|kib| kib.unwrap_or(0) as f64 / 1024.0).collect()
 }
 
 /// Resident memory now split as `(anonymous, file-backed)` MiB
