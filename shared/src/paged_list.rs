@@ -13,10 +13,12 @@ use std::future::Future;
 
 use kube::api::{ListParams, ObjectList};
 
-/// Objects per page: at most ~15 MB held while a page is decoded.
+/// Objects per page by default: at most ~15 MB held while a page of whole
+/// objects is decoded.
 pub const PAGE: u32 = 10;
 
-/// Lists with `params` in pages of at most [`PAGE`] (`fetch` makes one
+/// Lists with `params` in pages of `params.limit` objects ([`PAGE`] when
+/// unset or 0: a limit of 0 would be the whole list) (`fetch` makes one
 /// request: `|p| api.list(&p)` or `list_metadata`), keeping what `keep`
 /// returns of each object. The pages are one consistent snapshot
 /// (`resourceVersion` unset); when it expires between pages (410 Gone,
@@ -30,7 +32,8 @@ where
     T: Clone,
     Fut: Future<Output = Result<ObjectList<T>, kube::Error>>,
 {
-    let first = params.clone().limit(params.limit.unwrap_or(PAGE).min(PAGE));
+    let mut first = params.clone().limit(params.limit.filter(|l| *l > 0).unwrap_or(PAGE));
+    first.continue_token = None;
     let (mut next, mut kept, mut restarted) = (first.clone(), Vec::new(), false);
     loop {
         let page = match fetch(next.clone()).await {
@@ -91,6 +94,25 @@ mod tests {
         let asked = asked.into_inner().unwrap();
         assert_eq!(asked.len(), 2, "an empty token ends the list");
         assert!(asked.iter().all(|(limit, _, labels)| *limit == Some(PAGE) && labels.as_deref() == Some("a=b")));
+    }
+
+    #[tokio::test]
+    async fn the_callers_page_is_kept_and_a_zero_is_never_sent() {
+        for (asked, sent) in [(Some(50), Some(50)), (Some(0), Some(PAGE)), (None, Some(PAGE))] {
+            let seen = Mutex::new(None);
+            let params = ListParams { limit: asked, ..Default::default() };
+            let kept = list_kept(
+                &params,
+                |p: ListParams| {
+                    *seen.lock().unwrap() = Some(p.limit);
+                    async move { Ok(page(vec![1], None)) }
+                },
+                Some,
+            )
+            .await
+            .unwrap();
+            assert_eq!((kept, seen.into_inner().unwrap()), (vec![1], Some(sent)), "asked {asked:?}");
+        }
     }
 
     #[tokio::test]

@@ -13,6 +13,11 @@ use crate::crd::{CopyRule, SourceKind};
 use crate::error::Error;
 use crate::plan::{Action as PlanAction, CopyContext, Job, Ownership, Policy};
 
+/// Objects' metadata per page of the prune's list: ~13 MB at most (256 KiB
+/// of annotations each); a rule's thousands of copies in a few hundred
+/// requests, not thousands.
+const PAGE: u32 = 50;
+
 /// The deletions that prune `rule`'s copies (`me`): every object of either
 /// kind marked as its copy and proven its own, never in a protected
 /// namespace.
@@ -28,13 +33,13 @@ pub(crate) async fn copies_to_prune(
     let mut jobs = Vec::new();
     for kind in SourceKind::ALL {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(kind));
-        caches.metrics().request("list");
-        let params = ListParams::default().labels(&format!("{RULE_LABEL}={}", me.id.label_value()));
+        let params = ListParams::default().labels(&format!("{RULE_LABEL}={}", me.id.label_value())).limit(PAGE);
         // In pages, each object kept as the little a prune needs: any
         // tenant may put the rule's label on its own objects, with 256 KiB
         // of annotations each. (The rule's reconciles prune such objects
         // as they appear, so few are left for this list; not counted on.)
         let fetch = |p: ListParams| {
+            caches.metrics().request("list");
             let api = api.clone();
             async move { api.list_metadata(&p).await }
         };

@@ -347,6 +347,8 @@ async fn a_tenants_bloated_workloads_cannot_push_a_rollout_past_the_charts_memor
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("peak memory under the chart's limit: {peak:?} bytes");
+    let app = deployments.get("app").await.unwrap();
+    assert_eq!(app.metadata.generation, Some(2), "the consumer rolled once, not again in the 20 s after");
     let bloated = deployments.get("bloat-000").await.unwrap();
     assert_eq!(bloated.metadata.generation, Some(1), "a workload consuming nothing changed was rolled");
     drop(op);

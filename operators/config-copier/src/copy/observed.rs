@@ -262,10 +262,14 @@ mod tests {
         assert_eq!(o.annotated_hash, None);
         let owner = o.owner.unwrap();
         assert_eq!((owner.label.as_deref(), owner.rule_name(), owner.uid.as_deref()), (Some("abc"), None, None));
-        // The operator's own marks are kept.
+        // The operator's own marks are kept, the longest rule name too (a
+        // 63-byte namespace and a 253-byte name).
         let hash = format!("sha256:{}", "a".repeat(64));
-        let obj = json!({"metadata": {"namespace": "t", "name": "c", "annotations": {HASH_ANNOTATION: hash}}});
+        let rule = format!("{}/{}", "n".repeat(63), "r".repeat(253));
+        let obj = json!({"metadata": {"namespace": "t", "name": "c", "labels": {RULE_LABEL: "abc"},
+            "annotations": {HASH_ANNOTATION: hash, RULE_ANNOTATION: rule}}});
         let o = Observed::from_json(SourceKind::ConfigMap, &obj, false, "me").unwrap();
         assert_eq!(o.annotated_hash.as_deref(), Some(hash.as_str()));
+        assert_eq!(o.owner.unwrap().rule_name(), Some(rule.as_str()));
     }
 }

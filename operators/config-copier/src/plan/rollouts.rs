@@ -54,7 +54,8 @@ pub struct Workload {
     pub name: String,
     /// The pod template's [`COPY_HASH`] annotation.
     pub copy_hash: Option<String>,
-    /// The ConfigMaps and Secrets its pod template references.
+    /// The ConfigMaps and Secrets its pod template references (as read for
+    /// a rollout: only the changed ones, [`crate::read::workloads::view`]).
     pub refs: BTreeSet<(SourceKind, String)>,
 }
 

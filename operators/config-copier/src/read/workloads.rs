@@ -135,6 +135,9 @@ mod tests {
     fn a_workload_consuming_no_changed_copy_is_not_kept() {
         let t = template(&"x".repeat(250_000), "something-else");
         assert_eq!(view(WorkloadKind::Deployment, "big".into(), &t, &changed(&["settings"])), None);
+        // A Secret of the changed ConfigMap's name is another object.
+        let secret_of_that_name: Changed = [(SourceKind::Secret, "something-else".to_string())].into();
+        assert_eq!(view(WorkloadKind::Deployment, "big".into(), &t, &secret_of_that_name), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //!    keep running, as in a cluster): time to Ready (`/readyz`), time to
 //!    converged (its own measure of done, see `operators::goal`), peak RSS
 //!    (VmHWM) over the start-up list and the work, RSS once settled (the
-//!    lowest of 20 one-second samples: between pieces of work), the
+//!    lowest of 20 samples a second apart: between pieces of work), the
 //!    objects it holds, and the API requests it made (the API server's audit
 //!    log, by the operator's ServiceAccount, by verb and resource; lists
 //!    served from the watch cache and paginated counted apart).
@@ -71,8 +71,8 @@ use crate::bench::{env_usize, from_json};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
 /// How long an operator's RSS is watched for its settled figure (the
-/// lowest sample, [`probe::settled_rss_mib`]): after start-up, and before
-/// and after the growth.
+/// lowest of 20 samples a second apart, [`probe::settled_rss_mib`]): after
+/// start-up, and before and after the growth.
 const SETTLE: Duration = Duration::from_secs(20);
 
 /// The sizes of a run.

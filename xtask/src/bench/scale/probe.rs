@@ -15,8 +15,8 @@ pub fn rss_mib(pid: u32) -> f64 {
     status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
 }
 
-/// The lowest resident memory of each of `pids` over `window`, one sample
-/// a second, MiB (0 for a process never read): what each holds between
+/// The lowest resident memory of each of `pids` in `window.as_secs()`
+/// samples a second apart, MiB (0 for a process never read): what each holds between
 /// pieces of work. One sample lands on whatever runs at that moment (a
 /// Route53 sync's pages, a reconcile's reads) and moved a growth of 1,000
 /// objects by 2-4 MiB from one run to the next; memory kept for good
