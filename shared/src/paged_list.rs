@@ -4,9 +4,9 @@
 //! A list answered in one piece is held whole while it is decoded, and a
 //! tenant's objects can be ~1.5 MB each (etcd's bound; annotations alone
 //! 256 KiB): 640 Deployments in a namespace made one 160 MB answer, past
-//! the charts' 128Mi (issue 28, config-copier's rollouts). In pages
-//! of [`PAGE`], with only the kept parts surviving each page, the peak is
-//! one page, whatever the tenant writes. Watches list another way
+//! the charts' 128Mi (issue 28, config-copier's rollouts). In pages (of
+//! [`PAGE`] unless the caller asks another size), with only the kept parts
+//! surviving each page, the peak is one page, whatever the tenant writes. Watches list another way
 //! ([`crate::streaming_list`]).
 
 use std::future::Future;
