@@ -86,6 +86,8 @@ pub struct Data {
     pub admission: AdmissionGuard,
     /// Retry delays of failing rules (1 s doubling to 5 min, jittered).
     pub backoff: ErrorBackoff,
+    /// Rollouts that failed, tried again at the rule's retry.
+    pub(crate) rollouts: rollouts::Pending,
 }
 
 impl Data {
@@ -161,8 +163,15 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         queue: Default::default(),
     };
     let requests = crate::request::run(ctx.clone(), requests, options.watch_namespace.clone());
-    let data =
-        Arc::new(Data { ctx: ctx.clone(), caches, options, budget, admission, backoff: ErrorBackoff::default() });
+    let data = Arc::new(Data {
+        ctx: ctx.clone(),
+        caches,
+        options,
+        budget,
+        admission,
+        backoff: ErrorBackoff::default(),
+        rollouts: Default::default(),
+    });
     let rules = ctx.run_controller("copyrule", controller, reconcile, error_policy, data);
     let (result, requested) = tokio::join!(rules, requests);
     let result = result.and(requested);
@@ -408,21 +417,23 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     .collect::<Vec<_>>();
     carried.extend(rounds::run_jobs(&writer, plan.without_payload, concurrency).await);
 
-    // Roll the consumers of copies whose data changed (rolloutOnChange).
+    // Roll the consumers of copies whose data changed (rolloutOnChange),
+    // and those an earlier reconcile failed to roll, in its targets still.
+    let owed = data.rollouts.take(id);
     let rolled = match summary.rollouts {
         Some(Rollouts::Enabled { accepting, .. }) if accepting > 0 => {
-            let updated = carried
-                .iter()
-                .filter_map(|c| match &c.outcome {
-                    Outcome::Updated { key, data_hash } => Some((key.clone(), data_hash.clone())),
-                    _ => None,
-                })
-                .collect::<Vec<_>>();
+            let owed = owed.into_iter().filter(|(k, _)| target_set.accepted.binary_search(&&*k.namespace).is_ok());
+            let updated = carried.iter().filter_map(|c| match &c.outcome {
+                Outcome::Updated { key, data_hash } => Some((key.clone(), data_hash.clone())),
+                _ => None,
+            });
+            let to_roll = rollouts::owed_and_updated(owed.collect(), updated);
             let (client, field_manager) = (&data.ctx.client, data.ctx.field_manager.as_str());
-            rollouts::roll_consumers(client, field_manager, updated, &namespaces).await
+            rollouts::roll_consumers(client, field_manager, to_roll, &namespaces).await
         }
         _ => rollouts::Rolled::default(),
     };
+    data.rollouts.keep(id, rolled.retry);
     summary.failures.extend(rolled.failures);
 
     // Report: metrics, status, Events.
@@ -481,6 +492,7 @@ async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     }
     caches.forget_rule(&me.id);
     caches.metrics().forget_rule(&me.id);
+    data.rollouts.keep(&me.id, Vec::new());
     Ok(Action::await_change())
 }
 

@@ -137,3 +137,59 @@ async fn a_changed_copy_rolls_its_consumers_once_where_the_namespace_accepts_rol
     Api::<CopyRule>::namespaced(client.clone(), &src).delete("roll", &DeleteParams::default()).await.unwrap();
     wait_cm_gone(&client, &accepting, "settings").await;
 }
+
+/// A rollout the API refuses (here a cluster policy denying Deployment
+/// updates in the target namespace) is said in status and tried again at
+/// the rule's retry, though the copy is in sync by then: once the policy
+/// is lifted the consumer rolls, once, to the copy's data hash.
+#[tokio::test]
+async fn a_refused_rollout_is_tried_again_until_it_lands() {
+    OPERATOR_ENV.lock().unwrap().push(("ENABLE_ROLLOUTS", "true".to_string()));
+    OPERATOR_EXTRA_RULES.lock().unwrap().push(rbac::rule(
+        &["apps"],
+        &["deployments", "statefulsets", "daemonsets"],
+        &["list", "patch"],
+    ));
+    let (client, src) = setup("retry-src").await;
+    let dst = target("retry-dst").await;
+    label_namespace(&client, &dst, "flotilla.dev/accept-rollouts", Some("true")).await;
+    configmap(&client, &src, "settings", &[("copy", "yes")], &[("mode", "one")]).await;
+    deployment(&client, &dst, "app", "settings").await;
+    copy_rule(&client, &src, "roll", "ConfigMap", &[&dst], json!({"rolloutOnChange": true})).await;
+    wait_cm(&client, &dst, "settings", |c| data(c, "mode") == Some("one")).await;
+    wait_rule(&client, &src, "roll", |r| ready(r) == Some("True")).await;
+
+    let policy = format!("deny-rollouts-{dst}");
+    deny_in_namespace(&client, &policy, &dst, "apps", "deployments", "UPDATE").await;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &dst);
+    flotilla_testenv::wait_for("the update-denying policy to be enforced", T, || async {
+        let probe = json!({"metadata": {"labels": {"probe": rand_suffix()}}});
+        match deployments.patch("app", &PatchParams::default(), &Patch::Merge(&probe)).await {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok::<_, kube::Error>(Some(())),
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+    .unwrap();
+
+    set_data(&client, &src, "settings", "two").await;
+    wait_cm(&client, &dst, "settings", |c| data(c, "mode") == Some("two")).await;
+    let r = wait_rule(&client, &src, "roll", |r| {
+        condition(r, "Ready").is_some_and(|c| c.reason == "SyncFailed" && c.message.contains("rolling"))
+    })
+    .await;
+    assert!(condition(&r, "Ready").unwrap().message.contains(&format!("{dst}/Deployment/app")), "{r:?}");
+    assert_eq!(rolled(&client, &dst, "app").await, (1, None), "refused: not rolled");
+
+    // Lifted: the retry (1 s doubling, a few seconds in by now) rolls it.
+    remove_deny_policy(&client, &policy).await;
+    let hash = wait_generation(&client, &dst, "app", 2).await.expect("a copy hash");
+    assert!(hash.starts_with("sha256:"), "{hash}");
+    wait_rule(&client, &src, "roll", |r| ready(r) == Some("True")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rolled(&client, &dst, "app").await, (2, Some(hash)), "rolled once");
+
+    Api::<CopyRule>::namespaced(client.clone(), &src).delete("roll", &DeleteParams::default()).await.unwrap();
+    wait_cm_gone(&client, &dst, "settings").await;
+}

@@ -330,42 +330,7 @@ async fn a_stuck_finalizer_has_a_tested_escape() {
 
 /// A ValidatingAdmissionPolicy refusing every ConfigMap delete in `ns`.
 async fn deny_configmap_deletes(client: &Client, ns: &str) {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-    let ar = |kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind), plural)
-    };
-    let name = format!("deny-deletes-{ns}");
-    let policy: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["configmaps"]}]},
-            "validations": [{"expression": "false", "message": "deletes are denied here (test)"}]
-        }
-    }))
-    .unwrap();
-    let binding: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name, "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-        }
-    }))
-    .unwrap();
-    let pp = PatchParams::apply("tests").force();
-    Api::<DynamicObject>::all_with(client.clone(), &ar("ValidatingAdmissionPolicy", "validatingadmissionpolicies"))
-        .patch(&name, &pp, &Patch::Apply(&policy))
-        .await
-        .unwrap();
-    Api::<DynamicObject>::all_with(
-        client.clone(),
-        &ar("ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings"),
-    )
-    .patch(&name, &pp, &Patch::Apply(&binding))
-    .await
-    .unwrap();
+    deny_in_namespace(client, &format!("deny-deletes-{ns}"), ns, "", "configmaps", "DELETE").await;
     // The policy is enforced once the API server has loaded it: wait for a denied delete.
     flotilla_testenv::wait_for("the delete-denying policy to be enforced", T, || async {
         let probe = format!("probe-{}", rand_suffix());

@@ -4,13 +4,19 @@
 //! nothing is watched),
 //! those to roll chosen ([`plan::rollouts::to_roll`], pure) and patched
 //! ([`crate::apply::rollouts`]). Each step is its own module's.
+//!
+//! A rollout that fails (a workload list refused, a patch denied by a
+//! policy) is kept ([`Pending`]) and tried again at the rule's retry: by
+//! then the copy is in sync, so nothing else would say that its consumers
+//! still have to roll.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use kube::Client;
 
 use crate::apply::rollouts::roll;
-use crate::copy::CopyKey;
+use crate::copy::{CopyKey, RuleId};
 use crate::plan::NamespaceInfo;
 use crate::plan::rollouts::to_roll;
 use crate::read::workloads::{Changed, list_workloads};
@@ -22,6 +28,45 @@ pub(crate) struct Rolled {
     pub patched: Vec<String>,
     /// Failed reads and patches, as messages.
     pub failures: Vec<String>,
+    /// The updated copies (key, data hash) of the namespaces where a read
+    /// or a patch failed, to roll again at the retry ([`Pending`]); the
+    /// workloads that did roll are skipped then ([`to_roll`]).
+    pub retry: Vec<(CopyKey, String)>,
+}
+
+/// The rollouts each rule still owes, kept between its reconciles. Bounded
+/// by the rule's copies (one hash each); forgotten when the rule no longer
+/// rolls anything ([`Pending::keep`] with nothing) or is deleted.
+#[derive(Debug, Default)]
+pub(crate) struct Pending(Mutex<HashMap<RuleId, Vec<(CopyKey, String)>>>);
+
+impl Pending {
+    /// What `rule` still owes, taken out (kept again only if it fails again).
+    pub fn take(&self, rule: &RuleId) -> Vec<(CopyKey, String)> {
+        self.0.lock().map(|mut m| m.remove(rule).unwrap_or_default()).unwrap_or_default()
+    }
+
+    /// Keeps `retry` as what `rule` owes (nothing: forgets the rule).
+    pub fn keep(&self, rule: &RuleId, retry: Vec<(CopyKey, String)>) {
+        if let Ok(mut m) = self.0.lock() {
+            if retry.is_empty() {
+                m.remove(rule);
+            } else {
+                m.insert(rule.clone(), retry);
+            }
+        }
+    }
+}
+
+/// What to roll in one reconcile: what is still owed, then this
+/// reconcile's updates (a copy updated again rolls to its newest hash).
+pub(crate) fn owed_and_updated(
+    owed: Vec<(CopyKey, String)>,
+    updated: impl IntoIterator<Item = (CopyKey, String)>,
+) -> Vec<(CopyKey, String)> {
+    let mut by_key: BTreeMap<CopyKey, String> = owed.into_iter().collect();
+    by_key.extend(updated);
+    by_key.into_iter().collect()
 }
 
 /// Rolls the consumers of the `updated` copies (key, data hash) in the
@@ -45,6 +90,7 @@ pub(crate) async fn roll_consumers(
             Ok(w) => w,
             Err(e) => {
                 rolled.failures.push(format!("listing the workloads of {ns} to roll them: {e}"));
+                rolled.retry.extend(copies);
                 continue;
             }
         };
@@ -56,13 +102,51 @@ pub(crate) async fn roll_consumers(
                 patches.insert((w.kind, w.name.clone()), hash.clone());
             }
         }
+        let mut failed = false;
         for ((kind, name), hash) in patches {
             let what = format!("{ns}/{}/{name}", kind.as_str());
             match roll(client, field_manager, &ns, kind, &name, &hash).await {
                 Ok(()) => rolled.patched.push(what),
-                Err(e) => rolled.failures.push(format!("rolling {what}: {e}")),
+                Err(e) => {
+                    failed = true;
+                    rolled.failures.push(format!("rolling {what}: {e}"));
+                }
             }
+        }
+        if failed {
+            rolled.retry.extend(copies);
         }
     }
     rolled
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::crd::SourceKind;
+
+    fn key(ns: &str, name: &str) -> CopyKey {
+        CopyKey { kind: SourceKind::ConfigMap, namespace: ns.into(), name: name.into() }
+    }
+
+    #[test]
+    fn a_copy_updated_again_rolls_to_its_newest_hash_and_the_rest_owed_still_rolls() {
+        let owed = vec![(key("a", "settings"), "old".to_string()), (key("b", "settings"), "b1".to_string())];
+        let rolled = owed_and_updated(owed, [(key("a", "settings"), "new".to_string())]);
+        assert_eq!(rolled, vec![(key("a", "settings"), "new".to_string()), (key("b", "settings"), "b1".to_string())]);
+    }
+
+    #[test]
+    fn what_is_owed_is_taken_once_and_nothing_owed_forgets_the_rule() {
+        let pending = Pending::default();
+        let rule = RuleId::new("team", "roll");
+        pending.keep(&rule, vec![(key("a", "settings"), "h".to_string())]);
+        assert_eq!(pending.take(&rule).len(), 1);
+        assert!(pending.take(&rule).is_empty(), "taken out");
+        pending.keep(&rule, vec![(key("a", "settings"), "h".to_string())]);
+        pending.keep(&rule, Vec::new());
+        assert!(pending.take(&rule).is_empty());
+        assert!(pending.0.lock().unwrap().is_empty());
+    }
 }

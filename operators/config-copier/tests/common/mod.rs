@@ -358,3 +358,49 @@ pub fn label<'a>(m: &'a ObjectMeta, key: &str) -> Option<&'a str> {
 pub fn data<'a>(cm: &'a ConfigMap, key: &str) -> Option<&'a str> {
     cm.data.as_ref()?.get(key).map(String::as_str)
 }
+
+/// A ValidatingAdmissionPolicy (and its binding), named `name`, refusing
+/// the `operation` on `resources` of API `group` in namespace `ns` — as a
+/// cluster's own policy (Kyverno, Gatekeeper) refuses the operator's
+/// writes. [`remove_deny_policy`] lifts it; the caller waits for it to be
+/// enforced (the API server loads policies asynchronously).
+pub async fn deny_in_namespace(client: &Client, name: &str, ns: &str, group: &str, resources: &str, operation: &str) {
+    use kube::api::{ApiResource, DynamicObject};
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [group], "apiVersions": ["*"], "operations": [operation], "resources": [resources]
+            }]},
+            "validations": [{"expression": "false", "message": format!("{operation} of {resources} is denied here (test)")}]
+        }
+    }))
+    .unwrap();
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+        }
+    }))
+    .unwrap();
+    let pp = PatchParams::apply("tests").force();
+    for (obj, kind, plural) in [
+        (&policy, "ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+        (&binding, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings"),
+    ] {
+        let ar = ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+            plural,
+        );
+        Api::<DynamicObject>::all_with(client.clone(), &ar).patch(name, &pp, &Patch::Apply(obj)).await.unwrap();
+    }
+}
+
+/// Lifts the policy [`deny_in_namespace`] installed.
+pub async fn remove_deny_policy(client: &Client, name: &str) {
+    flotilla_testenv::admission_policy::remove(client, name).await;
+}
