@@ -85,3 +85,13 @@ pub fn held_per_pod(count: usize, build: impl FnOnce(&[Pod]) -> Box<dyn std::any
     drop(cache);
     (heap.bytes / count.max(1), heap.with_malloc_overhead() / count.max(1))
 }
+
+/// A pod that stays Pending for good (it selects a node label no node
+/// has), so never started: `labels` on it, one container of `image`.
+/// Name it in `metadata` (or let `memory_limit::bloat` do).
+pub fn pending_pod(labels: serde_json::Value, image: &str) -> serde_json::Value {
+    json!({"metadata": {"labels": labels}, "spec": {
+        "nodeSelector": {"flotilla.dev/no-such-node": "x"},
+        "containers": [{"name": "app", "image": image}],
+    }})
+}

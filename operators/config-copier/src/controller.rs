@@ -88,6 +88,8 @@ pub struct Data {
     pub backoff: ErrorBackoff,
     /// Rollouts that failed, tried again at the rule's retry.
     pub(crate) rollouts: rollouts::Pending,
+    /// One workload list for rollouts at a time, in the whole process.
+    pub(crate) rollout_lists: tokio::sync::Semaphore,
 }
 
 impl Data {
@@ -171,6 +173,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         admission,
         backoff: ErrorBackoff::default(),
         rollouts: Default::default(),
+        rollout_lists: tokio::sync::Semaphore::new(1),
     });
     let rules = ctx.run_controller("copyrule", controller, reconcile, error_policy, data);
     let (result, requested) = tokio::join!(rules, requests);
@@ -429,7 +432,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
             });
             let to_roll = rollouts::owed_and_updated(owed.collect(), updated);
             let (client, field_manager) = (&data.ctx.client, data.ctx.field_manager.as_str());
-            rollouts::roll_consumers(client, field_manager, to_roll, &namespaces).await
+            rollouts::roll_consumers(client, field_manager, &data.rollout_lists, to_roll, &namespaces).await
         }
         _ => rollouts::Rolled::default(),
     };

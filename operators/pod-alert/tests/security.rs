@@ -420,11 +420,9 @@ async fn pods_with_thousands_of_labels_are_matched_on_the_keys_selectors_use() {
     }
     for i in 0..5 {
         // Unschedulable: Pending for good, never started.
-        let p: Pod = serde_json::from_value(json!({
-            "metadata": {"name": format!("big-{i}"), "labels": labels},
-            "spec": {"nodeSelector": {"flotilla.dev/no-such-node": "x"}, "containers": [{"name": "app", "image": TOOLBOX_IMAGE}]}
-        }))
-        .unwrap();
+        let mut p = flotilla_testenv::fixtures::pending_pod(Value::Object(labels.clone()), TOOLBOX_IMAGE);
+        p["metadata"]["name"] = json!(format!("big-{i}"));
+        let p: Pod = serde_json::from_value(p).unwrap();
         Api::<Pod>::namespaced(client.clone(), &ns).create(&PostParams::default(), &p).await.unwrap();
     }
     pod(&client, &ns, "crasher", json!({"tier": "backend"}), &[("app", "echo backend-crash; exit 1")]).await;
@@ -610,10 +608,7 @@ async fn a_tenants_bloated_pods_and_workloads_cannot_push_it_past_the_charts_mem
     OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pa-bloat").await.unwrap();
-    let pending = json!({"metadata": {"labels": {"app": "bloat"}}, "spec": {
-        "nodeSelector": {"flotilla.dev/no-such-node": "x"},
-        "containers": [{"name": "app", "image": TOOLBOX_IMAGE}],
-    }});
+    let pending = flotilla_testenv::fixtures::pending_pod(json!({"app": "bloat"}), TOOLBOX_IMAGE);
     bloat(&Api::<Pod>::namespaced(client.clone(), &ns), 320, pending).await.unwrap();
     let idle = json!({"metadata": {}, "spec": {
         "replicas": 0,

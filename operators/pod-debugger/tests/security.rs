@@ -32,10 +32,7 @@ async fn a_tenants_bloated_pods_cannot_push_it_past_the_charts_memory_limit() {
     OPERATOR.install_crds(&env).await;
     let client = env.client().await;
     let ns = env.namespace("pd-bloat").await.unwrap();
-    let pending = json!({"metadata": {"labels": {"app": "bloat"}}, "spec": {
-        "nodeSelector": {"flotilla.dev/no-such-node": "x"},
-        "containers": [{"name": "app", "image": "busybox:latest"}],
-    }});
+    let pending = flotilla_testenv::fixtures::pending_pod(json!({"app": "bloat"}), "busybox:latest");
     bloat(&Api::<Pod>::namespaced(client.clone(), &ns), 320, pending).await.unwrap();
     create_debugger(
         &client,

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use kube::Client;
+use tokio::sync::Semaphore;
 
 use crate::apply::rollouts::roll;
 use crate::copy::{CopyKey, RuleId};
@@ -70,10 +71,12 @@ pub(crate) fn owed_and_updated(
 }
 
 /// Rolls the consumers of the `updated` copies (key, data hash) in the
-/// namespaces that accept rollouts; the others are left alone.
+/// namespaces that accept rollouts; the others are left alone. Workloads
+/// are listed under a permit of `listing` ([`list_workloads`]).
 pub(crate) async fn roll_consumers(
     client: &Client,
     field_manager: &str,
+    listing: &Semaphore,
     updated: Vec<(CopyKey, String)>,
     namespaces: &HashMap<String, NamespaceInfo>,
 ) -> Rolled {
@@ -86,7 +89,7 @@ pub(crate) async fn roll_consumers(
     let mut rolled = Rolled::default();
     for (ns, copies) in by_namespace {
         let changed: Changed = copies.iter().map(|(key, _)| (key.kind, key.name.to_string())).collect();
-        let workloads = match list_workloads(client, &ns, &changed).await {
+        let workloads = match list_workloads(client, listing, &ns, &changed).await {
             Ok(w) => w,
             Err(e) => {
                 rolled.failures.push(format!("listing the workloads of {ns} to roll them: {e}"));

@@ -10,7 +10,7 @@
 //! killed under the chart's 128Mi at the first copy change
 //! (`tests/installations.rs`). So the lists go in pages
 //! ([`flotilla_shared::paged_list`]), one namespace's at a time in the
-//! whole process ([`LISTING`]), and what is
+//! whole process (the caller's `listing` permit), and what is
 //! kept of a workload is bounded too ([`view`]): the peak is one page,
 //! whatever the tenant writes.
 
@@ -32,19 +32,23 @@ use crate::plan::rollouts::{COPY_HASH, Workload, WorkloadKind, references};
 /// longer annotation is not one it wrote, and is read as absent.
 const HASH_LEN: usize = "sha256:".len() + 64;
 
-/// One list at a time across the process's reconciles (eight run at once):
-/// rollouts follow copy changes, seldom, and one page is the peak.
-static LISTING: Semaphore = Semaphore::const_new(1);
-
 /// The ConfigMaps and Secrets changed in one namespace.
 pub type Changed = BTreeSet<(SourceKind, String)>;
 
 /// The Deployments, StatefulSets and DaemonSets of `namespace` that
-/// consume one of the `changed` copies ([`view`]).
-pub async fn list_workloads(client: &Client, namespace: &str, changed: &Changed) -> Result<Vec<Workload>, kube::Error> {
+/// consume one of the `changed` copies ([`view`]), listed under a permit
+/// of `listing` (one permit for the whole process: the reconciles run
+/// eight at once, rollouts follow copy changes, seldom, and one page is
+/// then the peak).
+pub async fn list_workloads(
+    client: &Client,
+    listing: &Semaphore,
+    namespace: &str,
+    changed: &Changed,
+) -> Result<Vec<Workload>, kube::Error> {
     // Never closed, so acquiring cannot fail; were it to, listing without
     // the permit is still bounded by the page.
-    let _permit = LISTING.acquire().await.ok();
+    let _permit = listing.acquire().await.ok();
     let mut out = list::<Deployment>(client, namespace, WorkloadKind::Deployment, changed, |d| {
         d.spec.as_ref().map(|s| &s.template)
     })
