@@ -70,7 +70,7 @@ use self::populate::Layout;
 use crate::bench::{env_usize, from_json};
 use crate::util::{cargo, root, run_cmd, runtime, say, setup};
 
-/// How long an operator's RSS is watched for its settled figure (the
+/// How long an operator's memory is watched for its settled figures (the
 /// lowest of 20 samples a second apart, [`probe::settled_rss_mib`]): after
 /// start-up, and before and after the growth.
 const SETTLE: Duration = Duration::from_secs(20);
@@ -178,6 +178,11 @@ pub struct Figures {
     pub grown_to: (f64, usize),
     /// Bytes of RSS per object added by the growth.
     pub per_object_added: Option<f64>,
+    /// Anonymous memory (MiB) before the growth, after it: the heap's part
+    /// of the RSS, without pages of the binary first touched by the growth.
+    pub grown_anon: (f64, f64),
+    /// Bytes of anonymous memory per object added by the growth.
+    pub per_object_added_anon: Option<f64>,
     /// Converged again after the growth (from the new objects in place).
     pub grown_converged: Option<Duration>,
 }
@@ -318,7 +323,7 @@ async fn bench(
         f.converged = converged;
         f.left = left;
         f.startup_peak = probe::peak_mib(r.pid());
-        f.steady_rss = probe::settled_rss_mib(&[r.pid()], SETTLE).await[0];
+        f.steady_rss = probe::settled_rss_mib(&[r.pid()], SETTLE).await[0].rss;
         f.startup_requests = Counts::of(&audit.take()?, &r.user);
         f.objects = operators::objects_held(&r, &client, &layout).await?;
         eprintln!(
@@ -392,9 +397,10 @@ async fn bench(
     // re-list's freed memory given back first).
     let pids: Vec<u32> = running.iter().map(Running::pid).collect();
     let settled = probe::settled_rss_mib(&pids, SETTLE).await;
-    for (r, rss) in running.iter().zip(settled) {
+    for (r, s) in running.iter().zip(settled) {
         let f = figures.get_mut(&r.name).context("figures")?;
-        f.grown_from = (rss, operators::objects_held(r, &client, &layout).await?);
+        f.grown_from = (s.rss, operators::objects_held(r, &client, &layout).await?);
+        f.grown_anon.0 = s.anon;
     }
     grow::grow(&client, &layout).await?;
     let grew = Instant::now();
@@ -404,19 +410,24 @@ async fn bench(
         figures.get_mut(&r.name).context("figures")?.grown_converged = converged;
     }
     let settled = probe::settled_rss_mib(&pids, SETTLE).await;
-    for (r, rss) in running.iter().zip(settled) {
+    for (r, s) in running.iter().zip(settled) {
         let f = figures.get_mut(&r.name).context("figures")?;
-        f.grown_to = (rss, operators::objects_held(r, &client, &grown).await?);
+        f.grown_to = (s.rss, operators::objects_held(r, &client, &grown).await?);
+        f.grown_anon.1 = s.anon;
         f.per_object_added = grow::per_object_added(f.grown_from.0, f.grown_to.0, f.grown_from.1, f.grown_to.1);
+        f.per_object_added_anon = grow::per_object_added(f.grown_anon.0, f.grown_anon.1, f.grown_from.1, f.grown_to.1);
         eprintln!(
-            "    {}: {} → {} {}, RSS {:.1} → {:.1} MiB{}",
+            "    {}: {} → {} {}, RSS {:.1} → {:.1} MiB{}; anonymous {:.1} → {:.1} MiB{}",
             r.name,
             f.grown_from.1,
             f.grown_to.1,
             operators::goal(&r.name).objects,
             f.grown_from.0,
             f.grown_to.0,
-            f.per_object_added.map(|b| format!(", {b:.0} B per object added")).unwrap_or_default()
+            f.per_object_added.map(|b| format!(", {b:.0} B per object added")).unwrap_or_default(),
+            f.grown_anon.0,
+            f.grown_anon.1,
+            f.per_object_added_anon.map(|b| format!(", {b:.0} B per object added")).unwrap_or_default(),
         );
     }
 

@@ -15,26 +15,40 @@ pub fn rss_mib(pid: u32) -> f64 {
     status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
 }
 
-/// The lowest resident memory of each of `pids` in `window.as_secs()`
-/// samples a second apart, MiB (0 for a process never read): what each holds between
-/// pieces of work. One sample lands on whatever runs at that moment (a
-/// Route53 sync's pages, a reconcile's reads) and moved a growth of 1,000
-/// objects by 2-4 MiB from one run to the next; memory kept for good
-/// shows in every sample.
-pub async fn settled_rss_mib(pids: &[u32], window: std::time::Duration) -> Vec<f64> {
-    let mut lowest: Vec<Option<u64>> = vec![None; pids.len()];
+/// What a process holds between pieces of work: the lowest resident
+/// memory, and the lowest anonymous memory (the heap and stacks, without
+/// the pages of its binary), MiB (0 for a process never read).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Settled {
+    pub rss: f64,
+    pub anon: f64,
+}
+
+/// The [`Settled`] memory of each of `pids`, from `window.as_secs()`
+/// samples a second apart. One sample lands on whatever runs at that
+/// moment (a Route53 sync's pages, a reconcile's reads) and moved a growth
+/// of 1,000 objects by 2-4 MiB from one run to the next; memory kept for
+/// good shows in every sample.
+pub async fn settled_rss_mib(pids: &[u32], window: std::time::Duration) -> Vec<Settled> {
+    let mut lowest: Vec<(Option<u64>, Option<f64>)> = vec![(None, None); pids.len()];
     for second in 0..window.as_secs().max(1) {
         if second > 0 {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
-        for (low, pid) in lowest.iter_mut().zip(pids) {
+        for ((low, low_anon), pid) in lowest.iter_mut().zip(pids) {
             // A failed read is skipped, not a zero.
             if let Some(kib) = status_kib(*pid, "VmRSS:") {
                 *low = Some(low.map_or(kib, |l| l.min(kib)));
             }
+            if let Some((anon, _)) = rss_split_mib(*pid) {
+                *low_anon = Some(low_anon.map_or(anon, |l| l.min(anon)));
+            }
         }
     }
-    lowest.into_iter().map(|kib| kib.unwrap_or(0) as f64 / 1024.0).collect()
+    lowest
+        .into_iter()
+        .map(|(kib, anon)| Settled { rss: kib.unwrap_or(0) as f64 / 1024.0, anon: anon.unwrap_or(0.0) })
+        .collect()
 }
 
 /// Resident memory now split as `(anonymous, file-backed)` MiB

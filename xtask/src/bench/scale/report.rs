@@ -94,6 +94,9 @@ pub fn print(
         Some(b) => format!("{b:.0} B ({} → {} {})", f.grown_from.1, f.grown_to.1, goal(o).objects),
         None => "—".into(),
     });
+    row("bytes per object added, anonymous memory only (the heap, not the binary's pages)", &|_, f| {
+        f.per_object_added_anon.map_or_else(|| "—".into(), |b| format!("{b:.0} B"))
+    });
     row("start → Ready", &|_, f| secs(f.ready));
     row("start → converged", &|_, f| {
         if f.converged.is_some() { secs(f.converged) } else { format!("not reached ({})", f.left) }
