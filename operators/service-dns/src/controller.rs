@@ -30,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::Config;
-use crate::desired::resource_id;
 use crate::endpoints::{self, SliceInfo};
 use crate::grant::HostnameAnnotations;
 use crate::hold::{Hold, Sending};
@@ -124,7 +123,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         wc = wc.labels(sel);
     }
     // The cache keeps a ServiceInfo per Service, not the Service.
-    let (store, writer) = projection::store::<ServiceInfo>();
+    let (store, writer) = projection::keyed_store::<ServiceInfo>();
     // One wake-up channel per zone: a change wakes every zone's loop.
     let (txs, receivers): (Vec<_>, Vec<_>) = zones.zones().iter().map(|_| mpsc::channel::<()>(1)).unzip();
     let wake = Wake(Arc::new(txs));
@@ -141,7 +140,7 @@ pub async fn run(ctx: Context, cfg: Config) -> Result<(), Error> {
         watch.take_until(watch_shutdown.cancelled_owned()),
         move |svc| {
             let info = ServiceInfo::read(svc, max_hostnames);
-            (resource_id(&info.namespace, &info.name), info)
+            (info.resource_id().to_string(), info)
         },
         move |fed| {
             if matches!(fed, projection::Fed::Listed(_)) || !fed.changes().is_empty() {

@@ -141,7 +141,7 @@ pub fn desired(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>) -> Wis
 /// namespace's grant (`None`: the Namespace has no `flotilla.dev/allowed-hostnames`)
 /// and, for a headless Service, its EndpointSlices.
 pub fn wish(svc: &ServiceInfo, naming: &Naming, grant: Option<&Grant>, slices: &[&SliceInfo]) -> Wish {
-    let (namespace, name) = (svc.namespace.as_str(), svc.name.as_str());
+    let (namespace, name) = (svc.namespace(), svc.name());
     if svc.annotation(ANNOTATION_DNS).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
         return Desired::Quiet.into();
     }
@@ -314,7 +314,7 @@ fn publish(
     slices: &[&SliceInfo],
     notices: &mut Vec<Notice>,
 ) -> Desired {
-    let (namespace, name) = (svc.namespace.as_str(), svc.name.as_str());
+    let (namespace, name) = (svc.namespace(), svc.name());
     let pod_records = svc.annotation(ANNOTATION_POD_RECORDS).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     let mut pods = Vec::new();
     let mut alias_target = None;

@@ -7,16 +7,16 @@
 //! quarantine). The loop only calls [`Syncer::sync`]; the state kept between
 //! syncs is private to this module.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use flotilla_shared::projection::Store;
+use flotilla_shared::projection::{Own, Store};
 
 use crate::apply::{apply, refresh_names, update_zone};
 use crate::batch::{Applied, Limits};
 use crate::config::Config;
-use crate::desired::{Claim, Desired, Naming, Wish, resource_id, wish};
+use crate::desired::{Claim, Desired, Naming, Wish, wish};
 use crate::endpoints::SliceInfo;
 use crate::headless::TOO_MANY_ENDPOINTS;
 use crate::hold::{Hold, Sending};
@@ -36,7 +36,7 @@ use crate::zones::ZoneSet;
 /// The caches a sync reads, once each, at its start (shared by the zones' syncs).
 #[derive(Clone)]
 pub struct Caches {
-    pub services: Store<ServiceInfo>,
+    pub services: Store<ServiceInfo, Own<ServiceInfo>>,
     /// The EndpointSlices of headless Services; `None` with
     /// `--publish-headless` off (they are never read then).
     pub slices: Option<Store<SliceInfo>>,
@@ -228,7 +228,7 @@ impl Syncer {
         let mut p: Plan = plan_with(&wanted.claims, &wanted.keep, &current, &rules);
         let since = hold.order(&mut p.groups, Instant::now());
         tracing::debug!(
-            services = wanted.services,
+            services = wanted.services.len(),
             records = current.len(),
             changes = p.groups.len(),
             conflicts = p.conflicts.len(),
@@ -320,16 +320,15 @@ impl Syncer {
         for s in &slices {
             by_service.entry((&s.namespace, &s.service)).or_default().push(s);
         }
-        let mut wanted = Wanted { services: services.len(), ..Wanted::default() };
+        let mut wanted = Wanted::default();
         for svc in &services {
-            let resource = resource_id(&svc.namespace, &svc.name);
-            let uid = svc.uid.clone();
-            wanted.uids.insert(resource.clone(), uid.clone());
-            let own = by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map_or(&[][..], Vec::as_slice);
-            let grant = grants.get(&svc.namespace).map(|g| &**g);
+            let resource = svc.resource_id();
+            let uid = || svc.uid.as_ref().map(ToString::to_string);
+            let own = by_service.get(&(svc.namespace(), svc.name())).map_or(&[][..], Vec::as_slice);
+            let grant = grants.get(svc.namespace()).map(|g| &**g);
             let Wish { desired, notices } = wish(svc, &self.naming, grant, own);
             for n in notices {
-                let new = self.reporter.standing(&resource, uid.clone(), true, n.reason, "", n.message.clone());
+                let new = self.reporter.standing(resource, uid(), true, n.reason, "", n.message.clone());
                 if new && n.reason == TOO_MANY_ENDPOINTS {
                     tracing::warn!(resource = %resource, "{}", n.message);
                 }
@@ -337,15 +336,16 @@ impl Syncer {
             match desired {
                 Desired::Publish(c) => wanted.claims.push(c),
                 Desired::Skip { reason, message } => {
-                    self.reporter.standing(&resource, uid, false, reason, "", message);
+                    self.reporter.standing(resource, uid(), false, reason, "", message);
                 }
                 Desired::Invalid { reason, message } => {
-                    wanted.keep.insert(resource.clone());
-                    self.reporter.standing(&resource, uid, true, reason, "", message);
+                    wanted.keep.insert(resource.to_string());
+                    self.reporter.standing(resource, uid(), true, reason, "", message);
                 }
                 Desired::Quiet => {}
             }
         }
+        wanted.services = services;
         wanted
     }
 
@@ -450,18 +450,19 @@ impl Syncer {
 /// What the Services want, as read from the cache at a sync's start.
 #[derive(Default)]
 struct Wanted {
-    /// How many Services the cache held.
-    services: usize,
+    /// The Services the cache held, in resource-id order (the store's).
+    services: Vec<Arc<ServiceInfo>>,
     claims: Vec<Claim>,
     /// Services skipped for bad input keep what they have.
     keep: BTreeSet<String>,
-    /// Each Service's UID (for the Events' object references).
-    uids: BTreeMap<String, Option<String>>,
 }
 
 impl Wanted {
+    /// The UID of Service `resource` (for the Events' object references),
+    /// looked up in the Services read, not kept per Service at every sync.
     fn uid_of(&self, resource: &str) -> Option<String> {
-        self.uids.get(resource).cloned().flatten()
+        let i = self.services.binary_search_by(|s| s.resource_id().cmp(resource)).ok()?;
+        self.services[i].uid.as_ref().map(ToString::to_string)
     }
 }
 

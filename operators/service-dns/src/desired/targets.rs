@@ -30,7 +30,7 @@ pub(super) fn pod_names(
     pods: Vec<(Box<str>, Vec<IpAddr>)>,
     notices: &mut Vec<Notice>,
 ) -> Vec<(String, Targets)> {
-    let vars = Vars { name: &svc.name, namespace: &svc.namespace, prefix: &naming.prefix, domain: &naming.domain };
+    let vars = Vars { name: svc.name(), namespace: svc.namespace(), prefix: &naming.prefix, domain: &naming.domain };
     let mut bad = Vec::new();
     let mut out = Vec::with_capacity(pods.len());
     for (hostname, ips) in pods {
