@@ -329,4 +329,26 @@ mod tests {
             std::mem::size_of::<Service>()
         );
     }
+
+    proptest::proptest! {
+        /// The namespace and name read back from the one key they are
+        /// kept in, whatever their lengths (a namespace of up to 63 bytes,
+        /// a name of up to 253), and the key is the resource id.
+        #[test]
+        fn the_namespace_and_name_read_back_from_the_key(
+            namespace in "[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?",
+            name in "[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?",
+        ) {
+            let info = ServiceInfo::default().with_name(&namespace, &name);
+            proptest::prop_assert_eq!(info.namespace(), namespace.as_str());
+            proptest::prop_assert_eq!(info.name(), name.as_str());
+            proptest::prop_assert_eq!(info.resource_id(), resource_id(&namespace, &name));
+        }
+    }
+
+    #[test]
+    fn a_view_without_a_name_reads_empty_and_does_not_panic() {
+        let info = ServiceInfo::default();
+        assert_eq!((info.namespace(), info.name()), ("", ""));
+    }
 }
