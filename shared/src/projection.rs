@@ -420,12 +420,12 @@ impl<T, S: Slot<T>> Store<T, S> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).generation
     }
 
-    /// Every projection, in no particular order.
+    /// Every projection, in the order of their keys.
     pub fn state(&self) -> Vec<Arc<T>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).items.iter().map(|s| Arc::clone(s.value())).collect()
     }
 
-    /// Every key with its projection, in no particular order.
+    /// Every key with its projection, in the order of their keys.
     pub fn entries(&self) -> Vec<(String, Arc<T>)> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.items.iter().map(|s| (Borrow::<str>::borrow(s).to_string(), Arc::clone(s.value()))).collect()
@@ -531,6 +531,20 @@ mod tests {
         let mut keys: Vec<usize> = store.state().iter().map(|v| **v).collect();
         keys.sort();
         assert_eq!(keys, vec![2]);
+    }
+
+    #[test]
+    fn the_contents_read_in_the_order_of_their_keys() {
+        // Callers look a key up in what `state` returned by binary search
+        // (service-dns's UIDs of a sync's Services).
+        let (store, mut w) = store::<usize>();
+        for e in [Event::Init, Event::InitApply("ccc"), Event::InitApply("a"), Event::InitApply("bb"), Event::InitDone]
+        {
+            w.apply(e, project);
+        }
+        assert_eq!(store.state().iter().map(|v| **v).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let keys: Vec<String> = store.entries().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec!["a", "bb", "ccc"]);
     }
 
     #[test]
