@@ -395,7 +395,7 @@ impl Caches {
 
     /// Forgets the label keys of rules that no longer exist, and what was
     /// learned of objects that are no longer possible sources.
-    pub fn collect_garbage(&self) {
+    pub fn collect_garbage(&self) -> HashSet<RuleId> {
         let live: HashSet<RuleId> =
             self.rules.state().iter().filter_map(|r| r.namespace().map(|ns| RuleId::new(ns, r.name_any()))).collect();
         for index in self.sources.values() {
@@ -404,6 +404,7 @@ impl Caches {
         lock(&self.learned)
             .retain(|(kind, ns, name), _| self.sources.get(kind).is_some_and(|index| index.contains(ns, name)));
         self.claims.retain(&live);
+        live
     }
 }
 

@@ -86,8 +86,9 @@ pub struct Data {
     pub admission: AdmissionGuard,
     /// Retry delays of failing rules (1 s doubling to 5 min, jittered).
     pub backoff: ErrorBackoff,
-    /// Rollouts that failed, tried again at the rule's retry.
-    pub(crate) rollouts: rollouts::Pending,
+    /// Rollouts that failed, tried again at the rule's retry (forgotten
+    /// for deleted rules by the caches' garbage collection too).
+    pub(crate) rollouts: Arc<rollouts::Pending>,
     /// One workload list for rollouts at a time, in the whole process.
     pub(crate) rollout_lists: tokio::sync::Semaphore,
 }
@@ -145,12 +146,13 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         };
         tasks.push(tokio::spawn(Arc::clone(&caches).watch_sources(kind, readiness.watch(name))));
     }
+    let owed_rollouts = Arc::new(rollouts::Pending::default());
     {
-        let caches = Arc::clone(&caches);
+        let (caches, owed_rollouts) = (Arc::clone(&caches), Arc::clone(&owed_rollouts));
         tasks.push(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(GC_INTERVAL).await;
-                caches.collect_garbage();
+                owed_rollouts.retain(&caches.collect_garbage());
             }
         }));
     }
@@ -172,7 +174,7 @@ pub async fn run(ctx: Context, options: Options) -> anyhow::Result<()> {
         budget,
         admission,
         backoff: ErrorBackoff::default(),
-        rollouts: Default::default(),
+        rollouts: owed_rollouts,
         rollout_lists: tokio::sync::Semaphore::new(1),
     });
     let rules = ctx.run_controller("copyrule", controller, reconcile, error_policy, data);
@@ -401,6 +403,8 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         claims: &claims,
         namespaces: &namespaces,
     };
+    // What an earlier reconcile failed to roll, for the copies still wanted.
+    let owed: Vec<_> = data.rollouts.take(id).into_iter().filter(|(k, _)| desired.contains_key(k)).collect();
     let plan = plan_copies(copy_facts(desired, &seen, policy, rule.spec.on_conflict, rule.spec.prune));
     drop((copies, claims));
     summary.in_sync = plan.in_sync;
@@ -421,16 +425,14 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     carried.extend(rounds::run_jobs(&writer, plan.without_payload, concurrency).await);
 
     // Roll the consumers of copies whose data changed (rolloutOnChange),
-    // and those an earlier reconcile failed to roll, in its targets still.
-    let owed = data.rollouts.take(id);
+    // and those an earlier reconcile failed to roll (`owed`).
     let rolled = match summary.rollouts {
         Some(Rollouts::Enabled { accepting, .. }) if accepting > 0 => {
-            let owed = owed.into_iter().filter(|(k, _)| target_set.accepted.binary_search(&&*k.namespace).is_ok());
             let updated = carried.iter().filter_map(|c| match &c.outcome {
                 Outcome::Updated { key, data_hash } => Some((key.clone(), data_hash.clone())),
                 _ => None,
             });
-            let to_roll = rollouts::owed_and_updated(owed.collect(), updated);
+            let to_roll = rollouts::owed_and_updated(owed, updated);
             let (client, field_manager) = (&data.ctx.client, data.ctx.field_manager.as_str());
             rollouts::roll_consumers(client, field_manager, &data.rollout_lists, to_roll, &namespaces).await
         }

@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 use crate::apply::rollouts::roll;
 use crate::copy::{CopyKey, RuleId};
 use crate::plan::NamespaceInfo;
-use crate::plan::rollouts::to_roll;
+use crate::plan::rollouts::{ChangedCopy, patches};
 use crate::read::workloads::{Changed, list_workloads};
 
 /// What the rollouts of one reconcile did.
@@ -47,6 +47,14 @@ impl Pending {
         self.0.lock().map(|mut m| m.remove(rule).unwrap_or_default()).unwrap_or_default()
     }
 
+    /// Forgets what the rules not in `live` owe (deleted without their
+    /// cleanup, e.g. their finalizer removed by hand).
+    pub fn retain(&self, live: &std::collections::HashSet<RuleId>) {
+        if let Ok(mut m) = self.0.lock() {
+            m.retain(|rule, _| live.contains(rule));
+        }
+    }
+
     /// Keeps `retry` as what `rule` owes (nothing: forgets the rule).
     pub fn keep(&self, rule: &RuleId, retry: Vec<(CopyKey, String)>) {
         if let Ok(mut m) = self.0.lock() {
@@ -59,15 +67,20 @@ impl Pending {
     }
 }
 
+/// A copy whose consumers to roll: its key, its data hash, and whether an
+/// earlier reconcile owes it (`true`) or this one updated it.
+pub(crate) type ToRoll = (CopyKey, String, bool);
+
 /// What to roll in one reconcile: what is still owed, then this
-/// reconcile's updates (a copy updated again rolls to its newest hash).
+/// reconcile's updates (a copy updated again rolls to its newest hash, as
+/// updated now).
 pub(crate) fn owed_and_updated(
     owed: Vec<(CopyKey, String)>,
     updated: impl IntoIterator<Item = (CopyKey, String)>,
-) -> Vec<(CopyKey, String)> {
-    let mut by_key: BTreeMap<CopyKey, String> = owed.into_iter().collect();
-    by_key.extend(updated);
-    by_key.into_iter().collect()
+) -> Vec<ToRoll> {
+    let mut by_key: BTreeMap<CopyKey, (String, bool)> = owed.into_iter().map(|(k, h)| (k, (h, true))).collect();
+    by_key.extend(updated.into_iter().map(|(k, h)| (k, (h, false))));
+    by_key.into_iter().map(|(k, (h, owed))| (k, h, owed)).collect()
 }
 
 /// Rolls the consumers of the `updated` copies (key, data hash) in the
@@ -77,36 +90,36 @@ pub(crate) async fn roll_consumers(
     client: &Client,
     field_manager: &str,
     listing: &Semaphore,
-    updated: Vec<(CopyKey, String)>,
+    to_roll: Vec<ToRoll>,
     namespaces: &HashMap<String, NamespaceInfo>,
 ) -> Rolled {
-    let mut by_namespace: BTreeMap<String, Vec<(CopyKey, String)>> = BTreeMap::new();
-    for (key, hash) in updated {
+    let mut by_namespace: BTreeMap<String, Vec<ToRoll>> = BTreeMap::new();
+    for (key, hash, owed) in to_roll {
         if namespaces.get(&*key.namespace).is_some_and(NamespaceInfo::accepts_rollouts) {
-            by_namespace.entry(key.namespace.to_string()).or_default().push((key, hash));
+            by_namespace.entry(key.namespace.to_string()).or_default().push((key, hash, owed));
         }
     }
     let mut rolled = Rolled::default();
     for (ns, copies) in by_namespace {
-        let changed: Changed = copies.iter().map(|(key, _)| (key.kind, key.name.to_string())).collect();
+        let changed: Changed = copies.iter().map(|(key, _, _)| (key.kind, key.name.to_string())).collect();
         let workloads = match list_workloads(client, listing, &ns, &changed).await {
             Ok(w) => w,
             Err(e) => {
                 rolled.failures.push(format!("listing the workloads of {ns} to roll them: {e}"));
-                rolled.retry.extend(copies);
+                rolled.retry.extend(copies.into_iter().map(|(k, h, _)| (k, h)));
                 continue;
             }
         };
         // A workload consuming two changed copies rolls once, to the last
         // one's hash (its next change rolls it again).
-        let mut patches: BTreeMap<(crate::plan::rollouts::WorkloadKind, String), String> = BTreeMap::new();
-        for (key, hash) in &copies {
-            for w in to_roll(key.kind, &key.name, hash, &workloads) {
-                patches.insert((w.kind, w.name.clone()), hash.clone());
-            }
-        }
+        let batch: Vec<ChangedCopy<'_>> = copies
+            .iter()
+            .map(|(key, hash, owed)| ChangedCopy { kind: key.kind, name: &key.name, hash, owed: *owed })
+            .collect();
+        let to_patch = patches(&batch, &workloads);
+        drop(batch);
         let mut failed = false;
-        for ((kind, name), hash) in patches {
+        for ((kind, name), hash) in to_patch {
             let what = format!("{ns}/{}/{name}", kind.as_str());
             match roll(client, field_manager, &ns, kind, &name, &hash).await {
                 Ok(()) => rolled.patched.push(what),
@@ -117,7 +130,7 @@ pub(crate) async fn roll_consumers(
             }
         }
         if failed {
-            rolled.retry.extend(copies);
+            rolled.retry.extend(copies.into_iter().map(|(k, h, _)| (k, h)));
         }
     }
     rolled
@@ -137,7 +150,10 @@ mod tests {
     fn a_copy_updated_again_rolls_to_its_newest_hash_and_the_rest_owed_still_rolls() {
         let owed = vec![(key("a", "settings"), "old".to_string()), (key("b", "settings"), "b1".to_string())];
         let rolled = owed_and_updated(owed, [(key("a", "settings"), "new".to_string())]);
-        assert_eq!(rolled, vec![(key("a", "settings"), "new".to_string()), (key("b", "settings"), "b1".to_string())]);
+        assert_eq!(
+            rolled,
+            vec![(key("a", "settings"), "new".to_string(), false), (key("b", "settings"), "b1".to_string(), true)]
+        );
     }
 
     #[test]

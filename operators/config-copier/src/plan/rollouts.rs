@@ -6,7 +6,7 @@
 //! data, same hash) never does. Whether a namespace accepts rollouts is
 //! [`NamespaceInfo::accepts_rollouts`](crate::plan::NamespaceInfo::accepts_rollouts).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::PodSpec;
 
@@ -112,6 +112,42 @@ pub fn to_roll<'w>(kind: SourceKind, name: &str, hash: &str, workloads: &'w [Wor
         .iter()
         .filter(|w| w.copy_hash.as_deref() != Some(hash) && w.refs.iter().any(|(k, n)| *k == kind && n == name))
         .collect()
+}
+
+/// One changed copy of a namespace, for [`patches`]: its kind, name and
+/// data hash, and whether an earlier reconcile owes its rollout (it failed
+/// there for some workload) or this one updated it.
+#[derive(Debug, Clone, Copy)]
+pub struct ChangedCopy<'a> {
+    pub kind: SourceKind,
+    pub name: &'a str,
+    pub hash: &'a str,
+    pub owed: bool,
+}
+
+/// The workloads of one namespace to patch, each to one hash, after its
+/// `changed` copies: for a copy updated now, its consumers that do not
+/// carry its hash ([`to_roll`]); for an owed copy, the same, except a
+/// consumer carrying the hash of any changed copy it consumes — it rolled
+/// in the reconcile that failed for another workload, and rolling it again
+/// to another copy's hash would restart it at every retry. A workload
+/// consuming several rolls once, to the last one's hash.
+pub fn patches(changed: &[ChangedCopy<'_>], workloads: &[Workload]) -> BTreeMap<(WorkloadKind, String), String> {
+    let rolled_for_these = |w: &Workload| {
+        changed
+            .iter()
+            .any(|c| w.copy_hash.as_deref() == Some(c.hash) && w.refs.iter().any(|(k, n)| *k == c.kind && n == c.name))
+    };
+    let mut out = BTreeMap::new();
+    for c in changed {
+        for w in to_roll(c.kind, c.name, c.hash, workloads) {
+            if c.owed && rolled_for_these(w) {
+                continue;
+            }
+            out.insert((w.kind, w.name.clone()), c.hash.to_string());
+        }
+    }
+    out
 }
 
 /// The merge patch that rolls a workload: its pod template's annotation,
@@ -221,6 +257,33 @@ mod tests {
         assert!(ns(&[(ACCEPT_ROLLOUTS, "true")]).accepts_rollouts());
         assert!(!ns(&[(ACCEPT_ROLLOUTS, "false")]).accepts_rollouts());
         assert!(!ns(&[("flotilla.dev/accept-copies", "true")]).accepts_rollouts(), "copies are not rollouts");
+    }
+
+    fn changed(name: &'static str, hash: &'static str, owed: bool) -> ChangedCopy<'static> {
+        ChangedCopy { kind: SourceKind::ConfigMap, name, hash, owed }
+    }
+
+    #[test]
+    fn a_retry_does_not_roll_again_a_consumer_of_two_copies_that_rolled_for_one_of_them() {
+        // The failed reconcile rolled `both` to b's hash (the last) and
+        // failed to patch `refused`; the retry owes a and b.
+        let ws = [workload("both", Some("hb"), &[cm("a"), cm("b")]), workload("refused", Some("old"), &[cm("a")])];
+        let owed = [changed("a", "ha", true), changed("b", "hb", true)];
+        let p = patches(&owed, &ws);
+        assert_eq!(
+            p.into_iter().collect::<Vec<_>>(),
+            vec![((WorkloadKind::Deployment, "refused".into()), "ha".into())]
+        );
+        // Were a and b both updated now, `both` would roll (once, to b's).
+        let fresh = [changed("a", "ha2", false), changed("b", "hb2", false)];
+        assert_eq!(patches(&fresh, &ws).get(&(WorkloadKind::Deployment, "both".into())), Some(&"hb2".to_string()));
+    }
+
+    #[test]
+    fn a_copy_updated_now_rolls_its_consumer_though_it_carries_an_owed_copys_hash() {
+        let ws = [workload("both", Some("ha"), &[cm("a"), cm("b")])];
+        let p = patches(&[changed("a", "ha", true), changed("b", "hb", false)], &ws);
+        assert_eq!(p.get(&(WorkloadKind::Deployment, "both".into())), Some(&"hb".to_string()));
     }
 
     #[test]
