@@ -412,6 +412,25 @@ impl<T: PartialEq, S: Slot<T>> Writer<T, S> {
     }
 }
 
+impl<T: Clone, S: Slot<T>> Store<T, S> {
+    /// Every projection made again in fresh allocations: the same keys and
+    /// contents (the generation stays). The projections made during a
+    /// burst of changes sit in the heap among the burst's other work, and
+    /// once that is freed they pin pages the allocator cannot give back;
+    /// made again after it, they fill the holes below and those pages can
+    /// go (`memory::release_free_memory`). Readers holding projections keep
+    /// theirs. Under the store's lock: about a millisecond per 10,000.
+    pub fn compact(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh: BTreeSet<S> = state
+            .items
+            .iter()
+            .map(|s| S::new(Borrow::<str>::borrow(s).to_string(), Arc::new(T::clone(s.value()))))
+            .collect();
+        state.items = fresh;
+    }
+}
+
 impl<T, S: Slot<T>> Store<T, S> {
     /// How many times the contents changed: read it *before* reading the
     /// contents, and what was built from them stays valid while it is
@@ -531,6 +550,21 @@ mod tests {
         let mut keys: Vec<usize> = store.state().iter().map(|v| **v).collect();
         keys.sort();
         assert_eq!(keys, vec![2]);
+    }
+
+    #[test]
+    fn compacting_keeps_the_keys_contents_and_generation_in_fresh_allocations() {
+        let (store, mut w) = store::<usize>();
+        for e in [Event::Init, Event::InitApply("bb"), Event::InitApply("a"), Event::InitDone] {
+            w.apply(e, project);
+        }
+        let (before, generation) = (store.entries(), store.generation());
+        store.compact();
+        let after = store.entries();
+        assert_eq!(store.generation(), generation, "the contents did not change");
+        assert_eq!(after.iter().map(|(k, v)| (k.as_str(), **v)).collect::<Vec<_>>(), vec![("a", 1), ("bb", 2)]);
+        assert!(before.iter().zip(&after).all(|((_, b), (_, a))| !Arc::ptr_eq(b, a)), "made again");
+        assert_eq!(store.get("bb").as_deref(), Some(&2), "found by key as before");
     }
 
     #[test]

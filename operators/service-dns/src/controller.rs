@@ -378,6 +378,7 @@ impl ZoneLoop {
                 ctx.readiness().set_synced(CONTROLLER);
             }
             // A sync of thousands of records frees megabytes: give them back.
+            syncer.compact();
             flotilla_shared::memory::release_free_memory();
             match result {
                 Ok(Synced { listed }) => {
