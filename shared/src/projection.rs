@@ -419,7 +419,7 @@ impl<T: Clone, S: Slot<T>> Store<T, S> {
     /// once that is freed they pin pages the allocator cannot give back;
     /// made again after it, they fill the holes below and those pages can
     /// go (`memory::release_free_memory`). Readers holding projections keep
-    /// theirs. Under the store's lock: about a millisecond per 10,000.
+    /// theirs. Under the store's lock: a few milliseconds per 10,000.
     pub fn compact(&self) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let fresh: BTreeSet<S> = state

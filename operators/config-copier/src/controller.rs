@@ -404,7 +404,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         namespaces: &namespaces,
     };
     // What an earlier reconcile failed to roll, for the copies still wanted.
-    let owed: Vec<_> = data.rollouts.take(id).into_iter().filter(|(k, _)| desired.contains_key(k)).collect();
+    let owed: Vec<_> = data.rollouts.take(id).into_iter().filter(|(k, _, _)| desired.contains_key(k)).collect();
     let plan = plan_copies(copy_facts(desired, &seen, policy, rule.spec.on_conflict, rule.spec.prune));
     drop((copies, claims));
     summary.in_sync = plan.in_sync;
@@ -428,13 +428,15 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     // and those an earlier reconcile failed to roll (`owed`).
     let rolled = match summary.rollouts {
         Some(Rollouts::Enabled { accepting, .. }) if accepting > 0 => {
-            let updated = carried.iter().filter_map(|c| match &c.outcome {
-                Outcome::Updated { key, data_hash } => Some((key.clone(), data_hash.clone())),
-                _ => None,
-            });
-            let to_roll = rollouts::owed_and_updated(owed, updated);
+            let updated = carried
+                .iter()
+                .filter_map(|c| match &c.outcome {
+                    Outcome::Updated { key, data_hash } => Some((key.clone(), data_hash.clone())),
+                    _ => None,
+                })
+                .collect();
             let (client, field_manager) = (&data.ctx.client, data.ctx.field_manager.as_str());
-            rollouts::roll_consumers(client, field_manager, &data.rollout_lists, to_roll, &namespaces).await
+            rollouts::roll_consumers(client, field_manager, &data.rollout_lists, updated, owed, &namespaces).await
         }
         _ => rollouts::Rolled::default(),
     };

@@ -115,36 +115,49 @@ pub fn to_roll<'w>(kind: SourceKind, name: &str, hash: &str, workloads: &'w [Wor
 }
 
 /// One changed copy of a namespace, for [`patches`]: its kind, name and
-/// data hash, and whether an earlier reconcile owes its rollout (it failed
-/// there for some workload) or this one updated it.
+/// data hash.
 #[derive(Debug, Clone, Copy)]
 pub struct ChangedCopy<'a> {
     pub kind: SourceKind,
     pub name: &'a str,
     pub hash: &'a str,
-    pub owed: bool,
 }
 
-/// The workloads of one namespace to patch, each to one hash, after its
-/// `changed` copies: for a copy updated now, its consumers that do not
-/// carry its hash ([`to_roll`]); for an owed copy, the same, except a
-/// consumer carrying the hash of any changed copy it consumes — it rolled
-/// in the reconcile that failed for another workload, and rolling it again
-/// to another copy's hash would restart it at every retry. A workload
-/// consuming several rolls once, to the last one's hash.
-pub fn patches(changed: &[ChangedCopy<'_>], workloads: &[Workload]) -> BTreeMap<(WorkloadKind, String), String> {
-    let rolled_for_these = |w: &Workload| {
-        changed
-            .iter()
-            .any(|c| w.copy_hash.as_deref() == Some(c.hash) && w.refs.iter().any(|(k, n)| *k == c.kind && n == c.name))
-    };
+/// A patch an earlier reconcile failed to make, for [`patches`]: the
+/// workload, and the changed copy (kind, name, data hash) it was to roll for.
+#[derive(Debug, Clone, Copy)]
+pub struct OwedPatch<'a> {
+    pub copy: ChangedCopy<'a>,
+    pub workload: (WorkloadKind, &'a str),
+}
+
+/// The workloads of one namespace to patch, each to one hash and for one
+/// copy (kind, name): for each `changed` copy, its consumers that do not
+/// carry its hash ([`to_roll`]; one consuming several rolls once, to the
+/// last one's); then each `owed` patch whose workload is not rolled already
+/// and still consumes that copy without carrying its hash. Owed patches are
+/// per workload, so a retry rolls only the workloads whose patch failed.
+pub fn patches(
+    changed: &[ChangedCopy<'_>],
+    owed: &[OwedPatch<'_>],
+    workloads: &[Workload],
+) -> BTreeMap<(WorkloadKind, String), (SourceKind, String, String)> {
     let mut out = BTreeMap::new();
     for c in changed {
         for w in to_roll(c.kind, c.name, c.hash, workloads) {
-            if c.owed && rolled_for_these(w) {
-                continue;
-            }
-            out.insert((w.kind, w.name.clone()), c.hash.to_string());
+            out.insert((w.kind, w.name.clone()), (c.kind, c.name.to_string(), c.hash.to_string()));
+        }
+    }
+    for o in owed {
+        let key = (o.workload.0, o.workload.1.to_string());
+        if out.contains_key(&key) {
+            continue;
+        }
+        let c = o.copy;
+        if let Some(w) = workloads.iter().find(|w| w.kind == key.0 && w.name == key.1)
+            && to_roll(c.kind, c.name, c.hash, std::slice::from_ref(w)).len() == 1
+        {
+            out.insert(key, (c.kind, c.name.to_string(), c.hash.to_string()));
         }
     }
     out
@@ -259,31 +272,46 @@ mod tests {
         assert!(!ns(&[("flotilla.dev/accept-copies", "true")]).accepts_rollouts(), "copies are not rollouts");
     }
 
-    fn changed(name: &'static str, hash: &'static str, owed: bool) -> ChangedCopy<'static> {
-        ChangedCopy { kind: SourceKind::ConfigMap, name, hash, owed }
+    fn changed(name: &'static str, hash: &'static str) -> ChangedCopy<'static> {
+        ChangedCopy { kind: SourceKind::ConfigMap, name, hash }
+    }
+
+    fn patched(p: &BTreeMap<(WorkloadKind, String), (SourceKind, String, String)>) -> Vec<(&str, &str)> {
+        p.iter().map(|((_, w), (_, _, h))| (w.as_str(), h.as_str())).collect()
     }
 
     #[test]
-    fn a_retry_does_not_roll_again_a_consumer_of_two_copies_that_rolled_for_one_of_them() {
-        // The failed reconcile rolled `both` to b's hash (the last) and
-        // failed to patch `refused`; the retry owes a and b.
+    fn a_retry_rolls_only_the_workloads_whose_patch_failed() {
+        // The failed reconcile rolled `both` (a and b changed: to b's hash)
+        // and failed to patch `refused` to a's.
         let ws = [workload("both", Some("hb"), &[cm("a"), cm("b")]), workload("refused", Some("old"), &[cm("a")])];
-        let owed = [changed("a", "ha", true), changed("b", "hb", true)];
-        let p = patches(&owed, &ws);
-        assert_eq!(
-            p.into_iter().collect::<Vec<_>>(),
-            vec![((WorkloadKind::Deployment, "refused".into()), "ha".into())]
-        );
-        // Were a and b both updated now, `both` would roll (once, to b's).
-        let fresh = [changed("a", "ha2", false), changed("b", "hb2", false)];
-        assert_eq!(patches(&fresh, &ws).get(&(WorkloadKind::Deployment, "both".into())), Some(&"hb2".to_string()));
+        let owed = [OwedPatch { copy: changed("a", "ha"), workload: (WorkloadKind::Deployment, "refused") }];
+        assert_eq!(patched(&patches(&[], &owed, &ws)), vec![("refused", "ha")]);
+        // Done meanwhile, deleted, or no longer consuming a: nothing.
+        let done = [workload("refused", Some("ha"), &[cm("a")])];
+        assert!(patches(&[], &owed, &done).is_empty());
+        assert!(patches(&[], &owed, &[]).is_empty());
+        assert!(patches(&[], &owed, &[workload("refused", Some("old"), &[cm("other")])]).is_empty());
     }
 
     #[test]
-    fn a_copy_updated_now_rolls_its_consumer_though_it_carries_an_owed_copys_hash() {
-        let ws = [workload("both", Some("ha"), &[cm("a"), cm("b")])];
-        let p = patches(&[changed("a", "ha", true), changed("b", "hb", false)], &ws);
-        assert_eq!(p.get(&(WorkloadKind::Deployment, "both".into())), Some(&"hb".to_string()));
+    fn an_owed_patch_does_not_undo_a_newer_change() {
+        // `w` owes a's old hash, and a changed again now: it rolls once, to the new.
+        let ws = [workload("w", Some("h0"), &[cm("a")])];
+        let owed = [OwedPatch { copy: changed("a", "h1"), workload: (WorkloadKind::Deployment, "w") }];
+        assert_eq!(patched(&patches(&[changed("a", "h2")], &owed, &ws)), vec![("w", "h2")]);
+    }
+
+    #[test]
+    fn the_reviewers_sequence_misses_no_rollout() {
+        // R1: b changed, `w` (a, b) rolled to hb, `x` (b) refused.
+        // R2: a changed, `w`'s patch to ha refused. R3 retries both.
+        let ws = [workload("w", Some("hb"), &[cm("a"), cm("b")]), workload("x", Some("old"), &[cm("b")])];
+        let owed = [
+            OwedPatch { copy: changed("b", "hb"), workload: (WorkloadKind::Deployment, "x") },
+            OwedPatch { copy: changed("a", "ha"), workload: (WorkloadKind::Deployment, "w") },
+        ];
+        assert_eq!(patched(&patches(&[], &owed, &ws)), vec![("w", "ha"), ("x", "hb")]);
     }
 
     #[test]
