@@ -108,7 +108,9 @@ pub(crate) async fn roll_consumers(
         by_namespace.entry(key.namespace.to_string()).or_default().changed.insert(key, hash);
     }
     let mut rolled = Rolled::default();
-    for (ns, copies) in by_namespace {
+    for (ns, mut copies) in by_namespace {
+        // A copy that changed again decides alone (its newest hash).
+        copies.owed.retain(|(key, _, _)| !copies.changed.contains_key(key));
         let consumed: Changed = copies
             .changed
             .keys()

@@ -134,9 +134,10 @@ pub struct OwedPatch<'a> {
 /// The workloads of one namespace to patch, each to one hash and for one
 /// copy (kind, name): for each `changed` copy, its consumers that do not
 /// carry its hash ([`to_roll`]; one consuming several rolls once, to the
-/// last one's); then each `owed` patch whose workload is not rolled already
-/// and still consumes that copy without carrying its hash. Owed patches are
-/// per workload, so a retry rolls only the workloads whose patch failed.
+/// last one's); then each `owed` patch whose copy did not change again,
+/// whose workload is not rolled already, and which still consumes that
+/// copy without carrying its hash. Owed patches are per workload, so a
+/// retry rolls only the workloads whose patch failed.
 pub fn patches(
     changed: &[ChangedCopy<'_>],
     owed: &[OwedPatch<'_>],
@@ -150,7 +151,10 @@ pub fn patches(
     }
     for o in owed {
         let key = (o.workload.0, o.workload.1.to_string());
-        if out.contains_key(&key) {
+        // A copy that changed again decides alone: its newest hash, or
+        // nothing if the workload carries it (a revert must not be undone).
+        let changed_again = changed.iter().any(|c| c.kind == o.copy.kind && c.name == o.copy.name);
+        if changed_again || out.contains_key(&key) {
             continue;
         }
         let c = o.copy;
@@ -300,6 +304,15 @@ mod tests {
         let ws = [workload("w", Some("h0"), &[cm("a")])];
         let owed = [OwedPatch { copy: changed("a", "h1"), workload: (WorkloadKind::Deployment, "w") }];
         assert_eq!(patched(&patches(&[changed("a", "h2")], &owed, &ws)), vec![("w", "h2")]);
+    }
+
+    #[test]
+    fn an_owed_patch_does_not_undo_a_revert() {
+        // `w` carries hX; a changed to Y (its patch refused: owed), then
+        // back to X: `w` is where it should be, and stays.
+        let ws = [workload("w", Some("hX"), &[cm("a")])];
+        let owed = [OwedPatch { copy: changed("a", "hY"), workload: (WorkloadKind::Deployment, "w") }];
+        assert!(patches(&[changed("a", "hX")], &owed, &ws).is_empty());
     }
 
     #[test]
