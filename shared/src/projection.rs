@@ -181,22 +181,7 @@ impl<T, S> Clone for Store<T, S> {
 /// Keys made `<namespace>/<name>`, as the operators key namespaced objects
 /// (a namespace name has no `/`, so its objects' keys are the range of
 /// `<namespace>/`: [`Store::in_namespace`]).
-pub mod ns_key {
-    /// The key of `name` in `namespace`.
-    pub fn of(namespace: &str, name: &str) -> String {
-        format!("{namespace}/{name}")
-    }
-
-    /// The namespace part of a key ("" for a key without one).
-    pub fn namespace(key: &str) -> &str {
-        key.split_once('/').map_or("", |(ns, _)| ns)
-    }
-
-    /// The name part of a key (the whole key without a namespace).
-    pub fn name(key: &str) -> &str {
-        key.split_once('/').map_or(key, |(_, name)| name)
-    }
-}
+pub mod ns_key;
 
 /// The slots whose key starts with `prefix`: from the first key not below
 /// it, while they start with it.

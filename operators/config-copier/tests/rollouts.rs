@@ -38,6 +38,19 @@ async fn deployment(client: &Client, ns: &str, name: &str, consumes: &str) {
     Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &d).await.unwrap();
 }
 
+/// [`setup`] with the operator as the chart runs it with
+/// `rollouts.enabled`: `--enable-rollouts` and list/patch on workloads
+/// (every test of this binary asks the same; the first one starts it).
+async fn setup_with_rollouts(prefix: &str) -> (Client, String) {
+    OPERATOR_ENV.lock().unwrap().push(("ENABLE_ROLLOUTS", "true".to_string()));
+    OPERATOR_EXTRA_RULES.lock().unwrap().push(rbac::rule(
+        &["apps"],
+        &["deployments", "statefulsets", "daemonsets"],
+        &["list", "patch"],
+    ));
+    setup(prefix).await
+}
+
 /// `(metadata.generation, the pod template's copy hash)`.
 async fn rolled(client: &Client, ns: &str, name: &str) -> (i64, Option<String>) {
     let d = Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.unwrap();
@@ -72,13 +85,7 @@ async fn set_data(client: &Client, ns: &str, name: &str, value: &str) {
 /// namespace without `accept-rollouts` are never touched.
 #[tokio::test]
 async fn a_changed_copy_rolls_its_consumers_once_where_the_namespace_accepts_rollouts() {
-    OPERATOR_ENV.lock().unwrap().push(("ENABLE_ROLLOUTS", "true".to_string()));
-    OPERATOR_EXTRA_RULES.lock().unwrap().push(rbac::rule(
-        &["apps"],
-        &["deployments", "statefulsets", "daemonsets"],
-        &["list", "patch"],
-    ));
-    let (client, src) = setup("roll-src").await;
+    let (client, src) = setup_with_rollouts("roll-src").await;
     let accepting = target("roll-yes").await;
     label_namespace(&client, &accepting, "flotilla.dev/accept-rollouts", Some("true")).await;
     let refusing = target("roll-no").await;
@@ -144,13 +151,7 @@ async fn a_changed_copy_rolls_its_consumers_once_where_the_namespace_accepts_rol
 /// is lifted the consumer rolls, once, to the copy's data hash.
 #[tokio::test]
 async fn a_refused_rollout_is_tried_again_until_it_lands() {
-    OPERATOR_ENV.lock().unwrap().push(("ENABLE_ROLLOUTS", "true".to_string()));
-    OPERATOR_EXTRA_RULES.lock().unwrap().push(rbac::rule(
-        &["apps"],
-        &["deployments", "statefulsets", "daemonsets"],
-        &["list", "patch"],
-    ));
-    let (client, src) = setup("retry-src").await;
+    let (client, src) = setup_with_rollouts("retry-src").await;
     let dst = target("retry-dst").await;
     label_namespace(&client, &dst, "flotilla.dev/accept-rollouts", Some("true")).await;
     configmap(&client, &src, "settings", &[("copy", "yes")], &[("mode", "one")]).await;

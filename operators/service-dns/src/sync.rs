@@ -16,7 +16,7 @@ use flotilla_shared::projection::{Own, Store};
 use crate::apply::{apply, refresh_names, update_zone};
 use crate::batch::{Applied, Limits};
 use crate::config::Config;
-use crate::desired::{Claim, Desired, Naming, Wish, wish};
+use crate::desired::{Desired, Naming, Wish, wish};
 use crate::endpoints::SliceInfo;
 use crate::headless::TOO_MANY_ENDPOINTS;
 use crate::hold::{Hold, Sending};
@@ -32,6 +32,9 @@ use crate::route53::{FailureKind, Route53, Route53Error};
 use crate::service::ServiceInfo;
 use crate::zone::Zone;
 use crate::zones::ZoneSet;
+
+mod wanted;
+use wanted::Wanted;
 
 /// The caches a sync reads, once each, at its start (shared by the zones' syncs).
 #[derive(Clone)]
@@ -475,25 +478,6 @@ impl Syncer {
         self.metrics
             .zone(&self.zone.id, |z| (z.quarantined, z.managed_records) = (quarantined, before + applied_records));
         self.reporter.end_sync(|_| false);
-    }
-}
-
-/// What the Services want, as read from the cache at a sync's start.
-#[derive(Default)]
-struct Wanted {
-    /// The Services the cache held, in resource-id order (the store's).
-    services: Vec<Arc<ServiceInfo>>,
-    claims: Vec<Claim>,
-    /// Services skipped for bad input keep what they have.
-    keep: BTreeSet<String>,
-}
-
-impl Wanted {
-    /// The UID of Service `resource` (for the Events' object references),
-    /// looked up in the Services read, not kept per Service at every sync.
-    fn uid_of(&self, resource: &str) -> Option<String> {
-        let i = self.services.binary_search_by(|s| s.resource_id().cmp(resource)).ok()?;
-        self.services[i].uid.as_ref().map(ToString::to_string)
     }
 }
 
