@@ -10,6 +10,7 @@
 //! budget. A finalizer prunes a deleted rule's copies (never in a protected
 //! namespace; [`crate::cleanup`] finds them).
 
+mod deletion;
 mod rollouts;
 mod rounds;
 
@@ -38,7 +39,7 @@ use crate::plan::{
 };
 use crate::read::Reader;
 use crate::report;
-use crate::report::{Carried, Outcome};
+use crate::report::Outcome;
 use crate::status::{Rollouts, Summary};
 use crate::targets::{Selector, TargetFilter};
 
@@ -203,7 +204,7 @@ pub async fn reconcile(rule: Arc<CopyRule>, data: Arc<Data>) -> Result<Action, E
     let result = finalizer(&api, FINALIZER, rule, |event| async {
         match event {
             Finalizer::Apply(r) => sync(&r, &data).await,
-            Finalizer::Cleanup(r) => cleanup(&r, &data).await,
+            Finalizer::Cleanup(r) => deletion::cleanup(&r, &data).await,
         }
     })
     .await
@@ -460,47 +461,6 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
         return Err(Error::Writes { failed: summary.failures.len(), first: summary.failures[0].clone() });
     }
     Ok(Action::requeue(if summary.conflicts.is_empty() { RESYNC } else { CONFLICT_RECHECK }))
-}
-
-/// The rule is being deleted: prune its copies (when `prune`), forget it.
-/// A copy whose deletion is denied keeps the finalizer (status and a
-/// Warning say so, retried with backoff); the escape is `prune: false` on
-/// the rule, or removing the finalizer by hand.
-async fn cleanup(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
-    let me = rule_ref(rule)?;
-    let caches = &data.caches;
-    if rule.spec.prune {
-        let (client, field_manager) = (&data.ctx.client, data.ctx.field_manager.as_str());
-        let jobs =
-            crate::cleanup::copies_to_prune(client, caches, field_manager, &data.options.policy, rule, &me).await?;
-        let pruned = jobs.len();
-        let carried: Vec<Carried> = rounds::run_jobs(&data.writer(&me), jobs, data.options.concurrency).await;
-        report::count_operations(caches.metrics(), &carried);
-        let failures: Vec<String> = carried
-            .iter()
-            .filter_map(|c| match &c.outcome {
-                Outcome::Failed { key, action, error } => Some(report::failure(key, action, error)),
-                _ => None,
-            })
-            .collect();
-        if let Some(first) = failures.first() {
-            let oref = rule.object_ref(&());
-            data.ctx.events.warning(
-                &oref,
-                "PruneFailed",
-                "Delete",
-                format!("{first} (set prune: false on the rule to delete it without its copies)"),
-            );
-            let summary = Summary { prune_failed: Some(first.clone()), ..Default::default() };
-            write_status(rule, data, &summary, false).await?;
-            return Err(Error::Writes { failed: failures.len(), first: first.clone() });
-        }
-        tracing::info!(rule = %me.id, pruned, "rule deleted: copies pruned");
-    }
-    caches.forget_rule(&me.id);
-    caches.metrics().forget_rule(&me.id);
-    data.rollouts.keep(&me.id, Vec::new());
-    Ok(Action::await_change())
 }
 
 /// Writes `rule`'s status from `summary` (see [`report::write_status`]).

@@ -27,7 +27,7 @@
 //! | [`report`] | a sync told: outcomes counted into the status and `copy_operations_total`, Events |
 //! | [`metrics`] | `flotilla_config_copier_*` |
 //! | [`request`] | `CopyRequest`: a pull into the request's namespace, allowed by the source's annotation `flotilla.dev/allow-pull-to`; its own controller, plan (pure), writes and report |
-//! | [`controller`] | wiring, finalizer, and the reconcile: snapshot → plan → apply in rounds (a write's answer read and planned again, `controller::rounds`) → the consumers of updated copies rolled (`controller::rollouts`) → report |
+//! | [`controller`] | wiring, finalizer, and the reconcile: snapshot → plan → apply in rounds (a write's answer read and planned again, `controller::rounds`) → the consumers of updated copies rolled (`controller::rollouts`) → report; a deleted rule's copies pruned (`controller::deletion`) |
 
 pub mod apply;
 pub mod budget;
