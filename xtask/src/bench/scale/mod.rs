@@ -40,6 +40,8 @@
 //! `SCALE_BENCH_BINARIES` (a directory of release binaries to run instead of
 //! building them), `_CHURN_MINUTES`
 //! (10), `_RELIST_SECONDS` (120), `_CONVERGE_MINUTES` (15, per operator),
+//! `_GROW` (1; 0 leaves the growth phase out, for a size whose growth alone
+//! would take this machine longer than the rest),
 //! and the preset's sizes: `_NODES`, `_PODS`, `_NAMESPACES`, `_SERVICES`,
 //! `_COPY_RULES`, `_POD_ALERTS`, `_POD_DEBUGGERS`, `_LOAD_TESTS`.
 
@@ -144,6 +146,8 @@ struct Installed {
 
 /// Knobs that are not sizes.
 struct Timing {
+    /// Whether the growth phase runs (`SCALE_BENCH_GROW`).
+    grow: bool,
     churn: Duration,
     relist: Duration,
     converge: Duration,
@@ -190,6 +194,7 @@ pub struct Figures {
 pub fn run(preset: &str) -> anyhow::Result<()> {
     let preset = Preset::named(preset)?;
     let timing = Timing {
+        grow: env_usize("SCALE_BENCH_GROW", 1)? > 0,
         churn: Duration::from_secs(60 * env_usize("SCALE_BENCH_CHURN_MINUTES", 10)? as u64),
         relist: Duration::from_secs(env_usize("SCALE_BENCH_RELIST_SECONDS", 120)? as u64),
         converge: Duration::from_secs(60 * env_usize("SCALE_BENCH_CONVERGE_MINUTES", 15)? as u64),
@@ -395,40 +400,45 @@ async fn bench(
     }
     // 7. Growth: the memory per object added, from a settled start (the
     // re-list's freed memory given back first).
-    let pids: Vec<u32> = running.iter().map(Running::pid).collect();
-    let settled = probe::settled_rss_mib(&pids, SETTLE).await;
-    for (r, s) in running.iter().zip(settled) {
-        let f = figures.get_mut(&r.name).context("figures")?;
-        f.grown_from = (s.rss, operators::objects_held(r, &client, &layout).await?);
-        f.grown_anon.0 = s.anon;
-    }
-    grow::grow(&client, &layout).await?;
-    let grew = Instant::now();
-    let grown = layout.grown();
-    let converged = all_converged(&mut running, &client, &grown, grew, timing.converge).await?;
-    for (r, converged) in running.iter().zip(converged) {
-        figures.get_mut(&r.name).context("figures")?.grown_converged = converged;
-    }
-    let settled = probe::settled_rss_mib(&pids, SETTLE).await;
-    for (r, s) in running.iter().zip(settled) {
-        let f = figures.get_mut(&r.name).context("figures")?;
-        f.grown_to = (s.rss, operators::objects_held(r, &client, &grown).await?);
-        f.grown_anon.1 = s.anon;
-        f.per_object_added = grow::per_object_added(f.grown_from.0, f.grown_to.0, f.grown_from.1, f.grown_to.1);
-        f.per_object_added_anon = grow::per_object_added(f.grown_anon.0, f.grown_anon.1, f.grown_from.1, f.grown_to.1);
-        eprintln!(
-            "    {}: {} → {} {}, RSS {:.1} → {:.1} MiB{}; anonymous {:.1} → {:.1} MiB{}",
-            r.name,
-            f.grown_from.1,
-            f.grown_to.1,
-            operators::goal(&r.name).objects,
-            f.grown_from.0,
-            f.grown_to.0,
-            f.per_object_added.map(|b| format!(", {b:.0} B per object added")).unwrap_or_default(),
-            f.grown_anon.0,
-            f.grown_anon.1,
-            f.per_object_added_anon.map(|b| format!(", {b:.0} B per object added")).unwrap_or_default(),
-        );
+    if timing.grow {
+        let pids: Vec<u32> = running.iter().map(Running::pid).collect();
+        let settled = probe::settled_rss_mib(&pids, SETTLE).await;
+        for (r, s) in running.iter().zip(settled) {
+            let f = figures.get_mut(&r.name).context("figures")?;
+            f.grown_from = (s.rss, operators::objects_held(r, &client, &layout).await?);
+            f.grown_anon.0 = s.anon;
+        }
+        grow::grow(&client, &layout).await?;
+        let grew = Instant::now();
+        let grown = layout.grown();
+        let converged = all_converged(&mut running, &client, &grown, grew, timing.converge).await?;
+        for (r, converged) in running.iter().zip(converged) {
+            figures.get_mut(&r.name).context("figures")?.grown_converged = converged;
+        }
+        let settled = probe::settled_rss_mib(&pids, SETTLE).await;
+        for (r, s) in running.iter().zip(settled) {
+            let f = figures.get_mut(&r.name).context("figures")?;
+            f.grown_to = (s.rss, operators::objects_held(r, &client, &grown).await?);
+            f.grown_anon.1 = s.anon;
+            f.per_object_added = grow::per_object_added(f.grown_from.0, f.grown_to.0, f.grown_from.1, f.grown_to.1);
+            f.per_object_added_anon =
+                grow::per_object_added(f.grown_anon.0, f.grown_anon.1, f.grown_from.1, f.grown_to.1);
+            eprintln!(
+                "    {}: {} → {} {}, RSS {:.1} → {:.1} MiB{}; anonymous {:.1} → {:.1} MiB{}",
+                r.name,
+                f.grown_from.1,
+                f.grown_to.1,
+                operators::goal(&r.name).objects,
+                f.grown_from.0,
+                f.grown_to.0,
+                f.per_object_added.map(|b| format!(", {b:.0} B per object added")).unwrap_or_default(),
+                f.grown_anon.0,
+                f.grown_anon.1,
+                f.per_object_added_anon.map(|b| format!(", {b:.0} B per object added")).unwrap_or_default(),
+            );
+        }
+    } else {
+        say("growth: left out (SCALE_BENCH_GROW=0)");
     }
 
     let nodes_ready = cluster::nodes_ready(&client).await.unwrap_or(0);
