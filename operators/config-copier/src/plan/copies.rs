@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::{Action, CopyContext, Desired, NamespaceInfo, Ownership, Policy, decide, ownership};
-use crate::claims::{ClaimSet, LiveRules, claimed_by, owner_state};
+use crate::claims::{ClaimSet, LiveRules, Rivals, owner_state};
 use crate::copy::{CopyKey, Observed, RuleRef, SourceInfo};
 use crate::crd::OnConflict;
 
@@ -108,13 +108,14 @@ pub fn copy_facts<'a>(
             keys.entry(o.key.clone()).or_default();
         }
     }
+    let rivals = Rivals::of(seen.claims, &seen.me.id);
     keys.into_iter().map(move |(key, source)| {
         let observed = seen.copies.get(&key).map(|o| (o.clone(), seen.ownership(o)));
         let ctx = CopyContext {
             on_conflict,
             prune,
             accepts_overwrite: seen.namespaces.get(&*key.namespace).is_some_and(|n| n.accepts_overwrite()),
-            claimed_by: source.as_ref().and_then(|_| claimed_by(seen.claims, &seen.me.id, &key)),
+            claimed_by: source.as_ref().and_then(|_| rivals.claimed_by(&key)),
         };
         CopyFacts { key, source, observed, ctx }
     })
