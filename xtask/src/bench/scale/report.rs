@@ -107,6 +107,10 @@ pub fn print(
         format!("{:.2} s, {}", f.quiet_cpu_per_min, f.quiet_requests.total())
     });
     row(&format!("churn ({:.0} min): CPU s per minute", churn.as_secs_f64() / 60.0), &|_, f| {
+        if churn.is_zero() {
+            // Nothing was churned: a rate over no time means nothing.
+            return "— (no churn)".into();
+        }
         format!("{:.2} ({:.4} per second)", f.churn_cpu_per_min, f.churn_cpu_per_min / 60.0)
     });
     row("churn: API requests / LISTs / reconciles", &|_, f| {
