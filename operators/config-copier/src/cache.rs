@@ -23,7 +23,7 @@ use kube::api::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
-use crate::claims::{ClaimSet, Claims, LiveRules};
+use crate::claims::{Claims, LiveRules};
 use crate::copy::{CopyKey, Observed, Payload, ResourceVersion, RuleId, RuleRef, SourceInfo, SourceMeta};
 use crate::crd::{CopyRule, SourceKind};
 use crate::metrics::CopierMetrics;
@@ -66,8 +66,9 @@ pub struct Snapshot {
     pub rules: LiveRules,
     /// `--watch-namespace`.
     pub scope: Option<String>,
-    /// Every rule's claim.
-    pub claims: ClaimSet,
+    // The claims are not in it: a plan reads them after its rule has
+    // published its own (`Claims::view`), so that no change of another
+    // rule's claim falls between the two unseen.
 }
 
 /// Everything the reconciler reads instead of asking the API.
@@ -267,7 +268,7 @@ impl Caches {
         }
         drop(names);
         let rules = self.rules_named(copies.values());
-        Some(Snapshot { namespaces, sources, copies, rules, scope: self.scope.clone(), claims: self.claims.view() })
+        Some(Snapshot { namespaces, sources, copies, rules, scope: self.scope.clone() })
     }
 
     /// The namespaces, once listed: one map shared by every reconcile
@@ -403,7 +404,7 @@ impl Caches {
         }
         lock(&self.learned)
             .retain(|(kind, ns, name), _| self.sources.get(kind).is_some_and(|index| index.contains(ns, name)));
-        self.claims.retain(&live);
+        self.wake(self.claims.retain(&live));
         live
     }
 }

@@ -17,7 +17,8 @@ use crate::crd::SourceKind;
 /// then the smallest `namespace/name`. Smaller wins.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Rank {
-    /// Creation time (RFC 3339 sorts as text; a missing one sorts last).
+    /// Creation time (RFC 3339 sorts as text; a missing one, which the API
+    /// server never leaves, sorts first).
     pub created: Option<String>,
     pub rule: RuleId,
 }
@@ -217,11 +218,23 @@ impl Claims {
         self.set(rule, None)
     }
 
-    /// Forgets the claims of rules not in `live` (no rule is woken: a rule
-    /// gone from the cache was forgotten, and its claim with it, by its
-    /// cleanup; this only collects what a missed deletion left).
-    pub fn retain(&self, live: &HashSet<RuleId>) {
-        lock(&self.claims).retain(|id, _| live.contains(id));
+    /// Forgets the claims of rules not in `live` (a rule gone from the
+    /// cache was forgotten, and its claim with it, by its cleanup; this
+    /// collects what a missed deletion left, e.g. a finalizer removed by
+    /// hand). Returns the rules to wake, as [`Self::set`] does.
+    #[must_use = "the rules returned must be woken"]
+    pub fn retain(&self, live: &HashSet<RuleId>) -> Vec<RuleId> {
+        let mut claims = lock(&self.claims);
+        let gone: Vec<Arc<Claim>> =
+            claims.iter().filter(|(id, _)| !live.contains(*id)).map(|(_, c)| Arc::clone(c)).collect();
+        claims.retain(|id, _| live.contains(id));
+        claims.iter().filter(|(_, c)| gone.iter().any(|g| g.overlaps(c))).map(|(id, _)| id.clone()).collect()
+    }
+
+    /// The rules whose claims want `key`: when a copy there goes or
+    /// changes hands, one of them may now make it its own.
+    pub fn wanting(&self, key: &CopyKey) -> Vec<RuleId> {
+        lock(&self.claims).iter().filter(|(_, c)| c.wants(key)).map(|(id, _)| id.clone()).collect()
     }
 }
 
@@ -252,7 +265,7 @@ pub(crate) mod tests {
         assert!(claims.forget(&a).is_empty(), "a and b no longer want a copy in common");
         assert!(claims.forget(&a).is_empty(), "forgotten twice: nothing changed");
         assert_eq!(claims.view().len(), 2);
-        claims.retain(&[s.clone()].into());
+        assert!(claims.retain(&[s.clone()].into()).is_empty(), "b's claim overlapped nobody's");
         assert_eq!(claims.view().keys().collect::<Vec<_>>(), vec![&s]);
     }
 
@@ -290,12 +303,28 @@ pub(crate) mod tests {
         );
     }
 
+    /// A copy gone wakes the rules wanting its key; the claims of rules
+    /// deleted without their cleanup, collected, wake those they overlapped.
+    #[test]
+    fn a_freed_key_wakes_the_rules_that_want_it() {
+        let claims = Claims::default();
+        let (a, b, c) = (RuleId::new("x", "a"), RuleId::new("x", "b"), RuleId::new("x", "c"));
+        let _ = claims.set(&a, Some(claim(&a, SourceKind::ConfigMap, &["cfg"])));
+        let _ = claims.set(&b, Some(claim(&b, SourceKind::ConfigMap, &["cfg", "more"])));
+        let _ = claims.set(&c, Some(claim(&c, SourceKind::ConfigMap, &["other"])));
+        let mut wanting = claims.wanting(&key("b", "cfg"));
+        wanting.sort();
+        assert_eq!(wanting, vec![a.clone(), b.clone()]);
+        assert!(claims.wanting(&key("elsewhere", "cfg")).is_empty());
+        assert_eq!(claims.retain(&[b.clone(), c.clone()].into()), vec![b.clone()], "a's claim went: b may take cfg");
+    }
+
     proptest::proptest! {
         /// `Rivals` answers as `claimed_by` does, for any claims and key.
         #[test]
         fn rivals_answer_as_every_claim_does(
             rules in proptest::collection::vec(
-                (0u8..4, proptest::collection::btree_set(0u8..4, 0..3), proptest::collection::btree_set(0u8..4, 0..3), proptest::bool::ANY),
+                (proptest::option::of(0u8..4), proptest::collection::btree_set(0u8..4, 0..3), proptest::collection::btree_set(0u8..4, 0..3), proptest::bool::ANY),
                 1..6,
             ),
             me in 0usize..6,
@@ -308,7 +337,7 @@ pub(crate) mod tests {
                 .map(|(i, (created, names, namespaces, secret))| {
                     let id = RuleId::new("x", format!("r{i}"));
                     let claim = Claim {
-                        rank: Rank { created: Some(format!("2026-01-0{}T00:00:00Z", created + 1)), rule: id.clone() },
+                        rank: Rank { created: created.map(|c| format!("2026-01-0{}T00:00:00Z", c + 1)), rule: id.clone() },
                         kind: if *secret { SourceKind::Secret } else { SourceKind::ConfigMap },
                         names: names.iter().map(|n| Arc::from(format!("n{n}").as_str())).collect(),
                         namespaces: namespaces.iter().map(|n| Arc::from(format!("s{n}").as_str())).collect(),

@@ -1,8 +1,9 @@
 //! The CopyRule controller: the watches wired, and one reconcile per rule
 //! that converges all of its copies, in this order — a [`Snapshot`] of the
-//! caches (namespaces, sources' metadata, copies, claims), what reads of its
-//! sources taught ([`crate::read`]), the plan ([`crate::plan`], pure), its
-//! claim published ([`crate::claims`]), the writes in rounds (`rounds`:
+//! caches (namespaces, sources' metadata, copies), what reads of its
+//! sources taught ([`crate::read`]), its claim published and then every
+//! rule's claims read ([`crate::claims`]), the plan ([`crate::plan`],
+//! pure), the writes in rounds (`rounds`:
 //! apply, and a write's answer read and planned again), then the report
 //! ([`crate::report`]: status, Events, metrics). The caches trigger the
 //! rules concerned on every change. A source's payload is read only to
@@ -300,7 +301,7 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     }
     let selection = SourceSelection { selector, names: rule.spec.names.iter().map(|n| n.0.clone()).collect() };
     // Snapshot: the caches, read once.
-    let Some(Snapshot { namespaces, sources: metas, copies, rules, scope, mut claims }) =
+    let Some(Snapshot { namespaces, sources: metas, copies, rules, scope }) =
         caches.snapshot(id, rule.spec.kind, &selection, &targets, &naming)
     else {
         return caches_not_ready(rule, data).await;
@@ -358,10 +359,12 @@ async fn sync(rule: &CopyRule, data: &Data) -> Result<Action, Error> {
     let desired = desired_copies(&named, &target_set, rule.spec.kind);
     let created = rule.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string());
     let claim = crate::plan::claim(&plan_rule, created, &named, &target_set);
-    // Published for the other rules (those it concerns are woken); this
-    // plan decides with it in place of the one the snapshot holds.
-    caches.wake(caches.claims().set(id, Some(claim.clone())));
-    claims.insert(id.clone(), Arc::new(claim));
+    // Published for the other rules (those whose claims overlap it are
+    // woken), then the claims read again for this plan: one changed while
+    // the sources were read was compared with this rule's claim as it was
+    // then, and did not wake it if it overlaps only the new one.
+    caches.wake(caches.claims().set(id, Some(claim)));
+    let claims = caches.claims().view();
 
     let mut summary = Summary {
         sources: rule_sources.copied.len(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 /// How a store holds one entry, its key and its projection: an ordered set
 /// of slots looked up by the key (`Borrow<str>`, ordered and compared as
 /// the key alone), so that the keys sharing a prefix (a namespace's
-/// `namespace/name` keys) are one range ([`Store::matching_under`]).
+/// `namespace/name` keys) are one range ([`super::Store::matching_under`]).
 pub trait Slot<T>: Borrow<str> + Ord {
     /// The slot of `value` under `key`.
     fn new(key: String, value: Arc<T>) -> Self;
@@ -61,7 +61,7 @@ impl<T> PartialEq for Pair<T> {
 
 impl<T> Eq for Pair<T> {}
 
-/// A projection that holds its own key: a store of them ([`keyed_store`])
+/// A projection that holds its own key: a store of them ([`super::keyed_store`])
 /// keeps the projection alone in each slot, so the key is allocated once,
 /// in the projection, and a slot is a pointer (a pod cache of 150,000
 /// entries saves a key's allocation and 16 bytes of slot per pod).

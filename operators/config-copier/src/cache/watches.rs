@@ -105,7 +105,9 @@ impl Caches {
     }
 
     /// A copy changed: its owner (old and new) reconciles, unless it is the
-    /// echo of our own write.
+    /// echo of our own write. A copy gone or changed hands also wakes the
+    /// rules that want its key: one that found it another rule's may now
+    /// take it (without this it waited for its conflict re-check).
     fn copy_changed(&self, c: &Change<Option<Observed>>) {
         let old = c.old.as_deref().and_then(Option::as_ref);
         if let Some(new) = c.new.as_deref().and_then(Option::as_ref) {
@@ -117,9 +119,11 @@ impl Caches {
                 && old.owner != new.owner
             {
                 self.trigger_owner(old);
+                self.wake(self.claims().wanting(&new.key));
             }
         } else if let Some(old) = old {
             self.trigger_owner(old);
+            self.wake(self.claims().wanting(&old.key));
         }
     }
 }

@@ -189,6 +189,8 @@ pub struct Figures {
     pub per_object_added_anon: Option<f64>,
     /// Converged again after the growth (from the new objects in place).
     pub grown_converged: Option<Duration>,
+    /// Whether the growth phase ran (`SCALE_BENCH_GROW`).
+    pub grown: bool,
 }
 
 pub fn run(preset: &str) -> anyhow::Result<()> {
@@ -364,7 +366,8 @@ async fn bench(
     let minutes = timing.churn.as_secs_f64() / 60.0;
     for ((r, cpu), rec) in running.iter().zip(before).zip(reconciles) {
         let f = figures.get_mut(&r.name).context("figures")?;
-        f.churn_cpu_per_min = (probe::cpu_seconds(r.pid()) - cpu) / minutes.max(1e-9);
+        // No churn, no rate (the report says so).
+        f.churn_cpu_per_min = if minutes > 0.0 { (probe::cpu_seconds(r.pid()) - cpu) / minutes } else { 0.0 };
         f.churn_requests = Counts::of(&churned, &r.user);
         f.churn_reconciles = r.metric("controller_runtime_reconcile_total") - rec;
     }
@@ -407,6 +410,7 @@ async fn bench(
             let f = figures.get_mut(&r.name).context("figures")?;
             f.grown_from = (s.rss, operators::objects_held(r, &client, &layout).await?);
             f.grown_anon.0 = s.anon;
+            f.grown = true;
         }
         grow::grow(&client, &layout).await?;
         let grew = Instant::now();

@@ -124,9 +124,9 @@ pub fn print(
     row(&format!("API server restart: requests, LISTs, CPU s ({:.0} s)", relist.as_secs_f64()), &|_, f| {
         format!("{}, {}, {:.2} s", f.relist_requests.total(), lists(&f.relist_requests), f.relist_cpu)
     });
-    row("growth: converged again, RSS before → after", &|_, f| match f.grown_to.1 {
-        0 => "— (growth left out)".into(),
-        _ => format!("{}, {:.1} → {:.1} MiB", secs(f.grown_converged), f.grown_from.0, f.grown_to.0),
+    row("growth: converged again, RSS before → after", &|_, f| match f.grown {
+        false => "— (growth left out)".into(),
+        true => format!("{}, {:.1} → {:.1} MiB", secs(f.grown_converged), f.grown_from.0, f.grown_to.0),
     });
     row("chart memory limit", &|_, f| f.memory_limit.clone());
     row("**projection** at 150,000 pods / 10,000 Services / 10,000 namespaces", &|o, f| match (
