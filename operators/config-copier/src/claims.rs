@@ -45,15 +45,12 @@ impl Claim {
     /// it lists). Only a rule whose claim overlaps another's can win or
     /// lose a copy to it.
     pub fn overlaps(&self, other: &Claim) -> bool {
-        self.kind == other.kind && meet(&self.names, &other.names) && meet(&self.namespaces, &other.namespaces)
+        // `is_disjoint` looks the smaller set up in the larger (a platform
+        // rule's claim lists every namespace).
+        self.kind == other.kind
+            && !self.names.is_disjoint(&other.names)
+            && !self.namespaces.is_disjoint(&other.namespaces)
     }
-}
-
-/// Whether two sets share an element: the smaller one looked up in the
-/// larger (a platform rule's claim lists every namespace).
-fn meet(a: &BTreeSet<Arc<str>>, b: &BTreeSet<Arc<str>>) -> bool {
-    let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-    small.iter().any(|x| large.contains(x))
 }
 
 /// The rule that wins `key` among `claims` (the best rank wanting it).
